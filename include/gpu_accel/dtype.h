@@ -1,0 +1,108 @@
+// Tensor element types (the GGUF/ggml type ids) and their block layouts.
+//
+// Quantized types store weights in blocks: `block_size` weights take `type_size` bytes. A row of
+// n weights (n a multiple of block_size) takes n / block_size * type_size bytes. The numeric ids
+// are the ones written in GGUF files, so they never change.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <string_view>
+
+namespace ga {
+
+enum class DType : uint32_t {
+  F32 = 0,
+  F16 = 1,
+  Q4_0 = 2,
+  Q4_1 = 3,
+  // 4, 5: removed Q4_2/Q4_3, never valid
+  Q5_0 = 6,
+  Q5_1 = 7,
+  Q8_0 = 8,
+  Q8_1 = 9,
+  Q2_K = 10,
+  Q3_K = 11,
+  Q4_K = 12,
+  Q5_K = 13,
+  Q6_K = 14,
+  Q8_K = 15,
+  IQ2_XXS = 16,
+  IQ2_XS = 17,
+  IQ3_XXS = 18,
+  IQ1_S = 19,
+  IQ4_NL = 20,
+  IQ3_S = 21,
+  IQ2_S = 22,
+  IQ4_XS = 23,
+  I8 = 24,
+  I16 = 25,
+  I32 = 26,
+  I64 = 27,
+  F64 = 28,
+  IQ1_M = 29,
+  BF16 = 30,
+  TQ1_0 = 34,
+  TQ2_0 = 35,
+};
+
+struct DTypeTraits {
+  DType type;
+  const char* name;      // "Q4_K", as llama.cpp prints it
+  uint32_t block_size;   // weights per block (1 for scalar types)
+  uint32_t type_size;    // bytes per block
+  bool quantized;
+  bool supported;        // gpu_accel can dequantize it (others load as an Unsupported error)
+};
+
+// Traits of a type id read from a file; nullopt for an id that is not a known ggml type.
+std::optional<DTypeTraits> dtype_traits(uint32_t id);
+// Traits of a known type (throws Internal for an unknown enum value).
+const DTypeTraits& traits(DType type);
+const char* dtype_name(DType type);
+// Parses "q4_k", "Q4_K", "f16", ... ; nullopt if unknown.
+std::optional<DType> dtype_from_name(std::string_view name);
+// Bytes of a row of n elements; throws InvalidArgument if n is not a multiple of the block size.
+uint64_t row_bytes(DType type, uint64_t n);
+
+// ---- scalar half-precision conversions (bit-exact, portable) ----
+
+inline float f32_from_bits(uint32_t bits) {
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+inline uint32_t bits_from_f32(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, sizeof bits);
+  return bits;
+}
+
+// IEEE binary16 -> float (exact for every input, including subnormals, inf and NaN).
+inline float fp16_to_f32(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exp = (h >> 10) & 0x1fu;
+  const uint32_t mant = h & 0x3ffu;
+  if (exp == 0) {
+    // zero or subnormal: value = mant * 2^-24, exact in float
+    const float mag = static_cast<float>(mant) * 5.9604644775390625e-8f;
+    return sign ? -mag : mag;
+  }
+  if (exp == 31) return f32_from_bits(sign | 0x7f800000u | (mant << 13));
+  return f32_from_bits(sign | ((exp + 112u) << 23) | (mant << 13));
+}
+
+// float -> IEEE binary16, round to nearest even (as the F16C instruction and ggml do).
+uint16_t f32_to_fp16(float f);
+
+// bfloat16 is the top half of a float.
+inline float bf16_to_f32(uint16_t b) { return f32_from_bits(static_cast<uint32_t>(b) << 16); }
+// Round to nearest even; NaN stays a quiet NaN (same rule as ggml_compute_fp32_to_bf16).
+inline uint16_t f32_to_bf16(float f) {
+  uint32_t u = bits_from_f32(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 64u);
+  return static_cast<uint16_t>((u + (0x7fffu + ((u >> 16) & 1u))) >> 16);
+}
+
+}  // namespace ga

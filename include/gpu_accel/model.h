@@ -1,0 +1,105 @@
+// Loading models: a GGUF file or a Hugging Face folder (config.json + *.safetensors + tokenizer.json)
+// becomes one LoadedModel: hyperparameters, named weight views and the vocabulary.
+//
+// Weights are named with GGUF's names (token_embd.weight, blk.N.attn_q.weight, ...) whatever the
+// source, so the architectures never see file formats. Views point into memory-mapped files that
+// the LoadedModel keeps alive; nothing is copied unless a conversion is needed.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "gpu_accel/dtype.h"
+#include "gpu_accel/tokenizer.h"
+
+namespace ga {
+
+enum class RopeMode {
+  Normal,  // rotate adjacent pairs (x[2i], x[2i+1]); llama.cpp's mode for GGUF "llama"
+  NeoX,    // rotate halves (x[i], x[i + n_rot/2]); Hugging Face's rotate_half, GGUF "qwen2"
+};
+
+enum class RopeScalingType { None, Linear, Llama3 };
+
+struct RopeScaling {
+  RopeScalingType type = RopeScalingType::None;
+  float factor = 1.0f;            // Linear and Llama3
+  float low_freq_factor = 1.0f;   // Llama3
+  float high_freq_factor = 4.0f;  // Llama3
+  int64_t original_context = 8192;  // Llama3: original_max_position_embeddings
+};
+
+struct ModelConfig {
+  std::string arch;  // "llama", "qwen2", ... (GGUF general.architecture)
+  std::string name;  // general.name or the folder name
+  int64_t n_vocab = 0;
+  int64_t n_embd = 0;
+  int64_t n_layer = 0;
+  int64_t n_head = 0;
+  int64_t n_head_kv = 0;
+  int64_t head_dim = 0;  // n_embd / n_head unless the file says otherwise
+  int64_t n_ff = 0;
+  int64_t n_ctx_train = 0;
+  int64_t n_rot = 0;  // rotary dimensions per head (== head_dim for Llama-family)
+  float rms_eps = 1e-5f;
+  float rope_freq_base = 10000.0f;
+  RopeMode rope_mode = RopeMode::Normal;
+  RopeScaling rope_scaling;
+  bool tied_embeddings = false;  // output.weight absent: the classifier is token_embd.weight
+  bool qkv_bias = false;         // Qwen2: attn_{q,k,v}.bias present
+};
+
+// A weight tensor in its stored type. ne in ggml order: ne[0] is the row length (in_features),
+// ne[1] the number of rows (out_features); y = W x uses the rows.
+struct WeightView {
+  std::string name;
+  DType type = DType::F32;
+  std::vector<uint64_t> ne;
+  const uint8_t* data = nullptr;
+  uint64_t nbytes = 0;
+
+  int64_t rows() const { return ne.size() > 1 ? static_cast<int64_t>(ne[1]) : 1; }
+  int64_t cols() const { return ne.empty() ? 0 : static_cast<int64_t>(ne[0]); }
+};
+
+// One metadata entry for `inspect` (key and rendered value).
+struct MetadataEntry {
+  std::string key;
+  std::string value;
+};
+
+struct LoadedModel {
+  ModelConfig config;
+  std::string format;  // "gguf" or "safetensors"
+  std::string path;
+  std::map<std::string, WeightView, std::less<>> weights;
+  Vocab vocab;
+  std::vector<MetadataEntry> metadata;
+  std::vector<std::shared_ptr<const void>> storage;  // mappings and converted buffers the views use
+
+  const WeightView& weight(std::string_view name) const;  // throws InvalidFormat naming the tensor
+  const WeightView* find_weight(std::string_view name) const;
+  uint64_t weight_bytes() const;
+};
+
+struct LoadOptions {
+  // Called with (bytes done, bytes total) while weights are read or checked; may be empty.
+  std::function<void(uint64_t, uint64_t)> progress;
+};
+
+// Loads a .gguf file or a Hugging Face model folder. Checks that the architecture is supported,
+// that every tensor the architecture needs exists with the right shape and a supported type, and
+// throws a ga::Error naming the problem otherwise.
+LoadedModel load_model(const std::string& path, const LoadOptions& options = {});
+
+// The pieces, for tests and tools.
+LoadedModel load_gguf_model(const std::string& path, const LoadOptions& options = {});
+LoadedModel load_hf_model(const std::string& dir, const LoadOptions& options = {});
+
+}  // namespace ga
