@@ -1,0 +1,143 @@
+// gpu-accel inspect: print a model's metadata (key = value) and its tensor table.
+//
+// A GGUF file is read through ga::gguf::File directly, not load_model: inspect must work on files
+// gpu_accel cannot run (vocab-only files, unsupported architectures, tensor types we do not
+// compute), because that is exactly when someone wants to look inside. A Hugging Face folder has no
+// single header to read, so it goes through load_model. Values are printed one per line: long arrays
+// are abbreviated, and long strings (chat templates) shortened, with newlines shown as \n.
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "args.h"
+#include "cli_common.h"
+#include "commands.h"
+#include "gpu_accel/gguf.h"
+
+namespace ga::cli {
+
+namespace {
+
+constexpr size_t kMaxArrayItems = 8;
+constexpr size_t kMaxValueChars = 160;
+
+// One line, bounded: control characters escaped, long text cut with a note of its size.
+std::string printable(const std::string& value) {
+  std::string out;
+  for (char c : value) {
+    if (out.size() >= kMaxValueChars) {
+      out += "... (" + std::to_string(value.size()) + " bytes)";
+      break;
+    }
+    if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\r') {
+      out += "\\r";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char hex[8];
+      std::snprintf(hex, sizeof(hex), "\\x%02x", static_cast<unsigned char>(c));
+      out += hex;
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+std::string shape_text(const std::vector<uint64_t>& ne) {
+  std::string s = "[";
+  for (size_t i = 0; i < ne.size(); ++i) s += (i ? ", " : "") + std::to_string(ne[i]);
+  return s + "]";
+}
+
+struct TensorRow {
+  std::string name, type, shape, bytes, offset;
+};
+
+void print_tensor_table(const std::vector<TensorRow>& rows, uint64_t total_bytes) {
+  std::printf("tensors: %zu, %llu bytes\n", rows.size(), static_cast<unsigned long long>(total_bytes));
+  TensorRow header{"name", "type", "shape", "bytes", "offset"};
+  size_t w_name = header.name.size(), w_type = header.type.size(), w_shape = header.shape.size(),
+         w_bytes = header.bytes.size();
+  for (const auto& r : rows) {
+    w_name = std::max(w_name, r.name.size());
+    w_type = std::max(w_type, r.type.size());
+    w_shape = std::max(w_shape, r.shape.size());
+    w_bytes = std::max(w_bytes, r.bytes.size());
+  }
+  auto print_row = [&](const TensorRow& r) {
+    std::printf("  %-*s  %-*s  %-*s  %*s  %s\n", static_cast<int>(w_name), r.name.c_str(), static_cast<int>(w_type),
+                r.type.c_str(), static_cast<int>(w_shape), r.shape.c_str(), static_cast<int>(w_bytes),
+                r.bytes.c_str(), r.offset.c_str());
+  };
+  print_row(header);
+  for (const auto& r : rows) print_row(r);
+}
+
+void inspect_gguf(const std::string& path) {
+  const gguf::File file = gguf::File::open(path);
+  std::printf("file: %s\n", path.c_str());
+  std::printf("format: GGUF v%u, alignment %llu, data offset %llu, file size %llu bytes\n", file.version(),
+              static_cast<unsigned long long>(file.alignment()), static_cast<unsigned long long>(file.data_offset()),
+              static_cast<unsigned long long>(file.file_size()));
+  std::printf("metadata: %zu keys\n", file.metadata().size());
+  for (const auto& kv : file.metadata()) {
+    std::printf("  %s = %s\n", kv.key.c_str(), printable(kv.value.to_string(kMaxArrayItems)).c_str());
+  }
+  std::vector<TensorRow> rows;
+  uint64_t total = 0;
+  for (const auto& t : file.tensors()) {
+    rows.push_back({t.name, dtype_name(t.type), shape_text(t.ne), std::to_string(t.nbytes), std::to_string(t.offset)});
+    total += t.nbytes;
+  }
+  print_tensor_table(rows, total);
+}
+
+void inspect_folder(const std::string& path) {
+  const LoadedModel model = load_model_verbose(path);
+  const ModelConfig& c = model.config;
+  std::printf("folder: %s\n", path.c_str());
+  std::printf("format: %s, architecture %s, %lld layers, n_embd %lld, n_head %lld, n_head_kv %lld, vocab %lld\n",
+              model.format.c_str(), c.arch.c_str(), static_cast<long long>(c.n_layer),
+              static_cast<long long>(c.n_embd), static_cast<long long>(c.n_head), static_cast<long long>(c.n_head_kv),
+              static_cast<long long>(c.n_vocab));
+  std::printf("metadata: %zu keys\n", model.metadata.size());
+  for (const auto& m : model.metadata) std::printf("  %s = %s\n", m.key.c_str(), printable(m.value).c_str());
+  std::vector<TensorRow> rows;
+  uint64_t total = 0;
+  for (const auto& [name, w] : model.weights) {
+    // Views of a folder point into several files (or converted buffers): no single offset exists.
+    rows.push_back({name, dtype_name(w.type), shape_text(w.ne), std::to_string(w.nbytes), "-"});
+    total += w.nbytes;
+  }
+  print_tensor_table(rows, total);
+}
+
+}  // namespace
+
+int cmd_inspect(int argc, char** argv) {
+  std::string path;
+  std::string model_flag;
+  ArgParser parser("inspect", "MODEL",
+                   "Prints the metadata (key = value) and the tensor table (name, type, shape, bytes, offset)\n"
+                   "of a .gguf file or a Hugging Face model folder.");
+  parser.positional("MODEL", &path, "a .gguf file or a Hugging Face model folder");
+  parser.option("-m,--model", &model_flag, "MODEL", "the same as the positional MODEL");
+  if (!parser.parse(argc, argv)) return 0;
+  require(path.empty() || model_flag.empty(), "give MODEL once (either positional or -m)");
+  if (path.empty()) path = model_flag;
+  require(!path.empty(), "missing MODEL (a .gguf file or a Hugging Face folder)");
+  require_exists(path);
+  if (std::filesystem::is_directory(path)) {
+    inspect_folder(path);
+  } else {
+    inspect_gguf(path);
+  }
+  return std::fflush(stdout) == 0 ? 0 : 1;
+}
+
+}  // namespace ga::cli

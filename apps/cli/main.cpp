@@ -1,0 +1,80 @@
+// gpu-accel: the command-line entry point. Dispatches to one function per subcommand.
+//
+// Every failure ends here as ONE line "error: ..." on stderr: usage errors exit 2 (like most Unix
+// tools), runtime errors (missing or corrupt files, unsupported models, a prompt too long) exit 1.
+// ga::Error prints its message without the source location, which is for developers, not users.
+// SIGPIPE is ignored so that `gpu-accel run ... | head` ends with a failed write, not a signal.
+#include <csignal>
+#include <cstdio>
+#include <exception>
+#include <iostream>
+#include <new>
+#include <string>
+
+#include "args.h"
+#include "commands.h"
+#include "gpu_accel/error.h"
+
+namespace {
+
+constexpr int kExitRuntimeError = 1;
+constexpr int kExitUsage = 2;
+
+const char* const kUsage =
+    "usage: gpu-accel <command> [options]\n"
+    "\n"
+    "commands:\n"
+    "  run       generate a continuation of a prompt (streams text to stdout)\n"
+    "  tokenize  print the token ids of a text\n"
+    "  inspect   print a model's metadata and tensor table\n"
+    "  logits    write the logits of given token ids (parity checks)\n"
+    "\n"
+    "  gpu-accel <command> --help   options of a command\n"
+    "  gpu-accel --version          version\n";
+
+int dispatch(int argc, char** argv) {
+  if (argc < 2) throw ga::cli::UsageError("no command given (try 'gpu-accel --help')");
+  const std::string command = argv[1];
+  if (command == "-h" || command == "--help" || command == "help") {
+    std::cout << kUsage;
+    return 0;
+  }
+  if (command == "--version" || command == "-v") {
+    std::cout << "gpu-accel " << GA_VERSION << "\n";
+    return 0;
+  }
+  if (command == "run") return ga::cli::cmd_run(argc, argv);
+  if (command == "tokenize") return ga::cli::cmd_tokenize(argc, argv);
+  if (command == "inspect") return ga::cli::cmd_inspect(argc, argv);
+  if (command == "logits") return ga::cli::cmd_logits(argc, argv);
+  throw ga::cli::UsageError("unknown command '" + command + "' (try 'gpu-accel --help')");
+}
+
+// Messages may carry newlines (e.g. a nested error); the contract is one line.
+std::string one_line(std::string message) {
+  for (char& c : message) {
+    if (c == '\n' || c == '\r') c = ' ';
+  }
+  return message;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::signal(SIGPIPE, SIG_IGN);
+  try {
+    return dispatch(argc, argv);
+  } catch (const ga::cli::UsageError& e) {
+    std::fprintf(stderr, "error: %s\n", one_line(e.what()).c_str());
+    return kExitUsage;
+  } catch (const ga::Error& e) {
+    std::fprintf(stderr, "error: %s\n", one_line(e.message()).c_str());
+    return kExitRuntimeError;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "error: out of memory\n");
+    return kExitRuntimeError;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", one_line(e.what()).c_str());
+    return kExitRuntimeError;
+  }
+}
