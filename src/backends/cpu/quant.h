@@ -29,6 +29,7 @@ float dot_row(DType type, const void* row, const float* x, int64_t n);
 // Portable versions (always compiled), for tests of the SIMD paths.
 namespace scalar {
 float dot_row(DType type, const void* row, const float* x, int64_t n);
+void dequantize_row(DType type, const void* src, float* dst, int64_t n);
 }
 
 // A 2-D weight matrix in its stored type: `rows` rows of `cols` elements, each row_stride bytes apart.

@@ -1,0 +1,134 @@
+// Block layouts of the ggml weight types, shared by the CPU dequantize / quantize / dot kernels.
+//
+// The structs mirror the bytes of a GGUF tensor exactly (ggml's ggml-common.h defines the same
+// layouts): scales are stored as raw fp16 bit patterns, never as float, so a block can be read
+// straight out of a memory-mapped file. Every struct is checked against the type size that
+// dtype.h publishes, so a layout slip fails at compile time instead of corrupting weights.
+//
+// The small decoders of packed scale fields live here too, because the dequantizer, the scalar
+// dot and the AVX2 dot must agree on them bit for bit.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include "gpu_accel/dtype.h"
+
+namespace ga::cpu::blocks {
+
+inline constexpr int kQK = 32;    // weights per block of the classic types (Q4_0 ... Q8_0)
+inline constexpr int kQKK = 256;  // weights per super-block of the K-quants
+
+// d: scale. Weight j = d * (nibble_j - 8); nibble j < 16 is the low half of qs[j], j >= 16 the high half.
+struct BlockQ4_0 {
+  uint16_t d;
+  uint8_t qs[kQK / 2];
+};
+// Weight j = d * nibble_j + m.
+struct BlockQ4_1 {
+  uint16_t d;
+  uint16_t m;
+  uint8_t qs[kQK / 2];
+};
+// 5-bit: the 5th bit of weight j is bit j of the little-endian 32-bit qh. Weight = d * (q - 16).
+struct BlockQ5_0 {
+  uint16_t d;
+  uint8_t qh[4];
+  uint8_t qs[kQK / 2];
+};
+// Weight = d * q + m.
+struct BlockQ5_1 {
+  uint16_t d;
+  uint16_t m;
+  uint8_t qh[4];
+  uint8_t qs[kQK / 2];
+};
+// Weight = d * qs[j].
+struct BlockQ8_0 {
+  uint16_t d;
+  int8_t qs[kQK];
+};
+
+// 16 sub-blocks of 16: scales[s] = 4-bit scale | 4-bit min << 4. Weight = d*sc*q - dmin*m, q in 0..3.
+struct BlockQ2_K {
+  uint8_t scales[kQKK / 16];
+  uint8_t qs[kQKK / 4];
+  uint16_t d;
+  uint16_t dmin;
+};
+// 16 sub-blocks of 16 with 6-bit signed scales packed into 12 bytes; q = 2 low bits + 1 high bit (hmask).
+struct BlockQ3_K {
+  uint8_t hmask[kQKK / 8];
+  uint8_t qs[kQKK / 4];
+  uint8_t scales[12];
+  uint16_t d;
+};
+// 8 sub-blocks of 32 with 6-bit scales and mins packed into 12 bytes. Weight = d*sc*q - dmin*m.
+struct BlockQ4_K {
+  uint16_t d;
+  uint16_t dmin;
+  uint8_t scales[12];
+  uint8_t qs[kQKK / 2];
+};
+// Like Q4_K plus a 5th bit per weight in qh.
+struct BlockQ5_K {
+  uint16_t d;
+  uint16_t dmin;
+  uint8_t scales[12];
+  uint8_t qh[kQKK / 8];
+  uint8_t qs[kQKK / 2];
+};
+// 16 sub-blocks of 16 with int8 scales; q = 4 low bits (ql) + 2 high bits (qh), weight = d*sc*(q - 32).
+struct BlockQ6_K {
+  uint8_t ql[kQKK / 2];
+  uint8_t qh[kQKK / 4];
+  int8_t scales[kQKK / 16];
+  uint16_t d;
+};
+
+static_assert(sizeof(BlockQ4_0) == 18);
+static_assert(sizeof(BlockQ4_1) == 20);
+static_assert(sizeof(BlockQ5_0) == 22);
+static_assert(sizeof(BlockQ5_1) == 24);
+static_assert(sizeof(BlockQ8_0) == 34);
+static_assert(sizeof(BlockQ2_K) == 84);
+static_assert(sizeof(BlockQ3_K) == 110);
+static_assert(sizeof(BlockQ4_K) == 144);
+static_assert(sizeof(BlockQ5_K) == 176);
+static_assert(sizeof(BlockQ6_K) == 210);
+// Blocks are read at arbitrary byte offsets (Q5_0 is 22 bytes): only 2-byte alignment is assumed.
+static_assert(alignof(BlockQ5_0) <= 2 && alignof(BlockQ3_K) <= 2 && alignof(BlockQ6_K) <= 2);
+
+inline float half(uint16_t h) { return fp16_to_f32(h); }
+
+inline uint32_t load_u32(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+// Q4_K / Q5_K: the 6-bit scale and min of sub-block j (0..7) from the 12 packed bytes.
+// Sub-blocks 0..3 keep their low 6 bits in bytes 0..3 (scales) and 4..7 (mins); 4..7 keep their
+// low 4 bits in bytes 8..11 and borrow the top 2 bits of bytes 0..7.
+inline void k4_scale_min(int j, const uint8_t* q, uint8_t* sc, uint8_t* m) {
+  if (j < 4) {
+    *sc = q[j] & 63;
+    *m = q[j + 4] & 63;
+  } else {
+    *sc = static_cast<uint8_t>((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
+    *m = static_cast<uint8_t>((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+  }
+}
+
+// Q3_K: the 16 signed 6-bit scales (already minus 32) from the 12 packed bytes.
+// Bytes 0..7 hold the low 4 bits (sub-block j < 8 in the low nibble of byte j, j >= 8 in the high
+// nibble of byte j-8); bytes 8..11 hold the top 2 bits, sub-block j at bits 2*(j/4) of byte 8 + j%4.
+inline void q3k_scales(const uint8_t* packed, int8_t out[16]) {
+  for (int j = 0; j < 16; ++j) {
+    const int low = j < 8 ? (packed[j] & 0xF) : (packed[j - 8] >> 4);
+    const int high = (packed[8 + j % 4] >> (2 * (j / 4))) & 3;
+    out[j] = static_cast<int8_t>((low | (high << 4)) - 32);
+  }
+}
+
+}  // namespace ga::cpu::blocks

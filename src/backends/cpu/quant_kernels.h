@@ -1,0 +1,44 @@
+// Internal entry points shared by the CPU quant files (not part of the quant.h contract).
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include "backends/cpu/simd_avx2.h"
+#include "gpu_accel/dtype.h"
+
+namespace ga::cpu {
+
+#if GA_CPU_AVX2
+namespace avx2 {
+// AVX2/FMA dot of one stored row with float activations (quant_dot_avx2.cpp).
+float dot_row(DType type, const void* row, const float* x, int64_t n);
+// Bit-exact AVX2 dequantization of n (already validated) elements; false for types it does not
+// handle (the caller falls back to the scalar code).
+bool dequantize_row(DType type, const void* src, float* dst, int64_t n);
+// Plain float dot with 4 independent 8-wide accumulators; any n.
+float dot_f32(const float* a, const float* b, int64_t n);
+}  // namespace avx2
+#endif
+
+namespace detail {
+// The best available float32 dot (AVX2 when compiled for it).
+float dot_f32(const float* a, const float* b, int64_t n);
+
+// K-quant reference quantizers (quant_quantize_k.cpp): n_blocks super-blocks of 256 floats.
+void quantize_q2_k(const float* x, void* dst, int64_t n_blocks);
+void quantize_q3_k(const float* x, void* dst, int64_t n_blocks);
+void quantize_q4_k(const float* x, void* dst, int64_t n_blocks);
+void quantize_q5_k(const float* x, void* dst, int64_t n_blocks);
+void quantize_q6_k(const float* x, void* dst, int64_t n_blocks);
+
+// llama.cpp's nearest_int: round half to even via the 1.5 * 2^23 trick (valid for |v| < 2^22).
+inline int nearest_int(float v) {
+  const float shifted = v + 12582912.0f;
+  uint32_t bits;
+  std::memcpy(&bits, &shifted, sizeof bits);
+  return static_cast<int>(bits & 0x007fffffu) - 0x00400000;
+}
+}  // namespace detail
+
+}  // namespace ga::cpu
