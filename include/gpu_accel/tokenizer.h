@@ -46,7 +46,9 @@ struct Vocab {
   std::vector<std::string> tokens;     // token text as stored (SPM: "▁" for space; BPE: byte-level chars)
   std::vector<float> scores;           // SPM merge priorities (may be empty for BPE)
   std::vector<TokenType> token_types;  // may be empty: every token Normal
-  std::vector<std::string> merges;     // BPE: "left right", rank = index
+  // BPE: "left right", rank = index. SPM: normally empty (merges follow `scores`); a Hugging Face
+  // byte_fallback BPE (Llama 2 tokenizer.json) fills it, and then merge rank decides instead of score.
+  std::vector<std::string> merges;
 
   int32_t bos_id = -1, eos_id = -1, unk_id = -1, pad_id = -1, eot_id = -1, eom_id = -1;
   std::vector<int32_t> extra_eog_ids;  // other end-of-generation tokens (e.g. <|im_end|>)
@@ -54,6 +56,10 @@ struct Vocab {
   bool add_eos = false;
   bool add_space_prefix = true;  // SPM: prepend "▁" to the text (SentencePiece's dummy prefix)
   bool byte_fallback = true;     // SPM: unknown characters become <0xXX> byte tokens
+  bool ignore_merges = false;    // BPE: a pre-token that is itself a token is taken whole (Llama 3)
+  // The text must be in Unicode NFC (Qwen2's normalizer). gpu_accel does not compose characters:
+  // encode() accepts text that NFC leaves unchanged and throws Unsupported otherwise.
+  bool requires_nfc = false;
 
   std::string chat_template;  // tokenizer.chat_template, if any
 
