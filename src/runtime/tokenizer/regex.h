@@ -20,6 +20,9 @@ namespace ga::text {
 // Decodes UTF-8; each invalid byte becomes U+FFFD (as llama.cpp's unicode_cpts_from_utf8 does for
 // the tokenizer's purposes, the original bytes are kept by the caller through offsets).
 std::u32string utf8_to_codepoints(std::string_view text);
+// Same, and fills byte_offsets (if not null) with the byte offset of each code point plus a final entry
+// text.size(), so code-point spans from find_all map back to the exact original bytes.
+std::u32string utf8_to_codepoints(std::string_view text, std::vector<size_t>* byte_offsets);
 std::string codepoint_to_utf8(char32_t cp);
 std::string codepoints_to_utf8(std::u32string_view cps);
 
@@ -31,7 +34,9 @@ class Regex {
   Regex& operator=(Regex&&) noexcept;
 
   // Leftmost-first (Perl/Oniguruma semantics) non-overlapping matches in text, as [begin, end)
-  // code-point offsets. An empty match advances by one code point.
+  // code-point offsets. An empty match is reported as [p, p) and the search resumes at p + 1.
+  // As in Oniguruma, ^ and $ are line anchors (next to '\n') and '.' does not match '\n'.
+  // Thread-safe: a Regex can be shared by threads calling find_all concurrently.
   std::vector<std::pair<size_t, size_t>> find_all(std::u32string_view text) const;
 
   const std::string& pattern() const;
