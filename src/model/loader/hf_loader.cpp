@@ -1,0 +1,230 @@
+// Hugging Face folder -> LoadedModel: config.json, *.safetensors (one file or shards + index),
+// tokenizer.json (+ tokenizer_config.json).
+//
+// Tensors are renamed to GGUF's names so the architecture code never sees the source format. A
+// torch tensor [out, in] stored row-major is ggml ne = [in, out] over the same bytes, so the views
+// point straight into the mapped shards (no copy) with the shape reversed. Q/K rows stay in HF's
+// order: HF applies RoPE with rotate_half, which the config maps to RopeMode::NeoX (GGUF converters
+// permute those rows instead and use the Normal mode; doing both would scramble the heads).
+//
+// Copies happen only where needed: a tensor whose bytes are not aligned to its element size (the
+// safetensors layout does not promise it) and the Llama-3 rope factors, which HF derives from the
+// config and GGUF stores as `rope_freqs.weight`; both buffers live in LoadedModel::storage.
+//
+// Without tokenizer.json the model still loads with an empty vocabulary (and a warning), because
+// `gpu-accel logits` and the parity tools work on token ids; text commands then fail clearly.
+// The architecture's own tensor check runs last; its messages use GGUF names, so errors are
+// rethrown with the HF name added.
+#include <algorithm>
+#include <charconv>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <utility>
+
+#include "core/log.h"
+#include "gpu_accel/error.h"
+#include "gpu_accel/model.h"
+#include "model/arch/llama.h"
+#include "model/formats/hf_config.h"
+#include "model/formats/safetensors.h"
+
+namespace ga {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Moves a buffer we had to create into LoadedModel::storage; views point at its bytes.
+template <typename T>
+const uint8_t* keep(LoadedModel& model, std::vector<T> data) {
+  auto owned = std::make_shared<std::vector<T>>(std::move(data));
+  model.storage.push_back(owned);
+  return reinterpret_cast<const uint8_t*>(owned->data());
+}
+
+bool ignorable(std::string_view hf_name) {
+  // Older checkpoints saved the rotary inverse frequencies as a buffer; we compute our own.
+  return hf_name.ends_with("rotary_emb.inv_freq");
+}
+
+std::string folder_name(const fs::path& dir) {
+  const fs::path p = dir.has_filename() ? dir : dir.parent_path();  // "models/x/" -> "x"
+  return p.filename().string();
+}
+
+class HfLoader {
+ public:
+  HfLoader(const std::string& dir, const LoadOptions& options) : dir_(dir), options_(options) {}
+
+  LoadedModel load() {
+    GA_CHECK(fs::is_directory(dir_), Io, "'", dir_.string(), "' is not a folder");
+    const fs::path config_path = dir_ / "config.json";
+    GA_CHECK(fs::exists(config_path), InvalidFormat, "'", dir_.string(),
+             "' has no config.json (not a Hugging Face model folder)");
+    hf::HfConfig hf = hf::read_config(config_path.string());
+
+    LoadedModel model;
+    model.format = "safetensors";
+    model.path = dir_.string();
+    model.config = hf.model;
+    if (model.config.name.empty()) model.config.name = folder_name(dir_);
+
+    const safetensors::Checkpoint ckpt = safetensors::Checkpoint::open_dir(dir_.string());
+    for (auto& s : ckpt.storages()) model.storage.push_back(std::move(s));
+    add_weights(ckpt, model);
+    add_rope_factors(model);
+    read_vocab(model);
+    fill_metadata(hf, ckpt, model);
+    note_sliding_window(hf, model.config);
+    check(model);
+    return model;
+  }
+
+ private:
+  void add_weights(const safetensors::Checkpoint& ckpt, LoadedModel& model) {
+    ModelConfig& c = model.config;
+    std::vector<std::string> unknown;
+    for (const auto& [hf_name, entry] : ckpt.entries()) {
+      const std::optional<std::string> name = hf::gguf_tensor_name(hf_name);
+      if (!name) {
+        const bool is_bias = std::string_view(hf_name).ends_with(".bias");
+        // A bias we do not apply (o_proj, MLP) would silently change the results.
+        GA_CHECK(!is_bias, Unsupported, "'", ckpt.path_of(hf_name), "': tensor '", hf_name,
+                 "' is a bias the ", c.arch, " forward does not apply");
+        if (!ignorable(hf_name)) unknown.push_back(hf_name);
+        continue;
+      }
+      if (*name == "output.weight" && c.tied_embeddings) {
+        GA_LOG(Debug, dir_.string(), ": lm_head.weight ignored (tie_word_embeddings is true)");
+        continue;
+      }
+      if (name->starts_with("blk.")) {
+        // A layer past num_hidden_layers means config and weights disagree; the check below would
+        // not notice an extra layer.
+        const size_t end = name->find('.', 4);
+        int64_t layer = 0;
+        const auto [ptr, ec] = std::from_chars(name->data() + 4, name->data() + end, layer);
+        const bool in_range = ec == std::errc() && ptr == name->data() + end && layer < c.n_layer;
+        GA_CHECK(in_range, InvalidFormat, "'", ckpt.path_of(hf_name), "': tensor '", hf_name,
+                 "' is beyond the ", c.n_layer, " layers config.json's num_hidden_layers declares");
+      }
+      const safetensors::TensorInfo& info = *ckpt.find(hf_name);
+      GA_CHECK(info.type.has_value(), Unsupported, "'", ckpt.path_of(hf_name), "': tensor '", hf_name,
+               "' has dtype ", info.dtype, "; gpu_accel reads F32, F16 and BF16 weights");
+      WeightView w;
+      w.name = *name;
+      w.type = *info.type;
+      w.ne.assign(info.shape.rbegin(), info.shape.rend());  // torch [out, in] -> ggml [in, out]
+      if (w.ne.empty()) w.ne.push_back(1);                   // a 0-d tensor is one element
+      w.nbytes = info.nbytes();
+      w.data = ckpt.tensor_data(hf_name);
+      const uint64_t elem = traits(w.type).type_size;
+      if (reinterpret_cast<uintptr_t>(w.data) % elem != 0) {
+        w.data = keep(model, std::vector<uint8_t>(w.data, w.data + w.nbytes));  // new[] is max-aligned
+      }
+      hf_names_[*name] = hf_name;
+      model.weights.emplace(*name, std::move(w));
+    }
+    if (!unknown.empty()) {
+      std::string list;
+      for (size_t i = 0; i < unknown.size() && i < 5; ++i) list += (i ? ", " : "") + unknown[i];
+      GA_LOG(Warn, dir_.string(), ": ignoring ", unknown.size(), " tensor(s) the ", c.arch,
+             " architecture does not use: ", list, unknown.size() > 5 ? ", ..." : "");
+    }
+    GA_CHECK(c.tied_embeddings || model.find_weight("output.weight") != nullptr, InvalidFormat, "'",
+             dir_.string(), "' has no lm_head.weight and config.json does not set tie_word_embeddings");
+    // Qwen2 always has q/k/v biases; for the others their presence decides (as in the GGUF loader).
+    c.qkv_bias = model.find_weight("blk.0.attn_q.bias") != nullptr;
+  }
+
+  void add_rope_factors(LoadedModel& model) {
+    const ModelConfig& c = model.config;
+    if (c.rope_scaling.type != RopeScalingType::Llama3) return;
+    std::vector<float> factors = arch::llama3_rope_freq_factors(c);  // [n_rot/2]
+    WeightView w;
+    w.name = "rope_freqs.weight";
+    w.type = DType::F32;
+    w.ne = {static_cast<uint64_t>(factors.size())};
+    w.nbytes = factors.size() * sizeof(float);
+    w.data = keep(model, std::move(factors));
+    const std::string key = w.name;
+    model.weights.emplace(key, std::move(w));
+  }
+
+  void read_vocab(LoadedModel& model) const {
+    const fs::path tokenizer = dir_ / "tokenizer.json";
+    const fs::path tokenizer_config = dir_ / "tokenizer_config.json";
+    if (!fs::exists(tokenizer)) {
+      GA_LOG(Warn, dir_.string(), ": no tokenizer.json; the model loads without a vocabulary (token ids only)");
+      return;
+    }
+    model.vocab = Vocab::from_hf_json(tokenizer.string(),
+                                      fs::exists(tokenizer_config) ? tokenizer_config.string() : std::string());
+    const auto n_tokens = static_cast<int64_t>(model.vocab.tokens.size());
+    // HF pads vocab_size past the tokenizer (e.g. to a multiple of 64); the reverse is a mismatch.
+    if (n_tokens > model.config.n_vocab) {
+      GA_LOG(Warn, dir_.string(), ": tokenizer has ", n_tokens, " tokens but vocab_size is ", model.config.n_vocab);
+    }
+  }
+
+  void fill_metadata(const hf::HfConfig& hf, const safetensors::Checkpoint& ckpt, LoadedModel& model) const {
+    auto& md = model.metadata;
+    md.push_back({"general.architecture", model.config.arch});
+    md.push_back({"general.name", model.config.name});
+    md.push_back({"hf.architecture", hf.architecture});
+    md.push_back({"safetensors.files", std::to_string(ckpt.files().size())});
+    md.push_back({"safetensors.tensors", std::to_string(ckpt.entries().size())});
+    if (model.find_weight("rope_freqs.weight") != nullptr) {
+      md.push_back({"rope_freqs.weight", "computed from config.json's llama3 rope scaling"});
+    }
+    for (const auto& file : ckpt.files()) {
+      for (const auto& [key, value] : file.metadata()) {
+        md.push_back({"safetensors." + fs::path(file.path()).filename().string() + "." + key, value});
+      }
+    }
+    md.insert(md.end(), hf.entries.begin(), hf.entries.end());
+  }
+
+  void note_sliding_window(const hf::HfConfig& hf, const ModelConfig& c) const {
+    if (hf.sliding_window <= 0) return;
+    // We attend over the whole context: identical to the windowed model while the context fits
+    // in the window, different after that.
+    if (c.n_ctx_train > hf.sliding_window) {
+      GA_LOG(Warn, dir_.string(), ": the model uses sliding-window attention (", hf.sliding_window,
+             " tokens) but gpu_accel attends over the full context; results differ past ", hf.sliding_window,
+             " tokens");
+    }
+  }
+
+  void check(const LoadedModel& model) const {
+    try {
+      arch::check_llama_model(model, options_.progress);
+    } catch (const Error& e) {
+      // Name the tensor as it appears in the folder, not only by its GGUF name.
+      // The longest GGUF name found wins ("output.weight" is inside "blk.0.attn_output.weight").
+      std::string hint;
+      size_t best = 0;
+      for (const auto& [gguf_name, hf_name] : hf_names_) {
+        if (gguf_name.size() > best && e.message().find(gguf_name) != std::string::npos) {
+          best = gguf_name.size();
+          hint = " (" + hf_name + " in the safetensors files)";
+        }
+      }
+      throw Error(e.kind(), "Hugging Face model '" + dir_.string() + "': " + e.message() + hint, e.file(), e.line());
+    }
+  }
+
+  fs::path dir_;
+  const LoadOptions& options_;
+  std::map<std::string, std::string> hf_names_;  // GGUF name -> HF name of every mapped tensor
+};
+
+}  // namespace
+
+LoadedModel load_hf_model(const std::string& dir, const LoadOptions& options) {
+  return HfLoader(dir, options).load();
+}
+
+}  // namespace ga

@@ -1,0 +1,259 @@
+// The forward pass's CPU ops against naive float64 references written here from the formulas
+// (not from the op code), on awkward sizes (7, 19, 37, 733) so that no vector width or block size
+// divides them. Attention runs with 1 and 3 threads to check that the split over (token, head)
+// items and the per-thread workspace do not change results.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "backends/cpu/ops.h"
+#include "common/test_data.h"
+#include "core/thread_pool.h"
+#include "gpu_accel/error.h"
+
+namespace {
+
+using ga::DType;
+
+std::vector<float> random_vec(size_t n, uint32_t seed, float scale = 1.0f, float offset = 0.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = offset + scale * dist(rng);
+  return v;
+}
+
+// Checks |a - ref| <= atol + rtol * |ref| element-wise.
+void expect_close(const std::vector<float>& a, const std::vector<double>& ref, double rtol, double atol) {
+  ASSERT_EQ(a.size(), ref.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    ASSERT_NEAR(a[i], ref[i], atol + rtol * std::abs(ref[i])) << "index " << i;
+  }
+}
+
+const int64_t kSizes[] = {7, 19, 37, 733};
+
+TEST(CpuOps, RmsNormMatchesFloat64) {
+  for (int64_t n : kSizes) {
+    const std::vector<float> x = random_vec(n, 1, 3.0f, 0.5f);
+    const std::vector<float> w = random_vec(n, 2, 0.1f, 1.0f);
+    const float eps = 1e-5f;
+    double ss = 0;
+    for (float v : x) ss += static_cast<double>(v) * v;
+    const double inv = 1.0 / std::sqrt(ss / static_cast<double>(n) + static_cast<double>(eps));
+    std::vector<double> ref(n);
+    for (int64_t i = 0; i < n; ++i) ref[i] = x[i] * inv * w[i];
+    std::vector<float> out(n, NAN);  // poisoned: every element must be written
+    ga::cpu::rms_norm(x.data(), w.data(), out.data(), n, eps);
+    expect_close(out, ref, 1e-6, 1e-7);
+    std::vector<float> in_place = x;  // out may alias x
+    ga::cpu::rms_norm(in_place.data(), w.data(), in_place.data(), n, eps);
+    expect_close(in_place, ref, 1e-6, 1e-7);
+  }
+}
+
+TEST(CpuOps, SoftmaxIsStableAndMatchesFloat64) {
+  for (int64_t n : kSizes) {
+    // Offset 1000: a naive exp() would overflow to inf.
+    std::vector<float> x = random_vec(n, 3, 5.0f, 1000.0f);
+    double mx = -INFINITY;
+    for (float v : x) mx = std::max(mx, static_cast<double>(v));
+    double sum = 0;
+    std::vector<double> ref(n);
+    for (int64_t i = 0; i < n; ++i) sum += ref[i] = std::exp(static_cast<double>(x[i]) - mx);
+    for (double& r : ref) r /= sum;
+    ga::cpu::softmax(x.data(), n);
+    expect_close(x, ref, 2e-6, 1e-9);
+  }
+}
+
+TEST(CpuOps, SwigluMatchesFloat64) {
+  for (int64_t n : kSizes) {
+    const std::vector<float> g = random_vec(n, 4, 4.0f);
+    const std::vector<float> u = random_vec(n, 5, 2.0f);
+    std::vector<double> ref(n);
+    for (int64_t i = 0; i < n; ++i) ref[i] = g[i] / (1.0 + std::exp(-static_cast<double>(g[i]))) * u[i];
+    std::vector<float> out(n, NAN);
+    ga::cpu::swiglu(g.data(), u.data(), out.data(), n);
+    expect_close(out, ref, 1e-6, 1e-7);
+  }
+}
+
+// Rope reference: pair i of each head rotated by pos * base^(-2i/n_rot) / factor[i].
+std::vector<double> rope_ref(const std::vector<float>& x, int64_t n_heads, int64_t head_dim, int64_t n_rot, double pos,
+                             double base, const std::vector<double>& factor, bool halves) {
+  std::vector<double> out(x.begin(), x.end());
+  for (int64_t h = 0; h < n_heads; ++h) {
+    for (int64_t i = 0; i < n_rot / 2; ++i) {
+      const double theta = pos * std::pow(base, -2.0 * i / n_rot) / factor[i];
+      const int64_t a = h * head_dim + (halves ? i : 2 * i);
+      const int64_t b = h * head_dim + (halves ? i + n_rot / 2 : 2 * i + 1);
+      out[a] = x[a] * std::cos(theta) - x[b] * std::sin(theta);
+      out[b] = x[a] * std::sin(theta) + x[b] * std::cos(theta);
+    }
+  }
+  return out;
+}
+
+TEST(CpuOps, RopeBothLayoutsPartialRotationMatchFloat64) {
+  const int64_t n_heads = 3;
+  for (int64_t head_dim : {int64_t{19}, int64_t{37}}) {
+    const int64_t n_rot = head_dim - 7;  // 12 and 30: only the first n_rot dims rotate
+    for (bool halves : {false, true}) {
+      for (double pos : {0.0, 7.0, 733.0}) {
+        const std::vector<float> x = random_vec(n_heads * head_dim, 6);
+        const double base = 10000.0;
+        std::vector<double> factor(n_rot / 2);
+        std::vector<double> inv_freq(n_rot / 2);
+        for (int64_t i = 0; i < n_rot / 2; ++i) {
+          factor[i] = 1.0 + 0.5 * i;  // as a rope_freqs.weight would give
+          inv_freq[i] = std::pow(base, -2.0 * i / n_rot) / factor[i];
+        }
+        std::vector<float> cs(n_rot / 2), sn(n_rot / 2);
+        ga::cpu::rope_angles(inv_freq.data(), n_rot / 2, pos, cs.data(), sn.data());
+        std::vector<float> out = x;
+        ga::cpu::rope(out.data(), n_heads, head_dim, n_rot, cs.data(), sn.data(),
+                      halves ? ga::cpu::RopeLayout::Halves : ga::cpu::RopeLayout::AdjacentPairs);
+        expect_close(out, rope_ref(x, n_heads, head_dim, n_rot, pos, base, factor, halves), 1e-6, 1e-6);
+      }
+    }
+  }
+}
+
+TEST(CpuOps, RopeLayoutsDiffer) {
+  // The two layouts must rotate different element pairs (a swapped mode is a real bug to catch).
+  const std::vector<float> x = random_vec(8, 7);
+  std::vector<double> inv_freq = {1.0, 0.1};
+  std::vector<float> cs(2), sn(2);
+  ga::cpu::rope_angles(inv_freq.data(), 2, 3.0, cs.data(), sn.data());
+  std::vector<float> a = x, b = x;
+  ga::cpu::rope(a.data(), 2, 4, 4, cs.data(), sn.data(), ga::cpu::RopeLayout::AdjacentPairs);
+  ga::cpu::rope(b.data(), 2, 4, 4, cs.data(), sn.data(), ga::cpu::RopeLayout::Halves);
+  EXPECT_GT(ga::test::max_abs_diff(a.data(), b.data(), a.size()), 1e-3);
+}
+
+TEST(CpuOps, StoreKvRoundsToHalf) {
+  const std::vector<float> x = random_vec(37, 8, 100.0f);
+  std::vector<uint16_t> h(37);
+  ga::cpu::store_kv(DType::F16, x.data(), h.data(), 37);
+  for (size_t i = 0; i < x.size(); ++i) {
+    const float back = ga::fp16_to_f32(h[i]);
+    EXPECT_LE(std::abs(back - x[i]), std::abs(x[i]) * (1.0 / 2048.0)) << i;  // half an f16 ulp
+  }
+  std::vector<float> f(37);
+  ga::cpu::store_kv(DType::F32, x.data(), f.data(), 37);
+  EXPECT_EQ(f, x);
+  EXPECT_THROW(ga::cpu::store_kv(DType::Q8_0, x.data(), f.data(), 32), ga::Error);
+}
+
+// Naive causal GQA attention in float64 over caches of float values.
+std::vector<double> attention_ref(const ga::cpu::AttentionParams& p, const std::vector<float>& kc,
+                                  const std::vector<float>& vc) {
+  const int64_t kv_row = p.n_head_kv * p.head_dim;
+  std::vector<double> out(p.n_tokens * p.n_head * p.head_dim, 0.0);
+  for (int64_t t = 0; t < p.n_tokens; ++t) {
+    for (int64_t h = 0; h < p.n_head; ++h) {
+      const int64_t kvh = h / (p.n_head / p.n_head_kv);
+      const int64_t n_keys = p.pos0 + t + 1;
+      std::vector<double> s(n_keys);
+      double mx = -INFINITY;
+      for (int64_t j = 0; j < n_keys; ++j) {
+        double d = 0;
+        for (int64_t e = 0; e < p.head_dim; ++e) {
+          d += static_cast<double>(p.q[t * p.q_stride + h * p.head_dim + e]) * kc[j * kv_row + kvh * p.head_dim + e];
+        }
+        s[j] = d / std::sqrt(static_cast<double>(p.head_dim));
+        mx = std::max(mx, s[j]);
+      }
+      double sum = 0;
+      for (double& v : s) sum += v = std::exp(v - mx);
+      for (int64_t j = 0; j < n_keys; ++j) {
+        for (int64_t e = 0; e < p.head_dim; ++e) {
+          out[(t * p.n_head + h) * p.head_dim + e] += s[j] / sum * vc[j * kv_row + kvh * p.head_dim + e];
+        }
+      }
+    }
+  }
+  return out;
+}
+
+void check_attention(DType kv_type, int64_t n_head, int64_t n_head_kv, int64_t head_dim, int64_t pos0,
+                     int64_t n_tokens, int threads) {
+  SCOPED_TRACE(testing::Message() << "kv " << ga::dtype_name(kv_type) << " heads " << n_head << "/" << n_head_kv
+                                  << " head_dim " << head_dim << " pos0 " << pos0 << " n " << n_tokens << " threads "
+                                  << threads);
+  const int64_t n_pos = pos0 + n_tokens;
+  const int64_t kv_n = n_pos * n_head_kv * head_dim;
+  std::vector<float> q = random_vec(n_tokens * n_head * head_dim, 11, 1.5f);
+  std::vector<float> kf = random_vec(kv_n, 12, 1.5f);
+  std::vector<float> vf = random_vec(kv_n, 13);
+  std::vector<uint16_t> kh(kv_n), vh(kv_n);
+  if (kv_type == DType::F16) {  // the reference sees exactly the rounded cache
+    ga::cpu::store_kv(DType::F16, kf.data(), kh.data(), kv_n);
+    ga::cpu::store_kv(DType::F16, vf.data(), vh.data(), kv_n);
+    for (int64_t i = 0; i < kv_n; ++i) {
+      kf[i] = ga::fp16_to_f32(kh[i]);
+      vf[i] = ga::fp16_to_f32(vh[i]);
+    }
+  }
+  ga::ThreadPool pool(threads);
+  std::vector<float> work(threads * ga::cpu::attention_work_floats(n_pos, head_dim));
+  std::vector<float> out(n_tokens * n_head * head_dim, NAN);
+  ga::cpu::AttentionParams p;
+  p.n_tokens = n_tokens;
+  p.n_head = n_head;
+  p.n_head_kv = n_head_kv;
+  p.head_dim = head_dim;
+  p.pos0 = pos0;
+  p.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)));
+  p.q = q.data();
+  p.q_stride = n_head * head_dim;
+  p.kv_type = kv_type;
+  p.k_cache = kv_type == DType::F16 ? static_cast<const void*>(kh.data()) : kf.data();
+  p.v_cache = kv_type == DType::F16 ? static_cast<const void*>(vh.data()) : vf.data();
+  p.out = out.data();
+  p.out_stride = n_head * head_dim;
+  p.work = work.data();
+  p.work_stride = ga::cpu::attention_work_floats(n_pos, head_dim);
+  ga::cpu::attention(p, &pool);
+  expect_close(out, attention_ref(p, kf, vf), 1e-5, 1e-5);
+}
+
+TEST(CpuOps, AttentionMatchesFloat64) {
+  for (DType kv : {DType::F32, DType::F16}) {
+    for (int threads : {1, 3}) {
+      check_attention(kv, 6, 2, 19, 7, 5, threads);   // GQA 3:1, prefill after 7 cached positions
+      check_attention(kv, 4, 4, 7, 0, 37, threads);   // MHA, whole prompt from position 0
+      check_attention(kv, 8, 1, 37, 733, 1, threads);  // MQA decode step deep into the cache
+    }
+  }
+}
+
+TEST(CpuOps, AttentionRejectsBadHeadsAndSmallWorkspace) {
+  ga::cpu::AttentionParams p;
+  p.n_tokens = 1;
+  p.n_head = 6;
+  p.n_head_kv = 4;  // 6 % 4 != 0
+  p.head_dim = 8;
+  p.work_stride = 100;
+  EXPECT_THROW(ga::cpu::attention(p, nullptr), ga::Error);
+  p.n_head_kv = 3;
+  p.work_stride = 8;  // needs 1 + 8
+  EXPECT_THROW(ga::cpu::attention(p, nullptr), ga::Error);
+}
+
+TEST(CpuOps, EmbeddingRowDecodesTheRequestedRow) {
+  const int64_t n = 19, rows = 7;
+  const std::vector<float> table = random_vec(n * rows, 14);
+  std::vector<uint16_t> half(n * rows);
+  for (size_t i = 0; i < half.size(); ++i) half[i] = ga::f32_to_fp16(table[i]);
+  std::vector<float> out(n, NAN);
+  ga::cpu::embedding_row(DType::F32, reinterpret_cast<const uint8_t*>(table.data()), n, 5, out.data());
+  EXPECT_EQ(out, std::vector<float>(table.begin() + 5 * n, table.begin() + 6 * n));
+  ga::cpu::embedding_row(DType::F16, reinterpret_cast<const uint8_t*>(half.data()), n, 6, out.data());
+  for (int64_t i = 0; i < n; ++i) EXPECT_EQ(out[i], ga::fp16_to_f32(half[6 * n + i])) << i;
+}
+
+}  // namespace
