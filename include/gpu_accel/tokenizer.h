@@ -57,8 +57,8 @@ struct Vocab {
   bool add_space_prefix = true;  // SPM: prepend "▁" to the text (SentencePiece's dummy prefix)
   bool byte_fallback = true;     // SPM: unknown characters become <0xXX> byte tokens
   bool ignore_merges = false;    // BPE: a pre-token that is itself a token is taken whole (Llama 3)
-  // The text must be in Unicode NFC (Qwen2's normalizer). gpu_accel does not compose characters:
-  // encode() accepts text that NFC leaves unchanged and throws Unsupported otherwise.
+  // Qwen2's normalizer: encode() puts the text between special tokens into Unicode NFC first, like
+  // Hugging Face tokenizers (invalid UTF-8 bytes pass through unchanged).
   bool requires_nfc = false;
 
   std::string chat_template;  // tokenizer.chat_template, if any

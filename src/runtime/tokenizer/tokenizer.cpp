@@ -259,7 +259,6 @@ Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special, bool parse_special) const {
   const Impl& m = *impl_;
-  if (m.v.requires_nfc) tok::require_nfc(text);
   std::vector<int32_t> out;
   out.reserve(text.size() / 3 + 2);
   if (add_special && m.v.add_bos) out.push_back(m.v.bos_id);
@@ -271,7 +270,10 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special, 
       after_special = true;
       continue;
     }
-    const std::string_view raw = text.substr(f.begin, f.end - f.begin);
+    // Like Hugging Face, the normalizer (NFC for Qwen2) runs on the text between special tokens.
+    std::string nfc_storage;
+    const std::string_view raw = m.v.requires_nfc ? tok::to_nfc(text.substr(f.begin, f.end - f.begin), nfc_storage)
+                                                  : text.substr(f.begin, f.end - f.begin);
     if (m.v.type == VocabType::SPM) {
       std::string escaped;
       if (m.v.add_space_prefix && after_special) escaped = kSpaceMarker;

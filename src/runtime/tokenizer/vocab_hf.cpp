@@ -6,7 +6,7 @@
 //   its spaces come from the normalizer (Prepend "▁" + Replace " " -> "▁") or a Metaspace pre-tokenizer.
 // - model BPE with a ByteLevel pre-tokenizer -> a byte-level BPE vocab; the Split(Isolated) regexes and
 //   ByteLevel(use_regex) become pre_regexes, in their order.
-// - normalizer NFC (Qwen2) -> requires_nfc (see nfc.h: composed text is accepted, other text refused).
+// - normalizer NFC (Qwen2) -> requires_nfc (see nfc.h: text between special tokens is normalized to NFC).
 // - added_tokens: special -> Control, others -> UserDefined (split out of the text before tokenizing).
 // - the decoder is ignored: decoding follows from the token texts.
 // Whatever else a file uses (WordPiece/Unigram models, other normalizers or pre-tokenizers, ByteLevel
