@@ -20,6 +20,7 @@ enum class ErrorKind {
   Io,               // open/read/mmap/write failed
   OutOfMemory,      // an allocation failed or a size limit was exceeded
   OutOfRange,       // an index or length beyond a limit (context length, vocab, ...)
+  Unavailable,      // temporarily unable to take more work (queue full): retry later (HTTP 429/503)
   Internal,         // a broken invariant: a bug in gpu_accel
 };
 

@@ -10,6 +10,7 @@ const char* error_kind_name(ErrorKind kind) {
     case ErrorKind::Io: return "I/O error";
     case ErrorKind::OutOfMemory: return "out of memory";
     case ErrorKind::OutOfRange: return "out of range";
+    case ErrorKind::Unavailable: return "unavailable";
     case ErrorKind::Internal: return "internal error";
   }
   return "error";

@@ -1,0 +1,119 @@
+// Continuous batching: many concurrent completion requests share one model, one paged KV cache and
+// one forward pass per step.
+//
+// Requests join and leave the running batch at every step. Each step packs the next token of every
+// decoding sequence plus chunks of waiting prompts (up to a token budget) into one batched forward.
+// KV memory is a pool of fixed-size blocks; a sequence holds a block table. Full prompt blocks are
+// shared between sequences with an identical prefix (prefix caching, reference-counted). When the
+// pool is exhausted, new requests wait in a queue; past max_queued, submit() throws
+// ErrorKind::Unavailable. Cancelling a request (or its callback returning false, e.g. a client that
+// disconnected) frees its blocks at the next step.
+//
+// Callbacks run on the scheduler's thread: they must be quick (copy the event into a queue and
+// return). The scheduler never blocks on a client.
+#pragma once
+
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "gpu_accel/generate.h"
+#include "gpu_accel/model.h"
+#include "gpu_accel/sampler.h"
+#include "gpu_accel/session.h"
+#include "gpu_accel/tokenizer.h"
+
+namespace ga {
+
+struct SchedulerOptions {
+  int max_running = 16;            // sequences decoded together (the batch)
+  int max_queued = 256;            // waiting requests beyond which submit() throws Unavailable
+  int64_t n_ctx = 0;               // per-sequence context limit; 0: the model's (capped at 4096)
+  int64_t kv_blocks = 0;           // KV pool size in blocks; 0: enough for max_running full contexts
+  int64_t block_size = 16;         // tokens per KV block
+  int64_t max_batch_tokens = 512;  // tokens per forward step (decode tokens + prompt chunks)
+  int n_threads = 0;               // CPU threads; 0: all
+  KvType kv_type = KvType::F32;
+  std::string device = "cpu";
+};
+
+struct CompletionRequest {
+  std::vector<int32_t> prompt_tokens;  // already tokenized (chat template applied, BOS included)
+  int64_t max_tokens = 128;            // < 0: until the context is full
+  SamplerParams sampling;
+  std::vector<std::string> stop;
+  bool ignore_eos = false;
+  int top_logprobs = 0;  // 0..20 alternatives reported per token (logprobs requested when >= 0 and `logprobs`)
+  bool logprobs = false;
+};
+
+struct TokenLogprob {
+  int32_t token = 0;
+  std::string text;  // the token's bytes (may be a partial UTF-8 sequence)
+  float logprob = 0;
+};
+
+struct TokenEvent {
+  int32_t token = 0;
+  std::string text;  // text that became final with this token (complete UTF-8, never part of a stop string)
+  TokenLogprob chosen;                    // when logprobs were requested
+  std::vector<TokenLogprob> top;          // top_logprobs alternatives, most likely first
+};
+
+struct CompletionResult {
+  FinishReason finish = FinishReason::Length;
+  std::string text;  // all generated text (stop string excluded)
+  int64_t prompt_tokens = 0;
+  int64_t cached_prompt_tokens = 0;  // prompt tokens served from the prefix cache
+  int64_t completion_tokens = 0;
+  double queue_seconds = 0;          // submit -> first scheduled
+  double time_to_first_token = 0;    // submit -> first token
+  double total_seconds = 0;
+};
+
+struct SchedulerStats {
+  int running = 0;
+  int queued = 0;
+  int64_t kv_blocks_total = 0;
+  int64_t kv_blocks_used = 0;
+  int64_t kv_blocks_cached = 0;  // held only by the prefix cache (reusable, evictable)
+  uint64_t requests_finished = 0;
+  uint64_t requests_cancelled = 0;
+  uint64_t prompt_tokens_total = 0;
+  uint64_t generated_tokens_total = 0;
+  double prompt_tokens_per_second = 0;      // over a recent window
+  double generation_tokens_per_second = 0;  // over a recent window
+  uint64_t weight_bytes = 0;                // model weight bytes (for achieved-bandwidth figures)
+  std::string device;
+};
+
+class Scheduler {
+ public:
+  using TokenCallback = std::function<bool(const TokenEvent&)>;  // false: cancel the request
+  using DoneCallback = std::function<void(const CompletionResult&, std::exception_ptr error)>;
+
+  Scheduler(const LoadedModel& model, const Tokenizer& tokenizer, const SchedulerOptions& options = {});
+  ~Scheduler();  // stops the loop; pending requests finish with FinishReason::Cancelled
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  // Validates (prompt fits the context: OutOfRange; bad params: InvalidArgument; queue full:
+  // Unavailable) and enqueues. Returns the request id. on_done is called exactly once.
+  uint64_t submit(CompletionRequest request, TokenCallback on_token, DoneCallback on_done);
+  void cancel(uint64_t id);  // no-op for finished/unknown ids
+
+  SchedulerStats stats() const;
+  int64_t n_ctx() const;
+  const LoadedModel& model() const;
+  const Tokenizer& tokenizer() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ga
