@@ -10,7 +10,20 @@
 // disconnected) frees its blocks at the next step.
 //
 // Callbacks run on the scheduler's thread: they must be quick (copy the event into a queue and
-// return). The scheduler never blocks on a client.
+// return). The scheduler never blocks on a client. A callback may call submit(), cancel() and
+// stats() (never the destructor).
+//
+// Events: on_token is called once per generated token (text may be empty while it is held back),
+// then on_done once. Text-only events: when a sequence ends without a new token (EOS, or a KV pool
+// too small for its context) while text was held back, one last event with token = -1 and no
+// logprobs carries that text. The concatenated event texts equal CompletionResult::text.
+//
+// Memory policy: KV blocks are taken on demand. A request is admitted when the free and evictable
+// blocks cover its prompt (after prefix-cache hits) plus one block per running sequence. When a
+// running sequence needs a block and none is left, the most recently admitted other sequence is
+// preempted (its blocks are freed; it later recomputes prompt + generated tokens and continues with
+// the same sampler state, so its output does not change). A sequence alone in a pool too small for
+// its context finishes with Length.
 #pragma once
 
 #include <cstdint>
@@ -35,7 +48,7 @@ struct SchedulerOptions {
   int64_t n_ctx = 0;               // per-sequence context limit; 0: the model's (capped at 4096)
   int64_t kv_blocks = 0;           // KV pool size in blocks; 0: enough for max_running full contexts
   int64_t block_size = 16;         // tokens per KV block
-  int64_t max_batch_tokens = 512;  // tokens per forward step (decode tokens + prompt chunks)
+  int64_t max_batch_tokens = 512;  // tokens per forward step (decode tokens + prompt chunks); >= max_running
   int n_threads = 0;               // CPU threads; 0: all
   KvType kv_type = KvType::F32;
   std::string device = "cpu";
@@ -58,7 +71,7 @@ struct TokenLogprob {
 };
 
 struct TokenEvent {
-  int32_t token = 0;
+  int32_t token = 0;  // -1: a text-only event (see above)
   std::string text;  // text that became final with this token (complete UTF-8, never part of a stop string)
   TokenLogprob chosen;                    // when logprobs were requested
   std::vector<TokenLogprob> top;          // top_logprobs alternatives, most likely first
@@ -83,7 +96,8 @@ struct SchedulerStats {
   int64_t kv_blocks_cached = 0;  // held only by the prefix cache (reusable, evictable)
   uint64_t requests_finished = 0;
   uint64_t requests_cancelled = 0;
-  uint64_t prompt_tokens_total = 0;
+  uint64_t preemptions = 0;  // sequences whose blocks were taken back (they recompute later)
+  uint64_t prompt_tokens_total = 0;  // prompt tokens evaluated (prefix-cache hits excluded)
   uint64_t generated_tokens_total = 0;
   double prompt_tokens_per_second = 0;      // over a recent window
   double generation_tokens_per_second = 0;  // over a recent window

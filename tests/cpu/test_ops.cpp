@@ -1,9 +1,11 @@
 // The forward pass's CPU ops against naive float64 references written here from the formulas
 // (not from the op code), on awkward sizes (7, 19, 37, 733) so that no vector width or block size
 // divides them. Attention runs with 1 and 3 threads to check that the split over (token, head)
-// items and the per-thread workspace do not change results.
+// items and the per-thread workspace do not change results. Paged attention is checked against the
+// same reference over each sequence's positions gathered into a contiguous cache.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -228,6 +230,94 @@ TEST(CpuOps, AttentionMatchesFloat64) {
       check_attention(kv, 4, 4, 7, 0, 37, threads);   // MHA, whole prompt from position 0
       check_attention(kv, 8, 1, 37, 733, 1, threads);  // MQA decode step deep into the cache
     }
+  }
+}
+
+// Paged attention: two sequences of different lengths whose positions are scattered over a shuffled
+// pool of 5-position blocks (partial last blocks), queries of both sequences interleaved in one
+// call. The reference for each query is the float64 attention over that sequence's positions laid
+// out contiguously.
+void check_paged_attention(DType kv_type, int threads) {
+  SCOPED_TRACE(testing::Message() << "kv " << ga::dtype_name(kv_type) << " threads " << threads);
+  const int64_t n_head = 6, n_head_kv = 2, head_dim = 19, block_size = 5, n_blocks = 11;
+  const int64_t kv_row = n_head_kv * head_dim;
+  const std::vector<int64_t> seq_len = {23, 7};
+  const std::vector<std::vector<int32_t>> tables = {{9, 2, 7, 0, 4}, {5, 10}};  // ceil(23/5), ceil(7/5)
+  // Queries: positions 18..22 of sequence 0 and position 6 of sequence 1, interleaved.
+  const std::vector<int> q_seq = {0, 1, 0, 0, 0, 0};
+  const std::vector<int64_t> q_pos = {18, 6, 19, 20, 21, 22};
+  const int64_t n_tokens = static_cast<int64_t>(q_seq.size());
+
+  // Contiguous per-sequence caches (rounded to F16 when the pool is F16), scattered into the pool.
+  std::vector<float> pool_f(n_blocks * block_size * kv_row, NAN), pool_vf(pool_f.size(), NAN);
+  std::vector<std::vector<float>> kc(2), vc(2);
+  for (int s = 0; s < 2; ++s) {
+    kc[s] = random_vec(seq_len[s] * kv_row, 20 + s, 1.5f);
+    vc[s] = random_vec(seq_len[s] * kv_row, 30 + s);
+    for (auto* c : {&kc[s], &vc[s]}) {
+      if (kv_type == DType::F16) {
+        for (float& x : *c) x = ga::fp16_to_f32(ga::f32_to_fp16(x));
+      }
+    }
+    for (int64_t j = 0; j < seq_len[s]; ++j) {
+      const int64_t row = tables[s][j / block_size] * block_size + j % block_size;
+      std::copy_n(kc[s].begin() + j * kv_row, kv_row, pool_f.begin() + row * kv_row);
+      std::copy_n(vc[s].begin() + j * kv_row, kv_row, pool_vf.begin() + row * kv_row);
+    }
+  }
+  std::vector<uint16_t> pool_h(pool_f.size()), pool_vh(pool_f.size());
+  ga::cpu::store_kv(DType::F16, pool_f.data(), pool_h.data(), static_cast<int64_t>(pool_f.size()));
+  ga::cpu::store_kv(DType::F16, pool_vf.data(), pool_vh.data(), static_cast<int64_t>(pool_f.size()));
+
+  const std::vector<float> q = random_vec(n_tokens * n_head * head_dim, 41, 1.5f);
+  std::vector<const int32_t*> token_tables(n_tokens);
+  for (int64_t t = 0; t < n_tokens; ++t) token_tables[t] = tables[q_seq[t]].data();
+  ga::ThreadPool pool(threads);
+  const int64_t stride = ga::cpu::attention_work_floats(23, head_dim);
+  std::vector<float> work(threads * stride);
+  std::vector<float> out(n_tokens * n_head * head_dim, NAN);
+  ga::cpu::PagedAttentionParams p;
+  p.n_tokens = n_tokens;
+  p.n_head = n_head;
+  p.n_head_kv = n_head_kv;
+  p.head_dim = head_dim;
+  p.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)));
+  p.q = q.data();
+  p.q_stride = n_head * head_dim;
+  p.positions = q_pos.data();
+  p.block_tables = token_tables.data();
+  p.block_size = block_size;
+  p.kv_type = kv_type;
+  p.k_blocks = kv_type == DType::F16 ? static_cast<const void*>(pool_h.data()) : pool_f.data();
+  p.v_blocks = kv_type == DType::F16 ? static_cast<const void*>(pool_vh.data()) : pool_vf.data();
+  p.out = out.data();
+  p.out_stride = n_head * head_dim;
+  p.work = work.data();
+  p.work_stride = stride;
+  ga::cpu::paged_attention(p, &pool);
+
+  std::vector<double> ref;
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    ga::cpu::AttentionParams one;
+    one.n_tokens = 1;
+    one.n_head = n_head;
+    one.n_head_kv = n_head_kv;
+    one.head_dim = head_dim;
+    one.pos0 = q_pos[t];
+    one.q = q.data() + t * n_head * head_dim;
+    one.q_stride = n_head * head_dim;
+    const std::vector<double> r = attention_ref(one, kc[q_seq[t]], vc[q_seq[t]]);
+    ref.insert(ref.end(), r.begin(), r.end());
+  }
+  expect_close(out, ref, 1e-5, 1e-5);
+
+  p.work_stride = ga::cpu::attention_work_floats(22, head_dim);  // one position short
+  EXPECT_THROW(ga::cpu::paged_attention(p, &pool), ga::Error);
+}
+
+TEST(CpuOps, PagedAttentionMatchesFloat64) {
+  for (DType kv : {DType::F32, DType::F16}) {
+    for (int threads : {1, 3}) check_paged_attention(kv, threads);
   }
 }
 

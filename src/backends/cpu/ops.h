@@ -49,7 +49,38 @@ void rope_angles(const double* inv_freq, int64_t half, double pos, float* cos_ou
 void rope(float* x, int64_t n_heads, int64_t head_dim, int64_t n_rot, const float* cos_v, const float* sin_v,
           RopeLayout layout);
 
-// Causal grouped-query attention of n_tokens new queries over a KV cache.
+// Causal grouped-query attention of n_tokens queries from any number of sequences over a paged KV
+// cache. Keys and values live in fixed-size blocks of a pool shared by all sequences; a sequence's
+// block table lists its blocks in position order, so position j of that sequence is row j % block_size
+// of block table[j / block_size]. Query t (at position positions[t] of its sequence) sees positions
+// 0 .. positions[t] of that sequence (the cache already holds the new tokens' keys and values).
+// Query head h reads KV head h / (n_head / n_head_kv).
+struct PagedAttentionParams {
+  int64_t n_tokens = 0;
+  int64_t n_head = 0;
+  int64_t n_head_kv = 0;
+  int64_t head_dim = 0;
+  float scale = 1.0f;                           // usually 1/sqrt(head_dim)
+  const float* q = nullptr;                     // [n_tokens][n_head][head_dim]
+  int64_t q_stride = 0;                         // floats between tokens of q (>= n_head * head_dim)
+  const int64_t* positions = nullptr;           // [n_tokens]
+  const int32_t* const* block_tables = nullptr;  // [n_tokens]: the block table of token t's sequence
+  int64_t block_size = 0;                       // positions per block
+  DType kv_type = DType::F32;                   // F32 or F16
+  const void* k_blocks = nullptr;               // [n_blocks][block_size][n_head_kv][head_dim] of kv_type
+  const void* v_blocks = nullptr;               // [n_blocks][block_size][n_head_kv][head_dim] of kv_type
+  float* out = nullptr;                         // [n_tokens][n_head][head_dim]
+  int64_t out_stride = 0;                       // floats between tokens of out
+  // Per-thread workspace: pool size x work_stride floats, work_stride >= max(positions) + 1 + head_dim.
+  float* work = nullptr;
+  int64_t work_stride = 0;
+};
+
+// Work items (token, head) are split over the pool (nullptr: the calling thread does all).
+void paged_attention(const PagedAttentionParams& p, ThreadPool* pool);
+
+// Causal grouped-query attention of n_tokens new queries of one sequence over a contiguous KV cache:
+// paged_attention with the whole cache as one block.
 // Query token t sits at position pos0 + t and sees cache positions 0 .. pos0 + t (the cache
 // already holds the new tokens' keys and values). Query head h reads KV head h / (n_head / n_head_kv).
 struct AttentionParams {

@@ -1,12 +1,20 @@
-// Causal grouped-query attention over a KV cache (see ops.h).
+// Causal grouped-query attention over a KV cache, paged or contiguous (see ops.h).
 //
 // One work item is one (query token, query head) pair: it reads its KV head's keys once for the
 // scores, takes a stable softmax, and accumulates the values. Items are independent, so they are
 // split over the thread pool in contiguous ranges and each thread uses its own slice of the
 // workspace (scores [n_keys] + an accumulator [head_dim]); nothing is allocated here. The cache
 // element type is a template parameter so the F32 and F16 inner loops are each a plain loop.
+//
+// Paged and contiguous caches share one kernel: the kernel walks a sequence's keys block by block
+// (rows inside a block are contiguous, so the inner loops are the same plain loops), and a
+// contiguous cache is a single block that holds every position. The kernel takes the per-token
+// (position, block table) from a small source functor, so the contiguous wrapper needs no per-token
+// arrays and both paths do the same arithmetic in the same order (bit-identical results).
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "backends/cpu/ops.h"
 #include "core/thread_pool.h"
@@ -35,51 +43,81 @@ inline float dot(const float* q, const KvT* k, int64_t n) {
   return sum;
 }
 
-template <typename KvT>
-void attention_items(const AttentionParams& p, int64_t begin, int64_t end, int thread) {
-  const KvT* k_cache = static_cast<const KvT*>(p.k_cache);
-  const KvT* v_cache = static_cast<const KvT*>(p.v_cache);
-  const int64_t group = p.n_head / p.n_head_kv;  // query heads per KV head
-  const int64_t kv_row = p.n_head_kv * p.head_dim;  // floats per cache position
+// Where a query token sits: its position and the block table of its sequence.
+struct QuerySlot {
+  int64_t pos;
+  const int32_t* table;
+};
+
+// The parts of the problem both entry points share.
+struct Problem {
+  int64_t n_head, n_head_kv, head_dim;
+  float scale;
+  const float* q;
+  int64_t q_stride;
+  int64_t block_size;
+  const void* k_blocks;
+  const void* v_blocks;
+  float* out;
+  int64_t out_stride;
+  float* work;
+  int64_t work_stride;
+};
+
+template <typename KvT, typename Slots>
+void attention_items(const Problem& p, const Slots& slot_of, int64_t begin, int64_t end, int thread) {
+  const KvT* k_blocks = static_cast<const KvT*>(p.k_blocks);
+  const KvT* v_blocks = static_cast<const KvT*>(p.v_blocks);
+  const int64_t group = p.n_head / p.n_head_kv;            // query heads per KV head
+  const int64_t kv_row = p.n_head_kv * p.head_dim;         // floats per cached position
+  const int64_t block_elems = p.block_size * kv_row;       // floats per block
   float* scores = p.work + static_cast<int64_t>(thread) * p.work_stride;  // [n_keys]
   for (int64_t item = begin; item < end; ++item) {
     const int64_t t = item / p.n_head;
     const int64_t h = item % p.n_head;
     const int64_t kvh = h / group;
-    const int64_t n_keys = p.pos0 + t + 1;  // causal: positions 0 .. pos0 + t
+    const QuerySlot slot = slot_of(t);
+    const int64_t n_keys = slot.pos + 1;  // causal: positions 0 .. pos
     const float* q = p.q + t * p.q_stride + h * p.head_dim;  // [head_dim]
-    float* acc = scores + n_keys;  // [head_dim], after this item's scores
+    float* acc = scores + n_keys;                             // [head_dim], after this item's scores
 
-    for (int64_t j = 0; j < n_keys; ++j) {
-      scores[j] = dot(q, k_cache + j * kv_row + kvh * p.head_dim, p.head_dim) * p.scale;
+    // Scores block by block: keys j0 .. j0 + n_in_block - 1 are contiguous rows of one block.
+    for (int64_t j0 = 0, b = 0; j0 < n_keys; j0 += p.block_size, ++b) {
+      const KvT* k = k_blocks + static_cast<int64_t>(slot.table[b]) * block_elems + kvh * p.head_dim;
+      const int64_t n_in_block = std::min(p.block_size, n_keys - j0);
+      for (int64_t j = 0; j < n_in_block; ++j) scores[j0 + j] = dot(q, k + j * kv_row, p.head_dim) * p.scale;
     }
     softmax(scores, n_keys);
 
     for (int64_t d = 0; d < p.head_dim; ++d) acc[d] = 0.0f;
-    for (int64_t j = 0; j < n_keys; ++j) {
-      const KvT* v = v_cache + j * kv_row + kvh * p.head_dim;
-      const float w = scores[j];
-      for (int64_t d = 0; d < p.head_dim; ++d) acc[d] += w * load(v, d);
+    for (int64_t j0 = 0, b = 0; j0 < n_keys; j0 += p.block_size, ++b) {
+      const KvT* v_base = v_blocks + static_cast<int64_t>(slot.table[b]) * block_elems + kvh * p.head_dim;
+      const int64_t n_in_block = std::min(p.block_size, n_keys - j0);
+      for (int64_t j = 0; j < n_in_block; ++j) {
+        const KvT* v = v_base + j * kv_row;
+        const float w = scores[j0 + j];
+        for (int64_t d = 0; d < p.head_dim; ++d) acc[d] += w * load(v, d);
+      }
     }
     std::memcpy(p.out + t * p.out_stride + h * p.head_dim, acc, static_cast<size_t>(p.head_dim) * sizeof(float));
   }
 }
 
-}  // namespace
+void check_common(int64_t n_head, int64_t n_head_kv, DType kv_type) {
+  GA_CHECK(n_head > 0 && n_head_kv > 0 && n_head % n_head_kv == 0, InvalidArgument, "attention: n_head ", n_head,
+           " is not a multiple of n_head_kv ", n_head_kv);
+  GA_CHECK(kv_type == DType::F32 || kv_type == DType::F16, Unsupported, "attention: KV cache type ",
+           dtype_name(kv_type), " (supported: F32, F16)");
+}
 
-void attention(const AttentionParams& p, ThreadPool* pool) {
-  GA_CHECK(p.n_head > 0 && p.n_head_kv > 0 && p.n_head % p.n_head_kv == 0, InvalidArgument,
-           "attention: n_head ", p.n_head, " is not a multiple of n_head_kv ", p.n_head_kv);
-  GA_CHECK(p.work_stride >= attention_work_floats(p.pos0 + p.n_tokens, p.head_dim), Internal,
-           "attention: workspace stride ", p.work_stride, " too small for ", p.pos0 + p.n_tokens, " positions");
-  GA_CHECK(p.kv_type == DType::F32 || p.kv_type == DType::F16, Unsupported, "attention: KV cache type ",
-           dtype_name(p.kv_type), " (supported: F32, F16)");
-  const int64_t n_items = p.n_tokens * p.n_head;
-  const auto run = [&p](int64_t begin, int64_t end, int thread) {
-    if (p.kv_type == DType::F32) {
-      attention_items<float>(p, begin, end, thread);
+template <typename Slots>
+void run_items(const Problem& prob, DType kv_type, int64_t n_tokens, const Slots& slots, ThreadPool* pool) {
+  const int64_t n_items = n_tokens * prob.n_head;
+  const auto run = [&](int64_t begin, int64_t end, int thread) {
+    if (kv_type == DType::F32) {
+      attention_items<float>(prob, slots, begin, end, thread);
     } else {
-      attention_items<uint16_t>(p, begin, end, thread);
+      attention_items<uint16_t>(prob, slots, begin, end, thread);
     }
   };
   if (pool == nullptr || pool->size() <= 1 || n_items == 1) {
@@ -87,6 +125,41 @@ void attention(const AttentionParams& p, ThreadPool* pool) {
   } else {
     pool->parallel_for(n_items, run);
   }
+}
+
+}  // namespace
+
+void paged_attention(const PagedAttentionParams& p, ThreadPool* pool) {
+  check_common(p.n_head, p.n_head_kv, p.kv_type);
+  GA_CHECK(p.block_size > 0, InvalidArgument, "paged attention: block_size must be positive, got ", p.block_size);
+  GA_CHECK(p.n_tokens >= 0 && (p.n_tokens == 0 || (p.positions != nullptr && p.block_tables != nullptr)),
+           InvalidArgument, "paged attention: positions and block tables are required");
+  int64_t max_pos = -1;
+  for (int64_t t = 0; t < p.n_tokens; ++t) {
+    GA_CHECK(p.positions[t] >= 0 && p.block_tables[t] != nullptr, InvalidArgument, "paged attention: token ", t,
+             " has position ", p.positions[t], " or no block table");
+    max_pos = std::max(max_pos, p.positions[t]);
+  }
+  GA_CHECK(p.work_stride >= attention_work_floats(max_pos + 1, p.head_dim), Internal, "attention: workspace stride ",
+           p.work_stride, " too small for ", max_pos + 1, " positions");
+  const Problem prob{p.n_head,   p.n_head_kv, p.head_dim, p.scale, p.q,          p.q_stride, p.block_size,
+                     p.k_blocks, p.v_blocks,  p.out,      p.out_stride, p.work, p.work_stride};
+  const auto slots = [&p](int64_t t) { return QuerySlot{p.positions[t], p.block_tables[t]}; };
+  run_items(prob, p.kv_type, p.n_tokens, slots, pool);
+}
+
+void attention(const AttentionParams& p, ThreadPool* pool) {
+  check_common(p.n_head, p.n_head_kv, p.kv_type);
+  GA_CHECK(p.work_stride >= attention_work_floats(p.pos0 + p.n_tokens, p.head_dim), Internal,
+           "attention: workspace stride ", p.work_stride, " too small for ", p.pos0 + p.n_tokens, " positions");
+  // The whole cache is block 0 of a pool of one block that holds every position the call reads.
+  static constexpr int32_t kOnlyBlock[1] = {0};
+  const int64_t block_size = std::max<int64_t>(p.pos0 + p.n_tokens, 1);
+  const Problem prob{p.n_head,  p.n_head_kv, p.head_dim, p.scale, p.q,          p.q_stride, block_size,
+                     p.k_cache, p.v_cache,   p.out,      p.out_stride, p.work, p.work_stride};
+  const int64_t pos0 = p.pos0;
+  const auto slots = [pos0](int64_t t) { return QuerySlot{pos0 + t, kOnlyBlock}; };
+  run_items(prob, p.kv_type, p.n_tokens, slots, pool);
 }
 
 }  // namespace ga::cpu

@@ -40,14 +40,6 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-// True when the first generated piece directly follows a sequence-initial BOS of an SPM vocab that
-// adds a dummy space prefix (see the design note above).
-bool strips_first_space(const Tokenizer& tokenizer, const std::vector<int32_t>& prompt_tokens, int64_t n_past_before) {
-  const Vocab& vocab = tokenizer.vocab();
-  return vocab.type == VocabType::SPM && vocab.add_space_prefix && n_past_before == 0 && prompt_tokens.size() == 1 &&
-         prompt_tokens[0] == tokenizer.bos() && tokenizer.bos() >= 0;
-}
-
 }  // namespace
 
 GenerateResult generate(Session& session, const Tokenizer& tokenizer, std::string_view prompt,
@@ -77,7 +69,7 @@ GenerateResult generate_from_tokens(Session& session, const Tokenizer& tokenizer
   result.prompt_seconds = seconds_since(prefill_start);
 
   std::vector<int32_t> history = result.prompt_tokens;  // what the penalties look at
-  bool strip_space = strips_first_space(tokenizer, result.prompt_tokens, n_past_before);
+  bool strip_space = detail::strips_first_space(tokenizer, result.prompt_tokens, n_past_before);
 
   // Hands text to the caller; false when the caller cancels.
   auto emit = [&](const std::string& text) {

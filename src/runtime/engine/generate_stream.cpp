@@ -31,6 +31,12 @@ size_t complete_utf8_prefix(std::string_view text) {
   return n;
 }
 
+bool strips_first_space(const Tokenizer& tokenizer, std::span<const int32_t> prompt_tokens, int64_t n_past_before) {
+  const Vocab& vocab = tokenizer.vocab();
+  return vocab.type == VocabType::SPM && vocab.add_space_prefix && n_past_before == 0 && prompt_tokens.size() == 1 &&
+         prompt_tokens[0] == tokenizer.bos() && tokenizer.bos() >= 0;
+}
+
 TextStreamer::TextStreamer(std::vector<std::string> stop_strings) : stops_(std::move(stop_strings)) {
   for (const auto& s : stops_) GA_CHECK(!s.empty(), InvalidArgument, "a stop string is empty");
 }

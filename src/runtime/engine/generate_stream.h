@@ -6,9 +6,13 @@
 // it once it is decided. It knows nothing about models, so it is tested on hand-made pieces.
 #pragma once
 
+#include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "gpu_accel/tokenizer.h"
 
 namespace ga::detail {
 
@@ -34,6 +38,12 @@ class TextStreamer {
 
   size_t stop_prefix_holdback() const;
 };
+
+// True when the first generated piece directly follows a sequence-initial BOS of an SPM vocab that
+// adds a dummy space prefix: that piece's leading space is the one decode() removes after BOS, so
+// generation removes it too and the stream equals decode(prompt + generated) - decode(prompt).
+// Shared by ga::generate and the Scheduler so both produce the same text.
+bool strips_first_space(const Tokenizer& tokenizer, std::span<const int32_t> prompt_tokens, int64_t n_past_before);
 
 // Length of the longest prefix of `text` that does not end inside an incomplete UTF-8 sequence.
 size_t complete_utf8_prefix(std::string_view text);

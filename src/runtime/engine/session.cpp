@@ -1,6 +1,7 @@
 // Session: one sequence over a loaded model on the CPU reference backend.
 //
-// The Session owns the thread pool and the architecture's forward state (KV cache + scratch), and
+// The Session owns the thread pool and the architecture's forward state (LlamaForward: the batched
+// forward pass with a one-sequence KV pool, the same code the Scheduler runs), and
 // keeps only the bookkeeping the forward does not: how many positions are filled. All input checks
 // happen in the forward's eval before any work, so a rejected call leaves the session as it was.
 // The returned logits vector is the one allocation per call the API needs; the forward itself does
@@ -9,28 +10,12 @@
 
 #include <algorithm>
 
-#include "core/log.h"
 #include "core/thread_pool.h"
 #include "gpu_accel/error.h"
 #include "model/arch/llama.h"
+#include "runtime/engine/kv_cache.h"
 
 namespace ga {
-namespace {
-
-constexpr int64_t kDefaultMaxContext = 4096;  // cap for the default n_ctx (KV memory grows with it)
-
-int64_t choose_n_ctx(const ModelConfig& config, int64_t requested) {
-  GA_CHECK(requested >= 0, InvalidArgument, "n_ctx must be >= 0 (0: the model's default), got ", requested);
-  if (requested > 0) {
-    if (config.n_ctx_train > 0 && requested > config.n_ctx_train) {
-      GA_LOG(Warn, "n_ctx ", requested, " exceeds the model's training context ", config.n_ctx_train);
-    }
-    return requested;
-  }
-  return config.n_ctx_train > 0 ? std::min(config.n_ctx_train, kDefaultMaxContext) : kDefaultMaxContext;
-}
-
-}  // namespace
 
 struct Session::Impl {
   const LoadedModel* model = nullptr;
@@ -47,7 +32,7 @@ Session::Session(const LoadedModel& model, const SessionOptions& options) : impl
   impl_->model = &model;
   impl_->pool = std::make_unique<ThreadPool>(options.n_threads);
   arch::LlamaContextParams params;
-  params.n_ctx = choose_n_ctx(model.config, options.n_ctx);
+  params.n_ctx = engine::resolve_n_ctx(model.config, options.n_ctx);
   params.kv_type = options.kv_type == KvType::F16 ? DType::F16 : DType::F32;
   impl_->forward = std::make_unique<arch::LlamaForward>(model, params, impl_->pool.get());
 }

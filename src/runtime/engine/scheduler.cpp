@@ -1,0 +1,660 @@
+// Continuous batching over a paged KV cache (see gpu_accel/scheduler.h).
+//
+// Threads: submit()/cancel()/stats() run on callers' threads and only touch the queue, the cancel
+// set and the stats snapshot, under one mutex. Everything else (running sequences, the block
+// manager, the KV pool, the forward pass) belongs to the scheduler thread, which never holds the
+// mutex while it computes or calls back, so a callback may call submit(), cancel() or stats().
+//
+// One sequence = its tokens (prompt + generated so far), how many of them have K/V in its blocks
+// (n_computed), its block table, its Sampler and its TextStreamer. Prefill and decode are the same
+// thing: each step feeds tokens[n_computed ..] (a chunk for a prompt, one token when decoding) and,
+// when that reaches the last token, samples the next one from its logits. So a sequence that was
+// preempted (blocks taken back) simply re-prefills prompt + generated tokens later and continues
+// with the same sampler state: its output does not change.
+//
+// Policy (admission, growth, preemption):
+// - Admission (FIFO; preempted sequences first): a request is admitted while fewer than max_running
+//   run and the free + evictable blocks cover its whole prompt (after prefix-cache hits) plus one
+//   block of headroom per running sequence. With nothing running it is always admitted (submit()
+//   rejected prompts larger than the pool), so the queue cannot stall.
+// - Growth: blocks are taken on demand, one block at a time, as positions are filled. If none is
+//   left, the most recently admitted other sequence that is not in this step's batch is preempted
+//   (vLLM's recompute preemption: its blocks are released and it goes back to the front of the
+//   queue). If there is none, the sequence preempts itself, unless it is the only one running: a
+//   sequence that cannot grow in an otherwise empty pool finishes with Length (never a deadlock).
+// - Batch: decode tokens first (one per sequence), then prompt chunks, up to max_batch_tokens.
+// - Prefix cache: full prompt blocks are published once their K/V is written; a new sequence reuses
+//   the longest cached chain of its prompt's full blocks, except that the last prompt token is always
+//   computed (its logits are needed).
+#include "gpu_accel/scheduler.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <deque>
+#include <limits>
+#include <mutex>
+#include <thread>
+#include <unordered_set>
+
+#include "core/log.h"
+#include "core/thread_pool.h"
+#include "gpu_accel/error.h"
+#include "model/arch/llama.h"
+#include "runtime/engine/generate_stream.h"
+#include "runtime/engine/kv_cache.h"
+
+namespace ga {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr int kMaxTopLogprobs = 20;          // OpenAI's limit
+constexpr double kRateWindowSeconds = 10.0;  // tok/s are averaged over this recent window
+
+double seconds_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+struct Sequence {
+  uint64_t id = 0;
+  CompletionRequest req;
+  Scheduler::TokenCallback on_token;
+  Scheduler::DoneCallback on_done;
+  Sampler sampler;
+  detail::TextStreamer streamer;
+  bool strip_space = false;  // the first piece's dummy-prefix space (see generate.cpp)
+
+  std::vector<int32_t> tokens;  // prompt + generated: what the K/V will hold, and the sampler's history
+  int64_t n_prompt = 0;
+  int64_t n_computed = 0;       // positions whose K/V is in `blocks`
+  std::vector<int32_t> blocks;  // block table
+  uint64_t chain_key = engine::KvBlockManager::kRootKey;  // prefix-cache key of block n_published - 1
+  int64_t n_published = 0;                                // leading full prompt blocks in the cache
+
+  Clock::time_point submitted;
+  bool scheduled_once = false;
+  bool produced_token = false;
+  CompletionResult result;
+
+  // This step only.
+  int64_t step_tokens = 0;  // tokens fed in this step's batch (0: not in it)
+  int64_t logits_row = -1;  // row of this step's logits, when it samples
+  bool leaving = false;     // finished or preempted during this step
+  bool done = false;        // finished: on_done was called
+
+  Sequence(CompletionRequest r, std::vector<std::string> stop)
+      : req(std::move(r)), sampler(req.sampling), streamer(std::move(stop)) {}
+};
+
+using SeqPtr = std::unique_ptr<Sequence>;
+
+struct RateSample {
+  Clock::time_point t;
+  uint64_t prompt_tokens;
+  uint64_t generated_tokens;
+};
+
+// log-softmax normaliser of raw logits: log(sum(exp(logits))), in double.
+double log_sum_exp(std::span<const float> logits) {
+  float mx = -std::numeric_limits<float>::infinity();
+  for (const float l : logits) mx = std::max(mx, l);
+  double sum = 0;
+  for (const float l : logits) sum += std::exp(static_cast<double>(l) - mx);
+  return static_cast<double>(mx) + std::log(sum);
+}
+
+}  // namespace
+
+struct Scheduler::Impl {
+  const LoadedModel& model;
+  const Tokenizer& tokenizer;
+  SchedulerOptions opt;
+  int64_t n_ctx = 0;
+  Clock::time_point started = Clock::now();
+
+  ThreadPool pool;
+  arch::LlamaBatchForward forward;
+  arch::KvPool kv;
+  engine::KvBlockManager blocks;
+
+  // Shared with callers' threads, under `mu`.
+  mutable std::mutex mu;
+  std::condition_variable wake;
+  std::deque<SeqPtr> waiting;
+  std::unordered_set<uint64_t> cancel_requests;
+  bool stop = false;
+  uint64_t next_id = 1;
+  SchedulerStats snapshot;  // refreshed after every step
+  std::deque<RateSample> window;
+
+  // Scheduler thread only.
+  std::vector<SeqPtr> running;  // admission order
+  std::deque<SeqPtr> preempted;
+  std::vector<Sequence*> step_seqs;
+  std::vector<arch::BatchToken> batch;
+  std::vector<std::span<const int32_t>> tables;
+  std::vector<float> logits;
+  uint64_t step_prompt_tokens = 0, step_generated_tokens = 0;
+  uint64_t finished = 0, cancelled = 0, preemptions = 0;
+  std::thread thread;
+
+  Impl(const LoadedModel& m, const Tokenizer& t, const SchedulerOptions& o, int64_t ctx, int64_t n_blocks)
+      : model(m),
+        tokenizer(t),
+        opt(o),
+        n_ctx(ctx),
+        pool(o.n_threads),
+        forward(m, &pool),
+        kv(m.config, arch::KvPoolParams{n_blocks, o.block_size, o.kv_type == KvType::F16 ? DType::F16 : DType::F32}),
+        blocks(n_blocks, o.block_size) {}
+
+  void loop();
+  void take_cancellations();
+  void admit();
+  bool try_admit(Sequence& s);
+  void step();
+  bool ensure_blocks(size_t index, int64_t n_positions);
+  void preempt(Sequence& s);
+  void after_forward(Sequence& s);
+  void sample(Sequence& s, std::span<const float> row);
+  bool deliver(Sequence& s, TokenEvent& event);
+  void fill_logprobs(const Sequence& s, std::span<const float> row, int32_t id, TokenEvent& event) const;
+  void finish(Sequence& s, FinishReason reason, std::exception_ptr error = nullptr);
+  void drop_leavers();
+  void publish_stats();
+  void shutdown();
+};
+
+// ---------------------------------------------------------------------------------------------
+// Public API
+
+Scheduler::Scheduler(const LoadedModel& model, const Tokenizer& tokenizer, const SchedulerOptions& options) {
+  GA_CHECK(options.device == "cpu", Unsupported, "device '", options.device,
+           "' is not available for the scheduler (supported: cpu)");
+  GA_CHECK(options.max_running > 0, InvalidArgument, "max_running must be positive, got ", options.max_running);
+  GA_CHECK(options.max_queued >= 0, InvalidArgument, "max_queued must be >= 0, got ", options.max_queued);
+  GA_CHECK(options.block_size > 0, InvalidArgument, "block_size must be positive, got ", options.block_size);
+  GA_CHECK(options.max_batch_tokens >= options.max_running, InvalidArgument, "max_batch_tokens (",
+           options.max_batch_tokens, ") must be >= max_running (", options.max_running,
+           "): every running sequence decodes one token per step");
+  GA_CHECK(options.kv_blocks >= 0, InvalidArgument, "kv_blocks must be >= 0 (0: automatic), got ", options.kv_blocks);
+  GA_CHECK(options.n_threads >= 0, InvalidArgument, "n_threads must be >= 0 (0: all), got ", options.n_threads);
+  const int64_t n_ctx = engine::resolve_n_ctx(model.config, options.n_ctx);
+  const int64_t blocks_per_context = (n_ctx + options.block_size - 1) / options.block_size;
+  const int64_t n_blocks = options.kv_blocks > 0 ? options.kv_blocks : options.max_running * blocks_per_context;
+  impl_ = std::make_unique<Impl>(model, tokenizer, options, n_ctx, n_blocks);
+  impl_->snapshot.device = options.device;
+  impl_->snapshot.weight_bytes = model.weight_bytes();
+  impl_->snapshot.kv_blocks_total = n_blocks;
+  impl_->thread = std::thread([impl = impl_.get()] { impl->loop(); });
+}
+
+Scheduler::~Scheduler() {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->stop = true;
+  }
+  impl_->wake.notify_all();
+  if (impl_->thread.joinable()) impl_->thread.join();
+}
+
+uint64_t Scheduler::submit(CompletionRequest request, TokenCallback on_token, DoneCallback on_done) {
+  Impl& m = *impl_;
+  const int64_t n_prompt = static_cast<int64_t>(request.prompt_tokens.size());
+  GA_CHECK(n_prompt > 0, InvalidArgument, "the prompt has no tokens");
+  for (size_t i = 0; i < request.prompt_tokens.size(); ++i) {
+    const int32_t id = request.prompt_tokens[i];
+    GA_CHECK(id >= 0 && id < m.model.config.n_vocab, InvalidArgument, "prompt token ", id, " at index ", i,
+             " is outside the vocabulary [0, ", m.model.config.n_vocab, ")");
+  }
+  GA_CHECK(n_prompt <= m.n_ctx, OutOfRange, "the prompt has ", n_prompt, " tokens but the context holds ", m.n_ctx);
+  GA_CHECK(n_prompt <= m.blocks.n_blocks() * m.blocks.block_size(), OutOfRange, "the prompt has ", n_prompt,
+           " tokens but the KV cache holds ", m.blocks.n_blocks() * m.blocks.block_size());
+  GA_CHECK(request.top_logprobs >= 0 && request.top_logprobs <= kMaxTopLogprobs, InvalidArgument,
+           "top_logprobs = ", request.top_logprobs, " is outside [0, ", kMaxTopLogprobs, "]");
+  std::vector<std::string> stop = request.stop;
+  auto seq = std::make_unique<Sequence>(std::move(request), std::move(stop));  // validates sampling and stops
+  seq->on_token = std::move(on_token);
+  seq->on_done = std::move(on_done);
+  seq->tokens = seq->req.prompt_tokens;
+  seq->n_prompt = n_prompt;
+  seq->strip_space = detail::strips_first_space(m.tokenizer, seq->tokens, 0);
+  seq->submitted = Clock::now();
+  seq->result.prompt_tokens = n_prompt;
+
+  uint64_t id = 0;
+  {
+    std::lock_guard<std::mutex> lock(m.mu);
+    GA_CHECK(!m.stop, Unavailable, "the scheduler is shutting down");
+    GA_CHECK(static_cast<int64_t>(m.waiting.size()) < m.opt.max_queued, Unavailable, "the request queue is full (",
+             m.opt.max_queued, " waiting)");
+    id = seq->id = m.next_id++;
+    m.waiting.push_back(std::move(seq));
+  }
+  m.wake.notify_all();
+  return id;
+}
+
+void Scheduler::cancel(uint64_t id) {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    if (id == 0 || id >= impl_->next_id) return;
+    impl_->cancel_requests.insert(id);
+  }
+  impl_->wake.notify_all();
+}
+
+SchedulerStats Scheduler::stats() const {
+  const Impl& m = *impl_;
+  std::lock_guard<std::mutex> lock(m.mu);
+  SchedulerStats s = m.snapshot;
+  s.queued += static_cast<int>(m.waiting.size());
+  const auto now = Clock::now();
+  const double span = std::min(kRateWindowSeconds, seconds_between(m.started, now));
+  uint64_t prompt = 0, generated = 0;
+  for (const RateSample& r : m.window) {
+    if (seconds_between(r.t, now) > kRateWindowSeconds) continue;
+    prompt += r.prompt_tokens;
+    generated += r.generated_tokens;
+  }
+  if (span > 0) {
+    s.prompt_tokens_per_second = static_cast<double>(prompt) / span;
+    s.generation_tokens_per_second = static_cast<double>(generated) / span;
+  }
+  return s;
+}
+
+int64_t Scheduler::n_ctx() const { return impl_->n_ctx; }
+const LoadedModel& Scheduler::model() const { return impl_->model; }
+const Tokenizer& Scheduler::tokenizer() const { return impl_->tokenizer; }
+
+// ---------------------------------------------------------------------------------------------
+// The scheduler thread
+
+void Scheduler::Impl::loop() {
+  while (true) {
+    {
+      std::unique_lock<std::mutex> lock(mu);
+      wake.wait(lock, [this] {
+        return stop || !cancel_requests.empty() || !waiting.empty() || !running.empty() || !preempted.empty();
+      });
+      if (stop) break;
+    }
+    take_cancellations();
+    admit();
+    step();
+    publish_stats();
+  }
+  shutdown();
+}
+
+void Scheduler::Impl::take_cancellations() {
+  std::unordered_set<uint64_t> ids;
+  std::vector<SeqPtr> cancelled_waiting;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    ids.swap(cancel_requests);  // ids of finished or unknown requests are simply dropped
+    for (auto it = waiting.begin(); it != waiting.end();) {
+      if (ids.count((*it)->id) != 0) {
+        cancelled_waiting.push_back(std::move(*it));
+        it = waiting.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  if (ids.empty()) return;
+  for (SeqPtr& s : cancelled_waiting) finish(*s, FinishReason::Cancelled);
+  for (auto it = preempted.begin(); it != preempted.end();) {
+    if (ids.count((*it)->id) != 0) {
+      finish(**it, FinishReason::Cancelled);
+      it = preempted.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (SeqPtr& s : running) {
+    if (ids.count(s->id) != 0) finish(*s, FinishReason::Cancelled);
+  }
+  drop_leavers();
+}
+
+void Scheduler::Impl::admit() {
+  while (static_cast<int>(running.size()) < opt.max_running) {
+    if (!preempted.empty()) {
+      if (!try_admit(*preempted.front())) return;
+      running.push_back(std::move(preempted.front()));
+      preempted.pop_front();
+      continue;
+    }
+    Sequence* candidate = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (waiting.empty()) return;
+      candidate = waiting.front().get();  // only this thread removes from the queue: it stays the front
+    }
+    if (candidate->req.max_tokens == 0) {  // nothing to generate: no need to read the prompt
+      SeqPtr s;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        s = std::move(waiting.front());
+        waiting.pop_front();
+      }
+      s->result.queue_seconds = seconds_between(s->submitted, Clock::now());
+      finish(*s, FinishReason::Length);
+      continue;
+    }
+    if (!try_admit(*candidate)) return;
+    std::lock_guard<std::mutex> lock(mu);
+    running.push_back(std::move(waiting.front()));
+    waiting.pop_front();
+  }
+}
+
+// Takes the cached prefix and checks that the rest of the sequence's tokens fits; on failure,
+// gives the cached blocks back and changes nothing.
+bool Scheduler::Impl::try_admit(Sequence& s) {
+  const int64_t bs = blocks.block_size();
+  const int64_t n_tokens = static_cast<int64_t>(s.tokens.size());
+  const int64_t reusable = std::min(n_tokens - 1, s.n_prompt) / bs;  // the last token is always computed
+  engine::KvBlockManager::PrefixMatch match = blocks.match_prefix(s.tokens, reusable);
+  const int64_t need = (n_tokens + bs - 1) / bs - static_cast<int64_t>(match.blocks.size());
+  const int64_t headroom = static_cast<int64_t>(running.size());
+  if (!running.empty() && blocks.n_available() < need + headroom) {
+    blocks.release_table(match.blocks);
+    return false;
+  }
+  s.n_computed = static_cast<int64_t>(match.blocks.size()) * bs;
+  s.n_published = static_cast<int64_t>(match.blocks.size());
+  s.chain_key = match.key;
+  s.blocks = std::move(match.blocks);
+  if (!s.scheduled_once) {
+    s.scheduled_once = true;
+    s.result.cached_prompt_tokens = s.n_computed;
+    s.result.queue_seconds = seconds_between(s.submitted, Clock::now());
+  }
+  return true;
+}
+
+void Scheduler::Impl::preempt(Sequence& s) {
+  ++preemptions;
+  blocks.release_table(s.blocks);
+  s.n_computed = 0;
+  s.n_published = 0;
+  s.chain_key = engine::KvBlockManager::kRootKey;
+  s.leaving = true;
+}
+
+// Makes s's block table cover n_positions positions, preempting others when the pool is empty.
+// False when s itself left (preempted or finished) instead.
+bool Scheduler::Impl::ensure_blocks(size_t index, int64_t n_positions) {
+  Sequence& s = *running[index];
+  const int64_t bs = blocks.block_size();
+  const size_t need = static_cast<size_t>((n_positions + bs - 1) / bs);
+  while (s.blocks.size() < need) {
+    const int32_t b = blocks.allocate();
+    if (b >= 0) {
+      s.blocks.push_back(b);
+      continue;
+    }
+    Sequence* victim = nullptr;
+    for (size_t j = running.size(); j-- > 0;) {
+      Sequence& other = *running[j];
+      if (j != index && !other.leaving && other.step_tokens == 0) {
+        victim = &other;
+        break;
+      }
+    }
+    if (victim != nullptr) {
+      preempt(*victim);
+      continue;
+    }
+    const bool alone = std::none_of(running.begin(), running.end(),
+                                    [&s](const SeqPtr& o) { return o.get() != &s && !o->leaving; });
+    if (alone) {
+      // The pool cannot hold this sequence's context: it ends here, with whatever text it holds.
+      TokenEvent rest;
+      rest.token = -1;
+      rest.text = s.streamer.flush();
+      if (!rest.text.empty()) deliver(s, rest);
+      finish(s, FinishReason::Length);
+    } else {
+      preempt(s);
+    }
+    return false;
+  }
+  return true;
+}
+
+void Scheduler::Impl::step() {
+  for (SeqPtr& s : running) {
+    s->step_tokens = 0;
+    s->logits_row = -1;
+  }
+  step_seqs.clear();
+  batch.clear();
+  int64_t budget = opt.max_batch_tokens;
+  int64_t n_logits = 0;
+  for (const bool decode_pass : {true, false}) {  // decode tokens first, then prompt chunks
+    for (size_t i = 0; i < running.size() && budget > 0; ++i) {
+      Sequence& s = *running[i];
+      const int64_t remaining = static_cast<int64_t>(s.tokens.size()) - s.n_computed;
+      if (s.leaving || s.step_tokens > 0 || remaining <= 0 || decode_pass != (remaining == 1)) continue;
+      const int64_t n_new = std::min(remaining, budget);
+      if (!ensure_blocks(i, s.n_computed + n_new)) continue;
+      s.step_tokens = n_new;
+      const bool samples = n_new == remaining;
+      if (samples) s.logits_row = n_logits++;
+      const int32_t seq_index = static_cast<int32_t>(step_seqs.size());
+      for (int64_t t = 0; t < n_new; ++t) {
+        arch::BatchToken e;
+        e.pos = s.n_computed + t;
+        e.token = s.tokens[static_cast<size_t>(e.pos)];
+        e.seq = seq_index;
+        e.logits = samples && t == n_new - 1;
+        batch.push_back(e);
+      }
+      step_seqs.push_back(&s);
+      budget -= n_new;
+    }
+  }
+  // Only sequences outside the batch are ever preempted or finished while it is built, so every
+  // sequence in step_seqs is still running here.
+  if (!batch.empty()) {
+    tables.clear();
+    for (Sequence* s : step_seqs) tables.emplace_back(s->blocks);  // block tables are final for this step
+    logits.resize(static_cast<size_t>(n_logits * forward.n_vocab()));
+    try {
+      forward.forward(batch, tables, kv, logits.data());
+      for (Sequence* s : step_seqs) after_forward(*s);
+    } catch (...) {
+      const std::exception_ptr error = std::current_exception();
+      GA_LOG(Error, "forward step failed; its requests end with the error");
+      for (Sequence* s : step_seqs) {
+        if (!s->leaving) finish(*s, FinishReason::Cancelled, error);
+      }
+    }
+  }
+  drop_leavers();
+}
+
+void Scheduler::Impl::after_forward(Sequence& s) {
+  const int64_t first = s.n_computed;
+  s.n_computed += s.step_tokens;
+  if (first < s.n_prompt) step_prompt_tokens += static_cast<uint64_t>(std::min(s.n_computed, s.n_prompt) - first);
+  // Publish the prompt blocks this step completed.
+  const int64_t bs = blocks.block_size();
+  const int64_t filled = std::min(s.n_computed, s.n_prompt);
+  while ((s.n_published + 1) * bs <= filled) {
+    const std::span<const int32_t> chunk(s.tokens.data() + s.n_published * bs, static_cast<size_t>(bs));
+    s.chain_key = blocks.publish(s.blocks[static_cast<size_t>(s.n_published)], s.chain_key, chunk);
+    ++s.n_published;
+  }
+  if (s.logits_row < 0) return;
+  const int64_t n_vocab = forward.n_vocab();
+  sample(s, std::span<const float>(logits.data() + s.logits_row * n_vocab, static_cast<size_t>(n_vocab)));
+}
+
+void Scheduler::Impl::sample(Sequence& s, std::span<const float> row) {
+  int32_t id = 0;
+  try {
+    id = s.sampler.sample(row, s.tokens);
+  } catch (...) {
+    finish(s, FinishReason::Cancelled, std::current_exception());
+    return;
+  }
+  if (!s.req.ignore_eos && tokenizer.is_eog(id)) {
+    TokenEvent rest;  // held-back text is final now; it has no token of its own
+    rest.token = -1;
+    rest.text = s.streamer.flush();
+    if (!rest.text.empty() && !deliver(s, rest)) return;
+    finish(s, FinishReason::Eos);
+    return;
+  }
+  s.tokens.push_back(id);
+  ++s.result.completion_tokens;
+  ++step_generated_tokens;
+
+  std::string piece = tokenizer.token_to_piece(id);
+  if (s.strip_space) {  // only the very first generated piece, as generate() does
+    if (!piece.empty() && piece[0] == ' ') piece.erase(0, 1);
+    s.strip_space = false;
+  }
+  const detail::TextStreamer::Update update = s.streamer.push(piece);
+  TokenEvent event;
+  event.token = id;
+  event.text = update.ready;
+  bool last = true;
+  FinishReason reason = FinishReason::Length;
+  if (update.stopped) {
+    reason = FinishReason::Stop;
+  } else if (s.req.max_tokens >= 0 && s.result.completion_tokens >= s.req.max_tokens) {
+    reason = FinishReason::Length;
+  } else if (static_cast<int64_t>(s.tokens.size()) > n_ctx) {  // the new token has no position left
+    reason = FinishReason::Length;
+  } else {
+    last = false;
+  }
+  if (last && reason == FinishReason::Length) event.text += s.streamer.flush();
+  if (s.req.logprobs) fill_logprobs(s, row, id, event);
+  if (!deliver(s, event)) return;
+  if (last) finish(s, reason);
+}
+
+void Scheduler::Impl::fill_logprobs(const Sequence& s, std::span<const float> row, int32_t id,
+                                    TokenEvent& event) const {
+  // OpenAI reports the model's distribution: log-softmax of the raw logits, before penalties,
+  // temperature and filters.
+  const double lse = log_sum_exp(row);
+  const auto entry = [&](int32_t token) {
+    TokenLogprob lp;
+    lp.token = token;
+    lp.text = tokenizer.token_to_piece(token);
+    lp.logprob = static_cast<float>(static_cast<double>(row[static_cast<size_t>(token)]) - lse);
+    return lp;
+  };
+  event.chosen = entry(id);
+  const size_t k = std::min(static_cast<size_t>(s.req.top_logprobs), row.size());
+  if (k == 0) return;
+  std::vector<int32_t> ids(row.size());
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i);
+  std::partial_sort(ids.begin(), ids.begin() + static_cast<ptrdiff_t>(k), ids.end(), [&row](int32_t a, int32_t b) {
+    const float la = row[static_cast<size_t>(a)], lb = row[static_cast<size_t>(b)];
+    return la != lb ? la > lb : a < b;
+  });
+  for (size_t i = 0; i < k; ++i) event.top.push_back(entry(ids[i]));
+}
+
+// Hands an event to the client. False (and the request finished) when it cancels or throws.
+bool Scheduler::Impl::deliver(Sequence& s, TokenEvent& event) {
+  if (event.token >= 0 && !s.produced_token) {
+    s.produced_token = true;
+    s.result.time_to_first_token = seconds_between(s.submitted, Clock::now());
+  }
+  s.result.text += event.text;
+  bool keep = true;
+  try {
+    keep = !s.on_token || s.on_token(event);
+  } catch (...) {
+    finish(s, FinishReason::Cancelled, std::current_exception());
+    return false;
+  }
+  if (!keep) finish(s, FinishReason::Cancelled);
+  return keep;
+}
+
+void Scheduler::Impl::finish(Sequence& s, FinishReason reason, std::exception_ptr error) {
+  if (s.done) return;  // e.g. a client that cancels from its last token's callback
+  blocks.release_table(s.blocks);
+  s.leaving = s.done = true;
+  s.result.finish = reason;
+  s.result.total_seconds = seconds_between(s.submitted, Clock::now());
+  if (reason == FinishReason::Cancelled) {
+    ++cancelled;
+  } else {
+    ++finished;
+  }
+  if (!s.on_done) return;
+  try {
+    s.on_done(s.result, error);
+  } catch (const std::exception& e) {
+    GA_LOG(Error, "a completion's on_done callback threw: ", e.what());
+  } catch (...) {
+    GA_LOG(Error, "a completion's on_done callback threw");
+  }
+}
+
+// Removes finished and preempted sequences from `running`; preempted ones go back to the front of
+// the queue in admission order.
+void Scheduler::Impl::drop_leavers() {
+  std::vector<SeqPtr> kept;
+  std::vector<SeqPtr> requeue;
+  for (SeqPtr& s : running) {
+    if (!s->leaving) {
+      kept.push_back(std::move(s));
+    } else if (!s->done) {  // preempted
+      s->leaving = false;
+      requeue.push_back(std::move(s));
+    }
+  }
+  running = std::move(kept);
+  for (auto it = requeue.rbegin(); it != requeue.rend(); ++it) preempted.push_front(std::move(*it));
+}
+
+void Scheduler::Impl::publish_stats() {
+  const auto now = Clock::now();
+  std::lock_guard<std::mutex> lock(mu);
+  SchedulerStats& s = snapshot;
+  s.running = static_cast<int>(running.size());
+  s.queued = static_cast<int>(preempted.size());  // stats() adds the waiting queue
+  s.kv_blocks_used = blocks.n_used();
+  s.kv_blocks_cached = blocks.n_cached();
+  s.requests_finished = finished;
+  s.requests_cancelled = cancelled;
+  s.preemptions = preemptions;
+  s.prompt_tokens_total += step_prompt_tokens;
+  s.generated_tokens_total += step_generated_tokens;
+  if (step_prompt_tokens + step_generated_tokens > 0) {
+    window.push_back({now, step_prompt_tokens, step_generated_tokens});
+  }
+  step_prompt_tokens = step_generated_tokens = 0;
+  while (!window.empty() && seconds_between(window.front().t, now) > kRateWindowSeconds) window.pop_front();
+}
+
+void Scheduler::Impl::shutdown() {
+  std::deque<SeqPtr> rest;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    rest.swap(waiting);
+  }
+  for (SeqPtr& s : running) finish(*s, FinishReason::Cancelled);
+  for (SeqPtr& s : preempted) finish(*s, FinishReason::Cancelled);
+  for (SeqPtr& s : rest) finish(*s, FinishReason::Cancelled);
+  running.clear();
+  preempted.clear();
+  publish_stats();
+}
+
+}  // namespace ga
