@@ -1,0 +1,263 @@
+// Decode GEMV benchmark on the GPU: y = W x for the Llama-7B matrix shapes and every weight type,
+// reported as GB/s and as a fraction of the device-to-device copy bandwidth measured in the same
+// run (the practical ceiling for a kernel that streams W once). cuBLAS fp16 GEMV is timed on the
+// same shapes as the peer for F16.
+//
+// Method: each configuration rotates over enough weight buffers (>= 4x the L2 size in total) that
+// no launch finds its weights in L2; the launches over all buffers are captured in one CUDA graph
+// (so launch gaps are those of the decode graph the engine will use), warmed up, and timed with
+// CUDA events; the reported time per GEMV is the median over 60 graph launches divided by the
+// buffers per graph. Weights are random bytes (timing does not depend on the values; a NaN scale
+// is harmless here); correctness is the parity tests' job.
+//
+// Usage: ga_bench_gemv [n_tokens]   (default 1; 2..8 times the small-batch variant)
+#include <cublas_v2.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "backends/cuda/allocator.h"
+#include "backends/cuda/cuda_check.h"
+#include "backends/cuda/device_info.h"
+#include "backends/cuda/kernels/gemv.h"
+#include "backends/cuda/stream.h"
+#include "gpu_accel/device.h"
+#include "gpu_accel/error.h"
+
+namespace {
+
+using namespace ga;
+using ga::cuda::CachingAllocator;
+using ga::cuda::DeviceBuffer;
+
+constexpr int kSamples = 60;
+constexpr int kWarmup = 3;
+constexpr double kGB = 1e9;
+
+#define CUBLAS_CHECK(call)                                                                 \
+  do {                                                                                     \
+    const cublasStatus_t status_ = (call);                                                 \
+    if (status_ != CUBLAS_STATUS_SUCCESS) {                                                \
+      GA_THROW(Internal, "cuBLAS call `", #call, "` failed with status ", int(status_));   \
+    }                                                                                      \
+  } while (0)
+
+// Pseudo-random bytes (a hash of the index), written on the device: no host transfer of GBs.
+__global__ void fill_bytes(uint8_t* p, size_t n, uint32_t seed) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    uint32_t h = static_cast<uint32_t>(i) * 0x9E3779B1u ^ seed;
+    h ^= h >> 15;
+    h *= 0x85EBCA77u;
+    h ^= h >> 13;
+    p[i] = static_cast<uint8_t>(h);
+  }
+}
+
+// Small finite floats for x, and their fp16 copy for cuBLAS.
+__global__ void fill_activations(float* x, __half* xh, size_t n) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    const float v = static_cast<float>(static_cast<int>(i % 97) - 48) / 64.0f;
+    x[i] = v;
+    xh[i] = __float2half(v);
+  }
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Median milliseconds of one launch of `graph`.
+double time_graph(cudaGraphExec_t graph, cudaStream_t stream) {
+  ga::cuda::Event start, stop;
+  for (int i = 0; i < kWarmup; ++i) GA_CUDA_CHECK(cudaGraphLaunch(graph, stream));
+  std::vector<double> ms;
+  for (int i = 0; i < kSamples; ++i) {
+    start.record(stream);
+    GA_CUDA_CHECK(cudaGraphLaunch(graph, stream));
+    stop.record(stream);
+    stop.synchronize();
+    ms.push_back(ga::cuda::Event::elapsed_ms(start, stop));
+  }
+  return median(ms);
+}
+
+// Median milliseconds of `launch(0..n-1)` issued on the stream (when capture is not possible).
+template <class F>
+double time_stream(cudaStream_t stream, int n, F&& launch) {
+  ga::cuda::Event start, stop;
+  for (int i = 0; i < n; ++i) launch(i);
+  std::vector<double> ms;
+  for (int s = 0; s < kSamples; ++s) {
+    start.record(stream);
+    for (int i = 0; i < n; ++i) launch(i);
+    stop.record(stream);
+    stop.synchronize();
+    ms.push_back(ga::cuda::Event::elapsed_ms(start, stop));
+  }
+  return median(ms);
+}
+
+// Captures `launch(i)` for i < n into a graph (the launches must be capturable).
+template <class F>
+cudaGraphExec_t capture(cudaStream_t stream, int n, F&& launch) {
+  cudaGraph_t graph = nullptr;
+  GA_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  try {
+    for (int i = 0; i < n; ++i) launch(i);
+  } catch (...) {
+    (void)cudaStreamEndCapture(stream, &graph);  // leave the stream usable, drop the partial graph
+    if (graph != nullptr) (void)cudaGraphDestroy(graph);
+    (void)cudaGetLastError();
+    throw;
+  }
+  GA_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  cudaGraphExec_t exec = nullptr;
+  GA_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  GA_CUDA_CHECK(cudaGraphDestroy(graph));
+  return exec;
+}
+
+// Device-to-device copy bandwidth, counting the bytes read and the bytes written.
+double copy_bandwidth_gbs(CachingAllocator& alloc, cudaStream_t stream) {
+  const size_t bytes = size_t{1} << 30;
+  DeviceBuffer src(alloc, bytes), dst(alloc, bytes);
+  GA_CUDA_CHECK(cudaMemsetAsync(src.data(), 1, bytes, stream));
+  ga::cuda::Event start, stop;
+  for (int i = 0; i < 2; ++i) GA_CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), bytes, cudaMemcpyDeviceToDevice, stream));
+  std::vector<double> ms;
+  for (int i = 0; i < 10; ++i) {
+    start.record(stream);
+    GA_CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), bytes, cudaMemcpyDeviceToDevice, stream));
+    stop.record(stream);
+    stop.synchronize();
+    ms.push_back(ga::cuda::Event::elapsed_ms(start, stop));
+  }
+  return 2.0 * static_cast<double>(bytes) / (median(ms) * 1e-3) / kGB;
+}
+
+struct Row {
+  std::string shape, type;
+  double mbytes, us, gbs;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  const int n_tokens = argc > 1 ? std::atoi(argv[1]) : 1;
+  GA_CHECK(n_tokens >= 1 && n_tokens <= ga::cuda::kGemvMaxTokens, InvalidArgument, "n_tokens must be 1..8");
+  std::string reason;
+  if (ga::cuda::device_count(&reason) == 0) {
+    std::printf("SKIPPED: no CUDA device (%s)\n", reason.c_str());
+    return 0;
+  }
+  std::printf("%s\n", ga::cuda_device_summary().c_str());
+  const CudaDeviceInfo dev = ga::cuda::device_info(0);
+  CachingAllocator alloc(0);
+  ga::cuda::Stream stream(0);
+  const double copy_gbs = copy_bandwidth_gbs(alloc, stream.get());
+  alloc.release_cached();
+
+  cublasHandle_t cublas = nullptr;
+  CUBLAS_CHECK(cublasCreate(&cublas));
+  CUBLAS_CHECK(cublasSetStream(cublas, stream.get()));
+  DeviceBuffer cublas_ws(alloc, 32u << 20);  // a fixed workspace keeps cuBLAS capturable
+  CUBLAS_CHECK(cublasSetWorkspace(cublas, cublas_ws.data(), cublas_ws.size()));
+
+  struct Shape {
+    int64_t rows, cols;
+    const char* what;
+  };
+  const Shape shapes[] = {{4096, 4096, "attn q/k/v/o"}, {11008, 4096, "ffn gate/up"},
+                          {4096, 11008, "ffn down"},     {32000, 4096, "output"}};
+  const DType types[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0, DType::Q6_K, DType::Q5_K,
+                         DType::Q5_1, DType::Q5_0, DType::Q4_K, DType::Q4_1, DType::Q4_0};
+  std::vector<Row> rows_out;
+  for (const Shape& s : shapes) {
+    const size_t x_elems = static_cast<size_t>(s.cols) * n_tokens;
+    DeviceBuffer x(alloc, x_elems * sizeof(float)), xh(alloc, x_elems * sizeof(__half));
+    DeviceBuffer y(alloc, static_cast<size_t>(s.rows) * n_tokens * sizeof(float));
+    fill_activations<<<256, 256, 0, stream.get()>>>(x.as<float>(), xh.as<__half>(), x_elems);
+    GA_CUDA_CHECK_LAUNCH();
+    for (DType type : types) {
+      const uint64_t w_bytes = row_bytes(type, static_cast<uint64_t>(s.cols)) * static_cast<uint64_t>(s.rows);
+      const int n_buf = static_cast<int>(std::clamp<uint64_t>((4 * dev.l2_bytes + w_bytes - 1) / w_bytes, 2, 32));
+      std::vector<DeviceBuffer> weights;
+      for (int i = 0; i < n_buf; ++i) {
+        weights.emplace_back(alloc, w_bytes);
+        fill_bytes<<<1024, 256, 0, stream.get()>>>(weights.back().as<uint8_t>(), w_bytes, 77u + i);
+        GA_CUDA_CHECK_LAUNCH();
+      }
+      ga::cuda::GemvParams p;
+      p.type = type;
+      p.rows = s.rows;
+      p.cols = s.cols;
+      p.row_stride = static_cast<int64_t>(row_bytes(type, static_cast<uint64_t>(s.cols)));
+      p.x = x.as<float>();
+      p.ldx = s.cols;
+      p.y = y.as<float>();
+      p.ldy = s.rows;
+      p.n_tokens = n_tokens;
+      p.w = weights[0].data();
+      if (const char* why = ga::cuda::gemv_unsupported_reason(p)) GA_THROW(Internal, "bench shape rejected: ", why);
+      cudaGraphExec_t graph = capture(stream.get(), n_buf, [&](int i) {
+        p.w = weights[static_cast<size_t>(i)].data();
+        GA_CUDA_CHECK(ga::cuda::gemv(p, stream.get()));
+      });
+      const double us = time_graph(graph, stream.get()) * 1e3 / n_buf;
+      GA_CUDA_CHECK(cudaGraphExecDestroy(graph));
+      const double moved = static_cast<double>(w_bytes) + 4.0 * static_cast<double>(x_elems) +
+                           4.0 * static_cast<double>(s.rows) * n_tokens;
+      rows_out.push_back({std::to_string(s.rows) + "x" + std::to_string(s.cols) + " " + s.what, dtype_name(type),
+                          static_cast<double>(w_bytes) / 1e6, us, moved / (us * 1e-6) / kGB});
+
+      if (type == DType::F16) {  // the peer: cuBLAS, fp16 W and x, fp32 accumulate and output
+        const float alpha = 1.0f, beta = 0.0f;
+        auto launch_cublas = [&](int i) {
+          // W is row-major [rows][cols] = column-major [cols][rows]: y = W^T(col-major) x
+          CUBLAS_CHECK(cublasGemmEx(cublas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(s.rows), n_tokens,
+                                    static_cast<int>(s.cols), &alpha, weights[static_cast<size_t>(i)].data(), CUDA_R_16F,
+                                    static_cast<int>(s.cols), xh.data(), CUDA_R_16F, static_cast<int>(s.cols), &beta,
+                                    y.data(), CUDA_R_32F, static_cast<int>(s.rows), CUBLAS_COMPUTE_32F,
+                                    CUBLAS_GEMM_DEFAULT));
+        };
+        std::string how = "cuBLAS f16";
+        double cublas_ms = 0.0;
+        try {
+          cudaGraphExec_t cublas_graph = capture(stream.get(), n_buf, launch_cublas);
+          cublas_ms = time_graph(cublas_graph, stream.get());
+          GA_CUDA_CHECK(cudaGraphExecDestroy(cublas_graph));
+        } catch (const ga::Error& e) {  // not capturable in this cuBLAS version: time plain launches
+          std::printf("note: cuBLAS graph capture failed (%s); timing stream launches\n", e.message().c_str());
+          cublas_ms = time_stream(stream.get(), n_buf, launch_cublas);
+          how += " (stream)";
+        }
+        const double cublas_us = cublas_ms * 1e3 / n_buf;
+        const double moved_h = static_cast<double>(w_bytes) + 2.0 * static_cast<double>(x_elems) +
+                               4.0 * static_cast<double>(s.rows) * n_tokens;
+        rows_out.push_back({rows_out.back().shape, how, static_cast<double>(w_bytes) / 1e6, cublas_us,
+                            moved_h / (cublas_us * 1e-6) / kGB});
+      }
+      weights.clear();
+      alloc.release_cached();
+    }
+  }
+  GA_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
+  CUBLAS_CHECK(cublasDestroy(cublas));
+
+  std::printf("\nGEMV, n_tokens %d; device-to-device copy (read + write): %.0f GB/s\n\n", n_tokens, copy_gbs);
+  std::printf("| matrix | type | weights MB | time us | GB/s | %% of copy |\n|---|---|---:|---:|---:|---:|\n");
+  for (const Row& r : rows_out) {
+    std::printf("| %s | %s | %.1f | %.2f | %.0f | %.0f%% |\n", r.shape.c_str(), r.type.c_str(), r.mbytes, r.us, r.gbs,
+                100.0 * r.gbs / copy_gbs);
+  }
+  return 0;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "ga_bench_gemv: %s\n", e.what());
+  return 1;
+}

@@ -1,0 +1,54 @@
+// gemv(): validates the parameters once and dispatches to the per-type kernel instantiation
+// (gemv_impl.cuh has the design; gemv_instances/ the instantiations, declared extern here so this
+// file compiles none of them).
+#include "backends/cuda/kernels/dispatch.cuh"
+#include "backends/cuda/kernels/gemv.h"
+#include "backends/cuda/kernels/gemv_impl.cuh"
+
+namespace ga::cuda {
+namespace detail {
+extern template cudaError_t launch_gemv<DecodeF32>(const GemvParams&, cudaStream_t);
+extern template cudaError_t launch_gemv<DecodeF16>(const GemvParams&, cudaStream_t);
+extern template cudaError_t launch_gemv<DecodeBF16>(const GemvParams&, cudaStream_t);
+extern template cudaError_t launch_gemv<DecodeQ4_0>(const GemvParams&, cudaStream_t);
+extern template cudaError_t launch_gemv<DecodeQ4_1>(const GemvParams&, cudaStream_t);
+extern template cudaError_t launch_gemv<DecodeQ5_0>(const GemvParams&, cudaStream_t);
+extern template cudaError_t launch_gemv<DecodeQ5_1>(const GemvParams&, cudaStream_t);
+extern template cudaError_t launch_gemv<DecodeQ8_0>(const GemvParams&, cudaStream_t);
+extern template cudaError_t launch_gemv<DecodeQ4_K>(const GemvParams&, cudaStream_t);
+extern template cudaError_t launch_gemv<DecodeQ5_K>(const GemvParams&, cudaStream_t);
+extern template cudaError_t launch_gemv<DecodeQ6_K>(const GemvParams&, cudaStream_t);
+}  // namespace detail
+
+bool gemv_supports(DType type) { return detail::decoder_block_elems(type) != 0; }
+
+const char* gemv_unsupported_reason(const GemvParams& p) {
+  const int block = detail::decoder_block_elems(p.type);
+  if (block == 0) return "weight type not supported by the CUDA GEMV (supported: F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 "
+                         "Q8_0 Q4_K Q5_K Q6_K)";
+  if (p.w == nullptr || p.x == nullptr || p.y == nullptr) return "w, x and y must be device pointers, not null";
+  if (p.rows <= 0 || p.cols <= 0) return "rows and cols must be positive";
+  if (p.n_tokens < 1 || p.n_tokens > kGemvMaxTokens) return "n_tokens must be 1..8 (larger batches are a GEMM)";
+  if (p.cols % block != 0) {
+    return "cols must be a multiple of the block size (32 for Q4_0..Q8_0, 256 for K-quants, 8 for F16/BF16, 4 for F32)";
+  }
+  if (p.cols > (int64_t{1} << 30)) return "cols above 2^30";
+  if (static_cast<uint64_t>(p.row_stride) < row_bytes(p.type, static_cast<uint64_t>(p.cols))) {
+    return "row_stride is smaller than one row of weights";
+  }
+  if (reinterpret_cast<uintptr_t>(p.w) % 16 != 0) return "the weights must be 16-byte aligned";
+  if (reinterpret_cast<uintptr_t>(p.x) % 16 != 0 || p.ldx % 4 != 0) {
+    return "x must be 16-byte aligned with ldx a multiple of 4 (float4 loads)";
+  }
+  if (p.n_tokens > 1 && (p.ldx < p.cols || p.ldy < p.rows)) return "ldx < cols or ldy < rows for several tokens";
+  return nullptr;
+}
+
+cudaError_t gemv(const GemvParams& p, cudaStream_t stream) {
+  if (gemv_unsupported_reason(p) != nullptr) return cudaErrorInvalidValue;
+  return detail::visit_decoder(p.type, [&](auto decoder) {
+    return detail::launch_gemv<decltype(decoder)>(p, stream);
+  });
+}
+
+}  // namespace ga::cuda

@@ -1,0 +1,46 @@
+// Quantized matrix-vector product for decode: y[t][r] = sum_k W[r][k] * x[t][k].
+//
+// The weights stay in their native GGUF block layout (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
+// Q4_K, Q5_K, Q6_K); activations and outputs are float32. n_tokens 1 is the decode GEMV, 2..8 the
+// small-batch variant (speculative decoding, a few parallel sequences) that reads the weights once
+// for all tokens. Larger batches belong to the prefill GEMM. See gemv_impl.cuh for the design.
+//
+// Pure entry point (DESIGN.md): raw pointers, explicit strides, no allocation, the stream last, a
+// cudaError_t back. gemv_unsupported_reason() says in words why a parameter set is rejected, so the
+// dispatch layer and the tests can report it instead of a bare cudaErrorInvalidValue.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "gpu_accel/dtype.h"
+
+namespace ga::cuda {
+
+inline constexpr int kGemvMaxTokens = 8;
+
+struct GemvParams {
+  DType type = DType::F32;
+  const void* w = nullptr;   // [rows] rows of `cols` weights of `type`, row_stride bytes apart;
+                             // 16-byte aligned (cudaMalloc and CachingAllocator guarantee it)
+  int64_t rows = 0;
+  int64_t cols = 0;          // a multiple of the block size (32 / 256; 8 for F32/F16/BF16)
+  int64_t row_stride = 0;    // bytes between rows, >= row_bytes(type, cols); any value (rows may be unaligned)
+  const float* x = nullptr;  // [n_tokens][cols], ldx floats between tokens; 16-byte aligned
+  int64_t ldx = 0;           // a multiple of 4
+  float* y = nullptr;        // [n_tokens][rows], ldy floats between tokens; only y[t][0..rows) is written
+  int64_t ldy = 0;
+  int n_tokens = 1;          // 1 .. kGemvMaxTokens
+};
+
+// nullptr when gemv() accepts `p`, else a sentence saying why not.
+const char* gemv_unsupported_reason(const GemvParams& p);
+
+// cudaErrorInvalidValue when gemv_unsupported_reason() is non-null, else the launch status.
+cudaError_t gemv(const GemvParams& p, cudaStream_t stream);
+
+// Whether the GEMV kernels exist for a weight type (independent of shapes).
+bool gemv_supports(DType type);
+
+}  // namespace ga::cuda

@@ -1,0 +1,290 @@
+// Parity of the weight-reading CUDA kernels (quantized GEMV, embedding gather) with the CPU
+// reference, for every weight type the GPU reads.
+//
+// Weights are random stored bytes with finite fp16 scales (every bit pattern of the quants occurs),
+// placed at row strides that are and are not multiples of 16 bytes, because the GEMV reads rows
+// as raw 16-byte chunks and must handle any misalignment. The reference is the CPU's own
+// dequantize_row followed by a float64 dot product; the tolerance is relative to sum |w x| (the
+// dot's condition), so it holds for any float accumulation order but not for a wrong weight.
+// The embedding must be bit-identical to ga::cpu::dequantize_row.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/quant.h"
+#include "backends/cuda/kernels/gemv.h"
+#include "backends/cuda/kernels/ops.h"
+#include "cuda_harness.h"
+#include "gpu_accel/dtype.h"
+#include "gpu_accel/error.h"
+
+namespace ga::test::cuda {
+namespace {
+
+using ::ga::str;
+using ::ga::cuda::CachingAllocator;
+
+const DType kTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q4_0, DType::Q4_1, DType::Q5_0,
+                        DType::Q5_1, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K};
+
+// byte offsets of the fp16 scale fields inside one block (ggml-common.h layouts)
+std::vector<int> half_offsets(DType type) {
+  switch (type) {
+    case DType::Q4_0: case DType::Q5_0: case DType::Q8_0: return {0};
+    case DType::Q4_1: case DType::Q5_1: case DType::Q4_K: case DType::Q5_K: return {0, 2};
+    case DType::Q6_K: return {208};
+    default: return {};
+  }
+}
+
+// `rows` random rows of `cols` weights, row_stride bytes apart; the buffer ends right after the
+// last row (so a read past it would be caught by compute-sanitizer).
+std::vector<uint8_t> random_matrix(DType type, int64_t rows, int64_t cols, uint64_t row_stride, std::mt19937& rng) {
+  const auto& tr = traits(type);
+  const uint64_t rb = row_bytes(type, static_cast<uint64_t>(cols));
+  std::vector<uint8_t> data(row_stride * static_cast<uint64_t>(rows - 1) + rb);
+  for (auto& b : data) b = static_cast<uint8_t>(rng());
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_real_distribution<float> scale(0.001f, 0.05f);
+  for (int64_t r = 0; r < rows; ++r) {
+    uint8_t* row = data.data() + static_cast<uint64_t>(r) * row_stride;
+    if (!tr.quantized) {
+      for (int64_t i = 0; i < cols; ++i) {
+        const float v = normal(rng);
+        if (type == DType::F32) {
+          std::memcpy(row + 4 * i, &v, 4);
+        } else {
+          const uint16_t h = type == DType::F16 ? f32_to_fp16(v) : f32_to_bf16(v);
+          std::memcpy(row + 2 * i, &h, 2);
+        }
+      }
+      continue;
+    }
+    const auto offsets = half_offsets(type);
+    for (int64_t blk = 0; blk < cols / tr.block_size; ++blk) {
+      for (size_t k = 0; k < offsets.size(); ++k) {
+        const float v = k == 0 ? (rng() % 2 ? 1.0f : -1.0f) * scale(rng) : scale(rng);
+        const uint16_t h = f32_to_fp16(v);
+        std::memcpy(row + blk * tr.type_size + offsets[k], &h, 2);
+      }
+    }
+  }
+  return data;
+}
+
+std::string case_name(DType type, int64_t rows, int64_t cols, int64_t pad, int n_tokens) {
+  return str(dtype_name(type), " ", rows, "x", cols, " pad ", pad, " tokens ", n_tokens);
+}
+
+struct GemvCase {
+  int64_t rows;
+  int64_t cols;
+  int64_t pad;  // extra bytes per row: 0 (dense) or 6 (rows at 2-byte but not 16-byte alignment)
+  int n_tokens;
+};
+
+void run_gemv_case(CachingAllocator& alloc, Parity& parity, DType type, const GemvCase& c, std::mt19937& rng) {
+  const std::string name = case_name(type, c.rows, c.cols, c.pad, c.n_tokens);
+  const auto& tr = traits(type);
+  if (c.cols % tr.block_size != 0) {  // not even a valid matrix of this type
+    parity.skip(name, str("cols is not a multiple of the ", tr.name, " block size ", tr.block_size));
+    return;
+  }
+  const uint64_t stride = row_bytes(type, static_cast<uint64_t>(c.cols)) + static_cast<uint64_t>(c.pad);
+  const std::vector<uint8_t> w_host = random_matrix(type, c.rows, c.cols, stride, rng);
+  const int64_t ldx = c.cols + 4;   // padded activations
+  const int64_t ldy = c.rows + 3;   // padded outputs: the padding must stay poisoned
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x_host(static_cast<size_t>(ldx * c.n_tokens));
+  for (auto& v : x_host) v = normal(rng);
+
+  DeviceArray<uint8_t> w(alloc, w_host.size());
+  DeviceArray<float> x(alloc, x_host.size());
+  DeviceArray<float> y(alloc, static_cast<size_t>(ldy * c.n_tokens));
+  w.upload(w_host);
+  x.upload(x_host);
+  y.poison();
+
+  ::ga::cuda::GemvParams p;
+  p.type = type;
+  p.w = w.get();
+  p.rows = c.rows;
+  p.cols = c.cols;
+  p.row_stride = static_cast<int64_t>(stride);
+  p.x = x.get();
+  p.ldx = ldx;
+  p.y = y.get();
+  p.ldy = ldy;
+  p.n_tokens = c.n_tokens;
+  if (const char* reason = ::ga::cuda::gemv_unsupported_reason(p)) {
+    parity.skip(name, reason);
+    return;
+  }
+  GA_CUDA_CHECK(::ga::cuda::gemv(p, nullptr));
+  GA_CUDA_CHECK(cudaDeviceSynchronize());
+  const std::vector<float> y_host = y.download();
+
+  // reference: the CPU's dequantization, float64 dot products
+  std::vector<float> row(static_cast<size_t>(c.cols));
+  std::vector<double> ref(static_cast<size_t>(c.rows * c.n_tokens));
+  std::vector<double> magnitude(ref.size());
+  for (int64_t r = 0; r < c.rows; ++r) {
+    ::ga::cpu::dequantize_row(type, w_host.data() + static_cast<uint64_t>(r) * stride, row.data(), c.cols);
+    for (int t = 0; t < c.n_tokens; ++t) {
+      double sum = 0.0, mag = 0.0;
+      const float* xt = x_host.data() + t * ldx;
+      for (int64_t k = 0; k < c.cols; ++k) {
+        const double prod = static_cast<double>(row[static_cast<size_t>(k)]) * xt[k];
+        sum += prod;
+        mag += std::fabs(prod);
+      }
+      ref[static_cast<size_t>(t * c.rows + r)] = sum;
+      magnitude[static_cast<size_t>(t * c.rows + r)] = mag;
+    }
+  }
+  for (int t = 0; t < c.n_tokens; ++t) {
+    const float* yt = y_host.data() + t * ldy;
+    // float accumulation over a few thousand terms: well under 1e-5 of sum |w x|
+    parity.compare(name + str(" token ", t), yt, ref.data() + t * c.rows, static_cast<size_t>(c.rows), 1e-5, 1e-30,
+                   magnitude.data() + t * c.rows);
+    parity.expect_untouched(name + str(" token ", t), yt + c.rows, static_cast<size_t>(ldy - c.rows));
+  }
+}
+
+TEST(CudaGemv, MatchesCpuReferenceForEveryTypeAndShape) {
+  GA_REQUIRE_CUDA_DEVICE();
+  CachingAllocator alloc(0);
+  Parity parity("gemv");
+  std::mt19937 rng(1234);
+  for (DType type : kTypes) {
+    // awkward row counts; 96 cols (3 classic blocks, not a K-quant row: SKIPPED), 256, 2816 (11
+    // super-blocks: Q6_K rows of 2310 bytes are not 16-byte aligned); decode and small batches
+    for (int64_t rows : {7, 19, 37, 733}) {
+      for (int64_t cols : {96, 256, 2816}) {
+        for (int64_t pad : {0, 6}) run_gemv_case(alloc, parity, type, {rows, cols, pad, 1}, rng);
+      }
+    }
+    for (int n_tokens : {2, 3, 5, 8}) run_gemv_case(alloc, parity, type, {37, 2816, 6, n_tokens}, rng);
+    run_gemv_case(alloc, parity, type, {733, 768, 0, 4}, rng);
+    run_gemv_case(alloc, parity, type, {256, 4096, 0, 1}, rng);  // a Llama-width row
+  }
+  parity.finish();
+}
+
+TEST(CudaGemv, RejectsWhatItCannotDoWithAReason) {
+  GA_REQUIRE_CUDA_DEVICE();
+  CachingAllocator alloc(0);
+  DeviceArray<float> buf(alloc, 4096);
+  ::ga::cuda::GemvParams p;
+  p.type = DType::Q4_0;
+  p.w = buf.get();
+  p.rows = 4;
+  p.cols = 64;
+  p.row_stride = static_cast<int64_t>(row_bytes(DType::Q4_0, 64));
+  p.x = buf.get();
+  p.ldx = 64;
+  p.y = buf.get();
+  p.ldy = 4;
+  EXPECT_EQ(::ga::cuda::gemv_unsupported_reason(p), nullptr);
+  auto rejected = [&](auto mutate) {
+    ::ga::cuda::GemvParams q = p;
+    mutate(q);
+    return ::ga::cuda::gemv_unsupported_reason(q) != nullptr && ::ga::cuda::gemv(q, nullptr) == cudaErrorInvalidValue;
+  };
+  EXPECT_TRUE(rejected([](auto& q) { q.type = DType::Q2_K; }));
+  EXPECT_TRUE(rejected([](auto& q) { q.cols = 48; }));
+  EXPECT_TRUE(rejected([](auto& q) { q.n_tokens = 9; }));
+  EXPECT_TRUE(rejected([](auto& q) { q.row_stride = 10; }));
+  EXPECT_TRUE(rejected([&](auto& q) { q.x = buf.get() + 1; }));
+  EXPECT_TRUE(rejected([&](auto& q) { q.w = reinterpret_cast<const uint8_t*>(buf.get()) + 2; }));
+  EXPECT_FALSE(::ga::cuda::gemv_supports(DType::Q3_K));
+  EXPECT_TRUE(::ga::cuda::gemv_supports(DType::Q6_K));
+}
+
+TEST(CudaEmbedding, BitExactWithCpuDequantizationForEveryType) {
+  GA_REQUIRE_CUDA_DEVICE();
+  CachingAllocator alloc(0);
+  Parity parity("embedding");
+  std::mt19937 rng(99);
+  for (DType type : kTypes) {
+    for (int64_t cols : {256, 2816, 4096}) {
+      for (int64_t pad : {0, 6}) {
+        const int64_t n_rows_w = 37;
+        const std::string name = str(dtype_name(type), " cols ", cols, " pad ", pad);
+        const uint64_t stride = row_bytes(type, static_cast<uint64_t>(cols)) + static_cast<uint64_t>(pad);
+        const std::vector<uint8_t> w_host = random_matrix(type, n_rows_w, cols, stride, rng);
+        const std::vector<int32_t> ids_host = {0, 36, 5, 5, 19, 1, 35};  // first, last, repeated
+        const int64_t ld_out = cols + 5;
+        DeviceArray<uint8_t> w(alloc, w_host.size());
+        DeviceArray<int32_t> ids(alloc, ids_host.size());
+        DeviceArray<float> out(alloc, ids_host.size() * static_cast<size_t>(ld_out));
+        w.upload(w_host);
+        ids.upload(ids_host);
+        out.poison();
+        ::ga::cuda::EmbeddingParams p;
+        p.type = type;
+        p.w = w.get();
+        p.n_rows_w = n_rows_w;
+        p.n_cols = cols;
+        p.row_stride = static_cast<int64_t>(stride);
+        p.ids = ids.get();
+        p.n_ids = static_cast<int64_t>(ids_host.size());
+        p.out = out.get();
+        p.ld_out = ld_out;
+        if (const char* reason = ::ga::cuda::embedding_unsupported_reason(p)) {
+          parity.skip(name, reason);
+          continue;
+        }
+        GA_CUDA_CHECK(::ga::cuda::embedding(p, nullptr));
+        GA_CUDA_CHECK(cudaDeviceSynchronize());
+        const std::vector<float> got = out.download();
+        std::vector<float> ref(static_cast<size_t>(cols));
+        for (size_t i = 0; i < ids_host.size(); ++i) {
+          ::ga::cpu::dequantize_row(type, w_host.data() + static_cast<uint64_t>(ids_host[i]) * stride, ref.data(), cols);
+          const float* g = got.data() + i * static_cast<size_t>(ld_out);
+          parity.compare_bits(name + str(" id ", ids_host[i]), g, ref.data(), static_cast<size_t>(cols));
+          parity.expect_untouched(name, g + cols, static_cast<size_t>(ld_out - cols));
+        }
+      }
+    }
+  }
+  parity.finish();
+}
+
+TEST(CudaEmbedding, OutOfRangeIdGivesNanRow) {
+  GA_REQUIRE_CUDA_DEVICE();
+  CachingAllocator alloc(0);
+  std::mt19937 rng(5);
+  const int64_t cols = 256;
+  const std::vector<uint8_t> w_host = random_matrix(DType::Q4_K, 4, cols, row_bytes(DType::Q4_K, cols), rng);
+  DeviceArray<uint8_t> w(alloc, w_host.size());
+  DeviceArray<int32_t> ids(alloc, 2);
+  DeviceArray<float> out(alloc, 2 * cols);
+  w.upload(w_host);
+  ids.upload({1, 4});
+  GA_CUDA_CHECK(cudaMemset(out.get(), 0, 2 * cols * sizeof(float)));
+  ::ga::cuda::EmbeddingParams p;
+  p.type = DType::Q4_K;
+  p.w = w.get();
+  p.n_rows_w = 4;
+  p.n_cols = cols;
+  p.row_stride = static_cast<int64_t>(row_bytes(DType::Q4_K, cols));
+  p.ids = ids.get();
+  p.n_ids = 2;
+  p.out = out.get();
+  p.ld_out = cols;
+  GA_CUDA_CHECK(::ga::cuda::embedding(p, nullptr));
+  GA_CUDA_CHECK(cudaDeviceSynchronize());
+  const std::vector<float> got = out.download();
+  for (int64_t i = 0; i < cols; ++i) {
+    ASSERT_FALSE(std::isnan(got[static_cast<size_t>(i)])) << i;
+    ASSERT_TRUE(std::isnan(got[static_cast<size_t>(cols + i)])) << i;
+  }
+}
+
+}  // namespace
+}  // namespace ga::test::cuda

@@ -1,0 +1,264 @@
+// Parity of the element-wise and per-row CUDA kernels (RMSNorm + residual, RoPE, SwiGLU, argmax)
+// with the CPU reference ops of backends/cpu/ops.h, over awkward sizes (7, 19, 37, 733) and the
+// Llama sizes, with padded strides whose padding must stay poisoned.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/ops.h"
+#include "backends/cuda/kernels/ops.h"
+#include "cuda_harness.h"
+#include "gpu_accel/error.h"
+
+namespace ga::test::cuda {
+namespace {
+
+using ::ga::str;
+using ::ga::cuda::CachingAllocator;
+
+std::vector<float> random_floats(size_t n, float sigma, std::mt19937& rng) {
+  std::normal_distribution<float> normal(0.0f, sigma);
+  std::vector<float> v(n);
+  for (auto& x : v) x = normal(rng);
+  return v;
+}
+
+std::vector<double> to_double(const float* v, size_t n) { return std::vector<double>(v, v + n); }
+
+TEST(CudaOps, RmsNormWithAndWithoutResidualMatchesCpu) {
+  GA_REQUIRE_CUDA_DEVICE();
+  CachingAllocator alloc(0);
+  Parity parity("rms_norm");
+  std::mt19937 rng(7);
+  for (int64_t n : {7, 19, 37, 733, 4096}) {
+    for (int64_t n_rows : {1, 3}) {
+      for (bool with_residual : {false, true}) {
+        const std::string name = str("n ", n, " rows ", n_rows, with_residual ? " +residual" : "");
+        const int64_t ld = n + 3;  // every matrix padded; padding of out must stay poisoned
+        const size_t total = static_cast<size_t>(ld * n_rows);
+        const std::vector<float> x_host = random_floats(total, 2.0f, rng);
+        const std::vector<float> res_host = random_floats(total, 1.0f, rng);
+        const std::vector<float> w_host = random_floats(static_cast<size_t>(n), 1.0f, rng);
+        DeviceArray<float> x(alloc, total), res(alloc, total), w(alloc, static_cast<size_t>(n)), out(alloc, total);
+        x.upload(x_host);
+        res.upload(res_host);
+        w.upload(w_host);
+        out.poison();
+        ::ga::cuda::RmsNormParams p;
+        p.x = x.get();
+        p.residual = with_residual ? res.get() : nullptr;
+        p.weight = w.get();
+        p.out = out.get();
+        p.n_rows = n_rows;
+        p.n = n;
+        p.ldx = p.ld_residual = p.ld_out = ld;
+        p.eps = 1e-5f;
+        GA_CUDA_CHECK(::ga::cuda::rms_norm(p, nullptr));
+        GA_CUDA_CHECK(cudaDeviceSynchronize());
+        const std::vector<float> got = out.download();
+        const std::vector<float> got_res = res.download();
+        for (int64_t r = 0; r < n_rows; ++r) {
+          const size_t off = static_cast<size_t>(r * ld);
+          std::vector<float> v(x_host.begin() + static_cast<ptrdiff_t>(off), x_host.begin() + static_cast<ptrdiff_t>(off + n));
+          if (with_residual) {
+            ::ga::cpu::add_inplace(v.data(), res_host.data() + off, n);
+            parity.compare_bits(name + " residual", got_res.data() + off, v.data(), static_cast<size_t>(n));
+          }
+          std::vector<float> ref(static_cast<size_t>(n));
+          ::ga::cpu::rms_norm(v.data(), w_host.data(), ref.data(), n, p.eps);
+          const std::vector<double> ref_d = to_double(ref.data(), ref.size());
+          // float vs double sum of squares: a few float ulps on inv_rms
+          parity.compare(name, got.data() + off, ref_d.data(), ref_d.size(), 4e-6, 1e-7);
+          parity.expect_untouched(name, got.data() + off + n, static_cast<size_t>(ld - n));
+        }
+      }
+    }
+  }
+  parity.finish();
+}
+
+TEST(CudaOps, RopeNormalAndNeoxMatchCpu) {
+  GA_REQUIRE_CUDA_DEVICE();
+  CachingAllocator alloc(0);
+  Parity parity("rope");
+  std::mt19937 rng(11);
+  const std::vector<int32_t> positions = {0, 1, 19, 733, 8191, 131071};  // up to a 128k context
+  struct Shape {
+    int64_t n_heads, head_dim, n_rot;
+  };
+  for (const Shape s : {Shape{1, 64, 64}, Shape{7, 128, 128}, Shape{3, 128, 64}, Shape{2, 96, 32}}) {
+    for (auto style : {::ga::cuda::RopeStyle::Normal, ::ga::cuda::RopeStyle::NeoX}) {
+      for (bool factors : {false, true}) {
+        for (float freq_scale : {1.0f, 0.25f}) {
+          const bool normal = style == ::ga::cuda::RopeStyle::Normal;
+          const std::string name = str(s.n_heads, "x", s.head_dim, " rot ", s.n_rot, normal ? " normal" : " neox",
+                                       factors ? " +factors" : "", " scale ", freq_scale);
+          const int64_t half = s.n_rot / 2;
+          const int64_t head_stride = s.head_dim + 2;  // padded heads
+          const int64_t token_stride = s.n_heads * head_stride + 1;
+          const int64_t n_tokens = static_cast<int64_t>(positions.size());
+          const std::vector<float> x_host = random_floats(static_cast<size_t>(token_stride * n_tokens), 1.0f, rng);
+          std::vector<float> ff_host(static_cast<size_t>(half));
+          for (int64_t i = 0; i < half; ++i) ff_host[static_cast<size_t>(i)] = 1.0f + static_cast<float>(i % 5) * 1.75f;
+          DeviceArray<float> x(alloc, x_host.size()), ff(alloc, ff_host.size());
+          DeviceArray<int32_t> pos(alloc, positions.size());
+          x.upload(x_host);
+          ff.upload(ff_host);
+          pos.upload(positions);
+          const float base = 500000.0f;
+          ::ga::cuda::RopeParams p;
+          p.x = x.get();
+          p.n_tokens = n_tokens;
+          p.n_heads = s.n_heads;
+          p.head_dim = s.head_dim;
+          p.n_rot = s.n_rot;
+          p.token_stride = token_stride;
+          p.head_stride = head_stride;
+          p.positions = pos.get();
+          p.style = style;
+          p.freq_base = base;
+          p.freq_scale = freq_scale;
+          p.freq_factors = factors ? ff.get() : nullptr;
+          GA_CUDA_CHECK(::ga::cuda::rope(p, nullptr));
+          GA_CUDA_CHECK(cudaDeviceSynchronize());
+          const std::vector<float> got = x.download();
+
+          // reference: inv_freq in double as the model layer builds it, then the CPU op per token
+          std::vector<double> inv_freq(static_cast<size_t>(half));
+          for (int64_t i = 0; i < half; ++i) {
+            double f = std::pow(static_cast<double>(base), -2.0 * static_cast<double>(i) / static_cast<double>(s.n_rot));
+            f *= static_cast<double>(freq_scale);
+            if (factors) f /= static_cast<double>(ff_host[static_cast<size_t>(i)]);
+            inv_freq[static_cast<size_t>(i)] = f;
+          }
+          std::vector<float> ref = x_host;
+          std::vector<float> cos_v(static_cast<size_t>(half)), sin_v(static_cast<size_t>(half));
+          std::vector<float> head(static_cast<size_t>(s.head_dim));
+          for (int64_t t = 0; t < n_tokens; ++t) {
+            ::ga::cpu::rope_angles(inv_freq.data(), half, positions[static_cast<size_t>(t)], cos_v.data(), sin_v.data());
+            for (int64_t h = 0; h < s.n_heads; ++h) {
+              float* v = ref.data() + t * token_stride + h * head_stride;
+              ::ga::cpu::rope(v, 1, s.head_dim, s.n_rot, cos_v.data(), sin_v.data(),
+                              normal ? ::ga::cpu::RopeLayout::AdjacentPairs : ::ga::cpu::RopeLayout::Halves);
+            }
+          }
+          // padding untouched in place: the reference copies it unchanged, so the whole buffer compares
+          const std::vector<double> ref_d = to_double(ref.data(), ref.size());
+          parity.compare(name, got.data(), ref_d.data(), ref_d.size(), 1e-6, 2e-6);
+        }
+      }
+    }
+  }
+  parity.finish();
+}
+
+TEST(CudaOps, SwigluMatchesCpu) {
+  GA_REQUIRE_CUDA_DEVICE();
+  CachingAllocator alloc(0);
+  Parity parity("swiglu");
+  std::mt19937 rng(13);
+  for (int64_t n : {7, 19, 37, 733, 11008}) {
+    for (int64_t n_rows : {1, 3}) {
+      const std::string name = str("n ", n, " rows ", n_rows);
+      // gate and up interleaved in one [n_rows][2n + 1] buffer, as a fused gate_up projection gives them
+      const int64_t ld_in = 2 * n + 1;
+      const int64_t ld_out = n + 2;
+      const std::vector<float> in_host = random_floats(static_cast<size_t>(ld_in * n_rows), 4.0f, rng);
+      DeviceArray<float> in(alloc, in_host.size()), out(alloc, static_cast<size_t>(ld_out * n_rows));
+      in.upload(in_host);
+      out.poison();
+      ::ga::cuda::SwigluParams p;
+      p.gate = in.get();
+      p.up = in.get() + n;
+      p.out = out.get();
+      p.n_rows = n_rows;
+      p.n = n;
+      p.ld_gate = p.ld_up = ld_in;
+      p.ld_out = ld_out;
+      GA_CUDA_CHECK(::ga::cuda::swiglu(p, nullptr));
+      GA_CUDA_CHECK(cudaDeviceSynchronize());
+      const std::vector<float> got = out.download();
+      std::vector<float> ref(static_cast<size_t>(n));
+      for (int64_t r = 0; r < n_rows; ++r) {
+        const float* row = in_host.data() + r * ld_in;
+        ::ga::cpu::swiglu(row, row + n, ref.data(), n);
+        const std::vector<double> ref_d = to_double(ref.data(), ref.size());
+        const float* g = got.data() + r * ld_out;
+        parity.compare(name, g, ref_d.data(), ref_d.size(), 2e-6, 1e-30);  // expf vs std::exp: a few ulp
+        parity.expect_untouched(name, g + n, static_cast<size_t>(ld_out - n));
+      }
+    }
+  }
+  parity.finish();
+}
+
+TEST(CudaOps, ArgmaxFindsTheFirstMaximum) {
+  GA_REQUIRE_CUDA_DEVICE();
+  CachingAllocator alloc(0);
+  Parity parity("argmax");
+  std::mt19937 rng(17);
+  for (int64_t n : {1, 7, 19, 37, 733, 32000, 128256}) {
+    const int64_t n_rows = 4;
+    const int64_t ldx = n + 1;
+    std::vector<float> x_host = random_floats(static_cast<size_t>(ldx * n_rows), 3.0f, rng);
+    // row 1: a tie between two positions (the first must win); row 2: all equal; row 3: all -inf but one
+    if (n > 1) {
+      float* r1 = x_host.data() + ldx;
+      const int64_t a = n / 3, b = n - 1;
+      r1[a] = r1[b] = 100.0f;
+      float* r3 = x_host.data() + 3 * ldx;
+      for (int64_t i = 0; i < n; ++i) r3[i] = -INFINITY;
+      r3[n / 2] = -1e30f;
+    }
+    float* r2 = x_host.data() + 2 * ldx;
+    for (int64_t i = 0; i < n; ++i) r2[i] = 0.5f;
+    DeviceArray<float> x(alloc, x_host.size());
+    DeviceArray<int32_t> out(alloc, static_cast<size_t>(n_rows));
+    x.upload(x_host);
+    GA_CUDA_CHECK(cudaMemset(out.get(), 0xFF, static_cast<size_t>(n_rows) * sizeof(int32_t)));
+    ::ga::cuda::ArgmaxParams p;
+    p.x = x.get();
+    p.n_rows = n_rows;
+    p.n = n;
+    p.ldx = ldx;
+    p.out = out.get();
+    GA_CUDA_CHECK(::ga::cuda::argmax(p, nullptr));
+    GA_CUDA_CHECK(cudaDeviceSynchronize());
+    const std::vector<int32_t> got = out.download();
+    std::vector<int32_t> ref(static_cast<size_t>(n_rows));
+    for (int64_t r = 0; r < n_rows; ++r) {  // independent reference: a plain scan, first maximum wins
+      const float* row = x_host.data() + r * ldx;
+      int64_t best = 0;
+      for (int64_t i = 1; i < n; ++i) {
+        if (row[i] > row[best]) best = i;
+      }
+      ref[static_cast<size_t>(r)] = static_cast<int32_t>(best);
+    }
+    parity.compare_ints(str("n ", n), got.data(), ref.data(), ref.size());
+  }
+  parity.finish();
+}
+
+TEST(CudaOps, InvalidParametersAreRejectedWithAReason) {
+  GA_REQUIRE_CUDA_DEVICE();
+  ::ga::cuda::RopeParams rope;
+  rope.n_rot = 3;  // odd
+  EXPECT_NE(::ga::cuda::rope_unsupported_reason(rope), nullptr);
+  EXPECT_EQ(::ga::cuda::rope(rope, nullptr), cudaErrorInvalidValue);
+  ::ga::cuda::RmsNormParams norm;
+  EXPECT_NE(::ga::cuda::rms_norm_unsupported_reason(norm), nullptr);
+  EXPECT_EQ(::ga::cuda::rms_norm(norm, nullptr), cudaErrorInvalidValue);
+  ::ga::cuda::SwigluParams sw;
+  EXPECT_EQ(::ga::cuda::swiglu(sw, nullptr), cudaErrorInvalidValue);
+  ::ga::cuda::ArgmaxParams am;
+  EXPECT_EQ(::ga::cuda::argmax(am, nullptr), cudaErrorInvalidValue);
+  ::ga::cuda::EmbeddingParams emb;
+  emb.type = DType::Q2_K;
+  EXPECT_NE(::ga::cuda::embedding_unsupported_reason(emb), nullptr);
+}
+
+}  // namespace
+}  // namespace ga::test::cuda
