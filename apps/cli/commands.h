@@ -8,5 +8,9 @@ int cmd_run(int argc, char** argv);       // generate a continuation of a prompt
 int cmd_tokenize(int argc, char** argv);  // print token ids
 int cmd_inspect(int argc, char** argv);   // print metadata and the tensor table
 int cmd_logits(int argc, char** argv);    // write the logits of given token ids (parity checks)
+int cmd_serve(int argc, char** argv);     // OpenAI-compatible HTTP server (apps/server)
+int cmd_bench(int argc, char** argv);       // pp/tg throughput against measured ceilings
+int cmd_quantize(int argc, char** argv);    // re-quantize a GGUF model (llama-quantize)
+int cmd_make_model(int argc, char** argv);  // write a random-weight Llama model of a real shape
 
 }  // namespace ga::cli

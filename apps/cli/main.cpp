@@ -28,6 +28,10 @@ const char* const kUsage =
     "  tokenize  print the token ids of a text\n"
     "  inspect   print a model's metadata and tensor table\n"
     "  logits    write the logits of given token ids (parity checks)\n"
+    "  serve     serve a model over an OpenAI-compatible HTTP API\n"
+    "  bench     prompt / generation throughput against measured ceilings\n"
+    "  quantize  re-quantize a GGUF model (llama.cpp types and k-quant mixes)\n"
+    "  make-model  write a random-weight Llama model of a real shape\n"
     "\n"
     "  gpu-accel <command> --help   options of a command\n"
     "  gpu-accel --version          version\n";
@@ -47,6 +51,10 @@ int dispatch(int argc, char** argv) {
   if (command == "tokenize") return ga::cli::cmd_tokenize(argc, argv);
   if (command == "inspect") return ga::cli::cmd_inspect(argc, argv);
   if (command == "logits") return ga::cli::cmd_logits(argc, argv);
+  if (command == "serve") return ga::cli::cmd_serve(argc, argv);
+  if (command == "bench") return ga::cli::cmd_bench(argc, argv);
+  if (command == "quantize") return ga::cli::cmd_quantize(argc, argv);
+  if (command == "make-model") return ga::cli::cmd_make_model(argc, argv);
   throw ga::cli::UsageError("unknown command '" + command + "' (try 'gpu-accel --help')");
 }
 

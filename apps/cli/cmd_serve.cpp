@@ -1,0 +1,147 @@
+// gpu-accel serve: an OpenAI-compatible HTTP server over one model (apps/server).
+//
+// Loads the model, starts a continuous-batching Scheduler and serves until SIGINT or SIGTERM. The
+// signals are blocked in every thread (the mask is set before any thread starts, and threads inherit
+// it) and taken by one watcher thread with sigwait(), so shutdown runs as ordinary code, not in a
+// signal handler: the server stops accepting, in-flight generations are cancelled, the scheduler is
+// destroyed, and the process exits 0. Binds 127.0.0.1 unless told otherwise: a model server should
+// not be reachable from the network by accident. --port 0 picks a free port; the "listening on" line
+// on stderr says which (tests use that).
+#include <pthread.h>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <thread>
+
+#include "args.h"
+#include "cli_common.h"
+#include "commands.h"
+#include "gpu_accel/scheduler.h"
+#include "server/api_server.h"
+
+namespace ga::cli {
+
+namespace {
+
+constexpr int kMaxPort = 65535;
+constexpr const char* kApiKeyEnv = "GPU_ACCEL_API_KEY";
+
+struct ServeArgs {
+  std::string model;
+  std::string host = "127.0.0.1";
+  int64_t port = 8080;
+  std::string api_key;
+  int32_t max_batch = 16;
+  int64_t n_ctx = 0;
+  int32_t threads = 0;
+  int32_t max_queue = 256;
+  int64_t kv_blocks = 0;
+  int32_t http_threads = 64;
+  int64_t max_body = 1 << 20;
+  bool quiet = false;
+};
+
+// The id clients name the model by: the file or folder name ("stories260K.gguf", "Qwen2-0.5B").
+std::string model_id_of(const std::string& path) {
+  std::filesystem::path p = std::filesystem::path(path).lexically_normal();
+  if (p.filename().empty()) p = p.parent_path();  // "dir/" -> "dir"
+  return p.filename().string();
+}
+
+// Stops the server on the first SIGINT/SIGTERM. The loop covers a signal that arrives before the
+// server is listening (a stop() then would be forgotten by the listen that follows).
+void watch_signals(const sigset_t& signals, server::ApiServer& api, const std::atomic<bool>& finished) {
+  int signal_number = 0;
+  if (sigwait(&signals, &signal_number) != 0) return;
+  if (finished.load()) return;  // woken by main() after the server ended on its own
+  std::fprintf(stderr, "received %s: shutting down\n", signal_number == SIGINT ? "SIGINT" : "SIGTERM");
+  while (!finished.load()) {
+    api.stop();
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+}
+
+}  // namespace
+
+int cmd_serve(int argc, char** argv) {
+  ServeArgs a;
+  ArgParser parser("serve", "-m MODEL [options]",
+                   "Serves MODEL over an OpenAI-compatible HTTP API (/v1/chat/completions, /v1/completions,\n"
+                   "/v1/models), with /health, /metrics (Prometheus) and a dashboard at /. Requests are logged\n"
+                   "to stderr. Stops on SIGINT/SIGTERM.");
+  parser.option("-m,--model", &a.model, "MODEL", "a .gguf file or a Hugging Face model folder");
+  parser.option("--host", &a.host, "HOST", "address to bind (0.0.0.0: every interface)");
+  parser.option("--port", &a.port, "PORT", "TCP port; 0: any free port (printed)");
+  parser.option("--api-key", &a.api_key, "KEY",
+                std::string("require 'Authorization: Bearer KEY' (default: $") + kApiKeyEnv + ", else none)");
+  parser.option("--max-batch", &a.max_batch, "N", "sequences decoded together");
+  parser.option("-c,--ctx", &a.n_ctx, "N", "context per sequence in tokens; 0: the model's (capped at 4096)");
+  parser.option("-t,--threads", &a.threads, "N", "CPU threads; 0: all cores");
+  parser.option("--max-queue", &a.max_queue, "N", "waiting requests beyond which requests get 503");
+  parser.option("--kv-blocks", &a.kv_blocks, "N", "KV cache blocks (16 tokens each); 0: max-batch full contexts");
+  parser.option("--http-threads", &a.http_threads, "N", "connections served at once (a stream holds one)");
+  parser.option("--max-body", &a.max_body, "BYTES", "largest request body; larger ones get 413");
+  parser.flag("-q,--quiet", &a.quiet, "do not log requests");
+  if (!parser.parse(argc, argv)) return 0;
+  require(parser.given("-m"), "missing -m MODEL (a .gguf file or a Hugging Face folder)");
+  require(a.port >= 0 && a.port <= kMaxPort, "--port must be in [0, 65535], got " + std::to_string(a.port));
+  require(a.max_batch >= 1, "--max-batch must be >= 1, got " + std::to_string(a.max_batch));
+  require(a.n_ctx >= 0, "--ctx must be >= 0 (0: the model's context), got " + std::to_string(a.n_ctx));
+  require(a.threads >= 0, "--threads must be >= 0 (0: all cores), got " + std::to_string(a.threads));
+  require(a.max_queue >= 0, "--max-queue must be >= 0, got " + std::to_string(a.max_queue));
+  require(a.kv_blocks >= 0, "--kv-blocks must be >= 0 (0: automatic), got " + std::to_string(a.kv_blocks));
+  require(a.http_threads >= 1, "--http-threads must be >= 1, got " + std::to_string(a.http_threads));
+  require(a.max_body >= 1, "--max-body must be >= 1, got " + std::to_string(a.max_body));
+  if (!parser.given("--api-key")) {
+    if (const char* key = std::getenv(kApiKeyEnv)) a.api_key = key;
+  }
+
+  // Before any thread exists (the scheduler starts some), so that every thread inherits the mask.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  const LoadedModel model = load_model_verbose(a.model);
+  const Tokenizer tokenizer(model.vocab);
+  SchedulerOptions scheduler_options;
+  scheduler_options.max_running = a.max_batch;
+  scheduler_options.max_queued = a.max_queue;
+  scheduler_options.n_ctx = a.n_ctx;
+  scheduler_options.kv_blocks = a.kv_blocks;
+  scheduler_options.n_threads = a.threads;
+  Scheduler scheduler(model, tokenizer, scheduler_options);
+
+  server::ServerOptions options;
+  options.model_id = model_id_of(a.model);
+  options.api_key = a.api_key;
+  options.http_threads = a.http_threads;
+  options.max_body_bytes = static_cast<size_t>(a.max_body);
+  options.max_running = a.max_batch;
+  options.log_requests = !a.quiet;
+  server::ApiServer api(scheduler, options);
+  const int port = api.bind(a.host, static_cast<int>(a.port));
+  const SchedulerStats stats = scheduler.stats();
+  std::fprintf(stderr, "device: %s, context: %lld, batch: %d, kv blocks: %lld\n", stats.device.c_str(),
+               static_cast<long long>(scheduler.n_ctx()), a.max_batch, static_cast<long long>(stats.kv_blocks_total));
+  std::fprintf(stderr, "serving '%s'%s\n", options.model_id.c_str(), a.api_key.empty() ? "" : " (API key required)");
+  std::fprintf(stderr, "listening on http://%s:%d\n", a.host.c_str(), port);
+  std::fflush(stderr);
+
+  std::atomic<bool> finished{false};
+  std::thread watcher([&] { watch_signals(signals, api, finished); });
+  api.run();
+  finished = true;
+  pthread_kill(watcher.native_handle(), SIGTERM);  // wakes sigwait if the server ended on its own
+  watcher.join();
+  std::fprintf(stderr, "server stopped\n");
+  return 0;
+}
+
+}  // namespace ga::cli

@@ -1,0 +1,302 @@
+// See completion_route.h.
+#include "server/completion_route.h"
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <random>
+
+#include <httplib.h>
+
+#include "server/api_error.h"
+#include "server/chat_prompt.h"
+#include "server/responses.h"
+#include "server/sse.h"
+
+namespace ga::server {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+// How often waiting threads look at ServerContext::stopping.
+constexpr auto kPollInterval = std::chrono::milliseconds(100);
+// Idle time after which a stream writes a comment line (to notice a client that went away).
+constexpr auto kKeepAliveInterval = std::chrono::seconds(1);
+
+// What the scheduler's callbacks hand over to the HTTP thread.
+struct RequestChannel {
+  std::mutex mutex;
+  std::condition_variable cv;
+  std::vector<TokenEvent> events;  // not yet taken by the HTTP thread
+  bool done = false;
+  CompletionResult result;
+  std::exception_ptr error;
+  std::atomic<bool> client_gone{false};
+};
+
+std::string lowercase_trimmed(std::string s) {
+  const auto not_space = [](unsigned char c) { return !std::isspace(c); };
+  s.erase(s.begin(), std::find_if(s.begin(), s.end(), not_space));
+  s.erase(std::find_if(s.rbegin(), s.rend(), not_space).base(), s.end());
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return s;
+}
+
+uint64_t random_seed() {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  return rng();
+}
+
+CompletionRequest scheduler_request(const ParsedRequest& p, std::vector<int32_t> prompt, int64_t max_tokens) {
+  CompletionRequest r;
+  r.prompt_tokens = std::move(prompt);
+  r.max_tokens = max_tokens;
+  r.sampling = p.sampling;
+  if (!p.seed_given) r.sampling.seed = random_seed();
+  r.stop = p.stop;
+  r.ignore_eos = p.ignore_eos;
+  r.logprobs = p.logprobs;
+  r.top_logprobs = p.top_logprobs;
+  return r;
+}
+
+// Submits; the callbacks capture the channel (shared: the scheduler may call them after the HTTP
+// side is gone) and only copy into it.
+uint64_t submit(ServerContext& ctx, CompletionRequest request, const std::shared_ptr<RequestChannel>& channel,
+                bool keep_events, const std::string& response_id) {
+  auto on_token = [channel, keep_events](const TokenEvent& event) {
+    if (channel->client_gone.load()) return false;
+    if (keep_events) {
+      std::lock_guard<std::mutex> lock(channel->mutex);
+      channel->events.push_back(event);
+    }
+    channel->cv.notify_all();
+    return true;
+  };
+  ServerContext* context = &ctx;
+  auto on_done = [channel, context, response_id](const CompletionResult& result, std::exception_ptr error) {
+    if (!error) {
+      context->metrics.record_completion(result.total_seconds, result.time_to_first_token);
+      context->recent.add(finished_request(response_id, result, unix_ms_now()));
+    }
+    {
+      std::lock_guard<std::mutex> lock(channel->mutex);
+      channel->result = result;
+      channel->error = error;
+      channel->done = true;
+    }
+    channel->cv.notify_all();
+  };
+  try {
+    return ctx.scheduler.submit(std::move(request), std::move(on_token), std::move(on_done));
+  } catch (const Error& e) {
+    throw api_error_from(e);
+  }
+}
+
+ApiError shutting_down() {
+  return ApiError(http_status::kServiceUnavailable, "The server is shutting down.", "server_error", {},
+                  "server_shutting_down")
+      .with_retry_after(1);
+}
+
+// The error a finished request carries (its exception, or a cancellation by shutdown).
+ApiError finished_with_error(const RequestChannel& channel) {
+  if (channel.error) {
+    try {
+      std::rethrow_exception(channel.error);
+    } catch (const Error& e) {
+      return api_error_from(e);
+    } catch (const std::exception& e) {
+      return ApiError(http_status::kInternalServerError, e.what(), "server_error", {}, "internal_error");
+    } catch (...) {
+      return ApiError(http_status::kInternalServerError, "unknown error", "server_error", {}, "internal_error");
+    }
+  }
+  return shutting_down();
+}
+
+bool failed(const RequestChannel& channel) {
+  return channel.error || channel.result.finish == FinishReason::Cancelled;
+}
+
+// A whole answer: wait for the result, then answer once.
+void answer_whole(ServerContext& ctx, uint64_t id, const ResponseHeader& header,
+                  const std::shared_ptr<RequestChannel>& channel, httplib::Response& res) {
+  std::unique_lock<std::mutex> lock(channel->mutex);
+  while (!channel->cv.wait_for(lock, kPollInterval, [&] { return channel->done; })) {
+    if (ctx.stopping.load()) ctx.scheduler.cancel(id);  // done follows (Cancelled)
+  }
+  if (failed(*channel)) throw finished_with_error(*channel);
+  res.status = http_status::kOk;
+  res.set_content(dump_json(full_response(header, channel->result, channel->events)), "application/json");
+}
+
+// The state of one SSE stream between calls of httplib's content provider.
+struct StreamState {
+  ServerContext* ctx = nullptr;
+  uint64_t id = 0;
+  ResponseHeader header;
+  std::shared_ptr<RequestChannel> channel;
+  bool started = false;
+  size_t text_offset = 0;  // completion bytes sent so far (legacy logprobs' text_offset)
+  Clock::time_point last_write = Clock::now();
+};
+
+// One call of the content provider: write what is new; false ends the response (the client is gone).
+bool stream_step(StreamState& s, httplib::DataSink& sink) {
+  const auto write = [&](const std::string& data) {
+    if (!sink.write(data.data(), data.size())) {
+      s.channel->client_gone = true;
+      s.ctx->scheduler.cancel(s.id);
+      return false;
+    }
+    s.last_write = Clock::now();
+    return true;
+  };
+  if (!s.started) {
+    s.started = true;
+    // The chat stream opens with the assistant's role (OpenAI's first chunk); completions have no such
+    // chunk, but the comment still sends the headers at once.
+    return write(s.header.endpoint == Endpoint::ChatCompletions ? sse_data(chat_role_chunk(s.header))
+                                                                : sse_comment("started"));
+  }
+  std::vector<TokenEvent> batch;
+  bool done = false;
+  {
+    std::unique_lock<std::mutex> lock(s.channel->mutex);
+    s.channel->cv.wait_for(lock, kPollInterval, [&] { return !s.channel->events.empty() || s.channel->done; });
+    batch.swap(s.channel->events);
+    done = s.channel->done;  // taken with the events: after done, no event is left behind
+  }
+  if (!done && s.ctx->stopping.load()) s.ctx->scheduler.cancel(s.id);
+  if (!batch.empty()) {
+    std::string text;
+    for (const TokenEvent& e : batch) text += e.text;
+    if (!text.empty() || s.header.logprobs) {
+      if (!write(sse_data(delta_chunk(s.header, text, batch, s.text_offset)))) return false;
+    }
+    for (const TokenEvent& e : batch) s.text_offset += e.chosen.text.size();
+  } else if (!done && Clock::now() - s.last_write > kKeepAliveInterval) {
+    if (!write(sse_comment("waiting"))) return false;
+  }
+  if (!done) return true;
+  if (failed(*s.channel)) {
+    if (!write(sse_data(finished_with_error(*s.channel).to_json()))) return false;
+  } else {
+    if (!write(sse_data(finish_chunk(s.header, s.channel->result.finish)))) return false;
+    if (s.header.include_usage && !write(sse_data(usage_chunk(s.header, s.channel->result)))) return false;
+  }
+  if (!write(sse_done())) return false;
+  sink.done();
+  return true;
+}
+
+void answer_stream(ServerContext& ctx, uint64_t id, const ResponseHeader& header,
+                   const std::shared_ptr<RequestChannel>& channel, httplib::Response& res) {
+  auto state = std::make_shared<StreamState>();
+  state->ctx = &ctx;
+  state->id = id;
+  state->header = header;
+  state->channel = channel;
+  ++ctx.open_streams;
+  res.status = http_status::kOk;
+  res.set_header("Cache-Control", "no-cache");
+  res.set_header("X-Accel-Buffering", "no");  // proxies (nginx) must not buffer the stream
+  res.set_chunked_content_provider(
+      "text/event-stream", [state](size_t, httplib::DataSink& sink) { return stream_step(*state, sink); },
+      [state](bool success) {
+        // The response ended without the stream's end being written (write failure, timeout,
+        // server stopping): make sure the scheduler lets go of the request.
+        if (!success) {
+          state->channel->client_gone = true;
+          state->ctx->scheduler.cancel(state->id);
+        }
+        --state->ctx->open_streams;
+      });
+}
+
+}  // namespace
+
+void check_content_type(const std::string& content_type) {
+  if (content_type.empty()) return;
+  const std::string media = lowercase_trimmed(content_type.substr(0, content_type.find(';')));
+  const std::string json_suffix = "+json";
+  const bool is_json = media == "application/json" ||
+                       (media.size() > json_suffix.size() &&
+                        media.compare(media.size() - json_suffix.size(), json_suffix.size(), json_suffix) == 0);
+  if (!is_json) {
+    throw ApiError(http_status::kUnsupportedMediaType,
+                   "Unsupported Content-Type '" + content_type + "': send JSON with 'Content-Type: application/json'.",
+                   "invalid_request_error", {}, "unsupported_media_type");
+  }
+}
+
+int64_t resolve_max_tokens(const ParsedRequest& request, int64_t n_prompt, int64_t n_ctx) {
+  const std::string prompt_param = request.endpoint == Endpoint::ChatCompletions ? "messages" : "prompt";
+  if (n_prompt >= n_ctx) {
+    throw invalid_request("This model's maximum context length is " + std::to_string(n_ctx) +
+                              " tokens, but the prompt has " + std::to_string(n_prompt) +
+                              " tokens, which leaves no room for a completion. Please shorten the prompt.",
+                          prompt_param, "context_length_exceeded");
+  }
+  const int64_t room = n_ctx - n_prompt;
+  if (request.max_tokens) {
+    if (*request.max_tokens > room) {
+      throw invalid_request("This model's maximum context length is " + std::to_string(n_ctx) +
+                                " tokens. However, you requested " + std::to_string(n_prompt + *request.max_tokens) +
+                                " tokens (" + std::to_string(n_prompt) + " in the prompt, " +
+                                std::to_string(*request.max_tokens) +
+                                " for the completion). Please reduce the prompt or max_tokens.",
+                            "max_tokens", "context_length_exceeded");
+    }
+    return *request.max_tokens;
+  }
+  // Chat: no limit but the context (OpenAI's behaviour); completions: OpenAI's default of 16.
+  if (request.endpoint == Endpoint::ChatCompletions) return room;
+  return std::min(kCompletionsDefaultMaxTokens, room);
+}
+
+void handle_completion(ServerContext& ctx, Endpoint endpoint, const std::string& body, httplib::Response& res) {
+  const ParsedRequest request = parse_request(endpoint, body);
+  if (!request.model.empty() && request.model != ctx.options.model_id) {
+    throw ApiError(http_status::kNotFound,
+                   "The model '" + request.model + "' does not exist. This server serves '" + ctx.options.model_id +
+                       "' (GET /v1/models).",
+                   "invalid_request_error", "model", "model_not_found");
+  }
+  if (ctx.stopping.load()) throw shutting_down();
+
+  const Tokenizer& tokenizer = ctx.scheduler.tokenizer();
+  std::vector<int32_t> prompt = endpoint == Endpoint::ChatCompletions ? ctx.chat->tokens(request.messages)
+                                                                      : completion_prompt_tokens(tokenizer, request);
+  if (prompt.empty()) {
+    throw invalid_request("The prompt is empty (and this model adds no BOS token): nothing to continue from.",
+                          "prompt");
+  }
+  const int64_t n_prompt = static_cast<int64_t>(prompt.size());
+  const int64_t max_tokens = resolve_max_tokens(request, n_prompt, ctx.scheduler.n_ctx());
+
+  ResponseHeader header;
+  header.endpoint = endpoint;
+  header.id = new_completion_id(endpoint);
+  header.created = unix_ms_now() / 1000;
+  header.model = ctx.options.model_id;
+  header.logprobs = request.logprobs;
+  header.include_usage = request.include_usage;
+
+  auto channel = std::make_shared<RequestChannel>();
+  const bool keep_events = request.stream || request.logprobs;
+  const uint64_t id =
+      submit(ctx, scheduler_request(request, std::move(prompt), max_tokens), channel, keep_events, header.id);
+  if (request.stream) {
+    answer_stream(ctx, id, header, channel, res);
+  } else {
+    answer_whole(ctx, id, header, channel, res);
+  }
+}
+
+}  // namespace ga::server

@@ -1,0 +1,58 @@
+// The JSON bodies the completion endpoints answer with, in OpenAI's shapes.
+//
+//   chat, whole:   {"id":"chatcmpl-..","object":"chat.completion","choices":[{"index","message":{"role",
+//                   "content"},"logprobs","finish_reason"}],"usage":{..}}
+//   chat, stream:  "chat.completion.chunk" objects: the role first, then content deltas, then an empty
+//                   delta with finish_reason; with include_usage a last chunk with empty choices.
+//   completions:   "text_completion" objects with choices[{"text","index","logprobs","finish_reason"}]
+//                   (the same object type for whole answers and stream chunks, as OpenAI does).
+//
+// Logprobs have two shapes too: chat's {"content":[{"token","logprob","bytes","top_logprobs":[..]}]}
+// and the legacy completions' {"tokens","token_logprobs","top_logprobs":[{token: logprob}],
+// "text_offset"}. Builders are pure functions so that the formats are unit-tested without a model.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "gpu_accel/scheduler.h"
+#include "server/request_parse.h"
+
+namespace ga::server {
+
+// What every object of one response repeats.
+struct ResponseHeader {
+  Endpoint endpoint = Endpoint::ChatCompletions;
+  std::string id;  // "chatcmpl-..." or "cmpl-..."
+  int64_t created = 0;  // unix seconds
+  std::string model;
+  bool logprobs = false;       // include logprobs objects
+  bool include_usage = false;  // streams: "usage": null in every chunk but the last
+};
+
+std::string new_completion_id(Endpoint endpoint);  // random, unique enough to correlate logs
+const char* openai_finish_reason(FinishReason reason);  // "stop" (EOS or stop string) / "length" / "cancelled"
+std::string system_fingerprint();                       // "gpu-accel-<version>"
+
+nlohmann::json usage_json(const CompletionResult& result);
+
+// Logprobs of a run of tokens. text_offset_start: the completion bytes before the first of them.
+nlohmann::json chat_logprobs(std::span<const TokenEvent> events);
+nlohmann::json completion_logprobs(std::span<const TokenEvent> events, size_t text_offset_start);
+
+// A whole (non-streaming) answer; events are every token's event (for logprobs).
+nlohmann::json full_response(const ResponseHeader& header, const CompletionResult& result,
+                             std::span<const TokenEvent> events);
+
+// Stream chunks.
+nlohmann::json chat_role_chunk(const ResponseHeader& header);
+// A text delta with the logprobs of the tokens that produced it. text_offset_start as above.
+nlohmann::json delta_chunk(const ResponseHeader& header, const std::string& text, std::span<const TokenEvent> events,
+                           size_t text_offset_start);
+nlohmann::json finish_chunk(const ResponseHeader& header, FinishReason reason);
+nlohmann::json usage_chunk(const ResponseHeader& header, const CompletionResult& result);
+
+}  // namespace ga::server
