@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -135,13 +136,26 @@ class File {
 
 // Builds a GGUF v3 file. Metadata keeps insertion order; setting a key twice replaces it.
 // Tensor data is copied when added, so callers may free their buffers.
+//
+// Streaming: a tensor added with add_tensor_deferred() has no data until write(), which calls its
+// fill function in insertion order with a buffer of exactly the tensor's bytes and writes that
+// buffer (on a background thread, while the next tensor is filled). Memory use is then bounded by
+// two tensors, so a model larger than RAM can be written (quantize, make-model).
 class Writer {
  public:
+  // Writes the tensor's bytes (row_bytes(type, ne[0]) * rows) to dst. May throw: write() then
+  // removes the partial file and rethrows.
+  using FillFn = std::function<void(uint8_t* dst)>;
+
   void set(std::string key, Value value);
+  // Removes a key if present (for tools that re-append a key at the end, as llama.cpp does).
+  void remove(std::string_view key);
   // Copies every key/value of a parsed file (e.g. the tokenizer when re-quantizing).
   void copy_metadata(const File& from, std::string_view prefix = {});
   // ne in ggml order; nbytes must equal the size the type implies (checked).
   void add_tensor(std::string name, DType type, std::vector<uint64_t> ne, const void* data, uint64_t nbytes);
+  // The same tensor, with its bytes produced by fill() when the file is written (see above).
+  void add_tensor_deferred(std::string name, DType type, std::vector<uint64_t> ne, FillFn fill);
 
   std::vector<uint8_t> to_bytes() const;
   // Writes atomically: to path + ".tmp", then renames, so a failure leaves no partial file.
@@ -152,9 +166,13 @@ class Writer {
   struct PendingTensor {
     TensorInfo info;
     std::vector<uint8_t> data;
+    FillFn fill;  // set for deferred tensors (data stays empty)
   };
   std::vector<PendingTensor> tensors_;
   uint64_t alignment() const;
+  TensorInfo checked_info(std::string name, DType type, std::vector<uint64_t> ne) const;
+  // Header, metadata, tensor infos and the padding before the data section.
+  std::vector<uint8_t> header_bytes(uint64_t align) const;
 };
 
 }  // namespace ga::gguf

@@ -8,10 +8,20 @@
 // (the declared type must match the stored variant, array items their element type) because a
 // mismatch would silently write a file other readers misparse. write() goes through a temporary
 // file and a rename so a crash or a full disk never leaves a truncated model behind.
+//
+// write() streams: the header is built in memory (it is small), then each tensor's bytes go to the
+// file in order. Deferred tensors are filled into a buffer on the calling thread while a background
+// thread writes the previous buffer, so producing (quantizing, generating) and disk I/O overlap and
+// at most two tensor buffers exist at any time.
+#include <algorithm>
 #include <cerrno>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
+#include <exception>
+#include <mutex>
+#include <optional>
+#include <thread>
 #include <type_traits>
 #include <unordered_set>
 
@@ -38,7 +48,6 @@ class ByteSink {
     put<uint64_t>(s.size());
     append(s.data(), s.size());
   }
-  void bytes(const std::vector<uint8_t>& b) { append(b.data(), b.size()); }
   void pad_to(uint64_t alignment) {
     const uint64_t pad = (alignment - out_.size() % alignment) % alignment;
     out_.resize(out_.size() + pad, uint8_t{0});
@@ -106,6 +115,109 @@ void put_value(ByteSink& out, const Value& v) {
       v.data);
 }
 
+constexpr size_t kStdioBufferBytes = size_t{8} << 20;
+
+// Writes buffers to a FILE* on its own thread, one buffer in flight: submit() waits until the
+// previous buffer is written, so the producer is at most one buffer ahead. The first write error is
+// kept and reported by submit()/finish() as a ga::Error(Io).
+class AsyncFileSink {
+ public:
+  AsyncFileSink(std::FILE* file, std::string path) : file_(file), path_(std::move(path)) {
+    thread_ = std::thread([this] { loop(); });
+  }
+  ~AsyncFileSink() {
+    stop();
+  }
+  AsyncFileSink(const AsyncFileSink&) = delete;
+  AsyncFileSink& operator=(const AsyncFileSink&) = delete;
+
+  // Queues `owned` (moved in) followed by `pad` zero bytes; returns a free buffer for reuse.
+  std::vector<uint8_t> submit(std::vector<uint8_t> owned, uint64_t pad) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    idle_cv_.wait(lock, [this] { return !job_.has_value(); });
+    throw_if_failed();
+    std::vector<uint8_t> recycled = std::move(spare_);
+    job_ = Job{std::move(owned), nullptr, 0, pad};
+    work_cv_.notify_one();
+    return recycled;
+  }
+  // Queues bytes the caller keeps alive until finish().
+  void submit_view(const uint8_t* data, uint64_t n, uint64_t pad) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    idle_cv_.wait(lock, [this] { return !job_.has_value(); });
+    throw_if_failed();
+    job_ = Job{{}, data, n, pad};
+    work_cv_.notify_one();
+  }
+  // Waits for everything queued; throws the first write error.
+  void finish() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    idle_cv_.wait(lock, [this] { return !job_.has_value(); });
+    throw_if_failed();
+  }
+
+ private:
+  struct Job {
+    std::vector<uint8_t> owned;
+    const uint8_t* view = nullptr;
+    uint64_t view_bytes = 0;
+    uint64_t pad = 0;
+  };
+
+  void stop() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stopping_ = true;
+    }
+    work_cv_.notify_one();
+    if (thread_.joinable()) thread_.join();
+  }
+  void throw_if_failed() const {
+    GA_CHECK(!failed_, Io, "gguf writer: cannot write to '", path_, "': ", std::strerror(error_));
+  }
+  void loop() {
+    static const uint8_t kZeros[256] = {};
+    for (;;) {
+      Job job;
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        work_cv_.wait(lock, [this] { return job_.has_value() || stopping_; });
+        if (!job_.has_value()) return;
+        job = std::move(*job_);
+      }
+      const uint8_t* p = job.view ? job.view : job.owned.data();
+      const uint64_t n = job.view ? job.view_bytes : job.owned.size();
+      bool ok = n == 0 || std::fwrite(p, 1, n, file_) == n;
+      for (uint64_t left = job.pad; ok && left > 0;) {
+        const size_t chunk = static_cast<size_t>(std::min<uint64_t>(left, sizeof kZeros));
+        ok = std::fwrite(kZeros, 1, chunk, file_) == chunk;
+        left -= chunk;
+      }
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!ok && !failed_) {
+        failed_ = true;
+        error_ = errno;
+      }
+      spare_ = std::move(job.owned);
+      job_.reset();
+      idle_cv_.notify_all();
+    }
+  }
+
+  std::FILE* file_;
+  std::string path_;
+  std::thread thread_;
+  std::mutex mutex_;
+  std::condition_variable work_cv_, idle_cv_;
+  std::optional<Job> job_;
+  std::vector<uint8_t> spare_;
+  bool stopping_ = false;
+  bool failed_ = false;
+  int error_ = 0;
+};
+
+uint64_t padding(uint64_t n, uint64_t align) { return (align - n % align) % align; }
+
 }  // namespace
 
 void Writer::set(std::string key, Value value) {
@@ -126,7 +238,16 @@ void Writer::copy_metadata(const File& from, std::string_view prefix) {
   }
 }
 
-void Writer::add_tensor(std::string name, DType type, std::vector<uint64_t> ne, const void* data, uint64_t nbytes) {
+void Writer::remove(std::string_view key) {
+  for (auto it = kvs_.begin(); it != kvs_.end(); ++it) {
+    if (it->key == key) {
+      kvs_.erase(it);
+      return;
+    }
+  }
+}
+
+TensorInfo Writer::checked_info(std::string name, DType type, std::vector<uint64_t> ne) const {
   GA_CHECK(!name.empty(), InvalidArgument, "gguf writer: empty tensor name");
   for (const auto& t : tensors_) {
     GA_CHECK(t.info.name != name, InvalidArgument, "gguf writer: duplicate tensor name '", name, "'");
@@ -143,18 +264,31 @@ void Writer::add_tensor(std::string name, DType type, std::vector<uint64_t> ne, 
              "' has a zero or too large dimension ", n);
     n_elements *= n;
   }
-  const uint64_t expected = row_bytes(type, ne[0]) * (n_elements / ne[0]);
-  GA_CHECK(nbytes == expected, InvalidArgument, "gguf writer: tensor '", name, "' of type ", traits->name, " needs ",
-           expected, " bytes, got ", nbytes);
-  GA_CHECK(data != nullptr || nbytes == 0, InvalidArgument, "gguf writer: tensor '", name, "' has no data");
+  TensorInfo info;
+  info.nbytes = row_bytes(type, ne[0]) * (n_elements / ne[0]);
+  info.name = std::move(name);
+  info.type = type;
+  info.ne = std::move(ne);
+  info.n_elements = n_elements;
+  return info;
+}
+
+void Writer::add_tensor(std::string name, DType type, std::vector<uint64_t> ne, const void* data, uint64_t nbytes) {
   PendingTensor t;
-  t.info.name = std::move(name);
-  t.info.type = type;
-  t.info.ne = std::move(ne);
-  t.info.n_elements = n_elements;
-  t.info.nbytes = nbytes;
+  t.info = checked_info(std::move(name), type, std::move(ne));
+  GA_CHECK(nbytes == t.info.nbytes, InvalidArgument, "gguf writer: tensor '", t.info.name, "' of type ",
+           dtype_name(type), " needs ", t.info.nbytes, " bytes, got ", nbytes);
+  GA_CHECK(data != nullptr || nbytes == 0, InvalidArgument, "gguf writer: tensor '", t.info.name, "' has no data");
   const auto* p = static_cast<const uint8_t*>(data);
   t.data.assign(p, p + nbytes);
+  tensors_.push_back(std::move(t));
+}
+
+void Writer::add_tensor_deferred(std::string name, DType type, std::vector<uint64_t> ne, FillFn fill) {
+  PendingTensor t;
+  t.info = checked_info(std::move(name), type, std::move(ne));
+  GA_CHECK(static_cast<bool>(fill), InvalidArgument, "gguf writer: tensor '", t.info.name, "' has no fill function");
+  t.fill = std::move(fill);
   tensors_.push_back(std::move(t));
 }
 
@@ -171,8 +305,7 @@ uint64_t Writer::alignment() const {
   return kDefaultAlignment;
 }
 
-std::vector<uint8_t> Writer::to_bytes() const {
-  const uint64_t align = alignment();
+std::vector<uint8_t> Writer::header_bytes(uint64_t align) const {
   std::vector<uint8_t> bytes;
   ByteSink out(bytes);
   out.put<uint32_t>(kMagic);
@@ -191,31 +324,58 @@ std::vector<uint8_t> Writer::to_bytes() const {
     for (const uint64_t n : t.info.ne) out.put<uint64_t>(n);
     out.put<uint32_t>(static_cast<uint32_t>(t.info.type));
     out.put<uint64_t>(offset);
-    offset += (t.info.nbytes + align - 1) / align * align;
+    offset += t.info.nbytes + padding(t.info.nbytes, align);
   }
   if (tensors_.empty()) return bytes;  // like llama.cpp: a vocab-only file ends without padding
   out.pad_to(align);
-  bytes.reserve(bytes.size() + offset);
+  return bytes;
+}
+
+std::vector<uint8_t> Writer::to_bytes() const {
+  const uint64_t align = alignment();
+  std::vector<uint8_t> bytes = header_bytes(align);
   for (const auto& t : tensors_) {
-    out.bytes(t.data);
-    out.pad_to(align);
+    const size_t at = bytes.size();
+    bytes.resize(at + t.info.nbytes + padding(t.info.nbytes, align), uint8_t{0});
+    if (t.fill) {
+      t.fill(bytes.data() + at);
+    } else if (t.info.nbytes > 0) {
+      std::memcpy(bytes.data() + at, t.data.data(), t.info.nbytes);
+    }
   }
   return bytes;
 }
 
 void Writer::write(const std::string& path) const {
-  const std::vector<uint8_t> bytes = to_bytes();
+  const uint64_t align = alignment();
   const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    GA_CHECK(f.good(), Io, "gguf writer: cannot create '", tmp, "': ", std::strerror(errno));
-    f.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-    f.flush();
-    if (!f.good()) {
-      f.close();
-      std::remove(tmp.c_str());
-      GA_THROW(Io, "gguf writer: cannot write ", bytes.size(), " bytes to '", tmp, "'");
+  std::FILE* file = std::fopen(tmp.c_str(), "wb");
+  GA_CHECK(file != nullptr, Io, "gguf writer: cannot create '", tmp, "': ", std::strerror(errno));
+  std::vector<char> stdio_buffer(kStdioBufferBytes);
+  std::setvbuf(file, stdio_buffer.data(), _IOFBF, stdio_buffer.size());
+  try {
+    AsyncFileSink sink(file, tmp);
+    std::vector<uint8_t> buffer = sink.submit(header_bytes(align), 0);
+    for (const auto& t : tensors_) {
+      const uint64_t pad = padding(t.info.nbytes, align);
+      if (!t.fill) {
+        sink.submit_view(t.data.data(), t.info.nbytes, pad);
+        continue;
+      }
+      buffer.resize(t.info.nbytes);
+      t.fill(buffer.data());
+      buffer = sink.submit(std::move(buffer), pad);
     }
+    sink.finish();
+  } catch (...) {
+    std::fclose(file);
+    std::remove(tmp.c_str());
+    throw;
+  }
+  if (std::fclose(file) != 0) {
+    const int err = errno;
+    std::remove(tmp.c_str());
+    GA_THROW(Io, "gguf writer: cannot write '", tmp, "': ", std::strerror(err));
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     const int err = errno;

@@ -1,0 +1,49 @@
+// Random-weight Llama models of real shapes, for benchmarks (the C++ twin of
+// ../shared/tools/make_gguf.py): the speed of a transformer does not depend on its weight values,
+// so a random 7B model measures an engine as the real one would, for a fixed generation length.
+//
+// Weights are drawn from our own counter-based generator: every row has its own stream, keyed by
+// (seed, tensor index, row), so rows are generated in parallel and the file is identical for the
+// same seed whatever the thread count. Values are approximately normal (sum of four uniforms, see
+// random_model.cpp); matrices ~N(0, 1/fan_in) with fan_in = the row length, so activations keep unit
+// scale; token_embd ~N(0, 1) (its input is one-hot, fan_in 1); norm weights 1 + N(0, 0.1^2). The
+// tokenizer (every tokenizer.* key) is copied from a vocab-only GGUF; the output is streamed.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "model/tools/quant_mix.h"
+
+namespace ga::tools {
+
+struct ModelPreset {
+  const char* name;
+  int64_t n_embd, n_layer, n_head, n_head_kv, n_ff, n_ctx;
+};
+
+// nullptr when unknown.
+const ModelPreset* find_preset(std::string_view name);
+std::string preset_names();  // "llama2-7b, llama3-8b, llama3-1b, tiny"
+
+struct MakeModelOptions {
+  std::string preset;      // a preset name
+  std::string type;        // a file type name (quant_mix.h): F16, Q4_0, Q4_K_M, ...
+  std::string vocab_path;  // vocab-only GGUF whose tokenizer.* keys are copied
+  uint64_t seed = 0;
+  int n_threads = 0;       // 0: all hardware threads
+};
+
+struct MakeModelSummary {
+  FileType ftype;
+  int64_t n_vocab = 0;
+  int n_tensors = 0;
+  uint64_t n_params = 0;
+  uint64_t data_bytes = 0;
+  double seconds = 0.0;
+};
+
+MakeModelSummary make_random_model(const std::string& output_path, const MakeModelOptions& options);
+
+}  // namespace ga::tools
