@@ -11,8 +11,10 @@
 // (one row read per token, no FLOPs), so it counts neither as matmul parameters nor as bytes read
 // unless it is tied to the output. Results go to stdout as markdown; logs go to stderr.
 //
-// Devices are behind BenchDevice: the CPU reference backend now; a CUDA timing path (CUDA events,
-// its own ceilings: device-to-device copy and cuBLAS GEMM) is another implementation of it.
+// Devices are behind BenchDevice: the CPU reference backend and CUDA (ceilings: device-to-device copy
+// and a cuBLAS f16 GEMM at 8192^3; one Session per model kept across repetitions and reset, since
+// uploading a 7B model takes seconds; eval() returns after the device finished, so wall-clock
+// time around it is the device time plus the small launch/copy overhead a user also sees).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -31,6 +33,8 @@
 #include "commands.h"
 #include "core/log.h"
 #include "core/thread_pool.h"
+#include "backends/cuda/cuda_forward.h"
+#include "gpu_accel/device.h"
 #include "gpu_accel/error.h"
 #include "gpu_accel/session.h"
 #include "model/tools/cpu_ceilings.h"
@@ -60,6 +64,8 @@ class BenchDevice {
   virtual double time_prefill(const LoadedModel& model, const std::vector<int32_t>& prompt) = 0;
   // n_steps single-token evals after the (untimed) prompt.
   virtual double time_decode(const LoadedModel& model, const std::vector<int32_t>& prompt, int64_t n_steps) = 0;
+  // The model is about to be destroyed: drop anything that refers to it.
+  virtual void release_model() {}
 };
 
 class CpuBenchDevice : public BenchDevice {
@@ -109,9 +115,76 @@ class CpuBenchDevice : public BenchDevice {
   int n_threads_;
 };
 
+class CudaBenchDevice : public BenchDevice {
+ public:
+  CudaBenchDevice() {
+    if (cuda_device_count() == 0) {
+      const std::string why = cuda_device_summary();
+      GA_CHECK(why != "no CUDA", Unsupported, "--device cuda: the CUDA backend is not available in this build");
+      GA_THROW(Unsupported, "--device cuda: ", why);
+    }
+  }
+  std::string name() const override { return "cuda"; }
+
+  Ceilings measure_ceilings() override {
+    const cuda::CudaCeilings c = cuda::measure_cuda_ceilings(0);
+    GA_LOG(Info, "bench: ", c.device_name);
+    Ceilings out;
+    out.bytes_per_s = c.copy_gbps * kGB;
+    out.flops_per_s = c.gemm_tflops * kTFLOP;
+    out.bandwidth_method = str(c.device_name, ": cudaMemcpy device-to-device of 1 GiB, read + written, best of 3");
+    out.flops_method = str("cuBLAS f16 GEMM, f32 accumulate, M=N=K=", c.gemm_size, ", best of 3");
+    return out;
+  }
+
+  double time_prefill(const LoadedModel& model, const std::vector<int32_t>& prompt) override {
+    Session& session = session_for(model, static_cast<int64_t>(prompt.size()));
+    session.reset();
+    const auto t0 = Clock::now();
+    session.eval(prompt);
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+  }
+
+  double time_decode(const LoadedModel& model, const std::vector<int32_t>& prompt, int64_t n_steps) override {
+    Session& session = session_for(model, static_cast<int64_t>(prompt.size()) + n_steps);
+    session.reset();
+    std::vector<float> logits = session.eval(prompt);
+    const auto t0 = Clock::now();
+    for (int64_t i = 0; i < n_steps; ++i) {
+      const int32_t next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+      logits = session.eval(std::span<const int32_t>(&next, 1));
+    }
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+  }
+
+  void release_model() override {
+    session_.reset();
+    model_ = nullptr;
+  }
+
+ private:
+  // One session per model, rebuilt only when a test needs a longer context than it has.
+  Session& session_for(const LoadedModel& model, int64_t n_ctx) {
+    if (session_ == nullptr || model_ != &model || session_->n_ctx() < n_ctx) {
+      session_.reset();  // free the device memory before the new upload
+      SessionOptions o;
+      o.n_ctx = std::max<int64_t>(n_ctx, kMinContext);
+      o.kv_type = KvType::F16;
+      o.device = "cuda";
+      session_ = std::make_unique<Session>(model, o);
+      model_ = &model;
+      GA_LOG(Info, "bench: ", session_->device_description());
+    }
+    return *session_;
+  }
+  static constexpr int64_t kMinContext = 1024;  // pp and tg of one model share the session
+  std::unique_ptr<Session> session_;
+  const LoadedModel* model_ = nullptr;
+};
+
 std::unique_ptr<BenchDevice> make_device(const std::string& device, int n_threads) {
   if (device == "cpu") return std::make_unique<CpuBenchDevice>(n_threads);
-  if (device == "cuda") GA_THROW(Unsupported, "--device cuda: the CUDA backend is not available in this build");
+  if (device == "cuda") return std::make_unique<CudaBenchDevice>();
   throw UsageError("unknown --device '" + device + "' (cpu or cuda)");
 }
 
@@ -228,7 +301,7 @@ int cmd_bench(int argc, char** argv) {
   parser.option("-n,--n-gen", &n_gen, "N", "generated tokens of the tg test (0: skip tg)");
   parser.option("-r,--repetitions", &reps, "R", "repetitions of each test");
   parser.option("-t,--threads", &threads_text, "LIST", "CPU thread counts, comma-separated (0: all)");
-  parser.option("--device", &device, "DEVICE", "cpu (cuda: not available in this build yet)");
+  parser.option("--device", &device, "DEVICE", "cpu or cuda (GPU 0; --threads is ignored)");
   if (!parser.parse(argc, argv)) return 0;
   require(!models.empty(), "missing -m MODEL");
   require(n_prompt >= 0 && n_gen >= 0 && n_prompt + n_gen > 0, "-p and -n must be >= 0 and not both 0");
@@ -283,6 +356,7 @@ int cmd_bench(int argc, char** argv) {
                                   " | - | - |"));
         GA_LOG(Info, "bench: ", label, " tg", n_gen, " ", fmt("%.2f", s.mean), " tok/s");
       }
+      dev->release_model();  // `model` dies here
     }
   }
   std::string out = load_line;

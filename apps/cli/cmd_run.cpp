@@ -32,6 +32,7 @@ struct RunArgs {
   int64_t n_predict = kDefaultMaxTokens;
   int64_t n_ctx = 0;
   int32_t threads = 0;
+  std::string device = "cpu";
   SamplerParams sampling;
   std::vector<std::string> stop;
   bool ignore_eos = false;
@@ -67,6 +68,8 @@ void validate(const ArgParser& parser, const RunArgs& a) {
   require(s.repeat_penalty > 0.0f, "--repeat-penalty must be > 0 (1: off), got " + number_text(s.repeat_penalty));
   require(s.repeat_last_n >= -1, "--repeat-last-n must be >= -1 (-1: all), got " + std::to_string(s.repeat_last_n));
   for (const auto& stop : a.stop) require(!stop.empty(), "--stop needs a non-empty string");
+  require(a.device == "cpu" || a.device == "cuda" || a.device == "auto" || a.device.rfind("cuda:", 0) == 0,
+          "--device must be cpu, cuda, cuda:N or auto, got '" + a.device + "'");
 }
 
 double per_second(size_t n, double seconds) { return seconds > 0 ? static_cast<double>(n) / seconds : 0.0; }
@@ -91,6 +94,7 @@ int cmd_run(int argc, char** argv) {
   parser.option("--presence-penalty", &a.sampling.presence_penalty, "X", "subtract X once if present");
   parser.option("-s,--seed", &a.sampling.seed, "S", "sampling seed (default: from the clock, printed to stderr)");
   parser.option("-t,--threads", &a.threads, "N", "CPU threads; 0: all cores");
+  parser.option("--device", &a.device, "DEVICE", "cpu, cuda (cuda:N) or auto (cuda when a GPU can run the model)");
   parser.option("-c,--ctx", &a.n_ctx, "N", "context size in tokens; 0: the model's (capped at 4096)");
   parser.option("--stop", &a.stop, "STR", "stop before this text (repeatable); it is not printed");
   parser.flag("--ignore-eos", &a.ignore_eos, "keep generating after an end-of-generation token");
@@ -105,8 +109,9 @@ int cmd_run(int argc, char** argv) {
   SessionOptions session_options;
   session_options.n_ctx = a.n_ctx;
   session_options.n_threads = a.threads;
+  session_options.device = a.device;
   Session session(model, session_options);
-  std::fprintf(stderr, "device: cpu, threads: %d, context: %lld\n", session.n_threads(),
+  std::fprintf(stderr, "device: %s, context: %lld\n", session.device_description().c_str(),
                static_cast<long long>(session.n_ctx()));
   std::fprintf(stderr, "seed: %llu\n", static_cast<unsigned long long>(a.sampling.seed));
 

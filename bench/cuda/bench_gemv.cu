@@ -10,13 +10,20 @@
 // buffers per graph. Weights are random bytes (timing does not depend on the values; a NaN scale
 // is harmless here); correctness is the parity tests' job.
 //
-// Usage: ga_bench_gemv [n_tokens]   (default 1; 2..8 times the small-batch variant)
+// --sweep (n_tokens 1) also times alternative kernel configurations (rows per CTA, chunks per lane,
+// pipeline stages; gemv_impl.cuh) for a few types, each checked against the default kernel's output
+// on the same weights, so the defaults can be chosen from measurements.
+//
+// Usage: ga_bench_gemv [n_tokens] [--sweep]   (default 1; 2..8 times the small-batch variant)
 #include <cublas_v2.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <functional>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -25,6 +32,7 @@
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/device_info.h"
 #include "backends/cuda/kernels/gemv.h"
+#include "backends/cuda/kernels/gemv_impl.cuh"
 #include "backends/cuda/stream.h"
 #include "gpu_accel/device.h"
 #include "gpu_accel/error.h"
@@ -146,10 +154,68 @@ struct Row {
   double mbytes, us, gbs;
 };
 
+using Launch = std::function<cudaError_t(const ga::cuda::GemvParams&, cudaStream_t)>;
+struct Variant {
+  DType type;
+  std::string name;
+  Launch launch;
+};
+
+template <class D, class Cfg>
+Variant staged(const char* name) {
+  return {D::kType, name, [](const ga::cuda::GemvParams& p, cudaStream_t s) {
+            return ga::cuda::detail::launch_gemv_staged<D, 1, Cfg>(ga::cuda::detail::make_gemv_args<D>(p), s);
+          }};
+}
+template <class D, class Cfg>
+Variant direct(const char* name) {
+  return {D::kType, name, [](const ga::cuda::GemvParams& p, cudaStream_t s) {
+            return ga::cuda::detail::launch_gemv_direct<D, 1, Cfg>(ga::cuda::detail::make_gemv_args<D>(p), s);
+          }};
+}
+
+// Alternatives to the defaults for n_tokens 1 (names: staged R rows / C chunks per lane / P stages,
+// direct R rows / U loads per lane and row).
+std::vector<Variant> sweep_variants() {
+  namespace d = ga::cuda::detail;
+  std::vector<Variant> v;
+  v.push_back(staged<d::DecodeQ4_0, d::StagedConfig<4, 1, 4>>("staged R4 C1 P4"));
+  v.push_back(staged<d::DecodeQ4_0, d::StagedConfig<8, 2, 2>>("staged R8 C2 P2"));
+  v.push_back(staged<d::DecodeQ4_K, d::StagedConfig<8, 1, 3>>("staged R8 C1 P3"));
+  v.push_back(staged<d::DecodeQ8_0, d::StagedConfig<4, 1, 4>>("staged R4 C1 P4"));
+  v.push_back(direct<d::DecodeF16, d::DirectConfig<4, 4>>("direct R4 U4"));
+  return v;
+}
+
+// Largest |a - b| / max(|b|, 1e-3 * max|b|) over y (NaN where exactly one side is NaN).
+double max_rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double scale = 0.0, worst = 0.0;
+  for (float v : b) {
+    if (std::isfinite(v)) scale = std::max(scale, std::fabs(static_cast<double>(v)));
+  }
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::isnan(a[i]) != std::isnan(b[i])) return NAN;
+    if (!std::isfinite(a[i]) || !std::isfinite(b[i])) continue;
+    const double den = std::max(std::fabs(static_cast<double>(b[i])), 1e-3 * scale);
+    if (den > 0) worst = std::max(worst, std::fabs(static_cast<double>(a[i]) - b[i]) / den);
+  }
+  return worst;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) try {
-  const int n_tokens = argc > 1 ? std::atoi(argv[1]) : 1;
+  int n_tokens = 1;
+  bool sweep = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--sweep") == 0) {
+      sweep = true;
+    } else {
+      n_tokens = std::atoi(argv[i]);
+    }
+  }
+  GA_CHECK(!sweep || n_tokens == 1, InvalidArgument, "--sweep times n_tokens 1 only");
+  const std::vector<Variant> variants = sweep ? sweep_variants() : std::vector<Variant>{};
   GA_CHECK(n_tokens >= 1 && n_tokens <= ga::cuda::kGemvMaxTokens, InvalidArgument, "n_tokens must be 1..8");
   std::string reason;
   if (ga::cuda::device_count(&reason) == 0) {
@@ -215,6 +281,34 @@ int main(int argc, char** argv) try {
                            4.0 * static_cast<double>(s.rows) * n_tokens;
       rows_out.push_back({std::to_string(s.rows) + "x" + std::to_string(s.cols) + " " + s.what, dtype_name(type),
                           static_cast<double>(w_bytes) / 1e6, us, moved / (us * 1e-6) / kGB});
+
+      if (sweep) {  // alternatives: same weights, output checked against the default kernel's
+        std::vector<float> y_ref(static_cast<size_t>(s.rows));
+        p.w = weights[0].data();
+        GA_CUDA_CHECK(ga::cuda::gemv(p, stream.get()));
+        GA_CUDA_CHECK(cudaMemcpyAsync(y_ref.data(), y.data(), y_ref.size() * 4, cudaMemcpyDeviceToHost, stream.get()));
+        for (const Variant& v : variants) {
+          if (v.type != type) continue;
+          std::vector<float> y_var(y_ref.size());
+          p.w = weights[0].data();
+          GA_CUDA_CHECK(cudaMemsetAsync(y.data(), 0xFF, y_var.size() * 4, stream.get()));
+          GA_CUDA_CHECK(v.launch(p, stream.get()));
+          GA_CUDA_CHECK(
+              cudaMemcpyAsync(y_var.data(), y.data(), y_var.size() * 4, cudaMemcpyDeviceToHost, stream.get()));
+          GA_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
+          const double diff = max_rel_diff(y_var, y_ref);
+          cudaGraphExec_t vg = capture(stream.get(), n_buf, [&](int i) {
+            p.w = weights[static_cast<size_t>(i)].data();
+            GA_CUDA_CHECK(v.launch(p, stream.get()));
+          });
+          const double vus = time_graph(vg, stream.get()) * 1e3 / n_buf;
+          GA_CUDA_CHECK(cudaGraphExecDestroy(vg));
+          const std::string label = std::string(dtype_name(type)) + " " + v.name +
+                                    (diff <= 1e-4 ? "" : " MISMATCH " + std::to_string(diff));
+          rows_out.push_back(
+              {rows_out.back().shape, label, static_cast<double>(w_bytes) / 1e6, vus, moved / (vus * 1e-6) / kGB});
+        }
+      }
 
       if (type == DType::F16) {  // the peer: cuBLAS, fp16 W and x, fp32 accumulate and output
         const float alpha = 1.0f, beta = 0.0f;

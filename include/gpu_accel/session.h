@@ -20,8 +20,11 @@ enum class KvType { F32, F16 };
 struct SessionOptions {
   int64_t n_ctx = 0;    // 0: the model's training context, capped at 4096
   int n_threads = 0;    // 0: all hardware threads
-  KvType kv_type = KvType::F32;
-  std::string device = "cpu";  // "cpu" (the reference backend)
+  KvType kv_type = KvType::F32;  // the CPU's; the CUDA backend always keeps its KV cache in F16
+  // "cpu" (the reference backend), "cuda" / "cuda:N" (GPU N, default 0), or "auto" (cuda:0 when a
+  // device exists and the model's types run there, else cpu).
+  std::string device = "cpu";
+  bool cuda_graphs = true;  // CUDA: replay the one-token decode step as a captured graph
 };
 
 class Session {
@@ -44,7 +47,10 @@ class Session {
   void reset() { truncate(0); }
 
   const LoadedModel& model() const;
-  int n_threads() const;
+  int n_threads() const;  // CPU threads (1 on a GPU device)
+  // Where the session runs: "cpu" or "cuda:N", and a line for logs (device name, kernel arch).
+  const std::string& device() const;
+  std::string device_description() const;
 
  private:
   struct Impl;

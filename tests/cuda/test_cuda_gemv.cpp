@@ -171,6 +171,11 @@ TEST(CudaGemv, MatchesCpuReferenceForEveryTypeAndShape) {
     for (int n_tokens : {2, 3, 5, 8}) run_gemv_case(alloc, parity, type, {37, 2816, 6, n_tokens}, rng);
     run_gemv_case(alloc, parity, type, {733, 768, 0, 4}, rng);
     run_gemv_case(alloc, parity, type, {256, 4096, 0, 1}, rng);  // a Llama-width row
+    // long rows: each of a CTA's warps walks several segments, so the cp.async ring wraps (staged
+    // kernel) and the direct kernel's lanes take several chunk groups; aligned and unaligned rows
+    run_gemv_case(alloc, parity, type, {19, 22528, 6, 1}, rng);
+    run_gemv_case(alloc, parity, type, {21, 22528, 0, 1}, rng);
+    run_gemv_case(alloc, parity, type, {9, 22528, 0, 3}, rng);
   }
   parity.finish();
 }

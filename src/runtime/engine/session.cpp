@@ -1,4 +1,11 @@
-// Session: one sequence over a loaded model on the CPU reference backend.
+// Session: one sequence over a loaded model, on the CPU reference backend or on a GPU.
+//
+// Device selection happens once, here: "cpu" builds the CPU forward, "cuda[:N]" the CUDA forward
+// (backends/cuda/cuda_forward.h, a CUDA-free interface, so this file has no #ifdef; a build without
+// CUDA answers Unsupported), "auto" tries CUDA when a device exists and falls back to the CPU when
+// the GPU cannot run the model (Unsupported: e.g. a weight type without CUDA kernels). Errors from
+// the GPU (out of memory with the byte counts, a failed kernel with its name) are ga::Errors like
+// any other, so a caller can report them and go on.
 //
 // The Session owns the thread pool and the architecture's forward state (LlamaForward: the batched
 // forward pass with a one-sequence KV pool, the same code the Scheduler runs), and
@@ -10,29 +17,73 @@
 
 #include <algorithm>
 
+#include "backends/cuda/cuda_forward.h"
+#include "core/log.h"
 #include "core/thread_pool.h"
+#include "gpu_accel/device.h"
 #include "gpu_accel/error.h"
 #include "model/arch/llama.h"
 #include "runtime/engine/kv_cache.h"
 
 namespace ga {
 
+namespace {
+
+// "cuda" -> 0, "cuda:3" -> 3; -1 for anything else.
+int cuda_index(const std::string& device) {
+  if (device == "cuda") return 0;
+  if (device.rfind("cuda:", 0) != 0 || device.size() == 5 || device.size() > 8) return -1;
+  int index = 0;
+  for (size_t i = 5; i < device.size(); ++i) {
+    if (device[i] < '0' || device[i] > '9') return -1;
+    index = index * 10 + (device[i] - '0');
+  }
+  return index;
+}
+
+}  // namespace
+
 struct Session::Impl {
   const LoadedModel* model = nullptr;
   std::unique_ptr<ThreadPool> pool;
-  std::unique_ptr<arch::LlamaForward> forward;
+  std::unique_ptr<arch::LlamaForward> forward;    // CPU
+  std::unique_ptr<cuda::CudaForward> gpu;         // or GPU
+  std::string device = "cpu";
   int64_t n_past = 0;
+
+  int64_t n_vocab() const { return gpu ? gpu->n_vocab() : forward->n_vocab(); }
 };
 
 Session::Session(const LoadedModel& model, const SessionOptions& options) : impl_(std::make_unique<Impl>()) {
-  GA_CHECK(options.device == "cpu", Unsupported, "device '", options.device,
-           "' is not available for sessions (supported: cpu)");
+  const bool is_auto = options.device == "auto";
+  const int gpu_index = is_auto ? 0 : cuda_index(options.device);
+  GA_CHECK(is_auto || options.device == "cpu" || gpu_index >= 0, InvalidArgument, "unknown device '",
+           options.device, "' (cpu, cuda, cuda:N or auto)");
   GA_CHECK(options.n_threads >= 0, InvalidArgument, "n_threads must be >= 0 (0: all hardware threads), got ",
            options.n_threads);
   impl_->model = &model;
+  const int64_t n_ctx = engine::resolve_n_ctx(model.config, options.n_ctx);
+
+  if (gpu_index >= 0 && (!is_auto || cuda_device_count() > 0)) {
+    cuda::CudaForwardParams params;
+    params.device = gpu_index;
+    params.n_ctx = n_ctx;
+    params.use_cuda_graph = options.cuda_graphs;
+    if (model.find_weight("rope_freqs.weight") == nullptr && model.config.rope_scaling.type == RopeScalingType::Llama3) {
+      params.rope_freq_factors = arch::llama3_rope_freq_factors(model.config);
+    }
+    try {
+      impl_->gpu = cuda::make_cuda_llama_forward(model, params);
+      impl_->device = "cuda:" + std::to_string(gpu_index);
+      return;
+    } catch (const Error& e) {
+      if (!is_auto || e.kind() != ErrorKind::Unsupported) throw;
+      GA_LOG(Warn, "device auto: the GPU cannot run this model (", e.what(), "); using the CPU");
+    }
+  }
   impl_->pool = std::make_unique<ThreadPool>(options.n_threads);
   arch::LlamaContextParams params;
-  params.n_ctx = engine::resolve_n_ctx(model.config, options.n_ctx);
+  params.n_ctx = n_ctx;
   params.kv_type = options.kv_type == KvType::F16 ? DType::F16 : DType::F32;
   impl_->forward = std::make_unique<arch::LlamaForward>(model, params, impl_->pool.get());
 }
@@ -42,16 +93,20 @@ Session::Session(Session&&) noexcept = default;
 Session& Session::operator=(Session&&) noexcept = default;
 
 std::vector<float> Session::eval(std::span<const int32_t> tokens, bool all_logits) {
-  const int64_t n_vocab = impl_->forward->n_vocab();
+  const int64_t n_vocab = impl_->n_vocab();
   const size_t rows = all_logits ? tokens.size() : 1;
   std::vector<float> logits(rows * static_cast<size_t>(n_vocab));
-  impl_->forward->eval(tokens, impl_->n_past, all_logits, logits.data());  // validates before any work
+  if (impl_->gpu) {  // both validate before any work
+    impl_->gpu->eval(tokens, impl_->n_past, all_logits, logits.data());
+  } else {
+    impl_->forward->eval(tokens, impl_->n_past, all_logits, logits.data());
+  }
   impl_->n_past += static_cast<int64_t>(tokens.size());
   return logits;
 }
 
 int64_t Session::n_past() const { return impl_->n_past; }
-int64_t Session::n_ctx() const { return impl_->forward->n_ctx(); }
+int64_t Session::n_ctx() const { return impl_->gpu ? impl_->gpu->n_ctx() : impl_->forward->n_ctx(); }
 
 void Session::truncate(int64_t n) {
   GA_CHECK(n >= 0 && n <= impl_->n_past, OutOfRange, "truncate(", n, "): must be in [0, n_past = ", impl_->n_past,
@@ -60,6 +115,12 @@ void Session::truncate(int64_t n) {
 }
 
 const LoadedModel& Session::model() const { return *impl_->model; }
-int Session::n_threads() const { return impl_->pool->size(); }
+int Session::n_threads() const { return impl_->pool ? impl_->pool->size() : 1; }
+const std::string& Session::device() const { return impl_->device; }
+
+std::string Session::device_description() const {
+  if (impl_->gpu) return impl_->gpu->description();
+  return str("cpu, ", impl_->pool->size(), " threads");
+}
 
 }  // namespace ga

@@ -1,6 +1,7 @@
-// Launch side of the GEMV: rows-per-warp choice, token-count dispatch and the per-type entry
-// point launch_gemv<D>, explicitly instantiated in gemv_instances/gemv_<type>.cu. The kernel and
-// its design notes are in gemv_kernel.cuh.
+// Launch side of the GEMV: the default configuration per type and token count, the two kernel
+// launchers (also called with other configurations by bench_gemv's sweep) and the per-type entry
+// point launch_gemv<D>, explicitly instantiated in gemv_instances/gemv_<type>.cu. The kernels and
+// their design notes are in gemv_kernel.cuh.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -12,17 +13,53 @@
 
 namespace ga::cuda::detail {
 
-template <class D, int NT>
-cudaError_t launch_gemv_tokens(const GemvArgs& a, cudaStream_t stream) {
-  constexpr int R = gemv_rows_per_warp<D, NT>();
-  const int64_t rows_per_block = static_cast<int64_t>(kGemvWarps) * R;
-  const int64_t blocks = (a.rows + rows_per_block - 1) / rows_per_block;
+inline constexpr int64_t kDefaultSharedLimit = 48 * 1024;  // dynamic shared memory without an opt-in
+
+template <class D, int NT, class Cfg>
+cudaError_t launch_gemv_staged(const GemvArgs& a, cudaStream_t stream) {
+  const int64_t blocks = (a.rows + Cfg::kRows - 1) / Cfg::kRows;
   if (blocks > 0x7fffffff) return cudaErrorInvalidValue;
-  gemv_kernel<D, R, NT><<<static_cast<unsigned>(blocks), kGemvWarps * 32, 0, stream>>>(a);
+  constexpr int64_t smem = gemv_stage_bytes<D, Cfg>();
+  if constexpr (smem > kDefaultSharedLimit) {
+    // per call, not cached: the attribute belongs to the current device, and it costs ~1 us of host time
+    const cudaError_t status = cudaFuncSetAttribute(
+        gemv_staged_kernel<D, NT, Cfg>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+    if (status != cudaSuccess) return status;
+  }
+  gemv_staged_kernel<D, NT, Cfg><<<static_cast<unsigned>(blocks), kGemvWarps * 32, smem, stream>>>(a);
   return cudaGetLastError();
 }
 
-// The kernel arguments of a validated GemvParams (separate so host-side emulation can reuse it).
+template <class D, int NT, class Cfg>
+cudaError_t launch_gemv_direct(const GemvArgs& a, cudaStream_t stream) {
+  const int64_t blocks = (a.rows + Cfg::kRows - 1) / Cfg::kRows;
+  if (blocks > 0x7fffffff) return cudaErrorInvalidValue;
+  gemv_direct_kernel<D, NT, Cfg><<<static_cast<unsigned>(blocks), kGemvWarps * 32, 0, stream>>>(a);
+  return cudaGetLastError();
+}
+
+// Rows per CTA of the staged kernel: D::kRows for one token; for several, the decoded weights of all
+// rows stay live across the tokens, so rows are cut to 4 and, from 4 tokens on, to keep the decoded
+// weights near 32 registers (8 rows of a classic type at 2 tokens spilled).
+template <class D, int NT>
+__host__ __device__ constexpr int gemv_staged_rows() {
+  if constexpr (NT == 1) return D::kRows;
+  constexpr int budget = (NT >= 4 ? 32 : 64) / D::kElems;
+  constexpr int rows = budget < 2 ? 2 : (budget > 4 ? 4 : budget);
+  return rows < D::kRows ? rows : D::kRows;
+}
+
+// Default configurations (bench_gemv --sweep compares alternatives on the device): quant types take
+// one chunk per lane and row per stage, a ring of 4 for 4 rows (34 KB per CTA: 6 CTAs, 24 warps per
+// SM, each with 3 x 4 x 512 bytes in flight) and of 3 for 8 rows (51 KB: 4 CTAs, 16 warps, 2 x 8 x 512
+// bytes each); the float types' unaligned-row fallback needs 2 iterations of 512 bytes per stage.
+template <class D, int NT>
+using DefaultStaged = StagedConfig<gemv_staged_rows<D, NT>(), D::kIntDecode ? 1 : D::kChunksPerLane,
+                                   D::kIntDecode && gemv_staged_rows<D, NT>() < 8 ? 4 : 3>;
+template <int NT>
+using DefaultDirect = DirectConfig<NT == 1 ? 2 : 4, NT == 1 ? 4 : 2>;
+
+// The kernel arguments of a validated GemvParams.
 template <class D>
 GemvArgs make_gemv_args(const GemvParams& p) {
   GemvArgs a;
@@ -38,6 +75,15 @@ GemvArgs make_gemv_args(const GemvParams& p) {
   a.ldy = p.ldy;
   a.n_tokens = p.n_tokens;
   return a;
+}
+
+template <class D, int NT>
+cudaError_t launch_gemv_tokens(const GemvArgs& a, cudaStream_t stream) {
+  if constexpr (D::kUnitScale) {
+    // float types read rows straight into registers when every chunk is 16-byte aligned (w is)
+    if (a.row_stride % kChunkBytes == 0) return launch_gemv_direct<D, NT, DefaultDirect<NT>>(a, stream);
+  }
+  return launch_gemv_staged<D, NT, DefaultStaged<D, NT>>(a, stream);
 }
 
 // The per-type entry point; its explicit instantiations live in gemv_instances/gemv_<type>.cu.

@@ -1,36 +1,32 @@
-// Quantized GEMV for decode: the kernel template behind gemv() (gemv.h). Device code only; the
-// launch templates are in gemv_impl.cuh, instantiated once per weight type in gemv_instances/
-// (one .cu each, so the 5-arch CI build compiles them in parallel).
+// Quantized GEMV for decode: the kernel templates behind gemv() (gemv.h). Device code only; the
+// launch side is gemv_impl.cuh, instantiated once per weight type in gemv_instances/.
 //
-// Design. Decode is bound by the bytes of the weight matrix: for one token every weight is used
-// once, so the kernel must stream W at the memory's bandwidth and hide everything else.
-//  * Work split: a warp owns R consecutive rows (R = 4 for quantized types, 2 for F32/F16/BF16)
-//    and walks them left to right in segments of about 1 KB per row; 4 warps per block, no
-//    cross-warp reduction. Neighbouring warps read neighbouring rows, so DRAM pages stay open.
-//  * Loads: each segment of each row is fetched as aligned 16-byte chunks, chunk k by lane k % 32
-//    (ld.global.nc.L1::no_allocate.v4): one fully coalesced 512-byte request per warp instruction,
-//    2-3 of them per row and R rows in flight per lane before the first use. Blocks of 18, 22 or 210
-//    bytes are not 16-byte aligned, so the chunks are staged raw in shared memory and the lanes
-//    decode their blocks from there (load_u32_any); the only over-read is the up-to-15 bytes
-//    shared with the neighbouring segment, which is in L2 already, so every weight byte comes from
-//    DRAM once. The next segment's loads are issued before the current one is decoded (register
-//    double buffering), so memory latency overlaps the decode.
-//  * Activations: x stays float32 (parity with the CPU reference, no requantization) and is read
-//    with float4 __ldg loads through L1, where it stays resident (16-44 KB) while W bypasses L1.
-//    A lane's decoded weights are multiplied with the same x registers for all R rows, so L1
-//    traffic for x is 4/R bytes per weight, below the 2 x (bytes per weight) of the staging.
-//  * Math: weights are decoded as small integers q (magic-number conversion, no I2F), the dot is
-//    scale * sum(q x) + min * sum(x) per scale group, accumulated in float; a final warp-shuffle
-//    reduction gives each output. For n_tokens 2..8 the decoded weights of R rows are kept in
-//    registers and applied to each token's x, so W is still read once per call.
-// Expected: the kernel moves W (+ x + y, negligible) once, so for the large Llama-7B matrices
-// (>= 9 MB) it should reach 75-90% of the device-to-device copy bandwidth on H100/H200 for every
-// type; the 4096x4096 Q4 matrices (9.4 MB, ~3 us) lose ~10-20% to launch ramp-up and tail, which
-// only a persistent fused decode kernel can hide. The shared-memory round trip costs ~2 bytes of
-// SMEM traffic per weight byte, well under the SM's SMEM bandwidth at HBM speed.
-//
-// Template parameters: the decoder D (weight_decode.cuh), rows per warp R and the token count
-// bound NT (1, 2, 4 or 8; runtime n_tokens <= NT is masked with warp-uniform branches).
+// Design. Decode is bound by the bytes of W: for one token every weight is used once, so the kernel
+// must keep enough bytes in flight per SM (Little: ~4.2 TB/s x ~1 us / 132 SMs = ~32 KB) and spend
+// few instructions per weight (Q4 streams ~28 weights per SM clock at full bandwidth, against an
+// issue rate of 128 thread-instructions per clock).
+//  * Work split: a CTA of kGemvWarps warps owns R rows; its warps split the row's columns (warp w
+//    takes segments w, w + W, ...) and meet in a shared-memory reduction at the end. The K-split
+//    gives a 4096-row matrix 4 x 1024 warps instead of 1024, so every SM has 20-30 warps.
+//  * Quant types (gemv_staged_kernel): a segment of each of the R rows is copied raw into a per-warp
+//    shared-memory stage with cp.async (16-byte chunks, lane k takes chunk k, fully coalesced; blocks
+//    of 18, 22, 34 or 210 bytes are not 16-byte aligned, so lanes then read their block fields from
+//    the stage at any byte offset). Stages form a ring of kStages per warp: segments j+1 .. j+kStages-1
+//    are in flight while segment j is decoded. Only the <= 15 bytes shared with the neighbouring
+//    segment are read twice (from L2).
+//  * F32/F16/BF16 rows that are 16-byte aligned (gemv_direct_kernel): no staging; each lane loads
+//    U x R chunks with ld.global.nc.L1::no_allocate.v4 before using any, and decodes from registers.
+//  * Decode: quant codes are not converted to float; decode_int gives each code as the subnormal
+//    float with the code's bit pattern (one PRMT), multiplied by x * 2^80 in an FMA that keeps
+//    subnormals (weight_decode.cuh explains the scaling), so a weight costs a PRMT and an FFMA; the
+//    block's bias and min are applied once per scale group as offset * sum(x).
+//  * Activations stay float32 (parity with the CPU reference, no requantization) and are read as
+//    float4 through L1, where x (16-44 KB) stays resident while W bypasses L1; a lane applies the
+//    same x registers to all R rows, so L1 traffic for x is 4/R bytes per weight.
+//  * Several tokens (NT 2..8): the decoded weights of the R rows stay in registers and are applied
+//    to each token's x, so W is still read once per call.
+// Template parameters: the decoder D (weight_decode.cuh), the token-count bound NT (1, 2, 4 or 8;
+// runtime n_tokens <= NT is masked with uniform branches) and a config (rows, chunks, stages).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -38,11 +34,12 @@
 #include <cstdint>
 
 #include "backends/cuda/kernels/device_bytes.cuh"
+#include "backends/cuda/kernels/gemv_ptx.cuh"
 #include "backends/cuda/kernels/weight_decode.cuh"
 
 namespace ga::cuda::detail {
 
-inline constexpr int kGemvWarps = 4;  // warps per block
+inline constexpr int kGemvWarps = 4;  // warps per CTA; they split the columns of the CTA's rows
 inline constexpr int kChunkBytes = 16;
 
 struct GemvArgs {
@@ -59,50 +56,70 @@ struct GemvArgs {
   int n_tokens;
 };
 
-// Segment geometry of decoder D: a segment is kIters iterations of (32 / kLanesPerBlock) blocks and
-// must fit the staging buffer of kChunksPerLane * 32 chunks with up to 15 bytes of misalignment.
-template <class D>
+// Tunables of the staged kernel: rows per CTA, 16-byte chunks per lane and row in a stage, ring depth.
+template <int Rows, int ChunksPerLane, int Stages>
+struct StagedConfig {
+  static constexpr int kRows = Rows;
+  static constexpr int kChunksPerLane = ChunksPerLane;
+  static constexpr int kStages = Stages;
+};
+
+// Tunables of the direct kernel: rows per CTA, chunk loads per lane and row issued before any use.
+template <int Rows, int Unroll>
+struct DirectConfig {
+  static constexpr int kRows = Rows;
+  static constexpr int kUnroll = Unroll;
+};
+
+// Segment geometry: a segment is kIters iterations of (32 / kLanesPerBlock) blocks and must fit a
+// stage of CPL * 32 chunks with up to 15 bytes of misalignment.
+template <class D, int CPL>
 struct GemvGeometry {
   static constexpr int kBlocksPerIter = 32 / D::kLanesPerBlock;
   static constexpr int kIterBytes = kBlocksPerIter * D::kBlockBytes;
-  static constexpr int kStageBytes = D::kChunksPerLane * 32 * kChunkBytes;
+  static constexpr int kStageBytes = CPL * 32 * kChunkBytes;
+  static constexpr int kStageChunks = CPL * 32 + 1;  // +1: load_u32_any may read 3 bytes past the last used byte
   static constexpr int kIters = (kStageBytes - kChunkBytes) / kIterBytes;
   static constexpr int kBlocksPerSeg = kIters * kBlocksPerIter;
   static constexpr int kSegBytes = kBlocksPerSeg * D::kBlockBytes;
-  static constexpr int kRuns = D::kElems / 4;
   static_assert(kIters >= 1, "a segment must hold one iteration");
   static_assert(kSegBytes + kChunkBytes - 1 <= kStageBytes, "segment + misalignment must fit the stage");
-  static_assert(D::kElems % 4 == 0 && kRuns % D::kGroups == 0, "runs of 4 weights, whole runs per group");
+  static_assert(D::kElems % 4 == 0 && (D::kElems / 4) % D::kGroups == 0, "runs of 4 weights, whole runs per group");
 };
 
-// Loads this lane's chunks of segment `seg` of R rows into registers (not yet to shared memory).
-template <class D, int R>
-__device__ __forceinline__ void gemv_fetch(const GemvArgs& a, const uint8_t* const (&row_ptr)[R], int seg, int lane,
-                                           uint4 (&chunks)[R][D::kChunksPerLane]) {
-  using G = GemvGeometry<D>;
-  const int64_t start = static_cast<int64_t>(seg) * G::kSegBytes;
-  const int64_t bytes = min(static_cast<int64_t>(G::kSegBytes), a.row_bytes - start);
+template <class D, class Cfg>
+__host__ __device__ constexpr int64_t gemv_stage_bytes() {
+  return int64_t{kGemvWarps} * Cfg::kStages * Cfg::kRows * GemvGeometry<D, Cfg::kChunksPerLane>::kStageChunks *
+         kChunkBytes;
+}
+
+// Starts the copies of segment `seg` of the R rows into `stage` ([R][kStageChunks] chunks).
+template <class D, class Cfg>
+__device__ __forceinline__ void gemv_issue_segment(const GemvArgs& a, const uint8_t* const (&row_ptr)[Cfg::kRows],
+                                                   int64_t seg, int lane, uint4* stage) {
+  using G = GemvGeometry<D, Cfg::kChunksPerLane>;
+  const int64_t start = seg * G::kSegBytes;
+  const int bytes = static_cast<int>(min(static_cast<int64_t>(G::kSegBytes), a.row_bytes - start));
 #pragma unroll
-  for (int i = 0; i < R; ++i) {
-    if (row_ptr[i] == nullptr) continue;
+  for (int i = 0; i < Cfg::kRows; ++i) {
     const uint8_t* first = row_ptr[i] + start;
-    const uint8_t* base = reinterpret_cast<const uint8_t*>(reinterpret_cast<uintptr_t>(first) & ~uintptr_t{15});
-    const int n_chunks = static_cast<int>((first - base + bytes + kChunkBytes - 1) / kChunkBytes);
+    const int shift = static_cast<int>(reinterpret_cast<uintptr_t>(first) & 15);
+    const uint8_t* base = first - shift;
+    const int n_chunks = (shift + bytes + kChunkBytes - 1) / kChunkBytes;
 #pragma unroll
-    for (int c = 0; c < D::kChunksPerLane; ++c) {
+    for (int c = 0; c < Cfg::kChunksPerLane; ++c) {
       const int chunk = lane + 32 * c;
-      if (chunk < n_chunks) chunks[i][c] = load_chunk_16(base + kChunkBytes * chunk, a.w_end);
+      if (chunk < n_chunks) {
+        const uint8_t* src = base + kChunkBytes * chunk;
+        const int src_bytes = static_cast<int>(min(static_cast<int64_t>(kChunkBytes), a.w_end - src));
+        copy_chunk_async(stage + i * G::kStageChunks + chunk, src, src_bytes);
+      }
     }
   }
 }
 
-// The staged bytes of block `blk` of the current segment of one row.
-template <class D>
-__device__ __forceinline__ const uint8_t* staged_block(const uint4* row_stage, int shift, int blk) {
-  return reinterpret_cast<const uint8_t*>(row_stage) + shift + blk * D::kBlockBytes;
-}
-
-// This lane's activations for one block (float4 per run) and, for types with a min, their sums per group.
+// This lane's activations for one block (float4 per run) and their sums per scale group; for the
+// integer decode x is scaled by kIntXScale (exact, a power of two) after the sums are taken.
 template <class D>
 __device__ __forceinline__ void gemv_load_x(const float* x_block, int part, float* xv, float* x_sum) {
   constexpr int kRuns = D::kElems / 4;
@@ -115,56 +132,104 @@ __device__ __forceinline__ void gemv_load_x(const float* x_block, int part, floa
     xv[4 * r + 2] = v.z;
     xv[4 * r + 3] = v.w;
   }
-  if constexpr (D::kHasMin) {
+  if constexpr (D::kIntDecode) {
 #pragma unroll
     for (int g = 0; g < D::kGroups; ++g) {
-      x_sum[g] = 0.0f;
+      float s = 0.0f;
 #pragma unroll
-      for (int e = g * kRunsPerGroup * 4; e < (g + 1) * kRunsPerGroup * 4; ++e) x_sum[g] += xv[e];
+      for (int e = g * kRunsPerGroup * 4; e < (g + 1) * kRunsPerGroup * 4; ++e) s += xv[e];
+      x_sum[g] = s;
     }
+#pragma unroll
+    for (int e = 0; e < D::kElems; ++e) xv[e] *= kIntXScale;
   }
 }
 
-// acc + sum over groups of (scale * sum(q x) + min * sum(x)) for one lane's part of a block.
+// The lane's part of one block staged at byte offset `blk` of the dynamic shared memory: q, scale,
+// offset from decode_int (quants, LDS with 32-bit addresses) or decode (float types' unaligned rows).
 template <class D>
-__device__ __forceinline__ float gemv_block_dot(const float* q, const float* scale, const float* min_v,
+__device__ __forceinline__ void gemv_decode(uint32_t blk, int part, float* q, float* scale, float* offset) {
+  if constexpr (D::kIntDecode) {
+    D::template decode_int<StageBytes>(blk, part, q, scale, offset);
+  } else {
+    D::decode(StageBytes::base() + blk, part, q, scale, offset);
+  }
+}
+
+// acc + sum over groups of (scale * sum(q x) + offset * sum(x)) for one lane's part of a block.
+template <class D>
+__device__ __forceinline__ float gemv_block_dot(const float* q, const float* scale, const float* offset,
                                                 const float* xv, const float* x_sum, float acc) {
   constexpr int kPerGroup = D::kElems / D::kGroups;
 #pragma unroll
   for (int g = 0; g < D::kGroups; ++g) {
     float dot = 0.0f;
+    if constexpr (D::kIntDecode) {
 #pragma unroll
-    for (int e = g * kPerGroup; e < (g + 1) * kPerGroup; ++e) dot = fmaf(q[e], xv[e], dot);
-    if constexpr (D::kUnitScale) {
-      acc += dot;
-    } else if constexpr (D::kHasMin) {
-      acc = fmaf(scale[g], dot, fmaf(min_v[g], x_sum[g], acc));
+      for (int e = g * kPerGroup; e < (g + 1) * kPerGroup; ++e) dot = fma_keep_subnormal(q[e], xv[e], dot);
+      acc = fmaf(scale[g], dot, fmaf(offset[g], x_sum[g], acc));
     } else {
-      acc = fmaf(scale[g], dot, acc);
+      static_assert(D::kUnitScale, "float decoders have unit scale");
+#pragma unroll
+      for (int e = g * kPerGroup; e < (g + 1) * kPerGroup; ++e) dot = fmaf(q[e], xv[e], dot);
+      acc += dot;
     }
   }
   return acc;
 }
 
-template <class D, int R, int NT>
-__global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(const GemvArgs a) {
-  using G = GemvGeometry<D>;
+// Sums acc over the CTA's warps and writes y (rows row0.., tokens < n_tokens).
+template <int R, int NT>
+__device__ __forceinline__ void gemv_reduce_store(const GemvArgs& a, int64_t row0, float (&acc)[R][NT],
+                                                  float (&partial)[kGemvWarps][R][NT]) {
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int i = 0; i < R; ++i) {
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+      const float sum = warp_sum(acc[i][t]);
+      if (lane == 0) partial[warp][i][t] = sum;
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x < R * NT) {
+    const int i = static_cast<int>(threadIdx.x) / NT;
+    const int t = static_cast<int>(threadIdx.x) % NT;
+    float sum = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kGemvWarps; ++w) sum += partial[w][i][t];
+    if (row0 + i < a.rows && t < a.n_tokens) a.y[t * a.ldy + row0 + i] = sum;
+  }
+}
+
+template <class D, int NT, class Cfg>
+__global__ void __launch_bounds__(kGemvWarps * 32) gemv_staged_kernel(const GemvArgs a) {
+  using G = GemvGeometry<D, Cfg::kChunksPerLane>;
+  constexpr int R = Cfg::kRows;
+  constexpr int P = Cfg::kStages;
   constexpr int kE = D::kElems;
   constexpr int kG = D::kGroups;
-  constexpr int kStageChunks = D::kChunksPerLane * 32 + 1;  // +1: load_u32_any may read 4 bytes past the end
-  __shared__ uint4 stage[kGemvWarps][R][kStageChunks];
+  extern __shared__ uint4 gemv_dynamic_smem[];  // [kGemvWarps][P][R][kStageChunks] (StageBytes reads it)
+  __shared__ float partial[kGemvWarps][R][NT];
 
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
-  const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * kGemvWarps + warp) * R;
-  if (row0 >= a.rows) return;  // whole warp: no barrier below spans warps
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * R;
+  constexpr int kStageSetChunks = R * G::kStageChunks;  // one stage of the R rows
+  uint4* my_stages = gemv_dynamic_smem + warp * P * kStageSetChunks;
+  const uint32_t my_stages_offset = static_cast<uint32_t>(warp * P * kStageSetChunks * kChunkBytes);
 
+  // rows past the end are clamped to the last row: read and decoded like the others (no per-row
+  // branch, so the compiler interleaves the R rows) and never stored
   const uint8_t* row_ptr[R];
 #pragma unroll
-  for (int i = 0; i < R; ++i) row_ptr[i] = row0 + i < a.rows ? a.w + (row0 + i) * a.row_stride : nullptr;
+  for (int i = 0; i < R; ++i) row_ptr[i] = a.w + min(row0 + i, a.rows - 1) * a.row_stride;
 
   const int part = lane % D::kLanesPerBlock;
   const int64_t n_seg = (a.blocks_per_row + G::kBlocksPerSeg - 1) / G::kBlocksPerSeg;
+  // this warp's segments are warp + W j, j < n_mine (int: a row has at most 2^25 blocks)
+  const int n_mine = n_seg > warp ? static_cast<int>((n_seg - warp + kGemvWarps - 1) / kGemvWarps) : 0;
 
   float acc[R][NT];
 #pragma unroll
@@ -173,89 +238,138 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(const GemvArgs a)
     for (int t = 0; t < NT; ++t) acc[i][t] = 0.0f;
   }
 
-  uint4 chunks[R][D::kChunksPerLane];
-  gemv_fetch<D, R>(a, row_ptr, 0, lane, chunks);
-  for (int seg = 0; seg < n_seg; ++seg) {
-    const int64_t start = static_cast<int64_t>(seg) * G::kSegBytes;
-    const int64_t blocks_left = a.blocks_per_row - static_cast<int64_t>(seg) * G::kBlocksPerSeg;
-    const int n_blocks = static_cast<int>(min(static_cast<int64_t>(G::kBlocksPerSeg), blocks_left));
-    __syncwarp();  // the previous segment's decode is done with the stage
+  // prologue: the first P-1 segments in flight (one commit group each, empty ones included, so that
+  // copy_wait<P-1> below always means "segment j has landed")
 #pragma unroll
-    for (int i = 0; i < R; ++i) {
-#pragma unroll
-      for (int c = 0; c < D::kChunksPerLane; ++c) stage[warp][i][lane + 32 * c] = chunks[i][c];
+  for (int s = 0; s < P - 1; ++s) {
+    if (s < n_mine) {
+      gemv_issue_segment<D, Cfg>(a, row_ptr, warp + int64_t{kGemvWarps} * s, lane, my_stages + s * kStageSetChunks);
     }
+    copy_commit();
+  }
+  for (int j = 0; j < n_mine; ++j) {
+    const int ahead = j + P - 1;  // into the stage decoded in iteration j-1 (freed by its closing __syncwarp)
+    if (ahead < n_mine) {
+      gemv_issue_segment<D, Cfg>(a, row_ptr, warp + int64_t{kGemvWarps} * ahead, lane,
+                                 my_stages + (ahead % P) * kStageSetChunks);
+    }
+    copy_commit();
+    copy_wait<P - 1>();
     __syncwarp();
-    if (seg + 1 < n_seg) gemv_fetch<D, R>(a, row_ptr, seg + 1, lane, chunks);  // in flight during the decode
 
-    // byte offset of this segment's first block inside each row's stage (the chunk misalignment)
-    int shift[R];
+    const int64_t seg = warp + int64_t{kGemvWarps} * j;
+    const int64_t start = seg * G::kSegBytes;
+    const int n_blocks =
+        static_cast<int>(min(static_cast<int64_t>(G::kBlocksPerSeg), a.blocks_per_row - seg * G::kBlocksPerSeg));
+    // byte offset (dynamic shared memory) of this segment's first block in each row's stage
+    uint32_t row_stage[R];
 #pragma unroll
     for (int i = 0; i < R; ++i) {
-      shift[i] = row_ptr[i] == nullptr ? 0 : static_cast<int>(reinterpret_cast<uintptr_t>(row_ptr[i] + start) & 15);
+      const auto shift = static_cast<uint32_t>(reinterpret_cast<uintptr_t>(row_ptr[i] + start) & 15);
+      const int chunk = (j % P) * kStageSetChunks + i * G::kStageChunks;
+      row_stage[i] = my_stages_offset + static_cast<uint32_t>(chunk * kChunkBytes) + shift;
     }
 
-    // not unrolled: the segment's global loads are already in flight; unrolling would only add registers
-#pragma unroll 1
+#pragma unroll
     for (int it = 0; it < G::kIters; ++it) {
       const int blk = it * G::kBlocksPerIter + lane / D::kLanesPerBlock;
       if (blk >= n_blocks) continue;
-      const int64_t elem0 = (static_cast<int64_t>(seg) * G::kBlocksPerSeg + blk) * D::kBlockElems;
-
+      const float* x_block = a.x + (seg * G::kBlocksPerSeg + blk) * D::kBlockElems;
       if constexpr (NT == 1) {
         // one token: x first, then each row is decoded and consumed at once (few live registers)
-        float xv[kE];
-        float x_sum[kG];
-        gemv_load_x<D>(a.x + elem0, part, xv, x_sum);
+        float xv[kE], x_sum[kG];
+        gemv_load_x<D>(x_block, part, xv, x_sum);
 #pragma unroll
         for (int i = 0; i < R; ++i) {
-          if (row_ptr[i] == nullptr) continue;
-          float q[kE], scale[kG], min_v[kG];
-          D::decode(staged_block<D>(stage[warp][i], shift[i], blk), part, q, scale, min_v);
-          acc[i][0] = gemv_block_dot<D>(q, scale, min_v, xv, x_sum, acc[i][0]);
+          float q[kE], scale[kG], offset[kG];
+          gemv_decode<D>(row_stage[i] + blk * D::kBlockBytes, part, q, scale, offset);
+          acc[i][0] = gemv_block_dot<D>(q, scale, offset, xv, x_sum, acc[i][0]);
         }
       } else {
         // several tokens: the decoded weights of all R rows stay in registers across the tokens
-        float q[R][kE], scale[R][kG], min_v[R][kG];
+        float q[R][kE], scale[R][kG], offset[R][kG];
 #pragma unroll
         for (int i = 0; i < R; ++i) {
-          if (row_ptr[i] != nullptr) D::decode(staged_block<D>(stage[warp][i], shift[i], blk), part, q[i], scale[i], min_v[i]);
+          gemv_decode<D>(row_stage[i] + blk * D::kBlockBytes, part, q[i], scale[i], offset[i]);
         }
 #pragma unroll
         for (int t = 0; t < NT; ++t) {
           if (t >= a.n_tokens) break;
-          float xv[kE];
-          float x_sum[kG];
-          gemv_load_x<D>(a.x + t * a.ldx + elem0, part, xv, x_sum);
+          float xv[kE], x_sum[kG];
+          gemv_load_x<D>(x_block + t * a.ldx, part, xv, x_sum);
 #pragma unroll
           for (int i = 0; i < R; ++i) {
-            if (row_ptr[i] != nullptr) acc[i][t] = gemv_block_dot<D>(q[i], scale[i], min_v[i], xv, x_sum, acc[i][t]);
+            acc[i][t] = gemv_block_dot<D>(q[i], scale[i], offset[i], xv, x_sum, acc[i][t]);
           }
         }
       }
     }
+    __syncwarp();  // the stage may be refilled by the next iteration's copies
   }
+  copy_wait<0>();  // no copy may outlive the CTA's shared memory (all groups past n_mine are empty)
+  gemv_reduce_store<R, NT>(a, row0, acc, partial);
+}
 
+// F32/F16/BF16 with 16-byte aligned rows: a "block" is one 16-byte chunk (blocks_per_row chunks per
+// row). Warp w takes chunk groups w, w + W, ... of 32 * U chunks; lane l loads chunk 32u + l of the
+// group for all R rows (U x R loads in flight) before decoding any.
+template <class D, int NT, class Cfg>
+__global__ void __launch_bounds__(kGemvWarps * 32) gemv_direct_kernel(const GemvArgs a) {
+  constexpr int R = Cfg::kRows;
+  constexpr int U = Cfg::kUnroll;
+  constexpr int kE = D::kElems;
+  static_assert(D::kBlockBytes == kChunkBytes && D::kUnitScale, "direct path: float types, a chunk per block");
+  __shared__ float partial[kGemvWarps][R][NT];
+
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * R;
+  const uint8_t* row_ptr[R];
+#pragma unroll
+  for (int i = 0; i < R; ++i) row_ptr[i] = a.w + min(row0 + i, a.rows - 1) * a.row_stride;  // clamped: read, not used
+
+  float acc[R][NT];
 #pragma unroll
   for (int i = 0; i < R; ++i) {
 #pragma unroll
-    for (int t = 0; t < NT; ++t) {
-      const float sum = warp_sum(acc[i][t]);
-      if (lane == 0 && row_ptr[i] != nullptr && t < a.n_tokens) a.y[t * a.ldy + row0 + i] = sum;
+    for (int t = 0; t < NT; ++t) acc[i][t] = 0.0f;
+  }
+
+  const int64_t n_chunks = a.blocks_per_row;
+  for (int64_t g0 = int64_t{32} * U * warp; g0 < n_chunks; g0 += int64_t{32} * U * kGemvWarps) {
+    uint4 c[R][U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t idx = g0 + 32 * u + lane;
+#pragma unroll
+      for (int i = 0; i < R; ++i) c[i][u] = idx < n_chunks ? load_stream_16(row_ptr[i] + kChunkBytes * idx) : uint4{};
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t idx = g0 + 32 * u + lane;
+      if (idx >= n_chunks) continue;
+      float q[R][kE];
+#pragma unroll
+      for (int i = 0; i < R; ++i) {
+        const uint32_t words[4] = {c[i][u].x, c[i][u].y, c[i][u].z, c[i][u].w};
+        D::decode_words(words, q[i]);
+      }
+#pragma unroll
+      for (int t = 0; t < NT; ++t) {
+        if (t >= a.n_tokens) break;
+        float xv[kE], x_sum[1];
+        gemv_load_x<D>(a.x + t * a.ldx + idx * kE, 0, xv, x_sum);
+#pragma unroll
+        for (int i = 0; i < R; ++i) {
+          float dot = 0.0f;
+#pragma unroll
+          for (int e = 0; e < kE; ++e) dot = fmaf(q[i][e], xv[e], dot);
+          acc[i][t] += dot;
+        }
+      }
     }
   }
-}
-
-// Rows per warp: R for one token; for several, the decoded weights of all R rows stay live across
-// the tokens, so R is cut to keep them near 32 registers (16 from 4 tokens on, where the
-// accumulators grow; 4 rows of a classic type at 4 tokens spilled on sm_80..89), but at least 2 so
-// each x load still serves two rows.
-template <class D, int NT>
-__host__ __device__ constexpr int gemv_rows_per_warp() {
-  if constexpr (NT == 1) return D::kRows;
-  constexpr int budget = (NT >= 4 ? 16 : 32) / D::kElems;
-  constexpr int rows = budget < 2 ? 2 : budget;
-  return rows < D::kRows ? rows : D::kRows;
+  gemv_reduce_store<R, NT>(a, row0, acc, partial);
 }
 
 }  // namespace ga::cuda::detail

@@ -19,6 +19,15 @@
 //   Q6_K:           16 lanes; part p = 8h + 4kp + c owns ql[64h+32kp+8c ..+8) and qh[32h+8c ..+8):
 //                   weights 128h + 32k + 8c.. for k = kp (low nibbles) and k = kp+2 (high nibbles)
 //   F16/BF16/F32:   a "block" of 8 (4 for F32) weights, one lane each.
+//
+// Quant decoders are written once as unpack() (the weights' unsigned codes, 4 bytes per word in run
+// order) plus fields() (scale and min of w = scale * (code - kBias) + min) and offer two forms
+// (QuantForms): decode() above (the embedding gather and the f16 dequantizer use it), and
+// decode_int() for the GEMV, which skips the float conversion of the codes: weight = scale_int * code +
+// offset, the code delivered as the float whose bit pattern is the code (a subnormal, see
+// bytes_to_code_floats), scale_int carrying the 2^69 that undoes the GEMV's scaling of x by 2^80.
+// One PRMT per weight instead of a PRMT and an FADD; the bias moves into offset * sum(x), paid once
+// per scale group and row.
 #pragma once
 
 #include <cuda_fp16.h>
@@ -39,15 +48,93 @@ inline constexpr uint32_t kLowBitPairs = 0x03030303u;
 inline constexpr uint32_t kLowBits = 0x01010101u;
 inline constexpr uint32_t kSignFlip = 0x80808080u;  // int8 -> uint8 + 128
 
+// decode_int(): the GEMV multiplies codes (code * 2^-149 as floats) by x * kIntXScale, so each exact
+// product is code * x * 2^-69, a normal float for |code * x| > 2^-57 (activations are never that
+// small; below it a product loses bits, not the sum its magnitude); x * 2^80 stays finite for any
+// |x| < 2^48. kIntDotUnscale = 2^(149 - 80) brings the dot back.
+inline constexpr float kIntXScale = 0x1p80f;
+inline constexpr float kIntDotUnscale = 0x1p69f;
+
+// out[i] = the float whose bit pattern is byte i of v (byte i * 2^-149): one PRMT, no conversion.
+__device__ __forceinline__ void bytes_to_code_floats(uint32_t v, float* out) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) out[i] = __uint_as_float(__byte_perm(v, 0u, 0x4440u + static_cast<uint32_t>(i)));
+}
+
+// Byte readers the decoders are written against (B::Addr is the address type):
+// AnyBytes: generic pointers, any memory (decode(): the embedding's stage, global rows);
+// StageBytes: 32-bit byte offsets into the kernel's dynamic shared memory (the GEMV's stages), so
+// field reads are LDS with 32-bit address arithmetic instead of generic 64-bit loads.
+struct AnyBytes {
+  using Addr = const uint8_t*;
+  static __device__ __forceinline__ uint32_t u32(Addr p) { return load_u32_any(p); }
+  static __device__ __forceinline__ float half(Addr p) { return load_half_any(p); }
+  static __device__ __forceinline__ uint32_t u8(Addr p) { return *p; }
+  static __device__ __forceinline__ int s8(Addr p) { return *reinterpret_cast<const int8_t*>(p); }
+};
+
+struct StageBytes {
+  using Addr = uint32_t;
+  static __device__ __forceinline__ const uint8_t* base() {
+    extern __shared__ uint4 gemv_dynamic_smem[];  // every extern __shared__ array starts at this base
+    return reinterpret_cast<const uint8_t*>(gemv_dynamic_smem);
+  }
+  static __device__ __forceinline__ uint32_t u32(Addr a) {
+    const uint32_t* words = reinterpret_cast<const uint32_t*>(base()) + (a >> 2);
+    return __funnelshift_r(words[0], words[1], (a & 3u) * 8u);
+  }
+  static __device__ __forceinline__ float half(Addr a) {
+    return __half2float(__ushort_as_half(static_cast<unsigned short>(u32(a) & 0xFFFFu)));
+  }
+  static __device__ __forceinline__ uint32_t u8(Addr a) { return base()[a]; }
+  static __device__ __forceinline__ int s8(Addr a) { return reinterpret_cast<const int8_t*>(base())[a]; }
+};
+
+// The two forms of a quant decoder `Self`, from its unpack() and fields() (see the file comment).
+template <class Self>
+struct QuantForms {
+  static constexpr bool kIntDecode = true;
+  static __device__ __forceinline__ void decode(const uint8_t* blk, int part, float* q, float* scale, float* min) {
+    uint32_t codes[Self::kElems / 4];
+    Self::template unpack<AnyBytes>(blk, part, codes);
+#pragma unroll
+    for (int r = 0; r < Self::kElems / 4; ++r) bytes_to_floats(codes[r], Self::kBias, q + 4 * r);
+    Self::template fields<AnyBytes>(blk, part, scale, min);
+  }
+  // weight e = scale[g] * code(q[e]) + offset[g], scale[] already times kIntDotUnscale
+  template <class B>
+  static __device__ __forceinline__ void decode_int(typename B::Addr blk, int part, float* q, float* scale,
+                                                    float* offset) {
+    uint32_t codes[Self::kElems / 4];
+    Self::template unpack<B>(blk, part, codes);
+#pragma unroll
+    for (int r = 0; r < Self::kElems / 4; ++r) bytes_to_code_floats(codes[r], q + 4 * r);
+    float s[Self::kGroups], m[Self::kGroups];
+    Self::template fields<B>(blk, part, s, m);
+#pragma unroll
+    for (int g = 0; g < Self::kGroups; ++g) {
+      scale[g] = s[g] * kIntDotUnscale;
+      if constexpr (Self::kHasMin && Self::kBias == 0.0f) {
+        offset[g] = m[g];
+      } else if constexpr (Self::kHasMin) {
+        offset[g] = fmaf(-s[g], Self::kBias, m[g]);
+      } else {
+        offset[g] = -s[g] * Self::kBias;
+      }
+    }
+  }
+};
+
 // Q4_K / Q5_K: the 6-bit scale and min of sub-block j from the 12 packed bytes (see k4_scale_min
 // in quant_blocks.h for the packing).
-__device__ __forceinline__ void k4_scale_min(int j, const uint8_t* q, int& sc, int& m) {
+template <class B>
+__device__ __forceinline__ void k4_scale_min(int j, typename B::Addr q, int& sc, int& m) {
   if (j < 4) {
-    sc = q[j] & 63;
-    m = q[j + 4] & 63;
+    sc = B::u8(q + j) & 63;
+    m = B::u8(q + j + 4) & 63;
   } else {
-    sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
-    m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    sc = (B::u8(q + j + 4) & 0xF) | ((B::u8(q + j - 4) >> 6) << 4);
+    m = (B::u8(q + j + 4) >> 4) | ((B::u8(q + j) >> 6) << 4);
   }
 }
 
@@ -58,78 +145,103 @@ struct ClassicShape {
   static constexpr int kElems = 8;
   static constexpr int kGroups = 1;
   static constexpr bool kUnitScale = false;
-  static constexpr int kRows = 4;
+  static constexpr int kRows = 8;  // GEMV rows per CTA (bench_gemv --sweep: 8 beat 4 by 5-30% for Q4_0, Q8_0)
   static constexpr int kChunksPerLane = 2;
   static __device__ __forceinline__ int run_offset(int part, int run) { return 4 * part + 16 * run; }
 };
 
-struct DecodeQ4_0 : ClassicShape {
+struct DecodeQ4_0 : ClassicShape, QuantForms<DecodeQ4_0> {
   static constexpr DType kType = DType::Q4_0;
   static constexpr int kBlockBytes = sizeof(layout::BlockQ4_0);
   static constexpr bool kHasMin = false;
-  static __device__ __forceinline__ void decode(const uint8_t* blk, int part, float* q, float* scale, float* /*min*/) {
-    const uint32_t v = load_u32_any(blk + offsetof(layout::BlockQ4_0, qs) + 4 * part);
-    bytes_to_floats(v & kLowNibbles, 8.0f, q);
-    bytes_to_floats((v >> 4) & kLowNibbles, 8.0f, q + 4);
-    scale[0] = load_half_any(blk + offsetof(layout::BlockQ4_0, d));
+  static constexpr float kBias = 8.0f;
+  template <class B>
+  static __device__ __forceinline__ void unpack(typename B::Addr blk, int part, uint32_t* codes) {
+    const uint32_t v = B::u32(blk + offsetof(layout::BlockQ4_0, qs) + 4 * part);
+    codes[0] = v & kLowNibbles;
+    codes[1] = (v >> 4) & kLowNibbles;
+  }
+  template <class B>
+  static __device__ __forceinline__ void fields(typename B::Addr blk, int /*part*/, float* scale, float* /*min*/) {
+    scale[0] = B::half(blk + offsetof(layout::BlockQ4_0, d));
   }
 };
 
-struct DecodeQ4_1 : ClassicShape {
+struct DecodeQ4_1 : ClassicShape, QuantForms<DecodeQ4_1> {
   static constexpr DType kType = DType::Q4_1;
   static constexpr int kBlockBytes = sizeof(layout::BlockQ4_1);
   static constexpr bool kHasMin = true;
-  static __device__ __forceinline__ void decode(const uint8_t* blk, int part, float* q, float* scale, float* min) {
-    const uint32_t v = load_u32_any(blk + offsetof(layout::BlockQ4_1, qs) + 4 * part);
-    bytes_to_floats(v & kLowNibbles, 0.0f, q);
-    bytes_to_floats((v >> 4) & kLowNibbles, 0.0f, q + 4);
-    scale[0] = load_half_any(blk + offsetof(layout::BlockQ4_1, d));
-    min[0] = load_half_any(blk + offsetof(layout::BlockQ4_1, m));
+  static constexpr float kBias = 0.0f;
+  template <class B>
+  static __device__ __forceinline__ void unpack(typename B::Addr blk, int part, uint32_t* codes) {
+    const uint32_t v = B::u32(blk + offsetof(layout::BlockQ4_1, qs) + 4 * part);
+    codes[0] = v & kLowNibbles;
+    codes[1] = (v >> 4) & kLowNibbles;
+  }
+  template <class B>
+  static __device__ __forceinline__ void fields(typename B::Addr blk, int /*part*/, float* scale, float* min) {
+    scale[0] = B::half(blk + offsetof(layout::BlockQ4_1, d));
+    min[0] = B::half(blk + offsetof(layout::BlockQ4_1, m));
   }
 };
 
 // Q5_0 / Q5_1: bit j of the 32-bit qh is the 5th bit of weight j.
-template <class Block>
-__device__ __forceinline__ void decode_q5_bits(const uint8_t* blk, int part, float bias, float* q) {
-  const uint32_t v = load_u32_any(blk + offsetof(Block, qs) + 4 * part);
-  const uint32_t qh = load_u32_any(blk + offsetof(Block, qh));
+template <class B, class Block>
+__device__ __forceinline__ void unpack_q5(typename B::Addr blk, int part, uint32_t* codes) {
+  const uint32_t v = B::u32(blk + offsetof(Block, qs) + 4 * part);
+  const uint32_t qh = B::u32(blk + offsetof(Block, qh));
   const uint32_t high_lo = spread_bits_to_bytes((qh >> (4 * part)) & 0xFu) << 4;
   const uint32_t high_hi = spread_bits_to_bytes((qh >> (16 + 4 * part)) & 0xFu) << 4;
-  bytes_to_floats((v & kLowNibbles) | high_lo, bias, q);
-  bytes_to_floats(((v >> 4) & kLowNibbles) | high_hi, bias, q + 4);
+  codes[0] = (v & kLowNibbles) | high_lo;
+  codes[1] = ((v >> 4) & kLowNibbles) | high_hi;
 }
 
-struct DecodeQ5_0 : ClassicShape {
+struct DecodeQ5_0 : ClassicShape, QuantForms<DecodeQ5_0> {
   static constexpr DType kType = DType::Q5_0;
   static constexpr int kBlockBytes = sizeof(layout::BlockQ5_0);
   static constexpr bool kHasMin = false;
-  static __device__ __forceinline__ void decode(const uint8_t* blk, int part, float* q, float* scale, float* /*min*/) {
-    decode_q5_bits<layout::BlockQ5_0>(blk, part, 16.0f, q);
-    scale[0] = load_half_any(blk + offsetof(layout::BlockQ5_0, d));
+  static constexpr float kBias = 16.0f;
+  template <class B>
+  static __device__ __forceinline__ void unpack(typename B::Addr blk, int part, uint32_t* codes) {
+    unpack_q5<B, layout::BlockQ5_0>(blk, part, codes);
+  }
+  template <class B>
+  static __device__ __forceinline__ void fields(typename B::Addr blk, int /*part*/, float* scale, float* /*min*/) {
+    scale[0] = B::half(blk + offsetof(layout::BlockQ5_0, d));
   }
 };
 
-struct DecodeQ5_1 : ClassicShape {
+struct DecodeQ5_1 : ClassicShape, QuantForms<DecodeQ5_1> {
   static constexpr DType kType = DType::Q5_1;
   static constexpr int kBlockBytes = sizeof(layout::BlockQ5_1);
   static constexpr bool kHasMin = true;
-  static __device__ __forceinline__ void decode(const uint8_t* blk, int part, float* q, float* scale, float* min) {
-    decode_q5_bits<layout::BlockQ5_1>(blk, part, 0.0f, q);
-    scale[0] = load_half_any(blk + offsetof(layout::BlockQ5_1, d));
-    min[0] = load_half_any(blk + offsetof(layout::BlockQ5_1, m));
+  static constexpr float kBias = 0.0f;
+  template <class B>
+  static __device__ __forceinline__ void unpack(typename B::Addr blk, int part, uint32_t* codes) {
+    unpack_q5<B, layout::BlockQ5_1>(blk, part, codes);
+  }
+  template <class B>
+  static __device__ __forceinline__ void fields(typename B::Addr blk, int /*part*/, float* scale, float* min) {
+    scale[0] = B::half(blk + offsetof(layout::BlockQ5_1, d));
+    min[0] = B::half(blk + offsetof(layout::BlockQ5_1, m));
   }
 };
 
-struct DecodeQ8_0 : ClassicShape {
+struct DecodeQ8_0 : ClassicShape, QuantForms<DecodeQ8_0> {
   static constexpr DType kType = DType::Q8_0;
   static constexpr int kBlockBytes = sizeof(layout::BlockQ8_0);
   static constexpr bool kHasMin = false;
+  static constexpr float kBias = 128.0f;  // codes are the int8 values + 128
   static __device__ __forceinline__ int run_offset(int part, int run) { return 8 * part + 4 * run; }
-  static __device__ __forceinline__ void decode(const uint8_t* blk, int part, float* q, float* scale, float* /*min*/) {
-    const uint8_t* qs = blk + offsetof(layout::BlockQ8_0, qs) + 8 * part;
-    bytes_to_floats(load_u32_any(qs) ^ kSignFlip, 128.0f, q);
-    bytes_to_floats(load_u32_any(qs + 4) ^ kSignFlip, 128.0f, q + 4);
-    scale[0] = load_half_any(blk + offsetof(layout::BlockQ8_0, d));
+  template <class B>
+  static __device__ __forceinline__ void unpack(typename B::Addr blk, int part, uint32_t* codes) {
+    const typename B::Addr qs = blk + offsetof(layout::BlockQ8_0, qs) + 8 * part;
+    codes[0] = B::u32(qs) ^ kSignFlip;
+    codes[1] = B::u32(qs + 4) ^ kSignFlip;
+  }
+  template <class B>
+  static __device__ __forceinline__ void fields(typename B::Addr blk, int /*part*/, float* scale, float* /*min*/) {
+    scale[0] = B::half(blk + offsetof(layout::BlockQ8_0, d));
   }
 };
 
@@ -149,95 +261,115 @@ struct Q4KMap : KShape {
   static __device__ __forceinline__ int run_offset(int part, int run) {
     return 64 * (part >> 2) + 8 * (part & 3) + 32 * (run >> 1) + 4 * (run & 1);
   }
-  template <class Block>
-  static __device__ __forceinline__ void scales_mins(const uint8_t* blk, int part, float* scale, float* min) {
-    const float d = load_half_any(blk + offsetof(Block, d));
-    const float dmin = load_half_any(blk + offsetof(Block, dmin));
+  template <class B, class Block>
+  static __device__ __forceinline__ void scales_mins(typename B::Addr blk, int part, float* scale, float* min) {
+    const float d = B::half(blk + offsetof(Block, d));
+    const float dmin = B::half(blk + offsetof(Block, dmin));
     const int g = part >> 2;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       int sc = 0, m = 0;
-      k4_scale_min(2 * g + h, blk + offsetof(Block, scales), sc, m);
+      k4_scale_min<B>(2 * g + h, blk + offsetof(Block, scales), sc, m);
       scale[h] = d * static_cast<float>(sc);  // the CPU's d1 = d * sc, rounded once
       min[h] = -(dmin * static_cast<float>(m));
     }
   }
 };
 
-struct DecodeQ4_K : Q4KMap {
+struct DecodeQ4_K : Q4KMap, QuantForms<DecodeQ4_K> {
   static constexpr DType kType = DType::Q4_K;
   static constexpr int kBlockBytes = sizeof(layout::BlockQ4_K);
   static constexpr bool kHasMin = true;
-  static __device__ __forceinline__ void decode(const uint8_t* blk, int part, float* q, float* scale, float* min) {
-    const uint8_t* qs = blk + offsetof(layout::BlockQ4_K, qs) + 32 * (part >> 2) + 8 * (part & 3);
-    const uint32_t v0 = load_u32_any(qs);
-    const uint32_t v1 = load_u32_any(qs + 4);
-    bytes_to_floats(v0 & kLowNibbles, 0.0f, q);
-    bytes_to_floats(v1 & kLowNibbles, 0.0f, q + 4);
-    bytes_to_floats((v0 >> 4) & kLowNibbles, 0.0f, q + 8);
-    bytes_to_floats((v1 >> 4) & kLowNibbles, 0.0f, q + 12);
-    scales_mins<layout::BlockQ4_K>(blk, part, scale, min);
+  static constexpr float kBias = 0.0f;
+  template <class B>
+  static __device__ __forceinline__ void unpack(typename B::Addr blk, int part, uint32_t* codes) {
+    const typename B::Addr qs = blk + offsetof(layout::BlockQ4_K, qs) + 32 * (part >> 2) + 8 * (part & 3);
+    const uint32_t v0 = B::u32(qs);
+    const uint32_t v1 = B::u32(qs + 4);
+    codes[0] = v0 & kLowNibbles;
+    codes[1] = v1 & kLowNibbles;
+    codes[2] = (v0 >> 4) & kLowNibbles;
+    codes[3] = (v1 >> 4) & kLowNibbles;
+  }
+  template <class B>
+  static __device__ __forceinline__ void fields(typename B::Addr blk, int part, float* scale, float* min) {
+    scales_mins<B, layout::BlockQ4_K>(blk, part, scale, min);
   }
 };
 
-struct DecodeQ5_K : Q4KMap {
+struct DecodeQ5_K : Q4KMap, QuantForms<DecodeQ5_K> {
   static constexpr DType kType = DType::Q5_K;
   static constexpr int kBlockBytes = sizeof(layout::BlockQ5_K);
   static constexpr bool kHasMin = true;
-  static __device__ __forceinline__ void decode(const uint8_t* blk, int part, float* q, float* scale, float* min) {
+  static constexpr float kBias = 0.0f;
+  template <class B>
+  static __device__ __forceinline__ void unpack(typename B::Addr blk, int part, uint32_t* codes) {
     const int g = part >> 2;
     const int c = part & 3;
-    const uint8_t* qs = blk + offsetof(layout::BlockQ5_K, qs) + 32 * g + 8 * c;
-    const uint8_t* qh = blk + offsetof(layout::BlockQ5_K, qh) + 8 * c;
-    const uint32_t v0 = load_u32_any(qs);
-    const uint32_t v1 = load_u32_any(qs + 4);
-    const uint32_t h0 = load_u32_any(qh);
-    const uint32_t h1 = load_u32_any(qh + 4);
+    const typename B::Addr qs = blk + offsetof(layout::BlockQ5_K, qs) + 32 * g + 8 * c;
+    const typename B::Addr qh = blk + offsetof(layout::BlockQ5_K, qh) + 8 * c;
+    const uint32_t v0 = B::u32(qs);
+    const uint32_t v1 = B::u32(qs + 4);
+    const uint32_t h0 = B::u32(qh);
+    const uint32_t h1 = B::u32(qh + 4);
     // the 5th bit of sub-block s is bit s of qh[l]
-    bytes_to_floats((v0 & kLowNibbles) | (((h0 >> (2 * g)) & kLowBits) << 4), 0.0f, q);
-    bytes_to_floats((v1 & kLowNibbles) | (((h1 >> (2 * g)) & kLowBits) << 4), 0.0f, q + 4);
-    bytes_to_floats(((v0 >> 4) & kLowNibbles) | (((h0 >> (2 * g + 1)) & kLowBits) << 4), 0.0f, q + 8);
-    bytes_to_floats(((v1 >> 4) & kLowNibbles) | (((h1 >> (2 * g + 1)) & kLowBits) << 4), 0.0f, q + 12);
-    scales_mins<layout::BlockQ5_K>(blk, part, scale, min);
+    codes[0] = (v0 & kLowNibbles) | (((h0 >> (2 * g)) & kLowBits) << 4);
+    codes[1] = (v1 & kLowNibbles) | (((h1 >> (2 * g)) & kLowBits) << 4);
+    codes[2] = ((v0 >> 4) & kLowNibbles) | (((h0 >> (2 * g + 1)) & kLowBits) << 4);
+    codes[3] = ((v1 >> 4) & kLowNibbles) | (((h1 >> (2 * g + 1)) & kLowBits) << 4);
+  }
+  template <class B>
+  static __device__ __forceinline__ void fields(typename B::Addr blk, int part, float* scale, float* min) {
+    scales_mins<B, layout::BlockQ5_K>(blk, part, scale, min);
   }
 };
 
-struct DecodeQ6_K : KShape {
+struct DecodeQ6_K : KShape, QuantForms<DecodeQ6_K> {
   static constexpr DType kType = DType::Q6_K;
   static constexpr int kBlockBytes = sizeof(layout::BlockQ6_K);
   static constexpr bool kHasMin = false;
+  static constexpr float kBias = 32.0f;
   static __device__ __forceinline__ int run_offset(int part, int run) {
     // weights 128h + 32k + 8c + [0, 8) with k = kp (runs 0, 1) or kp + 2 (runs 2, 3)
     return 128 * (part >> 3) + 32 * (((part >> 2) & 1) + 2 * (run >> 1)) + 8 * (part & 3) + 4 * (run & 1);
   }
-  static __device__ __forceinline__ void decode(const uint8_t* blk, int part, float* q, float* scale, float* /*min*/) {
+  template <class B>
+  static __device__ __forceinline__ void unpack(typename B::Addr blk, int part, uint32_t* codes) {
     const int h = part >> 3;
     const int kp = (part >> 2) & 1;
     const int c = part & 3;
-    const uint8_t* ql = blk + offsetof(layout::BlockQ6_K, ql) + 64 * h + 32 * kp + 8 * c;
-    const uint8_t* qh = blk + offsetof(layout::BlockQ6_K, qh) + 32 * h + 8 * c;
-    const uint32_t l0 = load_u32_any(ql);
-    const uint32_t l1 = load_u32_any(ql + 4);
-    const uint32_t h0 = load_u32_any(qh);
-    const uint32_t h1 = load_u32_any(qh + 4);
+    const typename B::Addr ql = blk + offsetof(layout::BlockQ6_K, ql) + 64 * h + 32 * kp + 8 * c;
+    const typename B::Addr qh = blk + offsetof(layout::BlockQ6_K, qh) + 32 * h + 8 * c;
+    const uint32_t l0 = B::u32(ql);
+    const uint32_t l1 = B::u32(ql + 4);
+    const uint32_t h0 = B::u32(qh);
+    const uint32_t h1 = B::u32(qh + 4);
     // weight k takes the 2 bits at 2k of qh[l] as its bits 4..5
-    bytes_to_floats((l0 & kLowNibbles) | (((h0 >> (2 * kp)) & kLowBitPairs) << 4), 32.0f, q);
-    bytes_to_floats((l1 & kLowNibbles) | (((h1 >> (2 * kp)) & kLowBitPairs) << 4), 32.0f, q + 4);
-    bytes_to_floats(((l0 >> 4) & kLowNibbles) | (((h0 >> (2 * kp + 4)) & kLowBitPairs) << 4), 32.0f, q + 8);
-    bytes_to_floats(((l1 >> 4) & kLowNibbles) | (((h1 >> (2 * kp + 4)) & kLowBitPairs) << 4), 32.0f, q + 12);
-    const float d = load_half_any(blk + offsetof(layout::BlockQ6_K, d));
-    const int8_t* sc = reinterpret_cast<const int8_t*>(blk + offsetof(layout::BlockQ6_K, scales)) + 8 * h + c / 2;
-    scale[0] = d * static_cast<float>(sc[2 * kp]);        // the CPU's d * sc, rounded once
-    scale[1] = d * static_cast<float>(sc[2 * kp + 4]);
+    codes[0] = (l0 & kLowNibbles) | (((h0 >> (2 * kp)) & kLowBitPairs) << 4);
+    codes[1] = (l1 & kLowNibbles) | (((h1 >> (2 * kp)) & kLowBitPairs) << 4);
+    codes[2] = ((l0 >> 4) & kLowNibbles) | (((h0 >> (2 * kp + 4)) & kLowBitPairs) << 4);
+    codes[3] = ((l1 >> 4) & kLowNibbles) | (((h1 >> (2 * kp + 4)) & kLowBitPairs) << 4);
+  }
+  template <class B>
+  static __device__ __forceinline__ void fields(typename B::Addr blk, int part, float* scale, float* /*min*/) {
+    const int h = part >> 3;
+    const int kp = (part >> 2) & 1;
+    const int c = part & 3;
+    const float d = B::half(blk + offsetof(layout::BlockQ6_K, d));
+    const typename B::Addr sc = blk + offsetof(layout::BlockQ6_K, scales) + 8 * h + c / 2;
+    scale[0] = d * static_cast<float>(B::s8(sc + 2 * kp));  // the CPU's d * sc, rounded once
+    scale[1] = d * static_cast<float>(B::s8(sc + 2 * kp + 4));
   }
 };
 
-// Unquantized weights: q is the weight itself.
+// Unquantized weights: q is the weight itself. decode() reads a staged block at any byte offset;
+// decode_words() takes the block's 16 bytes as 4 words (the GEMV's direct path, rows 16-byte aligned).
 struct FloatShape {
   static constexpr int kLanesPerBlock = 1;
   static constexpr int kGroups = 1;
   static constexpr bool kUnitScale = true;
   static constexpr bool kHasMin = false;
+  static constexpr bool kIntDecode = false;
   static constexpr int kRows = 2;          // x is re-read per 2 weight bytes at most; fewer registers
   static constexpr int kChunksPerLane = 3;  // one iteration is 512 bytes: 2 per segment
   static __device__ __forceinline__ int run_offset(int /*part*/, int run) { return 4 * run; }
@@ -248,14 +380,19 @@ struct DecodeF16 : FloatShape {
   static constexpr int kBlockElems = 8;
   static constexpr int kBlockBytes = 16;
   static constexpr int kElems = 8;
-  static __device__ __forceinline__ void decode(const uint8_t* blk, int /*part*/, float* q, float* /*scale*/, float* /*min*/) {
+  static __device__ __forceinline__ void decode_words(const uint32_t* w, float* q) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      const uint32_t v = load_u32_any(blk + 4 * i);
-      const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&v));
+      const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&w[i]));
       q[2 * i] = f.x;
       q[2 * i + 1] = f.y;
     }
+  }
+  static __device__ __forceinline__ void decode(const uint8_t* blk, int /*part*/, float* q, float* /*scale*/, float* /*min*/) {
+    uint32_t w[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) w[i] = load_u32_any(blk + 4 * i);
+    decode_words(w, q);
   }
 };
 
@@ -264,13 +401,18 @@ struct DecodeBF16 : FloatShape {
   static constexpr int kBlockElems = 8;
   static constexpr int kBlockBytes = 16;
   static constexpr int kElems = 8;
-  static __device__ __forceinline__ void decode(const uint8_t* blk, int /*part*/, float* q, float* /*scale*/, float* /*min*/) {
+  static __device__ __forceinline__ void decode_words(const uint32_t* w, float* q) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const uint32_t v = load_u32_any(blk + 4 * i);  // bfloat16 is the top half of a float
-      q[2 * i] = __uint_as_float(v << 16);
-      q[2 * i + 1] = __uint_as_float(v & 0xFFFF0000u);
+    for (int i = 0; i < 4; ++i) {  // bfloat16 is the top half of a float
+      q[2 * i] = __uint_as_float(w[i] << 16);
+      q[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
     }
+  }
+  static __device__ __forceinline__ void decode(const uint8_t* blk, int /*part*/, float* q, float* /*scale*/, float* /*min*/) {
+    uint32_t w[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) w[i] = load_u32_any(blk + 4 * i);
+    decode_words(w, q);
   }
 };
 
@@ -279,6 +421,10 @@ struct DecodeF32 : FloatShape {
   static constexpr int kBlockElems = 4;
   static constexpr int kBlockBytes = 16;
   static constexpr int kElems = 4;
+  static __device__ __forceinline__ void decode_words(const uint32_t* w, float* q) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) q[i] = __uint_as_float(w[i]);
+  }
   static __device__ __forceinline__ void decode(const uint8_t* blk, int /*part*/, float* q, float* /*scale*/, float* /*min*/) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) q[i] = __uint_as_float(load_u32_any(blk + 4 * i));

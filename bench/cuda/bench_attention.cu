@@ -1,0 +1,279 @@
+// Attention benchmark on the GPU (backends/cuda/kernels/attention.h) for the Llama-2-7B heads (32
+// query / 32 KV heads) and the Llama-3-8B heads (32 / 8), head_dim 128, f16 KV cache:
+//  * decode: 1 query token (and 8 for the Llama-3 shape) over a cache of 4096 and 32768 positions,
+//    reported as GB/s of K/V bytes read and as a fraction of the device-to-device copy bandwidth
+//    measured in the same run (decode is a stream over the cache: the copy is its ceiling);
+//  * prefill: 512 and 2048 causal tokens from position 0 (and 512 after 3584 cached positions), reported as TFLOP/s (4 * head_dim FLOPs per
+//    visible (query head, key) pair: Q K^T and P V) and as a fraction of a cuBLAS f16 GEMM
+//    (8192^3, f32 accumulate) measured in the same run, a practical mma ceiling.
+//
+// Method (as bench_gemv.cu): decode rotates over enough KV caches (>= 4x the L2 size in total) that
+// no launch finds its cache in L2; the launches are captured in one CUDA graph (the decode loop's
+// launch gaps), warmed up, and the median of 30 graph launches is divided by the launches per graph.
+// Inputs are hashed values in [-1, 1): timing does not depend on them; correctness is the parity
+// test's job (tests/cuda/test_cuda_attention.cpp).
+#include <cublas_v2.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "backends/cuda/allocator.h"
+#include "backends/cuda/cuda_check.h"
+#include "backends/cuda/device_info.h"
+#include "backends/cuda/kernels/attention.h"
+#include "backends/cuda/stream.h"
+#include "gpu_accel/device.h"
+#include "gpu_accel/error.h"
+
+namespace {
+
+using namespace ga;
+using ga::cuda::CachingAllocator;
+using ga::cuda::DeviceBuffer;
+
+constexpr int kSamples = 30;
+constexpr int kWarmup = 3;
+constexpr double kGB = 1e9;
+constexpr int kHeadDim = 128;
+
+__device__ float hashed_unit(size_t i, uint32_t seed) {
+  uint32_t h = static_cast<uint32_t>(i) * 0x9E3779B1u ^ seed;
+  h ^= h >> 15;
+  h *= 0x85EBCA77u;
+  h ^= h >> 13;
+  return static_cast<float>(h & 0xFFFF) / 32768.0f - 1.0f;
+}
+
+__global__ void fill_half(__half* p, size_t n, uint32_t seed) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    p[i] = __float2half(hashed_unit(i, seed));
+  }
+}
+
+__global__ void fill_float(float* p, size_t n, uint32_t seed) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    p[i] = hashed_unit(i, seed);
+  }
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+double time_graph(cudaGraphExec_t graph, cudaStream_t stream) {
+  ga::cuda::Event start, stop;
+  for (int i = 0; i < kWarmup; ++i) GA_CUDA_CHECK(cudaGraphLaunch(graph, stream));
+  std::vector<double> ms;
+  for (int i = 0; i < kSamples; ++i) {
+    start.record(stream);
+    GA_CUDA_CHECK(cudaGraphLaunch(graph, stream));
+    stop.record(stream);
+    stop.synchronize();
+    ms.push_back(ga::cuda::Event::elapsed_ms(start, stop));
+  }
+  return median(ms);
+}
+
+template <class F>
+cudaGraphExec_t capture(cudaStream_t stream, int n, F&& launch) {
+  cudaGraph_t graph = nullptr;
+  GA_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < n; ++i) {
+    const cudaError_t status = launch(i);
+    if (status != cudaSuccess) {
+      (void)cudaStreamEndCapture(stream, &graph);
+      if (graph != nullptr) (void)cudaGraphDestroy(graph);
+      GA_CUDA_CHECK(status);
+    }
+  }
+  GA_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  cudaGraphExec_t exec = nullptr;
+  GA_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  GA_CUDA_CHECK(cudaGraphDestroy(graph));
+  return exec;
+}
+
+// Device-to-device copy bandwidth, counting the bytes read and the bytes written. Stream launches,
+// not a graph: a captured D2D memcpy node ran at ~2.7 TB/s against ~4.2 TB/s for the stream copy.
+double copy_bandwidth_gbs(CachingAllocator& alloc, cudaStream_t stream) {
+  const size_t bytes = size_t{1} << 30;
+  DeviceBuffer src(alloc, bytes), dst(alloc, bytes);
+  GA_CUDA_CHECK(cudaMemsetAsync(src.data(), 1, bytes, stream));
+  ga::cuda::Event start, stop;
+  for (int i = 0; i < 5; ++i) GA_CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), bytes, cudaMemcpyDeviceToDevice, stream));
+  std::vector<double> ms;
+  for (int i = 0; i < 20; ++i) {
+    start.record(stream);
+    GA_CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), bytes, cudaMemcpyDeviceToDevice, stream));
+    stop.record(stream);
+    stop.synchronize();
+    ms.push_back(ga::cuda::Event::elapsed_ms(start, stop));
+  }
+  return 2.0 * static_cast<double>(bytes) / (median(ms) * 1e-3) / kGB;
+}
+
+// cuBLAS f16 GEMM rate (f32 accumulate) on 8192^3: the same-run tensor-core ceiling for prefill.
+double gemm_tflops(CachingAllocator& alloc, cudaStream_t stream) {
+  const int n = 8192;
+  const size_t elems = size_t{n} * n;
+  DeviceBuffer a(alloc, elems * 2), b(alloc, elems * 2), c(alloc, elems * 4);
+  fill_half<<<1024, 256, 0, stream>>>(a.as<__half>(), elems, 1);
+  fill_half<<<1024, 256, 0, stream>>>(b.as<__half>(), elems, 2);
+  GA_CUDA_CHECK_LAUNCH();
+  cublasHandle_t handle = nullptr;
+  if (cublasCreate(&handle) != CUBLAS_STATUS_SUCCESS) return 0.0;
+  (void)cublasSetStream(handle, stream);
+  const float alpha = 1.0f, beta = 0.0f;
+  auto run = [&] {
+    return cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha, a.data(), CUDA_R_16F, n, b.data(),
+                        CUDA_R_16F, n, &beta, c.data(), CUDA_R_32F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+  };
+  for (int i = 0; i < 2; ++i) (void)run();
+  ga::cuda::Event start, stop;
+  std::vector<double> ms;
+  for (int i = 0; i < 10; ++i) {
+    start.record(stream);
+    const cublasStatus_t status = run();
+    stop.record(stream);
+    stop.synchronize();
+    if (status != CUBLAS_STATUS_SUCCESS) {
+      (void)cublasDestroy(handle);
+      return 0.0;
+    }
+    ms.push_back(ga::cuda::Event::elapsed_ms(start, stop));
+  }
+  (void)cublasDestroy(handle);
+  return 2.0 * n * double(n) * n / (median(ms) * 1e-3) / 1e12;
+}
+
+struct Heads {
+  const char* model;
+  int n_head, n_head_kv;
+};
+
+struct Row {
+  std::string what;
+  double us, rate, fraction;  // rate: GB/s (decode) or TFLOP/s (prefill)
+  bool decode;
+};
+
+// Params of one call over a cache of `capacity` positions; pointers are set by the caller.
+ga::cuda::AttentionParams params_for(const Heads& h, int n_tokens, int64_t pos0, int64_t capacity) {
+  ga::cuda::AttentionParams p;
+  p.n_tokens = n_tokens;
+  p.n_head = h.n_head;
+  p.n_head_kv = h.n_head_kv;
+  p.head_dim = kHeadDim;
+  p.q_token_stride = p.out_token_stride = int64_t{h.n_head} * kHeadDim;
+  p.kv_pos_stride = int64_t{h.n_head_kv} * kHeadDim;
+  p.pos0 = pos0;
+  p.max_kv_positions = capacity;
+  p.scale = 1.0f / std::sqrt(float(kHeadDim));
+  return p;
+}
+
+Row bench_case(CachingAllocator& alloc, cudaStream_t stream, const Heads& h, int n_tokens, int64_t kv_len,
+               bool decode, size_t l2_bytes, double copy_gbs, double gemm) {
+  const int64_t pos0 = kv_len - n_tokens;
+  ga::cuda::AttentionParams p = params_for(h, n_tokens, pos0, kv_len);
+  const size_t kv_elems = static_cast<size_t>(kv_len) * static_cast<size_t>(p.kv_pos_stride);
+  const size_t kv_bytes = 2 * kv_elems * sizeof(__half);  // K and V
+  const int n_buf = decode ? static_cast<int>(std::clamp<size_t>((4 * l2_bytes + kv_bytes - 1) / kv_bytes, 2, 32)) : 1;
+  const size_t q_elems = static_cast<size_t>(n_tokens) * static_cast<size_t>(p.q_token_stride);
+  DeviceBuffer q(alloc, q_elems * 4), out(alloc, q_elems * 4);
+  fill_float<<<256, 256, 0, stream>>>(q.as<float>(), q_elems, 3);
+  std::vector<DeviceBuffer> ks, vs;
+  for (int i = 0; i < n_buf; ++i) {
+    ks.emplace_back(alloc, kv_elems * 2);
+    vs.emplace_back(alloc, kv_elems * 2);
+    fill_half<<<1024, 256, 0, stream>>>(ks.back().as<__half>(), kv_elems, 10u + i);
+    fill_half<<<1024, 256, 0, stream>>>(vs.back().as<__half>(), kv_elems, 50u + i);
+  }
+  GA_CUDA_CHECK_LAUNCH();
+  const size_t ws_bytes = ga::cuda::attention_workspace_bytes(p);
+  DeviceBuffer ws(alloc, std::max<size_t>(ws_bytes, 16));
+  p.q = q.as<float>();
+  p.out = out.as<float>();
+  p.workspace = ws.data();
+  p.workspace_bytes = ws_bytes;
+  p.k = ks[0].as<__half>();
+  p.v = vs[0].as<__half>();
+  if (const char* why = ga::cuda::attention_unsupported_reason(p)) GA_THROW(Internal, "bench case rejected: ", why);
+  cudaGraphExec_t graph = capture(stream, n_buf, [&](int i) {
+    p.k = ks[static_cast<size_t>(i)].as<__half>();
+    p.v = vs[static_cast<size_t>(i)].as<__half>();
+    return ga::cuda::attention(p, stream);
+  });
+  const double us = time_graph(graph, stream) * 1e3 / n_buf;
+  GA_CUDA_CHECK(cudaGraphExecDestroy(graph));
+  ks.clear();
+  vs.clear();
+  alloc.release_cached();
+
+  Row r;
+  r.decode = decode;
+  r.us = us;
+  r.what = std::string(h.model) + " (" + std::to_string(h.n_head) + "/" + std::to_string(h.n_head_kv) + ") " +
+           (decode ? "decode b" + std::to_string(n_tokens) + " kv " + std::to_string(kv_len) + " (" +
+                         std::to_string(ws_bytes / (size_t(n_tokens) * h.n_head * (kHeadDim + 2) * 4)) + " splits)"
+                   : "prefill " + std::to_string(n_tokens) + (pos0 > 0 ? " at pos0 " + std::to_string(pos0) : ""));
+  if (decode) {
+    r.rate = static_cast<double>(kv_bytes) / (us * 1e-6) / kGB;
+    r.fraction = r.rate / copy_gbs;
+  } else {
+    // visible (token, key) pairs: sum over t of (pos0 + t + 1)
+    const double pairs = double(n_tokens) * double(pos0) + double(n_tokens) * (n_tokens + 1) / 2.0;
+    r.rate = 4.0 * kHeadDim * h.n_head * pairs / (us * 1e-6) / 1e12;
+    r.fraction = gemm > 0 ? r.rate / gemm : 0.0;
+  }
+  std::printf("%s: %.2f us\n", r.what.c_str(), r.us);
+  return r;
+}
+
+}  // namespace
+
+int main() try {
+  std::string reason;
+  if (ga::cuda::device_count(&reason) == 0) {
+    std::printf("SKIPPED: no CUDA device (%s)\n", reason.c_str());
+    return 0;
+  }
+  std::printf("%s\n", ga::cuda_device_summary().c_str());
+  const CudaDeviceInfo dev = ga::cuda::device_info(0);
+  CachingAllocator alloc(0);
+  ga::cuda::Stream stream(0);
+  const double copy_gbs = copy_bandwidth_gbs(alloc, stream.get());
+  const double gemm = gemm_tflops(alloc, stream.get());
+  alloc.release_cached();
+
+  const Heads llama2{"Llama-2-7B", 32, 32}, llama3{"Llama-3-8B", 32, 8};
+  std::vector<Row> rows;
+  for (const Heads& h : {llama2, llama3}) {
+    for (int64_t kv : {4096, 32768}) rows.push_back(bench_case(alloc, stream.get(), h, 1, kv, true, dev.l2_bytes, copy_gbs, gemm));
+  }
+  rows.push_back(bench_case(alloc, stream.get(), llama3, 8, 32768, true, dev.l2_bytes, copy_gbs, gemm));
+  for (const Heads& h : {llama2, llama3}) {
+    for (int t : {512, 2048}) rows.push_back(bench_case(alloc, stream.get(), h, t, t, false, dev.l2_bytes, copy_gbs, gemm));
+  }
+  // a prompt continuing a cache (chunked prefill): 512 tokens after 3584 cached positions
+  rows.push_back(bench_case(alloc, stream.get(), llama3, 512, 4096, false, dev.l2_bytes, copy_gbs, gemm));
+  GA_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
+
+  std::printf("\nAttention, head_dim %d, f16 KV; device-to-device copy (read + write): %.0f GB/s; cuBLAS f16 GEMM "
+              "8192^3: %.0f TFLOP/s\n\n", kHeadDim, copy_gbs, gemm);
+  std::printf("| case | time us | rate | of same-run ceiling |\n|---|---:|---:|---:|\n");
+  for (const Row& r : rows) {
+    std::printf(r.decode ? "| %s | %.2f | %.0f GB/s | %.0f%% of copy |\n" : "| %s | %.2f | %.1f TFLOP/s | %.0f%% of GEMM |\n",
+                r.what.c_str(), r.us, r.rate, 100.0 * r.fraction);
+  }
+  return 0;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "ga_bench_attention: %s\n", e.what());
+  return 1;
+}

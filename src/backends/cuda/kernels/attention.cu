@@ -1,0 +1,121 @@
+// attention(): validates AttentionParams once, sizes the split-KV workspace and dispatches on
+// head_dim to the decode (n_tokens <= 8, attention_decode.cu) or prefill (attention_prefill.cu)
+// kernels. The kernel files hold the design notes; attention_impl.cuh the split policy.
+#include <cmath>
+
+#include "backends/cuda/kernels/attention.h"
+#include "backends/cuda/kernels/attention_impl.cuh"
+
+namespace ga::cuda {
+namespace {
+
+// SMs of the current device (the decode grid is sized to fill them). A failed query falls back to
+// the H100/H200 count so the workspace size and the launch still agree.
+int current_sm_count() {
+  int device = 0, sms = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || sms <= 0) {
+    (void)cudaGetLastError();
+    return 132;
+  }
+  return sms;
+}
+
+// The longest cache a call may see: the capacity when pos0 is read on the device, else the real length.
+int64_t kv_len_bound(const AttentionParams& p, bool for_workspace) {
+  if (p.pos0_device != nullptr || for_workspace) return std::max<int64_t>(p.max_kv_positions, p.pos0 + p.n_tokens);
+  return p.pos0 + p.n_tokens;
+}
+
+// Decode CTAs the device holds at once: the split count fills exactly this (attention_impl.cuh).
+int resident_decode_ctas(int head_dim) {
+  int per_sm = 1;
+  (void)detail::visit_head_dim(head_dim, [&](auto hd) {
+    per_sm = detail::decode_ctas_per_sm<decltype(hd)::value>();
+    return cudaSuccess;
+  });
+  return per_sm * current_sm_count();
+}
+
+bool aligned(const void* ptr, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(ptr) % bytes == 0; }
+
+}  // namespace
+
+const char* attention_unsupported_reason(const AttentionParams& p) {
+  if (p.q == nullptr || p.k == nullptr || p.v == nullptr || p.out == nullptr) {
+    return "q, k, v and out must be device pointers, not null";
+  }
+  if (p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256) {
+    return "head_dim not supported by the CUDA attention (supported: 64, 128, 256)";
+  }
+  if (p.n_tokens < 1 || p.n_head < 1 || p.n_head_kv < 1) return "n_tokens, n_head and n_head_kv must be positive";
+  if (p.n_head % p.n_head_kv != 0) return "n_head must be a multiple of n_head_kv (grouped-query attention)";
+  if (p.n_head_kv > 65535) return "n_head_kv above 65535 (a grid dimension)";
+  if (int64_t{p.n_tokens} * p.n_head > (int64_t{1} << 30)) return "n_tokens * n_head above 2^30";
+  if (p.pos0_device == nullptr && p.pos0 < 0) return "pos0 must be >= 0";
+  if (p.max_kv_positions > (int64_t{1} << 31) - 1) return "max_kv_positions above 2^31 - 1";
+  if (p.pos0_device == nullptr ? p.max_kv_positions < p.pos0 + p.n_tokens : p.max_kv_positions < p.n_tokens) {
+    return "max_kv_positions (the cache capacity) must be >= pos0 + n_tokens";
+  }
+  if (!aligned(p.k, 16) || !aligned(p.v, 16) || p.kv_pos_stride % 8 != 0) {
+    return "k and v must be 16-byte aligned with kv_pos_stride a multiple of 8 halves (16-byte copies)";
+  }
+  if (p.kv_pos_stride < int64_t{p.n_head_kv} * p.head_dim) return "kv_pos_stride is smaller than n_head_kv * head_dim";
+  if (!aligned(p.q, 8) || !aligned(p.out, 8) || p.q_token_stride % 2 != 0 || p.out_token_stride % 2 != 0) {
+    return "q and out must be 8-byte aligned with even token strides (float2 accesses)";
+  }
+  if (p.n_tokens > 1 && (p.q_token_stride < int64_t{p.n_head} * p.head_dim ||
+                         p.out_token_stride < int64_t{p.n_head} * p.head_dim)) {
+    return "q_token_stride or out_token_stride is smaller than n_head * head_dim";
+  }
+  if (!std::isfinite(p.scale)) return "scale must be finite";
+  const size_t ws = attention_workspace_bytes(p);
+  if (ws > 0 && (p.workspace == nullptr || p.workspace_bytes < ws)) {
+    return "workspace is smaller than attention_workspace_bytes(params) (the split-KV partials)";
+  }
+  if (ws > 0 && !aligned(p.workspace, 16)) return "workspace must be 16-byte aligned";
+  return nullptr;
+}
+
+size_t attention_workspace_bytes(const AttentionParams& p) {
+  if (p.n_tokens < 1 || p.n_head_kv < 1 || p.n_head % p.n_head_kv != 0 || !detail::attention_uses_decode(p)) return 0;
+  return detail::decode_workspace_bytes(p,
+                                        detail::decode_splits(p, kv_len_bound(p, true), resident_decode_ctas(p.head_dim)));
+}
+
+cudaError_t attention(const AttentionParams& p, cudaStream_t stream) {
+  if (attention_unsupported_reason(p) != nullptr) return cudaErrorInvalidValue;
+  detail::AttnArgs a{};
+  a.q = p.q;
+  a.q_stride = p.q_token_stride;
+  a.k = p.k;
+  a.v = p.v;
+  a.kv_stride = p.kv_pos_stride;
+  a.out = p.out;
+  a.out_stride = p.out_token_stride;
+  a.n_tokens = p.n_tokens;
+  a.n_head = p.n_head;
+  a.n_head_kv = p.n_head_kv;
+  a.group = p.n_head / p.n_head_kv;
+  a.pos0 = p.pos0;
+  a.pos0_device = p.pos0_device;
+  a.max_kv = p.max_kv_positions;
+  a.q_scale = p.scale * detail::kLog2e;
+  a.n_splits = 1;
+  const bool decode = detail::attention_uses_decode(p);
+  if (decode) {
+    a.n_splits = detail::decode_splits(p, kv_len_bound(p, false), resident_decode_ctas(p.head_dim));
+    if (a.n_splits > 1) {  // [n_splits][rows][head_dim] accumulators, then [n_splits][rows][2] max/sum
+      a.ws_o = static_cast<float*>(p.workspace);
+      a.ws_ml = a.ws_o + static_cast<size_t>(a.n_splits) * p.n_tokens * p.n_head * p.head_dim;
+    }
+  }
+  const int row_tiles = detail::decode_row_tiles(p);
+  return detail::visit_head_dim(p.head_dim, [&](auto hd) {
+    constexpr int HD = decltype(hd)::value;
+    return decode ? detail::launch_attention_decode<HD>(a, row_tiles, stream)
+                  : detail::launch_attention_prefill<HD>(a, stream);
+  });
+}
+
+}  // namespace ga::cuda

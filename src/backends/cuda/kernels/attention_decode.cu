@@ -1,0 +1,226 @@
+// Decode attention (n_tokens 1..8, the hot path of generation): split-KV flash-decoding.
+//
+// Decode reads the whole KV cache to produce a handful of rows, so it is bound by memory bandwidth
+// and by how many SMs stream the cache at once. Grid: (splits, n_head_kv, row tiles of 16). A CTA
+// takes one chunk of the KV range of one KV head and ALL the (token, query head) rows of that head's
+// GQA group (rows r = t * G + g; more than 16 rows take more row tiles, which re-read the chunk from
+// L2), so each KV byte comes from DRAM once per KV head. The chunk is staged into shared memory with
+// 16-byte cp.async copies, double-buffered, and the 4 warps split each 64-key tile (16 keys each):
+// every warp keeps its own online-softmax state for the 16 rows, and at the end the 4 states are
+// merged through shared memory. With one split the CTA writes the normalized output; otherwise it
+// writes its partial (output accumulators, max, sum) to the workspace and attention_merge_kernel
+// combines the splits by log-sum-exp.
+//
+// Tensor cores (mma.sync) do the products even for a single row: a 16-row mma wastes 15/16 of its
+// work at G * n_tokens = 1, but it still runs far below the rate the memory can feed, and it keeps
+// GQA groups of 4-8 heads x 8 tokens (32-64 rows) off the FP32 pipes.
+//
+// The split count comes from the cache capacity (attention_impl.cuh); each CTA computes its chunk
+// from the pos0 it reads at run time (device pos0 for graph replay). Chunks are rounded to whole
+// warp slices (16 keys), so trailing splits may be empty: they write max -inf (weight 0 in the
+// merge) and zero accumulators. The split count fills exactly one wave of resident CTAs (the
+// occupancy calculator's count), so no half-empty second wave doubles the time.
+#include "backends/cuda/kernels/attention_impl.cuh"
+
+namespace ga::cuda::detail {
+
+// 3 CTAs per SM for head_dim <= 128 (registers capped at 170): more cache bytes in flight per SM.
+template <int HD>
+__global__ void __launch_bounds__(kAttnThreads, HD <= 128 ? 3 : 1) attention_decode_kernel(const AttnArgs a) {
+  extern __shared__ __align__(16) unsigned char attn_smem[];
+  constexpr int kTileHalves = kAttnTileKeys * smem_row_halves<HD>();
+  constexpr int kKeysPerWarp = kAttnTileKeys / kAttnWarps;
+  __half* const smem = reinterpret_cast<__half*>(attn_smem);  // [K stages][V stages] of [64][HD + 8]
+
+  const int split = static_cast<int>(blockIdx.x);
+  const int kv_head = static_cast<int>(blockIdx.y);
+  const int row_tile = static_cast<int>(blockIdx.z);
+  const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
+  const int g = lane / 4, c = lane % 4;
+  const int64_t pos0 = attn_pos0(a);
+  const int64_t kv_len = pos0 + a.n_tokens;
+  const int rows = a.n_tokens * a.group;
+  const int64_t rows_total = int64_t{a.n_tokens} * a.n_head;  // workspace rows: t * n_head + head
+
+  int64_t chunk = (kv_len + a.n_splits - 1) / a.n_splits;
+  chunk = (chunk + kSplitKeyGranule - 1) / kSplitKeyGranule * kSplitKeyGranule;
+  const int64_t begin = int64_t{split} * chunk;
+  const int64_t end = min(begin + chunk, kv_len);
+
+  const int tile_row0 = row_tile * kMmaRows;
+  if (begin >= kv_len) {  // an empty trailing split: max -inf, sum 0 and zero accumulators
+    for (int idx = static_cast<int>(threadIdx.x); idx < kMmaRows * HD; idx += kAttnThreads) {
+      const int r = tile_row0 + idx / HD, d = idx % HD;
+      if (r >= rows) break;
+      const int64_t ws_row = int64_t{split} * rows_total + int64_t{r / a.group} * a.n_head + kv_head * a.group +
+                             r % a.group;
+      a.ws_o[ws_row * HD + d] = 0.0f;
+      if (d == 0) {
+        a.ws_ml[2 * ws_row] = -INFINITY;
+        a.ws_ml[2 * ws_row + 1] = 0.0f;
+      }
+    }
+    return;
+  }
+
+  int64_t lim[2];
+  const float* q_row[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int r = tile_row0 + g + 8 * i;
+    const bool valid = r < rows;
+    const int t = r / a.group;
+    const int head = kv_head * a.group + r % a.group;
+    lim[i] = valid ? min(pos0 + t, end - 1) : -1;
+    q_row[i] = valid ? a.q + t * a.q_stride + int64_t{head} * HD : nullptr;
+  }
+  const int64_t min_lim = min(pos0 + tile_row0 / a.group, end - 1);  // the smallest limit of a valid row
+
+  // The first tile's copies go out before the q loads, whose latency they then hide.
+  const __half* k_head = a.k + int64_t{kv_head} * HD;
+  const __half* v_head = a.v + int64_t{kv_head} * HD;
+  const int n_tiles = static_cast<int>((end - begin + kAttnTileKeys - 1) / kAttnTileKeys);
+  stage_kv_tile<HD>(smem, smem + kAttnStages * kTileHalves, k_head, v_head, a.kv_stride, begin, end);
+  cp_async_commit();
+  uint32_t qf[HD / 16][4];
+  load_q_fragments<HD>(qf, q_row[0], q_row[1], a.q_scale);
+  WarpRows<HD> st;
+  st.init();
+  for (int i = 0; i < n_tiles; ++i) {
+    if (i + 1 < n_tiles) {
+      const int next = (i + 1) % kAttnStages;
+      stage_kv_tile<HD>(smem + next * kTileHalves, smem + (kAttnStages + next) * kTileHalves, k_head, v_head,
+                        a.kv_stride, begin + int64_t{i + 1} * kAttnTileKeys, end);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    const int64_t key0 = begin + int64_t{i} * kAttnTileKeys + warp * kKeysPerWarp;
+    if (key0 < end) {  // a slice wholly past the chunk would be fully masked: skip it
+      const int cur = i % kAttnStages;
+      const int slice = cur * kTileHalves + warp * kKeysPerWarp * smem_row_halves<HD>();
+      warp_flash_step<HD, kKeysPerWarp>(st, qf, smem + slice, smem + kAttnStages * kTileHalves + slice, key0, lim,
+                                        key0 + kKeysPerWarp - 1 > min_lim);
+    }
+    __syncthreads();
+  }
+  reduce_row_sums<HD>(st);
+
+  // Merge the 4 warps' states through shared memory (the K/V stages are free now).
+  float* const sm_acc = reinterpret_cast<float*>(attn_smem);  // [warps][16 rows][HD]
+  float* const sm_m = sm_acc + kAttnWarps * kMmaRows * HD;    // [warps][16 rows]
+  float* const sm_l = sm_m + kAttnWarps * kMmaRows;           // [warps][16 rows]
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int row = g + 8 * i;
+    float* dst = sm_acc + (warp * kMmaRows + row) * HD;
+#pragma unroll
+    for (int j = 0; j < HD / 8; ++j) {
+      *reinterpret_cast<float2*>(dst + j * 8 + 2 * c) = make_float2(st.acc[j][2 * i], st.acc[j][2 * i + 1]);
+    }
+    if (c == 0) {
+      sm_m[warp * kMmaRows + row] = st.m[i];
+      sm_l[warp * kMmaRows + row] = st.l[i];
+    }
+  }
+  __syncthreads();
+  for (int idx = static_cast<int>(threadIdx.x); idx < kMmaRows * HD; idx += kAttnThreads) {
+    const int row = idx / HD, d = idx % HD;
+    const int r = tile_row0 + row;
+    if (r >= rows) break;  // rows ascend with idx
+    float m = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kAttnWarps; ++w) m = fmaxf(m, sm_m[w * kMmaRows + row]);
+    float l = 0.0f, o = 0.0f;
+    if (m != -INFINITY) {
+#pragma unroll
+      for (int w = 0; w < kAttnWarps; ++w) {
+        const float weight = exp2f(sm_m[w * kMmaRows + row] - m);
+        l += weight * sm_l[w * kMmaRows + row];
+        o += weight * sm_acc[(w * kMmaRows + row) * HD + d];
+      }
+    }
+    const int t = r / a.group;
+    const int head = kv_head * a.group + r % a.group;
+    if (a.n_splits == 1) {
+      a.out[t * a.out_stride + int64_t{head} * HD + d] = o / l;  // one split saw key 0: l > 0
+    } else {
+      const int64_t ws_row = int64_t{split} * rows_total + int64_t{t} * a.n_head + head;
+      a.ws_o[ws_row * HD + d] = o;
+      if (d == 0) {
+        a.ws_ml[2 * ws_row] = m;
+        a.ws_ml[2 * ws_row + 1] = l;
+      }
+    }
+  }
+}
+
+// out[t][head] = sum_s 2^(m_s - M) o_s / sum_s 2^(m_s - M) l_s over the splits (a split that saw no
+// key of the row has m_s = -inf, weight 0 and zero accumulators). Grid: n_tokens * n_head blocks of
+// HD threads (one per output element). The (max, sum) pairs of all splits are read in one parallel
+// pass into shared memory and the accumulator loads carry no branch, so the loads of many splits are
+// in flight together: a loop of dependent loads over ~50 splits cost ~10 us, more than the cache read.
+template <int HD>
+__global__ void __launch_bounds__(HD) attention_merge_kernel(const AttnArgs a) {
+  __shared__ float sm_weight[kMaxSplits];
+  __shared__ float sm_sum[kMaxSplits];
+  const int64_t row = blockIdx.x;  // t * n_head + head
+  const int64_t rows_total = int64_t{a.n_tokens} * a.n_head;
+  const int d = static_cast<int>(threadIdx.x);
+  for (int s = d; s < a.n_splits; s += HD) {
+    sm_weight[s] = a.ws_ml[2 * (s * rows_total + row)];  // the split's max, for now
+    sm_sum[s] = a.ws_ml[2 * (s * rows_total + row) + 1];
+  }
+  __syncthreads();
+  float m = -INFINITY;
+  for (int s = 0; s < a.n_splits; ++s) m = fmaxf(m, sm_weight[s]);  // finite: split 0 saw key 0
+  __syncthreads();
+  for (int s = d; s < a.n_splits; s += HD) sm_weight[s] = exp2f(sm_weight[s] - m);
+  __syncthreads();
+  float l = 0.0f, o = 0.0f;
+#pragma unroll 8
+  for (int s = 0; s < a.n_splits; ++s) {
+    l += sm_weight[s] * sm_sum[s];
+    o += sm_weight[s] * a.ws_o[(s * rows_total + row) * HD + d];
+  }
+  const int64_t t = row / a.n_head, head = row % a.n_head;
+  a.out[t * a.out_stride + head * HD + d] = o / l;
+}
+
+template <int HD>
+cudaError_t launch_attention_decode(const AttnArgs& a, int row_tiles, cudaStream_t stream) {
+  constexpr size_t smem = attn_smem_bytes<HD>();
+  static_assert(smem >= (kAttnWarps * kMmaRows * (HD + 2)) * sizeof(float), "the warp merge reuses the stages");
+  cudaError_t status = set_attention_smem(attention_decode_kernel<HD>, smem);
+  if (status != cudaSuccess) return status;
+  const dim3 grid(static_cast<unsigned>(a.n_splits), static_cast<unsigned>(a.n_head_kv), static_cast<unsigned>(row_tiles));
+  attention_decode_kernel<HD><<<grid, kAttnThreads, smem, stream>>>(a);
+  status = cudaGetLastError();
+  if (status != cudaSuccess || a.n_splits == 1) return status;
+  attention_merge_kernel<HD><<<static_cast<unsigned>(a.n_tokens * a.n_head), HD, 0, stream>>>(a);
+  return cudaGetLastError();
+}
+
+template <int HD>
+int decode_ctas_per_sm() {
+  constexpr size_t smem = attn_smem_bytes<HD>();
+  int n = 0;
+  if (set_attention_smem(attention_decode_kernel<HD>, smem) != cudaSuccess ||
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, attention_decode_kernel<HD>, kAttnThreads, smem) != cudaSuccess ||
+      n < 1) {
+    (void)cudaGetLastError();
+    return 1;
+  }
+  return n;
+}
+
+template int decode_ctas_per_sm<64>();
+template int decode_ctas_per_sm<128>();
+template int decode_ctas_per_sm<256>();
+template cudaError_t launch_attention_decode<64>(const AttnArgs&, int, cudaStream_t);
+template cudaError_t launch_attention_decode<128>(const AttnArgs&, int, cudaStream_t);
+template cudaError_t launch_attention_decode<256>(const AttnArgs&, int, cudaStream_t);
+
+}  // namespace ga::cuda::detail

@@ -1,0 +1,270 @@
+// The building blocks shared by the decode and prefill attention kernels (attention_decode.cu,
+// attention_prefill.cu): the PTX wrappers (cp.async, ldmatrix, mma.sync m16n8k16), the staging of a
+// K/V tile into shared memory, and the per-warp step of flash attention on one tile.
+//
+// Why one warp step for both paths: both kernels are "16 query rows of one warp against a run of
+// keys in shared memory, with an online softmax"; they differ only in how a CTA divides work among
+// its warps (prefill: each warp owns 16 rows and walks every key; decode: the warps share 16 rows
+// and split each tile's keys, then merge). A query "row" is one (token, query head) pair of a GQA
+// group: rows r = t * G + g for G = n_head / n_head_kv, so one K/V tile in shared memory serves every
+// query head of its KV head (each KV byte is read once per KV head, not once per query head).
+//
+// Numerics: q is converted to f16 when its fragments are built, pre-multiplied by scale * log2(e) so
+// the softmax runs on exp2; scores, the running max/sum and the output accumulators are f32; the
+// probabilities are rounded to f16 for the P V product (the FlashAttention-2 recipe). Masked scores
+// are replaced (never added) by -inf, and K/V rows past the valid range are zero-filled, so a NaN or
+// garbage beyond the cache's valid length can never reach the output.
+#pragma once
+
+#include <cuda_fp16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace ga::cuda::detail {
+
+inline constexpr float kLog2e = 1.4426950408889634f;
+inline constexpr int kAttnWarps = 4;                 // warps per CTA for both kernels
+inline constexpr int kAttnThreads = kAttnWarps * 32;
+inline constexpr int kAttnTileKeys = 64;             // keys per shared-memory stage
+inline constexpr int kAttnStages = 2;                // cp.async double buffering
+inline constexpr int kMmaRows = 16;                  // query rows per warp (the mma M)
+
+// Halves between two keys of a shared-memory tile: one row of head_dim plus 16 bytes, so the eight
+// row addresses of an ldmatrix land in eight different bank groups.
+template <int HD>
+__host__ __device__ constexpr int smem_row_halves() { return HD + 8; }
+
+// Dynamic shared memory of one CTA: K and V stages (the decode merge reuses it, and fits).
+template <int HD>
+constexpr size_t attn_smem_bytes() {
+  return size_t{2} * kAttnStages * kAttnTileKeys * smem_row_halves<HD>() * sizeof(__half);
+}
+
+// What the kernels receive: validated AttentionParams with the group size spelled out.
+struct AttnArgs {
+  const float* q;
+  int64_t q_stride;
+  const __half* k;
+  const __half* v;
+  int64_t kv_stride;
+  float* out;
+  int64_t out_stride;
+  int n_tokens, n_head, n_head_kv, group;  // group = n_head / n_head_kv
+  int64_t pos0;
+  const int32_t* pos0_device;
+  int64_t max_kv;       // cache capacity (>= n_tokens): a device pos0 is clamped so reads stay inside
+  float q_scale;        // scale * log2(e)
+  int n_splits;         // decode only: CTAs along the KV range per (KV head, row tile)
+  float* ws_o;          // decode, n_splits > 1: [n_splits][n_tokens * n_head][head_dim]
+  float* ws_ml;         // decode, n_splits > 1: [n_splits][n_tokens * n_head][2] (max in log2 units, sum)
+};
+
+// The position of query token 0. A device pos0 cannot be validated on the host (the graph replays
+// it), so it is clamped to [0, max_kv - n_tokens]: a bad value gives a wrong answer, never a fault.
+__device__ __forceinline__ int64_t attn_pos0(const AttnArgs& a) {
+  if (a.pos0_device == nullptr) return a.pos0;
+  const int64_t p = *a.pos0_device;
+  return p < 0 ? 0 : (p > a.max_kv - a.n_tokens ? a.max_kv - a.n_tokens : p);
+}
+
+// ---- PTX wrappers (sm_80+) ----
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16-byte global -> shared copy; src_bytes 0 writes zeros (used for rows past the valid range).
+__device__ __forceinline__ void cp_async_16(void* dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+
+// d[16x8] += a[16x16] * b[16x8], f16 inputs, f32 accumulators.
+__device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
+  const __half2 h = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+
+// ---- staging ----
+
+// Copies keys [tile_start, tile_start + kAttnTileKeys) of one KV head into shared memory
+// ([kAttnTileKeys][smem_row_halves] for K, then the same for V); keys at or past valid_end become
+// zeros. All kAttnThreads threads take part; the caller commits the group.
+template <int HD>
+__device__ __forceinline__ void stage_kv_tile(__half* sk, __half* sv, const __half* k_head, const __half* v_head,
+                                              int64_t kv_stride, int64_t tile_start, int64_t valid_end) {
+  constexpr int kChunksPerKey = HD / 8;  // 16-byte chunks
+  constexpr int kChunks = kAttnTileKeys * kChunksPerKey;
+  static_assert(kChunks % kAttnThreads == 0, "every thread copies the same number of chunks");
+#pragma unroll
+  for (int i = 0; i < kChunks / kAttnThreads; ++i) {
+    const int chunk = i * kAttnThreads + static_cast<int>(threadIdx.x);
+    const int key = chunk / kChunksPerKey;
+    const int col = (chunk % kChunksPerKey) * 8;
+    const int64_t pos = tile_start + key;
+    const bool valid = pos < valid_end;
+    const int64_t offset = valid ? pos * kv_stride + col : 0;  // a valid address even when zero-filling
+    const int smem_off = key * smem_row_halves<HD>() + col;
+    cp_async_16(sk + smem_off, k_head + offset, valid ? 16 : 0);
+    cp_async_16(sv + smem_off, v_head + offset, valid ? 16 : 0);
+  }
+}
+
+// ---- the per-warp flash-attention step ----
+
+// A warp's running state for its 16 rows: thread (g = lane / 4, c = lane % 4) holds rows g and g + 8.
+template <int HD>
+struct WarpRows {
+  float m[2];             // running max (log2 units), -inf before any visible key
+  float l[2];             // this thread's share of the running sum (quad-reduced at the end)
+  float acc[HD / 8][4];   // [dim tile][c0 c1 (row g, dims 2c, 2c+1) c2 c3 (row g + 8)]
+
+  __device__ __forceinline__ void init() {
+    m[0] = m[1] = -INFINITY;
+    l[0] = l[1] = 0.0f;
+#pragma unroll
+    for (int j = 0; j < HD / 8; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+  }
+};
+
+// q fragments of one warp's 16 rows ([HD / 16] k-steps of the mma A operand), pre-scaled, f16.
+// row_q[0 / 1]: the q row of rows g and g + 8, or null for padding rows (zeros).
+template <int HD>
+__device__ __forceinline__ void load_q_fragments(uint32_t (&qf)[HD / 16][4], const float* row_q0, const float* row_q1,
+                                                 float q_scale) {
+  const int c = threadIdx.x % 4;
+#pragma unroll
+  for (int kk = 0; kk < HD / 16; ++kk) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {  // dims kk*16 + 2c (+8 for half 1)
+      const int d = kk * 16 + half * 8 + 2 * c;
+      const float2 x0 = row_q0 ? *reinterpret_cast<const float2*>(row_q0 + d) : make_float2(0.0f, 0.0f);
+      const float2 x1 = row_q1 ? *reinterpret_cast<const float2*>(row_q1 + d) : make_float2(0.0f, 0.0f);
+      qf[kk][half * 2 + 0] = pack_half2(x0.x * q_scale, x0.y * q_scale);
+      qf[kk][half * 2 + 1] = pack_half2(x1.x * q_scale, x1.y * q_scale);
+    }
+  }
+}
+
+// One flash step: the warp's 16 rows against NK keys in shared memory (sk, sv point at the first
+// key; rows of smem_row_halves<HD>). key0 is the position of the first key; a key at position j is
+// visible to row g (g + 8) when j <= lim[0] (lim[1]); masking is skipped when need_mask is false.
+template <int HD, int NK>
+__device__ __forceinline__ void warp_flash_step(WarpRows<HD>& st, const uint32_t (&qf)[HD / 16][4],
+                                                const __half* sk, const __half* sv, int64_t key0,
+                                                const int64_t (&lim)[2], bool need_mask) {
+  static_assert(NK % 16 == 0, "keys come in mma k-steps of 16");
+  constexpr int kRow = smem_row_halves<HD>();
+  const int lane = threadIdx.x % 32;
+  const int c = lane % 4;
+
+  // S = Q K^T: [16 rows][NK keys] as NK/8 accumulator tiles of 16x8.
+  float s[NK / 8][4];
+#pragma unroll
+  for (int j = 0; j < NK / 8; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+#pragma unroll
+  for (int kk = 0; kk < HD / 16; ++kk) {
+#pragma unroll
+    for (int j = 0; j < NK / 16; ++j) {
+      // matrices: keys +0..7 / dims +0..7, keys +0..7 / dims +8..15, keys +8..15 / dims +0..7, +8..15 / +8..15
+      const int key = j * 16 + (lane / 16) * 8 + (lane % 8);
+      const int dim = kk * 16 + ((lane / 8) % 2) * 8;
+      uint32_t b[4];
+      ldmatrix_x4(b, sk + key * kRow + dim);
+      mma_16816(s[2 * j], qf[kk], b[0], b[1]);
+      mma_16816(s[2 * j + 1], qf[kk], b[2], b[3]);
+    }
+  }
+
+  if (need_mask) {
+#pragma unroll
+    for (int j = 0; j < NK / 8; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int64_t pos = key0 + j * 8 + 2 * c + (e & 1);
+        if (pos > lim[e / 2]) s[j][e] = -INFINITY;
+      }
+    }
+  }
+
+  // Online softmax, per row: the quad (4 lanes with the same g) shares a row.
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float tile_max = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < NK / 8; ++j) tile_max = fmaxf(tile_max, fmaxf(s[j][2 * r], s[j][2 * r + 1]));
+    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
+    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
+    const float m_new = fmaxf(st.m[r], tile_max);
+    const float base = m_new == -INFINITY ? 0.0f : m_new;  // a fully masked row stays at p = 0, no NaN
+    const float correction = exp2f(st.m[r] - base);
+    st.m[r] = m_new;
+    float sum = 0.0f;
+#pragma unroll
+    for (int j = 0; j < NK / 8; ++j) {
+      s[j][2 * r] = exp2f(s[j][2 * r] - base);
+      s[j][2 * r + 1] = exp2f(s[j][2 * r + 1] - base);
+      sum += s[j][2 * r] + s[j][2 * r + 1];
+    }
+    st.l[r] = st.l[r] * correction + sum;
+#pragma unroll
+    for (int j = 0; j < HD / 8; ++j) {
+      st.acc[j][2 * r] *= correction;
+      st.acc[j][2 * r + 1] *= correction;
+    }
+  }
+
+  // O += P V: P [16][NK] as the A operand (f16), V [NK][HD] through ldmatrix.trans.
+#pragma unroll
+  for (int kk = 0; kk < NK / 16; ++kk) {
+    uint32_t a[4];
+    a[0] = pack_half2(s[2 * kk][0], s[2 * kk][1]);
+    a[1] = pack_half2(s[2 * kk][2], s[2 * kk][3]);
+    a[2] = pack_half2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+    a[3] = pack_half2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#pragma unroll
+    for (int jd = 0; jd < HD / 16; ++jd) {
+      // matrices: keys +0..7 / dims +0..7, keys +8..15 / dims +0..7, keys +0..7 / dims +8..15, +8..15 / +8..15
+      const int key = kk * 16 + ((lane / 8) % 2) * 8 + (lane % 8);
+      const int dim = jd * 16 + (lane / 16) * 8;
+      uint32_t b[4];
+      ldmatrix_x4_trans(b, sv + key * kRow + dim);
+      mma_16816(st.acc[2 * jd], a, b[0], b[1]);
+      mma_16816(st.acc[2 * jd + 1], a, b[2], b[3]);
+    }
+  }
+}
+
+// The full row sums once the keys are done (each thread held a quarter of its rows' columns).
+template <int HD>
+__device__ __forceinline__ void reduce_row_sums(WarpRows<HD>& st) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    st.l[r] += __shfl_xor_sync(0xffffffffu, st.l[r], 1);
+    st.l[r] += __shfl_xor_sync(0xffffffffu, st.l[r], 2);
+  }
+}
+
+}  // namespace ga::cuda::detail

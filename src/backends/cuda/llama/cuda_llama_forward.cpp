@@ -1,0 +1,302 @@
+// CudaLlamaForward: construction (fit check, upload, allocation) and evaluation (see the header).
+//
+// Why the step is enqueued the way it is:
+//  * The residual stream `resid_` is only ever updated by the fused residual+RMSNorm kernel: a
+//    block's output (tmp_) is added to the stream by the *next* norm, so each sub-layer boundary is
+//    one kernel and one pass over [n][n_embd].
+//  * Everything a step reads from the host (token ids, positions) is in device buffers, so the
+//    one-token step is position-independent and captured once as a CUDA graph (decode_with_graph);
+//    prefill steps (any n) are enqueued directly because their shapes vary and cuBLAS picks kernels
+//    per shape.
+//  * The prefill of quantized weights dequantizes each matrix into one f16 scratch and runs a
+//    cuBLAS GEMM on it (first version: simple and tensor-core fast, at the price of writing the
+//    matrix once in f16 per step; a fused quantized GEMM is the next step).
+#include "backends/cuda/llama/cuda_llama_forward.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "backends/cuda/cuda_check.h"
+#include "backends/cuda/device_info.h"
+#include "backends/cuda/kernels/attention.h"
+#include "backends/cuda/kernels/gemv.h"
+#include "backends/cuda/kernels/ops.h"
+#include "backends/cuda/llama/llama_kernels.h"
+#include "gpu_accel/error.h"
+
+#ifndef GA_CUDA_ARCHS_STR
+#define GA_CUDA_ARCHS_STR "?"
+#endif
+
+namespace ga::cuda::llama {
+namespace {
+
+constexpr uint64_t kTensorAlign = 256;
+constexpr uint64_t kTensorPad = 16;  // decoders may read a few bytes past a tensor's last block
+constexpr int64_t kMaxContext = int64_t{1} << 24;
+constexpr double kMiB = 1024.0 * 1024.0;
+
+uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+int64_t ld4(int64_t n) { return (n + 3) / 4 * 4; }  // float4-friendly row stride
+
+const WeightView& need(const LoadedModel& model, const std::string& name) {
+  const auto it = model.weights.find(name);
+  GA_CHECK(it != model.weights.end(), InvalidFormat, "model is missing tensor ", name);
+  return it->second;
+}
+
+const WeightView* find(const LoadedModel& model, const std::string& name) {
+  const auto it = model.weights.find(name);
+  return it == model.weights.end() ? nullptr : &it->second;
+}
+
+// A 1-D tensor as float32 on the host (norms and biases are F32 in GGUF; F16/BF16 from other sources).
+std::vector<float> vector_f32(const WeightView& w) {
+  const size_t n = static_cast<size_t>(w.cols());
+  std::vector<float> out(n);
+  for (size_t i = 0; i < n; ++i) {
+    uint16_t h = 0;
+    switch (w.type) {
+      case DType::F32: std::memcpy(&out[i], w.data + 4 * i, 4); break;
+      case DType::F16: std::memcpy(&h, w.data + 2 * i, 2); out[i] = fp16_to_f32(h); break;
+      case DType::BF16: std::memcpy(&h, w.data + 2 * i, 2); out[i] = bf16_to_f32(h); break;
+      default:
+        GA_THROW(Unsupported, "tensor ", w.name, " is a 1-D ", dtype_name(w.type),
+                 " tensor; the CUDA forward reads 1-D tensors of F32, F16 or BF16");
+    }
+  }
+  return out;
+}
+
+bool is_float_type(DType t) { return t == DType::F16 || t == DType::BF16 || t == DType::F32; }
+
+}  // namespace
+
+struct CudaLlamaForward::Sizes {
+  uint64_t weights = 0;
+  uint64_t kv = 0;
+  uint64_t scratch = 0;
+  int64_t max_cols = 0;        // the widest matrix input (GEMM x staging)
+  uint64_t max_dequant = 0;    // elements of the largest matrix a prefill dequantizes
+};
+
+CudaLlamaForward::Sizes CudaLlamaForward::plan_sizes(const LoadedModel& model) const {
+  Sizes s;
+  for (const auto& [name, w] : model.weights) {
+    if (w.ne.size() >= 2) {
+      s.max_cols = std::max(s.max_cols, w.cols());
+      if (!is_float_type(w.type)) s.max_dequant = std::max<uint64_t>(s.max_dequant, w.ne[0] * w.ne[1]);
+      s.weights += align_up(w.nbytes + kTensorPad, kTensorAlign);
+    } else {
+      s.weights += align_up(static_cast<uint64_t>(w.cols()) * 4 + kTensorPad, kTensorAlign);
+    }
+  }
+  s.kv = 2 * static_cast<uint64_t>(c_.n_layer) * static_cast<uint64_t>(params_.n_ctx) *
+         static_cast<uint64_t>(kv_dim_) * sizeof(__half);
+  const uint64_t b = static_cast<uint64_t>(params_.max_batch);
+  const uint64_t act = 3 * static_cast<uint64_t>(ld_embd_) + 2 * static_cast<uint64_t>(ld_q_) +
+                       2 * static_cast<uint64_t>(ld_kv_) + 2 * static_cast<uint64_t>(ld_ff_) +
+                       static_cast<uint64_t>(c_.n_vocab);
+  s.scratch = b * act * 4 + b * static_cast<uint64_t>(s.max_cols) * 2 + s.max_dequant * 2 + 2 * b * 4 +
+              (size_t{32} << 20);  // + the cuBLAS workspace
+  return s;
+}
+
+CudaLlamaForward::CudaLlamaForward(const LoadedModel& model, const CudaForwardParams& params)
+    : c_(model.config), params_(params), allocator_(params.device), stream_(params.device) {
+  DeviceGuard guard(params.device);
+  GA_CHECK(c_.arch == "llama" || c_.arch == "qwen2", Unsupported, "the CUDA forward runs the Llama family, not '",
+           c_.arch, "'");
+  GA_CHECK(params_.n_ctx > 0 && params_.n_ctx <= kMaxContext, InvalidArgument, "context length ", params_.n_ctx,
+           " is outside [1, ", kMaxContext, "]");
+  GA_CHECK(params_.max_batch > 0 && params_.max_batch <= 8192, InvalidArgument, "max_batch ", params_.max_batch,
+           " is outside [1, 8192]");
+  GA_CHECK(params_.rope_freq_factors.empty() ||
+               static_cast<int64_t>(params_.rope_freq_factors.size()) == c_.n_rot / 2,
+           InvalidArgument, "rope_freq_factors has ", params_.rope_freq_factors.size(), " entries, expected ",
+           c_.n_rot / 2);
+  q_dim_ = c_.n_head * c_.head_dim;
+  kv_dim_ = c_.n_head_kv * c_.head_dim;
+  ld_embd_ = ld4(c_.n_embd);
+  ld_q_ = ld4(q_dim_);
+  ld_kv_ = ld4(kv_dim_);
+  ld_ff_ = ld4(c_.n_ff);
+
+  // Every matrix must be readable by the GEMV (decode) and the embedding gather; say which is not.
+  for (const auto& [name, w] : model.weights) {
+    if (w.ne.size() < 2) continue;
+    GA_CHECK(gemv_supports(w.type) && dequantize_f16_supports(w.type), Unsupported, "tensor ", name, " has type ",
+             dtype_name(w.type),
+             ", which the CUDA kernels do not read yet (supported: F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K Q5_K "
+             "Q6_K)");
+  }
+
+  const CudaDeviceInfo info = device_info(params.device);
+  const Sizes s = plan_sizes(model);
+  const uint64_t needed = s.weights + s.kv + s.scratch;
+  size_t free_bytes = 0, total_bytes = 0;
+  GA_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  GA_CHECK(needed <= free_bytes, OutOfMemory, "the model does not fit on cuda:", params.device, " (", info.name,
+           "): weights ", static_cast<double>(s.weights) / kMiB, " MiB + KV cache (", params_.n_ctx, " positions, f16) ",
+           static_cast<double>(s.kv) / kMiB, " MiB + scratch ", static_cast<double>(s.scratch) / kMiB,
+           " MiB = ", static_cast<double>(needed) / kMiB, " MiB, but only ", static_cast<double>(free_bytes) / kMiB,
+           " MiB of ", static_cast<double>(total_bytes) / kMiB, " MiB are free (reduce the context or use a smaller "
+           "quantization)");
+
+  gemm_ = std::make_unique<Gemm>(allocator_, stream_.get());
+  upload_weights(model);
+  allocate_state();
+  device_bytes_ = needed;
+
+  const int binary = kernel_binary_version();
+  description_ = str("cuda:", params.device, " ", info.name, " (sm_", info.cc_major, info.cc_minor, ", ",
+                     info.sm_count, " SMs), kernels sm_", binary >= 0 ? std::to_string(binary) : std::string("?"),
+                     " (built for ", GA_CUDA_ARCHS_STR, "), ", static_cast<double>(needed) / kMiB, " MiB on device");
+}
+
+CudaLlamaForward::~CudaLlamaForward() {
+  destroy_graph();
+  if (host_staging_ != nullptr) (void)cudaFreeHost(host_staging_);
+  (void)cudaGetLastError();
+}
+
+void CudaLlamaForward::upload_weights(const LoadedModel& model) {
+  uint64_t total = 0;
+  for (const auto& [name, w] : model.weights) {
+    const uint64_t bytes = w.ne.size() >= 2 ? w.nbytes : static_cast<uint64_t>(w.cols()) * 4;
+    total += align_up(bytes + kTensorPad, kTensorAlign);
+  }
+  weights_ = DeviceBuffer(allocator_, total);
+  GA_CUDA_CHECK(cudaMemsetAsync(weights_.data(), 0, total, stream_.get()));  // the padding reads as zeros
+  uint8_t* base = weights_.as<uint8_t>();
+  uint64_t offset = 0;
+  std::map<std::string, const uint8_t*, std::less<>> placed;
+  for (const auto& [name, w] : model.weights) {
+    uint8_t* dst = base + offset;
+    if (w.ne.size() >= 2) {
+      GA_CUDA_CHECK(cudaMemcpyAsync(dst, w.data, w.nbytes, cudaMemcpyHostToDevice, stream_.get()));
+      offset += align_up(w.nbytes + kTensorPad, kTensorAlign);
+    } else {
+      const std::vector<float> v = vector_f32(w);
+      GA_CUDA_CHECK(cudaMemcpyAsync(dst, v.data(), v.size() * 4, cudaMemcpyHostToDevice, stream_.get()));
+      stream_.synchronize();  // v dies at the end of this iteration
+      offset += align_up(v.size() * 4 + kTensorPad, kTensorAlign);
+    }
+    placed[name] = dst;
+  }
+  stream_.synchronize();
+
+  const auto matrix = [&](const std::string& name) {
+    const WeightView& w = need(model, name);
+    DeviceMatrix m;
+    m.type = w.type;
+    m.data = placed.at(name);
+    m.rows = w.rows();
+    m.cols = w.cols();
+    m.row_bytes = static_cast<int64_t>(row_bytes(w.type, static_cast<uint64_t>(w.cols())));
+    return m;
+  };
+  const auto vec = [&](const std::string& name) -> const float* {
+    need(model, name);  // a clear error for a missing tensor
+    return reinterpret_cast<const float*>(placed.at(name));
+  };
+  token_embd_ = matrix("token_embd.weight");
+  output_ = find(model, "output.weight") != nullptr ? matrix("output.weight") : token_embd_;
+  output_norm_ = vec("output_norm.weight");
+  layers_.resize(static_cast<size_t>(c_.n_layer));
+  for (int64_t il = 0; il < c_.n_layer; ++il) {
+    const std::string p = "blk." + std::to_string(il) + ".";
+    DeviceLayer& L = layers_[static_cast<size_t>(il)];
+    L.attn_norm = vec(p + "attn_norm.weight");
+    L.ffn_norm = vec(p + "ffn_norm.weight");
+    if (c_.qkv_bias) {
+      L.bq = vec(p + "attn_q.bias");
+      L.bk = vec(p + "attn_k.bias");
+      L.bv = vec(p + "attn_v.bias");
+    }
+    L.wq = matrix(p + "attn_q.weight");
+    L.wk = matrix(p + "attn_k.weight");
+    L.wv = matrix(p + "attn_v.weight");
+    L.wo = matrix(p + "attn_output.weight");
+    L.w_gate = matrix(p + "ffn_gate.weight");
+    L.w_up = matrix(p + "ffn_up.weight");
+    L.w_down = matrix(p + "ffn_down.weight");
+  }
+  // rope_freqs.weight in the file wins over factors passed in (the loader may synthesize the tensor).
+  if (find(model, "rope_freqs.weight") != nullptr) {
+    freq_factors_ = vec("rope_freqs.weight");
+  } else if (!params_.rope_freq_factors.empty()) {
+    freq_buf_ = DeviceBuffer(allocator_, params_.rope_freq_factors.size() * 4);
+    GA_CUDA_CHECK(cudaMemcpy(freq_buf_.data(), params_.rope_freq_factors.data(), freq_buf_.size(),
+                             cudaMemcpyHostToDevice));
+    freq_factors_ = freq_buf_.as<float>();
+  }
+}
+
+void CudaLlamaForward::allocate_state() {
+  const int64_t B = params_.max_batch;
+  const auto f32 = [&](int64_t ld) { return DeviceBuffer(allocator_, static_cast<size_t>(B * ld) * 4); };
+  resid_ = f32(ld_embd_);
+  xn_ = f32(ld_embd_);
+  tmp_ = f32(ld_embd_);
+  q_ = f32(ld_q_);
+  attn_ = f32(ld_q_);
+  k_ = f32(ld_kv_);
+  v_ = f32(ld_kv_);
+  gate_ = f32(ld_ff_);
+  up_ = f32(ld_ff_);
+  logits_ = f32(c_.n_vocab);
+  ids_ = DeviceBuffer(allocator_, static_cast<size_t>(B) * 4);
+  positions_ = DeviceBuffer(allocator_, static_cast<size_t>(B) * 4);
+  GA_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&host_staging_), static_cast<size_t>(2 * B) * 4));
+
+  int64_t max_cols = 0;
+  uint64_t max_dequant = 0;
+  const auto consider = [&](const DeviceMatrix& m) {
+    max_cols = std::max(max_cols, m.cols);
+    if (!is_float_type(m.type)) max_dequant = std::max<uint64_t>(max_dequant, static_cast<uint64_t>(m.rows * m.cols));
+  };
+  consider(output_);
+  for (const DeviceLayer& L : layers_) {
+    for (const DeviceMatrix* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) consider(*m);
+  }
+  if (B > kGemvMaxTokens) {  // only a GEMM needs the staging buffers
+    x_stage_ = DeviceBuffer(allocator_, static_cast<size_t>(B * max_cols) * 2);
+    if (max_dequant > 0) w_stage_ = DeviceBuffer(allocator_, max_dequant * 2);
+  }
+
+  const size_t kv_plane = static_cast<size_t>(params_.n_ctx * kv_dim_) * sizeof(__half);
+  kv_ = DeviceBuffer(allocator_, kv_plane * 2 * static_cast<size_t>(c_.n_layer));
+  GA_CUDA_CHECK(cudaMemsetAsync(kv_.data(), 0, kv_.size(), stream_.get()));
+  for (int64_t il = 0; il < c_.n_layer; ++il) {
+    uint8_t* base = kv_.as<uint8_t>() + 2 * static_cast<size_t>(il) * kv_plane;
+    layers_[static_cast<size_t>(il)].k_cache = reinterpret_cast<__half*>(base);
+    layers_[static_cast<size_t>(il)].v_cache = reinterpret_cast<__half*>(base + kv_plane);
+  }
+
+  // The tuned attention's split-KV workspace, for the largest step it will see (one token or a batch).
+  AttentionParams ap;
+  ap.q = q_.as<float>();
+  ap.q_token_stride = ld_q_;
+  ap.k = layers_[0].k_cache;
+  ap.v = layers_[0].v_cache;
+  ap.kv_pos_stride = kv_dim_;
+  ap.out = attn_.as<float>();
+  ap.out_token_stride = ld_q_;
+  ap.n_head = static_cast<int>(c_.n_head);
+  ap.n_head_kv = static_cast<int>(c_.n_head_kv);
+  ap.head_dim = static_cast<int>(c_.head_dim);
+  ap.pos0_device = positions_.as<int32_t>();
+  ap.max_kv_positions = params_.n_ctx;
+  for (const int64_t n : {int64_t{1}, std::min<int64_t>(B, params_.n_ctx)}) {
+    ap.n_tokens = static_cast<int>(n);
+    if (attention_unsupported_reason(ap) == nullptr) {
+      attn_workspace_bytes_ = std::max(attn_workspace_bytes_, attention_workspace_bytes(ap));
+    }
+  }
+  if (attn_workspace_bytes_ > 0) attn_workspace_ = DeviceBuffer(allocator_, attn_workspace_bytes_);
+  stream_.synchronize();
+}
+
+}  // namespace ga::cuda::llama

@@ -1,0 +1,20 @@
+// The answer of a build without CUDA to backends/cuda/cuda_forward.h: there is no CUDA forward.
+//
+// Compiled into ga_cuda only when CMake found no CUDA compiler (src/CMakeLists.txt), so the Session
+// picks a device with ordinary control flow: Unsupported here means "use the CPU" for device "auto"
+// and a clear error for device "cuda".
+#include "backends/cuda/cuda_forward.h"
+
+#include "gpu_accel/error.h"
+
+namespace ga::cuda {
+
+std::unique_ptr<CudaForward> make_cuda_llama_forward(const LoadedModel& /*model*/, const CudaForwardParams& /*params*/) {
+  GA_THROW(Unsupported, "the CUDA backend is not available in this build (configure with -DGA_CUDA=ON)");
+}
+
+CudaCeilings measure_cuda_ceilings(int /*device*/) {
+  GA_THROW(Unsupported, "the CUDA backend is not available in this build (configure with -DGA_CUDA=ON)");
+}
+
+}  // namespace ga::cuda

@@ -1,0 +1,390 @@
+// Parity of the CUDA causal GQA attention (backends/cuda/kernels/attention.h) with a float64
+// reference computed here from the same f16 K/V, and with the project's CPU reference
+// (ga::cpu::attention, F16 cache) on its contiguous layout.
+//
+// The grid covers both kernels (decode n_tokens 1, 2, 7 with split-KV; prefill 19, 37, 133), cache
+// lengths 1, 7, 129, 1000, 4097 with pos0 0 and > 0 (a prompt continuing a cache), GQA ratios 1, 2,
+// 4, 8 and head_dim 64 / 128 (a few head_dim 256 shapes apart). Traps: outputs are poisoned with NaN (an element never written fails),
+// the padding of padded q/out strides must stay poisoned, and the cache past the valid length and
+// the padding between KV rows hold f16 NaN, so a kernel that reads one key too many fails. pos0 from
+// device memory is tested through a captured CUDA graph replayed for several positions, the way the
+// decode loop uses it. Tolerance: relative L2 1e-3 per case (q and the probabilities are rounded to
+// f16 on the GPU) plus an element-wise bound of 2e-2 of the row's RMS that catches a single bad row.
+#include <cuda_fp16.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "backends/cpu/ops.h"
+#include "backends/cuda/kernels/attention.h"
+#include "backends/cuda/stream.h"
+#include "common/test_data.h"
+#include "cuda_harness.h"
+#include "gpu_accel/error.h"
+
+namespace ga::test::cuda {
+namespace {
+
+using ::ga::str;
+using ::ga::cuda::CachingAllocator;
+
+constexpr double kRelL2Tolerance = 1e-3;
+constexpr double kRowRmsTolerance = 2e-2;
+constexpr uint16_t kHalfNaN = 0x7FFF;
+
+struct Shape {
+  int head_dim, n_head, n_head_kv, n_tokens;
+  int64_t pos0, capacity;
+  bool padded;  // q/out/kv strides with padding
+};
+
+std::string name_of(const Shape& s) {
+  return str("hd ", s.head_dim, " heads ", s.n_head, "/", s.n_head_kv, " tokens ", s.n_tokens, " pos0 ", s.pos0,
+             " cap ", s.capacity, s.padded ? " padded" : "");
+}
+
+// Host copies of one problem: q as floats, K/V as f16 bits (NaN past the valid length).
+struct Problem {
+  Shape s;
+  int64_t q_stride, out_stride, kv_stride;
+  std::vector<float> q;
+  std::vector<uint16_t> k, v;
+};
+
+uint16_t half_bits(float x) {
+  const __half_raw raw = __float2half_rn(x);
+  return raw.x;
+}
+
+double half_value(uint16_t bits) {
+  __half_raw raw;
+  raw.x = bits;
+  return static_cast<double>(__half2float(__half(raw)));
+}
+
+Problem make_problem(const Shape& s, std::mt19937& rng) {
+  Problem pr;
+  pr.s = s;
+  const int64_t q_row = int64_t{s.n_head} * s.head_dim;
+  pr.q_stride = q_row + (s.padded ? 6 : 0);
+  pr.out_stride = q_row + (s.padded ? 10 : 0);
+  pr.kv_stride = int64_t{s.n_head_kv} * s.head_dim + (s.padded ? 8 : 0);
+  std::normal_distribution<float> q_dist(0.0f, 1.5f), kv_dist(0.0f, 1.0f);
+  pr.q.assign(static_cast<size_t>(pr.q_stride * s.n_tokens), std::nanf(""));
+  for (int t = 0; t < s.n_tokens; ++t) {
+    for (int64_t i = 0; i < q_row; ++i) pr.q[static_cast<size_t>(t * pr.q_stride + i)] = q_dist(rng);
+  }
+  const int64_t kv_len = s.pos0 + s.n_tokens;
+  pr.k.assign(static_cast<size_t>(pr.kv_stride * s.capacity), kHalfNaN);
+  pr.v.assign(pr.k.size(), kHalfNaN);
+  for (int64_t j = 0; j < kv_len; ++j) {
+    for (int64_t i = 0; i < int64_t{s.n_head_kv} * s.head_dim; ++i) {
+      pr.k[static_cast<size_t>(j * pr.kv_stride + i)] = half_bits(kv_dist(rng));
+      pr.v[static_cast<size_t>(j * pr.kv_stride + i)] = half_bits(kv_dist(rng));
+    }
+  }
+  return pr;
+}
+
+// float64 causal GQA attention: [n_tokens][n_head][head_dim], contiguous. Tokens are split over threads.
+std::vector<double> reference(const Problem& pr, int64_t pos0) {
+  const Shape& s = pr.s;
+  const int hd = s.head_dim, group = s.n_head / s.n_head_kv;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+  std::vector<double> out(static_cast<size_t>(s.n_tokens) * s.n_head * hd);
+  std::vector<double> k(pr.k.size()), v(pr.v.size());  // decoded once (exact: f16 fits a double)
+  for (size_t i = 0; i < k.size(); ++i) {
+    k[i] = half_value(pr.k[i]);
+    v[i] = half_value(pr.v[i]);
+  }
+  auto work = [&](int t_begin, int t_step) {
+    std::vector<double> p(static_cast<size_t>(pos0 + s.n_tokens));
+    for (int t = t_begin; t < s.n_tokens; t += t_step) {
+      const int64_t last = pos0 + t;
+      for (int h = 0; h < s.n_head; ++h) {
+        const float* q = pr.q.data() + t * pr.q_stride + int64_t{h} * hd;
+        const int64_t kv_off = int64_t{h / group} * hd;
+        double m = -INFINITY;
+        for (int64_t j = 0; j <= last; ++j) {
+          const double* kj = k.data() + j * pr.kv_stride + kv_off;
+          double dot = 0.0;
+          for (int d = 0; d < hd; ++d) dot += static_cast<double>(q[d]) * kj[d];
+          p[static_cast<size_t>(j)] = dot * scale;
+          m = std::max(m, dot * scale);
+        }
+        double sum = 0.0;
+        for (int64_t j = 0; j <= last; ++j) sum += (p[static_cast<size_t>(j)] = std::exp(p[static_cast<size_t>(j)] - m));
+        double* o = out.data() + (static_cast<size_t>(t) * s.n_head + h) * hd;
+        for (int64_t j = 0; j <= last; ++j) {
+          const double* vj = v.data() + j * pr.kv_stride + kv_off;
+          const double w = p[static_cast<size_t>(j)] / sum;
+          for (int d = 0; d < hd; ++d) o[d] += w * vj[d];
+        }
+      }
+    }
+  };
+  const int n_threads = static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 16u));
+  std::vector<std::thread> threads;
+  for (int i = 0; i < n_threads; ++i) threads.emplace_back(work, i, n_threads);
+  for (auto& th : threads) th.join();
+  return out;
+}
+
+// The problem's buffers on the device, and the params that point at them.
+struct DeviceProblem {
+  DeviceArray<float> q, out;
+  DeviceArray<uint16_t> k, v;
+  DeviceArray<uint8_t> workspace;
+  DeviceArray<int32_t> pos0;
+  ::ga::cuda::AttentionParams p;
+
+  DeviceProblem(CachingAllocator& alloc, const Problem& pr, bool device_pos0)
+      : q(alloc, pr.q.size()),
+        out(alloc, static_cast<size_t>(pr.out_stride * pr.s.n_tokens)),
+        k(alloc, pr.k.size()),
+        v(alloc, pr.v.size()),
+        workspace(alloc, workspace_for(pr, device_pos0) + 1),
+        pos0(alloc, 1) {
+    q.upload(pr.q);
+    k.upload(pr.k);
+    v.upload(pr.v);
+    p = params_for(pr, device_pos0);
+    p.q = q.get();
+    p.k = reinterpret_cast<const __half*>(k.get());
+    p.v = reinterpret_cast<const __half*>(v.get());
+    p.out = out.get();
+    p.pos0_device = device_pos0 ? pos0.get() : nullptr;
+    p.workspace = workspace.get();
+    p.workspace_bytes = workspace.size();
+  }
+
+  static ::ga::cuda::AttentionParams params_for(const Problem& pr, bool device_pos0) {
+    ::ga::cuda::AttentionParams p;
+    p.q_token_stride = pr.q_stride;
+    p.kv_pos_stride = pr.kv_stride;
+    p.out_token_stride = pr.out_stride;
+    p.n_tokens = pr.s.n_tokens;
+    p.n_head = pr.s.n_head;
+    p.n_head_kv = pr.s.n_head_kv;
+    p.head_dim = pr.s.head_dim;
+    p.pos0 = device_pos0 ? 0 : pr.s.pos0;
+    p.max_kv_positions = pr.s.capacity;
+    p.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(pr.s.head_dim)));
+    return p;
+  }
+  static size_t workspace_for(const Problem& pr, bool device_pos0) {
+    ::ga::cuda::AttentionParams p = params_for(pr, device_pos0);
+    if (device_pos0) p.pos0_device = reinterpret_cast<const int32_t*>(16);  // only its presence matters here
+    return ::ga::cuda::attention_workspace_bytes(p);
+  }
+};
+
+// Checks a downloaded output against the reference for tokens at pos0.
+void check_output(Parity& parity, const std::string& name, const Problem& pr, const std::vector<float>& got,
+                  const std::vector<double>& ref) {
+  const Shape& s = pr.s;
+  const size_t row = static_cast<size_t>(s.n_head) * s.head_dim;
+  std::vector<float> got_packed(ref.size());
+  std::vector<double> row_rms(ref.size());
+  for (int t = 0; t < s.n_tokens; ++t) {
+    const float* src = got.data() + t * pr.out_stride;
+    std::copy(src, src + row, got_packed.begin() + static_cast<ptrdiff_t>(t * row));
+    parity.expect_untouched(name, src + row, static_cast<size_t>(pr.out_stride) - row);
+    for (int h = 0; h < s.n_head; ++h) {
+      const size_t off = t * row + static_cast<size_t>(h) * s.head_dim;
+      double sq = 0.0;
+      for (int d = 0; d < s.head_dim; ++d) sq += ref[off + d] * ref[off + d];
+      std::fill_n(row_rms.begin() + static_cast<ptrdiff_t>(off), s.head_dim, std::sqrt(sq / s.head_dim));
+    }
+  }
+  parity.compare(name, got_packed.data(), ref.data(), ref.size(), kRowRmsTolerance, 1e-6, row_rms.data());
+  double err = 0.0, norm = 0.0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    err += (got_packed[i] - ref[i]) * (got_packed[i] - ref[i]);
+    norm += ref[i] * ref[i];
+  }
+  const double rel = std::sqrt(err / norm);
+  if (!(rel <= kRelL2Tolerance)) parity.fail(name + ": relative L2 error " + std::to_string(rel) + " > 1e-3");
+}
+
+TEST(CudaAttention, DecodeAndPrefillMatchFloat64Reference) {
+  GA_REQUIRE_CUDA_DEVICE();
+  CachingAllocator alloc(0);
+  Parity parity("attention");
+  std::mt19937 rng(2026);
+  struct Heads {
+    int n_head, n_head_kv;
+  };
+  const Heads heads[] = {{3, 3}, {4, 2}, {8, 2}, {8, 1}};  // GQA ratios 1, 2, 4, 8
+  int case_index = 0;
+  for (int hd : {64, 128}) {
+    for (const Heads& h : heads) {
+      for (int n_tokens : {1, 2, 7, 19, 37, 133}) {
+        std::vector<int64_t> kv_lens = {n_tokens};  // pos0 0
+        for (int64_t len : {1, 7, 129, 1000, 4097}) {
+          if (len > n_tokens) kv_lens.push_back(len);
+        }
+        for (int64_t kv_len : kv_lens) {
+          ++case_index;
+          // capacities past the valid length (NaN-filled) exercise the capacity-sized split count
+          const Shape s{hd, h.n_head, h.n_head_kv, n_tokens, kv_len - n_tokens, kv_len + (case_index % 3) * 700,
+                        case_index % 2 == 1};
+          const std::string name = name_of(s);
+          const Problem pr = make_problem(s, rng);
+          DeviceProblem dev(alloc, pr, false);
+          if (const char* why = ::ga::cuda::attention_unsupported_reason(dev.p)) {
+            parity.fail(name + ": rejected: " + why);
+            continue;
+          }
+          dev.out.poison();
+          GA_CUDA_CHECK(::ga::cuda::attention(dev.p, nullptr));
+          GA_CUDA_CHECK(cudaDeviceSynchronize());
+          check_output(parity, name, pr, dev.out.download(), reference(pr, s.pos0));
+        }
+      }
+    }
+  }
+  parity.finish();
+}
+
+// head_dim 256 (Gemma-style heads), decode and prefill, on a few shapes of the grid above.
+TEST(CudaAttention, HeadDim256MatchesFloat64Reference) {
+  GA_REQUIRE_CUDA_DEVICE();
+  CachingAllocator alloc(0);
+  Parity parity("attention hd256");
+  std::mt19937 rng(256);
+  for (const Shape& s : {Shape{256, 8, 2, 1, 999, 1500, false}, Shape{256, 8, 2, 7, 4090, 4097, true},
+                         Shape{256, 4, 4, 37, 92, 129, true}, Shape{256, 8, 1, 133, 0, 133, false}}) {
+    const std::string name = name_of(s);
+    const Problem pr = make_problem(s, rng);
+    DeviceProblem dev(alloc, pr, false);
+    if (const char* why = ::ga::cuda::attention_unsupported_reason(dev.p)) {
+      parity.fail(name + ": rejected: " + why);
+      continue;
+    }
+    dev.out.poison();
+    GA_CUDA_CHECK(::ga::cuda::attention(dev.p, nullptr));
+    GA_CUDA_CHECK(cudaDeviceSynchronize());
+    check_output(parity, name, pr, dev.out.download(), reference(pr, s.pos0));
+  }
+  parity.finish();
+}
+
+// pos0 read from device memory inside a captured graph, replayed for several positions.
+TEST(CudaAttention, DevicePos0GraphReplayMatchesReference) {
+  GA_REQUIRE_CUDA_DEVICE();
+  CachingAllocator alloc(0);
+  Parity parity("attention pos0_device");
+  std::mt19937 rng(11);
+  ::ga::cuda::Stream stream(0);
+  for (int n_tokens : {1, 4, 19}) {
+    for (int hd : {64, 128}) {
+      const int64_t capacity = 3001;
+      const Shape s{hd, 8, 2, n_tokens, capacity - n_tokens, capacity, n_tokens == 4};
+      Problem pr = make_problem(s, rng);  // every position valid: each replay sees a different prefix
+      DeviceProblem dev(alloc, pr, true);
+      ASSERT_EQ(::ga::cuda::attention_unsupported_reason(dev.p), nullptr) << name_of(s);
+      cudaGraph_t graph = nullptr;
+      GA_CUDA_CHECK(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal));
+      const cudaError_t launched = ::ga::cuda::attention(dev.p, stream.get());
+      GA_CUDA_CHECK(cudaStreamEndCapture(stream.get(), &graph));
+      GA_CUDA_CHECK(launched);
+      cudaGraphExec_t exec = nullptr;
+      GA_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+      GA_CUDA_CHECK(cudaGraphDestroy(graph));
+      for (int64_t pos0 : {int64_t{0}, int64_t{5}, int64_t{1200}, capacity - n_tokens}) {
+        const std::string name = name_of(s) + " device pos0 " + std::to_string(pos0);
+        dev.pos0.upload({static_cast<int32_t>(pos0)});
+        dev.out.poison();
+        GA_CUDA_CHECK(cudaGraphLaunch(exec, stream.get()));
+        GA_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
+        check_output(parity, name, pr, dev.out.download(), reference(pr, pos0));
+      }
+      GA_CUDA_CHECK(cudaGraphExecDestroy(exec));
+    }
+  }
+  parity.finish();
+}
+
+// The same inputs through ga::cpu::attention (F16 cache, contiguous layout): the GPU agrees with the
+// project's reference, not only with this file's.
+TEST(CudaAttention, AgreesWithCpuReferenceOp) {
+  GA_REQUIRE_CUDA_DEVICE();
+  CachingAllocator alloc(0);
+  Parity parity("attention vs cpu::attention");
+  std::mt19937 rng(5);
+  for (const Shape& s : {Shape{128, 8, 2, 1, 300, 301, false}, Shape{128, 8, 2, 5, 300, 305, false},
+                         Shape{64, 6, 3, 40, 100, 140, false}}) {
+    const Problem pr = make_problem(s, rng);
+    DeviceProblem dev(alloc, pr, false);
+    dev.out.poison();
+    GA_CUDA_CHECK(::ga::cuda::attention(dev.p, nullptr));
+    GA_CUDA_CHECK(cudaDeviceSynchronize());
+    ::ga::cpu::AttentionParams c;
+    c.n_tokens = s.n_tokens;
+    c.n_head = s.n_head;
+    c.n_head_kv = s.n_head_kv;
+    c.head_dim = s.head_dim;
+    c.pos0 = s.pos0;
+    c.scale = dev.p.scale;
+    c.q = pr.q.data();
+    c.q_stride = pr.q_stride;
+    c.kv_type = DType::F16;
+    c.k_cache = pr.k.data();
+    c.v_cache = pr.v.data();
+    std::vector<float> cpu_out(static_cast<size_t>(s.n_tokens) * s.n_head * s.head_dim);
+    c.out = cpu_out.data();
+    c.out_stride = int64_t{s.n_head} * s.head_dim;
+    std::vector<float> work(static_cast<size_t>(::ga::cpu::attention_work_floats(s.capacity, s.head_dim)));
+    c.work = work.data();
+    c.work_stride = static_cast<int64_t>(work.size());
+    ::ga::cpu::attention(c, nullptr);
+    check_output(parity, name_of(s) + " vs cpu", pr, dev.out.download(),
+                 std::vector<double>(cpu_out.begin(), cpu_out.end()));
+  }
+  parity.finish();
+}
+
+TEST(CudaAttention, UnsupportedParamsAreRejectedWithAReason) {
+  GA_REQUIRE_CUDA_DEVICE();
+  CachingAllocator alloc(0);
+  std::mt19937 rng(3);
+  const Problem pr = make_problem(Shape{128, 8, 2, 1, 40, 32768, false}, rng);
+  DeviceProblem dev(alloc, pr, false);
+  ASSERT_EQ(::ga::cuda::attention_unsupported_reason(dev.p), nullptr);
+  ASSERT_GT(::ga::cuda::attention_workspace_bytes(dev.p), 0u) << "a 32k cache at batch 1 splits the KV range";
+  auto expect_rejected = [&](::ga::cuda::AttentionParams p, const std::string& word) {
+    const char* why = ::ga::cuda::attention_unsupported_reason(p);
+    ASSERT_NE(why, nullptr) << "expected a reason mentioning " << word;
+    EXPECT_NE(std::string(why).find(word), std::string::npos) << why;
+    dev.out.poison();
+    EXPECT_EQ(::ga::cuda::attention(p, nullptr), cudaErrorInvalidValue);
+    GA_CUDA_CHECK(cudaDeviceSynchronize());
+    const std::vector<float> got = dev.out.download();
+    EXPECT_TRUE(std::all_of(got.begin(), got.end(), is_poison)) << "a rejected call wrote its output";
+  };
+  ::ga::cuda::AttentionParams p = dev.p;
+  p.head_dim = 96;
+  expect_rejected(p, "head_dim");
+  p = dev.p;
+  p.n_head = 6;
+  p.n_head_kv = 4;
+  expect_rejected(p, "multiple of n_head_kv");
+  p = dev.p;
+  p.workspace_bytes = 16;
+  expect_rejected(p, "workspace");
+  p = dev.p;
+  p.max_kv_positions = p.pos0;
+  expect_rejected(p, "max_kv_positions");
+  p = dev.p;
+  p.kv_pos_stride += 4;
+  expect_rejected(p, "kv_pos_stride");
+}
+
+}  // namespace
+}  // namespace ga::test::cuda

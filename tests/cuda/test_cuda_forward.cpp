@@ -1,0 +1,209 @@
+// The whole Llama forward pass on the GPU (Session device "cuda") against the CPU reference Session
+// with an F16 KV cache, for every fixture model type and stories260K, plus greedy generation of
+// stories260K against karpathy/llama2.c run.c (an independent implementation).
+//
+// Teacher forcing: the token sequence is llama.cpp's (fixture prompt ids + its 32 greedy ids), fed
+// to both sessions the same way, so one model's divergence cannot change the other's inputs. Three
+// feeding patterns cover the three code paths of the CUDA forward:
+//   * the prompt as one batch of <= 8 tokens (the small-batch GEMV),
+//   * each following token alone (the one-token step, replayed from a CUDA graph),
+//   * the whole sequence as one batch of > 8 tokens after a reset (the cuBLAS GEMM prefill, with
+//     quantized matrices dequantized to f16).
+// Every row of logits must satisfy rel L2 <= 1e-2 (f16 KV cache on both sides; the GPU stages GEMM
+// inputs in f16). Types without CUDA kernels (Q2_K, Q3_K) are reported SKIPPED with the reason, and
+// a run that compared nothing fails.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/test_data.h"
+#include "cuda/cuda_harness.h"
+#include "gpu_accel/error.h"
+#include "gpu_accel/model.h"
+#include "gpu_accel/session.h"
+
+namespace {
+
+constexpr double kMaxRelL2 = 1e-2;
+const char* const kPrompts[] = {"once_upon_a_time", "the_little_dog"};
+
+struct Sequence {
+  std::vector<int32_t> prompt;
+  std::vector<int32_t> generated;
+};
+
+Sequence fixture_sequence(const std::string& model, const std::string& prompt) {
+  const nlohmann::json j = nlohmann::json::parse(
+      ga::test::read_file(ga::test::shared_path("fixtures/logits/" + model + "__" + prompt + ".json")));
+  return {j.at("prompt_ids").get<std::vector<int32_t>>(), j.at("generated_ids").get<std::vector<int32_t>>()};
+}
+
+ga::SessionOptions options(const std::string& device) {
+  ga::SessionOptions o;
+  o.n_ctx = 128;
+  o.n_threads = 2;
+  o.kv_type = ga::KvType::F16;
+  o.device = device;
+  return o;
+}
+
+int32_t argmax(const std::vector<float>& logits) {  // lowest id wins ties
+  return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+}
+
+// Compares n_rows rows of n_vocab logits; returns the worst rel L2.
+double compare_rows(const std::string& what, const std::vector<float>& gpu, const std::vector<float>& cpu,
+                    int64_t n_vocab, size_t& rows_compared) {
+  EXPECT_EQ(gpu.size(), cpu.size()) << what;
+  double worst = 0.0;
+  const size_t n_rows = std::min(gpu.size(), cpu.size()) / static_cast<size_t>(n_vocab);
+  for (size_t r = 0; r < n_rows; ++r) {
+    const double e = ga::test::rel_l2(gpu.data() + r * n_vocab, cpu.data() + r * n_vocab, static_cast<size_t>(n_vocab));
+    worst = std::max(worst, std::isnan(e) ? 1e9 : e);
+    EXPECT_LE(e, kMaxRelL2) << what << " row " << r;
+    ++rows_compared;
+  }
+  return worst;
+}
+
+// Runs the three feeding patterns on both devices; returns the rows compared.
+size_t check_model(const std::string& model_name, const std::string& path) {
+  const ga::LoadedModel model = ga::load_model(path);
+  ga::Session cpu(model, options("cpu"));
+  ga::Session gpu(model, options("cuda"));
+  EXPECT_EQ(gpu.device(), "cuda:0");
+  const int64_t n_vocab = model.config.n_vocab;
+  size_t rows = 0;
+  for (const char* prompt : kPrompts) {
+    const Sequence seq = fixture_sequence(model_name, prompt);
+    const std::string tag = model_name + "/" + prompt;
+    cpu.reset();
+    gpu.reset();
+    double worst = compare_rows(tag + " prompt batch", gpu.eval(seq.prompt, true), cpu.eval(seq.prompt, true),
+                                n_vocab, rows);
+    for (size_t i = 0; i < seq.generated.size(); ++i) {
+      const std::span<const int32_t> one(&seq.generated[i], 1);
+      worst = std::max(worst, compare_rows(tag + " decode step " + std::to_string(i), gpu.eval(one), cpu.eval(one),
+                                           n_vocab, rows));
+    }
+    std::vector<int32_t> all = seq.prompt;
+    all.insert(all.end(), seq.generated.begin(), seq.generated.end());
+    cpu.reset();
+    gpu.reset();
+    worst = std::max(worst, compare_rows(tag + " GEMM prefill of " + std::to_string(all.size()),
+                                         gpu.eval(all, true), cpu.eval(all, true), n_vocab, rows));
+    std::printf("%-36s worst rel L2 %.2e over %zu tokens\n", tag.c_str(), worst, all.size());
+  }
+  return rows;
+}
+
+TEST(CudaForward, FixtureModelsMatchCpuSession) {
+  GA_REQUIRE_CUDA_DEVICE();
+  const char* const types[] = {"f32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0",
+                               "Q5_1", "Q4_K", "Q5_K", "Q6_K", "Q2_K", "Q3_K"};
+  size_t rows = 0, skipped = 0;
+  for (const char* type : types) {
+    const std::string name = std::string("fixture-") + type;
+    SCOPED_TRACE(name);
+    try {
+      rows += check_model(name, ga::test::shared_path("fixtures/quant/" + name + ".gguf"));
+    } catch (const ga::Error& e) {
+      // Only the K-quants without CUDA kernels may be refused, and only as Unsupported.
+      const bool may_skip = std::string(type) == "Q2_K" || std::string(type) == "Q3_K";
+      if (!may_skip || e.kind() != ga::ErrorKind::Unsupported) throw;
+      std::printf("SKIPPED %s: %s\n", name.c_str(), e.what());
+      ++skipped;
+    }
+  }
+  std::printf("fixture models: %zu logit rows compared, %zu models skipped\n", rows, skipped);
+  EXPECT_GT(rows, 0u) << "compared nothing";
+}
+
+TEST(CudaForward, Stories260KMatchesCpuSession) {
+  GA_REQUIRE_CUDA_DEVICE();
+  EXPECT_GT(check_model("stories260K", ga::test::shared_path("models/tinyllamas/stories260K.gguf")), 0u);
+}
+
+TEST(CudaForward, Stories260KGreedyMatchesLlama2c) {
+  GA_REQUIRE_CUDA_DEVICE();
+  const ga::LoadedModel model = ga::load_gguf_model(ga::test::shared_path("models/tinyllamas/stories260K.gguf"));
+  const nlohmann::json ref = nlohmann::json::parse(
+      ga::test::read_file(ga::test::shared_path("models/tinyllamas/stories260K.greedy-reference.json")));
+  ASSERT_GE(ref.at("cases").size(), 4u);
+  ga::SessionOptions o = options("cuda");
+  o.n_ctx = 256;
+  ga::Session session(model, o);
+  for (const nlohmann::json& c : ref.at("cases")) {
+    SCOPED_TRACE("prompt '" + c.at("prompt").get<std::string>() + "'");
+    const std::vector<int32_t> prompt = c.at("prompt_token_ids").get<std::vector<int32_t>>();
+    const std::vector<int32_t> want = c.at("token_ids").get<std::vector<int32_t>>();
+    ASSERT_GT(want.size(), prompt.size());
+    session.reset();  // one session for all cases: the graph is reused across resets
+    std::vector<int32_t> got = prompt;
+    std::vector<float> logits = session.eval(prompt);
+    while (got.size() < want.size()) {
+      const int32_t next = argmax(logits);
+      got.push_back(next);
+      if (got.size() < want.size()) logits = session.eval(std::span<const int32_t>(&next, 1));
+    }
+    EXPECT_EQ(got, want);
+  }
+}
+
+// The graph replays exactly the kernels of a direct launch: logits must be bit-identical.
+TEST(CudaForward, GraphReplayEqualsDirectLaunch) {
+  GA_REQUIRE_CUDA_DEVICE();
+  const ga::LoadedModel model = ga::load_gguf_model(ga::test::shared_path("fixtures/quant/fixture-Q4_K.gguf"));
+  ga::SessionOptions direct_options = options("cuda");
+  direct_options.cuda_graphs = false;
+  ga::Session graph(model, options("cuda"));
+  ga::Session direct(model, direct_options);
+  const Sequence seq = fixture_sequence("fixture-Q4_K", "the_little_dog");
+  EXPECT_EQ(graph.eval(seq.prompt), direct.eval(seq.prompt));
+  for (const int32_t id : seq.generated) {
+    const std::span<const int32_t> one(&id, 1);
+    ASSERT_EQ(graph.eval(one), direct.eval(one)) << "position " << graph.n_past();
+  }
+}
+
+TEST(CudaForward, BadInputIsAnErrorAndChangesNothing) {
+  GA_REQUIRE_CUDA_DEVICE();
+  const ga::LoadedModel model = ga::load_gguf_model(ga::test::shared_path("fixtures/quant/fixture-Q8_0.gguf"));
+  ga::SessionOptions o = options("cuda");
+  o.n_ctx = 16;
+  ga::Session session(model, o);
+  const std::vector<int32_t> prompt = {1, 403, 407};
+  const std::vector<float> first = session.eval(prompt);
+  const int32_t bad[] = {5, 100000};
+  try {
+    session.eval(bad);
+    ADD_FAILURE() << "an out-of-vocabulary id was accepted";
+  } catch (const ga::Error& e) {
+    EXPECT_EQ(e.kind(), ga::ErrorKind::InvalidArgument) << e.what();
+  }
+  const std::vector<int32_t> too_long(14, 5);
+  try {
+    session.eval(too_long);
+    ADD_FAILURE() << "a context overflow was accepted";
+  } catch (const ga::Error& e) {
+    EXPECT_EQ(e.kind(), ga::ErrorKind::OutOfRange) << e.what();
+  }
+  EXPECT_EQ(session.n_past(), 3);
+  session.reset();
+  EXPECT_EQ(session.eval(prompt), first);  // the session still works and is deterministic
+  try {
+    ga::SessionOptions wrong = options("cuda:99");
+    ga::Session missing(model, wrong);
+    ADD_FAILURE() << "device cuda:99 was accepted";
+  } catch (const ga::Error& e) {
+    EXPECT_EQ(e.kind(), ga::ErrorKind::InvalidArgument) << e.what();
+  }
+}
+
+}  // namespace
