@@ -22,23 +22,9 @@ import os
 import re
 import sys
 
-MAX_CP = 0x10FFFF
+from ucd import data_lines, parse_range
+
 QC_VALUES = {"Y": 0, "M": 1, "N": 2}  # must match ga::tok::nfc_data::QuickCheck
-
-
-def data_lines(path):
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            line = line.split("#", 1)[0].strip()
-            if line:
-                yield [field.strip() for field in line.split(";")]
-
-
-def parse_range(text):
-    if ".." in text:
-        a, b = text.split("..")
-        return int(a, 16), int(b, 16)
-    return int(text, 16), int(text, 16)
 
 
 def ucd_version(ucd):

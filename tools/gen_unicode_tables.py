@@ -15,25 +15,11 @@ import os
 import re
 import sys
 
+from ucd import MAX_CP, data_lines, parse_range
+
 # Order must match ga::text::GeneralCategory in src/runtime/tokenizer/unicode.h.
 CATEGORIES = ["Cn", "Lu", "Ll", "Lt", "Lm", "Lo", "Mn", "Mc", "Me", "Nd", "Nl", "No", "Pc", "Pd", "Ps", "Pe",
               "Pi", "Pf", "Po", "Sm", "Sc", "Sk", "So", "Zs", "Zl", "Zp", "Cc", "Cf", "Cs", "Co"]
-MAX_CP = 0x10FFFF
-
-
-def data_lines(path):
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            line = line.split("#", 1)[0].strip()
-            if line:
-                yield [field.strip() for field in line.split(";")]
-
-
-def parse_range(text):
-    if ".." in text:
-        a, b = text.split("..")
-        return int(a, 16), int(b, 16)
-    return int(text, 16), int(text, 16)
 
 
 def read_unicode_data(ucd):
@@ -185,44 +171,28 @@ def main():
     o.append("")
     o.append('const char* const kUnicodeVersion = "%s";' % version)
     o.append("")
-    o.append("// (first code point of a run, GeneralCategory) for %d runs covering U+0000..U+10FFFF." % len(cat_runs))
-    o.append("const ValueRun kCategoryRuns[] = {")
-    o.append(emit_rows(["{0x%X,%d}," % (s, v) for s, v in cat_runs], 7))
-    o.append("};")
-    o.append("const size_t kCategoryRunCount = sizeof(kCategoryRuns) / sizeof(kCategoryRuns[0]);")
-    o.append("")
-    o.append("// White_Space (PropList.txt) as inclusive ranges.")
-    o.append("const CodeRange kWhiteSpaceRanges[] = {")
-    o.append(emit_rows(["{0x%X,0x%X}," % r for r in white], 6))
-    o.append("};")
-    o.append("const size_t kWhiteSpaceRangeCount = sizeof(kWhiteSpaceRanges) / sizeof(kWhiteSpaceRanges[0]);")
-    o.append("")
-    o.append("// Script names (Scripts.txt) and their ISO 15924 codes; index 0 is Unknown (unlisted code points).")
-    o.append("const ScriptName kScriptNames[] = {")
-    for name in script_names:
-        code = "Zzzz" if name == "Unknown" else aliases.get(name, name)
-        o.append('    {"%s", "%s"},' % (name, code))
-    o.append("};")
-    o.append("const size_t kScriptCount = sizeof(kScriptNames) / sizeof(kScriptNames[0]);")
-    o.append("")
-    o.append("// (first code point of a run, script index) for %d runs." % len(script_runs))
-    o.append("const ValueRun kScriptRuns[] = {")
-    o.append(emit_rows(["{0x%X,%d}," % (s, v) for s, v in script_runs], 7))
-    o.append("};")
-    o.append("const size_t kScriptRunCount = sizeof(kScriptRuns) / sizeof(kScriptRuns[0]);")
-    o.append("")
-    o.append("// Simple lowercase mapping (UnicodeData.txt field 13) as (first, last, delta, stride) runs.")
-    o.append("const DeltaRun kLowercaseRuns[] = {")
-    o.append(emit_rows(["{0x%X,0x%X,%d,%d}," % r for r in lower_runs], 4))
-    o.append("};")
-    o.append("const size_t kLowercaseRunCount = sizeof(kLowercaseRuns) / sizeof(kLowercaseRuns[0]);")
-    o.append("")
-    o.append("// Simple case folding (CaseFolding.txt statuses C and S) as (first, last, delta, stride) runs.")
-    o.append("const DeltaRun kCaseFoldRuns[] = {")
-    o.append(emit_rows(["{0x%X,0x%X,%d,%d}," % r for r in fold_runs], 4))
-    o.append("};")
-    o.append("const size_t kCaseFoldRunCount = sizeof(kCaseFoldRuns) / sizeof(kCaseFoldRuns[0]);")
-    o.append("")
+    def table(comment, ctype, name, count_name, rows):
+        """One C array of rows (lines of initializers), then its element count as a size_t constant."""
+        o.extend(["// " + comment, "const %s %s[] = {" % (ctype, name), *rows, "};",
+                  "const size_t %s = sizeof(%s) / sizeof(%s[0]);" % (count_name, name, name), ""])
+
+    def packed(fmt, values, per_line):
+        return [emit_rows([fmt % v for v in values], per_line)]
+
+    table("(first code point of a run, GeneralCategory) for %d runs covering U+0000..U+10FFFF." % len(cat_runs),
+          "ValueRun", "kCategoryRuns", "kCategoryRunCount", packed("{0x%X,%d},", cat_runs, 7))
+    table("White_Space (PropList.txt) as inclusive ranges.",
+          "CodeRange", "kWhiteSpaceRanges", "kWhiteSpaceRangeCount", packed("{0x%X,0x%X},", white, 6))
+    script_rows = ['    {"%s", "%s"},' % (name, "Zzzz" if name == "Unknown" else aliases.get(name, name))
+                   for name in script_names]
+    table("Script names (Scripts.txt) and their ISO 15924 codes; index 0 is Unknown (unlisted code points).",
+          "ScriptName", "kScriptNames", "kScriptCount", script_rows)
+    table("(first code point of a run, script index) for %d runs." % len(script_runs),
+          "ValueRun", "kScriptRuns", "kScriptRunCount", packed("{0x%X,%d},", script_runs, 7))
+    table("Simple lowercase mapping (UnicodeData.txt field 13) as (first, last, delta, stride) runs.",
+          "DeltaRun", "kLowercaseRuns", "kLowercaseRunCount", packed("{0x%X,0x%X,%d,%d},", lower_runs, 4))
+    table("Simple case folding (CaseFolding.txt statuses C and S) as (first, last, delta, stride) runs.",
+          "DeltaRun", "kCaseFoldRuns", "kCaseFoldRunCount", packed("{0x%X,0x%X,%d,%d},", fold_runs, 4))
     o.append("}  // namespace ga::text::detail")
     with open(out_path, "w", encoding="utf-8") as f:
         f.write("\n".join(o) + "\n")

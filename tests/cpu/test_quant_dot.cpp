@@ -10,37 +10,25 @@
 
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "backends/cpu/quant.h"
+#include "common/quant_weights.h"
 #include "gpu_accel/error.h"
 
 namespace ga::cpu {
 namespace {
 
-struct HalfFields {
-  DType type;
-  std::vector<int> offsets;  // byte offsets of the fp16 scale fields inside one block
-};
-
-// Where each block keeps its fp16 fields (ggml-common.h layouts).
-const std::vector<HalfFields> kQuantTypes = {
-    {DType::Q4_0, {0}},      {DType::Q4_1, {0, 2}},   {DType::Q5_0, {0}},      {DType::Q5_1, {0, 2}},
-    {DType::Q8_0, {0}},      {DType::Q2_K, {80, 82}}, {DType::Q3_K, {108}},    {DType::Q4_K, {0, 2}},
-    {DType::Q5_K, {0, 2}},   {DType::Q6_K, {208}},
-};
-
-void put_half(uint8_t* p, float v) {
-  const uint16_t h = f32_to_fp16(v);
-  std::memcpy(p, &h, 2);
-}
+// The quantized types (each block's fp16 fields: test::fp16_field_offsets).
+const DType kQuantTypes[] = {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0,
+                             DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K};
 
 // A random row of n elements of `type`, in its stored bytes.
 std::vector<uint8_t> random_row(DType type, int64_t n, std::mt19937& rng) {
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::uniform_real_distribution<float> scale(0.001f, 0.05f);
   std::vector<uint8_t> row(row_bytes(type, static_cast<uint64_t>(n)));
   if (type == DType::F32) {
     for (int64_t i = 0; i < n; ++i) {
@@ -58,17 +46,7 @@ std::vector<uint8_t> random_row(DType type, int64_t n, std::mt19937& rng) {
     return row;
   }
   for (auto& b : row) b = static_cast<uint8_t>(rng());
-  const auto& tr = traits(type);
-  for (const auto& f : kQuantTypes) {
-    if (f.type != type) continue;
-    for (size_t blk = 0; blk < row.size() / tr.type_size; ++blk) {
-      for (size_t k = 0; k < f.offsets.size(); ++k) {
-        // first field: the scale (either sign); second: the min (Q4_1/Q5_1 m, K-quant dmin)
-        const float v = k == 0 ? (rng() % 2 ? 1.0f : -1.0f) * scale(rng) : scale(rng);
-        put_half(row.data() + blk * tr.type_size + f.offsets[k], v);
-      }
-    }
-  }
+  test::set_finite_fp16_fields(type, row.data(), static_cast<int64_t>(row.size() / traits(type).type_size), rng);
   return row;
 }
 
@@ -91,7 +69,7 @@ Reference reference_dot(DType type, const std::vector<uint8_t>& row, const std::
 
 std::vector<DType> all_types() {
   std::vector<DType> types = {DType::F32, DType::F16, DType::BF16};
-  for (const auto& f : kQuantTypes) types.push_back(f.type);
+  types.insert(types.end(), std::begin(kQuantTypes), std::end(kQuantTypes));
   return types;
 }
 

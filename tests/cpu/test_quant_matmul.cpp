@@ -15,28 +15,16 @@
 #include <vector>
 
 #include "backends/cpu/quant.h"
+#include "common/quant_weights.h"
 #include "core/thread_pool.h"
 #include "gpu_accel/error.h"
 
 namespace ga::cpu {
 namespace {
 
-// byte offsets of the fp16 scale fields inside one block (ggml-common.h layouts)
-std::vector<int> half_offsets(DType type) {
-  switch (type) {
-    case DType::Q4_0: case DType::Q5_0: case DType::Q8_0: return {0};
-    case DType::Q4_1: case DType::Q5_1: case DType::Q4_K: case DType::Q5_K: return {0, 2};
-    case DType::Q2_K: return {80, 82};
-    case DType::Q3_K: return {108};
-    case DType::Q6_K: return {208};
-    default: return {};
-  }
-}
-
 // `rows` random rows of `cols` elements, each row_stride bytes apart (padding bytes are random).
 std::vector<uint8_t> random_matrix(DType type, int64_t rows, int64_t cols, uint64_t row_stride, std::mt19937& rng) {
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::uniform_real_distribution<float> scale(0.001f, 0.05f);
   std::vector<uint8_t> data(row_stride * static_cast<uint64_t>(rows));
   for (auto& b : data) b = static_cast<uint8_t>(rng());
   const auto& tr = traits(type);
@@ -51,15 +39,7 @@ std::vector<uint8_t> random_matrix(DType type, int64_t rows, int64_t cols, uint6
         std::memcpy(row + 2 * i, &h, 2);
       }
     }
-    if (!tr.quantized) continue;
-    const auto offsets = half_offsets(type);
-    for (int64_t blk = 0; blk < cols / tr.block_size; ++blk) {
-      for (size_t k = 0; k < offsets.size(); ++k) {
-        const float v = k == 0 ? (rng() % 2 ? 1.0f : -1.0f) * scale(rng) : scale(rng);
-        const uint16_t h = f32_to_fp16(v);
-        std::memcpy(row + blk * tr.type_size + offsets[k], &h, 2);
-      }
-    }
+    if (tr.quantized) test::set_finite_fp16_fields(type, row, cols / tr.block_size, rng);
   }
   return data;
 }

@@ -8,92 +8,28 @@
 // len(token_ids) - len(prompt_token_ids) tokens (steps - len(prompt) + 1: the last position's
 // prediction is printed too); stdout_text = prompt text + continuation.
 #include <gtest/gtest.h>
-#include <fcntl.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
-#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "common/process.h"
 #include "common/test_data.h"
 #include "gpu_accel/gguf.h"
 #include "gpu_accel/tokenizer.h"
 
-extern char** environ;
-
 namespace ga {
 namespace {
 
-namespace fs = std::filesystem;
-
-struct CliResult {
-  int exit_code = -1;
-  std::string out;
-  std::string err;
-};
-
-// A folder of its own under the system temp dir, removed at the end of the test.
-class TempDir {
- public:
-  TempDir() {
-    static int counter = 0;
-    path_ = fs::temp_directory_path() /
-            ("ga_e2e_" + std::to_string(getpid()) + "_" + std::to_string(counter++));
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  fs::path path_;
-};
-
-CliResult run_cli(const std::vector<std::string>& args) {
-  const std::string binary = test::binary_dir() + "/bin/gpu-accel";
-  EXPECT_TRUE(fs::exists(binary)) << binary;
-  TempDir tmp;
-  const std::string out_path = tmp.file("stdout"), err_path = tmp.file("stderr");
-
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  std::vector<std::string> argv_storage = {binary};
-  argv_storage.insert(argv_storage.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (auto& a : argv_storage) argv.push_back(a.data());
-  argv.push_back(nullptr);
-
-  CliResult r;
-  pid_t pid = 0;
-  const int rc = posix_spawn(&pid, binary.c_str(), &actions, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  EXPECT_EQ(rc, 0) << "posix_spawn failed";
-  if (rc != 0) return r;
-  int status = 0;
-  waitpid(pid, &status, 0);
-  EXPECT_TRUE(WIFEXITED(status)) << "gpu-accel died from a signal: " << (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.out = test::read_file(out_path);
-  r.err = test::read_file(err_path);
-  return r;
-}
+using test::CliResult;
+using test::describe;
+using test::run_cli;
+using test::TempDir;
 
 std::string model_path() { return test::shared_path("models/tinyllamas/stories260K.gguf"); }
-
-std::string describe(const CliResult& r) {
-  return "exit " + std::to_string(r.exit_code) + "\n--- stdout:\n" + r.out + "\n--- stderr:\n" + r.err;
-}
 
 // A failure must be exactly one line "error: ..." on stderr, with nothing on stdout.
 void expect_one_line_error(const CliResult& r, int exit_code, const std::string& mentions = {}) {
@@ -276,7 +212,7 @@ TEST(Cli, RuntimeErrorsAreOneLineAndExit1) {
   expect_one_line_error(run_cli({"inspect", missing}), 1, missing);
 
   // A truncated copy of a real model: a corrupt file.
-  TempDir tmp;
+  TempDir tmp("ga_e2e");
   const std::string bytes = test::read_file(model_path());
   for (size_t keep : {size_t{10}, bytes.size() / 2}) {
     const std::string corrupt = tmp.file("truncated_" + std::to_string(keep) + ".gguf");

@@ -8,10 +8,6 @@
 // - bench: prints the ceilings and pp/tg rows for a real model, --device cuda is a clear error;
 // - bad arguments: one line on stderr, exit code 2 (usage) or 1 (runtime).
 #include <gtest/gtest.h>
-#include <fcntl.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
@@ -21,66 +17,18 @@
 #include <string>
 #include <vector>
 
+#include "common/process.h"
 #include "common/test_data.h"
 #include "gpu_accel/model.h"
 #include "gpu_accel/session.h"
-
-extern char** environ;
 
 namespace ga {
 namespace {
 
 namespace fs = std::filesystem;
-
-class TempDir {
- public:
-  TempDir() {
-    static int counter = 0;
-    path_ = fs::temp_directory_path() / ("ga_e2e_tools_" + std::to_string(getpid()) + "_" + std::to_string(counter++));
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  fs::path path_;
-};
-
-struct CliResult {
-  int exit_code = -1;
-  std::string out, err;
-};
-
-CliResult run_cli(const std::vector<std::string>& args) {
-  const std::string binary = test::binary_dir() + "/bin/gpu-accel";
-  EXPECT_TRUE(fs::exists(binary)) << binary;
-  TempDir tmp;
-  const std::string out_path = tmp.file("stdout"), err_path = tmp.file("stderr");
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  std::vector<std::string> storage = {binary};
-  storage.insert(storage.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (auto& a : storage) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  CliResult r;
-  pid_t pid = 0;
-  const int rc = posix_spawn(&pid, binary.c_str(), &actions, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  if (rc != 0) return r;
-  int status = 0;
-  waitpid(pid, &status, 0);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.out = test::read_file(out_path);
-  r.err = test::read_file(err_path);
-  return r;
-}
+using test::CliResult;
+using test::run_cli;
+using test::TempDir;
 
 std::string quant_fixture(const std::string& t) { return test::shared_path("fixtures/quant/fixture-" + t + ".gguf"); }
 
@@ -125,7 +73,7 @@ struct PureCase {
 TEST(CliQuantize, PureOutputLoadsAndMatchesLlamaCppLogits) {
   const PureCase cases[] = {{"Q4_0", 3e-2, 0.12}, {"Q4_K", 5e-2, 0.2}};
   for (const auto& c : cases) {
-    TempDir dir;
+    TempDir dir("ga_e2e_tools");
     const std::string out = dir.file(std::string(c.type) + ".gguf");
     const CliResult r = run_cli({"quantize", quant_fixture("f32"), out, c.type, "--pure", "--threads", "2"});
     ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -150,7 +98,7 @@ TEST(CliQuantize, PureOutputLoadsAndMatchesLlamaCppLogits) {
 // all-Q6_K and all-Q4_K weight-quantization distances from the F32 model (README: 5.5e-2 and 1.9e-1
 // rel L2 for llama.cpp's own files on comparable rows), far from garbage.
 TEST(CliQuantize, MixOutputLoadsAndStaysCloseToF32) {
-  TempDir dir;
+  TempDir dir("ga_e2e_tools");
   const std::string out = dir.file("q4_k_m.gguf");
   const CliResult r = run_cli({"quantize", quant_fixture("f32"), out, "Q4_K_M"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -169,7 +117,7 @@ TEST(CliQuantize, MixOutputLoadsAndStaysCloseToF32) {
 }
 
 TEST(CliMakeModel, TinyModelGeneratesFiniteText) {
-  TempDir dir;
+  TempDir dir("ga_e2e_tools");
   const std::string out = dir.file("tiny.gguf");
   const CliResult r = run_cli({"make-model", "--preset", "tiny", "--type", "Q4_K_M", "--out", out, "--vocab",
                                test::shared_path("vocab/ggml-vocab-llama-spm.gguf"), "--seed", "5", "--threads", "2"});
@@ -211,7 +159,7 @@ TEST(CliBench, PrintsCeilingsAndThroughputRows) {
 }
 
 TEST(CliTools, BadArgumentsGiveOneLineErrors) {
-  TempDir dir;
+  TempDir dir("ga_e2e_tools");
   struct Case {
     std::vector<std::string> args;
     int exit_code;

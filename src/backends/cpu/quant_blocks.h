@@ -120,6 +120,18 @@ inline void k4_scale_min(int j, const uint8_t* q, uint8_t* sc, uint8_t* m) {
   }
 }
 
+// Sub-block j's float factors in a Q4_K / Q5_K super-block with super-block scales d and dmin:
+// weight = scale * level - min. Each is one float product, as in ggml's dequantization.
+struct ScaleMin {
+  float scale;
+  float min;
+};
+inline ScaleMin k4_factors(int j, const uint8_t* scales, float d, float dmin) {
+  uint8_t sc, m;
+  k4_scale_min(j, scales, &sc, &m);
+  return {d * static_cast<float>(sc), dmin * static_cast<float>(m)};
+}
+
 // Q3_K: the 16 signed 6-bit scales (already minus 32) from the 12 packed bytes.
 // Bytes 0..7 hold the low 4 bits (sub-block j < 8 in the low nibble of byte j, j >= 8 in the high
 // nibble of byte j-8); bytes 8..11 hold the top 2 bits, sub-block j at bits 2*(j/4) of byte 8 + j%4.

@@ -9,14 +9,11 @@
 //
 // These are the portable loops (scalar::dequantize_row); where the compiler targets AVX2,
 // dequantize_row uses the bit-identical vector version in quant_dequant_avx2.cpp for speed.
-#if defined(__clang__)
-#pragma clang fp contract(off)
-#elif defined(__GNUC__)
-#pragma GCC optimize("fp-contract=off")
-#endif
+#include "backends/cpu/fp_contract_off.h"  // first: it covers every function after it
 
 #include "backends/cpu/quant.h"
 #include "backends/cpu/quant_blocks.h"
+#include "backends/cpu/quant_kernels.h"
 #include "gpu_accel/error.h"
 
 namespace ga::cpu {
@@ -129,13 +126,8 @@ void dequant_q4_k(const BlockQ4_K* b, float* y, int64_t nb) {
     const uint8_t* q = b[i].qs;
     // 4 groups of 64 weights: 32 bytes, low nibbles = sub-block 2g, high nibbles = 2g+1.
     for (int g = 0; g < 4; ++g, q += 32) {
-      uint8_t sc, m;
-      k4_scale_min(2 * g, b[i].scales, &sc, &m);
-      const float d1 = d * static_cast<float>(sc);
-      const float m1 = dmin * static_cast<float>(m);
-      k4_scale_min(2 * g + 1, b[i].scales, &sc, &m);
-      const float d2 = d * static_cast<float>(sc);
-      const float m2 = dmin * static_cast<float>(m);
+      const auto [d1, m1] = k4_factors(2 * g, b[i].scales, d, dmin);
+      const auto [d2, m2] = k4_factors(2 * g + 1, b[i].scales, d, dmin);
       for (int l = 0; l < 32; ++l) *y++ = d1 * static_cast<float>(q[l] & 0xF) - m1;
       for (int l = 0; l < 32; ++l) *y++ = d2 * static_cast<float>(q[l] >> 4) - m2;
     }
@@ -150,13 +142,8 @@ void dequant_q5_k(const BlockQ5_K* b, float* y, int64_t nb) {
     const uint8_t* qh = b[i].qh;
     // Like Q4_K; the 5th bit of sub-block s sits in bit s of qh[l].
     for (int g = 0; g < 4; ++g, ql += 32) {
-      uint8_t sc, m;
-      k4_scale_min(2 * g, b[i].scales, &sc, &m);
-      const float d1 = d * static_cast<float>(sc);
-      const float m1 = dmin * static_cast<float>(m);
-      k4_scale_min(2 * g + 1, b[i].scales, &sc, &m);
-      const float d2 = d * static_cast<float>(sc);
-      const float m2 = dmin * static_cast<float>(m);
+      const auto [d1, m1] = k4_factors(2 * g, b[i].scales, d, dmin);
+      const auto [d2, m2] = k4_factors(2 * g + 1, b[i].scales, d, dmin);
       const uint8_t bit1 = static_cast<uint8_t>(1u << (2 * g));
       const uint8_t bit2 = static_cast<uint8_t>(2u << (2 * g));
       for (int l = 0; l < 32; ++l) {
@@ -198,10 +185,7 @@ void dequant_q6_k(const BlockQ6_K* b, float* y, int64_t nb) {
 namespace scalar {
 
 void dequantize_row(DType type, const void* src, float* dst, int64_t n) {
-  const auto& tr = traits(type);
-  GA_CHECK(n >= 0 && n % tr.block_size == 0, InvalidArgument, "dequantize_row: ", n,
-           " elements is not a multiple of the ", tr.name, " block size ", tr.block_size);
-  const int64_t nb = n / tr.block_size;
+  const int64_t nb = detail::checked_block_count("dequantize_row", type, n);
   switch (type) {
     case DType::F32:
       std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
@@ -235,7 +219,7 @@ void dequantize_row(DType type, const void* src, float* dst, int64_t n) {
     case DType::Q5_K: return dequant_q5_k(static_cast<const BlockQ5_K*>(src), dst, nb);
     case DType::Q6_K: return dequant_q6_k(static_cast<const BlockQ6_K*>(src), dst, nb);
     default:
-      GA_THROW(Unsupported, "dequantize_row: weight type ", tr.name, " is not supported on the CPU backend");
+      GA_THROW(Unsupported, "dequantize_row: weight type ", traits(type).name, " is not supported on the CPU backend");
   }
 }
 

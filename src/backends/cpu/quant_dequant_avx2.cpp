@@ -5,11 +5,7 @@
 // group of 32 levels (quant_unpack_avx2.h) becomes scale * q - min with a separate multiply and
 // subtract (never an FMA), the same two roundings as ggml's scalar code, so the results are
 // identical bit for bit (test_quant_dequant checks this path and the scalar one).
-#if defined(__clang__)
-#pragma clang fp contract(off)
-#elif defined(__GNUC__)
-#pragma GCC optimize("fp-contract=off")  // GCC would fuse the intrinsic multiply and subtract
-#endif
+#include "backends/cpu/fp_contract_off.h"  // first; GCC would fuse the intrinsic multiply and subtract
 
 #include "backends/cpu/quant_kernels.h"
 

@@ -8,9 +8,7 @@ namespace ga::cpu {
 
 void dequantize_row(DType type, const void* src, float* dst, int64_t n) {
 #if GA_CPU_AVX2
-  const auto& tr = traits(type);
-  GA_CHECK(n >= 0 && n % tr.block_size == 0, InvalidArgument, "dequantize_row: ", n,
-           " elements is not a multiple of the ", tr.name, " block size ", tr.block_size);
+  detail::checked_block_count("dequantize_row", type, n);  // the AVX2 path expects a validated length
   if (avx2::dequantize_row(type, src, dst, n)) return;
 #endif
   scalar::dequantize_row(type, src, dst, n);
@@ -25,6 +23,13 @@ float dot_row(DType type, const void* row, const float* x, int64_t n) {
 }
 
 namespace detail {
+
+int64_t checked_block_count(const char* entry, DType type, int64_t n) {
+  const auto& tr = traits(type);
+  GA_CHECK(n >= 0 && n % tr.block_size == 0, InvalidArgument, entry, ": ", n, " elements is not a multiple of the ",
+           tr.name, " block size ", tr.block_size);
+  return n / tr.block_size;
+}
 
 float dot_f32(const float* a, const float* b, int64_t n) {
 #if GA_CPU_AVX2

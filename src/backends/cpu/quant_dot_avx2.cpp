@@ -80,9 +80,7 @@ float dot_f32(const float* a, const float* b, int64_t n) {
 }
 
 float dot_row(DType type, const void* row, const float* x, int64_t n) {
-  const auto& tr = traits(type);
-  GA_CHECK(n >= 0 && n % tr.block_size == 0, InvalidArgument, "dot_row: ", n, " elements is not a multiple of the ",
-           tr.name, " block size ", tr.block_size);
+  detail::checked_block_count("dot_row", type, n);
   switch (type) {
     case DType::F32: return dot_f32(static_cast<const float*>(row), x, n);
     case DType::F16:
@@ -103,7 +101,7 @@ float dot_row(DType type, const void* row, const float* x, int64_t n) {
     case DType::Q4_K: return dot_blocks(static_cast<const BlockQ4_K*>(row), x, n / 256);
     case DType::Q5_K: return dot_blocks(static_cast<const BlockQ5_K*>(row), x, n / 256);
     case DType::Q6_K: return dot_blocks(static_cast<const BlockQ6_K*>(row), x, n / 256);
-    default: GA_THROW(Unsupported, "dot_row: weight type ", tr.name, " is not supported on the CPU backend");
+    default: GA_THROW(Unsupported, "dot_row: weight type ", traits(type).name, " is not supported on the CPU backend");
   }
 }
 

@@ -7,6 +7,7 @@
 // quantized (unlike llama.cpp's CPU backend), so the result is the float64 dot of the
 // dequantized row up to float32 rounding.
 #include "backends/cpu/quant.h"
+#include "backends/cpu/quant_kernels.h"
 #include "backends/cpu/quant_unpack.h"
 #include "gpu_accel/error.h"
 
@@ -76,9 +77,7 @@ float dot_f32(const float* w, const float* x, int64_t n) {
 }  // namespace
 
 float dot_row(DType type, const void* row, const float* x, int64_t n) {
-  const auto& tr = traits(type);
-  GA_CHECK(n >= 0 && n % tr.block_size == 0, InvalidArgument, "dot_row: ", n, " elements is not a multiple of the ",
-           tr.name, " block size ", tr.block_size);
+  detail::checked_block_count("dot_row", type, n);
   using namespace blocks;
   switch (type) {
     case DType::F32: return dot_f32(static_cast<const float*>(row), x, n);
@@ -94,7 +93,7 @@ float dot_row(DType type, const void* row, const float* x, int64_t n) {
     case DType::Q4_K: return dot_blocks<BlockQ4_K>(row, x, n);
     case DType::Q5_K: return dot_blocks<BlockQ5_K>(row, x, n);
     case DType::Q6_K: return dot_blocks<BlockQ6_K>(row, x, n);
-    default: GA_THROW(Unsupported, "dot_row: weight type ", tr.name, " is not supported on the CPU backend");
+    default: GA_THROW(Unsupported, "dot_row: weight type ", traits(type).name, " is not supported on the CPU backend");
   }
 }
 

@@ -1,6 +1,7 @@
 // Internal entry points shared by the CPU quant files (not part of the quant.h contract).
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -22,6 +23,11 @@ float dot_f32(const float* a, const float* b, int64_t n);
 #endif
 
 namespace detail {
+// The number of blocks in n elements of `type`, after the check every row entry point makes: n must be
+// non-negative and a multiple of the type's block size, else InvalidArgument names `entry` (the caller,
+// e.g. "dot_row"), n, the type and its block size.
+int64_t checked_block_count(const char* entry, DType type, int64_t n);
+
 // The best available float32 dot (AVX2 when compiled for it).
 float dot_f32(const float* a, const float* b, int64_t n);
 
@@ -31,6 +37,20 @@ void quantize_q3_k(const float* x, void* dst, int64_t n_blocks);
 void quantize_q4_k(const float* x, void* dst, int64_t n_blocks);
 void quantize_q5_k(const float* x, void* dst, int64_t n_blocks);
 void quantize_q6_k(const float* x, void* dst, int64_t n_blocks);
+
+// The signed value of largest magnitude of x[0..n) (the first one on ties; 0 when all are 0): the
+// reference quantizers map it to the extreme level.
+inline float signed_absmax(const float* x, int n) {
+  float amax = 0.0f;
+  float max = 0.0f;
+  for (int j = 0; j < n; ++j) {
+    if (amax < std::fabs(x[j])) {
+      amax = std::fabs(x[j]);
+      max = x[j];
+    }
+  }
+  return max;
+}
 
 // llama.cpp's nearest_int: round half to even via the 1.5 * 2^23 trick (valid for |v| < 2^22).
 inline int nearest_int(float v) {

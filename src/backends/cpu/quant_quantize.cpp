@@ -8,11 +8,7 @@
 // the float operations is kept as written there, because a different order can move a value
 // across a rounding boundary. The K-quants (search-based) live in quant_quantize_k.cpp.
 // Floating-point contraction is off for the same reason (a fused x * id + 8.5f rounds differently).
-#if defined(__clang__)
-#pragma clang fp contract(off)
-#elif defined(__GNUC__)
-#pragma GCC optimize("fp-contract=off")
-#endif
+#include "backends/cpu/fp_contract_off.h"  // first: it covers every function after it
 
 #include <algorithm>
 #include <cfloat>
@@ -28,19 +24,6 @@ namespace {
 
 using namespace blocks;
 
-// The signed value of largest magnitude (the first one on ties) of a block.
-float signed_absmax(const float* x, int n) {
-  float amax = 0.0f;
-  float max = 0.0f;
-  for (int j = 0; j < n; ++j) {
-    if (amax < std::fabs(x[j])) {
-      amax = std::fabs(x[j]);
-      max = x[j];
-    }
-  }
-  return max;
-}
-
 void min_max(const float* x, int n, float* min, float* max) {
   *min = FLT_MAX;
   *max = -FLT_MAX;
@@ -52,7 +35,7 @@ void min_max(const float* x, int n, float* min, float* max) {
 
 void quantize_q4_0(const float* x, BlockQ4_0* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, x += kQK) {
-    const float d = signed_absmax(x, kQK) / -8;  // the extreme value maps to level 0 (-8 * d)
+    const float d = detail::signed_absmax(x, kQK) / -8;  // the extreme value maps to level 0 (-8 * d)
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     y[i].d = f32_to_fp16(d);
     for (int j = 0; j < kQK / 2; ++j) {
@@ -85,7 +68,7 @@ void quantize_q4_1(const float* x, BlockQ4_1* y, int64_t nb) {
 
 void quantize_q5_0(const float* x, BlockQ5_0* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, x += kQK) {
-    const float d = signed_absmax(x, kQK) / -16;
+    const float d = detail::signed_absmax(x, kQK) / -16;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     y[i].d = f32_to_fp16(d);
     uint32_t qh = 0;
@@ -138,10 +121,7 @@ void quantize_q8_0(const float* x, BlockQ8_0* y, int64_t nb) {
 }  // namespace
 
 void quantize_row(DType type, const float* src, void* dst, int64_t n) {
-  const auto& tr = traits(type);
-  GA_CHECK(n >= 0 && n % tr.block_size == 0, InvalidArgument, "quantize_row: ", n,
-           " elements is not a multiple of the ", tr.name, " block size ", tr.block_size);
-  const int64_t nb = n / tr.block_size;
+  const int64_t nb = detail::checked_block_count("quantize_row", type, n);
   auto* out = static_cast<uint8_t*>(dst);
   switch (type) {
     case DType::F32:
@@ -170,8 +150,8 @@ void quantize_row(DType type, const float* src, void* dst, int64_t n) {
     case DType::Q5_K: return detail::quantize_q5_k(src, dst, nb);
     case DType::Q6_K: return detail::quantize_q6_k(src, dst, nb);
     default:
-      GA_THROW(Unsupported, "quantize_row: cannot quantize to ", tr.name, " (supported: F32, F16, BF16, Q4_0, Q4_1, ",
-               "Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K)");
+      GA_THROW(Unsupported, "quantize_row: cannot quantize to ", traits(type).name,
+               " (supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K)");
   }
 }
 

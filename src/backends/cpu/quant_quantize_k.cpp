@@ -15,11 +15,7 @@
 // Floating-point contraction is off in this file: llama.cpp's reference build rounds every multiply
 // and add separately, and a fused multiply-add in the searches changes the chosen levels of ~10-30%
 // of the blocks (measured against the fixtures); without fusion the bytes match exactly.
-#if defined(__clang__)
-#pragma clang fp contract(off)
-#elif defined(__GNUC__)
-#pragma GCC optimize("fp-contract=off")
-#endif
+#include "backends/cpu/fp_contract_off.h"  // first: it covers every function after it
 
 #include <algorithm>
 #include <cmath>
@@ -60,16 +56,8 @@ void pack_k4_scale_min(int j, uint8_t sc, uint8_t m, uint8_t* scales) {
 // make_qx_quants(n, nmax, x, L, rmse_type = 1, no importance): returns the scale; levels in L are
 // offset by nmax (0 .. 2 nmax - 1).
 float search_signed_scale(int n, int nmax, const float* x, int8_t* levels) {
-  float max = 0.0f;
-  float amax = 0.0f;
-  for (int i = 0; i < n; ++i) {
-    const float ax = std::fabs(x[i]);
-    if (ax > amax) {
-      amax = ax;
-      max = x[i];
-    }
-  }
-  if (amax < kGroupMaxEps) {
+  const float max = signed_absmax(x, n);
+  if (std::fabs(max) < kGroupMaxEps) {
     std::fill(levels, levels + n, int8_t{0});
     return 0.0f;
   }
@@ -109,16 +97,8 @@ float search_signed_scale(int n, int nmax, const float* x, int8_t* levels) {
 
 // make_q3_quants(n, nmax, x, L, do_rmse = true): levels offset by nmax.
 float search_q3_scale(int n, int nmax, const float* x, int8_t* levels) {
-  float max = 0.0f;
-  float amax = 0.0f;
-  for (int i = 0; i < n; ++i) {
-    const float ax = std::fabs(x[i]);
-    if (ax > amax) {
-      amax = ax;
-      max = x[i];
-    }
-  }
-  if (amax < kGroupMaxEps) {
+  const float max = signed_absmax(x, n);
+  if (std::fabs(max) < kGroupMaxEps) {
     std::fill(levels, levels + n, int8_t{0});
     return 0.0f;
   }
@@ -335,16 +315,8 @@ void quantize_q3_k(const float* x, void* dst, int64_t n_blocks) {
   for (int64_t i = 0; i < n_blocks; ++i, x += kQKK) {
     int8_t levels[kQKK];
     float scales[16];
-    float max_scale = 0.0f;
-    float amax = 0.0f;
-    for (int j = 0; j < 16; ++j) {
-      scales[j] = search_q3_scale(16, 4, x + 16 * j, levels + 16 * j);
-      const float a = std::fabs(scales[j]);
-      if (a > amax) {
-        amax = a;
-        max_scale = scales[j];
-      }
-    }
+    for (int j = 0; j < 16; ++j) scales[j] = search_q3_scale(16, 4, x + 16 * j, levels + 16 * j);
+    const float max_scale = signed_absmax(scales, 16);
     std::memset(y[i].scales, 0, sizeof y[i].scales);
     if (max_scale != 0.0f) {
       const float iscale = -32.0f / max_scale;
@@ -431,17 +403,9 @@ void quantize_q6_k(const float* x, void* dst, int64_t n_blocks) {
   for (int64_t i = 0; i < n_blocks; ++i, x += kQKK) {
     int8_t levels[kQKK];
     float scales[16];
-    float max_scale = 0.0f;
-    float max_abs_scale = 0.0f;
-    for (int s = 0; s < 16; ++s) {
-      scales[s] = search_signed_scale(16, 32, x + 16 * s, levels + 16 * s);
-      const float a = std::fabs(scales[s]);
-      if (a > max_abs_scale) {
-        max_abs_scale = a;
-        max_scale = scales[s];
-      }
-    }
-    if (max_abs_scale < kGroupMaxEps) {
+    for (int s = 0; s < 16; ++s) scales[s] = search_signed_scale(16, 32, x + 16 * s, levels + 16 * s);
+    const float max_scale = signed_absmax(scales, 16);
+    if (std::fabs(max_scale) < kGroupMaxEps) {
       std::memset(&y[i], 0, sizeof y[i]);
       continue;
     }

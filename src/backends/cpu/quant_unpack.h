@@ -137,49 +137,36 @@ struct Unpack<blocks::BlockQ3_K> {
   }
 };
 
-template <>
-struct Unpack<blocks::BlockQ4_K> {
+// Q4_K and Q5_K share their scales and nibble layout; Q5_K adds the 5th bit of sub-block s at bit s
+// of qh[l].
+template <typename Block, bool FifthBit>
+struct UnpackK45 {
   static constexpr UnpackShape kShape{256, 32, true};
-  static void run(const blocks::BlockQ4_K& b, UnpackedBlock& u) {
+  static void run(const Block& b, UnpackedBlock& u) {
     const float d = blocks::half(b.d);
     const float dmin = blocks::half(b.dmin);
     for (int s = 0; s < 8; ++s) {
-      uint8_t sc, m;
-      blocks::k4_scale_min(s, b.scales, &sc, &m);
-      u.scale[s] = d * static_cast<float>(sc);
-      u.min[s] = dmin * static_cast<float>(m);
+      const blocks::ScaleMin f = blocks::k4_factors(s, b.scales, d, dmin);
+      u.scale[s] = f.scale;
+      u.min[s] = f.min;
     }
     for (int g = 0; g < 4; ++g) {
       for (int l = 0; l < 32; ++l) {
-        u.q[64 * g + l] = static_cast<int8_t>(b.qs[32 * g + l] & 0xF);
-        u.q[64 * g + 32 + l] = static_cast<int8_t>(b.qs[32 * g + l] >> 4);
-      }
-    }
-  }
-};
-
-template <>
-struct Unpack<blocks::BlockQ5_K> {
-  static constexpr UnpackShape kShape{256, 32, true};
-  static void run(const blocks::BlockQ5_K& b, UnpackedBlock& u) {
-    const float d = blocks::half(b.d);
-    const float dmin = blocks::half(b.dmin);
-    for (int s = 0; s < 8; ++s) {
-      uint8_t sc, m;
-      blocks::k4_scale_min(s, b.scales, &sc, &m);
-      u.scale[s] = d * static_cast<float>(sc);
-      u.min[s] = dmin * static_cast<float>(m);
-    }
-    for (int g = 0; g < 4; ++g) {
-      for (int l = 0; l < 32; ++l) {
-        const int h1 = ((b.qh[l] >> (2 * g)) & 1) << 4;
-        const int h2 = ((b.qh[l] >> (2 * g + 1)) & 1) << 4;
+        int h1 = 0, h2 = 0;
+        if constexpr (FifthBit) {
+          h1 = ((b.qh[l] >> (2 * g)) & 1) << 4;
+          h2 = ((b.qh[l] >> (2 * g + 1)) & 1) << 4;
+        }
         u.q[64 * g + l] = static_cast<int8_t>((b.qs[32 * g + l] & 0xF) | h1);
         u.q[64 * g + 32 + l] = static_cast<int8_t>((b.qs[32 * g + l] >> 4) | h2);
       }
     }
   }
 };
+template <>
+struct Unpack<blocks::BlockQ4_K> : UnpackK45<blocks::BlockQ4_K, false> {};
+template <>
+struct Unpack<blocks::BlockQ5_K> : UnpackK45<blocks::BlockQ5_K, true> {};
 
 template <>
 struct Unpack<blocks::BlockQ6_K> {

@@ -182,10 +182,7 @@ struct SimdUnpackK45 {
           const __m256i bit = _mm256_and_si256(_mm256_slli_epi16(unpack::shift_right(qh, s), 4), _mm256_set1_epi8(0x10));
           q = _mm256_or_si256(q, bit);
         }
-        uint8_t sc, m;
-        blocks::k4_scale_min(s, b.scales, &sc, &m);
-        const float scale = d * static_cast<float>(sc);
-        const float min = dmin * static_cast<float>(m);
+        const auto [scale, min] = blocks::k4_factors(s, b.scales, d, dmin);
         f(Group32{q, {scale, scale}, {min, min}});
       }
     }

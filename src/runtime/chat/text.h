@@ -12,6 +12,8 @@
 #include <string_view>
 #include <vector>
 
+#include "runtime/tokenizer/unicode.h"
+
 namespace ga::chat {
 
 // Concatenates strings by appending (g++ 12's -Wrestrict misfires on `"literal" + f()` at -O3).
@@ -24,7 +26,7 @@ std::string cat(const Parts&... parts) {
 
 std::u32string utf8_to_u32(std::string_view s);  // invalid bytes become U+FFFD, like Python's "replace"
 std::string u32_to_utf8(std::u32string_view s);
-void append_utf8(std::string& out, char32_t cp);
+using ga::text::append_utf8;  // the tokenizer's encoder (runtime/tokenizer/unicode.h)
 size_t utf8_length(std::string_view s);  // number of code points
 
 bool is_python_space(char32_t cp);  // str.isspace()

@@ -31,6 +31,15 @@ std::vector<std::string_view> split_first_line(std::string_view text) {
   return fields;
 }
 
+// The line that starts at *pos (without its '\n'); moves *pos past it. Call while *pos < text.size().
+std::string_view next_line(std::string_view text, size_t* pos) {
+  size_t eol = text.find('\n', *pos);
+  if (eol == std::string_view::npos) eol = text.size();
+  const std::string_view line = text.substr(*pos, eol - *pos);
+  *pos = eol + 1;
+  return line;
+}
+
 std::optional<uint64_t> to_u64(std::string_view s) {
   uint64_t value = 0;
   auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), value);
@@ -74,10 +83,7 @@ std::optional<MachineCpuTicks> parse_machine_stat(std::string_view text) {
 std::optional<uint64_t> parse_kb_field(std::string_view text, std::string_view key) {
   size_t pos = 0;
   while (pos < text.size()) {
-    size_t eol = text.find('\n', pos);
-    if (eol == std::string_view::npos) eol = text.size();
-    std::string_view line = text.substr(pos, eol - pos);
-    pos = eol + 1;
+    const std::string_view line = next_line(text, &pos);
     if (line.size() <= key.size() || line.substr(0, key.size()) != key || line[key.size()] != ':') continue;
     std::vector<std::string_view> f = split_first_line(line.substr(key.size() + 1));
     if (f.empty()) return std::nullopt;
@@ -102,10 +108,7 @@ std::optional<std::string> parse_cpu_model_name(std::string_view text) {
   constexpr std::string_view kKey = "model name";
   size_t pos = 0;
   while (pos < text.size()) {
-    size_t eol = text.find('\n', pos);
-    if (eol == std::string_view::npos) eol = text.size();
-    std::string_view line = text.substr(pos, eol - pos);
-    pos = eol + 1;
+    const std::string_view line = next_line(text, &pos);
     if (line.substr(0, kKey.size()) != kKey) continue;
     size_t colon = line.find(':');
     if (colon == std::string_view::npos) continue;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "runtime/tokenizer/nfc_data.h"
+#include "runtime/tokenizer/unicode.h"
 
 namespace ga::tok {
 namespace {
@@ -71,54 +72,24 @@ const NonBoundaryBitmap& non_boundaries() {
   return bitmap;
 }
 
-// The code point at text[pos] and its length in bytes. Well-formed UTF-8 only (no overlong forms, no
-// surrogates, nothing above U+10FFFF), the rule of the tokenizer's decode_utf8 (pre_tokenizer.h): any
-// other byte is one invalid byte. Written inline here because the quick check decodes every code point.
+// The code point at text[pos] and its length in bytes, under the tokenizer's one UTF-8 rule
+// (text::decode_utf8_at): a byte that does not start a well-formed sequence is one raw byte.
 struct Decoded {
   char32_t cp;
   size_t length;
 };
 inline Decoded decode_at(std::string_view text, size_t pos) {
-  const auto b0 = static_cast<uint8_t>(text[pos]);
-  if (b0 < 0x80) return {b0, 1};
-  size_t length = 0;
-  char32_t min_cp = 0;
-  if ((b0 & 0xE0) == 0xC0) {
-    length = 2, min_cp = 0x80;
-  } else if ((b0 & 0xF0) == 0xE0) {
-    length = 3, min_cp = 0x800;
-  } else if ((b0 & 0xF8) == 0xF0) {
-    length = 4, min_cp = 0x10000;
-  }
-  const Decoded invalid{kRawByteBase + b0, 1};
-  if (length == 0 || text.size() - pos < length) return invalid;
-  char32_t cp = b0 & (0x7Fu >> length);  // payload bits of the lead byte: 5, 4 or 3
-  for (size_t i = 1; i < length; ++i) {
-    const auto b = static_cast<uint8_t>(text[pos + i]);
-    if ((b & 0xC0) != 0x80) return invalid;
-    cp = (cp << 6) | (b & 0x3Fu);
-  }
-  if (cp < min_cp || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return invalid;
+  char32_t cp = 0;
+  const size_t length = ga::text::decode_utf8_at(text, pos, &cp);
+  if (length == 0) return {kRawByteBase + static_cast<uint8_t>(text[pos]), 1};
   return {cp, length};
 }
 
 void append_utf8(char32_t cp, std::string& out) {
   if (cp >= kRawByteBase) {
-    out += static_cast<char>(cp - kRawByteBase);
-  } else if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
+    out += static_cast<char>(cp - kRawByteBase);  // an invalid input byte goes back out unchanged
   } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
+    ga::text::append_utf8(out, cp);
   }
 }
 

@@ -10,6 +10,7 @@
 #include <array>
 
 #include "gpu_accel/error.h"
+#include "runtime/tokenizer/unicode.h"
 
 namespace ga::tok {
 namespace {
@@ -44,39 +45,11 @@ const char* const kDeepseekCjk = "[\u4E00-\u9FA5\u0800-\u4E00\uAC00-\uD7FF]+";
 
 const char* const kDefaultTail = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S))";
 
-bool is_continuation(uint8_t b) { return (b & 0xC0) == 0x80; }
-
-// Decodes one well-formed UTF-8 sequence at text[pos] (no overlongs, no surrogates, <= U+10FFFF).
-// Returns its length and code point, or length 0 when the bytes there are not well-formed.
-std::pair<size_t, char32_t> decode_one(std::string_view text, size_t pos) {
-  const auto b0 = static_cast<uint8_t>(text[pos]);
-  const size_t left = text.size() - pos;
-  if (b0 < 0x80) return {1, b0};
-  size_t len = 0;
-  char32_t cp = 0, min_cp = 0;
-  if ((b0 & 0xE0) == 0xC0) {
-    len = 2, cp = b0 & 0x1F, min_cp = 0x80;
-  } else if ((b0 & 0xF0) == 0xE0) {
-    len = 3, cp = b0 & 0x0F, min_cp = 0x800;
-  } else if ((b0 & 0xF8) == 0xF0) {
-    len = 4, cp = b0 & 0x07, min_cp = 0x10000;
-  } else {
-    return {0, 0};
-  }
-  if (left < len) return {0, 0};
-  for (size_t i = 1; i < len; ++i) {
-    const auto b = static_cast<uint8_t>(text[pos + i]);
-    if (!is_continuation(b)) return {0, 0};
-    cp = (cp << 6) | (b & 0x3F);
-  }
-  if (cp < min_cp || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return {0, 0};
-  return {len, cp};
-}
-
 }  // namespace
 
 size_t utf8_sequence_length(std::string_view text, size_t pos) {
-  const size_t len = decode_one(text, pos).first;
+  char32_t cp = 0;
+  const size_t len = text::decode_utf8_at(text, pos, &cp);
   return len == 0 ? 1 : len;
 }
 
@@ -86,7 +59,8 @@ DecodedText decode_utf8(std::string_view text) {
   out.byte_offsets.reserve(text.size() + 1);
   size_t pos = 0;
   while (pos < text.size()) {
-    auto [len, cp] = decode_one(text, pos);
+    char32_t cp = 0;
+    size_t len = text::decode_utf8_at(text, pos, &cp);
     if (len == 0) len = 1, cp = 0xFFFD;  // invalid byte: matched as U+FFFD, its byte is kept by offset
     out.cps.push_back(cp);
     out.byte_offsets.push_back(static_cast<uint32_t>(pos));

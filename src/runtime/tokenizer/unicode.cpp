@@ -156,37 +156,6 @@ const std::unordered_map<std::string, CategoryMask>& category_names() {
   return names;
 }
 
-// Decodes one UTF-8 sequence at text[i]; returns its length, or 0 when the byte at i does not start a
-// valid, shortest-form sequence of a scalar value.
-size_t decode_utf8(std::string_view text, size_t i, char32_t* out) {
-  const auto byte = [&](size_t k) { return static_cast<unsigned char>(text[k]); };
-  const unsigned char b0 = byte(i);
-  if (b0 < 0x80) {
-    *out = b0;
-    return 1;
-  }
-  size_t len;
-  char32_t cp;
-  char32_t min_value;
-  if ((b0 & 0xE0) == 0xC0) {
-    len = 2, cp = b0 & 0x1F, min_value = 0x80;
-  } else if ((b0 & 0xF0) == 0xE0) {
-    len = 3, cp = b0 & 0x0F, min_value = 0x800;
-  } else if ((b0 & 0xF8) == 0xF0) {
-    len = 4, cp = b0 & 0x07, min_value = 0x10000;
-  } else {
-    return 0;
-  }
-  if (i + len > text.size()) return 0;
-  for (size_t k = 1; k < len; ++k) {
-    if ((byte(i + k) & 0xC0) != 0x80) return 0;
-    cp = (cp << 6) | (byte(i + k) & 0x3F);
-  }
-  if (cp < min_value || cp > kMaxCodePoint || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
-  *out = cp;
-  return len;
-}
-
 }  // namespace
 
 GeneralCategory general_category(char32_t cp) {
@@ -272,7 +241,7 @@ std::u32string utf8_to_codepoints(std::string_view text, std::vector<size_t>* by
   size_t i = 0;
   while (i < text.size()) {
     char32_t cp = 0;
-    size_t len = decode_utf8(text, i, &cp);
+    size_t len = decode_utf8_at(text, i, &cp);
     if (len == 0) {  // an invalid byte stands alone as U+FFFD
       cp = kReplacement;
       len = 1;
@@ -288,21 +257,7 @@ std::u32string utf8_to_codepoints(std::string_view text, std::vector<size_t>* by
 std::string codepoint_to_utf8(char32_t cp) {
   std::string out;
   if (cp > kMaxCodePoint || (cp >= 0xD800 && cp <= 0xDFFF)) cp = kReplacement;
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
+  append_utf8(out, cp);
   return out;
 }
 

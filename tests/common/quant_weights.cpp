@@ -1,0 +1,33 @@
+// See quant_weights.h. The offsets are those of ggml-common.h's block structs (d first, then m / dmin;
+// Q2_K and Q3_K keep theirs after the scales and levels, Q6_K at the very end).
+#include "common/quant_weights.h"
+
+#include <cstring>
+
+namespace ga::test {
+
+std::vector<int> fp16_field_offsets(DType type) {
+  switch (type) {
+    case DType::Q4_0: case DType::Q5_0: case DType::Q8_0: return {0};
+    case DType::Q4_1: case DType::Q5_1: case DType::Q4_K: case DType::Q5_K: return {0, 2};
+    case DType::Q2_K: return {80, 82};
+    case DType::Q3_K: return {108};
+    case DType::Q6_K: return {208};
+    default: return {};
+  }
+}
+
+void set_finite_fp16_fields(DType type, uint8_t* blocks, int64_t n_blocks, std::mt19937& rng) {
+  std::uniform_real_distribution<float> scale(0.001f, 0.05f);
+  const uint64_t block_bytes = traits(type).type_size;
+  const std::vector<int> offsets = fp16_field_offsets(type);
+  for (int64_t blk = 0; blk < n_blocks; ++blk) {
+    for (size_t k = 0; k < offsets.size(); ++k) {
+      const float v = k == 0 ? (rng() % 2 ? 1.0f : -1.0f) * scale(rng) : scale(rng);
+      const uint16_t h = f32_to_fp16(v);
+      std::memcpy(blocks + static_cast<uint64_t>(blk) * block_bytes + offsets[k], &h, 2);
+    }
+  }
+}
+
+}  // namespace ga::test
