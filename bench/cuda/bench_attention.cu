@@ -198,6 +198,7 @@ Row bench_case(CachingAllocator& alloc, cudaStream_t stream, const Heads& h, int
   GA_CUDA_CHECK_LAUNCH();
   const size_t ws_bytes = ga::cuda::attention_workspace_bytes(p);
   DeviceBuffer ws(alloc, std::max<size_t>(ws_bytes, 16));
+  GA_CUDA_CHECK(cudaMemsetAsync(ws.data(), 0, ws.size(), stream));  // attention.h: zero-filled before the first call
   p.q = q.as<float>();
   p.out = out.as<float>();
   p.workspace = ws.data();

@@ -273,7 +273,9 @@ int main(int argc, char** argv) try {
       if (const char* why = ga::cuda::gemv_unsupported_reason(p)) GA_THROW(Internal, "bench shape rejected: ", why);
       cudaGraphExec_t graph = capture(stream.get(), n_buf, [&](int i) {
         p.w = weights[static_cast<size_t>(i)].data();
-        GA_CUDA_CHECK(ga::cuda::gemv(p, stream.get()));
+        const cudaError_t status = ga::cuda::gemv(p, stream.get());
+        GA_CHECK(status == cudaSuccess, Internal, "gemv ", dtype_name(type), " ", s.rows, "x", s.cols, " failed: ",
+                 cudaGetErrorString(status));
       });
       const double us = time_graph(graph, stream.get()) * 1e3 / n_buf;
       GA_CUDA_CHECK(cudaGraphExecDestroy(graph));

@@ -161,6 +161,8 @@ struct DeviceProblem {
     p.pos0_device = device_pos0 ? pos0.get() : nullptr;
     p.workspace = workspace.get();
     p.workspace_bytes = workspace.size();
+    // the contract: zero-filled before the first call (the split merge's counters live in it)
+    EXPECT_EQ(cudaMemset(workspace.get(), 0, workspace.size()), cudaSuccess);
   }
 
   static ::ga::cuda::AttentionParams params_for(const Problem& pr, bool device_pos0) {

@@ -6,9 +6,14 @@
 // as raw 16-byte chunks and must handle any misalignment. The reference is the CPU's own
 // dequantize_row followed by a float64 dot product; the tolerance is relative to sum |w x| (the
 // dot's condition), so it holds for any float accumulation order but not for a wrong weight.
+// Where gemv() rounds x to two int8 digits per block of 32 (gemv_uses_int8_activations: classic
+// quant types, aligned rows), the tight reference quantizes x the same way on the CPU (float rounding
+// steps as in gemv.h, the dot in float64), and a second, looser check against the float reference
+// bounds the rounding itself (see int8_reference).
 // The embedding must be bit-identical to ga::cpu::dequantize_row.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -76,6 +81,62 @@ std::vector<uint8_t> random_matrix(DType type, int64_t rows, int64_t cols, uint6
   return data;
 }
 
+// The fp16 at byte `off` of a block, as float.
+float block_half(const uint8_t* blk, size_t off) {
+  uint16_t h = 0;
+  std::memcpy(&h, blk + off, 2);
+  return fp16_to_f32(h);
+}
+
+// The offset o of a classic block, w = d * q + o: the min (Q4_1, Q5_1) or -bias * d.
+double classic_offset(DType type, const uint8_t* blk, double d) {
+  switch (type) {
+    case DType::Q4_0: return -8.0 * d;
+    case DType::Q5_0: return -16.0 * d;
+    case DType::Q4_1: case DType::Q5_1: return block_half(blk, 2);
+    default: return 0.0;  // Q8_0
+  }
+}
+
+// Reference of the int8 path for one row and token, from the CPU's dequantized weights `w`:
+// x is rounded per block of 32 as gemv.h says (d_x = amax / 127, s = x * (127 / amax), q1 = rint(s),
+// q2 = rint((s - q1) * 254), float steps), the block's dot is d * d_x * sum(q_w (q1 + q2 / 254)) +
+// o * sum(x) in float64 (o: classic_offset; sum(x) unquantized as in the kernel). `rounding_bound`
+// gets the largest possible distance to the exact dot: element k errs by |d q_k| * |x_k - d_x (q1 +
+// q2 / 254)| <= |w_k - o| * d_x * (1 / 508 + 1e-4) (the 1e-4: |s| <= 127.5 with 3 float roundings of
+// relative 2^-24 between x / d_x and q1 + q2 / 254), summed over the row.
+double int8_reference(DType type, const uint8_t* row_bytes_ptr, const float* w, const float* x, int64_t cols,
+                      double& rounding_bound) {
+  const auto& tr = traits(type);
+  double sum = 0.0;
+  rounding_bound = 0.0;
+  for (int64_t b = 0; b < cols / 32; ++b) {
+    const uint8_t* blk = row_bytes_ptr + b * static_cast<int64_t>(tr.type_size);
+    const double d = block_half(blk, 0);
+    const double o = classic_offset(type, blk, d);
+    const float* xb = x + 32 * b;
+    const float* wb = w + 32 * b;
+    float amax = 0.0f;
+    for (int k = 0; k < 32; ++k) amax = std::max(amax, std::fabs(xb[k]));
+    const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+    const float dx = amax / 127.0f;
+    double idot = 0.0, xsum = 0.0, wabs = 0.0;
+    for (int k = 0; k < 32; ++k) {
+      const float scaled = xb[k] * inv;  // rounded to float, as __fmul_rn
+      const float q1 = std::nearbyint(scaled);
+      const float residual = (scaled - q1) * 254.0f;  // exact difference, product rounded to float
+      const double qx = static_cast<double>(q1) + static_cast<double>(std::nearbyint(residual)) / 254.0;
+      const double qw = std::nearbyint((static_cast<double>(wb[k]) - o) / d);  // the code (exact for w = d q + o)
+      idot += qw * qx;
+      xsum += xb[k];
+      wabs += std::fabs(d * qw);
+    }
+    sum += d * static_cast<double>(dx) * idot + o * xsum;
+    rounding_bound += wabs * static_cast<double>(dx) * (1.0 / 508.0 + 1e-4);
+  }
+  return sum;
+}
+
 std::string case_name(DType type, int64_t rows, int64_t cols, int64_t pad, int n_tokens) {
   return str(dtype_name(type), " ", rows, "x", cols, " pad ", pad, " tokens ", n_tokens);
 }
@@ -128,10 +189,12 @@ void run_gemv_case(CachingAllocator& alloc, Parity& parity, DType type, const Ge
   GA_CUDA_CHECK(cudaDeviceSynchronize());
   const std::vector<float> y_host = y.download();
 
-  // reference: the CPU's dequantization, float64 dot products
+  // reference: the CPU's dequantization, float64 dot products (and the int8 variant, see int8_reference)
+  const bool int8 = ::ga::cuda::gemv_uses_int8_activations(p);
   std::vector<float> row(static_cast<size_t>(c.cols));
   std::vector<double> ref(static_cast<size_t>(c.rows * c.n_tokens));
   std::vector<double> magnitude(ref.size());
+  std::vector<double> ref_int8(int8 ? ref.size() : 0), bound_int8(ref_int8.size());
   for (int64_t r = 0; r < c.rows; ++r) {
     ::ga::cpu::dequantize_row(type, w_host.data() + static_cast<uint64_t>(r) * stride, row.data(), c.cols);
     for (int t = 0; t < c.n_tokens; ++t) {
@@ -142,15 +205,30 @@ void run_gemv_case(CachingAllocator& alloc, Parity& parity, DType type, const Ge
         sum += prod;
         mag += std::fabs(prod);
       }
-      ref[static_cast<size_t>(t * c.rows + r)] = sum;
-      magnitude[static_cast<size_t>(t * c.rows + r)] = mag;
+      const auto at = static_cast<size_t>(t * c.rows + r);
+      ref[at] = sum;
+      magnitude[at] = mag;
+      if (int8) {
+        ref_int8[at] = int8_reference(type, w_host.data() + static_cast<uint64_t>(r) * stride, row.data(), xt, c.cols,
+                                      bound_int8[at]);
+        bound_int8[at] += 1e-5 * mag;  // the kernel's float accumulation
+      }
     }
   }
   for (int t = 0; t < c.n_tokens; ++t) {
     const float* yt = y_host.data() + t * ldy;
-    // float accumulation over a few thousand terms: well under 1e-5 of sum |w x|
-    parity.compare(name + str(" token ", t), yt, ref.data() + t * c.rows, static_cast<size_t>(c.rows), 1e-5, 1e-30,
-                   magnitude.data() + t * c.rows);
+    if (int8) {
+      // tight: the same int8 x, float accumulation (well under 1e-5 of sum |w x|); loose: the float
+      // reference within the int8 rounding bound
+      parity.compare(name + str(" int8 token ", t), yt, ref_int8.data() + t * c.rows, static_cast<size_t>(c.rows),
+                     1e-5, 1e-30, magnitude.data() + t * c.rows);
+      parity.compare(name + str(" int8 vs float token ", t), yt, ref.data() + t * c.rows, static_cast<size_t>(c.rows),
+                     1.0, 1e-30, bound_int8.data() + t * c.rows);
+    } else {
+      // float accumulation over a few thousand terms: well under 1e-5 of sum |w x|
+      parity.compare(name + str(" token ", t), yt, ref.data() + t * c.rows, static_cast<size_t>(c.rows), 1e-5, 1e-30,
+                     magnitude.data() + t * c.rows);
+    }
     parity.expect_untouched(name + str(" token ", t), yt + c.rows, static_cast<size_t>(ldy - c.rows));
   }
 }
@@ -169,6 +247,8 @@ TEST(CudaGemv, MatchesCpuReferenceForEveryTypeAndShape) {
       }
     }
     for (int n_tokens : {2, 3, 5, 8}) run_gemv_case(alloc, parity, type, {37, 2816, 6, n_tokens}, rng);
+    for (int n_tokens : {2, 5, 8}) run_gemv_case(alloc, parity, type, {37, 2816, 0, n_tokens}, rng);  // int8 path
+    run_gemv_case(alloc, parity, type, {17000, 256, 0, 1}, rng);  // more row tiles than the int8 path's persistent grid
     run_gemv_case(alloc, parity, type, {733, 768, 0, 4}, rng);
     run_gemv_case(alloc, parity, type, {256, 4096, 0, 1}, rng);  // a Llama-width row
     // long rows: each of a CTA's warps walks several segments, so the cp.async ring wraps (staged
@@ -207,6 +287,17 @@ TEST(CudaGemv, RejectsWhatItCannotDoWithAReason) {
   EXPECT_TRUE(rejected([&](auto& q) { q.x = buf.get() + 1; }));
   EXPECT_TRUE(rejected([&](auto& q) { q.w = reinterpret_cast<const uint8_t*>(buf.get()) + 2; }));
   EXPECT_FALSE(::ga::cuda::gemv_supports(DType::Q3_K));
+  // the int8 path: classic types with 16-byte aligned rows of whole units (8 blocks for Q4_0)
+  ::ga::cuda::GemvParams aligned = p;
+  aligned.cols = 256;
+  aligned.ldx = 256;
+  aligned.row_stride = static_cast<int64_t>(row_bytes(DType::Q4_0, 256));
+  EXPECT_TRUE(::ga::cuda::gemv_uses_int8_activations(aligned));
+  aligned.row_stride += 6;
+  EXPECT_FALSE(::ga::cuda::gemv_uses_int8_activations(aligned));
+  aligned.type = DType::Q6_K;
+  aligned.row_stride = static_cast<int64_t>(row_bytes(DType::Q6_K, 256));
+  EXPECT_FALSE(::ga::cuda::gemv_uses_int8_activations(aligned));
   EXPECT_TRUE(::ga::cuda::gemv_supports(DType::Q6_K));
 }
 

@@ -105,8 +105,10 @@ cudaError_t attention(const AttentionParams& p, cudaStream_t stream) {
   const bool decode = detail::attention_uses_decode(p);
   if (decode) {
     a.n_splits = detail::decode_splits(p, kv_len_bound(p, false), resident_decode_ctas(p.head_dim));
-    if (a.n_splits > 1) {  // [n_splits][rows][head_dim] accumulators, then [n_splits][rows][2] max/sum
-      a.ws_o = static_cast<float*>(p.workspace);
+    if (a.n_splits > 1) {  // counters, [n_splits][rows][head_dim] accumulators, [n_splits][rows][2] max/sum
+      a.done = static_cast<unsigned*>(p.workspace);
+      a.done_stride = detail::decode_done_stride(p);
+      a.ws_o = reinterpret_cast<float*>(static_cast<unsigned char*>(p.workspace) + detail::decode_done_bytes(p));
       a.ws_ml = a.ws_o + static_cast<size_t>(a.n_splits) * p.n_tokens * p.n_head * p.head_dim;
     }
   }

@@ -41,7 +41,10 @@ struct AttentionParams {
   const int32_t* pos0_device = nullptr;  // device scalar: overrides pos0 (graph replay)
   int64_t max_kv_positions = 0;  // capacity of the cache: bounds the split-KV workspace
   float scale = 1.0f;
-  void* workspace = nullptr;     // attention_workspace_bytes(params) bytes, device memory
+  // attention_workspace_bytes(params) bytes of device memory, ZERO-FILLED before the first call: it
+  // holds the split-KV partials and the counters of their fused merge, which every call leaves at
+  // zero again (so a workspace zeroed once serves every later call and batch size of the model).
+  void* workspace = nullptr;
   size_t workspace_bytes = 0;
 };
 

@@ -8,8 +8,10 @@
 // 16-byte cp.async copies, double-buffered, and the 4 warps split each 64-key tile (16 keys each):
 // every warp keeps its own online-softmax state for the 16 rows, and at the end the 4 states are
 // merged through shared memory. With one split the CTA writes the normalized output; otherwise it
-// writes its partial (output accumulators, max, sum) to the workspace and attention_merge_kernel
-// combines the splits by log-sum-exp.
+// writes its partial (output accumulators, max, sum) to the workspace, and the LAST CTA of its
+// (KV head, row tile) to finish (a counter in the workspace) combines the splits by log-sum-exp
+// (merge_if_last). A separate merge kernel cost a launch per layer: ~3-4 us on an H200 (ncu), a
+// third of the attention's time in a decode step at short caches.
 //
 // Tensor cores (mma.sync) do the products even for a single row: a 16-row mma wastes 15/16 of its
 // work at G * n_tokens = 1, but it still runs far below the rate the memory can feed, and it keeps
@@ -23,6 +25,68 @@
 #include "backends/cuda/kernels/attention_impl.cuh"
 
 namespace ga::cuda::detail {
+
+// Called by every CTA of a split decode after writing its partial. The CTA that completes its
+// (KV head, row tile) writes out[t][head] = sum_s 2^(m_s - M) o_s / sum_s 2^(m_s - M) l_s for the
+// tile's rows (a split that saw no key of a row has m_s = -inf: weight 0, zero accumulators) and
+// resets the counter for the next call (graph replay). The classic threadfence-reduction handshake:
+// partial stores, __threadfence, then the count; the last CTA reads the partials through L2 (__ldcg:
+// its SM's L1 may hold lines of an earlier call). The split weights go to shared memory first (one
+// warp per row), so the accumulator loads of all splits are independent and in flight together.
+template <int HD>
+__device__ __forceinline__ void merge_if_last(const AttnArgs& a, int kv_head, int row_tile, int rows,
+                                              unsigned char* smem_bytes) {
+  __shared__ bool is_last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    unsigned* done = a.done + int64_t{kv_head} * a.done_stride + row_tile;
+    is_last = atomicAdd(done, 1u) == static_cast<unsigned>(a.n_splits - 1);
+    if (is_last) *done = 0u;  // every CTA of this call has counted: nobody else touches it now
+  }
+  __syncthreads();
+  if (!is_last) return;
+  __threadfence();
+
+  float* const sm_w = reinterpret_cast<float*>(smem_bytes);  // [kMmaRows][n_splits] split weights
+  float* const sm_l = sm_w + kMmaRows * kMaxSplits;          // [kMmaRows] sum of the weighted sums
+  const int64_t rows_total = int64_t{a.n_tokens} * a.n_head;
+  const int tile_row0 = row_tile * kMmaRows;
+  const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
+  for (int row = warp; row < kMmaRows; row += kAttnWarps) {
+    const int r = tile_row0 + row;
+    if (r >= rows) break;
+    const int64_t ws_row = int64_t{r / a.group} * a.n_head + kv_head * a.group + r % a.group;
+    float m = -INFINITY;
+    for (int sp = lane; sp < a.n_splits; sp += 32) m = fmaxf(m, __ldcg(&a.ws_ml[2 * (sp * rows_total + ws_row)]));
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));  // finite: split 0 saw key 0
+    float l = 0.0f;
+    for (int sp = lane; sp < a.n_splits; sp += 32) {
+      const float w = exp2f(__ldcg(&a.ws_ml[2 * (sp * rows_total + ws_row)]) - m);
+      sm_w[row * kMaxSplits + sp] = w;
+      l += w * __ldcg(&a.ws_ml[2 * (sp * rows_total + ws_row) + 1]);
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) l += __shfl_xor_sync(0xffffffffu, l, off);
+    if (lane == 0) sm_l[row] = l;
+  }
+  __syncthreads();
+  for (int idx = static_cast<int>(threadIdx.x); idx < kMmaRows * HD; idx += kAttnThreads) {
+    const int row = idx / HD, d = idx % HD;
+    const int r = tile_row0 + row;
+    if (r >= rows) break;  // rows ascend with idx
+    const int t = r / a.group;
+    const int head = kv_head * a.group + r % a.group;
+    const int64_t ws_row = int64_t{t} * a.n_head + head;
+    float o = 0.0f;
+#pragma unroll 8
+    for (int sp = 0; sp < a.n_splits; ++sp) {
+      o += sm_w[row * kMaxSplits + sp] * __ldcg(&a.ws_o[(sp * rows_total + ws_row) * HD + d]);
+    }
+    a.out[t * a.out_stride + int64_t{head} * HD + d] = o / sm_l[row];
+  }
+}
 
 // 3 CTAs per SM for head_dim <= 128 (registers capped at 170): more cache bytes in flight per SM.
 template <int HD>
@@ -60,6 +124,7 @@ __global__ void __launch_bounds__(kAttnThreads, HD <= 128 ? 3 : 1) attention_dec
         a.ws_ml[2 * ws_row + 1] = 0.0f;
       }
     }
+    merge_if_last<HD>(a, kv_head, row_tile, rows, attn_smem);  // an empty split always has company
     return;
   }
 
@@ -155,51 +220,21 @@ __global__ void __launch_bounds__(kAttnThreads, HD <= 128 ? 3 : 1) attention_dec
       }
     }
   }
-}
-
-// out[t][head] = sum_s 2^(m_s - M) o_s / sum_s 2^(m_s - M) l_s over the splits (a split that saw no
-// key of the row has m_s = -inf, weight 0 and zero accumulators). Grid: n_tokens * n_head blocks of
-// HD threads (one per output element). The (max, sum) pairs of all splits are read in one parallel
-// pass into shared memory and the accumulator loads carry no branch, so the loads of many splits are
-// in flight together: a loop of dependent loads over ~50 splits cost ~10 us, more than the cache read.
-template <int HD>
-__global__ void __launch_bounds__(HD) attention_merge_kernel(const AttnArgs a) {
-  __shared__ float sm_weight[kMaxSplits];
-  __shared__ float sm_sum[kMaxSplits];
-  const int64_t row = blockIdx.x;  // t * n_head + head
-  const int64_t rows_total = int64_t{a.n_tokens} * a.n_head;
-  const int d = static_cast<int>(threadIdx.x);
-  for (int s = d; s < a.n_splits; s += HD) {
-    sm_weight[s] = a.ws_ml[2 * (s * rows_total + row)];  // the split's max, for now
-    sm_sum[s] = a.ws_ml[2 * (s * rows_total + row) + 1];
+  if (a.n_splits > 1) {
+    __syncthreads();  // the warp-merge buffers in shared memory are read above; merge_if_last reuses them
+    merge_if_last<HD>(a, kv_head, row_tile, rows, attn_smem);
   }
-  __syncthreads();
-  float m = -INFINITY;
-  for (int s = 0; s < a.n_splits; ++s) m = fmaxf(m, sm_weight[s]);  // finite: split 0 saw key 0
-  __syncthreads();
-  for (int s = d; s < a.n_splits; s += HD) sm_weight[s] = exp2f(sm_weight[s] - m);
-  __syncthreads();
-  float l = 0.0f, o = 0.0f;
-#pragma unroll 8
-  for (int s = 0; s < a.n_splits; ++s) {
-    l += sm_weight[s] * sm_sum[s];
-    o += sm_weight[s] * a.ws_o[(s * rows_total + row) * HD + d];
-  }
-  const int64_t t = row / a.n_head, head = row % a.n_head;
-  a.out[t * a.out_stride + head * HD + d] = o / l;
 }
 
 template <int HD>
 cudaError_t launch_attention_decode(const AttnArgs& a, int row_tiles, cudaStream_t stream) {
   constexpr size_t smem = attn_smem_bytes<HD>();
   static_assert(smem >= (kAttnWarps * kMmaRows * (HD + 2)) * sizeof(float), "the warp merge reuses the stages");
+  static_assert(smem >= (kMmaRows * (kMaxSplits + 1)) * sizeof(float), "the split merge reuses the stages");
   cudaError_t status = set_attention_smem(attention_decode_kernel<HD>, smem);
   if (status != cudaSuccess) return status;
   const dim3 grid(static_cast<unsigned>(a.n_splits), static_cast<unsigned>(a.n_head_kv), static_cast<unsigned>(row_tiles));
   attention_decode_kernel<HD><<<grid, kAttnThreads, smem, stream>>>(a);
-  status = cudaGetLastError();
-  if (status != cudaSuccess || a.n_splits == 1) return status;
-  attention_merge_kernel<HD><<<static_cast<unsigned>(a.n_tokens * a.n_head), HD, 0, stream>>>(a);
   return cudaGetLastError();
 }
 

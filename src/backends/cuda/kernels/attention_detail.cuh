@@ -58,6 +58,8 @@ struct AttnArgs {
   int n_splits;         // decode only: CTAs along the KV range per (KV head, row tile)
   float* ws_o;          // decode, n_splits > 1: [n_splits][n_tokens * n_head][head_dim]
   float* ws_ml;         // decode, n_splits > 1: [n_splits][n_tokens * n_head][2] (max in log2 units, sum)
+  unsigned* done;       // decode, n_splits > 1: [n_head_kv][done_stride] CTAs finished per (KV head, row tile)
+  int done_stride;
 };
 
 // The position of query token 0. A device pos0 cannot be validated on the host (the graph replays

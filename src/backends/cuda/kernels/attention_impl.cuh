@@ -41,10 +41,23 @@ inline int decode_splits(const AttentionParams& p, int64_t kv_len_bound, int res
   return static_cast<int>(std::clamp<int64_t>(std::min(want, useful), 1, kMaxSplits));
 }
 
+// The split-KV workspace starts with the completion counters of the fused merge (one per KV head and
+// row tile of the largest decode batch), at the same place and of the same size for every batch of a
+// model: a caller shares one zero-filled workspace between batch sizes, and only the counters must
+// stay zero between calls (each call leaves them so); the partials after them are scratch.
+inline int decode_done_stride(const AttentionParams& p) {
+  const int64_t max_rows = int64_t{kDecodeMaxTokens} * (p.n_head / p.n_head_kv);
+  return static_cast<int>((max_rows + kMmaRows - 1) / kMmaRows);
+}
+inline size_t decode_done_bytes(const AttentionParams& p) {
+  const size_t bytes = static_cast<size_t>(p.n_head_kv) * static_cast<size_t>(decode_done_stride(p)) * sizeof(unsigned);
+  return (bytes + 255) / 256 * 256;
+}
 inline size_t decode_workspace_bytes(const AttentionParams& p, int n_splits) {
   if (n_splits <= 1) return 0;
   const size_t rows = static_cast<size_t>(p.n_tokens) * static_cast<size_t>(p.n_head);
-  return static_cast<size_t>(n_splits) * rows * (static_cast<size_t>(p.head_dim) + 2) * sizeof(float);
+  return decode_done_bytes(p) +
+         static_cast<size_t>(n_splits) * rows * (static_cast<size_t>(p.head_dim) + 2) * sizeof(float);
 }
 
 // Calls f(std::integral_constant<int, HD>{}) for a supported head_dim; cudaErrorNotSupported else

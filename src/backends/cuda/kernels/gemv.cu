@@ -44,6 +44,17 @@ const char* gemv_unsupported_reason(const GemvParams& p) {
   return nullptr;
 }
 
+bool gemv_uses_int8_activations(const GemvParams& p) {
+  if (gemv_unsupported_reason(p) != nullptr) return false;
+  bool uses = false;
+  detail::visit_decoder(p.type, [&](auto decoder) {
+    using D = decltype(decoder);
+    uses = detail::gemv_int8_eligible<D>(detail::make_gemv_args<D>(p));
+    return cudaSuccess;
+  });
+  return uses;
+}
+
 cudaError_t gemv(const GemvParams& p, cudaStream_t stream) {
   if (gemv_unsupported_reason(p) != nullptr) return cudaErrorInvalidValue;
   return detail::visit_decoder(p.type, [&](auto decoder) {

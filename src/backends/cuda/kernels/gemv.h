@@ -40,6 +40,12 @@ const char* gemv_unsupported_reason(const GemvParams& p);
 // cudaErrorInvalidValue when gemv_unsupported_reason() is non-null, else the launch status.
 cudaError_t gemv(const GemvParams& p, cudaStream_t stream);
 
+// Whether gemv(p) rounds x to int8 per block of 32 (d = amax / 127, q = rint(x * (127 / amax)), as
+// gemv_int8.cuh does) and dots it with the integer codes: the classic quant types (Q4_0 .. Q8_0) with
+// 16-byte aligned rows. Its results then differ from a float dot by up to sum |w| * d / 2 per block;
+// the parity test picks its reference with this. False for parameters gemv() rejects.
+bool gemv_uses_int8_activations(const GemvParams& p);
+
 // Whether the GEMV kernels exist for a weight type (independent of shapes).
 bool gemv_supports(DType type);
 

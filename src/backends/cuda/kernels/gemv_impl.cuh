@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "backends/cuda/kernels/gemv.h"
+#include "backends/cuda/kernels/gemv_int8.cuh"
 #include "backends/cuda/kernels/gemv_kernel.cuh"
 
 namespace ga::cuda::detail {
@@ -79,6 +80,10 @@ GemvArgs make_gemv_args(const GemvParams& p) {
 
 template <class D, int NT>
 cudaError_t launch_gemv_tokens(const GemvArgs& a, cudaStream_t stream) {
+  if constexpr (Int8Traits<D>::kEnabled) {
+    // classic quant types with 16-byte aligned rows: int8 activations and DP4A (gemv_int8.cuh)
+    if (gemv_int8_eligible<D>(a)) return launch_gemv_int8<D, NT>(a, stream);
+  }
   if constexpr (D::kUnitScale) {
     // float types read rows straight into registers when every chunk is 16-byte aligned (w is)
     if (a.row_stride % kChunkBytes == 0) return launch_gemv_direct<D, NT, DefaultDirect<NT>>(a, stream);

@@ -1,9 +1,18 @@
 // RMSNorm fused with the residual add: one block per row reads x (and the residual) once, writes
 // the updated residual and the normalized row; the second pass re-reads the row from L1/L2.
 //
+// Rows of up to 8192 floats (every Llama width) with float4-aligned pointers and strides take the
+// register path: each thread issues ALL its float4 loads of x and the residual before any store, so
+// a row costs one memory round trip. The generic loop below it interleaves a load and a store per
+// element; since the store may alias the next load the compiler cannot batch the loads, and a
+// 2048-wide decode row cost ~8 us (ncu, H200) as a chain of dependent round trips; the register path
+// is what a decode step (one row, twice per layer) runs.
+//
 // The sum of squares is accumulated in float per thread and reduced in a tree (warp shuffles, then
 // one float per warp in shared memory), which keeps the error near float rounding for rows of any
 // length; the CPU reference uses double, and the parity test allows float-level differences.
+#include <cstdint>
+
 #include "backends/cuda/kernels/device_bytes.cuh"
 #include "backends/cuda/kernels/ops.h"
 
@@ -44,6 +53,72 @@ __global__ void __launch_bounds__(kNormThreads) rms_norm_kernel(const RmsNormPar
   }
 }
 
+// Sum over the block (kNormThreads threads); every thread gets the total.
+__device__ __forceinline__ float block_sum(float v, float* warp_sums) {
+  v = warp_sum(v);
+  if ((threadIdx.x & 31) == 0) warp_sums[threadIdx.x >> 5] = v;
+  __syncthreads();
+  float total = 0.0f;
+#pragma unroll
+  for (int w = 0; w < kNormThreads / 32; ++w) total += warp_sums[w];
+  return total;
+}
+
+// The register path: kVec float4 per thread, n % 4 == 0, n <= kVec * 4 * kNormThreads, 16-byte
+// aligned rows (rms_norm() checks). Same per-thread accumulation order as a strided loop.
+template <int kVec>
+__global__ void __launch_bounds__(kNormThreads) rms_norm_vec_kernel(const RmsNormParams p) {
+  __shared__ float warp_sums[kNormThreads / 32];
+  const int64_t row = blockIdx.x;
+  const int n4 = static_cast<int>(p.n / 4);
+  const float4* x = reinterpret_cast<const float4*>(p.x + row * p.ldx);
+  float4* res = p.residual != nullptr ? reinterpret_cast<float4*>(p.residual + row * p.ld_residual) : nullptr;
+  float4* out = reinterpret_cast<float4*>(p.out + row * p.ld_out);
+  const float4* weight = reinterpret_cast<const float4*>(p.weight);
+
+  // The weights are loaded with x, so their latency hides behind the same round trip.
+  float4 v[kVec], w[kVec];
+#pragma unroll
+  for (int k = 0; k < kVec; ++k) {
+    const int i = static_cast<int>(threadIdx.x) + k * kNormThreads;
+    v[k] = i < n4 ? x[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    w[k] = i < n4 ? weight[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  }
+  if (res != nullptr) {
+    float4 r[kVec];
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) {
+      const int i = static_cast<int>(threadIdx.x) + k * kNormThreads;
+      r[k] = i < n4 ? res[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) {
+      const int i = static_cast<int>(threadIdx.x) + k * kNormThreads;
+      v[k] = make_float4(v[k].x + r[k].x, v[k].y + r[k].y, v[k].z + r[k].z, v[k].w + r[k].w);
+      if (i < n4) res[i] = v[k];  // the skip connection carries the sum to the next layer
+    }
+  }
+  float sum_sq = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kVec; ++k) {
+    sum_sq = fmaf(v[k].x, v[k].x, sum_sq);
+    sum_sq = fmaf(v[k].y, v[k].y, sum_sq);
+    sum_sq = fmaf(v[k].z, v[k].z, sum_sq);
+    sum_sq = fmaf(v[k].w, v[k].w, sum_sq);
+  }
+  const float inv_rms = 1.0f / sqrtf(block_sum(sum_sq, warp_sums) / static_cast<float>(p.n) + p.eps);
+#pragma unroll
+  for (int k = 0; k < kVec; ++k) {
+    const int i = static_cast<int>(threadIdx.x) + k * kNormThreads;
+    if (i < n4) {
+      out[i] = make_float4(v[k].x * inv_rms * w[k].x, v[k].y * inv_rms * w[k].y, v[k].z * inv_rms * w[k].z,
+                           v[k].w * inv_rms * w[k].w);
+    }
+  }
+}
+
+bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
+
 }  // namespace
 }  // namespace detail
 
@@ -58,6 +133,23 @@ const char* rms_norm_unsupported_reason(const RmsNormParams& p) {
 cudaError_t rms_norm(const RmsNormParams& p, cudaStream_t stream) {
   if (rms_norm_unsupported_reason(p) != nullptr) return cudaErrorInvalidValue;
   if (p.n_rows == 0) return cudaSuccess;
+  const unsigned blocks = static_cast<unsigned>(p.n_rows);
+  constexpr int64_t kPerVec = 4 * detail::kNormThreads;  // floats one float4 per thread covers
+  const bool vec_ok = p.n % 4 == 0 && p.n <= 8 * kPerVec && p.ldx % 4 == 0 && p.ld_out % 4 == 0 &&
+                      detail::aligned16(p.x) && detail::aligned16(p.out) && detail::aligned16(p.weight) &&
+                      (p.residual == nullptr || (p.ld_residual % 4 == 0 && detail::aligned16(p.residual)));
+  if (vec_ok) {
+    if (p.n <= kPerVec) {
+      detail::rms_norm_vec_kernel<1><<<blocks, detail::kNormThreads, 0, stream>>>(p);
+    } else if (p.n <= 2 * kPerVec) {
+      detail::rms_norm_vec_kernel<2><<<blocks, detail::kNormThreads, 0, stream>>>(p);
+    } else if (p.n <= 4 * kPerVec) {
+      detail::rms_norm_vec_kernel<4><<<blocks, detail::kNormThreads, 0, stream>>>(p);
+    } else {
+      detail::rms_norm_vec_kernel<8><<<blocks, detail::kNormThreads, 0, stream>>>(p);
+    }
+    return cudaGetLastError();
+  }
   detail::rms_norm_kernel<<<static_cast<unsigned>(p.n_rows), detail::kNormThreads, 0, stream>>>(p);
   return cudaGetLastError();
 }

@@ -8,6 +8,8 @@
 //    one-token step is position-independent and captured once as a CUDA graph (decode_with_graph);
 //    prefill steps (any n) are enqueued directly because their shapes vary and cuBLAS picks kernels
 //    per shape.
+//  * Q/K/V and gate/up of a layer are placed back to back in the weight buffer when they share type
+//    and width (fusable_groups), so the step runs each group as one GEMV (header: why).
 //  * The prefill of quantized weights dequantizes each matrix into one f16 scratch and runs a
 //    cuBLAS GEMM on it (first version: simple and tensor-core fast, at the price of writing the
 //    matrix once in f16 per step; a fused quantized GEMM is the next step).
@@ -16,6 +18,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
+#include <string>
+#include <vector>
 
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/device_info.h"
@@ -71,6 +76,30 @@ std::vector<float> vector_f32(const WeightView& w) {
 
 bool is_float_type(DType t) { return t == DType::F16 || t == DType::BF16 || t == DType::F32; }
 
+// The groups of matrices uploaded back to back: per layer {q, k, v} and {gate, up} when every member
+// is a 2-D matrix of one type and one width (rows then follow each other at the same row_bytes, so
+// the group is one matrix). Mixed-type files (Q4_K_M keeps attn_v in Q6_K) keep them apart.
+std::vector<std::vector<std::string>> fusable_groups(const LoadedModel& model, int64_t n_layer) {
+  std::vector<std::vector<std::string>> groups;
+  for (int64_t il = 0; il < n_layer; ++il) {
+    const std::string p = "blk." + std::to_string(il) + ".";
+    for (const std::vector<std::string>& g :
+         {std::vector<std::string>{p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"},
+          std::vector<std::string>{p + "ffn_gate.weight", p + "ffn_up.weight"}}) {
+      bool ok = true;
+      const WeightView* first = find(model, g[0]);
+      for (const std::string& name : g) {
+        const WeightView* w = find(model, name);
+        ok = ok && w != nullptr && first != nullptr && w->ne.size() == 2 && w->type == first->type &&
+             w->cols() == first->cols() &&
+             w->nbytes == static_cast<uint64_t>(w->rows()) * row_bytes(w->type, static_cast<uint64_t>(w->cols()));
+      }
+      if (ok) groups.push_back(g);
+    }
+  }
+  return groups;
+}
+
 }  // namespace
 
 struct CudaLlamaForward::Sizes {
@@ -92,12 +121,18 @@ CudaLlamaForward::Sizes CudaLlamaForward::plan_sizes(const LoadedModel& model) c
       s.weights += align_up(static_cast<uint64_t>(w.cols()) * 4 + kTensorPad, kTensorAlign);
     }
   }
+  for (const std::vector<std::string>& g : fusable_groups(model, c_.n_layer)) {
+    const WeightView& w0 = model.weights.at(g[0]);
+    if (is_float_type(w0.type)) continue;
+    uint64_t elems = 0;
+    for (const std::string& name : g) elems += model.weights.at(name).ne[0] * model.weights.at(name).ne[1];
+    s.max_dequant = std::max(s.max_dequant, elems);
+  }
   s.kv = 2 * static_cast<uint64_t>(c_.n_layer) * static_cast<uint64_t>(params_.n_ctx) *
          static_cast<uint64_t>(kv_dim_) * sizeof(__half);
   const uint64_t b = static_cast<uint64_t>(params_.max_batch);
-  const uint64_t act = 3 * static_cast<uint64_t>(ld_embd_) + 2 * static_cast<uint64_t>(ld_q_) +
-                       2 * static_cast<uint64_t>(ld_kv_) + 2 * static_cast<uint64_t>(ld_ff_) +
-                       static_cast<uint64_t>(c_.n_vocab);
+  const uint64_t act = 3 * static_cast<uint64_t>(ld_embd_) + static_cast<uint64_t>(ld_qkv_) +
+                       static_cast<uint64_t>(ld_q_) + static_cast<uint64_t>(ld_gu_) + static_cast<uint64_t>(c_.n_vocab);
   s.scratch = b * act * 4 + b * static_cast<uint64_t>(s.max_cols) * 2 + s.max_dequant * 2 + 2 * b * 4 +
               (size_t{32} << 20);  // + the cuBLAS workspace
   return s;
@@ -120,8 +155,8 @@ CudaLlamaForward::CudaLlamaForward(const LoadedModel& model, const CudaForwardPa
   kv_dim_ = c_.n_head_kv * c_.head_dim;
   ld_embd_ = ld4(c_.n_embd);
   ld_q_ = ld4(q_dim_);
-  ld_kv_ = ld4(kv_dim_);
-  ld_ff_ = ld4(c_.n_ff);
+  ld_qkv_ = ld4(q_dim_ + 2 * kv_dim_);
+  ld_gu_ = ld4(2 * c_.n_ff);
 
   // Every matrix must be readable by the GEMV (decode) and the embedding gather; say which is not.
   for (const auto& [name, w] : model.weights) {
@@ -172,7 +207,21 @@ void CudaLlamaForward::upload_weights(const LoadedModel& model) {
   uint8_t* base = weights_.as<uint8_t>();
   uint64_t offset = 0;
   std::map<std::string, const uint8_t*, std::less<>> placed;
+  // Fused groups first, members back to back (no padding between them: the group is one matrix),
+  // the group padded as one tensor. A group needs no more room than its members apart.
+  const std::vector<std::vector<std::string>> groups = fusable_groups(model, c_.n_layer);
+  for (const std::vector<std::string>& g : groups) {
+    uint64_t bytes = 0;
+    for (const std::string& name : g) {
+      const WeightView& w = model.weights.at(name);
+      GA_CUDA_CHECK(cudaMemcpyAsync(base + offset + bytes, w.data, w.nbytes, cudaMemcpyHostToDevice, stream_.get()));
+      placed[name] = base + offset + bytes;
+      bytes += w.nbytes;
+    }
+    offset += align_up(bytes + kTensorPad, kTensorAlign);
+  }
   for (const auto& [name, w] : model.weights) {
+    if (placed.count(name) != 0) continue;
     uint8_t* dst = base + offset;
     if (w.ne.size() >= 2) {
       GA_CUDA_CHECK(cudaMemcpyAsync(dst, w.data, w.nbytes, cudaMemcpyHostToDevice, stream_.get()));
@@ -223,6 +272,14 @@ void CudaLlamaForward::upload_weights(const LoadedModel& model) {
     L.w_up = matrix(p + "ffn_up.weight");
     L.w_down = matrix(p + "ffn_down.weight");
   }
+  // A group's matrix: its first member's start, every member's rows (same type, width, row_bytes).
+  for (const std::vector<std::string>& g : groups) {
+    const int64_t il = std::stoll(g[0].substr(4, g[0].find('.', 4) - 4));  // "blk.<il>.<name>"
+    DeviceLayer& L = layers_[static_cast<size_t>(il)];
+    DeviceMatrix fused = matrix(g[0]);
+    for (size_t i = 1; i < g.size(); ++i) fused.rows += need(model, g[i]).rows();
+    (g.size() == 3 ? L.wqkv : L.w_gate_up) = fused;
+  }
   // rope_freqs.weight in the file wins over factors passed in (the loader may synthesize the tensor).
   if (find(model, "rope_freqs.weight") != nullptr) {
     freq_factors_ = vec("rope_freqs.weight");
@@ -240,15 +297,11 @@ void CudaLlamaForward::allocate_state() {
   resid_ = f32(ld_embd_);
   xn_ = f32(ld_embd_);
   tmp_ = f32(ld_embd_);
-  q_ = f32(ld_q_);
+  qkv_ = f32(ld_qkv_);
   attn_ = f32(ld_q_);
-  k_ = f32(ld_kv_);
-  v_ = f32(ld_kv_);
-  gate_ = f32(ld_ff_);
-  up_ = f32(ld_ff_);
+  gu_ = f32(ld_gu_);
   logits_ = f32(c_.n_vocab);
-  ids_ = DeviceBuffer(allocator_, static_cast<size_t>(B) * 4);
-  positions_ = DeviceBuffer(allocator_, static_cast<size_t>(B) * 4);
+  step_in_ = DeviceBuffer(allocator_, static_cast<size_t>(2 * B) * 4);
   GA_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&host_staging_), static_cast<size_t>(2 * B) * 4));
 
   int64_t max_cols = 0;
@@ -260,6 +313,8 @@ void CudaLlamaForward::allocate_state() {
   consider(output_);
   for (const DeviceLayer& L : layers_) {
     for (const DeviceMatrix* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) consider(*m);
+    if (L.wqkv.rows > 0) consider(L.wqkv);
+    if (L.w_gate_up.rows > 0) consider(L.w_gate_up);
   }
   if (B > kGemvMaxTokens) {  // only a GEMM needs the staging buffers
     x_stage_ = DeviceBuffer(allocator_, static_cast<size_t>(B * max_cols) * 2);
@@ -275,10 +330,12 @@ void CudaLlamaForward::allocate_state() {
     layers_[static_cast<size_t>(il)].v_cache = reinterpret_cast<__half*>(base + kv_plane);
   }
 
-  // The tuned attention's split-KV workspace, for the largest step it will see (one token or a batch).
+  // The tuned attention's split-KV workspace, for the largest step it will see: the decode path takes
+  // batches of 1..8 tokens (its split count, hence the workspace, varies with the batch); the
+  // prefill path above 8 needs none.
   AttentionParams ap;
-  ap.q = q_.as<float>();
-  ap.q_token_stride = ld_q_;
+  ap.q = qkv_.as<float>();
+  ap.q_token_stride = ld_qkv_;
   ap.k = layers_[0].k_cache;
   ap.v = layers_[0].v_cache;
   ap.kv_pos_stride = kv_dim_;
@@ -287,15 +344,27 @@ void CudaLlamaForward::allocate_state() {
   ap.n_head = static_cast<int>(c_.n_head);
   ap.n_head_kv = static_cast<int>(c_.n_head_kv);
   ap.head_dim = static_cast<int>(c_.head_dim);
-  ap.pos0_device = positions_.as<int32_t>();
+  ap.pos0_device = positions();
   ap.max_kv_positions = params_.n_ctx;
-  for (const int64_t n : {int64_t{1}, std::min<int64_t>(B, params_.n_ctx)}) {
+  // Sized before asking attention_unsupported_reason: that check also wants the workspace, so asking
+  // it first left the workspace empty and sent every decode step to the simple attention.
+  for (int64_t n = 1; n <= std::min<int64_t>({B, params_.n_ctx, kGemvMaxTokens}); ++n) {
     ap.n_tokens = static_cast<int>(n);
-    if (attention_unsupported_reason(ap) == nullptr) {
-      attn_workspace_bytes_ = std::max(attn_workspace_bytes_, attention_workspace_bytes(ap));
+    ap.workspace = nullptr;
+    ap.workspace_bytes = 0;
+    const size_t bytes = attention_workspace_bytes(ap);
+    if (bytes > 0) {
+      attn_workspace_ = DeviceBuffer(allocator_, bytes);  // stand-in, so the check below sees a workspace
+      ap.workspace = attn_workspace_.data();
+      ap.workspace_bytes = bytes;
     }
+    if (attention_unsupported_reason(ap) == nullptr) attn_workspace_bytes_ = std::max(attn_workspace_bytes_, bytes);
   }
-  if (attn_workspace_bytes_ > 0) attn_workspace_ = DeviceBuffer(allocator_, attn_workspace_bytes_);
+  if (attn_workspace_bytes_ > 0) {
+    attn_workspace_ = DeviceBuffer(allocator_, attn_workspace_bytes_);
+    // zero once: the merge counters in it start at zero and every call leaves them so (attention.h)
+    GA_CUDA_CHECK(cudaMemsetAsync(attn_workspace_.data(), 0, attn_workspace_bytes_, stream_.get()));
+  }
   stream_.synchronize();
 }
 

@@ -76,8 +76,8 @@ void CudaLlamaForward::enqueue_attention(const DeviceLayer& L, int64_t n) {
   cudaStream_t s = stream_.get();
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c_.head_dim)));
   AttentionParams ap;
-  ap.q = q_.as<float>();
-  ap.q_token_stride = ld_q_;
+  ap.q = qkv_.as<float>();  // the q slice of [n][q | k | v]
+  ap.q_token_stride = ld_qkv_;
   ap.k = L.k_cache;
   ap.v = L.v_cache;
   ap.kv_pos_stride = kv_dim_;
@@ -87,7 +87,7 @@ void CudaLlamaForward::enqueue_attention(const DeviceLayer& L, int64_t n) {
   ap.n_head = static_cast<int>(c_.n_head);
   ap.n_head_kv = static_cast<int>(c_.n_head_kv);
   ap.head_dim = static_cast<int>(c_.head_dim);
-  ap.pos0_device = positions_.as<int32_t>();  // positions_[0] is the step's first position
+  ap.pos0_device = positions();  // positions()[0] is the step's first position
   ap.max_kv_positions = params_.n_ctx;
   ap.scale = scale;
   ap.workspace = attn_workspace_.data();
@@ -99,7 +99,7 @@ void CudaLlamaForward::enqueue_attention(const DeviceLayer& L, int64_t n) {
   // Shapes the tuned kernel does not instantiate (tiny heads of test models).
   SimpleAttentionParams sp;
   sp.q = ap.q;
-  sp.q_stride = ld_q_;
+  sp.q_stride = ld_qkv_;
   sp.k = L.k_cache;
   sp.v = L.v_cache;
   sp.out = ap.out;
@@ -113,6 +113,32 @@ void CudaLlamaForward::enqueue_attention(const DeviceLayer& L, int64_t n) {
   sp.scale = scale;
   check_params("attention", simple_attention_unsupported_reason, sp);
   GA_CUDA_CHECK(simple_attention(sp, s));
+}
+
+void CudaLlamaForward::enqueue_qkv_rope_store(const DeviceLayer& L, int64_t n) {
+  QkvRopeStoreParams r;
+  r.q = qkv_.as<float>();
+  r.k = r.q + q_dim_;
+  r.v = r.q + q_dim_ + kv_dim_;
+  r.ld_q = ld_qkv_;
+  r.ld_kv = ld_qkv_;
+  r.bq = L.bq;
+  r.bk = L.bk;
+  r.bv = L.bv;
+  r.k_cache = L.k_cache;
+  r.v_cache = L.v_cache;
+  r.positions = positions();
+  r.n_tokens = n;
+  r.n_head = static_cast<int>(c_.n_head);
+  r.n_head_kv = static_cast<int>(c_.n_head_kv);
+  r.head_dim = static_cast<int>(c_.head_dim);
+  r.n_rot = static_cast<int>(c_.n_rot);
+  r.neox = c_.rope_mode == RopeMode::NeoX;
+  r.freq_base = c_.rope_freq_base;
+  r.freq_scale = c_.rope_scaling.type == RopeScalingType::Linear ? 1.0f / c_.rope_scaling.factor : 1.0f;
+  r.freq_factors = freq_factors_;
+  check_params("qkv_rope_store", qkv_rope_store_unsupported_reason, r);
+  GA_CUDA_CHECK(qkv_rope_store(r, stream_.get()));
 }
 
 void CudaLlamaForward::enqueue_layer(const DeviceLayer& L, int64_t n, bool first) {
@@ -134,38 +160,16 @@ void CudaLlamaForward::enqueue_layer(const DeviceLayer& L, int64_t n, bool first
   check_params("rms_norm", rms_norm_unsupported_reason, norm);
   GA_CUDA_CHECK(rms_norm(norm, s));
 
-  matmul(L.wq, xn_.as<float>(), ld_embd_, n, q_.as<float>(), ld_q_);  // [n][n_head][head_dim]
-  matmul(L.wk, xn_.as<float>(), ld_embd_, n, k_.as<float>(), ld_kv_);  // [n][n_head_kv][head_dim]
-  matmul(L.wv, xn_.as<float>(), ld_embd_, n, v_.as<float>(), ld_kv_);
-  if (L.bq != nullptr) {
-    GA_CUDA_CHECK(add_bias(q_.as<float>(), L.bq, n, q_dim_, ld_q_, s));
-    GA_CUDA_CHECK(add_bias(k_.as<float>(), L.bk, n, kv_dim_, ld_kv_, s));
-    GA_CUDA_CHECK(add_bias(v_.as<float>(), L.bv, n, kv_dim_, ld_kv_, s));
+  // [n][q | k | v]: one GEMV over the fused matrix, or three into the same slices.
+  float* const qkv = qkv_.as<float>();
+  if (L.wqkv.rows > 0) {
+    matmul(L.wqkv, xn_.as<float>(), ld_embd_, n, qkv, ld_qkv_);
+  } else {
+    matmul(L.wq, xn_.as<float>(), ld_embd_, n, qkv, ld_qkv_);                     // [n][n_head][head_dim]
+    matmul(L.wk, xn_.as<float>(), ld_embd_, n, qkv + q_dim_, ld_qkv_);            // [n][n_head_kv][head_dim]
+    matmul(L.wv, xn_.as<float>(), ld_embd_, n, qkv + q_dim_ + kv_dim_, ld_qkv_);
   }
-
-  RopeParams rope_p;
-  rope_p.n_tokens = n;
-  rope_p.head_dim = c_.head_dim;
-  rope_p.n_rot = c_.n_rot;
-  rope_p.head_stride = c_.head_dim;
-  rope_p.positions = positions_.as<int32_t>();
-  rope_p.style = c_.rope_mode == RopeMode::NeoX ? RopeStyle::NeoX : RopeStyle::Normal;
-  rope_p.freq_base = c_.rope_freq_base;
-  rope_p.freq_scale = c_.rope_scaling.type == RopeScalingType::Linear ? 1.0f / c_.rope_scaling.factor : 1.0f;
-  rope_p.freq_factors = freq_factors_;
-  rope_p.x = q_.as<float>();
-  rope_p.n_heads = c_.n_head;
-  rope_p.token_stride = ld_q_;
-  check_params("rope", rope_unsupported_reason, rope_p);
-  GA_CUDA_CHECK(rope(rope_p, s));
-  rope_p.x = k_.as<float>();
-  rope_p.n_heads = c_.n_head_kv;
-  rope_p.token_stride = ld_kv_;
-  check_params("rope", rope_unsupported_reason, rope_p);
-  GA_CUDA_CHECK(rope(rope_p, s));
-
-  GA_CUDA_CHECK(store_kv_f16(k_.as<float>(), ld_kv_, L.k_cache, kv_dim_, positions_.as<int32_t>(), n, s));
-  GA_CUDA_CHECK(store_kv_f16(v_.as<float>(), ld_kv_, L.v_cache, kv_dim_, positions_.as<int32_t>(), n, s));
+  enqueue_qkv_rope_store(L, n);
   enqueue_attention(L, n);                                                   // [n][n_head][head_dim]
   matmul(L.wo, attn_.as<float>(), ld_q_, n, tmp_.as<float>(), ld_embd_);  // [n][n_embd]
 
@@ -174,20 +178,25 @@ void CudaLlamaForward::enqueue_layer(const DeviceLayer& L, int64_t n, bool first
   norm.residual = resid_.as<float>();
   norm.weight = L.ffn_norm;
   GA_CUDA_CHECK(rms_norm(norm, s));
-  matmul(L.w_gate, xn_.as<float>(), ld_embd_, n, gate_.as<float>(), ld_ff_);  // [n][n_ff]
-  matmul(L.w_up, xn_.as<float>(), ld_embd_, n, up_.as<float>(), ld_ff_);
+  float* const gate = gu_.as<float>();  // [n][gate | up], gate [n_ff] then up [n_ff]
+  if (L.w_gate_up.rows > 0) {
+    matmul(L.w_gate_up, xn_.as<float>(), ld_embd_, n, gate, ld_gu_);
+  } else {
+    matmul(L.w_gate, xn_.as<float>(), ld_embd_, n, gate, ld_gu_);
+    matmul(L.w_up, xn_.as<float>(), ld_embd_, n, gate + c_.n_ff, ld_gu_);
+  }
   SwigluParams sw;
-  sw.gate = gate_.as<float>();
-  sw.up = up_.as<float>();
-  sw.out = gate_.as<float>();
+  sw.gate = gate;
+  sw.up = gate + c_.n_ff;
+  sw.out = gate;  // in place: the down projection reads the gate slice
   sw.n_rows = n;
   sw.n = c_.n_ff;
-  sw.ld_gate = ld_ff_;
-  sw.ld_up = ld_ff_;
-  sw.ld_out = ld_ff_;
+  sw.ld_gate = ld_gu_;
+  sw.ld_up = ld_gu_;
+  sw.ld_out = ld_gu_;
   check_params("swiglu", swiglu_unsupported_reason, sw);
   GA_CUDA_CHECK(swiglu(sw, s));
-  matmul(L.w_down, gate_.as<float>(), ld_ff_, n, tmp_.as<float>(), ld_embd_);  // [n][n_embd]
+  matmul(L.w_down, gate, ld_gu_, n, tmp_.as<float>(), ld_embd_);  // [n][n_embd]
 }
 
 void CudaLlamaForward::enqueue_step(int64_t n, bool all_logits) {
@@ -198,7 +207,7 @@ void CudaLlamaForward::enqueue_step(int64_t n, bool all_logits) {
   emb.n_rows_w = token_embd_.rows;
   emb.n_cols = token_embd_.cols;
   emb.row_stride = token_embd_.row_bytes;
-  emb.ids = ids_.as<int32_t>();
+  emb.ids = ids();
   emb.n_ids = n;
   emb.out = resid_.as<float>();  // [n][n_embd]
   emb.ld_out = ld_embd_;
@@ -268,15 +277,14 @@ void CudaLlamaForward::eval(std::span<const int32_t> tokens, int64_t pos0, bool 
   for (int64_t done = 0; done < n;) {
     const int64_t step_n = std::min(B, n - done);
     const bool last_step = done + step_n == n;
-    // ids then positions in one pinned buffer, one copy each (the previous step's copies have
-    // completed: every step ends with a synchronizing logits copy or an explicit sync).
+    // ids then positions in one pinned buffer, one copy for both (the previous step's copy has
+    // completed: every step ends with a synchronizing logits copy or an explicit sync). The copy
+    // spans the unused tail of the ids: one small copy costs less than two.
     for (int64_t t = 0; t < step_n; ++t) {
       host_staging_[t] = tokens[static_cast<size_t>(done + t)];
       host_staging_[B + t] = static_cast<int32_t>(pos0 + done + t);
     }
-    GA_CUDA_CHECK(cudaMemcpyAsync(ids_.data(), host_staging_, static_cast<size_t>(step_n) * 4,
-                                  cudaMemcpyHostToDevice, s));
-    GA_CUDA_CHECK(cudaMemcpyAsync(positions_.data(), host_staging_ + B, static_cast<size_t>(step_n) * 4,
+    GA_CUDA_CHECK(cudaMemcpyAsync(step_in_.data(), host_staging_, static_cast<size_t>(B + step_n) * 4,
                                   cudaMemcpyHostToDevice, s));
     if (step_n == 1 && params_.use_cuda_graph) {
       decode_with_graph();

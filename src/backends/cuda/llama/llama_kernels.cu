@@ -1,7 +1,7 @@
 // The small kernels of the CUDA Llama forward (see llama_kernels.h for the contracts).
 //
-// These are simple on purpose: bias, KV store and conversions are a few KB per token next to the
-// weight traffic, so one thread per element with grid-stride loops is enough. The dequantization
+// These are simple on purpose: conversions are a few KB per token next to the weight traffic, so one
+// thread per element with grid-stride loops is enough. The dequantization
 // reuses the GEMV's block decoders (weight_decode.cuh) and their rounding order (scale * q, then
 // + min, as the embedding gather and ga::cpu::dequantize_row do), so an f16 staged matrix differs
 // from the CPU's float dequantization only by the final f16 rounding. The simple attention keeps
@@ -29,23 +29,6 @@ constexpr size_t kMaxSharedBytes = 220 * 1024;  // below Hopper's 227 KB opt-in 
 unsigned grid_for(int64_t n) {
   const int64_t blocks = (n + kThreads - 1) / kThreads;
   return static_cast<unsigned>(blocks < kMaxGridBlocks ? (blocks > 0 ? blocks : 1) : kMaxGridBlocks);
-}
-
-__global__ void add_bias_kernel(float* x, const float* bias, int64_t n_rows, int64_t n, int64_t ldx) {
-  const int64_t total = n_rows * n;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total; i += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t r = i / n, c = i % n;
-    x[r * ldx + c] += bias[c];
-  }
-}
-
-__global__ void store_kv_kernel(const float* src, int64_t ld_src, __half* cache, int64_t kv_dim,
-                                const int32_t* positions, int64_t n_tokens) {
-  const int64_t total = n_tokens * kv_dim;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total; i += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t t = i / kv_dim, c = i % kv_dim;
-    cache[static_cast<int64_t>(positions[t]) * kv_dim + c] = __float2half_rn(src[t * ld_src + c]);
-  }
 }
 
 template <bool kBf16>
@@ -175,20 +158,6 @@ size_t simple_attention_shared_bytes(const SimpleAttentionParams& p) {
 
 }  // namespace
 
-cudaError_t add_bias(float* x, const float* bias, int64_t n_rows, int64_t n, int64_t ldx, cudaStream_t stream) {
-  if (n_rows <= 0 || n <= 0) return cudaSuccess;
-  add_bias_kernel<<<grid_for(n_rows * n), kThreads, 0, stream>>>(x, bias, n_rows, n, ldx);
-  return cudaGetLastError();
-}
-
-cudaError_t store_kv_f16(const float* src, int64_t ld_src, __half* cache, int64_t kv_dim, const int32_t* positions,
-                         int64_t n_tokens, cudaStream_t stream) {
-  if (n_tokens <= 0) return cudaSuccess;
-  store_kv_kernel<<<grid_for(n_tokens * kv_dim), kThreads, 0, stream>>>(src, ld_src, cache, kv_dim, positions,
-                                                                         n_tokens);
-  return cudaGetLastError();
-}
-
 cudaError_t convert_rows(const float* src, int64_t ld_src, void* dst, int64_t ld_dst, DType dst_type, int64_t n_rows,
                          int64_t n, cudaStream_t stream) {
   if (n_rows <= 0 || n <= 0) return cudaSuccess;
@@ -245,7 +214,7 @@ cudaError_t simple_attention(const SimpleAttentionParams& p, cudaStream_t stream
 
 int kernel_binary_version() {
   cudaFuncAttributes attr{};
-  if (cudaFuncGetAttributes(&attr, add_bias_kernel) != cudaSuccess) {
+  if (cudaFuncGetAttributes(&attr, convert_kernel<false>) != cudaSuccess) {
     (void)cudaGetLastError();
     return -1;
   }

@@ -1,6 +1,6 @@
-// Small kernels the CUDA Llama forward needs beyond kernels/ (gemv, ops, attention): bias add, the
-// f16 KV-cache store, activation conversion for the cuBLAS prefill, the dequantization of a weight
-// matrix into an f16 scratch (the prefill's first version for quantized weights) and a simple
+// Small kernels the CUDA Llama forward needs beyond kernels/ (gemv, ops, attention): the fused
+// bias + RoPE + f16 KV-cache store, activation conversion for the cuBLAS prefill, the
+// dequantization of a weight matrix into an f16 scratch (the prefill's first version for quantized weights) and a simple
 // attention for head sizes the tuned kernel does not take.
 //
 // Same conventions as kernels/ops.h: device pointers, sizes in elements, the stream last, the launch
@@ -16,12 +16,33 @@
 
 namespace ga::cuda::llama {
 
-// x[t][i] += bias[i] for t < n_rows, i < n.  x: [n_rows][n] with row stride ldx.
-cudaError_t add_bias(float* x, const float* bias, int64_t n_rows, int64_t n, int64_t ldx, cudaStream_t stream);
-
-// cache[positions[t]][i] = half(src[t][i]) for t < n_tokens, i < kv_dim (cache rows kv_dim apart).
-cudaError_t store_kv_f16(const float* src, int64_t ld_src, __half* cache, int64_t kv_dim, const int32_t* positions,
-                         int64_t n_tokens, cudaStream_t stream);
+// For each token t at position positions[t] (qkv_rope_store.cu):
+//   q[t] = rope(q[t] + bq)                          in place, f32
+//   k_cache[positions[t]] = half(rope(k[t] + bk))   k itself is left unchanged
+//   v_cache[positions[t]] = half(v[t] + bv)
+// Biases are all null or all set. rope as kernels/ops.h (Normal or NeoX pairs over the first n_rot
+// dims, angle pos * freq_scale * base^(-2i/n_rot) / freq_factors[i]). q, k, v may be slices of one
+// [n_tokens][q|k|v] buffer (the fused QKV projection): then ld_q == ld_kv is that buffer's stride.
+struct QkvRopeStoreParams {
+  float* q = nullptr;              // [n_tokens][n_head][head_dim], ld_q floats between tokens
+  const float* k = nullptr;        // [n_tokens][n_head_kv][head_dim], ld_kv floats between tokens
+  const float* v = nullptr;        // same layout as k
+  int64_t ld_q = 0, ld_kv = 0;
+  const float* bq = nullptr;       // [n_head * head_dim] or null
+  const float* bk = nullptr;       // [n_head_kv * head_dim] or null
+  const float* bv = nullptr;
+  __half* k_cache = nullptr;       // [n_ctx][n_head_kv][head_dim]
+  __half* v_cache = nullptr;
+  const int32_t* positions = nullptr;  // [n_tokens], device memory
+  int64_t n_tokens = 0;
+  int n_head = 0, n_head_kv = 0, head_dim = 0, n_rot = 0;
+  bool neox = false;
+  float freq_base = 10000.0f;
+  float freq_scale = 1.0f;
+  const float* freq_factors = nullptr;  // [n_rot / 2] or null
+};
+const char* qkv_rope_store_unsupported_reason(const QkvRopeStoreParams& p);
+cudaError_t qkv_rope_store(const QkvRopeStoreParams& p, cudaStream_t stream);
 
 // dst[r][i] = src[r][i] rounded to F16 or BF16 (dst_type), rows ld_src / ld_dst elements apart.
 cudaError_t convert_rows(const float* src, int64_t ld_src, void* dst, int64_t ld_dst, DType dst_type, int64_t n_rows,

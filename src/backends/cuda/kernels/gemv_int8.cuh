@@ -1,0 +1,410 @@
+// GEMV with int8 activations and __dp4a for the classic 32-weight types (Q4_0, Q4_1, Q5_0, Q5_1,
+// Q8_0): the fast path behind gemv() when the rows are 16-byte aligned (gemv_int8_eligible).
+//
+// Design (why, not how llama.cpp names it; the scheme is the one its mmvq uses):
+//  * The float path spends ~5.3 instructions per weight (docs/results/2026-11-22-h200-gemv-tuning.md):
+//    every weight becomes a float and meets a float x. Here x is quantized once per CTA per block of
+//    32 into two int8 digits, x ~ d_x * (q1 + q2 / 254) (d_x = amax / 127; q2 rounds q1's residual),
+//    plus the float sum of the block, kept in shared memory; a weight block's dot is two integer dots
+//    of 8 packed words (16 DP4A for 32 weights), then one float FMA pair per block:
+//    y += d_w * d_x * (idot1 + idot2 / 254) + offset_w * sum(x) (offset_w = -bias * d_w or the min).
+//  * Why two digits: one int8 digit (llama.cpp's q8_1) leaves x with ~0.5 % relative error, and the
+//    fixture models' logits then differed from the float CPU session by 1.1-4.2e-2 rel L2 (measured,
+//    test_cuda_forward allows 1e-2); the residual digit cuts the error 254x for 8 more DP4A per block.
+//  * Work split: a CTA owns kInt8Rows = 8 rows per tile and walks tiles grid-stride (a persistent grid
+//    sized by the occupancy), so x is quantized once per CTA, not per tile. A row is cut into units
+//    of kUnitBlocks blocks whose bytes are a multiple of 16 (Q4_0: 8 blocks = 144 bytes = 9 chunks);
+//    thread (warp w, lane l) owns row l % 8 and unit 4 * (pass * 4 + w) + l / 8 of the tile.
+//  * Loads: the warp's 8 rows x 4 units are read with fully coalesced 16-byte loads
+//    (ld.global.nc.L1::no_allocate, C per lane, all issued before any use), written to a per-warp
+//    shared stage and read back unit-wise (the transpose that makes a lane own whole blocks). The
+//    stage's row pitch is 4C + 1 chunks (odd), so the 8 lanes of a quarter-warp, which read the same
+//    chunk of 8 different rows, hit 8 different bank groups; x reads are broadcasts (those 8 lanes
+//    share the unit). Fields are then extracted from registers at compile-time byte offsets.
+//  * Numerics: x is rounded per block (error <= d_x / 508 per element); the parity test checks against
+//    a CPU reference that quantizes x the same way, and against the float reference within that bound.
+//  * Latency: the first pass's weight loads are issued before x is quantized, and (types with at most
+//    9 chunks per lane) each pass's loads are issued before the previous pass is computed.
+#pragma once
+
+#include <cuda_fp16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "backends/cuda/kernels/device_bytes.cuh"
+#include "backends/cuda/kernels/gemv_kernel.cuh"
+#include "backends/cuda/kernels/weight_decode.cuh"
+
+namespace ga::cuda::detail {
+
+inline constexpr int kInt8Rows = 8;          // rows per CTA tile (= the lanes of a quarter-warp)
+inline constexpr int kInt8UnitsPerWarp = 4;  // units per warp and pass (32 lanes / 8 rows)
+inline constexpr int kInt8UnitsPerPass = kInt8UnitsPerWarp * kGemvWarps;
+inline constexpr int64_t kInt8MaxSmem = 120 * 1024;  // beyond this (long rows x 8 tokens) the float path wins
+inline constexpr int kXBlockBytes = 64;                 // per x block: 32 int8 q1, then 32 int8 q2
+inline constexpr float kResidualSteps = 254.0f;         // q2 = rint(residual of q1 * 254), |q2| <= 127
+
+// The unit's word at byte offset `off` (a compile-time constant after unrolling).
+__device__ __forceinline__ uint32_t unit_word(const uint32_t* u, int off) {
+  const int w = off >> 2;
+  const int s = off & 3;
+  if (s == 0) return u[w];
+  return __funnelshift_r(u[w], u[w + 1], 8 * s);
+}
+
+// The fp16 at even byte offset `off`, as float.
+__device__ __forceinline__ float unit_half(const uint32_t* u, int off) {
+  const uint32_t v = (off & 2) ? (u[off >> 2] >> 16) : (u[off >> 2] & 0xFFFFu);
+  return __half2float(__ushort_as_half(static_cast<unsigned short>(v)));
+}
+
+// The 8 code words of a Q4_x / Q5_x block: word k holds weights 4k..4k+3 (k < 4, low nibbles) and
+// 16 + 4(k-4).. (k >= 4, high nibbles), matching x's natural order; qh (Q5) adds bit 4 per weight.
+template <bool kFiveBits>
+__device__ __forceinline__ void nibble_codes(const uint32_t* u, int qs_off, uint32_t qh, uint32_t* codes) {
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const uint32_t v = unit_word(u, qs_off + 4 * k);
+    codes[k] = v & kLowNibbles;
+    codes[k + 4] = (v >> 4) & kLowNibbles;
+    if constexpr (kFiveBits) {
+      codes[k] |= spread_bits_to_bytes((qh >> (4 * k)) & 0xFu) << 4;
+      codes[k + 4] |= spread_bits_to_bytes((qh >> (16 + 4 * k)) & 0xFu) << 4;
+    }
+  }
+}
+
+// Per-type block readers: codes (unsigned or signed bytes, < 128 in magnitude), scale d and the
+// offset that multiplies sum(x) (kHasOffset false: none).
+template <class D>
+struct Int8Traits {
+  static constexpr bool kEnabled = false;
+};
+
+template <>
+struct Int8Traits<DecodeQ4_0> {
+  using Block = layout::BlockQ4_0;
+  static constexpr bool kEnabled = true;
+  static constexpr int kUnitBlocks = 8;  // 144 bytes
+  static constexpr bool kHasOffset = true;
+  static __device__ __forceinline__ void block(const uint32_t* u, int off, uint32_t* codes, float& d, float& o) {
+    d = unit_half(u, off + static_cast<int>(offsetof(Block, d)));
+    o = -8.0f * d;
+    nibble_codes<false>(u, off + static_cast<int>(offsetof(Block, qs)), 0u, codes);
+  }
+};
+
+template <>
+struct Int8Traits<DecodeQ4_1> {
+  using Block = layout::BlockQ4_1;
+  static constexpr bool kEnabled = true;
+  static constexpr int kUnitBlocks = 4;  // 80 bytes
+  static constexpr bool kHasOffset = true;
+  static __device__ __forceinline__ void block(const uint32_t* u, int off, uint32_t* codes, float& d, float& o) {
+    d = unit_half(u, off + static_cast<int>(offsetof(Block, d)));
+    o = unit_half(u, off + static_cast<int>(offsetof(Block, m)));
+    nibble_codes<false>(u, off + static_cast<int>(offsetof(Block, qs)), 0u, codes);
+  }
+};
+
+template <>
+struct Int8Traits<DecodeQ5_0> {
+  using Block = layout::BlockQ5_0;
+  static constexpr bool kEnabled = true;
+  static constexpr int kUnitBlocks = 8;  // 176 bytes
+  static constexpr bool kHasOffset = true;
+  static __device__ __forceinline__ void block(const uint32_t* u, int off, uint32_t* codes, float& d, float& o) {
+    d = unit_half(u, off + static_cast<int>(offsetof(Block, d)));
+    o = -16.0f * d;
+    const uint32_t qh = unit_word(u, off + static_cast<int>(offsetof(Block, qh)));
+    nibble_codes<true>(u, off + static_cast<int>(offsetof(Block, qs)), qh, codes);
+  }
+};
+
+template <>
+struct Int8Traits<DecodeQ5_1> {
+  using Block = layout::BlockQ5_1;
+  static constexpr bool kEnabled = true;
+  static constexpr int kUnitBlocks = 2;  // 48 bytes
+  static constexpr bool kHasOffset = true;
+  static __device__ __forceinline__ void block(const uint32_t* u, int off, uint32_t* codes, float& d, float& o) {
+    d = unit_half(u, off + static_cast<int>(offsetof(Block, d)));
+    o = unit_half(u, off + static_cast<int>(offsetof(Block, m)));
+    const uint32_t qh = unit_word(u, off + static_cast<int>(offsetof(Block, qh)));
+    nibble_codes<true>(u, off + static_cast<int>(offsetof(Block, qs)), qh, codes);
+  }
+};
+
+template <>
+struct Int8Traits<DecodeQ8_0> {
+  using Block = layout::BlockQ8_0;
+  static constexpr bool kEnabled = true;
+  static constexpr int kUnitBlocks = 8;  // 272 bytes
+  static constexpr bool kHasOffset = false;
+  static __device__ __forceinline__ void block(const uint32_t* u, int off, uint32_t* codes, float& d, float& o) {
+    d = unit_half(u, off + static_cast<int>(offsetof(Block, d)));
+    o = 0.0f;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) codes[k] = unit_word(u, off + static_cast<int>(offsetof(Block, qs)) + 4 * k);
+  }
+};
+
+template <class D>
+struct Int8Geometry {
+  static constexpr int kUnitBlocks = Int8Traits<D>::kUnitBlocks;
+  static constexpr int kUnitBytes = kUnitBlocks * D::kBlockBytes;
+  static constexpr int kUnitChunks = kUnitBytes / kChunkBytes;  // chunks per lane and pass
+  static constexpr int kPitch = kInt8UnitsPerWarp * kUnitChunks + 1;  // stage row pitch in chunks (odd)
+  static_assert(kUnitBytes % kChunkBytes == 0, "a unit is whole 16-byte chunks");
+  static constexpr int64_t kStageBytes = int64_t{kGemvWarps} * kInt8Rows * kPitch * kChunkBytes;
+};
+
+// Dynamic shared memory of the int8 kernel: quantized x ([n_tokens][blocks][q1 32 | q2 32] int8), the
+// per-block (d_x, sum x) pairs ([n_tokens][blocks] float2), then the warps' stages.
+template <class D>
+__host__ __device__ constexpr int64_t gemv_int8_smem(int64_t blocks_per_row, int n_tokens) {
+  return n_tokens * blocks_per_row * (kXBlockBytes + 8) + Int8Geometry<D>::kStageBytes;
+}
+
+// Whether gemv() takes the int8 path for these arguments (rows 16-byte aligned, whole units, the
+// shared memory within kInt8MaxSmem); otherwise the float kernels run.
+template <class D>
+bool gemv_int8_eligible(const GemvArgs& a) {
+  if constexpr (!Int8Traits<D>::kEnabled) {
+    return false;
+  } else {
+    return a.row_stride % kChunkBytes == 0 && a.blocks_per_row % Int8Traits<D>::kUnitBlocks == 0 &&
+           gemv_int8_smem<D>(a.blocks_per_row, a.n_tokens) <= kInt8MaxSmem;
+  }
+}
+
+// Quantizes one block of 32 activations into its 64 bytes of qx and its (d_x, sum) pair.
+__device__ __forceinline__ void gemv_quantize_x_block(const float* src, int8_t* qx, float2* ds) {
+  float v[32];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const float4 f = __ldg(reinterpret_cast<const float4*>(src) + i);
+    v[4 * i] = f.x;
+    v[4 * i + 1] = f.y;
+    v[4 * i + 2] = f.z;
+    v[4 * i + 3] = f.w;
+  }
+  float amax = 0.0f, sum = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 32; ++i) {
+    amax = fmaxf(amax, fabsf(v[i]));
+    sum = __fadd_rn(sum, v[i]);
+  }
+  // explicit IEEE operations: the test's reference rounds the same way (no fast-math contraction)
+  const float inv = amax > 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
+  uint32_t words[8], residual_words[8];
+#pragma unroll
+  for (int k = 0; k < 8; ++k) {
+    uint32_t w = 0, r = 0;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float scaled = __fmul_rn(v[4 * k + j], inv);
+      const int q1 = __float2int_rn(scaled);  // |q1| <= 127
+      const int q2 = __float2int_rn(__fmul_rn(__fsub_rn(scaled, static_cast<float>(q1)), kResidualSteps));
+      w |= (static_cast<uint32_t>(q1) & 0xFFu) << (8 * j);
+      r |= (static_cast<uint32_t>(q2) & 0xFFu) << (8 * j);
+    }
+    words[k] = w;
+    residual_words[k] = r;
+  }
+  uint4* dst = reinterpret_cast<uint4*>(qx);
+  dst[0] = make_uint4(words[0], words[1], words[2], words[3]);
+  dst[1] = make_uint4(words[4], words[5], words[6], words[7]);
+  dst[2] = make_uint4(residual_words[0], residual_words[1], residual_words[2], residual_words[3]);
+  dst[3] = make_uint4(residual_words[4], residual_words[5], residual_words[6], residual_words[7]);
+  *ds = make_float2(__fdiv_rn(amax, 127.0f), sum);
+}
+
+// 8 DP4A: the integer dot of a block's 8 code words with 32 int8 activations (two uint4).
+__device__ __forceinline__ int dot_block_words(const uint32_t* codes, uint4 x0, uint4 x1) {
+  int dot = __dp4a(static_cast<int>(codes[0]), static_cast<int>(x0.x), 0);
+  dot = __dp4a(static_cast<int>(codes[1]), static_cast<int>(x0.y), dot);
+  dot = __dp4a(static_cast<int>(codes[2]), static_cast<int>(x0.z), dot);
+  dot = __dp4a(static_cast<int>(codes[3]), static_cast<int>(x0.w), dot);
+  dot = __dp4a(static_cast<int>(codes[4]), static_cast<int>(x1.x), dot);
+  dot = __dp4a(static_cast<int>(codes[5]), static_cast<int>(x1.y), dot);
+  dot = __dp4a(static_cast<int>(codes[6]), static_cast<int>(x1.z), dot);
+  return __dp4a(static_cast<int>(codes[7]), static_cast<int>(x1.w), dot);
+}
+
+// Issues this lane's C chunk loads of pass (tile, unit0): chunk lane + 32 j of the warp's
+// [8 rows][4 units] list; chunks of units past the row's end are zeros, rows past the end are
+// clamped (read, never stored).
+template <class D>
+__device__ __forceinline__ void gemv_int8_load(const GemvArgs& a, int64_t tile, int unit0, int units_per_row,
+                                               const int* load_row, const int* load_chunk, uint4* c) {
+  using G = Int8Geometry<D>;
+#pragma unroll
+  for (int j = 0; j < G::kUnitChunks; ++j) {
+    const int64_t row = min(tile * kInt8Rows + load_row[j], a.rows - 1);
+    const int unit = unit0 + load_chunk[j] / G::kUnitChunks;
+    c[j] = unit < units_per_row
+               ? load_stream_16(a.w + row * a.row_stride + int64_t{unit0} * G::kUnitBytes + kChunkBytes * load_chunk[j])
+               : make_uint4(0u, 0u, 0u, 0u);
+  }
+}
+
+// CTAs per SM the register allocation must allow: unbounded, ptxas hoisted the x loads of all blocks
+// of a unit (155 registers for Q4_0, 255 for Q8_0: 3 and 2 CTAs per SM, too few loads in flight).
+template <class D>
+__host__ __device__ constexpr int gemv_int8_min_ctas() {
+  return Int8Geometry<D>::kUnitChunks <= 11 ? 4 : 3;
+}
+
+template <class D, int NT>
+__global__ void __launch_bounds__(kGemvWarps * 32, gemv_int8_min_ctas<D>())
+    gemv_int8_kernel(const GemvArgs a, int64_t n_tiles) {
+  using T = Int8Traits<D>;
+  using G = Int8Geometry<D>;
+  constexpr int C = G::kUnitChunks;
+  constexpr int kWarpChunks = kInt8UnitsPerWarp * C;  // chunks of one row per warp and pass
+  constexpr bool kPrefetch = C <= 9;  // Q5_0 (11 chunks), Q8_0 (17) spill with two sets of chunks live
+  extern __shared__ uint4 gemv_dynamic_smem[];
+  __shared__ float partial[kGemvWarps][kInt8Rows][NT];
+
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int nb = static_cast<int>(a.blocks_per_row);
+  auto* qx = reinterpret_cast<int8_t*>(gemv_dynamic_smem);                                 // [n_tokens][nb][64]
+  auto* ds = reinterpret_cast<float2*>(qx + static_cast<int64_t>(a.n_tokens) * nb * kXBlockBytes);  // [n_tokens][nb]
+  uint4* stage = reinterpret_cast<uint4*>(ds + static_cast<int64_t>(a.n_tokens) * nb) +
+                 warp * kInt8Rows * G::kPitch;  // [8 rows][kPitch] chunks, this warp's
+
+  int load_row[C], load_chunk[C];
+#pragma unroll
+  for (int j = 0; j < C; ++j) {
+    const int k = lane + 32 * j;
+    load_row[j] = k / kWarpChunks;
+    load_chunk[j] = k - load_row[j] * kWarpChunks;
+  }
+  const int my_row = lane & 7;
+  const int my_unit_in_warp = lane >> 3;
+  const int units_per_row = nb / G::kUnitBlocks;
+
+  // the first pass's loads fly while x is quantized
+  uint4 next[C];
+  if (blockIdx.x < n_tiles && warp * kInt8UnitsPerWarp < units_per_row) {
+    gemv_int8_load<D>(a, blockIdx.x, warp * kInt8UnitsPerWarp, units_per_row, load_row, load_chunk, next);
+  }
+  for (int i = static_cast<int>(threadIdx.x); i < a.n_tokens * nb; i += kGemvWarps * 32) {
+    const int t = i / nb;
+    const int b = i - t * nb;
+    gemv_quantize_x_block(a.x + t * a.ldx + int64_t{32} * b, qx + static_cast<int64_t>(i) * kXBlockBytes, ds + i);
+  }
+  __syncthreads();
+
+  for (int64_t tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
+    float acc[NT];
+#pragma unroll
+    for (int t = 0; t < NT; ++t) acc[t] = 0.0f;
+
+    for (int unit0 = warp * kInt8UnitsPerWarp; unit0 < units_per_row; unit0 += kInt8UnitsPerPass) {
+      uint4 c[C];
+#pragma unroll
+      for (int j = 0; j < C; ++j) c[j] = next[j];
+      // this warp's next pass: the next units of this tile, else its first units of the next tile
+      int next_unit0 = unit0 + kInt8UnitsPerPass;
+      int64_t next_tile = tile;
+      if (next_unit0 >= units_per_row) {
+        next_unit0 = warp * kInt8UnitsPerWarp;
+        next_tile += gridDim.x;
+      }
+      const bool has_next = next_tile < n_tiles;
+      if (kPrefetch && has_next) {
+        gemv_int8_load<D>(a, next_tile, next_unit0, units_per_row, load_row, load_chunk, next);
+      }
+
+#pragma unroll
+      for (int j = 0; j < C; ++j) stage[load_row[j] * G::kPitch + load_chunk[j]] = c[j];
+      __syncwarp();
+#pragma unroll
+      for (int j = 0; j < C; ++j) c[j] = stage[my_row * G::kPitch + my_unit_in_warp * C + j];
+      __syncwarp();  // the stage is refilled by the next pass
+
+      const int unit = unit0 + my_unit_in_warp;
+      if (unit < units_per_row) {
+        uint32_t u[4 * C + 1];
+#pragma unroll
+        for (int j = 0; j < C; ++j) {
+          u[4 * j] = c[j].x;
+          u[4 * j + 1] = c[j].y;
+          u[4 * j + 2] = c[j].z;
+          u[4 * j + 3] = c[j].w;
+        }
+        u[4 * C] = 0u;  // never a field's byte; keeps unit_word's u[w + 1] in bounds
+#pragma unroll
+        for (int b = 0; b < G::kUnitBlocks; ++b) {
+          uint32_t codes[8];
+          float d, o;
+          T::block(u, b * D::kBlockBytes, codes, d, o);
+          const int blk = unit * G::kUnitBlocks + b;
+#pragma unroll
+          for (int t = 0; t < NT; ++t) {
+            if (t >= a.n_tokens) break;
+            const uint4* xq = reinterpret_cast<const uint4*>(qx + (static_cast<int64_t>(t) * nb + blk) * kXBlockBytes);
+            const int dot1 = dot_block_words(codes, xq[0], xq[1]);
+            const int dot2 = dot_block_words(codes, xq[2], xq[3]);
+            const float2 xs = ds[t * nb + blk];
+            const float dot = fmaf(static_cast<float>(dot2), 1.0f / kResidualSteps, static_cast<float>(dot1));
+            float a_t = acc[t];
+            if constexpr (T::kHasOffset) a_t = fmaf(o, xs.y, a_t);
+            acc[t] = fmaf(d, xs.x * dot, a_t);
+          }
+        }
+      }
+      if (!kPrefetch && has_next) {  // other warps' loads cover this warp's compute
+        gemv_int8_load<D>(a, next_tile, next_unit0, units_per_row, load_row, load_chunk, next);
+      }
+    }
+
+    // lanes l, l + 8, l + 16, l + 24 share row l % 8; then the warps meet in shared memory
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+      float v = acc[t];
+      v += __shfl_xor_sync(0xffffffffu, v, 8);
+      v += __shfl_xor_sync(0xffffffffu, v, 16);
+      if (lane < kInt8Rows) partial[warp][lane][t] = v;
+    }
+    __syncthreads();
+    const int64_t row0 = tile * kInt8Rows;
+    if (threadIdx.x < kInt8Rows * NT) {
+      const int i = static_cast<int>(threadIdx.x) / NT;
+      const int t = static_cast<int>(threadIdx.x) % NT;
+      float sum = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kGemvWarps; ++w) sum += partial[w][i][t];
+      if (row0 + i < a.rows && t < a.n_tokens) a.y[t * a.ldy + row0 + i] = sum;
+    }
+    __syncthreads();  // partial is rewritten by the next tile
+  }
+}
+
+// Persistent launch: as many CTAs as fit on the device at once (at most one per tile).
+template <class D, int NT>
+cudaError_t launch_gemv_int8(const GemvArgs& a, cudaStream_t stream) {
+  const int64_t n_tiles = (a.rows + kInt8Rows - 1) / kInt8Rows;
+  const auto smem = static_cast<int>(gemv_int8_smem<D>(a.blocks_per_row, a.n_tokens));
+  cudaError_t status = cudaSuccess;
+  if (smem > 48 * 1024) {
+    status = cudaFuncSetAttribute(gemv_int8_kernel<D, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (status != cudaSuccess) return status;
+  }
+  int device = 0, sms = 0, per_sm = 0;
+  if ((status = cudaGetDevice(&device)) != cudaSuccess) return status;
+  if ((status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess) return status;
+  status = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_int8_kernel<D, NT>, kGemvWarps * 32, smem);
+  if (status != cudaSuccess) return status;
+  const int64_t resident = int64_t{sms} * (per_sm < 1 ? 1 : per_sm);
+  const int64_t grid = n_tiles < resident ? n_tiles : resident;
+  gemv_int8_kernel<D, NT><<<static_cast<unsigned>(grid), kGemvWarps * 32, smem, stream>>>(a, n_tiles);
+  return cudaGetLastError();
+}
+
+}  // namespace ga::cuda::detail
