@@ -39,11 +39,23 @@ int resident_decode_ctas(int head_dim) {
 
 bool aligned(const void* ptr, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(ptr) % bytes == 0; }
 
+// The kernels use sm_80 instructions (attention_detail.cuh); older devices (Turing) get a reason and
+// the caller's fallback. Asked per call: a cheap attribute query, and the device may differ per thread.
+bool current_device_has_sm80() {
+  int device = 0, major = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return false;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) return false;
+  return major >= 8;
+}
+
 }  // namespace
 
 const char* attention_unsupported_reason(const AttentionParams& p) {
   if (p.q == nullptr || p.k == nullptr || p.v == nullptr || p.out == nullptr) {
     return "q, k, v and out must be device pointers, not null";
+  }
+  if (!current_device_has_sm80()) {
+    return "the CUDA attention kernels need compute capability 8.0 or newer (cp.async, mma.sync m16n8k16)";
   }
   if (p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256) {
     return "head_dim not supported by the CUDA attention (supported: 64, 128, 256)";

@@ -71,6 +71,16 @@ __device__ __forceinline__ int64_t attn_pos0(const AttnArgs& a) {
 }
 
 // ---- PTX wrappers (sm_80+) ----
+//
+// cp.async and mma.sync m16n8k16 exist from sm_80 on. The default arch list also builds sm_75
+// (Turing), where these kernels must still compile: there the wrappers trap, and the host side
+// (attention_unsupported_reason) refuses devices below compute capability 8.0, so the forward pass
+// takes its portable fallback attention instead and the traps are never reached.
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+#define GA_ATTN_SM80 1
+#else
+#define GA_ATTN_SM80 0
+#endif
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -78,11 +88,24 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
 
 // 16-byte global -> shared copy; src_bytes 0 writes zeros (used for rows past the valid range).
 __device__ __forceinline__ void cp_async_16(void* dst, const void* src, int src_bytes) {
+#if GA_ATTN_SM80
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(src_bytes));
+#else
+  (void)dst, (void)src, (void)src_bytes;
+  __trap();
+#endif
 }
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void cp_async_commit() {
+#if GA_ATTN_SM80
+  asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
 template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+__device__ __forceinline__ void cp_async_wait() {
+#if GA_ATTN_SM80
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+#endif
+}
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
@@ -97,11 +120,16 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* 
 
 // d[16x8] += a[16x16] * b[16x8], f16 inputs, f32 accumulators.
 __device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+#if GA_ATTN_SM80
   asm volatile(
       "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
       "{%0,%1,%2,%3};\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else
+  (void)d, (void)a, (void)b0, (void)b1;
+  __trap();
+#endif
 }
 
 __device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
