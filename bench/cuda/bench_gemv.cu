@@ -305,8 +305,11 @@ int main(int argc, char** argv) try {
           });
           const double vus = time_graph(vg, stream.get()) * 1e3 / n_buf;
           GA_CUDA_CHECK(cudaGraphExecDestroy(vg));
+          // the default may round x to int8 (gemv_uses_int8_activations): float variants then differ by
+          // that rounding (~2e-3 on these random weights), not by a bug
+          const double allowed = ga::cuda::gemv_uses_int8_activations(p) ? 1e-2 : 1e-4;
           const std::string label = std::string(dtype_name(type)) + " " + v.name +
-                                    (diff <= 1e-4 ? "" : " MISMATCH " + std::to_string(diff));
+                                    (diff <= allowed ? "" : " MISMATCH " + std::to_string(diff));
           rows_out.push_back(
               {rows_out.back().shape, label, static_cast<double>(w_bytes) / 1e6, vus, moved / (vus * 1e-6) / kGB});
         }

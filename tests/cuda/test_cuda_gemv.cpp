@@ -7,7 +7,7 @@
 // dequantize_row followed by a float64 dot product; the tolerance is relative to sum |w x| (the
 // dot's condition), so it holds for any float accumulation order but not for a wrong weight.
 // Where gemv() rounds x to two int8 digits per block of 32 (gemv_uses_int8_activations: classic
-// quant types, aligned rows), the tight reference quantizes x the same way on the CPU (float rounding
+// quant types and Q4_K, aligned rows), the tight reference quantizes x the same way on the CPU (float rounding
 // steps as in gemv.h, the dot in float64), and a second, looser check against the float reference
 // bounds the rounding itself (see int8_reference).
 // The embedding must be bit-identical to ga::cpu::dequantize_row.
@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "backends/cpu/quant.h"
+#include "backends/cpu/quant_blocks.h"
 #include "backends/cuda/kernels/gemv.h"
 #include "backends/cuda/kernels/ops.h"
 #include "cuda_harness.h"
@@ -98,24 +99,46 @@ double classic_offset(DType type, const uint8_t* blk, double d) {
   }
 }
 
+// One 32-weight block's scale d, offset o (w = d * q + o) and its 32 codes q, read from the row's
+// bytes: classic blocks (codes recovered from the CPU's dequantized weights `w`), or sub-block b % 8
+// of Q4_K super-block b / 8 (d = d_super * sc, o = -(dmin * m), the CPU's float products from
+// quant_blocks.h; codes from the nibbles, since d may be 0 when sc is).
+void int8_block(DType type, const uint8_t* row_bytes_ptr, const float* w, int64_t b, double& d, double& o,
+                double* codes) {
+  const auto& tr = traits(type);
+  if (type == DType::Q4_K) {
+    const uint8_t* sb = row_bytes_ptr + (b / 8) * static_cast<int64_t>(tr.type_size);
+    const int j = static_cast<int>(b % 8);
+    uint8_t sc = 0, m = 0;
+    ::ga::cpu::blocks::k4_scale_min(j, sb + 4, &sc, &m);
+    d = static_cast<double>(block_half(sb, 0) * static_cast<float>(sc));
+    o = -static_cast<double>(block_half(sb, 2) * static_cast<float>(m));
+    const uint8_t* qs = sb + 16 + 32 * (j / 2);
+    for (int k = 0; k < 32; ++k) codes[k] = static_cast<double>((qs[k] >> (4 * (j % 2))) & 0xF);
+    return;
+  }
+  const uint8_t* blk = row_bytes_ptr + b * static_cast<int64_t>(tr.type_size);
+  d = block_half(blk, 0);
+  o = classic_offset(type, blk, d);
+  // the code (exact for w = d q + o)
+  for (int k = 0; k < 32; ++k) codes[k] = std::nearbyint((static_cast<double>(w[32 * b + k]) - o) / d);
+}
+
 // Reference of the int8 path for one row and token, from the CPU's dequantized weights `w`:
 // x is rounded per block of 32 as gemv.h says (d_x = amax / 127, s = x * (127 / amax), q1 = rint(s),
 // q2 = rint((s - q1) * 254), float steps), the block's dot is d * d_x * sum(q_w (q1 + q2 / 254)) +
-// o * sum(x) in float64 (o: classic_offset; sum(x) unquantized as in the kernel). `rounding_bound`
+// o * sum(x) in float64 (d, o, q: int8_block; sum(x) unquantized as in the kernel). `rounding_bound`
 // gets the largest possible distance to the exact dot: element k errs by |d q_k| * |x_k - d_x (q1 +
 // q2 / 254)| <= |w_k - o| * d_x * (1 / 508 + 1e-4) (the 1e-4: |s| <= 127.5 with 3 float roundings of
 // relative 2^-24 between x / d_x and q1 + q2 / 254), summed over the row.
 double int8_reference(DType type, const uint8_t* row_bytes_ptr, const float* w, const float* x, int64_t cols,
                       double& rounding_bound) {
-  const auto& tr = traits(type);
   double sum = 0.0;
   rounding_bound = 0.0;
   for (int64_t b = 0; b < cols / 32; ++b) {
-    const uint8_t* blk = row_bytes_ptr + b * static_cast<int64_t>(tr.type_size);
-    const double d = block_half(blk, 0);
-    const double o = classic_offset(type, blk, d);
+    double d = 0.0, o = 0.0, codes[32];
+    int8_block(type, row_bytes_ptr, w, b, d, o, codes);
     const float* xb = x + 32 * b;
-    const float* wb = w + 32 * b;
     float amax = 0.0f;
     for (int k = 0; k < 32; ++k) amax = std::max(amax, std::fabs(xb[k]));
     const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
@@ -126,7 +149,7 @@ double int8_reference(DType type, const uint8_t* row_bytes_ptr, const float* w, 
       const float q1 = std::nearbyint(scaled);
       const float residual = (scaled - q1) * 254.0f;  // exact difference, product rounded to float
       const double qx = static_cast<double>(q1) + static_cast<double>(std::nearbyint(residual)) / 254.0;
-      const double qw = std::nearbyint((static_cast<double>(wb[k]) - o) / d);  // the code (exact for w = d q + o)
+      const double qw = codes[k];
       idot += qw * qx;
       xsum += xb[k];
       wabs += std::fabs(d * qw);
@@ -249,6 +272,7 @@ TEST(CudaGemv, MatchesCpuReferenceForEveryTypeAndShape) {
     for (int n_tokens : {2, 3, 5, 8}) run_gemv_case(alloc, parity, type, {37, 2816, 6, n_tokens}, rng);
     for (int n_tokens : {2, 5, 8}) run_gemv_case(alloc, parity, type, {37, 2816, 0, n_tokens}, rng);  // int8 path
     run_gemv_case(alloc, parity, type, {17000, 256, 0, 1}, rng);  // more row tiles than the int8 path's persistent grid
+    run_gemv_case(alloc, parity, type, {4104, 256, 0, 3}, rng);  // Q8_0 takes the int8 path from 4097 rows on
     run_gemv_case(alloc, parity, type, {733, 768, 0, 4}, rng);
     run_gemv_case(alloc, parity, type, {256, 4096, 0, 1}, rng);  // a Llama-width row
     // long rows: each of a CTA's warps walks several segments, so the cp.async ring wraps (staged

@@ -41,9 +41,10 @@ const char* gemv_unsupported_reason(const GemvParams& p);
 cudaError_t gemv(const GemvParams& p, cudaStream_t stream);
 
 // Whether gemv(p) rounds x to int8 per block of 32 (d = amax / 127, q = rint(x * (127 / amax)), as
-// gemv_int8.cuh does) and dots it with the integer codes: the classic quant types (Q4_0 .. Q8_0) with
-// 16-byte aligned rows. Its results then differ from a float dot by up to sum |w| * d / 2 per block;
-// the parity test picks its reference with this. False for parameters gemv() rejects.
+// gemv_int8.cuh does) and dots it with the integer codes: the classic quant types (Q4_0 .. Q8_0) and
+// Q4_K with 16-byte aligned rows, within per-type routing limits (Q8_0: rows > 4096, n_tokens <= 4).
+// Its results then differ from a float dot by up to sum |w| * d / 2 per block; the parity test picks
+// its reference with this. False for parameters gemv() rejects.
 bool gemv_uses_int8_activations(const GemvParams& p);
 
 // Whether the GEMV kernels exist for a weight type (independent of shapes).

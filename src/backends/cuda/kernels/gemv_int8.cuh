@@ -1,5 +1,7 @@
 // GEMV with int8 activations and __dp4a for the classic 32-weight types (Q4_0, Q4_1, Q5_0, Q5_1,
-// Q8_0): the fast path behind gemv() when the rows are 16-byte aligned (gemv_int8_eligible).
+// Q8_0) and Q4_K: the fast path behind gemv() when the rows are 16-byte aligned (gemv_int8_eligible).
+// Q4_K fits the same scheme because each of its sub-blocks of 32 is w = (d sc) q - dmin m: one scale
+// and one offset per 32 weights, like Q4_1 (Q6_K's 210-byte super-blocks make no 16-byte unit).
 //
 // Design (why, not how llama.cpp names it; the scheme is the one its mmvq uses):
 //  * The float path spends ~5.3 instructions per weight (docs/results/2026-11-22-h200-gemv-tuning.md):
@@ -45,6 +47,13 @@ inline constexpr int kInt8UnitsPerPass = kInt8UnitsPerWarp * kGemvWarps;
 inline constexpr int64_t kInt8MaxSmem = 120 * 1024;  // beyond this (long rows x 8 tokens) the float path wins
 inline constexpr int kXBlockBytes = 64;                 // per x block: 32 int8 q1, then 32 int8 q2
 inline constexpr float kResidualSteps = 254.0f;         // q2 = rint(residual of q1 * 254), |q2| <= 127
+inline constexpr float kRoundMagic = 12582912.0f;      // 1.5 * 2^23: x + it rounds x to an integer (|x| < 2^22)
+inline constexpr int kRoundMagicBits = 0x4B400000;      // its bit pattern
+
+// An int of magnitude < 2^22 as float, exactly, with an integer add and a float subtract (no I2F).
+__device__ __forceinline__ float small_int_to_float(int v) {
+  return __fsub_rn(__int_as_float(v + kRoundMagicBits), kRoundMagic);
+}
 
 // The unit's word at byte offset `off` (a compile-time constant after unrolling).
 __device__ __forceinline__ uint32_t unit_word(const uint32_t* u, int off) {
@@ -78,18 +87,31 @@ __device__ __forceinline__ void nibble_codes(const uint32_t* u, int qs_off, uint
 
 // Per-type block readers: codes (unsigned or signed bytes, < 128 in magnitude), scale d and the
 // offset that multiplies sum(x) (kHasOffset false: none).
+//
+// Routing limits (kMinRows, kMaxTokens): where the float kernel measured faster, gemv() keeps it. Q8_0's
+// int8 path spills (17 chunks per lane) and runs 3 CTAs per SM: on 4096-row matrices it measured 32-34 %
+// of copy against the float kernel's 39-44 % (n_tokens 1) and 24 % vs 28 % (n_tokens 2, 4096x4096), and
+// at n_tokens 8 it is no faster (docs/results/2026-11-22-h200-gemv-int8.md); it only wins from ~8k rows.
 template <class D>
 struct Int8Traits {
   static constexpr bool kEnabled = false;
 };
 
+// Defaults of the routing limits; a type's traits override them by declaring their own.
+struct Int8RoutingDefaults {
+  static constexpr int kSubBlocks = 1;    // blocks of 32 weights per weight block
+  static constexpr int64_t kMinRows = 0;  // int8 path from this many rows on
+  static constexpr int kMaxTokens = 8;    // and up to this many tokens
+};
+
 template <>
-struct Int8Traits<DecodeQ4_0> {
+struct Int8Traits<DecodeQ4_0> : Int8RoutingDefaults {
   using Block = layout::BlockQ4_0;
   static constexpr bool kEnabled = true;
   static constexpr int kUnitBlocks = 8;  // 144 bytes
   static constexpr bool kHasOffset = true;
-  static __device__ __forceinline__ void block(const uint32_t* u, int off, uint32_t* codes, float& d, float& o) {
+  static __device__ __forceinline__ void block(const uint32_t* u, int b, uint32_t* codes, float& d, float& o) {
+    const int off = b * static_cast<int>(sizeof(Block));
     d = unit_half(u, off + static_cast<int>(offsetof(Block, d)));
     o = -8.0f * d;
     nibble_codes<false>(u, off + static_cast<int>(offsetof(Block, qs)), 0u, codes);
@@ -97,12 +119,13 @@ struct Int8Traits<DecodeQ4_0> {
 };
 
 template <>
-struct Int8Traits<DecodeQ4_1> {
+struct Int8Traits<DecodeQ4_1> : Int8RoutingDefaults {
   using Block = layout::BlockQ4_1;
   static constexpr bool kEnabled = true;
   static constexpr int kUnitBlocks = 4;  // 80 bytes
   static constexpr bool kHasOffset = true;
-  static __device__ __forceinline__ void block(const uint32_t* u, int off, uint32_t* codes, float& d, float& o) {
+  static __device__ __forceinline__ void block(const uint32_t* u, int b, uint32_t* codes, float& d, float& o) {
+    const int off = b * static_cast<int>(sizeof(Block));
     d = unit_half(u, off + static_cast<int>(offsetof(Block, d)));
     o = unit_half(u, off + static_cast<int>(offsetof(Block, m)));
     nibble_codes<false>(u, off + static_cast<int>(offsetof(Block, qs)), 0u, codes);
@@ -110,12 +133,13 @@ struct Int8Traits<DecodeQ4_1> {
 };
 
 template <>
-struct Int8Traits<DecodeQ5_0> {
+struct Int8Traits<DecodeQ5_0> : Int8RoutingDefaults {
   using Block = layout::BlockQ5_0;
   static constexpr bool kEnabled = true;
   static constexpr int kUnitBlocks = 8;  // 176 bytes
   static constexpr bool kHasOffset = true;
-  static __device__ __forceinline__ void block(const uint32_t* u, int off, uint32_t* codes, float& d, float& o) {
+  static __device__ __forceinline__ void block(const uint32_t* u, int b, uint32_t* codes, float& d, float& o) {
+    const int off = b * static_cast<int>(sizeof(Block));
     d = unit_half(u, off + static_cast<int>(offsetof(Block, d)));
     o = -16.0f * d;
     const uint32_t qh = unit_word(u, off + static_cast<int>(offsetof(Block, qh)));
@@ -124,12 +148,13 @@ struct Int8Traits<DecodeQ5_0> {
 };
 
 template <>
-struct Int8Traits<DecodeQ5_1> {
+struct Int8Traits<DecodeQ5_1> : Int8RoutingDefaults {
   using Block = layout::BlockQ5_1;
   static constexpr bool kEnabled = true;
   static constexpr int kUnitBlocks = 2;  // 48 bytes
   static constexpr bool kHasOffset = true;
-  static __device__ __forceinline__ void block(const uint32_t* u, int off, uint32_t* codes, float& d, float& o) {
+  static __device__ __forceinline__ void block(const uint32_t* u, int b, uint32_t* codes, float& d, float& o) {
+    const int off = b * static_cast<int>(sizeof(Block));
     d = unit_half(u, off + static_cast<int>(offsetof(Block, d)));
     o = unit_half(u, off + static_cast<int>(offsetof(Block, m)));
     const uint32_t qh = unit_word(u, off + static_cast<int>(offsetof(Block, qh)));
@@ -138,12 +163,15 @@ struct Int8Traits<DecodeQ5_1> {
 };
 
 template <>
-struct Int8Traits<DecodeQ8_0> {
+struct Int8Traits<DecodeQ8_0> : Int8RoutingDefaults {
   using Block = layout::BlockQ8_0;
   static constexpr bool kEnabled = true;
   static constexpr int kUnitBlocks = 8;  // 272 bytes
   static constexpr bool kHasOffset = false;
-  static __device__ __forceinline__ void block(const uint32_t* u, int off, uint32_t* codes, float& d, float& o) {
+  static constexpr int64_t kMinRows = 4097;  // the 4096-row matrices (attn_o, ffn_down) stay on the float path
+  static constexpr int kMaxTokens = 4;       // n_tokens 8: the float path is as fast
+  static __device__ __forceinline__ void block(const uint32_t* u, int b, uint32_t* codes, float& d, float& o) {
+    const int off = b * static_cast<int>(sizeof(Block));
     d = unit_half(u, off + static_cast<int>(offsetof(Block, d)));
     o = 0.0f;
 #pragma unroll
@@ -151,10 +179,41 @@ struct Int8Traits<DecodeQ8_0> {
   }
 };
 
+// Q4_K: a unit is one super-block (144 bytes, 8 sub-blocks of 32); sub-block b = 2g + h is the low
+// (h = 0) or high (h = 1) nibbles of qs[32g .. 32g + 32), so its code word k is qs word 8g + k shifted
+// by 4h; d = d_super * sc and o = -(dmin * m) are the CPU's float products (quant_blocks.h).
+template <>
+struct Int8Traits<DecodeQ4_K> : Int8RoutingDefaults {
+  using Block = layout::BlockQ4_K;
+  static constexpr bool kEnabled = true;
+  static constexpr int kSubBlocks = 8;
+  static constexpr int kUnitBlocks = 8;  // 32-weight blocks per unit: one super-block, 144 bytes
+  static constexpr bool kHasOffset = true;
+  static __device__ __forceinline__ int scale_byte(const uint32_t* u, int i) {
+    const int off = static_cast<int>(offsetof(Block, scales)) + i;
+    return static_cast<int>((u[off >> 2] >> (8 * (off & 3))) & 0xFFu);
+  }
+  static __device__ __forceinline__ void block(const uint32_t* u, int b, uint32_t* codes, float& d, float& o) {
+    int sc = 0, m = 0;
+    if (b < 4) {
+      sc = scale_byte(u, b) & 63;
+      m = scale_byte(u, b + 4) & 63;
+    } else {
+      sc = (scale_byte(u, b + 4) & 0xF) | ((scale_byte(u, b - 4) >> 6) << 4);
+      m = (scale_byte(u, b + 4) >> 4) | ((scale_byte(u, b) >> 6) << 4);
+    }
+    d = __fmul_rn(unit_half(u, static_cast<int>(offsetof(Block, d))), static_cast<float>(sc));
+    o = -__fmul_rn(unit_half(u, static_cast<int>(offsetof(Block, dmin))), static_cast<float>(m));
+    const int qs_off = static_cast<int>(offsetof(Block, qs)) + 32 * (b >> 1);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) codes[k] = (unit_word(u, qs_off + 4 * k) >> (4 * (b & 1))) & kLowNibbles;
+  }
+};
+
 template <class D>
 struct Int8Geometry {
-  static constexpr int kUnitBlocks = Int8Traits<D>::kUnitBlocks;
-  static constexpr int kUnitBytes = kUnitBlocks * D::kBlockBytes;
+  static constexpr int kUnitBlocks = Int8Traits<D>::kUnitBlocks;  // blocks of 32 weights (x blocks) per unit
+  static constexpr int kUnitBytes = kUnitBlocks / Int8Traits<D>::kSubBlocks * D::kBlockBytes;
   static constexpr int kUnitChunks = kUnitBytes / kChunkBytes;  // chunks per lane and pass
   static constexpr int kPitch = kInt8UnitsPerWarp * kUnitChunks + 1;  // stage row pitch in chunks (odd)
   static_assert(kUnitBytes % kChunkBytes == 0, "a unit is whole 16-byte chunks");
@@ -164,19 +223,27 @@ struct Int8Geometry {
 // Dynamic shared memory of the int8 kernel: quantized x ([n_tokens][blocks][q1 32 | q2 32] int8), the
 // per-block (d_x, sum x) pairs ([n_tokens][blocks] float2), then the warps' stages.
 template <class D>
-__host__ __device__ constexpr int64_t gemv_int8_smem(int64_t blocks_per_row, int n_tokens) {
-  return n_tokens * blocks_per_row * (kXBlockBytes + 8) + Int8Geometry<D>::kStageBytes;
+__host__ __device__ constexpr int64_t gemv_int8_smem(int64_t x_blocks_per_row, int n_tokens) {
+  return n_tokens * x_blocks_per_row * (kXBlockBytes + 8) + Int8Geometry<D>::kStageBytes;
+}
+
+// Blocks of 32 activations per row (a K-quant weight block spans 8).
+template <class D>
+__host__ __device__ constexpr int64_t gemv_int8_x_blocks(int64_t blocks_per_row) {
+  return blocks_per_row * Int8Traits<D>::kSubBlocks;
 }
 
 // Whether gemv() takes the int8 path for these arguments (rows 16-byte aligned, whole units, the
-// shared memory within kInt8MaxSmem); otherwise the float kernels run.
+// type's routing limits, the shared memory within kInt8MaxSmem); otherwise the float kernels run.
 template <class D>
 bool gemv_int8_eligible(const GemvArgs& a) {
   if constexpr (!Int8Traits<D>::kEnabled) {
     return false;
   } else {
-    return a.row_stride % kChunkBytes == 0 && a.blocks_per_row % Int8Traits<D>::kUnitBlocks == 0 &&
-           gemv_int8_smem<D>(a.blocks_per_row, a.n_tokens) <= kInt8MaxSmem;
+    const int64_t x_blocks = gemv_int8_x_blocks<D>(a.blocks_per_row);
+    return a.row_stride % kChunkBytes == 0 && x_blocks % Int8Traits<D>::kUnitBlocks == 0 &&
+           a.rows >= Int8Traits<D>::kMinRows && a.n_tokens <= Int8Traits<D>::kMaxTokens &&
+           gemv_int8_smem<D>(x_blocks, a.n_tokens) <= kInt8MaxSmem;
   }
 }
 
@@ -197,22 +264,29 @@ __device__ __forceinline__ void gemv_quantize_x_block(const float* src, int8_t* 
     amax = fmaxf(amax, fabsf(v[i]));
     sum = __fadd_rn(sum, v[i]);
   }
-  // explicit IEEE operations: the test's reference rounds the same way (no fast-math contraction)
+  // explicit IEEE operations: the test's reference rounds the same way (no fast-math contraction).
+  // Rounding without F2I/I2F (quarter-rate on the SM, 96 per block: they dominated this prologue, which
+  // every CTA pays before its first tile): s + 1.5 * 2^23 rounds s to the nearest integer (ties to even,
+  // as rint) for |s| < 2^22, and that integer sits in the sum's low mantissa bits, so its low byte is the
+  // int8 code; subtracting 1.5 * 2^23 again gives rint(s) as an exact float.
   const float inv = amax > 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
   uint32_t words[8], residual_words[8];
 #pragma unroll
   for (int k = 0; k < 8; ++k) {
-    uint32_t w = 0, r = 0;
+    uint32_t q1_bits[4], q2_bits[4];
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const float scaled = __fmul_rn(v[4 * k + j], inv);
-      const int q1 = __float2int_rn(scaled);  // |q1| <= 127
-      const int q2 = __float2int_rn(__fmul_rn(__fsub_rn(scaled, static_cast<float>(q1)), kResidualSteps));
-      w |= (static_cast<uint32_t>(q1) & 0xFFu) << (8 * j);
-      r |= (static_cast<uint32_t>(q2) & 0xFFu) << (8 * j);
+      const float shifted = __fadd_rn(scaled, kRoundMagic);  // |scaled| <= 127
+      const float q1 = __fsub_rn(shifted, kRoundMagic);
+      q1_bits[j] = __float_as_uint(shifted);
+      q2_bits[j] = __float_as_uint(__fadd_rn(__fmul_rn(__fsub_rn(scaled, q1), kResidualSteps), kRoundMagic));
     }
-    words[k] = w;
-    residual_words[k] = r;
+    // low bytes of the four words, in order (PRMT selectors: byte 0 of a = 0, of b = 4)
+    words[k] = __byte_perm(__byte_perm(q1_bits[0], q1_bits[1], 0x0040u), __byte_perm(q1_bits[2], q1_bits[3], 0x0040u),
+                           0x5410u);
+    residual_words[k] = __byte_perm(__byte_perm(q2_bits[0], q2_bits[1], 0x0040u),
+                                    __byte_perm(q2_bits[2], q2_bits[3], 0x0040u), 0x5410u);
   }
   uint4* dst = reinterpret_cast<uint4*>(qx);
   dst[0] = make_uint4(words[0], words[1], words[2], words[3]);
@@ -271,7 +345,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32, gemv_int8_min_ctas<D>())
 
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
-  const int nb = static_cast<int>(a.blocks_per_row);
+  const int nb = static_cast<int>(gemv_int8_x_blocks<D>(a.blocks_per_row));  // x blocks of 32 per row
   auto* qx = reinterpret_cast<int8_t*>(gemv_dynamic_smem);                                 // [n_tokens][nb][64]
   auto* ds = reinterpret_cast<float2*>(qx + static_cast<int64_t>(a.n_tokens) * nb * kXBlockBytes);  // [n_tokens][nb]
   uint4* stage = reinterpret_cast<uint4*>(ds + static_cast<int64_t>(a.n_tokens) * nb) +
@@ -343,7 +417,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32, gemv_int8_min_ctas<D>())
         for (int b = 0; b < G::kUnitBlocks; ++b) {
           uint32_t codes[8];
           float d, o;
-          T::block(u, b * D::kBlockBytes, codes, d, o);
+          T::block(u, b, codes, d, o);
           const int blk = unit * G::kUnitBlocks + b;
 #pragma unroll
           for (int t = 0; t < NT; ++t) {
@@ -352,7 +426,8 @@ __global__ void __launch_bounds__(kGemvWarps * 32, gemv_int8_min_ctas<D>())
             const int dot1 = dot_block_words(codes, xq[0], xq[1]);
             const int dot2 = dot_block_words(codes, xq[2], xq[3]);
             const float2 xs = ds[t * nb + blk];
-            const float dot = fmaf(static_cast<float>(dot2), 1.0f / kResidualSteps, static_cast<float>(dot1));
+            // |dot| <= 32 * 128 * 127 < 2^22: exact as float either way
+            const float dot = fmaf(small_int_to_float(dot2), 1.0f / kResidualSteps, small_int_to_float(dot1));
             float a_t = acc[t];
             if constexpr (T::kHasOffset) a_t = fmaf(o, xs.y, a_t);
             acc[t] = fmaf(d, xs.x * dot, a_t);
@@ -390,7 +465,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32, gemv_int8_min_ctas<D>())
 template <class D, int NT>
 cudaError_t launch_gemv_int8(const GemvArgs& a, cudaStream_t stream) {
   const int64_t n_tiles = (a.rows + kInt8Rows - 1) / kInt8Rows;
-  const auto smem = static_cast<int>(gemv_int8_smem<D>(a.blocks_per_row, a.n_tokens));
+  const auto smem = static_cast<int>(gemv_int8_smem<D>(gemv_int8_x_blocks<D>(a.blocks_per_row), a.n_tokens));
   cudaError_t status = cudaSuccess;
   if (smem > 48 * 1024) {
     status = cudaFuncSetAttribute(gemv_int8_kernel<D, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
