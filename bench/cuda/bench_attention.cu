@@ -27,18 +27,27 @@
 #include "backends/cuda/device_info.h"
 #include "backends/cuda/kernels/attention.h"
 #include "backends/cuda/stream.h"
+#include "backends/cuda/cuda_forward.h"
 #include "gpu_accel/device.h"
 #include "gpu_accel/error.h"
+#include "bench_util.cuh"
 
 namespace {
 
 using namespace ga;
 using ga::cuda::CachingAllocator;
 using ga::cuda::DeviceBuffer;
+using ga::bench::capture;
+using ga::bench::median;
 
 constexpr int kSamples = 30;
 constexpr int kWarmup = 3;
 constexpr double kGB = 1e9;
+
+// Median milliseconds of one launch of `graph`.
+double time_graph(cudaGraphExec_t graph, cudaStream_t stream) {
+  return ga::bench::time_graph(graph, stream, kWarmup, kSamples);
+}
 constexpr int kHeadDim = 128;
 
 __device__ float hashed_unit(size_t i, uint32_t seed) {
@@ -59,97 +68,6 @@ __global__ void fill_float(float* p, size_t n, uint32_t seed) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
     p[i] = hashed_unit(i, seed);
   }
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-double time_graph(cudaGraphExec_t graph, cudaStream_t stream) {
-  ga::cuda::Event start, stop;
-  for (int i = 0; i < kWarmup; ++i) GA_CUDA_CHECK(cudaGraphLaunch(graph, stream));
-  std::vector<double> ms;
-  for (int i = 0; i < kSamples; ++i) {
-    start.record(stream);
-    GA_CUDA_CHECK(cudaGraphLaunch(graph, stream));
-    stop.record(stream);
-    stop.synchronize();
-    ms.push_back(ga::cuda::Event::elapsed_ms(start, stop));
-  }
-  return median(ms);
-}
-
-template <class F>
-cudaGraphExec_t capture(cudaStream_t stream, int n, F&& launch) {
-  cudaGraph_t graph = nullptr;
-  GA_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  for (int i = 0; i < n; ++i) {
-    const cudaError_t status = launch(i);
-    if (status != cudaSuccess) {
-      (void)cudaStreamEndCapture(stream, &graph);
-      if (graph != nullptr) (void)cudaGraphDestroy(graph);
-      GA_CUDA_CHECK(status);
-    }
-  }
-  GA_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-  cudaGraphExec_t exec = nullptr;
-  GA_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  GA_CUDA_CHECK(cudaGraphDestroy(graph));
-  return exec;
-}
-
-// Device-to-device copy bandwidth, counting the bytes read and the bytes written. Stream launches,
-// not a graph: a captured D2D memcpy node ran at ~2.7 TB/s against ~4.2 TB/s for the stream copy.
-double copy_bandwidth_gbs(CachingAllocator& alloc, cudaStream_t stream) {
-  const size_t bytes = size_t{1} << 30;
-  DeviceBuffer src(alloc, bytes), dst(alloc, bytes);
-  GA_CUDA_CHECK(cudaMemsetAsync(src.data(), 1, bytes, stream));
-  ga::cuda::Event start, stop;
-  for (int i = 0; i < 5; ++i) GA_CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), bytes, cudaMemcpyDeviceToDevice, stream));
-  std::vector<double> ms;
-  for (int i = 0; i < 20; ++i) {
-    start.record(stream);
-    GA_CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), bytes, cudaMemcpyDeviceToDevice, stream));
-    stop.record(stream);
-    stop.synchronize();
-    ms.push_back(ga::cuda::Event::elapsed_ms(start, stop));
-  }
-  return 2.0 * static_cast<double>(bytes) / (median(ms) * 1e-3) / kGB;
-}
-
-// cuBLAS f16 GEMM rate (f32 accumulate) on 8192^3: the same-run tensor-core ceiling for prefill.
-double gemm_tflops(CachingAllocator& alloc, cudaStream_t stream) {
-  const int n = 8192;
-  const size_t elems = size_t{n} * n;
-  DeviceBuffer a(alloc, elems * 2), b(alloc, elems * 2), c(alloc, elems * 4);
-  fill_half<<<1024, 256, 0, stream>>>(a.as<__half>(), elems, 1);
-  fill_half<<<1024, 256, 0, stream>>>(b.as<__half>(), elems, 2);
-  GA_CUDA_CHECK_LAUNCH();
-  cublasHandle_t handle = nullptr;
-  if (cublasCreate(&handle) != CUBLAS_STATUS_SUCCESS) return 0.0;
-  (void)cublasSetStream(handle, stream);
-  const float alpha = 1.0f, beta = 0.0f;
-  auto run = [&] {
-    return cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha, a.data(), CUDA_R_16F, n, b.data(),
-                        CUDA_R_16F, n, &beta, c.data(), CUDA_R_32F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-  };
-  for (int i = 0; i < 2; ++i) (void)run();
-  ga::cuda::Event start, stop;
-  std::vector<double> ms;
-  for (int i = 0; i < 10; ++i) {
-    start.record(stream);
-    const cublasStatus_t status = run();
-    stop.record(stream);
-    stop.synchronize();
-    if (status != CUBLAS_STATUS_SUCCESS) {
-      (void)cublasDestroy(handle);
-      return 0.0;
-    }
-    ms.push_back(ga::cuda::Event::elapsed_ms(start, stop));
-  }
-  (void)cublasDestroy(handle);
-  return 2.0 * n * double(n) * n / (median(ms) * 1e-3) / 1e12;
 }
 
 struct Heads {
@@ -249,8 +167,9 @@ int main() try {
   const CudaDeviceInfo dev = ga::cuda::device_info(0);
   CachingAllocator alloc(0);
   ga::cuda::Stream stream(0);
-  const double copy_gbs = copy_bandwidth_gbs(alloc, stream.get());
-  const double gemm = gemm_tflops(alloc, stream.get());
+  const ga::cuda::CudaCeilings ceilings = ga::cuda::measure_cuda_ceilings(0);  // as gpu-accel bench measures them
+  const double copy_gbs = ceilings.copy_gbps;
+  const double gemm = ceilings.gemm_tflops;
   alloc.release_cached();
 
   const Heads llama2{"Llama-2-7B", 32, 32}, llama3{"Llama-3-8B", 32, 8};

@@ -34,18 +34,27 @@
 #include "backends/cuda/kernels/gemv.h"
 #include "backends/cuda/kernels/gemv_impl.cuh"
 #include "backends/cuda/stream.h"
+#include "backends/cuda/cuda_forward.h"
 #include "gpu_accel/device.h"
 #include "gpu_accel/error.h"
+#include "bench_util.cuh"
 
 namespace {
 
 using namespace ga;
 using ga::cuda::CachingAllocator;
 using ga::cuda::DeviceBuffer;
+using ga::bench::capture;
+using ga::bench::median;
 
 constexpr int kSamples = 60;
 constexpr int kWarmup = 3;
 constexpr double kGB = 1e9;
+
+// Median milliseconds of one launch of `graph`.
+double time_graph(cudaGraphExec_t graph, cudaStream_t stream) {
+  return ga::bench::time_graph(graph, stream, kWarmup, kSamples);
+}
 
 #define CUBLAS_CHECK(call)                                                                 \
   do {                                                                                     \
@@ -75,26 +84,6 @@ __global__ void fill_activations(float* x, __half* xh, size_t n) {
   }
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-// Median milliseconds of one launch of `graph`.
-double time_graph(cudaGraphExec_t graph, cudaStream_t stream) {
-  ga::cuda::Event start, stop;
-  for (int i = 0; i < kWarmup; ++i) GA_CUDA_CHECK(cudaGraphLaunch(graph, stream));
-  std::vector<double> ms;
-  for (int i = 0; i < kSamples; ++i) {
-    start.record(stream);
-    GA_CUDA_CHECK(cudaGraphLaunch(graph, stream));
-    stop.record(stream);
-    stop.synchronize();
-    ms.push_back(ga::cuda::Event::elapsed_ms(start, stop));
-  }
-  return median(ms);
-}
-
 // Median milliseconds of `launch(0..n-1)` issued on the stream (when capture is not possible).
 template <class F>
 double time_stream(cudaStream_t stream, int n, F&& launch) {
@@ -112,43 +101,6 @@ double time_stream(cudaStream_t stream, int n, F&& launch) {
 }
 
 // Captures `launch(i)` for i < n into a graph (the launches must be capturable).
-template <class F>
-cudaGraphExec_t capture(cudaStream_t stream, int n, F&& launch) {
-  cudaGraph_t graph = nullptr;
-  GA_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  try {
-    for (int i = 0; i < n; ++i) launch(i);
-  } catch (...) {
-    (void)cudaStreamEndCapture(stream, &graph);  // leave the stream usable, drop the partial graph
-    if (graph != nullptr) (void)cudaGraphDestroy(graph);
-    (void)cudaGetLastError();
-    throw;
-  }
-  GA_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-  cudaGraphExec_t exec = nullptr;
-  GA_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  GA_CUDA_CHECK(cudaGraphDestroy(graph));
-  return exec;
-}
-
-// Device-to-device copy bandwidth, counting the bytes read and the bytes written.
-double copy_bandwidth_gbs(CachingAllocator& alloc, cudaStream_t stream) {
-  const size_t bytes = size_t{1} << 30;
-  DeviceBuffer src(alloc, bytes), dst(alloc, bytes);
-  GA_CUDA_CHECK(cudaMemsetAsync(src.data(), 1, bytes, stream));
-  ga::cuda::Event start, stop;
-  for (int i = 0; i < 2; ++i) GA_CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), bytes, cudaMemcpyDeviceToDevice, stream));
-  std::vector<double> ms;
-  for (int i = 0; i < 10; ++i) {
-    start.record(stream);
-    GA_CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), bytes, cudaMemcpyDeviceToDevice, stream));
-    stop.record(stream);
-    stop.synchronize();
-    ms.push_back(ga::cuda::Event::elapsed_ms(start, stop));
-  }
-  return 2.0 * static_cast<double>(bytes) / (median(ms) * 1e-3) / kGB;
-}
-
 struct Row {
   std::string shape, type;
   double mbytes, us, gbs;
@@ -226,7 +178,7 @@ int main(int argc, char** argv) try {
   const CudaDeviceInfo dev = ga::cuda::device_info(0);
   CachingAllocator alloc(0);
   ga::cuda::Stream stream(0);
-  const double copy_gbs = copy_bandwidth_gbs(alloc, stream.get());
+  const double copy_gbs = ga::cuda::measure_cuda_ceilings(0).copy_gbps;  // the same function gpu-accel bench uses
   alloc.release_cached();
 
   cublasHandle_t cublas = nullptr;

@@ -1,0 +1,65 @@
+// Timing helpers shared by the GPU micro-benchmarks: graph capture of many launches (so launch gaps
+// do not count), median-of-samples timing with CUDA events. The ceilings (copy bandwidth, cuBLAS
+// GEMM) come from ga::cuda::measure_cuda_ceilings, the same function `gpu-accel bench` uses.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "backends/cuda/cuda_check.h"
+#include "backends/cuda/stream.h"
+
+namespace ga::bench {
+
+inline double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Median milliseconds of one launch of `graph`, after `warmup` untimed launches.
+inline double time_graph(cudaGraphExec_t graph, cudaStream_t stream, int warmup, int samples) {
+  ga::cuda::Event start, stop;
+  for (int i = 0; i < warmup; ++i) GA_CUDA_CHECK(cudaGraphLaunch(graph, stream));
+  std::vector<double> ms;
+  for (int i = 0; i < samples; ++i) {
+    start.record(stream);
+    GA_CUDA_CHECK(cudaGraphLaunch(graph, stream));
+    stop.record(stream);
+    stop.synchronize();
+    ms.push_back(ga::cuda::Event::elapsed_ms(start, stop));
+  }
+  return median(ms);
+}
+
+// Captures launch(0) .. launch(n-1) into one executable graph. `launch` may return a cudaError_t
+// (checked) or nothing (it throws on failure); either way a failed capture leaves the stream usable.
+template <class F>
+cudaGraphExec_t capture(cudaStream_t stream, int n, F&& launch) {
+  cudaGraph_t graph = nullptr;
+  GA_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  try {
+    for (int i = 0; i < n; ++i) {
+      if constexpr (std::is_same_v<std::invoke_result_t<F&, int>, cudaError_t>) {
+        GA_CUDA_CHECK(launch(i));
+      } else {
+        launch(i);
+      }
+    }
+  } catch (...) {
+    (void)cudaStreamEndCapture(stream, &graph);  // leave the stream usable, drop the partial graph
+    if (graph != nullptr) (void)cudaGraphDestroy(graph);
+    (void)cudaGetLastError();
+    throw;
+  }
+  GA_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  cudaGraphExec_t exec = nullptr;
+  GA_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  GA_CUDA_CHECK(cudaGraphDestroy(graph));
+  return exec;
+}
+
+}  // namespace ga::bench
