@@ -214,6 +214,22 @@ void check_output(Parity& parity, const std::string& name, const Problem& pr, co
   if (!(rel <= kRelL2Tolerance)) parity.fail(name + ": relative L2 error " + std::to_string(rel) + " > 1e-3");
 }
 
+// One case: random inputs for shape s, a direct launch on a poisoned output, compared with the
+// float64 reference. A rejected shape is a failure: every shape the tests name is meant to run.
+void run_and_check(Parity& parity, CachingAllocator& alloc, const Shape& s, std::mt19937& rng) {
+  const std::string name = name_of(s);
+  const Problem pr = make_problem(s, rng);
+  DeviceProblem dev(alloc, pr, false);
+  if (const char* why = ::ga::cuda::attention_unsupported_reason(dev.p)) {
+    parity.fail(name + ": rejected: " + why);
+    return;
+  }
+  dev.out.poison();
+  GA_CUDA_CHECK(::ga::cuda::attention(dev.p, nullptr));
+  GA_CUDA_CHECK(cudaDeviceSynchronize());
+  check_output(parity, name, pr, dev.out.download(), reference(pr, s.pos0));
+}
+
 TEST(CudaAttention, DecodeAndPrefillMatchFloat64Reference) {
   GA_REQUIRE_CUDA_DEVICE();
   CachingAllocator alloc(0);
@@ -236,17 +252,7 @@ TEST(CudaAttention, DecodeAndPrefillMatchFloat64Reference) {
           // capacities past the valid length (NaN-filled) exercise the capacity-sized split count
           const Shape s{hd, h.n_head, h.n_head_kv, n_tokens, kv_len - n_tokens, kv_len + (case_index % 3) * 700,
                         case_index % 2 == 1};
-          const std::string name = name_of(s);
-          const Problem pr = make_problem(s, rng);
-          DeviceProblem dev(alloc, pr, false);
-          if (const char* why = ::ga::cuda::attention_unsupported_reason(dev.p)) {
-            parity.fail(name + ": rejected: " + why);
-            continue;
-          }
-          dev.out.poison();
-          GA_CUDA_CHECK(::ga::cuda::attention(dev.p, nullptr));
-          GA_CUDA_CHECK(cudaDeviceSynchronize());
-          check_output(parity, name, pr, dev.out.download(), reference(pr, s.pos0));
+          run_and_check(parity, alloc, s, rng);
         }
       }
     }
@@ -262,17 +268,7 @@ TEST(CudaAttention, HeadDim256MatchesFloat64Reference) {
   std::mt19937 rng(256);
   for (const Shape& s : {Shape{256, 8, 2, 1, 999, 1500, false}, Shape{256, 8, 2, 7, 4090, 4097, true},
                          Shape{256, 4, 4, 37, 92, 129, true}, Shape{256, 8, 1, 133, 0, 133, false}}) {
-    const std::string name = name_of(s);
-    const Problem pr = make_problem(s, rng);
-    DeviceProblem dev(alloc, pr, false);
-    if (const char* why = ::ga::cuda::attention_unsupported_reason(dev.p)) {
-      parity.fail(name + ": rejected: " + why);
-      continue;
-    }
-    dev.out.poison();
-    GA_CUDA_CHECK(::ga::cuda::attention(dev.p, nullptr));
-    GA_CUDA_CHECK(cudaDeviceSynchronize());
-    check_output(parity, name, pr, dev.out.download(), reference(pr, s.pos0));
+    run_and_check(parity, alloc, s, rng);
   }
   parity.finish();
 }
