@@ -1,0 +1,203 @@
+#!/usr/bin/env python3
+"""Our attention kernels against PyTorch SDPA (cuDNN and FlashAttention-2 backends), same GPU, same run.
+
+Methodology of the FlashAttention-3 paper (arXiv 2407.08608, section 4.1): 16k tokens per batch
+(batch = 16384 / seqlen), hidden 2048 (n_head = 2048 / head_dim), seqlen 512..16k, causal and not;
+FLOPs = 4 * batch * n_head * seqlen^2 * head_dim, halved for causal. Each kernel is timed with CUDA events
+over `--iters` launches after warm-up, on the same q, k, v tensors ([batch][seq][head][dim] memory, viewed
+as [batch][head][seq][dim] for SDPA). Our output is checked against torch's (FA2 backend) every time.
+
+Our kernels come from libga_attention_c.so (bench/attention_torch/ga_attention_c_api.cu; build target
+`ga_attention_c`), loaded with ctypes and called on the tensors' device pointers:
+  * flash: the Hopper forward (kernels/flash), schedules 0 serial, 1 overlap, 2 overlap + ping-pong;
+  * mma:   the mma.sync prefill (kernels/attention*.cu; fp16 K/V, f32 q/out, causal, one sequence per
+           call, so `batch` calls per step), against FA2 on the same fp16 causal problem.
+
+Usage: python3 compare.py --lib build/bench/attention_torch/libga_attention_c.so [--json out.json]
+"""
+import argparse
+import ctypes
+import json
+import math
+import sys
+
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+import torch.nn.functional as F
+
+
+def load_lib(path):
+    lib = ctypes.CDLL(path)
+    vp, i, f = ctypes.c_void_p, ctypes.c_int, ctypes.c_float
+    strides = ctypes.POINTER(ctypes.c_int64)
+    common = [vp, vp, vp, vp, vp, strides, i, i, i, i, i, i, i, i, f]
+    lib.ga_flash_unsupported_reason.argtypes = common
+    lib.ga_flash_unsupported_reason.restype = ctypes.c_char_p
+    lib.ga_flash_forward.argtypes = common + [i, vp]
+    lib.ga_flash_forward.restype = i
+    lib.ga_mma_prefill_workspace_bytes.argtypes = [i, i, i, i]
+    lib.ga_mma_prefill_workspace_bytes.restype = ctypes.c_size_t
+    lib.ga_mma_prefill.argtypes = [vp, vp, vp, vp, vp, ctypes.c_size_t, i, i, i, i, f, vp]
+    lib.ga_mma_prefill.restype = i
+    return lib
+
+
+def time_ms(fn, iters, warmup=3):
+    for _ in range(warmup):
+        fn()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(iters):
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / iters
+
+
+def rel_l2(a, b):
+    a, b = a.float(), b.float()
+    return (torch.linalg.vector_norm(a - b) / torch.linalg.vector_norm(b)).item()
+
+
+class Flash:
+    def __init__(self, lib, q, k, v, o, lse, causal, scale):
+        b, s, h, d = q.shape
+        self.lib, self.q, self.k, self.v, self.o, self.lse = lib, q, k, v, o, lse
+        st = []
+        for t in (q, k, v, o):
+            st += [t.stride(0), t.stride(1), t.stride(2)]
+        self.strides = (ctypes.c_int64 * 12)(*st)
+        self.args = [q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr(), self.strides,
+                     0 if q.dtype == torch.bfloat16 else 1, d, h, k.shape[2], b, s, k.shape[1], int(causal), scale]
+
+    def reason(self):
+        r = self.lib.ga_flash_unsupported_reason(*self.args)
+        return None if r is None else r.decode()
+
+    def run(self, sched):
+        err = self.lib.ga_flash_forward(*self.args, sched, torch.cuda.current_stream().cuda_stream)
+        if err != 0:
+            raise RuntimeError(f"ga_flash_forward returned cudaError {err}")
+
+
+def sdpa(q, k, v, causal, backend):
+    with sdpa_kernel([backend]):
+        return F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                              is_causal=causal).transpose(1, 2)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--lib", required=True)
+    ap.add_argument("--json")
+    ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--head-dims", default="64,128,256")
+    ap.add_argument("--seqlens", default="512,1024,2048,4096,8192,16384")
+    ap.add_argument("--dtype", default="bf16")
+    ap.add_argument("--schedules", default="0,1,2")
+    ap.add_argument("--mma", action="store_true", help="also time the mma.sync prefill (fp16, causal)")
+    args = ap.parse_args()
+
+    lib = load_lib(args.lib)
+    torch.manual_seed(0)
+    dev = torch.cuda.get_device_name()
+    print(f"device: {dev}; torch {torch.__version__}; cuDNN {torch.backends.cudnn.version()}")
+    dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float16
+    scheds = [int(x) for x in args.schedules.split(",")]
+    rows = []
+    for d in [int(x) for x in args.head_dims.split(",")]:
+        h = 2048 // d
+        for s in [int(x) for x in args.seqlens.split(",")]:
+            b = 16384 // s
+            for causal in (False, True):
+                q = torch.randn(b, s, h, d, device="cuda", dtype=dtype)
+                k = torch.randn(b, s, h, d, device="cuda", dtype=dtype)
+                v = torch.randn(b, s, h, d, device="cuda", dtype=dtype)
+                o = torch.full_like(q, float("nan"))
+                lse = torch.full((b, h, s), float("nan"), device="cuda", dtype=torch.float32)
+                scale = 1.0 / math.sqrt(d)
+                flops = 4 * b * h * s * s * d / (2 if causal else 1)
+                row = {"head_dim": d, "seqlen": s, "batch": b, "n_head": h, "causal": causal, "dtype": args.dtype}
+                ref = sdpa(q, k, v, causal, SDPBackend.FLASH_ATTENTION)
+                for name, backend in (("fa2", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
+                    try:
+                        ms = time_ms(lambda: sdpa(q, k, v, causal, backend), args.iters)
+                        row[name] = flops / ms / 1e9
+                    except RuntimeError as e:
+                        row[name] = None
+                        print(f"  {name} unavailable: {str(e).splitlines()[0]}")
+                fl = Flash(lib, q, k, v, o, lse, causal, scale)
+                reason = fl.reason()
+                if reason is not None:
+                    print(f"flash refused: {reason}")
+                else:
+                    for sc in scheds:
+                        o.fill_(float("nan"))
+                        fl.run(sc)
+                        torch.cuda.synchronize()
+                        err = rel_l2(o, ref)
+                        nan = torch.isnan(o).any().item()
+                        ms = time_ms(lambda: fl.run(sc), args.iters)
+                        row[f"flash{sc}"] = flops / ms / 1e9
+                        row[f"flash{sc}_err"] = err
+                        if nan or not err <= 1e-2:
+                            row[f"flash{sc}_bad"] = True
+                            print(f"  MISMATCH flash sched {sc}: rel L2 {err:.3e} nan {nan}")
+                if args.mma and causal and d <= 128:
+                    q16, k16, v16 = q.half(), k.half(), v.half()
+                    q32 = q16.float()
+                    out32 = torch.full_like(q32, float("nan"))
+                    ws_bytes = lib.ga_mma_prefill_workspace_bytes(s, h, h, d)
+                    ws = torch.zeros(max(ws_bytes, 16), device="cuda", dtype=torch.uint8)
+                    stream = torch.cuda.current_stream().cuda_stream
+
+                    def mma_all():
+                        for bi in range(b):
+                            e = lib.ga_mma_prefill(q32[bi].data_ptr(), k16[bi].data_ptr(), v16[bi].data_ptr(),
+                                                   out32[bi].data_ptr(), ws.data_ptr(), ws_bytes, s, h, h, d,
+                                                   scale, stream)
+                            if e != 0:
+                                raise RuntimeError(f"ga_mma_prefill returned cudaError {e}")
+                    mma_all()
+                    ref16 = sdpa(q16, k16, v16, True, SDPBackend.FLASH_ATTENTION)
+                    row["mma_err"] = rel_l2(out32, ref16)
+                    row["mma"] = flops / time_ms(mma_all, args.iters) / 1e9
+                    row["fa2_f16"] = flops / time_ms(lambda: sdpa(q16, k16, v16, True, SDPBackend.FLASH_ATTENTION),
+                                                     args.iters) / 1e9
+                rows.append(row)
+                best = max((row.get(f"flash{sc}") or 0) for sc in scheds)
+                print(json.dumps({k_: (round(v_, 4) if isinstance(v_, float) else v_) for k_, v_ in row.items()}),
+                      f"best/cudnn {best / row['cudnn']:.3f}" if row.get("cudnn") else "")
+                sys.stdout.flush()
+                del q, k, v, o, lse, ref
+                torch.cuda.empty_cache()
+    if args.json:
+        with open(args.json, "w") as fjson:
+            json.dump({"device": dev, "torch": torch.__version__, "rows": rows}, fjson, indent=1)
+    # Summary table last (TFLOP/s)
+    print(f"\n| hd | seq | mask | " + " | ".join(f"ours s{sc}" for sc in scheds) +
+          " | cuDNN | FA2 | best/cuDNN | best/FA2 | max rel L2 |")
+    print("|---" * (7 + len(scheds)) + "|")
+    for r in rows:
+        ours = [r.get(f"flash{sc}") for sc in scheds]
+        best = max((x or 0) for x in ours)
+        errs = [r.get(f"flash{sc}_err") or 0 for sc in scheds]
+        fmt = lambda x: "-" if x is None else f"{x:.0f}"
+        print(f"| {r['head_dim']} | {r['seqlen']} | {'causal' if r['causal'] else 'full'} | " +
+              " | ".join(fmt(x) for x in ours) + f" | {fmt(r.get('cudnn'))} | {fmt(r.get('fa2'))} | " +
+              (f"{best / r['cudnn']:.2f}" if r.get("cudnn") else "-") + " | " +
+              (f"{best / r['fa2']:.2f}" if r.get("fa2") else "-") + f" | {max(errs):.1e} |")
+    if any("mma" in r for r in rows):
+        print("\n| hd | seq | mma.sync prefill (fp16 causal) | FA2 fp16 causal | ratio | rel L2 |")
+        print("|---|---|---|---|---|---|")
+        for r in rows:
+            if "mma" in r:
+                print(f"| {r['head_dim']} | {r['seqlen']} | {r['mma']:.0f} | {r['fa2_f16']:.0f} | "
+                      f"{r['mma'] / r['fa2_f16']:.2f} | {r['mma_err']:.1e} |")
+    bad = [r for r in rows if any(k_.endswith("_bad") for k_ in r)]
+    print(f"\n{len(rows)} configurations, {len(bad)} with a mismatch against torch")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,108 @@
+// A plain C surface over the attention kernels for the PyTorch comparison harness (compare.py loads
+// this shared library with ctypes and passes torch tensors' device pointers). No allocation, no
+// framework types: exactly the kernel-library entry points, flattened into C arguments.
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "backends/cuda/kernels/attention.h"
+#include "backends/cuda/kernels/flash/flash_attention.h"
+
+namespace {
+
+ga::cuda::FlashParams flash_params(const void* q, const void* k, const void* v, void* o, float* lse,
+                                   const int64_t* strides12, int dtype, int head_dim, int n_head, int n_head_kv,
+                                   int batch, int seqlen_q, int seqlen_k, int causal, float scale) {
+  ga::cuda::FlashParams p;
+  p.q = q;
+  p.k = k;
+  p.v = v;
+  p.o = o;
+  p.lse = lse;
+  p.q_batch_stride = strides12[0];
+  p.q_seq_stride = strides12[1];
+  p.q_head_stride = strides12[2];
+  p.k_batch_stride = strides12[3];
+  p.k_seq_stride = strides12[4];
+  p.k_head_stride = strides12[5];
+  p.v_batch_stride = strides12[6];
+  p.v_seq_stride = strides12[7];
+  p.v_head_stride = strides12[8];
+  p.o_batch_stride = strides12[9];
+  p.o_seq_stride = strides12[10];
+  p.o_head_stride = strides12[11];
+  p.dtype = dtype == 0 ? ga::cuda::FlashDtype::kBf16 : ga::cuda::FlashDtype::kF16;
+  p.head_dim = head_dim;
+  p.n_head = n_head;
+  p.n_head_kv = n_head_kv;
+  p.batch = batch;
+  p.seqlen_q = seqlen_q;
+  p.seqlen_k = seqlen_k;
+  p.causal = causal != 0;
+  p.softmax_scale = scale;
+  return p;
+}
+
+ga::cuda::AttentionParams mma_params(const float* q, const void* k, const void* v, float* out, void* workspace,
+                                     size_t workspace_bytes, int n_tokens, int n_head, int n_head_kv, int head_dim,
+                                     float scale) {
+  ga::cuda::AttentionParams p;
+  p.q = q;
+  p.q_token_stride = int64_t{n_head} * head_dim;
+  p.k = static_cast<const __half*>(k);
+  p.v = static_cast<const __half*>(v);
+  p.kv_pos_stride = int64_t{n_head_kv} * head_dim;
+  p.out = out;
+  p.out_token_stride = int64_t{n_head} * head_dim;
+  p.n_tokens = n_tokens;
+  p.n_head = n_head;
+  p.n_head_kv = n_head_kv;
+  p.head_dim = head_dim;
+  p.pos0 = 0;
+  p.max_kv_positions = n_tokens;
+  p.scale = scale;
+  p.workspace = workspace;
+  p.workspace_bytes = workspace_bytes;
+  return p;
+}
+
+}  // namespace
+
+extern "C" {
+
+// strides12: q, k, v, o (batch, seq, head) strides in elements. dtype 0 = bf16, 1 = fp16.
+// Returns nullptr when supported, else the reason.
+const char* ga_flash_unsupported_reason(const void* q, const void* k, const void* v, void* o, float* lse,
+                                        const int64_t* strides12, int dtype, int head_dim, int n_head, int n_head_kv,
+                                        int batch, int seqlen_q, int seqlen_k, int causal, float scale) {
+  return ga::cuda::flash_unsupported_reason(
+      flash_params(q, k, v, o, lse, strides12, dtype, head_dim, n_head, n_head_kv, batch, seqlen_q, seqlen_k, causal,
+                   scale));
+}
+
+// sched: -1 = the default schedule, else 0/1/2 (flash_attention.h). Returns the cudaError_t.
+int ga_flash_forward(const void* q, const void* k, const void* v, void* o, float* lse, const int64_t* strides12,
+                     int dtype, int head_dim, int n_head, int n_head_kv, int batch, int seqlen_q, int seqlen_k,
+                     int causal, float scale, int sched, void* stream) {
+  const ga::cuda::FlashParams p = flash_params(q, k, v, o, lse, strides12, dtype, head_dim, n_head, n_head_kv, batch,
+                                               seqlen_q, seqlen_k, causal, scale);
+  const auto s = static_cast<cudaStream_t>(stream);
+  return static_cast<int>(sched < 0 ? ga::cuda::flash_forward(p, nullptr, 0, s)
+                                    : ga::cuda::flash_forward_with_schedule(p, sched, s));
+}
+
+// The existing mma.sync prefill (kernels/attention.h): one sequence, causal from position 0,
+// q/out f32 [n_tokens][n_head][hd], k/v f16 [n_tokens][n_head_kv][hd].
+size_t ga_mma_prefill_workspace_bytes(int n_tokens, int n_head, int n_head_kv, int head_dim) {
+  return ga::cuda::attention_workspace_bytes(
+      mma_params(nullptr, nullptr, nullptr, nullptr, nullptr, 0, n_tokens, n_head, n_head_kv, head_dim, 1.0f));
+}
+
+int ga_mma_prefill(const float* q, const void* k, const void* v, float* out, void* workspace, size_t workspace_bytes,
+                   int n_tokens, int n_head, int n_head_kv, int head_dim, float scale, void* stream) {
+  return static_cast<int>(ga::cuda::attention(mma_params(q, k, v, out, workspace, workspace_bytes, n_tokens, n_head,
+                                                         n_head_kv, head_dim, scale),
+                                              static_cast<cudaStream_t>(stream)));
+}
+
+}  // extern "C"

@@ -1,0 +1,71 @@
+// FlashAttention forward on the GPU: the kernel-library entry point (issue 4 item 1).
+//
+// Pure entry point (DESIGN.md, FlashInfer's plan/run split): device pointers with explicit strides in
+// elements, a params struct, the stream last; never allocates; returns a cudaError_t. flash_plan() sizes
+// the workspace (none today: the forward keeps its softmax state in registers), and
+// flash_unsupported_reason() says in a sentence why parameters are refused (the launcher then returns
+// cudaErrorInvalidValue / cudaErrorNoKernelImageForDevice and touches nothing).
+//
+// Layouts (the caller picks the strides, so [b][s][h][d] "BSHD" and [b][h][s][d] "BHSD" both work):
+//   q   [batch][seqlen_q][n_head][head_dim]     element (b, s, h, d) at b*q_batch_stride + s*q_seq_stride
+//   k,v [batch][seqlen_k][n_head_kv][head_dim]      + h*q_head_stride + d (same for k, v, o)
+//   o   [batch][seqlen_q][n_head][head_dim]     same dtype as q
+//   lse [batch][n_head][seqlen_q]               f32, optional: natural log of sum_j exp(scale * q.k_j)
+// Query head h reads KV head h / (n_head / n_head_kv) (GQA; MQA is n_head_kv = 1).
+// Causal masks are bottom-right aligned as in FlashAttention: query i sees key j iff
+// j <= i + seqlen_k - seqlen_q. A row that sees no key (causal, seqlen_q > seqlen_k) writes zeros and
+// lse = -inf (the neutral element when merging partial results by LSE).
+//
+// Implementation (kernels/flash/flash_fwd_sm90.cuh): Hopper only (sm_90a: TMA + wgmma + warp
+// specialization). Other GPUs get a reason; the mma.sync prefill in kernels/attention*.cu serves them.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace ga::cuda {
+
+enum class FlashDtype { kBf16, kF16 };
+
+struct FlashParams {
+  const void* q = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  void* o = nullptr;
+  float* lse = nullptr;  // optional [batch][n_head][seqlen_q]
+  int64_t q_batch_stride = 0, q_seq_stride = 0, q_head_stride = 0;  // elements
+  int64_t k_batch_stride = 0, k_seq_stride = 0, k_head_stride = 0;
+  int64_t v_batch_stride = 0, v_seq_stride = 0, v_head_stride = 0;
+  int64_t o_batch_stride = 0, o_seq_stride = 0, o_head_stride = 0;
+  FlashDtype dtype = FlashDtype::kBf16;
+  int head_dim = 0;  // 64, 128, 256
+  int n_head = 0;
+  int n_head_kv = 0;
+  int batch = 0;
+  int seqlen_q = 0;
+  int seqlen_k = 0;
+  bool causal = false;
+  float softmax_scale = 0.0f;  // usually 1/sqrt(head_dim)
+  // Variable-length batches (cumulative offsets, [batch + 1] int32 on the device): not supported yet,
+  // must stay null (flash_unsupported_reason says so).
+  const int32_t* cu_seqlens_q = nullptr;
+  const int32_t* cu_seqlens_k = nullptr;
+};
+
+struct FlashPlan {
+  size_t workspace_bytes = 0;
+};
+
+// nullptr when flash_forward can run these parameters on the current device, else why not.
+const char* flash_unsupported_reason(const FlashParams& p);
+FlashPlan flash_plan(const FlashParams& p);
+// workspace: flash_plan(p).workspace_bytes bytes of device memory (may be null when that is 0).
+cudaError_t flash_forward(const FlashParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream);
+
+// flash_forward with an explicit consumer-warpgroup schedule (0 serial, 1 intra-warpgroup overlap,
+// 2 overlap + ping-pong; flash_fwd_sm90.cuh): for the tests and benchmarks that compare them.
+cudaError_t flash_forward_with_schedule(const FlashParams& p, int sched, cudaStream_t stream);
+
+}  // namespace ga::cuda

@@ -1,0 +1,53 @@
+// cuTensorMapEncodeTiled through the runtime's driver entry point (see tma_map.h for why).
+#include "backends/cuda/kernels/tile/tma_map.h"
+
+#include <cuda_runtime_api.h>
+#include <cudaTypedefs.h>
+
+#include <mutex>
+
+namespace ga::cuda::tile {
+namespace {
+
+PFN_cuTensorMapEncodeTiled_v12000 encode_fn() {
+  static PFN_cuTensorMapEncodeTiled_v12000 fn = nullptr;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult status{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &status) ==
+            cudaSuccess &&
+        status == cudaDriverEntryPointSuccess) {
+      fn = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
+    }
+  });
+  return fn;
+}
+
+}  // namespace
+
+const char* encode_tma_map_16bit_sw128(CUtensorMap* map, bool is_bf16, const void* base, const uint64_t dims[4],
+                                       const uint64_t strides_bytes[3], const uint32_t box[4]) {
+  // Limits of cuTensorMapEncodeTiled (CUDA driver API docs), checked here to name the one that failed.
+  if (reinterpret_cast<uintptr_t>(base) % 16 != 0) return "TMA needs a 16-byte aligned base pointer";
+  for (int i = 0; i < 3; ++i) {
+    if (strides_bytes[i] % 16 != 0) return "TMA needs every stride (sequence, head, batch) to be a multiple of 16 B";
+    if (strides_bytes[i] >= (uint64_t{1} << 40)) return "TMA strides must be below 2^40 bytes";
+  }
+  for (int i = 0; i < 4; ++i) {
+    if (dims[i] == 0 || dims[i] > (uint64_t{1} << 32)) return "TMA tensor extents must lie in [1, 2^32]";
+  }
+  PFN_cuTensorMapEncodeTiled_v12000 fn = encode_fn();
+  if (fn == nullptr) return "the CUDA driver offers no cuTensorMapEncodeTiled (driver older than CUDA 12)";
+  const cuuint64_t g_dims[4] = {dims[0], dims[1], dims[2], dims[3]};
+  const cuuint64_t g_strides[3] = {strides_bytes[0], strides_bytes[1], strides_bytes[2]};
+  const cuuint32_t g_box[4] = {box[0], box[1], box[2], box[3]};
+  const cuuint32_t elem_strides[4] = {1, 1, 1, 1};
+  const CUresult r = fn(map, is_bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4,
+                        const_cast<void*>(base), g_dims, g_strides, g_box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                        CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return r == CUDA_SUCCESS ? nullptr : "cuTensorMapEncodeTiled refused the tensor (shape, strides or alignment)";
+}
+
+}  // namespace ga::cuda::tile
