@@ -33,6 +33,7 @@
 #include "backends/cuda/device_info.h"
 #include "backends/cuda/kernels/gemv.h"
 #include "backends/cuda/kernels/gemv_impl.cuh"
+#include "backends/cuda/kernels/weight_layout.h"
 #include "backends/cuda/stream.h"
 #include "backends/cuda/cuda_forward.h"
 #include "gpu_accel/device.h"
@@ -136,6 +137,11 @@ std::vector<Variant> sweep_variants() {
   v.push_back(staged<d::DecodeQ4_K, d::StagedConfig<8, 1, 3>>("staged R8 C1 P3"));
   v.push_back(staged<d::DecodeQ8_0, d::StagedConfig<4, 1, 4>>("staged R4 C1 P4"));
   v.push_back(direct<d::DecodeF16, d::DirectConfig<4, 4>>("direct R4 U4"));
+  // Q6_K (default staged R4 C1 P4): Q4_K_M's output, attn_v and part of ffn_down
+  v.push_back(staged<d::DecodeQ6_K, d::StagedConfig<8, 1, 3>>("staged R8 C1 P3"));
+  v.push_back(staged<d::DecodeQ6_K, d::StagedConfig<4, 2, 3>>("staged R4 C2 P3"));
+  v.push_back(staged<d::DecodeQ6_K, d::StagedConfig<2, 2, 4>>("staged R2 C2 P4"));
+  v.push_back(staged<d::DecodeQ6_K, d::StagedConfig<8, 2, 2>>("staged R8 C2 P2"));
   return v;
 }
 
@@ -191,10 +197,11 @@ int main(int argc, char** argv) try {
     int64_t rows, cols;
     const char* what;
   };
-  const Shape shapes[] = {{4096, 4096, "attn q/k/v/o"}, {11008, 4096, "ffn gate/up"},
-                          {4096, 11008, "ffn down"},     {32000, 4096, "output"}};
-  const DType types[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0, DType::Q6_K, DType::Q5_K,
-                         DType::Q5_1, DType::Q5_0, DType::Q4_K, DType::Q4_1, DType::Q4_0};
+  // the 7B decode's matrices as the forward runs them: q/k/v and gate/up fused (cuda_llama_forward.cpp)
+  const Shape shapes[] = {{4096, 4096, "attn o"},      {12288, 4096, "attn qkv fused"}, {11008, 4096, "ffn gate/up"},
+                          {22016, 4096, "ffn gate+up fused"}, {4096, 11008, "ffn down"}, {32000, 4096, "output"}};
+  const DType types[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0, DType::Q6_K, DType::Q5_K, DType::Q5_1,
+                         DType::Q5_0, DType::Q4_K, DType::Q4_1, DType::Q4_0, DType::Q3_K, DType::Q2_K};
   std::vector<Row> rows_out;
   for (const Shape& s : shapes) {
     const size_t x_elems = static_cast<size_t>(s.cols) * n_tokens;
@@ -235,6 +242,19 @@ int main(int argc, char** argv) try {
                            4.0 * static_cast<double>(s.rows) * n_tokens;
       rows_out.push_back({std::to_string(s.rows) + "x" + std::to_string(s.cols) + " " + s.what, dtype_name(type),
                           static_cast<double>(w_bytes) / 1e6, us, moved / (us * 1e-6) / kGB});
+
+      if (ga::cuda::split_rows_supported(type, s.cols)) {  // the same bytes read as split rows (weight_layout.h)
+        p.layout = ga::cuda::WeightLayout::kSplitRows;
+        cudaGraphExec_t sg = capture(stream.get(), n_buf, [&](int i) {
+          p.w = weights[static_cast<size_t>(i)].data();
+          GA_CUDA_CHECK(ga::cuda::gemv(p, stream.get()));
+        });
+        const double sus = time_graph(sg, stream.get()) * 1e3 / n_buf;
+        GA_CUDA_CHECK(cudaGraphExecDestroy(sg));
+        p.layout = ga::cuda::WeightLayout::kGguf;
+        rows_out.push_back({rows_out.back().shape, std::string(dtype_name(type)) + " split rows",
+                            static_cast<double>(w_bytes) / 1e6, sus, moved / (sus * 1e-6) / kGB});
+      }
 
       if (sweep) {  // alternatives: same weights, output checked against the default kernel's
         std::vector<float> y_ref(static_cast<size_t>(s.rows));

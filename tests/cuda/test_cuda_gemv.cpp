@@ -10,7 +10,11 @@
 // quant types and Q4_K, aligned rows), the tight reference quantizes x the same way on the CPU (float rounding
 // steps as in gemv.h, the dot in float64), and a second, looser check against the float reference
 // bounds the rounding itself (see int8_reference).
-// The embedding must be bit-identical to ga::cpu::dequantize_row.
+// The embedding must be bit-identical to ga::cpu::dequantize_row, and the prefill's f16 dequantizer
+// must equal that row rounded to f16.
+// Split rows (weight_layout.h: Q4_0 / Q8_0 rows reordered on the device at upload): the same random
+// GGUF bytes are uploaded, repacked by split_rows_in_place, and every reader (GEMV, embedding,
+// dequantizer) is checked against the CPU's reading of the ORIGINAL blocks.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -24,6 +28,8 @@
 #include "backends/cpu/quant_blocks.h"
 #include "backends/cuda/kernels/gemv.h"
 #include "backends/cuda/kernels/ops.h"
+#include "backends/cuda/kernels/weight_layout.h"
+#include "backends/cuda/llama/llama_kernels.h"
 #include "cuda_harness.h"
 #include "gpu_accel/dtype.h"
 #include "gpu_accel/error.h"
@@ -34,8 +40,9 @@ namespace {
 using ::ga::str;
 using ::ga::cuda::CachingAllocator;
 
-const DType kTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q4_0, DType::Q4_1, DType::Q5_0,
-                        DType::Q5_1, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K};
+const DType kTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1,
+                        DType::Q8_0, DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K};
+const DType kSplitTypes[] = {DType::Q4_0, DType::Q8_0};
 
 // byte offsets of the fp16 scale fields inside one block (ggml-common.h layouts)
 std::vector<int> half_offsets(DType type) {
@@ -43,6 +50,8 @@ std::vector<int> half_offsets(DType type) {
     case DType::Q4_0: case DType::Q5_0: case DType::Q8_0: return {0};
     case DType::Q4_1: case DType::Q5_1: case DType::Q4_K: case DType::Q5_K: return {0, 2};
     case DType::Q6_K: return {208};
+    case DType::Q2_K: return {80, 82};  // d, dmin after scales[16] and qs[64]
+    case DType::Q3_K: return {108};     // d after hmask[32], qs[64], scales[12]
     default: return {};
   }
 }
@@ -160,19 +169,33 @@ double int8_reference(DType type, const uint8_t* row_bytes_ptr, const float* w, 
   return sum;
 }
 
-std::string case_name(DType type, int64_t rows, int64_t cols, int64_t pad, int n_tokens) {
-  return str(dtype_name(type), " ", rows, "x", cols, " pad ", pad, " tokens ", n_tokens);
-}
-
 struct GemvCase {
   int64_t rows;
   int64_t cols;
   int64_t pad;  // extra bytes per row: 0 (dense) or 6 (rows at 2-byte but not 16-byte alignment)
   int n_tokens;
+  bool split = false;  // repack on the device into split rows first (weight_layout.h)
 };
 
+std::string case_name(DType type, const GemvCase& c) {
+  return str(dtype_name(type), c.split ? " split" : "", " ", c.rows, "x", c.cols, " pad ", c.pad, " tokens ",
+             c.n_tokens);
+}
+
+// Repacks the uploaded GGUF rows at w into split rows; false (with the reason skipped) when refused.
+bool split_on_device(Parity& parity, const std::string& name, DType type, void* w, int64_t rows, int64_t cols,
+                     uint64_t stride) {
+  const auto st = static_cast<int64_t>(stride);
+  if (const char* reason = ::ga::cuda::split_rows_unsupported_reason(type, rows, cols, st, w)) {
+    parity.skip(name, reason);
+    return false;
+  }
+  GA_CUDA_CHECK(::ga::cuda::split_rows_in_place(type, w, rows, cols, st, nullptr));
+  return true;
+}
+
 void run_gemv_case(CachingAllocator& alloc, Parity& parity, DType type, const GemvCase& c, std::mt19937& rng) {
-  const std::string name = case_name(type, c.rows, c.cols, c.pad, c.n_tokens);
+  const std::string name = case_name(type, c);
   const auto& tr = traits(type);
   if (c.cols % tr.block_size != 0) {  // not even a valid matrix of this type
     parity.skip(name, str("cols is not a multiple of the ", tr.name, " block size ", tr.block_size));
@@ -192,6 +215,7 @@ void run_gemv_case(CachingAllocator& alloc, Parity& parity, DType type, const Ge
   w.upload(w_host);
   x.upload(x_host);
   y.poison();
+  if (c.split && !split_on_device(parity, name, type, w.get(), c.rows, c.cols, stride)) return;
 
   ::ga::cuda::GemvParams p;
   p.type = type;
@@ -204,6 +228,7 @@ void run_gemv_case(CachingAllocator& alloc, Parity& parity, DType type, const Ge
   p.y = y.get();
   p.ldy = ldy;
   p.n_tokens = c.n_tokens;
+  p.layout = c.split ? ::ga::cuda::WeightLayout::kSplitRows : ::ga::cuda::WeightLayout::kGguf;
   if (const char* reason = ::ga::cuda::gemv_unsupported_reason(p)) {
     parity.skip(name, reason);
     return;
@@ -284,6 +309,29 @@ TEST(CudaGemv, MatchesCpuReferenceForEveryTypeAndShape) {
   parity.finish();
 }
 
+// Split rows: the Llama widths, awkward row counts (a last CTA with 1..3 rows), rows of one chunk
+// group and of several (22528 cols), padded strides that stay 16-byte aligned, 1..8 tokens; widths
+// that are not whole 16-byte chunks (96, 2848) must be refused with a reason.
+TEST(CudaGemv, SplitRowsMatchCpuReference) {
+  GA_REQUIRE_CUDA_DEVICE();
+  CachingAllocator alloc(0);
+  Parity parity("gemv split rows");
+  std::mt19937 rng(4321);
+  for (DType type : kSplitTypes) {
+    for (int64_t rows : {1, 7, 37, 733, 4099}) {
+      for (int64_t cols : {96, 256, 2816, 4096}) run_gemv_case(alloc, parity, type, {rows, cols, 0, 1, true}, rng);
+    }
+    for (int n_tokens : {2, 3, 4, 5, 8}) {
+      run_gemv_case(alloc, parity, type, {37, 4096, 16, n_tokens, true}, rng);
+      run_gemv_case(alloc, parity, type, {19, 11008, 0, n_tokens, true}, rng);
+    }
+    run_gemv_case(alloc, parity, type, {21, 22528, 0, 1, true}, rng);
+    run_gemv_case(alloc, parity, type, {9, 22528, 32, 3, true}, rng);
+    run_gemv_case(alloc, parity, type, {5, 2848, 0, 1, true}, rng);  // 89 blocks: refused (SKIPPED line)
+  }
+  parity.finish();
+}
+
 TEST(CudaGemv, RejectsWhatItCannotDoWithAReason) {
   GA_REQUIRE_CUDA_DEVICE();
   CachingAllocator alloc(0);
@@ -304,25 +352,76 @@ TEST(CudaGemv, RejectsWhatItCannotDoWithAReason) {
     mutate(q);
     return ::ga::cuda::gemv_unsupported_reason(q) != nullptr && ::ga::cuda::gemv(q, nullptr) == cudaErrorInvalidValue;
   };
-  EXPECT_TRUE(rejected([](auto& q) { q.type = DType::Q2_K; }));
+  EXPECT_TRUE(rejected([](auto& q) { q.type = DType::IQ4_NL; }));
+  EXPECT_TRUE(rejected([](auto& q) {  // split rows: Q4_0 / Q8_0 rows of whole 16-byte chunks only
+    q.layout = ::ga::cuda::WeightLayout::kSplitRows;  // 64 Q4_0 weights = 36 bytes
+  }));
   EXPECT_TRUE(rejected([](auto& q) { q.cols = 48; }));
   EXPECT_TRUE(rejected([](auto& q) { q.n_tokens = 9; }));
   EXPECT_TRUE(rejected([](auto& q) { q.row_stride = 10; }));
   EXPECT_TRUE(rejected([&](auto& q) { q.x = buf.get() + 1; }));
   EXPECT_TRUE(rejected([&](auto& q) { q.w = reinterpret_cast<const uint8_t*>(buf.get()) + 2; }));
-  EXPECT_FALSE(::ga::cuda::gemv_supports(DType::Q3_K));
+  EXPECT_TRUE(::ga::cuda::gemv_supports(DType::Q2_K));
+  EXPECT_TRUE(::ga::cuda::gemv_supports(DType::Q3_K));
+  EXPECT_FALSE(::ga::cuda::gemv_supports(DType::IQ4_NL));
   // the int8 path: classic types with 16-byte aligned rows of whole units (8 blocks for Q4_0)
   ::ga::cuda::GemvParams aligned = p;
   aligned.cols = 256;
   aligned.ldx = 256;
   aligned.row_stride = static_cast<int64_t>(row_bytes(DType::Q4_0, 256));
   EXPECT_TRUE(::ga::cuda::gemv_uses_int8_activations(aligned));
+  aligned.layout = ::ga::cuda::WeightLayout::kSplitRows;  // the split kernel keeps x in float
+  EXPECT_EQ(::ga::cuda::gemv_unsupported_reason(aligned), nullptr);
+  EXPECT_FALSE(::ga::cuda::gemv_uses_int8_activations(aligned));
+  aligned.layout = ::ga::cuda::WeightLayout::kGguf;
   aligned.row_stride += 6;
   EXPECT_FALSE(::ga::cuda::gemv_uses_int8_activations(aligned));
   aligned.type = DType::Q6_K;
   aligned.row_stride = static_cast<int64_t>(row_bytes(DType::Q6_K, 256));
   EXPECT_FALSE(::ga::cuda::gemv_uses_int8_activations(aligned));
   EXPECT_TRUE(::ga::cuda::gemv_supports(DType::Q6_K));
+}
+
+void run_embedding_case(CachingAllocator& alloc, Parity& parity, DType type, int64_t cols, int64_t pad, bool split,
+                        std::mt19937& rng) {
+  const int64_t n_rows_w = 37;
+  const std::string name = str(dtype_name(type), split ? " split" : "", " cols ", cols, " pad ", pad);
+  const uint64_t stride = row_bytes(type, static_cast<uint64_t>(cols)) + static_cast<uint64_t>(pad);
+  const std::vector<uint8_t> w_host = random_matrix(type, n_rows_w, cols, stride, rng);
+  const std::vector<int32_t> ids_host = {0, 36, 5, 5, 19, 1, 35};  // first, last, repeated
+  const int64_t ld_out = cols + 5;
+  DeviceArray<uint8_t> w(alloc, w_host.size());
+  DeviceArray<int32_t> ids(alloc, ids_host.size());
+  DeviceArray<float> out(alloc, ids_host.size() * static_cast<size_t>(ld_out));
+  w.upload(w_host);
+  ids.upload(ids_host);
+  out.poison();
+  if (split && !split_on_device(parity, name, type, w.get(), n_rows_w, cols, stride)) return;
+  ::ga::cuda::EmbeddingParams p;
+  p.type = type;
+  p.w = w.get();
+  p.n_rows_w = n_rows_w;
+  p.n_cols = cols;
+  p.row_stride = static_cast<int64_t>(stride);
+  p.ids = ids.get();
+  p.n_ids = static_cast<int64_t>(ids_host.size());
+  p.out = out.get();
+  p.ld_out = ld_out;
+  p.layout = split ? ::ga::cuda::WeightLayout::kSplitRows : ::ga::cuda::WeightLayout::kGguf;
+  if (const char* reason = ::ga::cuda::embedding_unsupported_reason(p)) {
+    parity.skip(name, reason);
+    return;
+  }
+  GA_CUDA_CHECK(::ga::cuda::embedding(p, nullptr));
+  GA_CUDA_CHECK(cudaDeviceSynchronize());
+  const std::vector<float> got = out.download();
+  std::vector<float> ref(static_cast<size_t>(cols));
+  for (size_t i = 0; i < ids_host.size(); ++i) {
+    ::ga::cpu::dequantize_row(type, w_host.data() + static_cast<uint64_t>(ids_host[i]) * stride, ref.data(), cols);
+    const float* g = got.data() + i * static_cast<size_t>(ld_out);
+    parity.compare_bits(name + str(" id ", ids_host[i]), g, ref.data(), static_cast<size_t>(cols));
+    parity.expect_untouched(name, g + cols, static_cast<size_t>(ld_out - cols));
+  }
 }
 
 TEST(CudaEmbedding, BitExactWithCpuDequantizationForEveryType) {
@@ -332,42 +431,51 @@ TEST(CudaEmbedding, BitExactWithCpuDequantizationForEveryType) {
   std::mt19937 rng(99);
   for (DType type : kTypes) {
     for (int64_t cols : {256, 2816, 4096}) {
-      for (int64_t pad : {0, 6}) {
-        const int64_t n_rows_w = 37;
-        const std::string name = str(dtype_name(type), " cols ", cols, " pad ", pad);
-        const uint64_t stride = row_bytes(type, static_cast<uint64_t>(cols)) + static_cast<uint64_t>(pad);
-        const std::vector<uint8_t> w_host = random_matrix(type, n_rows_w, cols, stride, rng);
-        const std::vector<int32_t> ids_host = {0, 36, 5, 5, 19, 1, 35};  // first, last, repeated
-        const int64_t ld_out = cols + 5;
+      for (int64_t pad : {0, 6}) run_embedding_case(alloc, parity, type, cols, pad, false, rng);
+    }
+  }
+  for (DType type : kSplitTypes) {
+    for (int64_t cols : {256, 2816, 4096}) {
+      for (int64_t pad : {0, 16}) run_embedding_case(alloc, parity, type, cols, pad, true, rng);
+    }
+  }
+  parity.finish();
+}
+
+// The prefill's dequantizer (dense rows, GGUF or split): the CPU's dequantize_row rounded to f16
+// (round to nearest even on both sides), bit for bit.
+TEST(CudaDequantizeF16, BitExactWithCpuDequantizationRoundedToF16) {
+  GA_REQUIRE_CUDA_DEVICE();
+  CachingAllocator alloc(0);
+  Parity parity("dequantize_to_f16");
+  std::mt19937 rng(77);
+  for (DType type : kTypes) {
+    for (bool split : {false, true}) {
+      if (split && std::find(std::begin(kSplitTypes), std::end(kSplitTypes), type) == std::end(kSplitTypes)) continue;
+      for (int64_t cols : {256, 2816}) {
+        const int64_t rows = 13;
+        const std::string name = str(dtype_name(type), split ? " split" : "", " ", rows, "x", cols);
+        const uint64_t stride = row_bytes(type, static_cast<uint64_t>(cols));
+        const std::vector<uint8_t> w_host = random_matrix(type, rows, cols, stride, rng);
         DeviceArray<uint8_t> w(alloc, w_host.size());
-        DeviceArray<int32_t> ids(alloc, ids_host.size());
-        DeviceArray<float> out(alloc, ids_host.size() * static_cast<size_t>(ld_out));
+        DeviceArray<uint16_t> out(alloc, static_cast<size_t>(rows * cols));
         w.upload(w_host);
-        ids.upload(ids_host);
-        out.poison();
-        ::ga::cuda::EmbeddingParams p;
-        p.type = type;
-        p.w = w.get();
-        p.n_rows_w = n_rows_w;
-        p.n_cols = cols;
-        p.row_stride = static_cast<int64_t>(stride);
-        p.ids = ids.get();
-        p.n_ids = static_cast<int64_t>(ids_host.size());
-        p.out = out.get();
-        p.ld_out = ld_out;
-        if (const char* reason = ::ga::cuda::embedding_unsupported_reason(p)) {
-          parity.skip(name, reason);
-          continue;
-        }
-        GA_CUDA_CHECK(::ga::cuda::embedding(p, nullptr));
+        GA_CUDA_CHECK(cudaMemset(out.get(), 0xFF, out.size() * 2));  // f16 NaN: unwritten values fail
+        if (split && !split_on_device(parity, name, type, w.get(), rows, cols, stride)) continue;
+        GA_CUDA_CHECK(::ga::cuda::llama::dequantize_to_f16(
+            type, w.get(), rows, cols, reinterpret_cast<__half*>(out.get()), nullptr,
+            split ? ::ga::cuda::WeightLayout::kSplitRows : ::ga::cuda::WeightLayout::kGguf));
         GA_CUDA_CHECK(cudaDeviceSynchronize());
-        const std::vector<float> got = out.download();
-        std::vector<float> ref(static_cast<size_t>(cols));
-        for (size_t i = 0; i < ids_host.size(); ++i) {
-          ::ga::cpu::dequantize_row(type, w_host.data() + static_cast<uint64_t>(ids_host[i]) * stride, ref.data(), cols);
-          const float* g = got.data() + i * static_cast<size_t>(ld_out);
-          parity.compare_bits(name + str(" id ", ids_host[i]), g, ref.data(), static_cast<size_t>(cols));
-          parity.expect_untouched(name, g + cols, static_cast<size_t>(ld_out - cols));
+        const std::vector<uint16_t> got = out.download();
+        std::vector<float> ref(static_cast<size_t>(cols)), got_f(static_cast<size_t>(cols));
+        for (int64_t r = 0; r < rows; ++r) {
+          ::ga::cpu::dequantize_row(type, w_host.data() + static_cast<uint64_t>(r) * stride, ref.data(), cols);
+          for (int64_t k = 0; k < cols; ++k) {
+            const auto at = static_cast<size_t>(k);
+            ref[at] = fp16_to_f32(f32_to_fp16(ref[at]));
+            got_f[at] = fp16_to_f32(got[static_cast<size_t>(r * cols + k)]);
+          }
+          parity.compare_bits(name + str(" row ", r), got_f.data(), ref.data(), static_cast<size_t>(cols));
         }
       }
     }

@@ -22,6 +22,8 @@ cudaError_t visit_decoder(DType type, F&& f) {
     case DType::Q5_0: return f(DecodeQ5_0{});
     case DType::Q5_1: return f(DecodeQ5_1{});
     case DType::Q8_0: return f(DecodeQ8_0{});
+    case DType::Q2_K: return f(DecodeQ2_K{});
+    case DType::Q3_K: return f(DecodeQ3_K{});
     case DType::Q4_K: return f(DecodeQ4_K{});
     case DType::Q5_K: return f(DecodeQ5_K{});
     case DType::Q6_K: return f(DecodeQ6_K{});
@@ -37,7 +39,8 @@ inline int decoder_block_elems(DType type) {
     case DType::BF16: return DecodeBF16::kBlockElems;
     case DType::Q4_0: case DType::Q4_1: case DType::Q5_0: case DType::Q5_1: case DType::Q8_0:
       return ClassicShape::kBlockElems;
-    case DType::Q4_K: case DType::Q5_K: case DType::Q6_K: return KShape::kBlockElems;
+    case DType::Q2_K: case DType::Q3_K: case DType::Q4_K: case DType::Q5_K: case DType::Q6_K:
+      return KShape::kBlockElems;
     default: return 0;
   }
 }

@@ -97,12 +97,19 @@ const char* embedding_unsupported_reason(const EmbeddingParams& p) {
   }
   if (p.ld_out < p.n_cols) return "ld_out < n_cols";
   if (reinterpret_cast<uintptr_t>(p.w) % 16 != 0) return "the weights must be 16-byte aligned";
+  if (p.layout == WeightLayout::kSplitRows && !split_rows_supported(p.type, p.n_cols)) {
+    return "split rows exist for Q4_0 and Q8_0 rows of whole 16-byte chunks only";
+  }
   return nullptr;
 }
 
 cudaError_t embedding(const EmbeddingParams& p, cudaStream_t stream) {
   if (embedding_unsupported_reason(p) != nullptr) return cudaErrorInvalidValue;
   if (p.n_ids == 0) return cudaSuccess;
+  if (p.layout == WeightLayout::kSplitRows) {
+    return detail::split_rows_embedding(p.type, p.w, p.n_rows_w, p.n_cols, p.row_stride, p.ids, p.n_ids, p.out,
+                                        p.ld_out, stream);
+  }
   return detail::visit_decoder(p.type, [&](auto decoder) -> cudaError_t {
     using D = decltype(decoder);
     detail::EmbeddingArgs a;

@@ -15,6 +15,8 @@ extern template cudaError_t launch_gemv<DecodeQ4_1>(const GemvParams&, cudaStrea
 extern template cudaError_t launch_gemv<DecodeQ5_0>(const GemvParams&, cudaStream_t);
 extern template cudaError_t launch_gemv<DecodeQ5_1>(const GemvParams&, cudaStream_t);
 extern template cudaError_t launch_gemv<DecodeQ8_0>(const GemvParams&, cudaStream_t);
+extern template cudaError_t launch_gemv<DecodeQ2_K>(const GemvParams&, cudaStream_t);
+extern template cudaError_t launch_gemv<DecodeQ3_K>(const GemvParams&, cudaStream_t);
 extern template cudaError_t launch_gemv<DecodeQ4_K>(const GemvParams&, cudaStream_t);
 extern template cudaError_t launch_gemv<DecodeQ5_K>(const GemvParams&, cudaStream_t);
 extern template cudaError_t launch_gemv<DecodeQ6_K>(const GemvParams&, cudaStream_t);
@@ -25,7 +27,7 @@ bool gemv_supports(DType type) { return detail::decoder_block_elems(type) != 0; 
 const char* gemv_unsupported_reason(const GemvParams& p) {
   const int block = detail::decoder_block_elems(p.type);
   if (block == 0) return "weight type not supported by the CUDA GEMV (supported: F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 "
-                         "Q8_0 Q4_K Q5_K Q6_K)";
+                         "Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K)";
   if (p.w == nullptr || p.x == nullptr || p.y == nullptr) return "w, x and y must be device pointers, not null";
   if (p.rows <= 0 || p.cols <= 0) return "rows and cols must be positive";
   if (p.n_tokens < 1 || p.n_tokens > kGemvMaxTokens) return "n_tokens must be 1..8 (larger batches are a GEMM)";
@@ -41,6 +43,9 @@ const char* gemv_unsupported_reason(const GemvParams& p) {
     return "x must be 16-byte aligned with ldx a multiple of 4 (float4 loads)";
   }
   if (p.n_tokens > 1 && (p.ldx < p.cols || p.ldy < p.rows)) return "ldx < cols or ldy < rows for several tokens";
+  if (p.layout == WeightLayout::kSplitRows && (!split_rows_supported(p.type, p.cols) || p.row_stride % 16 != 0)) {
+    return "split rows need Q4_0 or Q8_0 rows of whole 16-byte chunks (cols a multiple of 256), 16-byte aligned";
+  }
   return nullptr;
 }
 
@@ -49,7 +54,8 @@ bool gemv_uses_int8_activations(const GemvParams& p) {
   bool uses = false;
   detail::visit_decoder(p.type, [&](auto decoder) {
     using D = decltype(decoder);
-    uses = detail::gemv_int8_eligible<D>(detail::make_gemv_args<D>(p));
+    const detail::GemvArgs a = detail::make_gemv_args<D>(p);
+    uses = detail::gemv_int8_eligible<D>(a) || detail::gemv_split_int8_eligible<D>(a);
     return cudaSuccess;
   });
   return uses;

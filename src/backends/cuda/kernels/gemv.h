@@ -1,7 +1,7 @@
 // Quantized matrix-vector product for decode: y[t][r] = sum_k W[r][k] * x[t][k].
 //
 // The weights stay in their native GGUF block layout (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
-// Q4_K, Q5_K, Q6_K); activations and outputs are float32. n_tokens 1 is the decode GEMV, 2..8 the
+// Q2_K, Q3_K, Q4_K, Q5_K, Q6_K), or Q4_0 / Q8_0 rows in the split layout of weight_layout.h; activations and outputs are float32. n_tokens 1 is the decode GEMV, 2..8 the
 // small-batch variant (speculative decoding, a few parallel sequences) that reads the weights once
 // for all tokens. Larger batches belong to the prefill GEMM. See gemv_impl.cuh for the design.
 //
@@ -14,6 +14,7 @@
 
 #include <cstdint>
 
+#include "backends/cuda/kernels/weight_layout.h"
 #include "gpu_accel/dtype.h"
 
 namespace ga::cuda {
@@ -32,6 +33,8 @@ struct GemvParams {
   float* y = nullptr;        // [n_tokens][rows], ldy floats between tokens; only y[t][0..rows) is written
   int64_t ldy = 0;
   int n_tokens = 1;          // 1 .. kGemvMaxTokens
+  WeightLayout layout = WeightLayout::kGguf;  // kSplitRows: rows repacked by split_rows_in_place (Q4_0, Q8_0;
+                                              // 16-byte aligned rows), read by the split-row kernel
 };
 
 // nullptr when gemv() accepts `p`, else a sentence saying why not.
@@ -42,7 +45,9 @@ cudaError_t gemv(const GemvParams& p, cudaStream_t stream);
 
 // Whether gemv(p) rounds x to int8 per block of 32 (d = amax / 127, q = rint(x * (127 / amax)), as
 // gemv_int8.cuh does) and dots it with the integer codes: the classic quant types (Q4_0 .. Q8_0) and
-// Q4_K with 16-byte aligned rows, within per-type routing limits (Q8_0: rows > 4096, n_tokens <= 4).
+// Q4_K with 16-byte aligned GGUF rows, within per-type routing limits (Q8_0: rows > 4096, n_tokens <= 4).
+// Split rows: Q8_0 does (gemv_split.cuh) for rows of <= 8192 weights while x of all tokens fits 48 KiB
+// quantized; Q4_0 does not.
 // Its results then differ from a float dot by up to sum |w| * d / 2 per block; the parity test picks
 // its reference with this. False for parameters gemv() rejects.
 bool gemv_uses_int8_activations(const GemvParams& p);

@@ -11,6 +11,7 @@
 #include "backends/cuda/kernels/gemv.h"
 #include "backends/cuda/kernels/gemv_int8.cuh"
 #include "backends/cuda/kernels/gemv_kernel.cuh"
+#include "backends/cuda/kernels/gemv_split.cuh"
 
 namespace ga::cuda::detail {
 
@@ -75,11 +76,16 @@ GemvArgs make_gemv_args(const GemvParams& p) {
   a.y = p.y;
   a.ldy = p.ldy;
   a.n_tokens = p.n_tokens;
+  a.split_rows = p.layout == WeightLayout::kSplitRows;
   return a;
 }
 
 template <class D, int NT>
 cudaError_t launch_gemv_tokens(const GemvArgs& a, cudaStream_t stream) {
+  if constexpr (SplitRows<D>::kEnabled) {
+    // rows repacked at upload (weight_layout.h): aligned code chunks read straight into registers
+    if (a.split_rows) return launch_gemv_split<D, NT>(a, stream);
+  }
   if constexpr (Int8Traits<D>::kEnabled) {
     // classic quant types with 16-byte aligned rows: int8 activations and DP4A (gemv_int8.cuh)
     if (gemv_int8_eligible<D>(a)) return launch_gemv_int8<D, NT>(a, stream);
@@ -87,6 +93,12 @@ cudaError_t launch_gemv_tokens(const GemvArgs& a, cudaStream_t stream) {
   if constexpr (D::kUnitScale) {
     // float types read rows straight into registers when every chunk is 16-byte aligned (w is)
     if (a.row_stride % kChunkBytes == 0) return launch_gemv_direct<D, NT, DefaultDirect<NT>>(a, stream);
+  }
+  if constexpr (D::kType == DType::Q6_K && NT == 1) {
+    // few rows, long rows (Q4_K_M's ffn_down, 4096x11008): 2 rows x 2 chunks x 4 stages per warp measured
+    // 24.6 us against the default's 27.0 us; elsewhere the default was as fast or faster (bench_gemv --sweep,
+    // docs/results/2026-11-22-h200-gemv-session2.md)
+    if (a.rows <= 4096 && a.blocks_per_row >= 32) return launch_gemv_staged<D, 1, StagedConfig<2, 2, 4>>(a, stream);
   }
   return launch_gemv_staged<D, NT, DefaultStaged<D, NT>>(a, stream);
 }

@@ -241,7 +241,7 @@ bool gemv_int8_eligible(const GemvArgs& a) {
     return false;
   } else {
     const int64_t x_blocks = gemv_int8_x_blocks<D>(a.blocks_per_row);
-    return a.row_stride % kChunkBytes == 0 && x_blocks % Int8Traits<D>::kUnitBlocks == 0 &&
+    return !a.split_rows && a.row_stride % kChunkBytes == 0 && x_blocks % Int8Traits<D>::kUnitBlocks == 0 &&
            a.rows >= Int8Traits<D>::kMinRows && a.n_tokens <= Int8Traits<D>::kMaxTokens &&
            gemv_int8_smem<D>(x_blocks, a.n_tokens) <= kInt8MaxSmem;
   }

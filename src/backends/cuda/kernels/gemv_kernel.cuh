@@ -54,6 +54,7 @@ struct GemvArgs {
   float* y;
   int64_t ldy;
   int n_tokens;
+  bool split_rows;  // WeightLayout::kSplitRows: codes then scales per row (weight_layout.h, gemv_split.cuh)
 };
 
 // Tunables of the staged kernel: rows per CTA, 16-byte chunks per lane and row in a stage, ring depth.

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 
+#include "backends/cuda/kernels/weight_layout.h"
 #include "gpu_accel/dtype.h"
 
 namespace ga::cuda {
@@ -29,6 +30,7 @@ struct EmbeddingParams {
   int64_t n_ids = 0;
   float* out = nullptr;           // [n_ids][n_cols], ld_out floats between rows
   int64_t ld_out = 0;
+  WeightLayout layout = WeightLayout::kGguf;  // kSplitRows: w was repacked by split_rows_in_place
 };
 const char* embedding_unsupported_reason(const EmbeddingParams& p);
 cudaError_t embedding(const EmbeddingParams& p, cudaStream_t stream);

@@ -18,6 +18,8 @@
 //                   64g+8c..) and 2g+1 (high nibbles, weights 64g+32+8c..)
 //   Q6_K:           16 lanes; part p = 8h + 4kp + c owns ql[64h+32kp+8c ..+8) and qh[32h+8c ..+8):
 //                   weights 128h + 32k + 8c.. for k = kp (low nibbles) and k = kp+2 (high nibbles)
+//   Q2_K / Q3_K:    16 lanes, the same weights per part as Q6_K (PlaneMap): qs[32h+8c ..+8), planes
+//                   kp and kp+2 (Q3_K: and hmask[8c ..+8) for the third bit)
 //   F16/BF16/F32:   a "block" of 8 (4 for F32) weights, one lane each.
 //
 // Quant decoders are written once as unpack() (the weights' unsigned codes, 4 bytes per word in run
@@ -324,15 +326,94 @@ struct DecodeQ5_K : Q4KMap, QuantForms<DecodeQ5_K> {
   }
 };
 
-struct DecodeQ6_K : KShape, QuantForms<DecodeQ6_K> {
-  static constexpr DType kType = DType::Q6_K;
-  static constexpr int kBlockBytes = sizeof(layout::BlockQ6_K);
-  static constexpr bool kHasMin = false;
-  static constexpr float kBias = 32.0f;
+// Q2_K / Q3_K / Q6_K: a super-block is two halves of 128 weights; in a half, byte l (0..31) of the
+// packed planes carries weight 32k + l of plane k (2 bits at 2k, or a nibble for Q6_K's ql). Part
+// p = 8h + 4kp + c owns bytes 8c..8c+7 of half h and planes k = kp (group 0) and kp + 2 (group 1):
+// weights 128h + 32k + 8c + [0, 8), all in sub-block of 16 number 8h + 2k + c / 2.
+struct PlaneMap : KShape {
   static __device__ __forceinline__ int run_offset(int part, int run) {
     // weights 128h + 32k + 8c + [0, 8) with k = kp (runs 0, 1) or kp + 2 (runs 2, 3)
     return 128 * (part >> 3) + 32 * (((part >> 2) & 1) + 2 * (run >> 1)) + 8 * (part & 3) + 4 * (run & 1);
   }
+  // the sub-block of 16 of group g (0: plane kp, 1: plane kp + 2)
+  static __device__ __forceinline__ int sub_block(int part, int g) {
+    return 8 * (part >> 3) + 2 * (((part >> 2) & 1) + 2 * g) + (part & 3) / 2;
+  }
+};
+
+// Q2_K: codes are the 2-bit planes of qs; sub-block s has scale d * (scales[s] & 15) and min
+// dmin * (scales[s] >> 4) (the CPU's w = dl * q - ml, each factor one float product).
+struct DecodeQ2_K : PlaneMap, QuantForms<DecodeQ2_K> {
+  static constexpr DType kType = DType::Q2_K;
+  static constexpr int kBlockBytes = sizeof(layout::BlockQ2_K);
+  static constexpr bool kHasMin = true;
+  static constexpr float kBias = 0.0f;
+  template <class B>
+  static __device__ __forceinline__ void unpack(typename B::Addr blk, int part, uint32_t* codes) {
+    const int kp = (part >> 2) & 1;
+    const typename B::Addr qs = blk + offsetof(layout::BlockQ2_K, qs) + 32 * (part >> 3) + 8 * (part & 3);
+    const uint32_t v0 = B::u32(qs);
+    const uint32_t v1 = B::u32(qs + 4);
+    codes[0] = (v0 >> (2 * kp)) & kLowBitPairs;
+    codes[1] = (v1 >> (2 * kp)) & kLowBitPairs;
+    codes[2] = (v0 >> (2 * kp + 4)) & kLowBitPairs;
+    codes[3] = (v1 >> (2 * kp + 4)) & kLowBitPairs;
+  }
+  template <class B>
+  static __device__ __forceinline__ void fields(typename B::Addr blk, int part, float* scale, float* min) {
+    const float d = B::half(blk + offsetof(layout::BlockQ2_K, d));
+    const float dmin = B::half(blk + offsetof(layout::BlockQ2_K, dmin));
+#pragma unroll
+    for (int g = 0; g < 2; ++g) {
+      const uint32_t sm = B::u8(blk + offsetof(layout::BlockQ2_K, scales) + sub_block(part, g));
+      scale[g] = d * static_cast<float>(sm & 0xFu);
+      min[g] = -(dmin * static_cast<float>(sm >> 4));
+    }
+  }
+};
+
+// Q3_K: code = the 2-bit plane of qs | the hmask bit (bit 4h + k of hmask[l]) << 2, weight =
+// d * scale[s] * (code - 4) with the 6-bit signed scales of q3k_scales (quant_blocks.h).
+struct DecodeQ3_K : PlaneMap, QuantForms<DecodeQ3_K> {
+  static constexpr DType kType = DType::Q3_K;
+  static constexpr int kBlockBytes = sizeof(layout::BlockQ3_K);
+  static constexpr bool kHasMin = false;
+  static constexpr float kBias = 4.0f;
+  template <class B>
+  static __device__ __forceinline__ void unpack(typename B::Addr blk, int part, uint32_t* codes) {
+    const int h = part >> 3;
+    const int kp = (part >> 2) & 1;
+    const int c = part & 3;
+    const typename B::Addr qs = blk + offsetof(layout::BlockQ3_K, qs) + 32 * h + 8 * c;
+    const typename B::Addr hm = blk + offsetof(layout::BlockQ3_K, hmask) + 8 * c;
+    const uint32_t v0 = B::u32(qs);
+    const uint32_t v1 = B::u32(qs + 4);
+    const uint32_t m0 = B::u32(hm);
+    const uint32_t m1 = B::u32(hm + 4);
+    codes[0] = ((v0 >> (2 * kp)) & kLowBitPairs) | (((m0 >> (4 * h + kp)) & kLowBits) << 2);
+    codes[1] = ((v1 >> (2 * kp)) & kLowBitPairs) | (((m1 >> (4 * h + kp)) & kLowBits) << 2);
+    codes[2] = ((v0 >> (2 * kp + 4)) & kLowBitPairs) | (((m0 >> (4 * h + kp + 2)) & kLowBits) << 2);
+    codes[3] = ((v1 >> (2 * kp + 4)) & kLowBitPairs) | (((m1 >> (4 * h + kp + 2)) & kLowBits) << 2);
+  }
+  template <class B>
+  static __device__ __forceinline__ void fields(typename B::Addr blk, int part, float* scale, float* /*min*/) {
+    const float d = B::half(blk + offsetof(layout::BlockQ3_K, d));
+    const typename B::Addr packed = blk + offsetof(layout::BlockQ3_K, scales);
+#pragma unroll
+    for (int g = 0; g < 2; ++g) {
+      const int j = sub_block(part, g);
+      const uint32_t low = j < 8 ? (B::u8(packed + j) & 0xFu) : (B::u8(packed + j - 8) >> 4);
+      const uint32_t high = (B::u8(packed + 8 + (j & 3)) >> (2 * (j >> 2))) & 3u;
+      scale[g] = d * static_cast<float>(static_cast<int>(low | (high << 4)) - 32);  // the CPU's dl, rounded once
+    }
+  }
+};
+
+struct DecodeQ6_K : PlaneMap, QuantForms<DecodeQ6_K> {
+  static constexpr DType kType = DType::Q6_K;
+  static constexpr int kBlockBytes = sizeof(layout::BlockQ6_K);
+  static constexpr bool kHasMin = false;
+  static constexpr float kBias = 32.0f;
   template <class B>
   static __device__ __forceinline__ void unpack(typename B::Addr blk, int part, uint32_t* codes) {
     const int h = part >> 3;

@@ -163,8 +163,8 @@ CudaLlamaForward::CudaLlamaForward(const LoadedModel& model, const CudaForwardPa
     if (w.ne.size() < 2) continue;
     GA_CHECK(gemv_supports(w.type) && dequantize_f16_supports(w.type), Unsupported, "tensor ", name, " has type ",
              dtype_name(w.type),
-             ", which the CUDA kernels do not read yet (supported: F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K Q5_K "
-             "Q6_K)");
+             ", which the CUDA kernels do not read yet (supported: F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K "
+             "Q4_K Q5_K Q6_K)");
   }
 
   const CudaDeviceInfo info = device_info(params.device);
@@ -234,6 +234,14 @@ void CudaLlamaForward::upload_weights(const LoadedModel& model) {
     }
     placed[name] = dst;
   }
+  // One-time reordering of each row's bytes where the decode GEMV reads the split layout faster
+  // (weight_layout.h); every reader below is given the matrix's layout.
+  for (const auto& [name, w] : model.weights) {
+    if (w.ne.size() < 2 || !gemv_prefers_split_rows(w.type, w.cols())) continue;
+    const auto rb = static_cast<int64_t>(row_bytes(w.type, static_cast<uint64_t>(w.cols())));
+    GA_CUDA_CHECK(split_rows_in_place(w.type, const_cast<uint8_t*>(placed.at(name)), w.rows(), w.cols(), rb,
+                                      stream_.get()));
+  }
   stream_.synchronize();
 
   const auto matrix = [&](const std::string& name) {
@@ -244,6 +252,7 @@ void CudaLlamaForward::upload_weights(const LoadedModel& model) {
     m.rows = w.rows();
     m.cols = w.cols();
     m.row_bytes = static_cast<int64_t>(row_bytes(w.type, static_cast<uint64_t>(w.cols())));
+    m.layout = gemv_prefers_split_rows(w.type, m.cols) ? WeightLayout::kSplitRows : WeightLayout::kGguf;
     return m;
   };
   const auto vec = [&](const std::string& name) -> const float* {

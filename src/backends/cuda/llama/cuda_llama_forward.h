@@ -33,6 +33,7 @@
 #include "backends/cuda/allocator.h"
 #include "backends/cuda/cuda_forward.h"
 #include "backends/cuda/gemm.h"
+#include "backends/cuda/kernels/weight_layout.h"
 #include "backends/cuda/stream.h"
 
 namespace ga::cuda::llama {
@@ -44,6 +45,7 @@ struct DeviceMatrix {
   int64_t rows = 0;
   int64_t cols = 0;
   int64_t row_bytes = 0;
+  WeightLayout layout = WeightLayout::kGguf;  // kSplitRows: repacked at upload for the GEMV (weight_layout.h)
 };
 
 struct DeviceLayer {

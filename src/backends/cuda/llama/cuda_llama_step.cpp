@@ -41,6 +41,7 @@ void CudaLlamaForward::matmul(const DeviceMatrix& w, const float* x, int64_t ldx
     g.y = y;
     g.ldy = ldy;
     g.n_tokens = static_cast<int>(n);
+    g.layout = w.layout;
     check_params("gemv", gemv_unsupported_reason, g);
     GA_CUDA_CHECK(gemv(g, s));
     return;
@@ -56,7 +57,7 @@ void CudaLlamaForward::matmul(const DeviceMatrix& w, const float* x, int64_t ldx
     p.w = w.data;
   } else {
     // [rows][cols] f16 staging of the quantized matrix (first version of the quantized prefill).
-    GA_CUDA_CHECK(dequantize_to_f16(w.type, w.data, w.rows, w.cols, w_stage_.as<__half>(), s));
+    GA_CUDA_CHECK(dequantize_to_f16(w.type, w.data, w.rows, w.cols, w_stage_.as<__half>(), s, w.layout));
     p.type = DType::F16;
     p.w = w_stage_.data();
   }
@@ -211,6 +212,7 @@ void CudaLlamaForward::enqueue_step(int64_t n, bool all_logits) {
   emb.n_ids = n;
   emb.out = resid_.as<float>();  // [n][n_embd]
   emb.ld_out = ld_embd_;
+  emb.layout = token_embd_.layout;
   check_params("embedding", embedding_unsupported_reason, emb);
   GA_CUDA_CHECK(embedding(emb, s));
 

@@ -174,9 +174,14 @@ cudaError_t convert_rows(const float* src, int64_t ld_src, void* dst, int64_t ld
 bool dequantize_f16_supports(DType type) { return detail::decoder_block_elems(type) != 0; }
 
 cudaError_t dequantize_to_f16(DType type, const void* w, int64_t rows, int64_t cols, __half* dst,
-                              cudaStream_t stream) {
+                              cudaStream_t stream, WeightLayout layout) {
   const int block = detail::decoder_block_elems(type);
   if (block == 0 || rows <= 0 || cols <= 0 || cols % block != 0) return cudaErrorInvalidValue;
+  if (layout == WeightLayout::kSplitRows) {  // rows are dense here: row_stride = row_bytes
+    return detail::split_rows_dequantize_f16(type, w, rows, cols,
+                                             static_cast<int64_t>(row_bytes(type, static_cast<uint64_t>(cols))), dst,
+                                             stream);
+  }
   return detail::visit_decoder(type, [&](auto decoder) -> cudaError_t {
     using D = decltype(decoder);
     const int64_t blocks_per_row = cols / D::kBlockElems;

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 
+#include "backends/cuda/kernels/weight_layout.h"
 #include "gpu_accel/dtype.h"
 
 namespace ga::cuda::llama {
@@ -51,7 +52,8 @@ cudaError_t convert_rows(const float* src, int64_t ld_src, void* dst, int64_t ld
 // dst[r][c] = half(W[r][c]) for a weight matrix of any type the GEMV decoders read (rows packed,
 // row_bytes(type, cols) apart). The weight buffer needs 16 readable bytes after its end.
 bool dequantize_f16_supports(DType type);
-cudaError_t dequantize_to_f16(DType type, const void* w, int64_t rows, int64_t cols, __half* dst, cudaStream_t stream);
+cudaError_t dequantize_to_f16(DType type, const void* w, int64_t rows, int64_t cols, __half* dst, cudaStream_t stream,
+                              WeightLayout layout = WeightLayout::kGguf);
 
 // Causal GQA attention, any head_dim <= 256 (one block per (token, head), scores in shared memory).
 // Layouts as kernels/attention.h; query t sits at position *pos0 + t. Used when the tuned kernel
