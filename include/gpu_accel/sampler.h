@@ -3,10 +3,18 @@
 // Order of the chain (llama.cpp's default order): penalties (repetition, frequency, presence) ->
 // top-k -> top-p -> min-p -> temperature -> draw. temperature <= 0 is greedy (argmax, lowest id on
 // ties) and ignores the filters.
+//
+// Two entry points share that chain: sample() over a whole logits row, and sample_from_candidates()
+// over the few highest penalized logits plus the full-vocabulary normalizers (what the GPU selection
+// kernel returns, so only K candidates cross the bus). The second answers "undecided" (and leaves the
+// sampler untouched) whenever the candidates cannot prove the result sample() would give; the
+// caller then runs sample() on the full row.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
+#include <utility>
 #include <vector>
 
 namespace ga {
@@ -38,6 +46,29 @@ class Sampler {
   };
   const std::vector<Candidate>& last_candidates() const { return candidates_; }
 
+  // The highest penalized logits of a row and its normalizers, for sample_from_candidates().
+  struct CandidateView {
+    int64_t n_vocab = 0;
+    // The min(K, n_vocab) largest penalized logits, ordered (logit desc, id asc); p is ignored.
+    std::span<const Candidate> top;
+    // Over the whole vocabulary, with max = top[0].logit: sum_v exp(double(float(q_v - max))) and the
+    // same with the exponent divided by the temperature (used when no filter narrows the list).
+    double sum_exp = 0.0;
+    double sum_exp_temp = 0.0;
+    // Bound of the sums' relative difference from sample()'s sequential double sums (0: the same
+    // sums). Decisions that the normalizer could flip within this bound answer "undecided".
+    double sum_rel_error = 0.0;
+  };
+
+  // The token sample() would pick for the row behind `view` (same history), or nullopt when the
+  // candidates cannot decide it: top_k above the candidates, a top-p/min-p cut or the draw beyond
+  // them, or a decision within the sums' error. nullopt leaves the sampler's state unchanged, so
+  // sample() on the full row then gives exactly sample()'s answer. A decided draw advances the
+  // PRNG like sample(); last_candidates() then holds the same list (only its first top.size()
+  // entries when the draw ran over the whole vocabulary). Throws what sample() throws for a row
+  // whose largest logit is not finite.
+  std::optional<int32_t> sample_from_candidates(const CandidateView& view);
+
   const SamplerParams& params() const { return params_; }
   void reseed(uint64_t seed);
 
@@ -50,5 +81,29 @@ class Sampler {
 
 // Index of the largest logit (lowest index on ties).
 int32_t argmax(std::span<const float> logits);
+
+// The penalty table sample() applies: (token id, occurrences) of the last repeat_last_n tokens of
+// `history`, sorted by id; empty when no penalty is active. Throws InvalidArgument (sample()'s
+// message) for a history token outside [0, n_vocab).
+std::vector<std::pair<int32_t, int32_t>> penalty_counts(const SamplerParams& params, std::span<const int32_t> history,
+                                                        int64_t n_vocab);
+
+// One token's penalized logit, rounded step by step exactly as sample() and the GPU kernel do.
+float penalize_logit(float logit, int32_t count, const SamplerParams& params);
+
+// The CPU reference of the GPU candidate selection (backends/cuda/kernels/sampling.h): the k highest
+// penalized logits of `logits` in sampler order and the sums of a CandidateView, summed sequentially.
+// NaN logits throw like sample().
+struct SamplingCandidates {
+  int64_t n_vocab = 0;
+  std::vector<Sampler::Candidate> top;
+  double sum_exp = 0.0;
+  double sum_exp_temp = 0.0;
+  Sampler::CandidateView view(double sum_rel_error = 0.0) const {
+    return {n_vocab, std::span<const Sampler::Candidate>(top), sum_exp, sum_exp_temp, sum_rel_error};
+  }
+};
+SamplingCandidates select_candidates(std::span<const float> logits, std::span<const int32_t> history,
+                                     const SamplerParams& params, size_t k);
 
 }  // namespace ga

@@ -1,0 +1,140 @@
+// Batch sampling of device logits (contract: sampler_gpu.h).
+//
+// Why the policy is "candidates first, full row on doubt": the candidate path moves K * 12 bytes per
+// row instead of n_vocab * 4 and decides almost every real request (greedy, top-k, top-p and min-p
+// that cut inside K), while the fallback keeps exactness for everything else without a second
+// implementation of the chain. The raw top logprobs come from the same candidates when the row has
+// no penalties (raw and penalized order agree); with penalties a second, penalty-free selection runs.
+#include "runtime/engine/sampler_gpu.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "gpu_accel/error.h"
+
+namespace ga {
+
+namespace {
+
+constexpr int32_t kDefaultCandidates = 256;   // enough for top-p/min-p cuts of peaked distributions
+constexpr int32_t kGreedyCandidates = 20;      // what Sampler reports for greedy (OpenAI top_logprobs max)
+
+float logprob_of(float raw_logit, double lse) {
+  return static_cast<float>(static_cast<double>(raw_logit) - lse);
+}
+
+// The Scheduler's figures from a whole row (fill_logprobs): log_sum_exp and a partial sort.
+void logprobs_from_row(std::span<const float> row, int32_t top_n, GpuSampleResult& r) {
+  float mx = -std::numeric_limits<float>::infinity();
+  for (const float l : row) mx = std::max(mx, l);
+  double sum = 0;
+  for (const float l : row) sum += std::exp(static_cast<double>(l) - mx);
+  const double lse = static_cast<double>(mx) + std::log(sum);
+  r.logprob = logprob_of(row[static_cast<size_t>(r.token)], lse);
+  const size_t k = std::min(static_cast<size_t>(top_n), row.size());
+  if (k == 0) return;
+  std::vector<int32_t> ids(row.size());
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i);
+  std::partial_sort(ids.begin(), ids.begin() + static_cast<ptrdiff_t>(k), ids.end(), [&row](int32_t a, int32_t b) {
+    const float la = row[static_cast<size_t>(a)], lb = row[static_cast<size_t>(b)];
+    return la != lb ? la > lb : a < b;
+  });
+  for (size_t i = 0; i < k; ++i) r.top.emplace_back(ids[i], logprob_of(row[static_cast<size_t>(ids[i])], lse));
+}
+
+}  // namespace
+
+int32_t gpu_sampling_candidates(const SamplerParams& params, int64_t n_vocab, int32_t top_logprobs) {
+  int64_t k = kDefaultCandidates;
+  if (params.temperature <= 0.0f) {
+    k = kGreedyCandidates;
+  } else if (params.top_k > 0 && params.top_k < n_vocab) {
+    k = params.top_k;
+  }
+  k = std::max<int64_t>(k, top_logprobs);
+  return static_cast<int32_t>(std::min<int64_t>(k, n_vocab));
+}
+
+std::vector<GpuSampleResult> sample_rows_on_gpu(cuda::CudaSampling& gpu, const float* device_logits, int64_t ld,
+                                                std::span<const GpuSampleRow> rows) {
+  const int64_t n_vocab = gpu.n_vocab();
+  std::vector<GpuSampleResult> results(rows.size());
+  std::vector<cuda::SamplingRowRequest> requests(rows.size());
+  std::vector<char> full_row(rows.size(), 0);
+  int32_t k = 1;
+  bool want_raw_top = false;  // some row needs raw top logprobs that its penalized candidates cannot give
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const GpuSampleRow& row = rows[i];
+    GA_CHECK(row.sampler != nullptr, InvalidArgument, "sample_rows_on_gpu: row ", i, " has no sampler");
+    GA_CHECK(row.top_logprobs <= 20, InvalidArgument, "top_logprobs = ", row.top_logprobs, " is above 20");
+    const SamplerParams& params = row.sampler->params();
+    cuda::SamplingRowRequest& req = requests[i];
+    req.temperature = params.temperature;
+    req.repeat_penalty = params.repeat_penalty;
+    req.frequency_penalty = params.frequency_penalty;
+    req.presence_penalty = params.presence_penalty;
+    req.raw_stats = row.top_logprobs >= 0;
+    try {
+      req.penalties = penalty_counts(params, row.history, n_vocab);
+    } catch (...) {
+      full_row[i] = 1;  // sample() reports it, after its own NaN check: the same error, the same order
+    }
+    if (row.top_logprobs > 0 && !req.penalties.empty()) want_raw_top = true;
+    k = std::max(k, gpu_sampling_candidates(params, n_vocab, std::max<int32_t>(row.top_logprobs, 0)));
+  }
+  k = std::min(k, gpu.max_k());
+
+  std::vector<cuda::SamplingRowCandidates> cands;
+  gpu.select(device_logits, ld, requests, k, cands);
+  std::vector<cuda::SamplingRowCandidates> raw_top;
+  if (want_raw_top) {
+    std::vector<cuda::SamplingRowRequest> plain(rows.size());  // no penalties: the raw order
+    gpu.select(device_logits, ld, plain, std::min<int32_t>(20, static_cast<int32_t>(std::min<int64_t>(
+                                                                   gpu.max_k(), n_vocab))),
+               raw_top);
+  }
+
+  std::vector<Sampler::Candidate> view_top;
+  std::vector<float> host_row;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const GpuSampleRow& row = rows[i];
+    GpuSampleResult& result = results[i];
+    const cuda::SamplingRowCandidates& c = cands[i];
+    if (!full_row[i] && !c.nan && std::isfinite(c.max)) {
+      view_top.resize(c.ids.size());
+      for (size_t j = 0; j < c.ids.size(); ++j) view_top[j] = {c.ids[j], c.logits[j], 0.0f};
+      const Sampler::CandidateView view{n_vocab, view_top, c.sum_exp, c.sum_exp_temp, gpu.sum_rel_error()};
+      try {
+        if (const auto token = row.sampler->sample_from_candidates(view)) result.token = *token;
+      } catch (...) {
+        result.error = std::current_exception();
+        continue;
+      }
+    }
+    if (result.token < 0) {  // undecided (or an error sample() must word): the whole row on the CPU
+      result.used_full_row = true;
+      host_row.resize(static_cast<size_t>(n_vocab));
+      gpu.copy_row(device_logits, ld, static_cast<int64_t>(i), host_row);
+      try {
+        result.token = row.sampler->sample(host_row, row.history);
+      } catch (...) {
+        result.error = std::current_exception();
+        continue;
+      }
+      if (row.top_logprobs >= 0) logprobs_from_row(host_row, row.top_logprobs, result);
+      continue;
+    }
+    if (row.top_logprobs < 0) continue;
+    const double lse = static_cast<double>(c.raw_max) + std::log(c.raw_sum_exp);
+    const auto chosen = std::find(c.ids.begin(), c.ids.end(), result.token);  // a decided token is a candidate
+    result.logprob = logprob_of(c.raw_logits[static_cast<size_t>(chosen - c.ids.begin())], lse);
+    const bool penalized = !requests[i].penalties.empty();
+    const cuda::SamplingRowCandidates& raw = penalized ? raw_top[i] : c;
+    const size_t n_top = std::min(static_cast<size_t>(row.top_logprobs), raw.ids.size());
+    for (size_t j = 0; j < n_top; ++j) result.top.emplace_back(raw.ids[j], logprob_of(raw.raw_logits[j], lse));
+  }
+  return results;
+}
+
+}  // namespace ga
