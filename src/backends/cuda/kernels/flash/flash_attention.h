@@ -68,6 +68,9 @@ cudaError_t flash_forward(const FlashParams& p, void* workspace, size_t workspac
 // (serial, intra-warpgroup overlap, overlap + ping-pong), persistent or not, K/V ring depth
 // (kernels/flash/flash_fwd_launch.h lists them): for the tests and benchmarks that compare them.
 int flash_variant_count();
+// Whether this build compiled `variant` (the default build: only the ones flash_forward picks; configure
+// with -DGA_FLASH_ALL_VARIANTS=ON for all). An uncompiled variant answers cudaErrorNotSupported.
+bool flash_variant_compiled(int variant);
 cudaError_t flash_forward_with_schedule(const FlashParams& p, int sched, cudaStream_t stream);
 
 }  // namespace ga::cuda

@@ -131,10 +131,12 @@ const char* flash_unsupported_reason(const FlashParams& p) {
 FlashPlan flash_plan(const FlashParams& /*p*/) { return FlashPlan{}; }  // softmax state lives in registers
 
 int flash_variant_count() { return flash_detail::kFwdVariants; }
+bool flash_variant_compiled(int variant) { return flash_detail::variant_compiled(variant); }
 
 cudaError_t flash_forward_with_schedule(const FlashParams& p, int sched, cudaStream_t stream) {
   if (params_reason(p) != nullptr || sched < 0 || sched >= flash_detail::kFwdVariants) return cudaErrorInvalidValue;
   if (device_reason() != nullptr) return cudaErrorNoKernelImageForDevice;
+  if (!flash_detail::variant_compiled(sched)) return cudaErrorNotSupported;
   switch (p.head_dim) {
     case 64: return run<64>(p, sched, stream);
     case 128: return run<128>(p, sched, stream);
