@@ -4,7 +4,8 @@
 // Grid: dtype (bf16, fp16) x head dim (64, 128, 256) x causal x GQA ratio (1, 2, 4 = MQA) x awkward
 // lengths (1, 7, 129, 1000, and 4097 on a few cases), including seqlen_q != seqlen_k both ways (causal is
 // bottom-right aligned; seqlen_q > seqlen_k leaves rows that see no key: zeros and lse = -inf). Every
-// consumer schedule (serial, overlap, overlap + ping-pong) runs on the same inputs. Outputs are
+// kernel variant (consumer schedule serial / overlap / ping-pong, persistent or not, K/V ring depth) runs on
+// the same inputs; PersistentCtasRunManyTiles has more tiles than SMs. Outputs are
 // NaN-poisoned before each run; O is written with a padded row stride on every other case and the
 // padding must still hold the poison. Bars: relative L2 error of O <= 1e-2, every element within
 // 5% of the output RMS, no NaN; LSE within 2e-3 + 1e-3 |lse|.
@@ -169,7 +170,8 @@ void run_and_check(Parity& parity, CachingAllocator& alloc, const Shape& s, std:
   for (double x : ref) ref_sq += x * x;
   const double ref_rms = std::sqrt(ref_sq / double(ref.size()));
 
-  for (int sched = 0; sched < 3; ++sched) {
+  for (int sched = 0; sched < ::ga::cuda::flash_variant_count(); ++sched) {
+    if (!::ga::cuda::flash_variant_compiled(sched)) continue;  // the lean default build has two
     const std::string cname = name + " sched" + std::to_string(sched);
     dout.poison();
     dlse.poison();
@@ -251,6 +253,48 @@ TEST(CudaFlashAttention, LongSequences4097) {
   }
   run_and_check(parity, alloc, Shape{FlashDtype::kF16, 64, 2, 2, 1, 4097, 4097, true, true}, rng);
   run_and_check(parity, alloc, Shape{FlashDtype::kBf16, 256, 1, 1, 1, 4097, 4097, false, false}, rng);
+  parity.finish();
+}
+
+// A few small shapes through every variant: what the device script runs under compute-sanitizer memcheck
+// and racecheck (the last shape has 160 one-block tiles, more than the SMs, so persistent CTAs loop).
+TEST(CudaFlashAttention, SmallShapesForSanitizer) {
+  GA_REQUIRE_CUDA_DEVICE();
+  CachingAllocator alloc(0);
+  Parity parity("flash forward small");
+  std::mt19937 rng(7);
+  const Shape shapes[] = {
+      {FlashDtype::kBf16, 128, 2, 1, 1, 129, 129, true, true},
+      {FlashDtype::kF16, 64, 2, 2, 2, 7, 300, false, false},
+      {FlashDtype::kBf16, 256, 2, 1, 1, 129, 7, true, false},
+      {FlashDtype::kF16, 64, 16, 4, 10, 7, 200, true, true},
+  };
+  for (const Shape& s : shapes) {
+    run_and_check(parity, alloc, s, rng);
+    if (testing::Test::HasFatalFailure()) return;
+  }
+  parity.finish();
+}
+
+// More tiles (batch x heads x 128-row query blocks) than the GPU has SMs, so the persistent variants'
+// CTAs each run several tiles back to back (Q reloaded behind its empty barrier, the K/V ring and the
+// ping-pong turns carried across tiles), including causal tiles that see no key at all.
+TEST(CudaFlashAttention, PersistentCtasRunManyTiles) {
+  GA_REQUIRE_CUDA_DEVICE();
+  CachingAllocator alloc(0);
+  Parity parity("flash forward many tiles");
+  std::mt19937 rng(132);
+  const Shape shapes[] = {
+      {FlashDtype::kBf16, 128, 16, 4, 5, 300, 257, false, true},   // 5 x 16 x 3 = 240 tiles
+      {FlashDtype::kBf16, 128, 16, 4, 5, 300, 257, true, false},   // causal, seqlen_q > seqlen_k
+      {FlashDtype::kF16, 64, 16, 16, 5, 300, 129, true, true},     // first query block sees no key
+      {FlashDtype::kBf16, 256, 16, 2, 4, 257, 300, false, false},  // 4 x 16 x 3 = 192 tiles
+      {FlashDtype::kF16, 256, 16, 8, 4, 257, 300, true, true},
+  };
+  for (const Shape& s : shapes) {
+    run_and_check(parity, alloc, s, rng);
+    if (testing::Test::HasFatalFailure()) return;
+  }
   parity.finish();
 }
 

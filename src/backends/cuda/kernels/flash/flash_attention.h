@@ -64,8 +64,13 @@ FlashPlan flash_plan(const FlashParams& p);
 // workspace: flash_plan(p).workspace_bytes bytes of device memory (may be null when that is 0).
 cudaError_t flash_forward(const FlashParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream);
 
-// flash_forward with an explicit consumer-warpgroup schedule (0 serial, 1 intra-warpgroup overlap,
-// 2 overlap + ping-pong; flash_fwd_sm90.cuh): for the tests and benchmarks that compare them.
+// flash_forward with an explicit kernel variant in [0, flash_variant_count()): consumer schedule
+// (serial, intra-warpgroup overlap, overlap + ping-pong), persistent or not, K/V ring depth
+// (kernels/flash/flash_fwd_launch.h lists them): for the tests and benchmarks that compare them.
+int flash_variant_count();
+// Whether this build compiled `variant` (the default build: only the ones flash_forward picks; configure
+// with -DGA_FLASH_ALL_VARIANTS=ON for all). An uncompiled variant answers cudaErrorNotSupported.
+bool flash_variant_compiled(int variant);
 cudaError_t flash_forward_with_schedule(const FlashParams& p, int sched, cudaStream_t stream);
 
 }  // namespace ga::cuda

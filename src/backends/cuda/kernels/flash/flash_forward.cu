@@ -7,6 +7,7 @@
 // GA_CUDA_HAS_SM90A then), is refused with a reason before anything is launched.
 #include "backends/cuda/kernels/flash/flash_attention.h"
 
+#include <climits>
 #include <cmath>
 
 #include "backends/cuda/kernels/flash/flash_fwd_launch.h"
@@ -42,7 +43,9 @@ const char* params_reason(const FlashParams& p) {
   if (p.batch < 1 || p.n_head < 1 || p.n_head_kv < 1) return "batch, n_head and n_head_kv must be >= 1";
   if (p.n_head % p.n_head_kv != 0) return "n_head must be a multiple of n_head_kv (GQA groups of equal size)";
   if (p.seqlen_q < 1 || p.seqlen_k < 1) return "seqlen_q and seqlen_k must be >= 1";
-  if (p.batch > 65535 || p.n_head > 65535) return "batch and n_head must be <= 65535 (grid limits)";
+  if (int64_t{(p.seqlen_q + 127) / 128} * p.n_head * p.batch > INT32_MAX) {
+    return "too many 128-row query blocks (batch * n_head * ceil(seqlen_q / 128) must fit in int32)";
+  }
   if (p.cu_seqlens_q != nullptr || p.cu_seqlens_k != nullptr) {
     return "variable-length batches (cu_seqlens) are not supported by the Hopper forward yet";
   }
@@ -83,7 +86,7 @@ const char* encode_map(CUtensorMap* map, bool bf16, const void* base, int hd, in
 }
 
 template <int HD>
-cudaError_t run(const FlashParams& p, int sched, cudaStream_t stream) {
+cudaError_t run(const FlashParams& p, int variant, cudaStream_t stream) {
   using T = flash_detail::FwdTraits<HD>;
   const bool bf16 = p.dtype == FlashDtype::kBf16;
   flash_detail::FwdArgs a{};
@@ -106,9 +109,16 @@ cudaError_t run(const FlashParams& p, int sched, cudaStream_t stream) {
   a.group = p.n_head / p.n_head_kv;
   a.m_blocks = (p.seqlen_q + T::kBlockM - 1) / T::kBlockM;
   a.causal = p.causal ? 1 : 0;
+  a.batch = p.batch;
+  a.total_tiles = a.m_blocks * p.n_head * p.batch;
+  int dev = 0, num_sms = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || num_sms < 1) {
+    return cudaErrorInvalidDevice;
+  }
   a.scale = p.softmax_scale;
   a.scale_log2 = p.softmax_scale * 1.4426950408889634f;
-  return flash_detail::launch_fwd<HD>(a, bf16, sched, p.n_head, p.batch, stream);
+  return flash_detail::launch_fwd<HD>(a, bf16, variant, num_sms, stream);
 }
 
 }  // namespace
@@ -120,9 +130,13 @@ const char* flash_unsupported_reason(const FlashParams& p) {
 
 FlashPlan flash_plan(const FlashParams& /*p*/) { return FlashPlan{}; }  // softmax state lives in registers
 
+int flash_variant_count() { return flash_detail::kFwdVariants; }
+bool flash_variant_compiled(int variant) { return flash_detail::variant_compiled(variant); }
+
 cudaError_t flash_forward_with_schedule(const FlashParams& p, int sched, cudaStream_t stream) {
-  if (params_reason(p) != nullptr) return cudaErrorInvalidValue;
+  if (params_reason(p) != nullptr || sched < 0 || sched >= flash_detail::kFwdVariants) return cudaErrorInvalidValue;
   if (device_reason() != nullptr) return cudaErrorNoKernelImageForDevice;
+  if (!flash_detail::variant_compiled(sched)) return cudaErrorNotSupported;
   switch (p.head_dim) {
     case 64: return run<64>(p, sched, stream);
     case 128: return run<128>(p, sched, stream);
@@ -133,7 +147,7 @@ cudaError_t flash_forward_with_schedule(const FlashParams& p, int sched, cudaStr
 
 cudaError_t flash_forward(const FlashParams& p, void* /*workspace*/, size_t /*workspace_bytes*/,
                           cudaStream_t stream) {
-  return flash_forward_with_schedule(p, flash_detail::default_sched(p.head_dim), stream);
+  return flash_forward_with_schedule(p, flash_detail::default_variant(p.head_dim, p.causal, p.seqlen_k), stream);
 }
 
 }  // namespace ga::cuda

@@ -1,12 +1,12 @@
-// Instantiations of the Hopper forward for head dim 64 (bf16, fp16; every schedule): see flash_fwd_launch.h.
+// Instantiations of the Hopper forward for head dim 64 (bf16, fp16; every variant): see flash_fwd_launch.h.
 #include "backends/cuda/kernels/flash/flash_fwd_launch.h"
 
 namespace ga::cuda::flash_detail {
 
 template <>
-cudaError_t launch_fwd<64>(const FwdArgs& args, bool bf16, int sched, int n_head, int batch, cudaStream_t stream) {
-  return bf16 ? launch_fwd_sched<ElemKind::kBf16, 64>(args, sched, n_head, batch, stream)
-              : launch_fwd_sched<ElemKind::kF16, 64>(args, sched, n_head, batch, stream);
+cudaError_t launch_fwd<64>(const FwdArgs& args, bool bf16, int variant, int num_sms, cudaStream_t stream) {
+  return bf16 ? launch_fwd_variant<ElemKind::kBf16, 64>(args, variant, num_sms, stream)
+              : launch_fwd_variant<ElemKind::kF16, 64>(args, variant, num_sms, stream);
 }
 
 }  // namespace ga::cuda::flash_detail

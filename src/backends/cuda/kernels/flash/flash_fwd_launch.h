@@ -9,35 +9,73 @@
 
 namespace ga::cuda::flash_detail {
 
-// Schedules of the consumer warpgroups (flash_fwd_sm90.cuh): 0 serial, 1 intra-warpgroup overlap,
-// 2 overlap + ping-pong. default_sched is what flash_forward runs: the fastest one measured on the H200
-// (docs/results/2026-11-22-h200-flash.md): overlap for head dim 64, serial for 128 and 256 (where the
-// overlapped schedules were 10-25% slower in the first measurement).
-constexpr int default_sched(int head_dim) { return head_dim == 64 ? 1 : 0; }
+// Kernel variants flash_forward_with_schedule can pick (flash_fwd_sm90.cuh): consumer schedule
+// (0 serial, 1 intra-warpgroup overlap, 2 overlap + ping-pong), persistent tile scheduler or one tile
+// per CTA, default or deep K/V ring. Measured against each other in docs/results/2026-11-22-h200-flash.md.
+struct FwdVariant {
+  int sched;
+  bool persistent;
+  bool deep;
+};
+constexpr int kFwdVariants = 7;
+// The default build compiles only the variants default_variant picks (1 and 4): every instantiation is a
+// heavy wgmma kernel and CI compiles them on two cores. -DGA_FLASH_ALL_VARIANTS=ON adds the others for
+// benchmarking them against each other.
+#ifndef GA_FLASH_ALL_VARIANTS
+#define GA_FLASH_ALL_VARIANTS 0
+#endif
+constexpr bool variant_compiled(int variant) {
+  return variant == 1 || variant == 4 || (GA_FLASH_ALL_VARIANTS && variant >= 0 && variant < kFwdVariants);
+}
+constexpr FwdVariant kFwdVariantTable[kFwdVariants] = {
+    {0, false, false}, {1, false, false}, {2, false, false},  // 0-2: the first version's schedules
+    {0, true, false},  {1, true, false},  {2, true, false},   // 3-5: persistent
+    {2, true, true},                                          // 6: persistent ping-pong, deep ring
+};
 
-// Launches the forward of head dim HD over grid (m_blocks, n_head, batch).
+// What flash_forward runs: the fastest variant of the H200 measurement (docs/results/2026-11-22-h200-flash.md,
+// FA3 methodology). Short key ranges: persistent overlap (4): the per-tile prologue/epilogue is a large
+// share of a short tile and the persistent CTA hides it. Long ones: one tile per CTA with overlap (1):
+// the static persistent split of long causal tiles is uneven (up to 30% slower at 16k) and the hardware
+// block scheduler balances them; for full attention at >= 8k the two are within 1-3%. Ping-pong (2, 5,
+// 6) was never more than 2% ahead of overlap alone here and often behind.
+constexpr int default_variant(int head_dim, bool causal, int seqlen_k) {
+  const int persistent_up_to = (head_dim == 256 && !causal) ? 2048 : 4096;
+  return seqlen_k <= persistent_up_to ? 4 : 1;
+}
+
+// Launches the forward of head dim HD; num_sms sizes the persistent grid.
 template <int HD>
-cudaError_t launch_fwd(const FwdArgs& args, bool bf16, int sched, int n_head, int batch, cudaStream_t stream);
+cudaError_t launch_fwd(const FwdArgs& args, bool bf16, int variant, int num_sms, cudaStream_t stream);
 
-template <ElemKind E, int HD, int kSched>
-cudaError_t launch_fwd_instance(const FwdArgs& args, int n_head, int batch, cudaStream_t stream) {
-  const auto kernel = flash_fwd_sm90_kernel<E, HD, kSched>;
-  constexpr size_t smem = FwdTraits<HD>::kSmemBytes;
+template <ElemKind E, int HD, int kSched, bool kPersistent, int kStages>
+cudaError_t launch_fwd_instance(const FwdArgs& args, int num_sms, cudaStream_t stream) {
+  const auto kernel = flash_fwd_sm90_kernel<E, HD, kSched, kPersistent, kStages>;
+  constexpr size_t smem = FwdTraits<HD, kStages>::kSmemBytes;
+  static_assert(smem <= 227 * 1024, "shared memory per CTA");
   static const cudaError_t attr_status =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (attr_status != cudaSuccess) return attr_status;
-  const dim3 grid(static_cast<unsigned>(args.m_blocks), static_cast<unsigned>(n_head), static_cast<unsigned>(batch));
-  kernel<<<grid, FwdTraits<HD>::kThreads, smem, stream>>>(args);
+  const int ctas = kPersistent ? (args.total_tiles < num_sms ? args.total_tiles : num_sms) : args.total_tiles;
+  kernel<<<dim3(static_cast<unsigned>(ctas)), FwdTraits<HD>::kThreads, smem, stream>>>(args);
   return cudaGetLastError();
 }
 
 template <ElemKind E, int HD>
-cudaError_t launch_fwd_sched(const FwdArgs& args, int sched, int n_head, int batch, cudaStream_t stream) {
-  switch (sched) {
-    case 0: return launch_fwd_instance<E, HD, 0>(args, n_head, batch, stream);
-    case 1: return launch_fwd_instance<E, HD, 1>(args, n_head, batch, stream);
-    case 2: return launch_fwd_instance<E, HD, 2>(args, n_head, batch, stream);
-    default: return cudaErrorInvalidValue;
+cudaError_t launch_fwd_variant(const FwdArgs& args, int variant, int num_sms, cudaStream_t stream) {
+  constexpr int kDefault = default_stages<HD>(), kDeep = deep_stages<HD>();
+  (void)kDeep;
+  switch (variant) {
+    case 1: return launch_fwd_instance<E, HD, 1, false, kDefault>(args, num_sms, stream);
+    case 4: return launch_fwd_instance<E, HD, 1, true, kDefault>(args, num_sms, stream);
+#if GA_FLASH_ALL_VARIANTS
+    case 0: return launch_fwd_instance<E, HD, 0, false, kDefault>(args, num_sms, stream);
+    case 2: return launch_fwd_instance<E, HD, 2, false, kDefault>(args, num_sms, stream);
+    case 3: return launch_fwd_instance<E, HD, 0, true, kDefault>(args, num_sms, stream);
+    case 5: return launch_fwd_instance<E, HD, 2, true, kDefault>(args, num_sms, stream);
+    case 6: return launch_fwd_instance<E, HD, 2, true, kDeep>(args, num_sms, stream);
+#endif
+    default: return cudaErrorNotSupported;  // not compiled in this build (flash_variant_compiled)
   }
 }
 

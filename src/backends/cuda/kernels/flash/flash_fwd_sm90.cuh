@@ -2,11 +2,16 @@
 // with Q and K from shared memory for S = Q K^T and P from registers for O += P V, a producer warp and
 // two consumer warpgroups with setmaxnreg, a multi-stage K/V pipeline and the online softmax in registers.
 //
-// CTA = 3 warpgroups (384 threads), one (batch, head, 128-row query block):
+// CTA = 3 warpgroups (384 threads); a tile of work = one (batch, head, 128-row query block):
 //   warpgroup 0: producer. Gives its registers away (setmaxnreg 24); one thread issues every TMA copy:
-//     Q once, then K and V tiles of kBlockN keys into a ring of kStages slots. Slot s has three mbarriers:
-//     k_full[s] and v_full[s] (completed by the copy engine's byte count, so S = Q K^T can start before V
-//     lands) and empty[s] (8 arrivals: one per consumer warp once its wgmmas no longer read the slot).
+//     Q once per tile, then K and V tiles of kBlockN keys into a ring of kStages slots, in the order
+//     K_0, K_1, V_0, K_2, V_1, ... so that the K the next S = Q K^T needs is never queued behind a V.
+//     K and V have separate full/empty mbarriers per slot: full = completed by the copy engine's byte
+//     count; empty = 8 arrivals, one per consumer warp. K_j's slot is released as soon as S_j is done
+//     (not when PV_j is: with the overlapped schedules PV_j finishes one iteration later, and a shared
+//     K/V release left the producer no slack at all with 2 stages: the first version's overlapped
+//     schedules lost 15-35% at head dim 128/256 to exactly that stall). Q has full/empty barriers too,
+//     so a persistent CTA loads the next tile's Q while its consumers finish the current one.
 //   warpgroups 1, 2: consumers (setmaxnreg 240), 64 query rows each. Per key tile: S = Q K^T (wgmma SS),
 //     mask, online softmax (row max/sum via quad shuffles; exp2 with the scale folded into one FFMA),
 //     P to 16-bit A fragments in registers, O = O * corr + P V (wgmma RS, V read N-major with the
@@ -15,14 +20,16 @@
 //   0 serial: S GEMM, wait, softmax, PV GEMM, wait (the FA2 order on wgmma).
 //   1 intra-warpgroup overlap (FA3 section 3.2): issue S_{j} = Q K_j and O += P_{j-1} V_{j-1} together,
 //     wait for S_j only, run its softmax while the PV wgmma still runs, then wait for PV.
-//   2 = 1 plus ping-pong between the two consumer warpgroups (FA3 section 3.1): named barriers let one
-//     warpgroup issue its GEMMs while the other does softmax, so the tensor cores see back-to-back work.
-//   First H200 measurement: 1 is fastest at head dim 64 (+14%), 0 at 128 and 256 (1 and 2 lose 15-35%,
-//   probably register pressure: S, P and O live at once); flash_fwd_launch.h picks per head dim.
-// Causal is bottom-right aligned (query i sees key j <= i + seqlen_k - seqlen_q); row blocks run
-// heaviest-first. Keys past seqlen_k arrive from TMA as zeros and are masked to -inf in S.
+//   2 = 1 plus ping-pong between the two consumer warpgroups (FA3 section 3.1): named barriers make the
+//     two warpgroups take strict turns issuing their GEMMs (one issues while the other does softmax).
+//     The turns run on across tiles of a persistent CTA, so each arrival is matched before the next.
+// Tile scheduler (kPersistent): grid = min(#SMs, tiles); rounds of `grid` tiles dealt in snake order
+// (cta_tile). Tiles are numbered query-block-fastest within a head (neighbouring CTAs share one head's
+// K/V in L2), heaviest first for causal. Non-persistent: one tile per CTA.
+// Causal is bottom-right aligned (query i sees key j <= i + seqlen_k - seqlen_q). Keys past seqlen_k
+// arrive from TMA as zeros and are masked to -inf in S.
 //
-// Not yet: a persistent tile scheduler, TMA stores of O, varlen/paged KV, FP8 (see the results file).
+// Not yet: TMA stores of O, varlen/paged KV, FP8 (see the results file).
 #pragma once
 
 #include <cuda.h>
@@ -38,11 +45,17 @@ namespace ga::cuda::flash_detail {
 
 using tile::ElemKind;
 
+// K/V ring depth: the default and a deeper one (shared memory bound: 227 KB per CTA).
 template <int HD>
+constexpr int default_stages() { return HD == 64 ? 4 : 2; }
+template <int HD>
+constexpr int deep_stages() { return HD == 64 ? 6 : HD == 128 ? 3 : 2; }
+
+template <int HD, int kStagesT = default_stages<HD>()>
 struct FwdTraits {
   static constexpr int kBlockM = 128;                       // 2 consumer warpgroups x 64 rows
   static constexpr int kBlockN = HD == 256 ? 64 : 128;      // keys per tile (registers: S is 64 x kBlockN)
-  static constexpr int kStages = HD == 64 ? 4 : 2;          // K/V ring depth (shared memory bound)
+  static constexpr int kStages = kStagesT;
   static constexpr int kColBlocks = HD / 64;                // 128-byte swizzle column blocks
   static constexpr int kThreads = 384;
   static constexpr uint32_t kQBytes = kBlockM * HD * 2;
@@ -50,7 +63,7 @@ struct FwdTraits {
   static constexpr int kSAcc = kBlockN / 2;                 // S accumulators per thread
   static constexpr int kPvN = HD > 128 ? 128 : HD;          // N of one PV wgmma (256 = 2 x 128)
   static constexpr int kPvParts = HD / kPvN;
-  static constexpr int kBarriers = 1 + 3 * kStages;
+  static constexpr int kBarriers = 2 + 4 * kStages;  // q full/empty; k full, v full, k empty, v empty per slot
   static constexpr size_t kSmemBytes = 1024 + kQBytes + 2 * size_t{kStages} * kTileBytes + 8 * kBarriers;
 };
 
@@ -62,6 +75,7 @@ struct FwdArgs {
   float* lse;
   int64_t o_batch_stride, o_seq_stride, o_head_stride;
   int seqlen_q, seqlen_k, n_head, group, m_blocks, causal;
+  int batch, total_tiles;  // tiles = m_blocks * n_head * batch
   float scale_log2;  // softmax_scale * log2(e)
   float scale;
 };
@@ -223,133 +237,227 @@ struct Consumer {
   }
 };
 
-template <ElemKind E, int HD, int kSched>
-__device__ __forceinline__ void consumer_main(const FwdArgs& a, unsigned char* sq, unsigned char* sk,
-                                              unsigned char* sv, uint64_t* bars, int m0, int head, int batch,
-                                              int n_tiles) {
-  using T = FwdTraits<HD>;
-  constexpr int N = T::kBlockN;
-  uint64_t* bar_q = bars;
-  uint64_t* bar_k = bars + 1;
-  uint64_t* bar_v = bars + 1 + T::kStages;
-  uint64_t* bar_empty = bars + 1 + 2 * T::kStages;
+// Barrier layout in shared memory (FwdTraits::kBarriers slots of 8 bytes).
+template <int kStages>
+struct FwdBarriers {
+  uint64_t* base;
+  __device__ uint64_t* q_full() const { return base; }
+  __device__ uint64_t* q_empty() const { return base + 1; }
+  __device__ uint64_t* k_full(int s) const { return base + 2 + s; }
+  __device__ uint64_t* v_full(int s) const { return base + 2 + kStages + s; }
+  __device__ uint64_t* k_empty(int s) const { return base + 2 + 2 * kStages + s; }
+  __device__ uint64_t* v_empty(int s) const { return base + 2 + 3 * kStages + s; }
+};
 
+// The k-th tile of this CTA, or -1 when it has no more. Persistent: rounds of gridDim.x tiles, dealt
+// in snake order (CTA b takes index b of even rounds and gridDim.x - 1 - b of odd ones) so the causal
+// work per CTA evens out instead of CTA 0 always drawing the longest tile of a round.
+template <bool kPersistent>
+__device__ __forceinline__ int cta_tile(const FwdArgs& a, int k) {
+  const int b = static_cast<int>(blockIdx.x), g = static_cast<int>(gridDim.x);
+  if (!kPersistent) return k == 0 ? b : -1;
+  const int64_t t = int64_t{k} * g + ((k & 1) ? g - 1 - b : b);
+  return t < a.total_tiles ? static_cast<int>(t) : -1;
+}
+
+struct FwdTile {
+  int m0, head, batch, n_tiles;  // n_tiles: key tiles of kBlockN some row of the block can see
+};
+
+// Tile t -> (query block, head, batch): the query blocks of one head next to each other (they read the
+// same K/V from L2), heaviest first for causal. (Heaviest-first across all heads measured 3-10% slower
+// at 16k causal: the concurrently running CTAs then stream every head's K/V at once.)
+template <int HD>
+__device__ __forceinline__ FwdTile decode_tile(const FwdArgs& a, int t) {
+  using T = FwdTraits<HD>;
+  const int bh = t / a.m_blocks;
+  const int m_block = a.causal ? a.m_blocks - 1 - t % a.m_blocks : t % a.m_blocks;
+  FwdTile f;
+  f.m0 = m_block * T::kBlockM;
+  f.head = bh % a.n_head;
+  f.batch = bh / a.n_head;
+  int kv_end = a.seqlen_k;  // keys [0, kv_end) are visible to some row of the block
+  if (a.causal) kv_end = min(kv_end, f.m0 + T::kBlockM + a.seqlen_k - a.seqlen_q);
+  f.n_tiles = kv_end > 0 ? (kv_end + T::kBlockN - 1) / T::kBlockN : 0;
+  return f;
+}
+
+template <ElemKind E, int HD, int kSched, bool kPersistent, int kStages>
+__device__ __forceinline__ void consumer_main(const FwdArgs& a, unsigned char* sq, unsigned char* sk,
+                                              unsigned char* sv, FwdBarriers<kStages> bars) {
+  using T = FwdTraits<HD, kStages>;
   const int cwg = static_cast<int>(threadIdx.x) / 128 - 1;  // consumer warpgroup 0 or 1
   const int wtid = static_cast<int>(threadIdx.x) % 128;
   const int warp = wtid / 32, lane = wtid % 32, g = lane / 4, c = lane % 4;
   const int wg_row_base = cwg * 64;
-  const int row0 = m0 + wg_row_base + warp * 16 + g;
-
-  Consumer<E, HD> st;
-  st.init(a, row0, wg_row_base, sq);
   const uint32_t k_base = tile::smem_u32(sk), v_base = tile::smem_u32(sv);
-  // Ping-pong (kSched 2): named barrier 1 + w is "warpgroup w may issue its GEMMs".
-  const int my_bar = 1 + cwg, other_bar = 2 - cwg;
-  const int phases = n_tiles + 1;  // GEMM issue points: S_0, (S_j + PV_{j-1}) for j >= 1, PV_last
-  auto turn_begin = [&](int phase) {
-    if constexpr (kSched == 2) {
-      if (cwg == 1 || phase > 0) tile::named_barrier_sync(my_bar, 256);
-    }
-  };
-  auto turn_end = [&](int phase) {
-    if constexpr (kSched == 2) {
-      if (cwg == 0 || phase < phases - 1) tile::named_barrier_arrive(other_bar, 256);
-    }
-  };
 
-  tile::mbar_wait(bar_q, 0);
-  float s[T::kSAcc];
-  uint32_t pa[N / 16][4];
-  float corr[2];
-  auto release = [&](int stage) {
+  // Ping-pong (kSched 2): named barrier 1 = "warpgroup 0 may issue", 2 = "warpgroup 1 may issue". Strict
+  // alternation 0, 1, 0, 1, ... over every GEMM issue point of every tile (both warpgroups see the same
+  // tiles, so the same number of turns); warpgroup 0 consumes warpgroup 1's last arrival at the end.
+  bool first_turn = true;
+  auto turn_begin = [&]() {
+    if constexpr (kSched == 2) {
+      if (cwg == 1) tile::named_barrier_sync(2, 256);
+      else if (!first_turn) tile::named_barrier_sync(1, 256);
+    }
+  };
+  auto turn_end = [&]() {
+    if constexpr (kSched == 2) tile::named_barrier_arrive(cwg == 0 ? 2 : 1, 256);
+    first_turn = false;
+  };
+  auto arrive = [&](uint64_t* bar) {
     __syncwarp();
-    if (lane == 0) tile::mbar_arrive(&bar_empty[stage]);
+    if (lane == 0) tile::mbar_arrive(bar);
   };
 
-  if constexpr (kSched == 0) {
-    for (int j = 0; j < n_tiles; ++j) {
-      const int stage = j % T::kStages;
-      const uint32_t parity = (j / T::kStages) & 1;
-      tile::mbar_wait(&bar_k[stage], parity);
-      st.issue_s(s, k_base + stage * T::kTileBytes);
-      tile::wgmma_wait<0>();
-      tile::fence_regs(s);
-      st.softmax(s, j * N, c, a.scale_log2, corr);
-      st.rescale_o(corr);
-      Consumer<E, HD>::to_a_fragments(s, pa);
-      tile::mbar_wait(&bar_v[stage], parity);
-      st.issue_pv(pa, v_base + stage * T::kTileBytes);
-      tile::wgmma_wait<0>();
-      st.fence_o();
-      release(stage);
-    }
-  } else {
-    if (n_tiles > 0) {
-      tile::mbar_wait(&bar_k[0], 0);
-      turn_begin(0);
-      st.issue_s(s, k_base);
-      turn_end(0);
-      tile::wgmma_wait<0>();
-      tile::fence_regs(s);
-      st.softmax(s, 0, c, a.scale_log2, corr);  // O is zero: no rescale needed
-      Consumer<E, HD>::to_a_fragments(s, pa);
-      for (int j = 1; j < n_tiles; ++j) {
-        const int stage = j % T::kStages, prev = (j - 1) % T::kStages;
-        tile::mbar_wait(&bar_k[stage], (j / T::kStages) & 1);
-        tile::mbar_wait(&bar_v[prev], ((j - 1) / T::kStages) & 1);
-        turn_begin(j);
+  float s[T::kSAcc];
+  uint32_t pa[T::kBlockN / 16][4];
+  float corr[2];
+  int kv_count = 0;  // K/V tiles consumed by this CTA so far (ring position)
+  for (int local = 0, t = cta_tile<kPersistent>(a, 0); t >= 0; t = cta_tile<kPersistent>(a, ++local)) {
+    const FwdTile f = decode_tile<HD>(a, t);
+    const int row0 = f.m0 + wg_row_base + warp * 16 + g;
+    const int n = f.n_tiles;
+    Consumer<E, HD> st;
+    st.init(a, row0, wg_row_base, sq);
+    tile::mbar_wait(bars.q_full(), local & 1);
+    auto stage_of = [&](int j) { return (kv_count + j) % kStages; };
+    auto parity_of = [&](int j) { return static_cast<uint32_t>(((kv_count + j) / kStages) & 1); };
+
+    if constexpr (kSched == 0) {
+      for (int j = 0; j < n; ++j) {
+        const int stage = stage_of(j);
+        tile::mbar_wait(bars.k_full(stage), parity_of(j));
         st.issue_s(s, k_base + stage * T::kTileBytes);
-        st.issue_pv(pa, v_base + prev * T::kTileBytes);
-        turn_end(j);
-        tile::wgmma_wait<1>();  // S_j done; PV_{j-1} may still run (it reads pa and writes O)
-        tile::fence_regs(s);
-        st.softmax(s, j * N, c, a.scale_log2, corr);
         tile::wgmma_wait<0>();
-        st.fence_o();
-        tile::fence_regs(pa);  // PV_{j-1} read pa until here
-        release(prev);
+        tile::fence_regs(s);
+        arrive(bars.k_empty(stage));
+        if (j == n - 1) arrive(bars.q_empty());
+        st.softmax(s, j * T::kBlockN, c, a.scale_log2, corr);
         st.rescale_o(corr);
         Consumer<E, HD>::to_a_fragments(s, pa);
+        tile::mbar_wait(bars.v_full(stage), parity_of(j));
+        st.issue_pv(pa, v_base + stage * T::kTileBytes);
+        tile::wgmma_wait<0>();
+        st.fence_o();
+        arrive(bars.v_empty(stage));
       }
-      const int last = (n_tiles - 1) % T::kStages;
-      tile::mbar_wait(&bar_v[last], ((n_tiles - 1) / T::kStages) & 1);
-      turn_begin(n_tiles);
-      st.issue_pv(pa, v_base + last * T::kTileBytes);
-      turn_end(n_tiles);
-      tile::wgmma_wait<0>();
-      st.fence_o();
-      release(last);
+      if (n == 0) arrive(bars.q_empty());
+    } else {
+      if (n > 0) {
+        tile::mbar_wait(bars.k_full(stage_of(0)), parity_of(0));
+        turn_begin();
+        st.issue_s(s, k_base + stage_of(0) * T::kTileBytes);
+        turn_end();
+        tile::wgmma_wait<0>();
+        tile::fence_regs(s);
+        arrive(bars.k_empty(stage_of(0)));
+        if (n == 1) arrive(bars.q_empty());
+        st.softmax(s, 0, c, a.scale_log2, corr);  // O is zero: no rescale needed
+        Consumer<E, HD>::to_a_fragments(s, pa);
+        for (int j = 1; j < n; ++j) {
+          const int stage = stage_of(j), prev = stage_of(j - 1);
+          tile::mbar_wait(bars.k_full(stage), parity_of(j));
+          tile::mbar_wait(bars.v_full(prev), parity_of(j - 1));
+          turn_begin();
+          st.issue_s(s, k_base + stage * T::kTileBytes);
+          st.issue_pv(pa, v_base + prev * T::kTileBytes);
+          turn_end();
+          tile::wgmma_wait<1>();  // S_j done; PV_{j-1} may still run (it reads pa and writes O)
+          tile::fence_regs(s);
+          arrive(bars.k_empty(stage));
+          if (j == n - 1) arrive(bars.q_empty());
+          st.softmax(s, j * T::kBlockN, c, a.scale_log2, corr);
+          tile::wgmma_wait<0>();
+          st.fence_o();
+          tile::fence_regs(pa);  // PV_{j-1} read pa until here
+          arrive(bars.v_empty(prev));
+          st.rescale_o(corr);
+          Consumer<E, HD>::to_a_fragments(s, pa);
+        }
+        const int last = stage_of(n - 1);
+        tile::mbar_wait(bars.v_full(last), parity_of(n - 1));
+        turn_begin();
+        st.issue_pv(pa, v_base + last * T::kTileBytes);
+        turn_end();
+        tile::wgmma_wait<0>();
+        st.fence_o();
+        arrive(bars.v_empty(last));
+      } else {
+        arrive(bars.q_empty());
+      }
     }
+    st.store(a, f.batch, f.head, row0, c);
+    kv_count += n;
   }
-  st.store(a, batch, head, row0, c);
+  if constexpr (kSched == 2) {
+    if (cwg == 0 && !first_turn) tile::named_barrier_sync(1, 256);  // warpgroup 1's final arrival
+  }
 }
 
-template <ElemKind E, int HD, int kSched>
+// One thread: every TMA copy of every tile of this CTA, K_j ahead of V_{j-1}.
+template <int HD, bool kPersistent, int kStages>
+__device__ __forceinline__ void producer_main(const FwdArgs& a, unsigned char* sq, unsigned char* sk,
+                                              unsigned char* sv, FwdBarriers<kStages> bars) {
+  using T = FwdTraits<HD, kStages>;
+  constexpr int N = T::kBlockN;
+  tile::tma_prefetch_map(&a.tm_q);
+  tile::tma_prefetch_map(&a.tm_k);
+  tile::tma_prefetch_map(&a.tm_v);
+  int kv_count = 0;
+  for (int local = 0, t = cta_tile<kPersistent>(a, 0); t >= 0; t = cta_tile<kPersistent>(a, ++local)) {
+    const FwdTile f = decode_tile<HD>(a, t);
+    const int kv_head = f.head / a.group;
+    if (local > 0) tile::mbar_wait(bars.q_empty(), (local - 1) & 1);
+    tile::mbar_arrive_expect_tx(bars.q_full(), T::kQBytes);
+#pragma unroll
+    for (int cb = 0; cb < T::kColBlocks; ++cb)
+      tile::tma_load_4d(sq + cb * (T::kBlockM * 128), &a.tm_q, bars.q_full(), cb * 64, f.m0, f.head, f.batch);
+    for (int j = 0; j <= f.n_tiles; ++j) {
+      if (j < f.n_tiles) {
+        const int idx = kv_count + j, stage = idx % kStages;
+        if (idx >= kStages) tile::mbar_wait(bars.k_empty(stage), ((idx / kStages) + 1) & 1);
+        tile::mbar_arrive_expect_tx(bars.k_full(stage), T::kTileBytes);
+#pragma unroll
+        for (int cb = 0; cb < T::kColBlocks; ++cb)
+          tile::tma_load_4d(sk + stage * T::kTileBytes + cb * (N * 128), &a.tm_k, bars.k_full(stage), cb * 64, j * N,
+                            kv_head, f.batch);
+      }
+      if (j > 0) {
+        const int idx = kv_count + j - 1, stage = idx % kStages;
+        if (idx >= kStages) tile::mbar_wait(bars.v_empty(stage), ((idx / kStages) + 1) & 1);
+        tile::mbar_arrive_expect_tx(bars.v_full(stage), T::kTileBytes);
+#pragma unroll
+        for (int cb = 0; cb < T::kColBlocks; ++cb)
+          tile::tma_load_4d(sv + stage * T::kTileBytes + cb * (N * 128), &a.tm_v, bars.v_full(stage), cb * 64,
+                            (j - 1) * N, kv_head, f.batch);
+      }
+    }
+    kv_count += f.n_tiles;
+  }
+}
+
+template <ElemKind E, int HD, int kSched, bool kPersistent, int kStages>
 __global__ void __launch_bounds__(384, 1) flash_fwd_sm90_kernel(const __grid_constant__ FwdArgs a) {
 #if GA_SM90A_DEVICE
-  using T = FwdTraits<HD>;
-  constexpr int N = T::kBlockN;
+  using T = FwdTraits<HD, kStages>;
   extern __shared__ unsigned char flash_smem_raw[];
   // 128-byte swizzled tiles must start on 1024-byte boundaries.
   unsigned char* smem = flash_smem_raw + ((1024 - (tile::smem_u32(flash_smem_raw) & 1023)) & 1023);
   unsigned char* sq = smem;                              // [kColBlocks][kBlockM][64]
   unsigned char* sk = sq + T::kQBytes;                   // [kStages][kColBlocks][kBlockN][64]
-  unsigned char* sv = sk + T::kStages * T::kTileBytes;   // same
-  uint64_t* bars = reinterpret_cast<uint64_t*>(sv + T::kStages * T::kTileBytes);
-
-  const int m_block = a.m_blocks - 1 - static_cast<int>(blockIdx.x);  // causal: longest rows first
-  const int head = static_cast<int>(blockIdx.y), batch = static_cast<int>(blockIdx.z);
-  const int m0 = m_block * T::kBlockM;
-  int kv_end = a.seqlen_k;  // keys [0, kv_end) are visible to some row of the block
-  if (a.causal) kv_end = min(kv_end, m0 + T::kBlockM + a.seqlen_k - a.seqlen_q);
-  const int n_tiles = kv_end > 0 ? (kv_end + N - 1) / N : 0;
+  unsigned char* sv = sk + kStages * T::kTileBytes;      // same
+  const FwdBarriers<kStages> bars{reinterpret_cast<uint64_t*>(sv + kStages * T::kTileBytes)};
 
   if (threadIdx.x == 0) {
-    tile::mbar_init(&bars[0], 1);
-    for (int s = 0; s < T::kStages; ++s) {
-      tile::mbar_init(&bars[1 + s], 1);
-      tile::mbar_init(&bars[1 + T::kStages + s], 1);
-      tile::mbar_init(&bars[1 + 2 * T::kStages + s], 8);  // 8 consumer warps
+    tile::mbar_init(bars.q_full(), 1);
+    tile::mbar_init(bars.q_empty(), 8);  // 8 consumer warps
+    for (int s = 0; s < kStages; ++s) {
+      tile::mbar_init(bars.k_full(s), 1);
+      tile::mbar_init(bars.v_full(s), 1);
+      tile::mbar_init(bars.k_empty(s), 8);
+      tile::mbar_init(bars.v_empty(s), 8);
     }
     tile::mbar_fence_init();
   }
@@ -357,33 +465,10 @@ __global__ void __launch_bounds__(384, 1) flash_fwd_sm90_kernel(const __grid_con
 
   if (threadIdx.x < 128) {
     tile::regs_release<24>();
-    if (threadIdx.x == 0) {
-      tile::tma_prefetch_map(&a.tm_q);
-      tile::tma_prefetch_map(&a.tm_k);
-      tile::tma_prefetch_map(&a.tm_v);
-      const int kv_head = head / a.group;
-      tile::mbar_arrive_expect_tx(&bars[0], T::kQBytes);
-#pragma unroll
-      for (int cb = 0; cb < T::kColBlocks; ++cb)
-        tile::tma_load_4d(sq + cb * (T::kBlockM * 128), &a.tm_q, &bars[0], cb * 64, m0, head, batch);
-      for (int j = 0; j < n_tiles; ++j) {
-        const int stage = j % T::kStages;
-        if (j >= T::kStages) tile::mbar_wait(&bars[1 + 2 * T::kStages + stage], ((j / T::kStages) - 1) & 1);
-        uint64_t* bk = &bars[1 + stage];
-        uint64_t* bv = &bars[1 + T::kStages + stage];
-        tile::mbar_arrive_expect_tx(bk, T::kTileBytes);
-#pragma unroll
-        for (int cb = 0; cb < T::kColBlocks; ++cb)
-          tile::tma_load_4d(sk + stage * T::kTileBytes + cb * (N * 128), &a.tm_k, bk, cb * 64, j * N, kv_head, batch);
-        tile::mbar_arrive_expect_tx(bv, T::kTileBytes);
-#pragma unroll
-        for (int cb = 0; cb < T::kColBlocks; ++cb)
-          tile::tma_load_4d(sv + stage * T::kTileBytes + cb * (N * 128), &a.tm_v, bv, cb * 64, j * N, kv_head, batch);
-      }
-    }
+    if (threadIdx.x == 0) producer_main<HD, kPersistent, kStages>(a, sq, sk, sv, bars);
   } else {
     tile::regs_acquire<240>();
-    consumer_main<E, HD, kSched>(a, sq, sk, sv, bars, m0, head, batch, n_tiles);
+    consumer_main<E, HD, kSched, kPersistent, kStages>(a, sq, sk, sv, bars);
   }
 #else
   (void)a;
