@@ -39,6 +39,7 @@ struct ServeArgs {
   int32_t max_batch = 16;
   int64_t n_ctx = 0;
   int32_t threads = 0;
+  std::string device = "cpu";
   int32_t max_queue = 256;
   int64_t kv_blocks = 0;
   int32_t http_threads = 64;
@@ -81,9 +82,12 @@ int cmd_serve(int argc, char** argv) {
                 std::string("require 'Authorization: Bearer KEY' (default: $") + kApiKeyEnv + ", else none)");
   parser.option("--max-batch", &a.max_batch, "N", "sequences decoded together");
   parser.option("-c,--ctx", &a.n_ctx, "N", "context per sequence in tokens; 0: the model's (capped at 4096)");
-  parser.option("-t,--threads", &a.threads, "N", "CPU threads; 0: all cores");
+  parser.option("-t,--threads", &a.threads, "N", "CPU threads (the CPU forward, sampling); 0: all cores");
+  parser.option("--device", &a.device, "DEVICE",
+                "cpu, cuda (cuda:N) or auto (cuda when a GPU can run the model); the GPU keeps an f16 KV pool");
   parser.option("--max-queue", &a.max_queue, "N", "waiting requests beyond which requests get 503");
-  parser.option("--kv-blocks", &a.kv_blocks, "N", "KV cache blocks (16 tokens each); 0: max-batch full contexts");
+  parser.option("--kv-blocks", &a.kv_blocks, "N",
+                "KV cache blocks (16 tokens each); 0: max-batch full contexts (cpu), free GPU memory (cuda)");
   parser.option("--http-threads", &a.http_threads, "N", "connections served at once (a stream holds one)");
   parser.option("--max-body", &a.max_body, "BYTES", "largest request body; larger ones get 413");
   parser.flag("-q,--quiet", &a.quiet, "do not log requests");
@@ -93,6 +97,8 @@ int cmd_serve(int argc, char** argv) {
   require(a.max_batch >= 1, "--max-batch must be >= 1, got " + std::to_string(a.max_batch));
   require(a.n_ctx >= 0, "--ctx must be >= 0 (0: the model's context), got " + std::to_string(a.n_ctx));
   require(a.threads >= 0, "--threads must be >= 0 (0: all cores), got " + std::to_string(a.threads));
+  require(a.device == "cpu" || a.device == "cuda" || a.device == "auto" || a.device.rfind("cuda:", 0) == 0,
+          "--device must be cpu, cuda, cuda:N or auto, got '" + a.device + "'");
   require(a.max_queue >= 0, "--max-queue must be >= 0, got " + std::to_string(a.max_queue));
   require(a.kv_blocks >= 0, "--kv-blocks must be >= 0 (0: automatic), got " + std::to_string(a.kv_blocks));
   require(a.http_threads >= 1, "--http-threads must be >= 1, got " + std::to_string(a.http_threads));
@@ -116,6 +122,7 @@ int cmd_serve(int argc, char** argv) {
   scheduler_options.n_ctx = a.n_ctx;
   scheduler_options.kv_blocks = a.kv_blocks;
   scheduler_options.n_threads = a.threads;
+  scheduler_options.device = a.device;
   Scheduler scheduler(model, tokenizer, scheduler_options);
 
   server::ServerOptions options;

@@ -10,6 +10,7 @@ int cmd_inspect(int argc, char** argv);   // print metadata and the tensor table
 int cmd_logits(int argc, char** argv);    // write the logits of given token ids (parity checks)
 int cmd_serve(int argc, char** argv);     // OpenAI-compatible HTTP server (apps/server)
 int cmd_bench(int argc, char** argv);       // pp/tg throughput against measured ceilings
+int cmd_bench_serve(int argc, char** argv);  // continuous-batching throughput / TTFT with N clients
 int cmd_quantize(int argc, char** argv);    // re-quantize a GGUF model (llama-quantize)
 int cmd_make_model(int argc, char** argv);  // write a random-weight Llama model of a real shape
 

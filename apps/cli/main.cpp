@@ -30,6 +30,7 @@ const char* const kUsage =
     "  logits    write the logits of given token ids (parity checks)\n"
     "  serve     serve a model over an OpenAI-compatible HTTP API\n"
     "  bench     prompt / generation throughput against measured ceilings\n"
+    "  bench-serve  continuous-batching throughput and time to first token with N clients\n"
     "  quantize  re-quantize a GGUF model (llama.cpp types and k-quant mixes)\n"
     "  make-model  write a random-weight Llama model of a real shape\n"
     "\n"
@@ -53,6 +54,7 @@ int dispatch(int argc, char** argv) {
   if (command == "logits") return ga::cli::cmd_logits(argc, argv);
   if (command == "serve") return ga::cli::cmd_serve(argc, argv);
   if (command == "bench") return ga::cli::cmd_bench(argc, argv);
+  if (command == "bench-serve") return ga::cli::cmd_bench_serve(argc, argv);
   if (command == "quantize") return ga::cli::cmd_quantize(argc, argv);
   if (command == "make-model") return ga::cli::cmd_make_model(argc, argv);
   throw ga::cli::UsageError("unknown command '" + command + "' (try 'gpu-accel --help')");

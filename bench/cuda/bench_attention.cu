@@ -5,7 +5,12 @@
 //    measured in the same run (decode is a stream over the cache: the copy is its ceiling);
 //  * prefill: 512 and 2048 causal tokens from position 0 (and 512 after 3584 cached positions), reported as TFLOP/s (4 * head_dim FLOPs per
 //    visible (query head, key) pair: Q K^T and P V) and as a fraction of a cuBLAS f16 GEMM
-//    (8192^3, f32 accumulate) measured in the same run, a practical mma ceiling.
+//    (8192^3, f32 accumulate) measured in the same run, a practical mma ceiling;
+//  * paged (the multi-sequence form the Scheduler uses): batches of 1, 16, 32, 64 one-token decode
+//    runs over 4096 positions each, Llama-3 heads (32/8), block_size 16 with shuffled block tables,
+//    as KV-read GB/s and % of the copy bandwidth (issue 4's target: >= 80% at batch >= 16); a sweep
+//    of forced split counts (the data behind the split policy); a mixed step (63 decode runs + one
+//    512-token prompt chunk) and a paged 2048-token prefill next to its contiguous twin.
 //
 // Method (as bench_gemv.cu): decode rotates over enough KV caches (>= 4x the L2 size in total) that
 // no launch finds its cache in L2; the launches are captured in one CUDA graph (the decode loop's
@@ -155,6 +160,104 @@ Row bench_case(CachingAllocator& alloc, cudaStream_t stream, const Heads& h, int
   return r;
 }
 
+// ---- paged form ----
+
+constexpr int kPagedKv = 4096;
+constexpr int kBlockSize = 16;
+
+// A pool holding n_sets x n_seqs sequences of kv positions in shuffled blocks, and n_sets block-table
+// sets (set i: sequences i * n_seqs ..): the graph rotates over the sets so no launch finds its
+// K/V in L2.
+struct PagedPool {
+  int n_seqs = 0, n_sets = 0;
+  int64_t blocks_per_seq = 0, n_blocks = 0, kv_stride = 0;
+  std::vector<DeviceBuffer> buffers;  // k, v, tables, q_start, pos0
+  __half* k = nullptr;
+  __half* v = nullptr;
+  int32_t* tables = nullptr;  // [n_sets][n_seqs][blocks_per_seq]
+
+  PagedPool(CachingAllocator& alloc, cudaStream_t stream, const Heads& h, int seqs, int64_t kv, size_t l2_bytes) {
+    n_seqs = seqs;
+    kv_stride = int64_t{h.n_head_kv} * kHeadDim;
+    blocks_per_seq = (kv + kBlockSize - 1) / kBlockSize;
+    const size_t call_bytes = static_cast<size_t>(seqs) * static_cast<size_t>(kv * kv_stride) * 2 * sizeof(__half);
+    n_sets = static_cast<int>(std::clamp<size_t>((4 * l2_bytes + call_bytes - 1) / call_bytes, 2, 32));
+    n_blocks = blocks_per_seq * seqs * n_sets;
+    const size_t elems = static_cast<size_t>(n_blocks * kBlockSize * kv_stride);
+    buffers.emplace_back(alloc, elems * sizeof(__half));
+    buffers.emplace_back(alloc, elems * sizeof(__half));
+    k = buffers[0].as<__half>();
+    v = buffers[1].as<__half>();
+    fill_half<<<2048, 256, 0, stream>>>(k, elems, 10u);
+    fill_half<<<2048, 256, 0, stream>>>(v, elems, 50u);
+    GA_CUDA_CHECK_LAUNCH();
+    std::vector<int32_t> ids(static_cast<size_t>(n_blocks));
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i);
+    uint64_t state = 0x9E3779B97F4A7C15ull;  // Fisher-Yates with a fixed xorshift: reproducible tables
+    for (size_t i = ids.size() - 1; i > 0; --i) {
+      state ^= state << 13;
+      state ^= state >> 7;
+      state ^= state << 17;
+      std::swap(ids[i], ids[state % (i + 1)]);
+    }
+    buffers.emplace_back(alloc, ids.size() * sizeof(int32_t));
+    tables = buffers[2].as<int32_t>();
+    GA_CUDA_CHECK(cudaMemcpy(tables, ids.data(), ids.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
+  }
+  const int32_t* table_set(int i) const { return tables + int64_t{i} * n_seqs * blocks_per_seq; }
+};
+
+// Times one paged call: runs (n_q, pos0) over the pool (one sequence per run, kPagedKv positions).
+// Returns microseconds per call.
+double time_paged(CachingAllocator& alloc, cudaStream_t stream, const Heads& h, const PagedPool& pool,
+                  const std::vector<std::pair<int, int64_t>>& runs, int forced_splits, int* splits_used = nullptr) {
+  std::vector<int32_t> q_start{0}, pos0;
+  int max_q = 0;
+  int64_t max_kv = 0;
+  for (const auto& r : runs) {
+    q_start.push_back(q_start.back() + r.first);
+    pos0.push_back(static_cast<int32_t>(r.second));
+    max_q = std::max(max_q, r.first);
+    max_kv = std::max(max_kv, r.second + r.first);
+  }
+  const int n_tokens = q_start.back();
+  const size_t q_elems = static_cast<size_t>(n_tokens) * h.n_head * kHeadDim;
+  DeviceBuffer q(alloc, q_elems * 4), out(alloc, q_elems * 4), d_start(alloc, q_start.size() * 4),
+      d_pos0(alloc, pos0.size() * 4);
+  fill_float<<<256, 256, 0, stream>>>(q.as<float>(), q_elems, 3);
+  GA_CUDA_CHECK_LAUNCH();
+  GA_CUDA_CHECK(cudaMemcpy(d_start.data(), q_start.data(), q_start.size() * 4, cudaMemcpyHostToDevice));
+  GA_CUDA_CHECK(cudaMemcpy(d_pos0.data(), pos0.data(), pos0.size() * 4, cudaMemcpyHostToDevice));
+  ga::cuda::AttentionParams p = params_for(h, n_tokens, 0, max_kv);
+  p.n_seqs = static_cast<int>(runs.size());
+  p.seq_q_start = d_start.as<int32_t>();
+  p.seq_pos0 = d_pos0.as<int32_t>();
+  p.block_table = pool.table_set(0);
+  p.block_table_stride = pool.blocks_per_seq;
+  p.block_size = kBlockSize;
+  p.n_kv_blocks = pool.n_blocks;
+  p.max_seq_tokens = max_q;
+  p.decode_splits = forced_splits;
+  p.k = pool.k;
+  p.v = pool.v;
+  p.q = q.as<float>();
+  p.out = out.as<float>();
+  const size_t ws_bytes = ga::cuda::attention_workspace_bytes(p);
+  DeviceBuffer ws(alloc, std::max<size_t>(ws_bytes, 16));
+  GA_CUDA_CHECK(cudaMemsetAsync(ws.data(), 0, ws.size(), stream));
+  p.workspace = ws.data();
+  p.workspace_bytes = ws.size();
+  if (const char* why = ga::cuda::attention_unsupported_reason(p)) GA_THROW(Internal, "paged bench case rejected: ", why);
+  if (splits_used != nullptr) *splits_used = ga::cuda::attention_decode_splits(p);
+  cudaGraphExec_t graph = capture(stream, pool.n_sets, [&](int i) {
+    p.block_table = pool.table_set(i);
+    return ga::cuda::attention(p, stream);
+  });
+  const double us = time_graph(graph, stream) * 1e3 / pool.n_sets;
+  GA_CUDA_CHECK(cudaGraphExecDestroy(graph));
+  return us;
+}
+
 }  // namespace
 
 int main() try {
@@ -185,6 +288,49 @@ int main() try {
   rows.push_back(bench_case(alloc, stream.get(), llama3, 512, 4096, false, dev.l2_bytes, copy_gbs, gemm));
   GA_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
 
+  // Paged decode: batches of one-token runs over 4096 positions each (Llama-3 heads, block_size 16).
+  struct PagedRow {
+    std::string what;
+    double us, gbs;
+  };
+  std::vector<PagedRow> paged_rows;
+  std::vector<std::string> sweep_lines;
+  const size_t seq_kv_bytes = size_t{kPagedKv} * llama3.n_head_kv * kHeadDim * 2 * sizeof(__half);
+  for (int batch : {1, 16, 32, 64}) {
+    PagedPool pool(alloc, stream.get(), llama3, batch, kPagedKv, dev.l2_bytes);
+    const std::vector<std::pair<int, int64_t>> runs(static_cast<size_t>(batch), {1, kPagedKv - 1});
+    const double bytes = double(seq_kv_bytes) * batch;
+    int auto_splits = 0;
+    const double us = time_paged(alloc, stream.get(), llama3, pool, runs, 0, &auto_splits);
+    paged_rows.push_back({"paged decode b" + std::to_string(batch) + " kv 4096 bs 16 (" + std::to_string(auto_splits) +
+                              " splits)", us, bytes / (us * 1e-6) / kGB});
+    std::printf("%s: %.2f us\n", paged_rows.back().what.c_str(), us);
+    std::string line = "| b" + std::to_string(batch) + " |";
+    for (int splits : {1, 2, 3, 4, 6, 8, 16}) {
+      const double su = time_paged(alloc, stream.get(), llama3, pool, runs, splits);
+      char cell[64];
+      std::snprintf(cell, sizeof(cell), " %.1f us %.0f%% |", su, 100.0 * bytes / (su * 1e-6) / kGB / copy_gbs);
+      line += cell;
+    }
+    sweep_lines.push_back(line);
+    if (batch == 64) {  // the Scheduler's mixed step: 63 decode runs + one 512-token chunk from position 0
+      std::vector<std::pair<int, int64_t>> mixed(63, {1, kPagedKv - 1});
+      mixed.insert(mixed.begin() + 31, {512, 0});
+      const double mu = time_paged(alloc, stream.get(), llama3, pool, mixed, 0);
+      paged_rows.push_back({"paged mixed: 63 decode runs (kv 4096) + 512-token chunk (GB/s of the decode KV)", mu,
+                            double(seq_kv_bytes) * 63 / (mu * 1e-6) / kGB});
+      std::printf("%s: %.2f us\n", paged_rows.back().what.c_str(), mu);
+    }
+    alloc.release_cached();
+  }
+  double paged_prefill_us = 0.0;
+  {
+    PagedPool pool(alloc, stream.get(), llama3, 1, 2048, dev.l2_bytes);
+    paged_prefill_us = time_paged(alloc, stream.get(), llama3, pool, {{2048, 0}}, 0);
+    alloc.release_cached();
+  }
+  GA_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
+
   std::printf("\nAttention, head_dim %d, f16 KV; device-to-device copy (read + write): %.0f GB/s; cuBLAS f16 GEMM "
               "8192^3: %.0f TFLOP/s\n\n", kHeadDim, copy_gbs, gemm);
   std::printf("| case | time us | rate | of same-run ceiling |\n|---|---:|---:|---:|\n");
@@ -192,6 +338,16 @@ int main() try {
     std::printf(r.decode ? "| %s | %.2f | %.0f GB/s | %.0f%% of copy |\n" : "| %s | %.2f | %.1f TFLOP/s | %.0f%% of GEMM |\n",
                 r.what.c_str(), r.us, r.rate, 100.0 * r.fraction);
   }
+  const double prefill_flops = 4.0 * kHeadDim * llama3.n_head * (2048.0 * 2049.0 / 2.0);
+  std::printf("| Llama-3-8B (32/8) paged prefill 2048 bs 16 | %.2f | %.1f TFLOP/s | %.0f%% of GEMM |\n", paged_prefill_us,
+              prefill_flops / (paged_prefill_us * 1e-6) / 1e12, 100.0 * prefill_flops / (paged_prefill_us * 1e-6) / 1e12 / gemm);
+  for (const PagedRow& r : paged_rows) {
+    std::printf("| Llama-3-8B (32/8) %s | %.2f | %.0f GB/s | %.0f%% of copy |\n", r.what.c_str(), r.us, r.gbs,
+                100.0 * r.gbs / copy_gbs);
+  }
+  std::printf("\nPaged decode (32/8, kv 4096 per run, bs 16), forced split counts: time and %% of copy\n\n");
+  std::printf("| batch | 1 | 2 | 3 | 4 | 6 | 8 | 16 |\n|---|---|---|---|---|---|---|---|\n");
+  for (const std::string& line : sweep_lines) std::printf("%s\n", line.c_str());
   return 0;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "ga_bench_attention: %s\n", e.what());

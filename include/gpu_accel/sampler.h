@@ -38,7 +38,8 @@ class Sampler {
   // Picks the next token from logits ([n_vocab]) given the tokens so far (prompt + generated).
   int32_t sample(std::span<const float> logits, std::span<const int32_t> history);
 
-  // The probabilities the last draw used, sorted descending (token, p); for logprobs.
+  // The probabilities the last draw used, sorted descending (token, p); for logprobs. After a
+  // greedy draw without penalties: only the chosen token (p = 1), the argmax needs no distribution.
   struct Candidate {
     int32_t id;
     float logit;

@@ -50,8 +50,11 @@ struct SchedulerOptions {
   int64_t block_size = 16;         // tokens per KV block
   int64_t max_batch_tokens = 512;  // tokens per forward step (decode tokens + prompt chunks); >= max_running
   int n_threads = 0;               // CPU threads; 0: all
-  KvType kv_type = KvType::F32;
+  KvType kv_type = KvType::F32;    // the CPU's; the CUDA pool is always f16
+  // "cpu", "cuda" / "cuda:N" (the batched CUDA forward over a paged KV pool on that GPU; kv_blocks 0:
+  // what free device memory holds) or "auto" (cuda:0 when a device can run the model, else cpu).
   std::string device = "cpu";
+  bool cuda_graphs = true;  // CUDA: replay decode-only steps as graphs captured per batch size
 };
 
 struct CompletionRequest {
@@ -102,6 +105,12 @@ struct SchedulerStats {
   double prompt_tokens_per_second = 0;      // over a recent window
   double generation_tokens_per_second = 0;  // over a recent window
   uint64_t weight_bytes = 0;                // model weight bytes (for achieved-bandwidth figures)
+  // Where the scheduler thread's time goes, cumulative since start: steps with a forward pass, the
+  // forward pass itself (device work + logits copy), and choosing and emitting the tokens.
+  uint64_t steps = 0;
+  double step_seconds = 0;
+  double forward_seconds = 0;
+  double sample_seconds = 0;
   std::string device;
 };
 

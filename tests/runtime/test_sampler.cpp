@@ -160,6 +160,25 @@ TEST(Sampler, PenaltiesFollowLlamaCppArithmetic) {
   for (const auto& c : none.last_candidates()) EXPECT_FLOAT_EQ(c.logit, logits[static_cast<size_t>(c.id)]);
 }
 
+TEST(Sampler, GreedyWithoutPenaltiesIsTheArgmax) {
+  // A vocabulary-sized row with repeated maxima: the fast greedy path must pick what argmax() picks
+  // (the lowest id among the largest), with and without a history.
+  std::vector<float> logits(50000);
+  uint64_t state = 12345;
+  for (float& l : logits) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    l = static_cast<float>(state >> 40) / static_cast<float>(1 << 20);  // coarse: many ties
+  }
+  const int32_t expected = ga::argmax(logits);
+  Sampler s(plain(0.0f));
+  EXPECT_EQ(s.sample(logits, {}), expected);
+  EXPECT_EQ(s.sample(logits, std::vector<int32_t>{expected, 3, 7}), expected);
+  ASSERT_EQ(s.last_candidates().size(), 1u);
+  EXPECT_EQ(s.last_candidates().front().id, expected);
+  logits[777] = NAN;
+  EXPECT_THROW(s.sample(logits, {}), ga::Error);
+}
+
 TEST(Sampler, PenaltiesApplyBeforeGreedy) {
   const std::vector<float> logits = {2.0f, 1.5f};
   SamplerParams p = plain(0.0f);

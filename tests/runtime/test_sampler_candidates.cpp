@@ -204,8 +204,11 @@ TEST(SamplerCandidates, DecidesWhenTheCandidatesSuffice) {
   };
   SamplerParams p;
   p.temperature = 0.0f;
-  EXPECT_TRUE(decided(p, 20));   // greedy: its 20 reported candidates
+  EXPECT_TRUE(decided(p, 1));    // greedy without penalties: the chosen token alone, as sample()
+  p.repeat_penalty = 1.1f;
+  EXPECT_TRUE(decided(p, 20));   // greedy with penalties: its 20 reported candidates
   EXPECT_FALSE(decided(p, 19));
+  p.repeat_penalty = 1.0f;
   p.temperature = 0.8f;
   p.top_k = 40;
   EXPECT_TRUE(decided(p, 40));   // top-k within the candidates: always

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "common/test_data.h"
+#include "gpu_accel/device.h"
 #include "gpu_accel/error.h"
 #include "gpu_accel/generate.h"
 #include "gpu_accel/scheduler.h"
@@ -497,6 +498,37 @@ TEST(Scheduler, DestructorCancelsPendingRequestsOnce) {
     cancelled += c.get(i).result.finish == FinishReason::Cancelled;
   }
   EXPECT_GE(cancelled, 2);
+}
+
+TEST(Scheduler, PicksItsDeviceOnce) {
+  SchedulerOptions opt;
+  opt.n_ctx = 64;
+  opt.n_threads = 1;
+  opt.max_running = 2;
+  opt.device = "tpu";
+  EXPECT_THROW(Scheduler(stories(), tokenizer(), opt), Error);
+  opt.device = "cuda:x";
+  EXPECT_THROW(Scheduler(stories(), tokenizer(), opt), Error);
+  opt.device = "auto";  // the GPU when there is one, else the CPU: either way it serves
+  {
+    Scheduler sched(stories(), tokenizer(), opt);
+    EXPECT_EQ(sched.stats().device, cuda_device_count() > 0 ? "cuda:0" : "cpu");
+    Collector c;
+    CompletionRequest r = request("Once upon a time", 8);
+    r.ignore_eos = true;
+    c.submit(sched, 0, r);
+    c.wait(1);
+    EXPECT_EQ(c.get(0).tokens.size(), 8u);
+  }
+  if (cuda_device_count() == 0) {  // no GPU (or no CUDA in this build): "cuda" is a clear Unsupported
+    opt.device = "cuda";
+    try {
+      Scheduler sched(stories(), tokenizer(), opt);
+      ADD_FAILURE() << "device cuda accepted without a GPU";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::Unsupported) << e.what();
+    }
+  }
 }
 
 }  // namespace

@@ -46,6 +46,62 @@ class CudaForward {
 // OutOfMemory (with the byte counts) when the model and cache do not fit in free device memory.
 std::unique_ptr<CudaForward> make_cuda_llama_forward(const LoadedModel& model, const CudaForwardParams& params);
 
+// ---- Many sequences over a paged KV pool (the Scheduler's engine) ----
+
+// One entry of a batched step: `token` at position `pos` of sequence `seq` (an index into the step's
+// block tables). The same contract as arch::BatchToken, restated here because ga_cuda must not
+// include the model layer.
+struct BatchEntry {
+  int32_t token = 0;
+  int64_t pos = 0;
+  int32_t seq = 0;
+  bool logits = false;  // this entry's logits are wanted
+};
+
+struct CudaBatchForwardParams {
+  int device = 0;
+  int64_t block_size = 16;           // positions per KV block
+  // KV pool size in blocks; 0: as many as fit in kv_memory_fraction of the device memory left free
+  // after the weights and the scratch, at most max_auto_blocks (0: no cap).
+  int64_t n_blocks = 0;
+  double kv_memory_fraction = 0.9;
+  int64_t max_auto_blocks = 0;
+  int64_t max_batch_tokens = 512;    // entries per forward() (sizes the scratch)
+  int64_t max_seqs = 64;             // sequences per forward(); also bounds the logits rows
+  int64_t max_seq_positions = 4096;  // positions one sequence may reach (sizes the block tables)
+  // [n_rot/2] divisors of the rope frequencies (rope_freqs.weight or Llama-3 scaling); empty: none.
+  std::vector<float> rope_freq_factors;
+  bool use_cuda_graph = true;  // replay decode-only steps (n one-token runs) as graphs captured per n
+};
+
+// The forward pass of a batch of entries from many sequences over a paged f16 KV pool on one GPU:
+// the CUDA twin of arch::LlamaBatchForward + arch::KvPool (same batch/block-table contract), with
+// the KV pool inside. Not thread-safe.
+class CudaBatchForward {
+ public:
+  virtual ~CudaBatchForward() = default;
+  // Stores every entry's K/V at its (seq, pos) slot of the pool, then each entry attends to
+  // positions 0 .. pos of its sequence. The entries of one sequence must be consecutive and at
+  // consecutive positions (a run: one decode token or a prompt chunk), which is what a scheduler
+  // step is. block_tables[s] lists sequence s's blocks in position order. Returns the logits of the
+  // entries with logits = true, in batch order ([n_with_logits][n_vocab]), in a host buffer owned by
+  // this object and valid until the next call. Checks ids, sequences, positions and block ids
+  // before any work (InvalidArgument / OutOfRange).
+  virtual std::span<const float> forward(std::span<const BatchEntry> batch,
+                                         std::span<const std::span<const int32_t>> block_tables) = 0;
+  virtual int64_t n_blocks() const = 0;
+  virtual int64_t block_size() const = 0;
+  virtual int64_t n_vocab() const = 0;
+  virtual std::string description() const = 0;
+  virtual uint64_t device_bytes() const = 0;  // weights + KV pool + scratch
+  virtual uint64_t kv_bytes() const = 0;      // the KV pool alone
+};
+
+// Uploads the weights and allocates the pool and scratch. Unsupported without CUDA / a device / for
+// unreadable weight types; OutOfMemory (with the byte counts) when the pool does not fit.
+std::unique_ptr<CudaBatchForward> make_cuda_llama_batch_forward(const LoadedModel& model,
+                                                                const CudaBatchForwardParams& params);
+
 // The ceilings a GPU benchmark reports against, measured on `device` now.
 struct CudaCeilings {
   std::string device_name;

@@ -13,6 +13,11 @@ std::unique_ptr<CudaForward> make_cuda_llama_forward(const LoadedModel& /*model*
   GA_THROW(Unsupported, "the CUDA backend is not available in this build (configure with -DGA_CUDA=ON)");
 }
 
+std::unique_ptr<CudaBatchForward> make_cuda_llama_batch_forward(const LoadedModel& /*model*/,
+                                                                const CudaBatchForwardParams& /*params*/) {
+  GA_THROW(Unsupported, "the CUDA backend is not available in this build (configure with -DGA_CUDA=ON)");
+}
+
 CudaCeilings measure_cuda_ceilings(int /*device*/) {
   GA_THROW(Unsupported, "the CUDA backend is not available in this build (configure with -DGA_CUDA=ON)");
 }

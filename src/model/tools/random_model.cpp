@@ -25,6 +25,8 @@ constexpr ModelPreset kPresets[] = {
     {"llama3-8b", 4096, 32, 32, 8, 14336, 8192},
     {"llama3-1b", 2048, 16, 32, 8, 8192, 8192},
     {"tiny", 256, 4, 8, 4, 768, 1024},
+    // head_dim 64 (as llama3-1b) at test size: the tuned attention kernels' smallest head
+    {"tiny-hd64", 256, 2, 4, 2, 512, 1024},
 };
 
 constexpr uint32_t kAlignment = 32;

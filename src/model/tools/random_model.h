@@ -25,7 +25,7 @@ struct ModelPreset {
 
 // nullptr when unknown.
 const ModelPreset* find_preset(std::string_view name);
-std::string preset_names();  // "llama2-7b, llama3-8b, llama3-1b, tiny"
+std::string preset_names();  // "llama2-7b, llama3-8b, llama3-1b, tiny, tiny-hd64"
 
 struct MakeModelOptions {
   std::string preset;      // a preset name

@@ -2,7 +2,9 @@
 //
 // Design: every step works on one candidate list (id, logit, p) that each filter shrinks in place,
 // so the list left at the end is exactly what the draw used and doubles as last_candidates() for
-// logprobs. Candidates are ordered by (logit desc, id asc): a strict total order, so std::sort gives
+// logprobs. Greedy decoding without penalties skips the list: it is a plain argmax (and
+// last_candidates() holds only the chosen token), because it is the common serving case and a full
+// softmax per token would make the sampling thread the bottleneck of a large batch. Candidates are ordered by (logit desc, id asc): a strict total order, so std::sort gives
 // the same result on every standard library and ties never depend on the sort algorithm.
 //
 // Reproducibility: the PRNG is our own xoshiro256** seeded through splitmix64, and the uniform draw
@@ -94,6 +96,37 @@ size_t draw_index(const std::vector<Sampler::Candidate>& cands, double sum, floa
   return cands.size();
 }
 
+// The index of the largest logit, the lowest on ties (as argmax()); InvalidArgument on a NaN. Two
+// passes: the maximum over kLanes independent lanes (no loop-carried dependency between them, so
+// the compiler keeps them in one vector register), then the first index holding it.
+size_t checked_argmax(std::span<const float> logits) {
+  constexpr size_t kLanes = 8;
+  float lane_max[kLanes];
+  std::fill(lane_max, lane_max + kLanes, -std::numeric_limits<float>::infinity());
+  bool any_nan = false;
+  const size_t n = logits.size();
+  size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (size_t l = 0; l < kLanes; ++l) {
+      const float x = logits[i + l];
+      any_nan |= x != x;
+      lane_max[l] = x > lane_max[l] ? x : lane_max[l];
+    }
+  }
+  for (; i < n; ++i) {
+    any_nan |= logits[i] != logits[i];
+    lane_max[0] = logits[i] > lane_max[0] ? logits[i] : lane_max[0];
+  }
+  if (any_nan) {
+    for (size_t j = 0; j < n; ++j) GA_CHECK(!std::isnan(logits[j]), InvalidArgument, "logit of token ", j, " is NaN");
+  }
+  float m = lane_max[0];
+  for (size_t l = 1; l < kLanes; ++l) m = lane_max[l] > m ? lane_max[l] : m;
+  size_t best = 0;
+  while (best < n && logits[best] != m) ++best;
+  return best < n ? best : 0;  // all -inf: token 0, as argmax()
+}
+
 }  // namespace
 
 std::vector<std::pair<int32_t, int32_t>> penalty_counts(const SamplerParams& params, std::span<const int32_t> history,
@@ -172,6 +205,17 @@ double Sampler::next_uniform() {
 int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> history) {
   GA_CHECK(!logits.empty(), InvalidArgument, "sample() got empty logits");
   const int64_t n_vocab = static_cast<int64_t>(logits.size());
+  const bool any_penalty =
+      params_.repeat_penalty != 1.0f || params_.frequency_penalty != 0.0f || params_.presence_penalty != 0.0f;
+
+  // ---- greedy without penalties: one pass, no candidate list and no softmax (a server samples
+  // 64 rows of up to 150k logits per step on one thread's budget) ----
+  // (Decided from the parameters alone, so sample_from_candidates reports the same candidate list.)
+  if (params_.temperature <= 0.0f && (!any_penalty || params_.repeat_last_n == 0)) {
+    const size_t best = checked_argmax(logits);
+    candidates_.assign(1, Candidate{static_cast<int32_t>(best), logits[best], 1.0f});
+    return static_cast<int32_t>(best);
+  }
 
   candidates_.resize(logits.size());
   for (size_t i = 0; i < logits.size(); ++i) {
@@ -252,6 +296,12 @@ std::optional<int32_t> Sampler::sample_from_candidates(const CandidateView& view
 
   // ---- greedy: the first candidate; the reported top candidates at temperature 1 ----
   if (params_.temperature <= 0.0f) {
+    const bool any_penalty =
+        params_.repeat_penalty != 1.0f || params_.frequency_penalty != 0.0f || params_.presence_penalty != 0.0f;
+    if (!any_penalty || params_.repeat_last_n == 0) {  // as sample(): the chosen token alone
+      candidates_.assign(1, Candidate{view.top.front().id, view.top.front().logit, 1.0f});
+      return candidates_.front().id;
+    }
     const size_t keep = std::min(kGreedyReportedCandidates, static_cast<size_t>(n_vocab));
     if (m < keep) return std::nullopt;
     candidates_.assign(view.top.begin(), view.top.begin() + static_cast<ptrdiff_t>(keep));

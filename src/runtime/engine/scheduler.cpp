@@ -4,6 +4,13 @@
 // set and the stats snapshot, under one mutex. Everything else (running sequences, the block
 // manager, the KV pool, the forward pass) belongs to the scheduler thread, which never holds the
 // mutex while it computes or calls back, so a callback may call submit(), cancel() or stats().
+// The one exception is sampling: the token choice of every sequence that samples in a step runs in
+// parallel on the thread pool (sample_step; each task touches only its own sequence's sampler and
+// reads the shared logits), then events are delivered in order on the scheduler thread.
+//
+// Device: the step's forward pass is an engine::BatchBackend (batch_backend.h), the CPU reference or
+// the CUDA forward over a device KV pool, chosen once from options.device; nothing below depends on
+// which.
 //
 // One sequence = its tokens (prompt + generated so far), how many of them have K/V in its blocks
 // (n_computed), its block table, its Sampler and its TextStreamer. Prefill and decode are the same
@@ -42,6 +49,7 @@
 #include "core/thread_pool.h"
 #include "gpu_accel/error.h"
 #include "model/arch/llama.h"
+#include "runtime/engine/batch_backend.h"
 #include "runtime/engine/generate_stream.h"
 #include "runtime/engine/kv_cache.h"
 
@@ -83,6 +91,11 @@ struct Sequence {
   int64_t logits_row = -1;  // row of this step's logits, when it samples
   bool leaving = false;     // finished or preempted during this step
   bool done = false;        // finished: on_done was called
+  // The token sample_step chose (or the error it threw), with its logprobs when requested.
+  int32_t chosen = -1;
+  std::exception_ptr sample_error;
+  TokenLogprob chosen_logprob;
+  std::vector<TokenLogprob> top_logprobs;
 
   Sequence(CompletionRequest r, std::vector<std::string> stop)
       : req(std::move(r)), sampler(req.sampling), streamer(std::move(stop)) {}
@@ -115,8 +128,7 @@ struct Scheduler::Impl {
   Clock::time_point started = Clock::now();
 
   ThreadPool pool;
-  arch::LlamaBatchForward forward;
-  arch::KvPool kv;
+  std::unique_ptr<engine::BatchBackend> backend;
   engine::KvBlockManager blocks;
 
   // Shared with callers' threads, under `mu`.
@@ -135,20 +147,35 @@ struct Scheduler::Impl {
   std::vector<Sequence*> step_seqs;
   std::vector<arch::BatchToken> batch;
   std::vector<std::span<const int32_t>> tables;
-  std::vector<float> logits;
+  std::vector<Sequence*> sampling;  // this step's sequences that sample
   uint64_t step_prompt_tokens = 0, step_generated_tokens = 0;
+  uint64_t steps = 0;
+  double step_seconds = 0, forward_seconds = 0, sample_seconds = 0;
   uint64_t finished = 0, cancelled = 0, preemptions = 0;
   std::thread thread;
 
-  Impl(const LoadedModel& m, const Tokenizer& t, const SchedulerOptions& o, int64_t ctx, int64_t n_blocks)
+  Impl(const LoadedModel& m, const Tokenizer& t, const SchedulerOptions& o, int64_t ctx)
       : model(m),
         tokenizer(t),
         opt(o),
         n_ctx(ctx),
         pool(o.n_threads),
-        forward(m, &pool),
-        kv(m.config, arch::KvPoolParams{n_blocks, o.block_size, o.kv_type == KvType::F16 ? DType::F16 : DType::F32}),
-        blocks(n_blocks, o.block_size) {}
+        backend(engine::make_batch_backend(m, backend_options(o, ctx, &pool))),
+        blocks(backend->n_blocks(), o.block_size) {}
+
+  static engine::BatchBackendOptions backend_options(const SchedulerOptions& o, int64_t ctx, ThreadPool* p) {
+    engine::BatchBackendOptions b;
+    b.device = o.device;
+    b.n_ctx = ctx;
+    b.kv_blocks = o.kv_blocks;
+    b.block_size = o.block_size;
+    b.max_batch_tokens = o.max_batch_tokens;
+    b.max_seqs = o.max_running;
+    b.kv_type = o.kv_type;
+    b.pool = p;
+    b.cuda_graphs = o.cuda_graphs;
+    return b;
+  }
 
   void loop();
   void take_cancellations();
@@ -158,9 +185,11 @@ struct Scheduler::Impl {
   bool ensure_blocks(size_t index, int64_t n_positions);
   void preempt(Sequence& s);
   void after_forward(Sequence& s);
-  void sample(Sequence& s, std::span<const float> row);
+  void sample_step(std::span<const float> logits);
+  void choose_token(Sequence& s, std::span<const float> row) const;
+  void emit_token(Sequence& s);
   bool deliver(Sequence& s, TokenEvent& event);
-  void fill_logprobs(const Sequence& s, std::span<const float> row, int32_t id, TokenEvent& event) const;
+  void fill_logprobs(Sequence& s, std::span<const float> row) const;
   void finish(Sequence& s, FinishReason reason, std::exception_ptr error = nullptr);
   void drop_leavers();
   void publish_stats();
@@ -171,8 +200,6 @@ struct Scheduler::Impl {
 // Public API
 
 Scheduler::Scheduler(const LoadedModel& model, const Tokenizer& tokenizer, const SchedulerOptions& options) {
-  GA_CHECK(options.device == "cpu", Unsupported, "device '", options.device,
-           "' is not available for the scheduler (supported: cpu)");
   GA_CHECK(options.max_running > 0, InvalidArgument, "max_running must be positive, got ", options.max_running);
   GA_CHECK(options.max_queued >= 0, InvalidArgument, "max_queued must be >= 0, got ", options.max_queued);
   GA_CHECK(options.block_size > 0, InvalidArgument, "block_size must be positive, got ", options.block_size);
@@ -182,12 +209,11 @@ Scheduler::Scheduler(const LoadedModel& model, const Tokenizer& tokenizer, const
   GA_CHECK(options.kv_blocks >= 0, InvalidArgument, "kv_blocks must be >= 0 (0: automatic), got ", options.kv_blocks);
   GA_CHECK(options.n_threads >= 0, InvalidArgument, "n_threads must be >= 0 (0: all), got ", options.n_threads);
   const int64_t n_ctx = engine::resolve_n_ctx(model.config, options.n_ctx);
-  const int64_t blocks_per_context = (n_ctx + options.block_size - 1) / options.block_size;
-  const int64_t n_blocks = options.kv_blocks > 0 ? options.kv_blocks : options.max_running * blocks_per_context;
-  impl_ = std::make_unique<Impl>(model, tokenizer, options, n_ctx, n_blocks);
-  impl_->snapshot.device = options.device;
+  impl_ = std::make_unique<Impl>(model, tokenizer, options, n_ctx);  // picks the device (batch_backend.h)
+  GA_LOG(Info, "scheduler on ", impl_->backend->description());
+  impl_->snapshot.device = impl_->backend->device();
   impl_->snapshot.weight_bytes = model.weight_bytes();
-  impl_->snapshot.kv_blocks_total = n_blocks;
+  impl_->snapshot.kv_blocks_total = impl_->backend->n_blocks();
   impl_->thread = std::thread([impl = impl_.get()] { impl->loop(); });
 }
 
@@ -282,9 +308,11 @@ void Scheduler::Impl::loop() {
       });
       if (stop) break;
     }
+    const Clock::time_point t0 = Clock::now();
     take_cancellations();
     admit();
     step();
+    step_seconds += seconds_between(t0, Clock::now());
     publish_stats();
   }
   shutdown();
@@ -465,10 +493,17 @@ void Scheduler::Impl::step() {
   if (!batch.empty()) {
     tables.clear();
     for (Sequence* s : step_seqs) tables.emplace_back(s->blocks);  // block tables are final for this step
-    logits.resize(static_cast<size_t>(n_logits * forward.n_vocab()));
     try {
-      forward.forward(batch, tables, kv, logits.data());
+      ++steps;
+      const Clock::time_point t0 = Clock::now();
+      const std::span<const float> logits = backend->forward(batch, tables);
+      const Clock::time_point t1 = Clock::now();
+      forward_seconds += seconds_between(t0, t1);
+      GA_CHECK(static_cast<int64_t>(logits.size()) == n_logits * backend->n_vocab(), Internal, "the forward returned ",
+               logits.size(), " logits for ", n_logits, " rows");
       for (Sequence* s : step_seqs) after_forward(*s);
+      sample_step(logits);
+      sample_seconds += seconds_between(t1, Clock::now());
     } catch (...) {
       const std::exception_ptr error = std::current_exception();
       GA_LOG(Error, "forward step failed; its requests end with the error");
@@ -492,19 +527,48 @@ void Scheduler::Impl::after_forward(Sequence& s) {
     s.chain_key = blocks.publish(s.blocks[static_cast<size_t>(s.n_published)], s.chain_key, chunk);
     ++s.n_published;
   }
-  if (s.logits_row < 0) return;
-  const int64_t n_vocab = forward.n_vocab();
-  sample(s, std::span<const float>(logits.data() + s.logits_row * n_vocab, static_cast<size_t>(n_vocab)));
 }
 
-void Scheduler::Impl::sample(Sequence& s, std::span<const float> row) {
-  int32_t id = 0;
+// The step's one sampling call site: every sequence that samples gets its next token chosen from
+// its logits row ([n_vocab] of `logits`), the choices in parallel on the pool (a sampler, its
+// history and its logprobs belong to one sequence; the rows and the tokenizer are only read), then
+// the tokens are emitted in batch order on this thread (callbacks, stop strings, finishing).
+void Scheduler::Impl::sample_step(std::span<const float> logits) {
+  const size_t n_vocab = static_cast<size_t>(backend->n_vocab());
+  sampling.clear();
+  for (Sequence* s : step_seqs) {
+    if (s->logits_row >= 0 && !s->leaving) sampling.push_back(s);
+  }
+  const auto row_of = [&](const Sequence& s) {
+    return logits.subspan(static_cast<size_t>(s.logits_row) * n_vocab, n_vocab);
+  };
+  pool.parallel_for(static_cast<int64_t>(sampling.size()), [&](int64_t begin, int64_t end, int) {
+    for (int64_t i = begin; i < end; ++i) {
+      Sequence& s = *sampling[static_cast<size_t>(i)];
+      choose_token(s, row_of(s));
+    }
+  });
+  for (Sequence* s : sampling) emit_token(*s);
+}
+
+// Runs on a pool thread: touches only s (its sampler, chosen token and logprobs).
+void Scheduler::Impl::choose_token(Sequence& s, std::span<const float> row) const {
+  s.chosen = -1;
+  s.sample_error = nullptr;
   try {
-    id = s.sampler.sample(row, s.tokens);
+    s.chosen = s.sampler.sample(row, s.tokens);
+    if (s.req.logprobs) fill_logprobs(s, row);
   } catch (...) {
-    finish(s, FinishReason::Cancelled, std::current_exception());
+    s.sample_error = std::current_exception();
+  }
+}
+
+void Scheduler::Impl::emit_token(Sequence& s) {
+  if (s.sample_error) {
+    finish(s, FinishReason::Cancelled, s.sample_error);
     return;
   }
+  const int32_t id = s.chosen;
   if (!s.req.ignore_eos && tokenizer.is_eog(id)) {
     TokenEvent rest;  // held-back text is final now; it has no token of its own
     rest.token = -1;
@@ -538,13 +602,15 @@ void Scheduler::Impl::sample(Sequence& s, std::span<const float> row) {
     last = false;
   }
   if (last && reason == FinishReason::Length) event.text += s.streamer.flush();
-  if (s.req.logprobs) fill_logprobs(s, row, id, event);
+  if (s.req.logprobs) {
+    event.chosen = std::move(s.chosen_logprob);
+    event.top = std::move(s.top_logprobs);
+  }
   if (!deliver(s, event)) return;
   if (last) finish(s, reason);
 }
 
-void Scheduler::Impl::fill_logprobs(const Sequence& s, std::span<const float> row, int32_t id,
-                                    TokenEvent& event) const {
+void Scheduler::Impl::fill_logprobs(Sequence& s, std::span<const float> row) const {
   // OpenAI reports the model's distribution: log-softmax of the raw logits, before penalties,
   // temperature and filters.
   const double lse = log_sum_exp(row);
@@ -555,7 +621,8 @@ void Scheduler::Impl::fill_logprobs(const Sequence& s, std::span<const float> ro
     lp.logprob = static_cast<float>(static_cast<double>(row[static_cast<size_t>(token)]) - lse);
     return lp;
   };
-  event.chosen = entry(id);
+  s.chosen_logprob = entry(s.chosen);
+  s.top_logprobs.clear();
   const size_t k = std::min(static_cast<size_t>(s.req.top_logprobs), row.size());
   if (k == 0) return;
   std::vector<int32_t> ids(row.size());
@@ -564,7 +631,7 @@ void Scheduler::Impl::fill_logprobs(const Sequence& s, std::span<const float> ro
     const float la = row[static_cast<size_t>(a)], lb = row[static_cast<size_t>(b)];
     return la != lb ? la > lb : a < b;
   });
-  for (size_t i = 0; i < k; ++i) event.top.push_back(entry(ids[i]));
+  for (size_t i = 0; i < k; ++i) s.top_logprobs.push_back(entry(ids[i]));
 }
 
 // Hands an event to the client. False (and the request finished) when it cancels or throws.
@@ -634,6 +701,10 @@ void Scheduler::Impl::publish_stats() {
   s.requests_finished = finished;
   s.requests_cancelled = cancelled;
   s.preemptions = preemptions;
+  s.steps = steps;
+  s.step_seconds = step_seconds;
+  s.forward_seconds = forward_seconds;
+  s.sample_seconds = sample_seconds;
   s.prompt_tokens_total += step_prompt_tokens;
   s.generated_tokens_total += step_generated_tokens;
   if (step_prompt_tokens + step_generated_tokens > 0) {

@@ -23,25 +23,11 @@
 #include "gpu_accel/device.h"
 #include "gpu_accel/error.h"
 #include "model/arch/llama.h"
+#include "runtime/engine/batch_backend.h"
 #include "runtime/engine/kv_cache.h"
 
 namespace ga {
 
-namespace {
-
-// "cuda" -> 0, "cuda:3" -> 3; -1 for anything else.
-int cuda_index(const std::string& device) {
-  if (device == "cuda") return 0;
-  if (device.rfind("cuda:", 0) != 0 || device.size() == 5 || device.size() > 8) return -1;
-  int index = 0;
-  for (size_t i = 5; i < device.size(); ++i) {
-    if (device[i] < '0' || device[i] > '9') return -1;
-    index = index * 10 + (device[i] - '0');
-  }
-  return index;
-}
-
-}  // namespace
 
 struct Session::Impl {
   const LoadedModel* model = nullptr;
@@ -56,7 +42,7 @@ struct Session::Impl {
 
 Session::Session(const LoadedModel& model, const SessionOptions& options) : impl_(std::make_unique<Impl>()) {
   const bool is_auto = options.device == "auto";
-  const int gpu_index = is_auto ? 0 : cuda_index(options.device);
+  const int gpu_index = is_auto ? 0 : engine::cuda_device_index(options.device);
   GA_CHECK(is_auto || options.device == "cpu" || gpu_index >= 0, InvalidArgument, "unknown device '",
            options.device, "' (cpu, cuda, cuda:N or auto)");
   GA_CHECK(options.n_threads >= 0, InvalidArgument, "n_threads must be >= 0 (0: all hardware threads), got ",

@@ -1,6 +1,7 @@
 // attention(): validates AttentionParams once, sizes the split-KV workspace and dispatches on
 // head_dim to the decode (n_tokens <= 8, attention_decode.cu) or prefill (attention_prefill.cu)
-// kernels. The kernel files hold the design notes; attention_impl.cuh the split policy.
+// kernels; the paged form may launch both (decode runs and prompt chunks of one batch). The kernel
+// files hold the design notes; attention_impl.cuh the split policy and workspace layout.
 #include <cmath>
 
 #include "backends/cuda/kernels/attention.h"
@@ -23,6 +24,7 @@ int current_sm_count() {
 
 // The longest cache a call may see: the capacity when pos0 is read on the device, else the real length.
 int64_t kv_len_bound(const AttentionParams& p, bool for_workspace) {
+  if (detail::attention_is_paged(p)) return p.max_kv_positions;  // the sequences' ends live on the device
   if (p.pos0_device != nullptr || for_workspace) return std::max<int64_t>(p.max_kv_positions, p.pos0 + p.n_tokens);
   return p.pos0 + p.n_tokens;
 }
@@ -48,6 +50,23 @@ bool current_device_has_sm80() {
   return major >= 8;
 }
 
+// The paged form's own checks (attention.h); the shared ones follow in attention_unsupported_reason.
+const char* paged_unsupported_reason(const AttentionParams& p) {
+  if (p.seq_q_start == nullptr || p.seq_pos0 == nullptr) return "paged attention: seq_q_start and seq_pos0 must be set";
+  if (p.n_seqs < 1 || p.n_seqs > 65535) return "paged attention: n_seqs must be in 1..65535";
+  if (p.block_size < 1) return "paged attention: block_size must be >= 1";
+  if (p.n_kv_blocks < 1 || p.n_kv_blocks * p.block_size > (int64_t{1} << 31) - 1) {
+    return "paged attention: n_kv_blocks must be >= 1 with n_kv_blocks * block_size below 2^31 (int32 slots)";
+  }
+  if (p.max_seq_tokens < 1 || p.max_seq_tokens > p.n_tokens) return "paged attention: max_seq_tokens must be in 1..n_tokens";
+  if (p.max_kv_positions < p.max_seq_tokens) return "paged attention: max_kv_positions must be >= max_seq_tokens";
+  if (p.block_table_stride < (p.max_kv_positions + p.block_size - 1) / p.block_size) {
+    return "paged attention: block_table_stride * block_size must cover max_kv_positions";
+  }
+  if (int64_t{p.n_seqs} * detail::decode_row_tiles(p) > 65535) return "paged attention: n_seqs * row tiles above 65535";
+  return nullptr;
+}
+
 }  // namespace
 
 const char* attention_unsupported_reason(const AttentionParams& p) {
@@ -64,10 +83,15 @@ const char* attention_unsupported_reason(const AttentionParams& p) {
   if (p.n_head % p.n_head_kv != 0) return "n_head must be a multiple of n_head_kv (grouped-query attention)";
   if (p.n_head_kv > 65535) return "n_head_kv above 65535 (a grid dimension)";
   if (int64_t{p.n_tokens} * p.n_head > (int64_t{1} << 30)) return "n_tokens * n_head above 2^30";
-  if (p.pos0_device == nullptr && p.pos0 < 0) return "pos0 must be >= 0";
   if (p.max_kv_positions > (int64_t{1} << 31) - 1) return "max_kv_positions above 2^31 - 1";
-  if (p.pos0_device == nullptr ? p.max_kv_positions < p.pos0 + p.n_tokens : p.max_kv_positions < p.n_tokens) {
-    return "max_kv_positions (the cache capacity) must be >= pos0 + n_tokens";
+  if (p.decode_splits < 0 || p.decode_splits > detail::kMaxSplits) return "decode_splits must be in 0..256";
+  if (detail::attention_is_paged(p)) {
+    if (const char* why = paged_unsupported_reason(p)) return why;
+  } else {
+    if (p.pos0_device == nullptr && p.pos0 < 0) return "pos0 must be >= 0";
+    if (p.pos0_device == nullptr ? p.max_kv_positions < p.pos0 + p.n_tokens : p.max_kv_positions < p.n_tokens) {
+      return "max_kv_positions (the cache capacity) must be >= pos0 + n_tokens";
+    }
   }
   if (!aligned(p.k, 16) || !aligned(p.v, 16) || p.kv_pos_stride % 8 != 0) {
     return "k and v must be 16-byte aligned with kv_pos_stride a multiple of 8 halves (16-byte copies)";
@@ -91,8 +115,18 @@ const char* attention_unsupported_reason(const AttentionParams& p) {
 
 size_t attention_workspace_bytes(const AttentionParams& p) {
   if (p.n_tokens < 1 || p.n_head_kv < 1 || p.n_head % p.n_head_kv != 0 || !detail::attention_uses_decode(p)) return 0;
+  if (detail::attention_is_paged(p)) {
+    if (p.n_seqs < 1 || p.max_seq_tokens < 1) return 0;
+    const size_t partials = detail::paged_partial_bound(p, p.max_kv_positions, resident_decode_ctas(p.head_dim));
+    return partials == 0 ? 0 : detail::paged_done_bytes(p) + partials + 16;  // 16: the partials' alignment
+  }
   return detail::decode_workspace_bytes(p,
                                         detail::decode_splits(p, kv_len_bound(p, true), resident_decode_ctas(p.head_dim)));
+}
+
+int attention_decode_splits(const AttentionParams& p) {
+  if (attention_unsupported_reason(p) != nullptr || !detail::attention_uses_decode(p)) return 1;
+  return detail::decode_splits(p, kv_len_bound(p, false), resident_decode_ctas(p.head_dim));
 }
 
 cudaError_t attention(const AttentionParams& p, cudaStream_t stream) {
@@ -114,21 +148,48 @@ cudaError_t attention(const AttentionParams& p, cudaStream_t stream) {
   a.max_kv = p.max_kv_positions;
   a.q_scale = p.scale * detail::kLog2e;
   a.n_splits = 1;
+  a.ws_rows_total = int64_t{p.n_tokens} * p.n_head;
+  const bool paged = detail::attention_is_paged(p);
+  if (paged) {
+    a.n_seqs = p.n_seqs;
+    a.seq_q_start = p.seq_q_start;
+    a.seq_pos0 = p.seq_pos0;
+    a.block_table = p.block_table;
+    a.block_table_stride = p.block_table_stride;
+    a.block_size = p.block_size;
+    a.n_kv_blocks_max = static_cast<int>(p.n_kv_blocks - 1);
+    a.max_seq_tokens = p.max_seq_tokens;
+    a.seq_row_tiles = detail::decode_row_tiles(p);
+    a.ws_q_per_seq = detail::paged_decode_q(p);
+    a.ws_rows_total = int64_t{p.n_seqs} * a.ws_q_per_seq * p.n_head;
+  }
   const bool decode = detail::attention_uses_decode(p);
+  const bool prefill = detail::attention_uses_prefill(p);
+  a.prefill_min_q = decode ? detail::kDecodeMaxTokens : 0;
   if (decode) {
     a.n_splits = detail::decode_splits(p, kv_len_bound(p, false), resident_decode_ctas(p.head_dim));
-    if (a.n_splits > 1) {  // counters, [n_splits][rows][head_dim] accumulators, [n_splits][rows][2] max/sum
+    if (a.n_splits > 1 && !paged) {  // counters, [n_splits][rows][head_dim] accumulators, [n_splits][rows][2] max/sum
       a.done = static_cast<unsigned*>(p.workspace);
       a.done_stride = detail::decode_done_stride(p);
       a.ws_o = reinterpret_cast<float*>(static_cast<unsigned char*>(p.workspace) + detail::decode_done_bytes(p));
       a.ws_ml = a.ws_o + static_cast<size_t>(a.n_splits) * p.n_tokens * p.n_head * p.head_dim;
+    } else if (a.n_splits > 1) {  // counters first, partials at the end (attention_impl.cuh)
+      a.done = static_cast<unsigned*>(p.workspace);
+      a.done_stride = a.seq_row_tiles;
+      const size_t partials = detail::paged_partial_bytes(p, p.n_seqs, a.n_splits);
+      const uintptr_t end = reinterpret_cast<uintptr_t>(p.workspace) + p.workspace_bytes;
+      a.ws_o = reinterpret_cast<float*>((end - partials) / 16 * 16);
+      a.ws_ml = a.ws_o + static_cast<size_t>(a.n_splits) * static_cast<size_t>(a.ws_rows_total) * p.head_dim;
     }
   }
   const int row_tiles = detail::decode_row_tiles(p);
   return detail::visit_head_dim(p.head_dim, [&](auto hd) {
     constexpr int HD = decltype(hd)::value;
-    return decode ? detail::launch_attention_decode<HD>(a, row_tiles, stream)
-                  : detail::launch_attention_prefill<HD>(a, stream);
+    if (decode) {
+      const cudaError_t status = detail::launch_attention_decode<HD>(a, row_tiles, stream);
+      if (status != cudaSuccess || !prefill) return status;
+    }
+    return detail::launch_attention_prefill<HD>(a, stream);
   });
 }
 

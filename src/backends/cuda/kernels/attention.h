@@ -15,6 +15,21 @@
 // query head h reads KV head h / (n_head / n_head_kv). scores are scaled by `scale`
 // (1/sqrt(head_dim) for Llama), softmax in f32.
 // pos0 may live in device memory (pos0_device) so a captured CUDA graph replays for every step.
+//
+// The multi-sequence paged form (block_table != nullptr; the Scheduler's batched step) computes the
+// same thing for n_seqs runs of query tokens at once, each over its own sequence's keys in a pool of
+// KV slots shared by all sequences (vLLM's paged attention with FlashAttention's varlen runs):
+//   k, v   [n_kv_blocks * block_size][n_head_kv][head_dim] f16 slots, kv_pos_stride halves apart
+//   run s  query tokens [seq_q_start[s], seq_q_start[s + 1]) of q/out; token i of the run sits at
+//          position seq_pos0[s] + i and sees positions 0 .. seq_pos0[s] + i of sequence s, whose
+//          position j lives in slot block_table[s * block_table_stride + j / block_size] * block_size
+//          + j % block_size.
+// One call handles a mixed batch: runs of <= 8 tokens (decode) take the split-KV decode kernel, longer
+// runs (prompt chunks) the prefill kernel; a batch with both kinds costs two launches of one call.
+// The device-side values cannot be checked on the host; they are clamped so a bad value gives a
+// wrong answer, never a fault: run bounds to [0, n_tokens], seq_pos0 to [0, max_kv_positions -
+// run length], block ids to [0, n_kv_blocks); a run longer than max_seq_tokens is skipped (its
+// outputs stay unwritten).
 #pragma once
 
 #include <cuda_fp16.h>
@@ -44,12 +59,33 @@ struct AttentionParams {
   // attention_workspace_bytes(params) bytes of device memory, ZERO-FILLED before the first call: it
   // holds the split-KV partials and the counters of their fused merge, which every call leaves at
   // zero again (so a workspace zeroed once serves every later call and batch size of the model).
+  // Paged form: the counters sit at the start and the partials at the END of [workspace,
+  // workspace + workspace_bytes), and the size for bounds (n_tokens, n_seqs, max_kv_positions) covers
+  // every call within them, so one workspace sized for the largest batch serves every smaller one.
+  // Do not share one workspace between the contiguous and the paged form (their layouts differ).
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
+
+  // ---- multi-sequence paged form: used when block_table != nullptr (pos0 / pos0_device ignored) ----
+  int n_seqs = 0;
+  const int32_t* seq_q_start = nullptr;  // device [n_seqs + 1]; seq_q_start[0] == 0, seq_q_start[n_seqs] == n_tokens
+  const int32_t* seq_pos0 = nullptr;     // device [n_seqs]: position of each run's first token
+  const int32_t* block_table = nullptr;  // device [n_seqs][block_table_stride] physical block ids
+  int64_t block_table_stride = 0;        // >= ceil(max_kv_positions / block_size)
+  int block_size = 0;                    // positions per block, any value >= 1 (the engine uses 16)
+  int64_t n_kv_blocks = 0;               // blocks in the pool (k / v hold n_kv_blocks * block_size slots)
+  int max_seq_tokens = 0;                // host-known bound on the longest run (<= n_tokens): sizes the grids
+  // max_kv_positions: host-known bound on every sequence's end (seq_pos0 + run length): sizes the
+  // split-KV grid and attention_workspace_bytes().
+  // Tuning: > 0 forces the decode split count (benchmarks); 0 chooses it from the SM count.
+  int decode_splits = 0;
 };
 
 const char* attention_unsupported_reason(const AttentionParams& p);
 size_t attention_workspace_bytes(const AttentionParams& p);
+// The split count along the KV range the decode launch of this call uses (1: no split, or no decode
+// launch); for benchmarks and logs.
+int attention_decode_splits(const AttentionParams& p);
 cudaError_t attention(const AttentionParams& p, cudaStream_t stream);
 
 }  // namespace ga::cuda

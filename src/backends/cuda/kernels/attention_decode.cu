@@ -22,6 +22,12 @@
 // warp slices (16 keys), so trailing splits may be empty: they write max -inf (weight 0 in the
 // merge) and zero accumulators. The split count fills exactly one wave of resident CTAs (the
 // occupancy calculator's count), so no half-empty second wave doubles the time.
+//
+// The paged form (kPaged, attention.h) is the same kernel with a sequence index folded into grid z
+// (z = seq * seq_row_tiles + row tile): each CTA reads its run's token range and pos0, skips runs
+// of more than 8 tokens (the prefill launch's) and copies K/V through the run's block table
+// (KvPipeline, attention_detail.cuh). Splits are sized from n_seqs * n_head_kv * row tiles, so with
+// many sequences (64 x 8 KV heads = 512 CTAs) the grid is already full and the splits shrink to 1-2.
 #include "backends/cuda/kernels/attention_impl.cuh"
 
 namespace ga::cuda::detail {
@@ -34,13 +40,13 @@ namespace ga::cuda::detail {
 // its SM's L1 may hold lines of an earlier call). The split weights go to shared memory first (one
 // warp per row), so the accumulator loads of all splits are independent and in flight together.
 template <int HD>
-__device__ __forceinline__ void merge_if_last(const AttnArgs& a, int kv_head, int row_tile, int rows,
-                                              unsigned char* smem_bytes) {
+__device__ __forceinline__ void merge_if_last(const AttnArgs& a, int64_t tok0, int64_t ws_tok0, unsigned* done_base,
+                                              int kv_head, int row_tile, int rows, unsigned char* smem_bytes) {
   __shared__ bool is_last;
   __threadfence();
   __syncthreads();
   if (threadIdx.x == 0) {
-    unsigned* done = a.done + int64_t{kv_head} * a.done_stride + row_tile;
+    unsigned* done = done_base + int64_t{kv_head} * a.done_stride + row_tile;
     is_last = atomicAdd(done, 1u) == static_cast<unsigned>(a.n_splits - 1);
     if (is_last) *done = 0u;  // every CTA of this call has counted: nobody else touches it now
   }
@@ -50,13 +56,13 @@ __device__ __forceinline__ void merge_if_last(const AttnArgs& a, int kv_head, in
 
   float* const sm_w = reinterpret_cast<float*>(smem_bytes);  // [kMmaRows][n_splits] split weights
   float* const sm_l = sm_w + kMmaRows * kMaxSplits;          // [kMmaRows] sum of the weighted sums
-  const int64_t rows_total = int64_t{a.n_tokens} * a.n_head;
+  const int64_t rows_total = a.ws_rows_total;
   const int tile_row0 = row_tile * kMmaRows;
   const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
   for (int row = warp; row < kMmaRows; row += kAttnWarps) {
     const int r = tile_row0 + row;
     if (r >= rows) break;
-    const int64_t ws_row = int64_t{r / a.group} * a.n_head + kv_head * a.group + r % a.group;
+    const int64_t ws_row = (ws_tok0 + r / a.group) * a.n_head + kv_head * a.group + r % a.group;
     float m = -INFINITY;
     for (int sp = lane; sp < a.n_splits; sp += 32) m = fmaxf(m, __ldcg(&a.ws_ml[2 * (sp * rows_total + ws_row)]));
 #pragma unroll
@@ -76,9 +82,9 @@ __device__ __forceinline__ void merge_if_last(const AttnArgs& a, int kv_head, in
     const int row = idx / HD, d = idx % HD;
     const int r = tile_row0 + row;
     if (r >= rows) break;  // rows ascend with idx
-    const int t = r / a.group;
+    const int64_t t = tok0 + r / a.group;
     const int head = kv_head * a.group + r % a.group;
-    const int64_t ws_row = int64_t{t} * a.n_head + head;
+    const int64_t ws_row = (ws_tok0 + r / a.group) * a.n_head + head;
     float o = 0.0f;
 #pragma unroll 8
     for (int sp = 0; sp < a.n_splits; ++sp) {
@@ -89,22 +95,45 @@ __device__ __forceinline__ void merge_if_last(const AttnArgs& a, int kv_head, in
 }
 
 // 3 CTAs per SM for head_dim <= 128 (registers capped at 170): more cache bytes in flight per SM.
-template <int HD>
+template <int HD, bool kPaged>
 __global__ void __launch_bounds__(kAttnThreads, HD <= 128 ? 3 : 1) attention_decode_kernel(const AttnArgs a) {
   extern __shared__ __align__(16) unsigned char attn_smem[];
-  constexpr int kTileHalves = kAttnTileKeys * smem_row_halves<HD>();
   constexpr int kKeysPerWarp = kAttnTileKeys / kAttnWarps;
   __half* const smem = reinterpret_cast<__half*>(attn_smem);  // [K stages][V stages] of [64][HD + 8]
 
   const int split = static_cast<int>(blockIdx.x);
   const int kv_head = static_cast<int>(blockIdx.y);
-  const int row_tile = static_cast<int>(blockIdx.z);
   const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
   const int g = lane / 4, c = lane % 4;
-  const int64_t pos0 = attn_pos0(a);
-  const int64_t kv_len = pos0 + a.n_tokens;
-  const int rows = a.n_tokens * a.group;
-  const int64_t rows_total = int64_t{a.n_tokens} * a.n_head;  // workspace rows: t * n_head + head
+  KvPipeline<HD, kPaged> pipe;
+  int row_tile = 0;
+  SeqRun run{};
+  unsigned* done_base = a.done;
+  int64_t ws_tok0 = 0;  // the run's first row of the split workspace (in tokens)
+  if constexpr (kPaged) {
+    __shared__ int32_t paged_rows[2 * kAttnTileKeys];
+    const int seq = static_cast<int>(blockIdx.z) / a.seq_row_tiles;
+    row_tile = static_cast<int>(blockIdx.z) % a.seq_row_tiles;
+    run = paged_run(a, seq);
+    // a run for the prefill launch (or skipped), or a row tile past this run's rows: every split of
+    // this (run, KV head, row tile) leaves here, so its merge counter is never touched
+    if (run.n_q < 1 || run.n_q > kDecodeMaxTokens || row_tile * kMmaRows >= run.n_q * a.group) return;
+    done_base += int64_t{seq} * a.n_head_kv * a.done_stride;
+    ws_tok0 = int64_t{seq} * a.ws_q_per_seq;
+    pipe.block_size = a.block_size;
+    pipe.max_block = a.n_kv_blocks_max;
+    pipe.table = run.table;
+    pipe.rows = paged_rows;
+  } else {
+    row_tile = static_cast<int>(blockIdx.z);
+    run.tok0 = 0;
+    run.n_q = a.n_tokens;
+    run.pos0 = attn_pos0(a);
+  }
+  const int64_t pos0 = run.pos0;
+  const int64_t kv_len = pos0 + run.n_q;
+  const int rows = run.n_q * a.group;
+  const int64_t rows_total = a.ws_rows_total;  // workspace rows per split: (ws_tok0 + t) * n_head + head
 
   int64_t chunk = (kv_len + a.n_splits - 1) / a.n_splits;
   chunk = (chunk + kSplitKeyGranule - 1) / kSplitKeyGranule * kSplitKeyGranule;
@@ -116,7 +145,7 @@ __global__ void __launch_bounds__(kAttnThreads, HD <= 128 ? 3 : 1) attention_dec
     for (int idx = static_cast<int>(threadIdx.x); idx < kMmaRows * HD; idx += kAttnThreads) {
       const int r = tile_row0 + idx / HD, d = idx % HD;
       if (r >= rows) break;
-      const int64_t ws_row = int64_t{split} * rows_total + int64_t{r / a.group} * a.n_head + kv_head * a.group +
+      const int64_t ws_row = int64_t{split} * rows_total + (ws_tok0 + r / a.group) * a.n_head + kv_head * a.group +
                              r % a.group;
       a.ws_o[ws_row * HD + d] = 0.0f;
       if (d == 0) {
@@ -124,7 +153,7 @@ __global__ void __launch_bounds__(kAttnThreads, HD <= 128 ? 3 : 1) attention_dec
         a.ws_ml[2 * ws_row + 1] = 0.0f;
       }
     }
-    merge_if_last<HD>(a, kv_head, row_tile, rows, attn_smem);  // an empty split always has company
+    merge_if_last<HD>(a, run.tok0, ws_tok0, done_base, kv_head, row_tile, rows, attn_smem);  // never alone
     return;
   }
 
@@ -137,38 +166,33 @@ __global__ void __launch_bounds__(kAttnThreads, HD <= 128 ? 3 : 1) attention_dec
     const int t = r / a.group;
     const int head = kv_head * a.group + r % a.group;
     lim[i] = valid ? min(pos0 + t, end - 1) : -1;
-    q_row[i] = valid ? a.q + t * a.q_stride + int64_t{head} * HD : nullptr;
+    q_row[i] = valid ? a.q + (run.tok0 + t) * a.q_stride + int64_t{head} * HD : nullptr;
   }
   const int64_t min_lim = min(pos0 + tile_row0 / a.group, end - 1);  // the smallest limit of a valid row
 
   // The first tile's copies go out before the q loads, whose latency they then hide.
-  const __half* k_head = a.k + int64_t{kv_head} * HD;
-  const __half* v_head = a.v + int64_t{kv_head} * HD;
+  pipe.smem = smem;
+  pipe.k_head = a.k + int64_t{kv_head} * HD;
+  pipe.v_head = a.v + int64_t{kv_head} * HD;
+  pipe.kv_stride = a.kv_stride;
+  pipe.first = begin;
+  pipe.valid_end = end;
   const int n_tiles = static_cast<int>((end - begin + kAttnTileKeys - 1) / kAttnTileKeys);
-  stage_kv_tile<HD>(smem, smem + kAttnStages * kTileHalves, k_head, v_head, a.kv_stride, begin, end);
-  cp_async_commit();
+  pipe.start(n_tiles);
   uint32_t qf[HD / 16][4];
   load_q_fragments<HD>(qf, q_row[0], q_row[1], a.q_scale);
   WarpRows<HD> st;
   st.init();
   for (int i = 0; i < n_tiles; ++i) {
-    if (i + 1 < n_tiles) {
-      const int next = (i + 1) % kAttnStages;
-      stage_kv_tile<HD>(smem + next * kTileHalves, smem + (kAttnStages + next) * kTileHalves, k_head, v_head,
-                        a.kv_stride, begin + int64_t{i + 1} * kAttnTileKeys, end);
-      cp_async_commit();
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
+    pipe.issue_next(i, n_tiles);
     __syncthreads();
-    const int64_t key0 = begin + int64_t{i} * kAttnTileKeys + warp * kKeysPerWarp;
+    const int64_t key0 = pipe.tile_start(i) + warp * kKeysPerWarp;
     if (key0 < end) {  // a slice wholly past the chunk would be fully masked: skip it
-      const int cur = i % kAttnStages;
-      const int slice = cur * kTileHalves + warp * kKeysPerWarp * smem_row_halves<HD>();
-      warp_flash_step<HD, kKeysPerWarp>(st, qf, smem + slice, smem + kAttnStages * kTileHalves + slice, key0, lim,
+      const int slice = warp * kKeysPerWarp * smem_row_halves<HD>();
+      warp_flash_step<HD, kKeysPerWarp>(st, qf, pipe.k_stage(i) + slice, pipe.v_stage(i) + slice, key0, lim,
                                         key0 + kKeysPerWarp - 1 > min_lim);
     }
+    pipe.map_ahead(i, n_tiles);
     __syncthreads();
   }
   reduce_row_sums<HD>(st);
@@ -207,12 +231,12 @@ __global__ void __launch_bounds__(kAttnThreads, HD <= 128 ? 3 : 1) attention_dec
         o += weight * sm_acc[(w * kMmaRows + row) * HD + d];
       }
     }
-    const int t = r / a.group;
+    const int64_t t = run.tok0 + r / a.group;
     const int head = kv_head * a.group + r % a.group;
     if (a.n_splits == 1) {
       a.out[t * a.out_stride + int64_t{head} * HD + d] = o / l;  // one split saw key 0: l > 0
     } else {
-      const int64_t ws_row = int64_t{split} * rows_total + int64_t{t} * a.n_head + head;
+      const int64_t ws_row = int64_t{split} * rows_total + (ws_tok0 + r / a.group) * a.n_head + head;
       a.ws_o[ws_row * HD + d] = o;
       if (d == 0) {
         a.ws_ml[2 * ws_row] = m;
@@ -222,7 +246,7 @@ __global__ void __launch_bounds__(kAttnThreads, HD <= 128 ? 3 : 1) attention_dec
   }
   if (a.n_splits > 1) {
     __syncthreads();  // the warp-merge buffers in shared memory are read above; merge_if_last reuses them
-    merge_if_last<HD>(a, kv_head, row_tile, rows, attn_smem);
+    merge_if_last<HD>(a, run.tok0, ws_tok0, done_base, kv_head, row_tile, rows, attn_smem);
   }
 }
 
@@ -231,19 +255,26 @@ cudaError_t launch_attention_decode(const AttnArgs& a, int row_tiles, cudaStream
   constexpr size_t smem = attn_smem_bytes<HD>();
   static_assert(smem >= (kAttnWarps * kMmaRows * (HD + 2)) * sizeof(float), "the warp merge reuses the stages");
   static_assert(smem >= (kMmaRows * (kMaxSplits + 1)) * sizeof(float), "the split merge reuses the stages");
-  cudaError_t status = set_attention_smem(attention_decode_kernel<HD>, smem);
+  const bool paged = a.block_table != nullptr;
+  auto* kernel = paged ? attention_decode_kernel<HD, true> : attention_decode_kernel<HD, false>;
+  cudaError_t status = set_attention_smem(kernel, smem);
   if (status != cudaSuccess) return status;
-  const dim3 grid(static_cast<unsigned>(a.n_splits), static_cast<unsigned>(a.n_head_kv), static_cast<unsigned>(row_tiles));
-  attention_decode_kernel<HD><<<grid, kAttnThreads, smem, stream>>>(a);
+  const unsigned z = paged ? static_cast<unsigned>(a.n_seqs) * static_cast<unsigned>(a.seq_row_tiles)
+                           : static_cast<unsigned>(row_tiles);
+  const dim3 grid(static_cast<unsigned>(a.n_splits), static_cast<unsigned>(a.n_head_kv), z);
+  kernel<<<grid, kAttnThreads, smem, stream>>>(a);
   return cudaGetLastError();
 }
 
+// The paged and contiguous kernels differ only in a few registers of the copy path; the split
+// policy asks the contiguous one, which both occupy the same way (checked by the benchmark's table).
 template <int HD>
 int decode_ctas_per_sm() {
   constexpr size_t smem = attn_smem_bytes<HD>();
   int n = 0;
-  if (set_attention_smem(attention_decode_kernel<HD>, smem) != cudaSuccess ||
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, attention_decode_kernel<HD>, kAttnThreads, smem) != cudaSuccess ||
+  if (set_attention_smem(attention_decode_kernel<HD, false>, smem) != cudaSuccess ||
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, attention_decode_kernel<HD, false>, kAttnThreads, smem) !=
+          cudaSuccess ||
       n < 1) {
     (void)cudaGetLastError();
     return 1;

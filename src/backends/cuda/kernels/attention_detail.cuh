@@ -58,9 +58,45 @@ struct AttnArgs {
   int n_splits;         // decode only: CTAs along the KV range per (KV head, row tile)
   float* ws_o;          // decode, n_splits > 1: [n_splits][n_tokens * n_head][head_dim]
   float* ws_ml;         // decode, n_splits > 1: [n_splits][n_tokens * n_head][2] (max in log2 units, sum)
-  unsigned* done;       // decode, n_splits > 1: [n_head_kv][done_stride] CTAs finished per (KV head, row tile)
+  unsigned* done;       // decode, n_splits > 1: [seqs][n_head_kv][done_stride] CTAs finished per (KV head, row tile)
   int done_stride;
+  // Paged form (the kPaged kernels; attention.h): runs of query tokens over block tables.
+  int n_seqs;
+  const int32_t* seq_q_start;   // [n_seqs + 1]
+  const int32_t* seq_pos0;      // [n_seqs]
+  const int32_t* block_table;   // [n_seqs][block_table_stride]
+  int64_t block_table_stride;
+  int block_size;
+  int n_kv_blocks_max;          // n_kv_blocks - 1: the clamp of a block id
+  int max_seq_tokens;
+  int seq_row_tiles;            // decode: row tiles of 16 per sequence (grid z = n_seqs * seq_row_tiles)
+  int ws_q_per_seq;             // decode: workspace rows of run s start at s * ws_q_per_seq (tokens)
+  int64_t ws_rows_total;        // decode: workspace rows per split (n_head per token)
+  int prefill_min_q;            // prefill: runs of <= this many tokens belong to the decode launch
 };
+
+// One run of query tokens of the paged form (or the single sequence of the contiguous form): tokens
+// [tok0, tok0 + n_q) of q/out at positions pos0 .. pos0 + n_q - 1, over block table `table`.
+struct SeqRun {
+  int64_t tok0;
+  int n_q;
+  int64_t pos0;
+  const int32_t* table;
+};
+
+// Run s with the clamps of attention.h: bounds inside [0, n_tokens], pos0 inside [0, max_kv - n_q];
+// n_q = 0 for a run longer than max_seq_tokens (skipped: the grids are sized for that bound).
+__device__ __forceinline__ SeqRun paged_run(const AttnArgs& a, int s) {
+  const int q_begin = min(max(__ldg(a.seq_q_start + s), 0), a.n_tokens);
+  const int q_end = min(max(__ldg(a.seq_q_start + s + 1), q_begin), a.n_tokens);
+  SeqRun run;
+  run.tok0 = q_begin;
+  run.n_q = q_end - q_begin > a.max_seq_tokens ? 0 : q_end - q_begin;
+  const int64_t p = __ldg(a.seq_pos0 + s);
+  run.pos0 = p < 0 ? 0 : (p > a.max_kv - run.n_q ? a.max_kv - run.n_q : p);
+  run.table = a.block_table + int64_t{s} * a.block_table_stride;
+  return run;
+}
 
 // The position of query token 0. A device pos0 cannot be validated on the host (the graph replays
 // it), so it is clamped to [0, max_kv - n_tokens]: a bad value gives a wrong answer, never a fault.
@@ -161,6 +197,120 @@ __device__ __forceinline__ void stage_kv_tile(__half* sk, __half* sv, const __ha
     cp_async_16(sv + smem_off, v_head + offset, valid ? 16 : 0);
   }
 }
+
+// The paged form's key -> slot map, one tile ahead of the copies (a block-table load on the copy
+// path would add an L2 round trip to every tile): threads 0..63 each own one key of a tile; fetch()
+// issues the table load for key tile_start + thread into a register, publish() turns it into the
+// slot (-1 past valid_end: zero-filled) in a shared-memory row list [kAttnTileKeys] that
+// stage_kv_tile_paged reads after the next barrier. Block ids are clamped to the pool.
+struct PagedKeyMap {
+  int32_t block;    // the fetched block id
+  int32_t offset;   // position % block_size
+  bool valid;
+
+  __device__ __forceinline__ void fetch(int block_size, const int32_t* table, int64_t tile_start, int64_t valid_end) {
+    const int64_t pos = tile_start + threadIdx.x;  // < max_kv_positions < 2^31 when valid
+    valid = threadIdx.x < kAttnTileKeys && pos < valid_end;
+    block = 0;
+    offset = 0;
+    if (valid) {
+      const int b = static_cast<int>(pos) / block_size;
+      offset = static_cast<int>(pos) - b * block_size;
+      block = __ldg(table + b);
+    }
+  }
+  __device__ __forceinline__ void publish(int block_size, int max_block, int32_t* rows) const {
+    if (threadIdx.x < kAttnTileKeys) rows[threadIdx.x] = valid ? min(max(block, 0), max_block) * block_size + offset : -1;
+  }
+};
+
+// stage_kv_tile through a row list (PagedKeyMap): key i of the tile is cache row rows[i], or zeros
+// when rows[i] < 0.
+template <int HD>
+__device__ __forceinline__ void stage_kv_tile_paged(__half* sk, __half* sv, const __half* k_head, const __half* v_head,
+                                                    int64_t kv_stride, const int32_t* rows) {
+  constexpr int kChunksPerKey = HD / 8;
+  constexpr int kChunks = kAttnTileKeys * kChunksPerKey;
+  static_assert(kChunks % kAttnThreads == 0, "every thread copies the same number of chunks");
+#pragma unroll
+  for (int i = 0; i < kChunks / kAttnThreads; ++i) {
+    const int chunk = i * kAttnThreads + static_cast<int>(threadIdx.x);
+    const int key = chunk / kChunksPerKey;
+    const int col = (chunk % kChunksPerKey) * 8;
+    const int32_t row = rows[key];
+    const int64_t offset = row >= 0 ? int64_t{row} * kv_stride + col : 0;
+    const int smem_off = key * smem_row_halves<HD>() + col;
+    cp_async_16(sk + smem_off, k_head + offset, row >= 0 ? 16 : 0);
+    cp_async_16(sv + smem_off, v_head + offset, row >= 0 ? 16 : 0);
+  }
+}
+
+// The K/V copy pipeline of one CTA over keys [first, valid_end) of one KV head, tile i holding keys
+// first + i * kAttnTileKeys onwards, double-buffered in `smem` ([K stages][V stages] of
+// [kAttnTileKeys][smem_row_halves]). The loop of a kernel reads
+//   pipe.start(n_tiles);  (load q)  for i: { pipe.issue_next(i, n_tiles); __syncthreads(); compute
+//   tile i from pipe.k_stage(i) / v_stage(i); pipe.map_ahead(i, n_tiles); __syncthreads(); }
+// Contiguous form: key position = cache row. Paged form: rows through the block table, the slots of
+// tile i + 2 fetched while tile i is computed and published before the barrier that ends it (the
+// row list of tile i + 2 reuses the one of tile i, whose copies were issued an iteration earlier).
+template <int HD, bool kPaged>
+struct KvPipeline {
+  static constexpr int kTileHalves = kAttnTileKeys * smem_row_halves<HD>();
+  __half* smem;
+  const __half* k_head;
+  const __half* v_head;
+  int64_t kv_stride;
+  int64_t first, valid_end;
+  int block_size, max_block;     // paged only: positions per block, the largest valid block id
+  const int32_t* table;          // paged only
+  int32_t* rows;                 // paged only: shared [2][kAttnTileKeys]
+  PagedKeyMap ahead;             // paged only: the map of tile i + 2 in flight
+
+  __device__ __forceinline__ __half* k_stage(int i) const { return smem + (i % kAttnStages) * kTileHalves; }
+  __device__ __forceinline__ __half* v_stage(int i) const {
+    return smem + (kAttnStages + i % kAttnStages) * kTileHalves;
+  }
+  __device__ __forceinline__ int64_t tile_start(int i) const { return first + int64_t{i} * kAttnTileKeys; }
+
+  __device__ __forceinline__ void stage(int i) {
+    if constexpr (kPaged) {
+      stage_kv_tile_paged<HD>(k_stage(i), v_stage(i), k_head, v_head, kv_stride, rows + (i % 2) * kAttnTileKeys);
+    } else {
+      stage_kv_tile<HD>(k_stage(i), v_stage(i), k_head, v_head, kv_stride, tile_start(i), valid_end);
+    }
+    cp_async_commit();
+  }
+
+  // Maps tiles 0 and 1 (paged) and issues the copies of tile 0.
+  __device__ __forceinline__ void start(int n_tiles) {
+    if constexpr (kPaged) {
+      PagedKeyMap m0, m1;
+      m0.fetch(block_size, table, tile_start(0), valid_end);
+      m1.fetch(block_size, table, tile_start(1), valid_end);  // past valid_end when n_tiles == 1: all invalid
+      m0.publish(block_size, max_block, rows);
+      m1.publish(block_size, max_block, rows + kAttnTileKeys);
+      __syncthreads();
+    }
+    (void)n_tiles;
+    stage(0);
+  }
+  // Issues tile i + 1 and waits for tile i (the caller's barrier then publishes it); paged: fetches
+  // the slots of tile i + 2.
+  __device__ __forceinline__ void issue_next(int i, int n_tiles) {
+    if (i + 1 < n_tiles) {
+      stage(i + 1);
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    if constexpr (kPaged) ahead.fetch(block_size, table, tile_start(i + 2), valid_end);
+  }
+  __device__ __forceinline__ void map_ahead(int i, int n_tiles) {
+    if constexpr (kPaged) {
+      if (i + 2 < n_tiles) ahead.publish(block_size, max_block, rows + (i % 2) * kAttnTileKeys);
+    }
+  }
+};
 
 // ---- the per-warp flash-attention step ----
 

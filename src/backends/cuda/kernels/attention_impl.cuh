@@ -24,21 +24,64 @@ inline constexpr int64_t kMinKeysPerSplit = 128;  // below this, another split c
 inline constexpr int kSplitKeyGranule = 16;       // chunks are whole warp slices (kAttnTileKeys / kAttnWarps)
 inline constexpr int kMaxSplits = 256;
 
-inline bool attention_uses_decode(const AttentionParams& p) { return p.n_tokens <= kDecodeMaxTokens; }
+inline bool attention_is_paged(const AttentionParams& p) { return p.block_table != nullptr; }
 
+// Which launches a call needs. Contiguous: one, by n_tokens. Paged: the decode kernel unless every
+// run may be a prompt chunk of one sequence; the prefill kernel when a run may exceed 8 tokens.
+inline bool attention_uses_decode(const AttentionParams& p) {
+  if (!attention_is_paged(p)) return p.n_tokens <= kDecodeMaxTokens;
+  return p.max_seq_tokens <= kDecodeMaxTokens || p.n_seqs > 1;
+}
+inline bool attention_uses_prefill(const AttentionParams& p) {
+  if (!attention_is_paged(p)) return p.n_tokens > kDecodeMaxTokens;
+  return p.max_seq_tokens > kDecodeMaxTokens;
+}
+// Paged decode: query tokens per run the decode kernel takes (and its workspace rows per run).
+inline int paged_decode_q(const AttentionParams& p) { return std::min(p.max_seq_tokens, kDecodeMaxTokens); }
+
+// Row tiles of 16 per decode CTA column: of the whole call (contiguous) or of one run (paged).
 inline int decode_row_tiles(const AttentionParams& p) {
-  const int64_t rows = int64_t{p.n_tokens} * (p.n_head / p.n_head_kv);
+  const int tokens = attention_is_paged(p) ? paged_decode_q(p) : p.n_tokens;
+  const int64_t rows = int64_t{tokens} * (p.n_head / p.n_head_kv);
   return static_cast<int>((rows + kMmaRows - 1) / kMmaRows);
 }
 
-// CTAs along the KV range for a cache of up to kv_len_bound positions: as many as fit on the GPU at
-// once (n_head_kv x row tiles x splits <= resident CTAs per SM x SMs: one full wave, no half-empty
-// second wave) but no split shorter than kMinKeysPerSplit.
-inline int decode_splits(const AttentionParams& p, int64_t kv_len_bound, int resident_ctas) {
-  const int64_t ctas_per_split = int64_t{p.n_head_kv} * decode_row_tiles(p);
-  const int64_t want = resident_ctas / ctas_per_split;
-  const int64_t useful = (kv_len_bound + kMinKeysPerSplit - 1) / kMinKeysPerSplit;
+// CTAs along the KV range for `ctas_per_split` (KV head, row tile, run) columns over caches of up
+// to kv_len_bound positions.
+// Contiguous form (one sequence, a handful of columns): as many as fit on the GPU at once (columns x
+// splits <= resident CTAs: one full wave, no half-empty second wave), no split shorter than
+// kMinKeysPerSplit (tuned for the Session's decode, docs/results/2026-11-22-h200-attention.md).
+// Paged form, from the forced-split sweep of bench_attention (H200, 32/8 heads, 4096 positions per
+// run, docs/results/2026-11-22-h200-paged-attention.md): with fewer columns than resident CTAs,
+// about two CTAs per SM of the three that fit beat a full wave (b16: 2 splits 79% of copy, 3 splits
+// 76%) and splits under 256 keys cost more than they bring (b1: 16 splits 16.3 us, 32 splits 18.9 us);
+// with a full wave of columns already (64 runs x 8 KV heads = 512 CTAs) the count of 1..4 that
+// wastes least of the last wave wins (b64: 1 split 76%, 2-4 splits 87%).
+inline int decode_splits_for(int64_t ctas_per_split, int64_t kv_len_bound, int resident_ctas, int forced, bool paged) {
+  const int64_t min_keys = paged ? 2 * kMinKeysPerSplit : kMinKeysPerSplit;
+  const int64_t useful = (kv_len_bound + min_keys - 1) / min_keys;
+  int64_t want = resident_ctas / ctas_per_split;
+  if (forced > 0) {
+    want = forced;
+  } else if (paged && ctas_per_split >= resident_ctas) {
+    int64_t best_waves = 0;  // minimize waves / splits = (time per column), compared as fractions
+    for (int64_t splits = 1; splits <= 4; ++splits) {
+      const int64_t waves = (ctas_per_split * splits + resident_ctas - 1) / resident_ctas;
+      if (splits == 1 || waves * want < best_waves * splits) {
+        want = splits;
+        best_waves = waves;
+      }
+    }
+  } else if (paged) {
+    want = 2 * int64_t{resident_ctas} / (3 * ctas_per_split);
+  }
   return static_cast<int>(std::clamp<int64_t>(std::min(want, useful), 1, kMaxSplits));
+}
+inline int decode_splits(const AttentionParams& p, int64_t kv_len_bound, int resident_ctas) {
+  const bool paged = attention_is_paged(p);
+  const int64_t seqs = paged ? p.n_seqs : 1;
+  return decode_splits_for(seqs * p.n_head_kv * decode_row_tiles(p), kv_len_bound, resident_ctas, p.decode_splits,
+                           paged);
 }
 
 // The split-KV workspace starts with the completion counters of the fused merge (one per KV head and
@@ -53,6 +96,35 @@ inline size_t decode_done_bytes(const AttentionParams& p) {
   const size_t bytes = static_cast<size_t>(p.n_head_kv) * static_cast<size_t>(decode_done_stride(p)) * sizeof(unsigned);
   return (bytes + 255) / 256 * 256;
 }
+// Paged form: counters [n_seqs][n_head_kv][row tiles] at the start, partials (splits x n_seqs x
+// paged_decode_q rows) at the END of the caller's workspace. A smaller call (fewer runs, shorter
+// caches) has at most as many counters and at most as many partial bytes as the bound below, so its
+// counters never overlap the partials an earlier call left: one zero-filled workspace serves all.
+inline size_t paged_done_bytes(const AttentionParams& p) {
+  const size_t n = static_cast<size_t>(p.n_seqs) * static_cast<size_t>(p.n_head_kv) *
+                   static_cast<size_t>(decode_row_tiles(p)) * sizeof(unsigned);
+  return (n + 255) / 256 * 256;
+}
+inline size_t paged_partial_bytes(const AttentionParams& p, int n_seqs, int n_splits) {
+  if (n_splits <= 1) return 0;
+  const size_t rows = static_cast<size_t>(n_seqs) * static_cast<size_t>(paged_decode_q(p)) * static_cast<size_t>(p.n_head);
+  const size_t bytes = static_cast<size_t>(n_splits) * rows * (static_cast<size_t>(p.head_dim) + 2) * sizeof(float);
+  return (bytes + 15) / 16 * 16;
+}
+// The largest partials of any call within p's bounds: at most p.n_seqs runs, at most
+// decode_row_tiles(p) row tiles per run (the split count is not monotonic in the columns).
+inline size_t paged_partial_bound(const AttentionParams& p, int64_t kv_len_bound, int resident_ctas) {
+  size_t most = 0;
+  for (int n = 1; n <= p.n_seqs; ++n) {
+    for (int tiles = 1; tiles <= decode_row_tiles(p); ++tiles) {
+      const int splits =
+          decode_splits_for(int64_t{n} * p.n_head_kv * tiles, kv_len_bound, resident_ctas, p.decode_splits, true);
+      most = std::max(most, paged_partial_bytes(p, n, splits));
+    }
+  }
+  return most;
+}
+
 inline size_t decode_workspace_bytes(const AttentionParams& p, int n_splits) {
   if (n_splits <= 1) return 0;
   const size_t rows = static_cast<size_t>(p.n_tokens) * static_cast<size_t>(p.n_head);

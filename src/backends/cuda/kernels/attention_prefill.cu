@@ -10,24 +10,63 @@
 // Row tiles are issued last-first because causal work grows with the row index (the longest CTAs
 // start first and the short ones fill the tail).
 //
+// Paged form (kPaged, attention.h): grid x walks a list of (run, row tile) pairs: run s owns the
+// entries [T(s), T(s + 1)) with T(s) = floor(seq_q_start[s] * G / 64) + s, which is at least its
+// ceil(n_q * G / 64) row tiles and sums to floor(n_tokens * G / 64) + n_seqs for the whole batch, so
+// the grid is sized from host-known numbers and a CTA finds its run by a binary search over
+// seq_q_start (a few L2 hits, once). Runs of <= prefill_min_q tokens belong to the decode launch and
+// their entries return at once. K/V come through the run's block table (KvPipeline).
+//
 // Not FA3: no wgmma/TMA and no warp specialization (a later Hopper milestone); correctness for any
 // n_tokens / pos0 (a prompt continuing a cache) is the contract here.
 #include "backends/cuda/kernels/attention_impl.cuh"
 
 namespace ga::cuda::detail {
 
-template <int HD>
+// The run of paged tile-list entry x (see above): the largest s with T(s) <= x.
+__device__ __forceinline__ int paged_prefill_run(const AttnArgs& a, int64_t x) {
+  int lo = 0, hi = a.n_seqs - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    const int64_t start = min(max(__ldg(a.seq_q_start + mid), 0), a.n_tokens);
+    if (start * a.group / kPrefillRows + mid <= x) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  return lo;
+}
+
+template <int HD, bool kPaged>
 __global__ void __launch_bounds__(kAttnThreads) attention_prefill_kernel(const AttnArgs a) {
   extern __shared__ __align__(16) unsigned char attn_smem[];
-  constexpr int kTileHalves = kAttnTileKeys * smem_row_halves<HD>();
   __half* const smem = reinterpret_cast<__half*>(attn_smem);  // [K stages][V stages] of [64][HD + 8]
 
   const int kv_head = static_cast<int>(blockIdx.y);
-  const int row_tile = static_cast<int>(gridDim.x - 1 - blockIdx.x);  // heaviest (latest rows) first
   const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
   const int g = lane / 4, c = lane % 4;
-  const int64_t pos0 = attn_pos0(a);
-  const int rows = a.n_tokens * a.group;
+  KvPipeline<HD, kPaged> pipe;
+  int row_tile = 0;
+  SeqRun run{};
+  if constexpr (kPaged) {
+    __shared__ int32_t paged_rows[2 * kAttnTileKeys];
+    const int64_t x = int64_t{gridDim.x} - 1 - blockIdx.x;  // later runs' last tiles first
+    const int seq = paged_prefill_run(a, x);
+    run = paged_run(a, seq);
+    row_tile = static_cast<int>(x - (run.tok0 * a.group / kPrefillRows + seq));
+    if (run.n_q <= a.prefill_min_q || row_tile * kPrefillRows >= run.n_q * a.group) return;
+    pipe.block_size = a.block_size;
+    pipe.max_block = a.n_kv_blocks_max;
+    pipe.table = run.table;
+    pipe.rows = paged_rows;
+  } else {
+    row_tile = static_cast<int>(gridDim.x - 1 - blockIdx.x);  // heaviest (latest rows) first
+    run.n_q = a.n_tokens;
+    run.pos0 = attn_pos0(a);
+  }
+  const int64_t pos0 = run.pos0;
+  const int rows = run.n_q * a.group;
 
   const int cta_row0 = row_tile * kPrefillRows;
   const int cta_last_row = min(cta_row0 + kPrefillRows - 1, rows - 1);
@@ -46,40 +85,34 @@ __global__ void __launch_bounds__(kAttnThreads) attention_prefill_kernel(const A
   for (int i = 0; i < 2; ++i) {
     const int r = warp_row0 + g + 8 * i;
     const bool valid = r < rows;
-    const int t = r / a.group;
+    const int64_t t = run.tok0 + r / a.group;
     const int head = kv_head * a.group + r % a.group;
-    lim[i] = valid ? pos0 + t : -1;
+    lim[i] = valid ? pos0 + r / a.group : -1;
     q_row[i] = valid ? a.q + t * a.q_stride + int64_t{head} * HD : nullptr;
     out_row[i] = valid ? a.out + t * a.out_stride + int64_t{head} * HD : nullptr;
   }
 
   // The first tile's copies go out before the q loads, whose latency they then hide.
-  const __half* k_head = a.k + int64_t{kv_head} * HD;
-  const __half* v_head = a.v + int64_t{kv_head} * HD;
-  stage_kv_tile<HD>(smem, smem + kAttnStages * kTileHalves, k_head, v_head, a.kv_stride, 0, cta_kv_end);
-  cp_async_commit();
+  pipe.smem = smem;
+  pipe.k_head = a.k + int64_t{kv_head} * HD;
+  pipe.v_head = a.v + int64_t{kv_head} * HD;
+  pipe.kv_stride = a.kv_stride;
+  pipe.first = 0;
+  pipe.valid_end = cta_kv_end;
+  pipe.start(n_tiles);
   uint32_t qf[HD / 16][4];
   load_q_fragments<HD>(qf, q_row[0], q_row[1], a.q_scale);
   WarpRows<HD> st;
   st.init();
   for (int i = 0; i < n_tiles; ++i) {
-    if (i + 1 < n_tiles) {
-      const int next = (i + 1) % kAttnStages;
-      stage_kv_tile<HD>(smem + next * kTileHalves, smem + (kAttnStages + next) * kTileHalves, k_head, v_head,
-                        a.kv_stride, int64_t{i + 1} * kAttnTileKeys, cta_kv_end);
-      cp_async_commit();
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
+    pipe.issue_next(i, n_tiles);
     __syncthreads();
-    const int64_t tile_start = int64_t{i} * kAttnTileKeys;
+    const int64_t tile_start = pipe.tile_start(i);
     if (warp_active && tile_start < warp_kv_end) {
-      const int cur = i % kAttnStages;
       const bool need_mask = tile_start + kAttnTileKeys - 1 > warp_min_lim;
-      warp_flash_step<HD, kAttnTileKeys>(st, qf, smem + cur * kTileHalves, smem + (kAttnStages + cur) * kTileHalves,
-                                         tile_start, lim, need_mask);
+      warp_flash_step<HD, kAttnTileKeys>(st, qf, pipe.k_stage(i), pipe.v_stage(i), tile_start, lim, need_mask);
     }
+    pipe.map_ahead(i, n_tiles);
     __syncthreads();  // the stage is overwritten by the copy issued next iteration
   }
 
@@ -99,11 +132,14 @@ __global__ void __launch_bounds__(kAttnThreads) attention_prefill_kernel(const A
 template <int HD>
 cudaError_t launch_attention_prefill(const AttnArgs& a, cudaStream_t stream) {
   constexpr size_t smem = attn_smem_bytes<HD>();
-  cudaError_t status = set_attention_smem(attention_prefill_kernel<HD>, smem);
+  const bool paged = a.block_table != nullptr;
+  auto* kernel = paged ? attention_prefill_kernel<HD, true> : attention_prefill_kernel<HD, false>;
+  cudaError_t status = set_attention_smem(kernel, smem);
   if (status != cudaSuccess) return status;
   const int64_t rows = int64_t{a.n_tokens} * a.group;
-  const dim3 grid(static_cast<unsigned>((rows + kPrefillRows - 1) / kPrefillRows), static_cast<unsigned>(a.n_head_kv));
-  attention_prefill_kernel<HD><<<grid, kAttnThreads, smem, stream>>>(a);
+  const int64_t tiles = paged ? rows / kPrefillRows + a.n_seqs : (rows + kPrefillRows - 1) / kPrefillRows;
+  const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(a.n_head_kv));
+  kernel<<<grid, kAttnThreads, smem, stream>>>(a);
   return cudaGetLastError();
 }
 

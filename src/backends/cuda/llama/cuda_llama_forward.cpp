@@ -1,13 +1,16 @@
-// CudaLlamaForward: construction (fit check, upload, allocation) and evaluation (see the header).
+// CudaLlamaForward: construction (fit check, KV pool sizing, upload, allocation); see the header.
 //
 // Why the step is enqueued the way it is:
 //  * The residual stream `resid_` is only ever updated by the fused residual+RMSNorm kernel: a
 //    block's output (tmp_) is added to the stream by the *next* norm, so each sub-layer boundary is
 //    one kernel and one pass over [n][n_embd].
-//  * Everything a step reads from the host (token ids, positions) is in device buffers, so the
-//    one-token step is position-independent and captured once as a CUDA graph (decode_with_graph);
-//    prefill steps (any n) are enqueued directly because their shapes vary and cuBLAS picks kernels
-//    per shape.
+//  * Everything a step reads from the host (token ids, positions, slots, runs, block tables) is in
+//    one device buffer, so the one-token step is position-independent and captured once as a CUDA
+//    graph (launch_graph); other steps are enqueued directly because their shapes vary and
+//    cuBLAS picks kernels per shape.
+//  * The paged pool's size is decided here, after the weights and the scratch are counted, so
+//    "as many blocks as fit" is one division and an explicit size that does not fit is refused
+//    with every byte count before anything is allocated.
 //  * Q/K/V and gate/up of a layer are placed back to back in the weight buffer when they share type
 //    and width (fusable_groups), so the step runs each group as one GEMV (header: why).
 //  * The prefill of quantized weights dequantizes each matrix into one f16 scratch and runs a
@@ -19,6 +22,7 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -40,6 +44,7 @@ namespace {
 constexpr uint64_t kTensorAlign = 256;
 constexpr uint64_t kTensorPad = 16;  // decoders may read a few bytes past a tensor's last block
 constexpr int64_t kMaxContext = int64_t{1} << 24;
+constexpr int64_t kMaxSlots = (int64_t{1} << 31) - 1;  // KV pool rows: slots are int32 in the step metadata
 constexpr double kMiB = 1024.0 * 1024.0;
 
 uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
@@ -128,28 +133,34 @@ CudaLlamaForward::Sizes CudaLlamaForward::plan_sizes(const LoadedModel& model) c
     for (const std::string& name : g) elems += model.weights.at(name).ne[0] * model.weights.at(name).ne[1];
     s.max_dequant = std::max(s.max_dequant, elems);
   }
-  s.kv = 2 * static_cast<uint64_t>(c_.n_layer) * static_cast<uint64_t>(params_.n_ctx) *
-         static_cast<uint64_t>(kv_dim_) * sizeof(__half);
-  const uint64_t b = static_cast<uint64_t>(params_.max_batch);
+  s.kv = kv_bytes_per_slot() * static_cast<uint64_t>(n_slots_);
+  const uint64_t b = static_cast<uint64_t>(layout_.max_batch);
   const uint64_t act = 3 * static_cast<uint64_t>(ld_embd_) + static_cast<uint64_t>(ld_qkv_) +
                        static_cast<uint64_t>(ld_q_) + static_cast<uint64_t>(ld_gu_) + static_cast<uint64_t>(c_.n_vocab);
-  s.scratch = b * act * 4 + b * static_cast<uint64_t>(s.max_cols) * 2 + s.max_dequant * 2 + 2 * b * 4 +
-              (size_t{32} << 20);  // + the cuBLAS workspace
+  s.scratch = b * act * 4 + b * static_cast<uint64_t>(s.max_cols) * 2 + s.max_dequant * 2 +
+              static_cast<uint64_t>(metadata_ints()) * 4 + (size_t{32} << 20);  // + the cuBLAS workspace
   return s;
 }
 
-CudaLlamaForward::CudaLlamaForward(const LoadedModel& model, const CudaForwardParams& params)
-    : c_(model.config), params_(params), allocator_(params.device), stream_(params.device) {
-  DeviceGuard guard(params.device);
+CudaLlamaForward::CudaLlamaForward(const LoadedModel& model, const EngineLayout& layout)
+    : c_(model.config), layout_(layout), allocator_(layout.device), stream_(layout.device) {
+  DeviceGuard guard(layout.device);
   GA_CHECK(c_.arch == "llama" || c_.arch == "qwen2", Unsupported, "the CUDA forward runs the Llama family, not '",
            c_.arch, "'");
-  GA_CHECK(params_.n_ctx > 0 && params_.n_ctx <= kMaxContext, InvalidArgument, "context length ", params_.n_ctx,
-           " is outside [1, ", kMaxContext, "]");
-  GA_CHECK(params_.max_batch > 0 && params_.max_batch <= 8192, InvalidArgument, "max_batch ", params_.max_batch,
+  GA_CHECK(layout_.max_seq_positions > 0 && layout_.max_seq_positions <= kMaxContext, InvalidArgument,
+           "context length ", layout_.max_seq_positions, " is outside [1, ", kMaxContext, "]");
+  GA_CHECK(layout_.max_batch > 0 && layout_.max_batch <= 8192, InvalidArgument, "max_batch ", layout_.max_batch,
            " is outside [1, 8192]");
-  GA_CHECK(params_.rope_freq_factors.empty() ||
-               static_cast<int64_t>(params_.rope_freq_factors.size()) == c_.n_rot / 2,
-           InvalidArgument, "rope_freq_factors has ", params_.rope_freq_factors.size(), " entries, expected ",
+  GA_CHECK(layout_.max_seqs > 0 && layout_.max_seqs <= layout_.max_batch, InvalidArgument, "max_seqs ",
+           layout_.max_seqs, " is outside [1, max_batch = ", layout_.max_batch, "]");
+  GA_CHECK(layout_.block_size > 0 && layout_.block_size <= kMaxContext, InvalidArgument, "block_size ",
+           layout_.block_size, " is outside [1, ", kMaxContext, "]");
+  GA_CHECK(layout_.n_blocks >= 0 && layout_.n_blocks <= kMaxSlots / layout_.block_size, InvalidArgument,
+           "a KV pool of ", layout_.n_blocks, " blocks x ", layout_.block_size, " positions is too large");
+  GA_CHECK(layout_.paged || layout_.n_blocks == 1, InvalidArgument, "a contiguous cache is one block");
+  GA_CHECK(layout_.rope_freq_factors.empty() ||
+               static_cast<int64_t>(layout_.rope_freq_factors.size()) == c_.n_rot / 2,
+           InvalidArgument, "rope_freq_factors has ", layout_.rope_freq_factors.size(), " entries, expected ",
            c_.n_rot / 2);
   q_dim_ = c_.n_head * c_.head_dim;
   kv_dim_ = c_.n_head_kv * c_.head_dim;
@@ -157,6 +168,7 @@ CudaLlamaForward::CudaLlamaForward(const LoadedModel& model, const CudaForwardPa
   ld_q_ = ld4(q_dim_);
   ld_qkv_ = ld4(q_dim_ + 2 * kv_dim_);
   ld_gu_ = ld4(2 * c_.n_ff);
+  table_stride_ = layout_.paged ? (layout_.max_seq_positions + layout_.block_size - 1) / layout_.block_size : 0;
 
   // Every matrix must be readable by the GEMV (decode) and the embedding gather; say which is not.
   for (const auto& [name, w] : model.weights) {
@@ -167,13 +179,30 @@ CudaLlamaForward::CudaLlamaForward(const LoadedModel& model, const CudaForwardPa
              "Q4_K Q5_K Q6_K)");
   }
 
-  const CudaDeviceInfo info = device_info(params.device);
-  const Sizes s = plan_sizes(model);
-  const uint64_t needed = s.weights + s.kv + s.scratch;
+  const CudaDeviceInfo info = device_info(layout.device);
   size_t free_bytes = 0, total_bytes = 0;
   GA_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
-  GA_CHECK(needed <= free_bytes, OutOfMemory, "the model does not fit on cuda:", params.device, " (", info.name,
-           "): weights ", static_cast<double>(s.weights) / kMiB, " MiB + KV cache (", params_.n_ctx, " positions, f16) ",
+  const uint64_t block_bytes = kv_bytes_per_slot() * static_cast<uint64_t>(layout_.block_size);
+  if (layout_.n_blocks == 0) {  // paged, automatic: what is left after weights and scratch
+    n_slots_ = 0;
+    const Sizes fixed = plan_sizes(model);
+    const uint64_t rest = free_bytes > fixed.weights + fixed.scratch ? free_bytes - fixed.weights - fixed.scratch : 0;
+    int64_t fit = static_cast<int64_t>(static_cast<double>(rest) * layout_.kv_memory_fraction /
+                                       static_cast<double>(block_bytes));
+    fit = std::min(fit, kMaxSlots / layout_.block_size);
+    if (layout_.max_auto_blocks > 0) fit = std::min(fit, layout_.max_auto_blocks);
+    GA_CHECK(fit >= 1, OutOfMemory, "no room for a KV pool on cuda:", layout.device, " (", info.name, "): weights ",
+             static_cast<double>(fixed.weights) / kMiB, " MiB + scratch ", static_cast<double>(fixed.scratch) / kMiB,
+             " MiB leave ", static_cast<double>(rest) / kMiB, " MiB of ", static_cast<double>(free_bytes) / kMiB,
+             " MiB free, and one block of ", layout_.block_size, " positions needs ",
+             static_cast<double>(block_bytes) / kMiB, " MiB");
+    layout_.n_blocks = fit;
+  }
+  n_slots_ = layout_.n_blocks * layout_.block_size;
+  const Sizes s = plan_sizes(model);
+  const uint64_t needed = s.weights + s.kv + s.scratch;
+  GA_CHECK(needed <= free_bytes, OutOfMemory, "the model does not fit on cuda:", layout.device, " (", info.name,
+           "): weights ", static_cast<double>(s.weights) / kMiB, " MiB + KV cache (", n_slots_, " positions, f16) ",
            static_cast<double>(s.kv) / kMiB, " MiB + scratch ", static_cast<double>(s.scratch) / kMiB,
            " MiB = ", static_cast<double>(needed) / kMiB, " MiB, but only ", static_cast<double>(free_bytes) / kMiB,
            " MiB of ", static_cast<double>(total_bytes) / kMiB, " MiB are free (reduce the context or use a smaller "
@@ -183,16 +212,25 @@ CudaLlamaForward::CudaLlamaForward(const LoadedModel& model, const CudaForwardPa
   upload_weights(model);
   allocate_state();
   device_bytes_ = needed;
+  kv_bytes_ = s.kv;
+  if (layout_.paged && layout_.use_cuda_graph) {  // every decode batch size, now (header: why)
+    for (int64_t n = 1; n <= layout_.max_seqs; ++n) capture_graph(decode_shape(n));
+  }
 
   const int binary = kernel_binary_version();
-  description_ = str("cuda:", params.device, " ", info.name, " (sm_", info.cc_major, info.cc_minor, ", ",
+  description_ = str("cuda:", layout.device, " ", info.name, " (sm_", info.cc_major, info.cc_minor, ", ",
                      info.sm_count, " SMs), kernels sm_", binary >= 0 ? std::to_string(binary) : std::string("?"),
                      " (built for ", GA_CUDA_ARCHS_STR, "), ", static_cast<double>(needed) / kMiB, " MiB on device");
+  if (layout_.paged) {
+    description_ += str(", KV pool ", layout_.n_blocks, " x ", layout_.block_size, " positions (",
+                        static_cast<double>(s.kv) / kMiB, " MiB)");
+  }
 }
 
 CudaLlamaForward::~CudaLlamaForward() {
-  destroy_graph();
+  destroy_graphs();
   if (host_staging_ != nullptr) (void)cudaFreeHost(host_staging_);
+  if (host_logits_ != nullptr) (void)cudaFreeHost(host_logits_);
   (void)cudaGetLastError();
 }
 
@@ -292,16 +330,16 @@ void CudaLlamaForward::upload_weights(const LoadedModel& model) {
   // rope_freqs.weight in the file wins over factors passed in (the loader may synthesize the tensor).
   if (find(model, "rope_freqs.weight") != nullptr) {
     freq_factors_ = vec("rope_freqs.weight");
-  } else if (!params_.rope_freq_factors.empty()) {
-    freq_buf_ = DeviceBuffer(allocator_, params_.rope_freq_factors.size() * 4);
-    GA_CUDA_CHECK(cudaMemcpy(freq_buf_.data(), params_.rope_freq_factors.data(), freq_buf_.size(),
+  } else if (!layout_.rope_freq_factors.empty()) {
+    freq_buf_ = DeviceBuffer(allocator_, layout_.rope_freq_factors.size() * 4);
+    GA_CUDA_CHECK(cudaMemcpy(freq_buf_.data(), layout_.rope_freq_factors.data(), freq_buf_.size(),
                              cudaMemcpyHostToDevice));
     freq_factors_ = freq_buf_.as<float>();
   }
 }
 
 void CudaLlamaForward::allocate_state() {
-  const int64_t B = params_.max_batch;
+  const int64_t B = layout_.max_batch;
   const auto f32 = [&](int64_t ld) { return DeviceBuffer(allocator_, static_cast<size_t>(B * ld) * 4); };
   resid_ = f32(ld_embd_);
   xn_ = f32(ld_embd_);
@@ -310,8 +348,15 @@ void CudaLlamaForward::allocate_state() {
   attn_ = f32(ld_q_);
   gu_ = f32(ld_gu_);
   logits_ = f32(c_.n_vocab);
-  step_in_ = DeviceBuffer(allocator_, static_cast<size_t>(2 * B) * 4);
-  GA_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&host_staging_), static_cast<size_t>(2 * B) * 4));
+  const size_t meta_bytes = static_cast<size_t>(metadata_ints()) * 4;
+  step_in_ = DeviceBuffer(allocator_, meta_bytes);
+  GA_CUDA_CHECK(cudaMemsetAsync(step_in_.data(), 0, meta_bytes, stream_.get()));  // block tables start valid
+  GA_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&host_staging_), meta_bytes));
+  std::memset(host_staging_, 0, meta_bytes);
+  if (layout_.paged) {
+    GA_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&host_logits_),
+                                 static_cast<size_t>(layout_.max_seqs * c_.n_vocab) * 4));
+  }
 
   int64_t max_cols = 0;
   uint64_t max_dequant = 0;
@@ -330,7 +375,8 @@ void CudaLlamaForward::allocate_state() {
     if (max_dequant > 0) w_stage_ = DeviceBuffer(allocator_, max_dequant * 2);
   }
 
-  const size_t kv_plane = static_cast<size_t>(params_.n_ctx * kv_dim_) * sizeof(__half);
+  // [n_slots][kv_dim] f16 per layer, K then V. Zeroed: a slot never written reads as 0, not NaN.
+  const size_t kv_plane = static_cast<size_t>(n_slots_ * kv_dim_) * sizeof(__half);
   kv_ = DeviceBuffer(allocator_, kv_plane * 2 * static_cast<size_t>(c_.n_layer));
   GA_CUDA_CHECK(cudaMemsetAsync(kv_.data(), 0, kv_.size(), stream_.get()));
   for (int64_t il = 0; il < c_.n_layer; ++il) {
@@ -339,9 +385,10 @@ void CudaLlamaForward::allocate_state() {
     layers_[static_cast<size_t>(il)].v_cache = reinterpret_cast<__half*>(base + kv_plane);
   }
 
-  // The tuned attention's split-KV workspace, for the largest step it will see: the decode path takes
-  // batches of 1..8 tokens (its split count, hence the workspace, varies with the batch); the
-  // prefill path above 8 needs none.
+  // The tuned attention's split-KV workspace, for the largest step it will see. Contiguous: the
+  // decode path takes batches of 1..8 tokens (its split count, hence the workspace, varies with the
+  // batch); the prefill path above 8 needs none. Paged: decode-only steps of 1..max_seqs sequences
+  // and the largest mixed step.
   AttentionParams ap;
   ap.q = qkv_.as<float>();
   ap.q_token_stride = ld_qkv_;
@@ -353,12 +400,33 @@ void CudaLlamaForward::allocate_state() {
   ap.n_head = static_cast<int>(c_.n_head);
   ap.n_head_kv = static_cast<int>(c_.n_head_kv);
   ap.head_dim = static_cast<int>(c_.head_dim);
-  ap.pos0_device = positions();
-  ap.max_kv_positions = params_.n_ctx;
+  std::vector<std::pair<int64_t, int64_t>> shapes;  // (n_tokens, n_seqs)
+  if (layout_.paged) {
+    ap.n_seqs = 1;
+    ap.seq_q_start = meta(off_q_start());
+    ap.seq_pos0 = meta(off_pos0());
+    ap.block_table = meta(off_tables());
+    ap.block_table_stride = table_stride_;
+    ap.block_size = static_cast<int>(layout_.block_size);
+    ap.n_kv_blocks = layout_.n_blocks;
+    ap.max_kv_positions = layout_.max_seq_positions;
+    // The paged workspace for the largest bounds covers every smaller call (attention.h); the
+    // decode-only shapes are asked too in case the largest one is refused.
+    for (int64_t n = 1; n <= layout_.max_seqs; ++n) shapes.emplace_back(n, n);
+    shapes.emplace_back(B, layout_.max_seqs);
+  } else {
+    ap.pos0_device = positions();
+    ap.max_kv_positions = n_slots_;
+    for (int64_t n = 1; n <= std::min<int64_t>({B, n_slots_, kGemvMaxTokens}); ++n) shapes.emplace_back(n, 1);
+  }
   // Sized before asking attention_unsupported_reason: that check also wants the workspace, so asking
   // it first left the workspace empty and sent every decode step to the simple attention.
-  for (int64_t n = 1; n <= std::min<int64_t>({B, params_.n_ctx, kGemvMaxTokens}); ++n) {
+  for (const auto& [n, n_seqs] : shapes) {
     ap.n_tokens = static_cast<int>(n);
+    if (layout_.paged) {
+      ap.n_seqs = static_cast<int>(n_seqs);
+      ap.max_seq_tokens = static_cast<int>(n == n_seqs ? 1 : n);
+    }
     ap.workspace = nullptr;
     ap.workspace_bytes = 0;
     const size_t bytes = attention_workspace_bytes(ap);

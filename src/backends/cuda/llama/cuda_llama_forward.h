@@ -1,25 +1,41 @@
-// CudaLlamaForward: the Llama-family forward pass of one sequence on one GPU (internal header; the
-// runtime sees it only through backends/cuda/cuda_forward.h).
+// CudaLlamaForward: the Llama-family forward pass on one GPU, for one sequence (CudaForward, the
+// Session's engine) or for a batch of entries from many sequences over a paged KV pool
+// (CudaBatchForward, the Scheduler's engine). Internal header; the runtime sees it only through
+// backends/cuda/cuda_forward.h.
+//
+// One class, one step: both faces enqueue the same layer loop (cuda_llama_step.cpp); they differ
+// only in where K/V of a token go and how attention finds them (StepShape::paged):
+//   * contiguous (one sequence): the KV pool is one block of n_ctx positions, a token's cache row
+//     is its position, attention takes the single-sequence form (pos0 read from device memory), so
+//     the one-token step is captured once as a CUDA graph and replayed for every position;
+//   * paged (many sequences): the pool is n_blocks x block_size positions, a token's cache row is
+//     its slot (block_table[pos / block_size] * block_size + pos % block_size), attention takes the
+//     multi-sequence paged form: one launch per layer for the whole mixed batch. A decode-only step
+//     (every run one token, every token sampling) of n sequences is captured once per n as a CUDA
+//     graph (with the attention's host bound on positions fixed at max_seq_positions, so the graph
+//     is valid for every later step of n sequences) and replayed: ~200 launches become one. All
+//     n = 1 .. max_seqs are captured at construction (as vLLM does at startup): a capture costs
+//     milliseconds, and a server meets every batch size as sequences finish at different steps, so
+//     capturing on first use put one capture into most steps of a batch's tail.
+// Everything a step reads from the host (ids, positions, slots, logits rows, sequence runs, block
+// tables) is in one int32 device buffer filled by one host->device copy per step.
 //
 // What lives on the device, allocated once at construction (after checking that it fits):
 //   * the weights in their stored types: matrices as their GGUF bytes (quantized blocks untouched),
 //     1-D norms and biases as f32; one buffer, every tensor 256-byte aligned;
-//   * the KV cache, f16, per layer K and V of [n_ctx][n_head_kv][head_dim] (kernels/attention.h);
+//   * the KV pool, f16, per layer K and V of [n_slots][n_head_kv][head_dim] (kernels/attention.h);
 //   * scratch for max_batch tokens: the residual stream and every activation of a layer
 //     ([max_batch][features] f32), the f16/bf16 staging of a GEMM's input, the f16 staging of one
 //     dequantized weight matrix (prefill of quantized models), the logits and the attention workspace.
 //
-// One step (cuda_llama_step.cpp): embedding -> per layer [fused residual + RMSNorm, Q/K/V projection,
-// fused bias + RoPE + f16 KV store, attention, output projection, fused residual + RMSNorm, gate/up
-// projection, SwiGLU, down] -> final fused residual + RMSNorm -> classifier.
+// One step: embedding -> per layer [fused residual + RMSNorm, Q/K/V projection, fused bias + RoPE +
+// f16 KV store, attention, output projection, fused residual + RMSNorm, gate/up projection, SwiGLU,
+// down] -> final fused residual + RMSNorm -> (gather of the rows that sample) -> classifier.
 // Q, K and V (and gate and up) of a layer are uploaded back to back when they share type and width,
 // so each pair/triple is ONE matrix and one GEMV launch: a decode step pays each kernel's launch
 // gap and ramp-up/drain once per matrix, and small matrices (K, V of GQA models) reach far less of
 // the memory bandwidth on their own than as part of a larger one. Projections of up to 8 tokens
 // are the quantized GEMV (weights read once for all tokens), larger batches a cuBLAS GEMM.
-// Token ids and positions are read from device buffers, so the one-token step is captured into a
-// CUDA graph once and replayed for every position: a decode step is one host->device copy of
-// (token, position), one graph launch and one device->host copy of the logits.
 #pragma once
 
 #include <cuda_fp16.h>
@@ -57,17 +73,54 @@ struct DeviceLayer {
   DeviceMatrix wq, wk, wv, wo, w_gate, w_up, w_down;
   DeviceMatrix wqkv;       // wq, wk, wv as one [q_dim + 2 kv_dim][n_embd] matrix; rows 0: not fusable
   DeviceMatrix w_gate_up;  // w_gate, w_up as one [2 n_ff][n_embd] matrix; rows 0: not fusable
-  __half* k_cache = nullptr;         // [n_ctx][n_head_kv][head_dim]
+  __half* k_cache = nullptr;         // [n_slots][n_head_kv][head_dim]
   __half* v_cache = nullptr;
 };
 
-class CudaLlamaForward final : public CudaForward {
+// How a CudaLlamaForward is laid out: the KV pool, the scratch bounds and the metadata capacity.
+struct EngineLayout {
+  int device = 0;
+  bool paged = false;               // false: one sequence, contiguous cache (block_size = n_ctx, 1 block)
+  int64_t block_size = 0;           // positions per block
+  int64_t n_blocks = 0;             // 0 (paged only): from free memory, see CudaBatchForwardParams
+  double kv_memory_fraction = 0.9;
+  int64_t max_auto_blocks = 0;
+  int64_t max_batch = 512;          // tokens per step
+  int64_t max_seqs = 1;             // sequence runs per step; logits rows forward() returns
+  int64_t max_seq_positions = 0;    // positions one sequence may reach
+  std::vector<float> rope_freq_factors;
+  bool use_cuda_graph = true;       // capture decode steps (contiguous: 1 token; paged: n one-token runs)
+};
+
+// What one enqueued step looks like (host-known bounds; the values themselves are in step_in_).
+struct StepShape {
+  int64_t n_tokens = 0;
+  bool paged = false;
+  int n_seqs = 1;
+  int64_t max_seq_tokens = 0;    // longest run
+  int64_t max_kv_positions = 0;  // longest sequence end (pos0 + run length)
+  // Rows of the classifier: rows [first_logit_row, first_logit_row + n_logits) of the step, or
+  // (gather_logits) the n_logits rows listed in the metadata's logit_rows.
+  int64_t first_logit_row = 0;
+  int64_t n_logits = 0;
+  bool gather_logits = false;
+};
+
+class CudaLlamaForward final : public CudaForward, public CudaBatchForward {
  public:
-  CudaLlamaForward(const LoadedModel& model, const CudaForwardParams& params);
+  CudaLlamaForward(const LoadedModel& model, const EngineLayout& layout);
   ~CudaLlamaForward() override;
 
+  // CudaForward (contiguous layout only)
   void eval(std::span<const int32_t> tokens, int64_t pos0, bool all_logits, float* logits) override;
-  int64_t n_ctx() const override { return params_.n_ctx; }
+  int64_t n_ctx() const override { return layout_.max_seq_positions; }
+  // CudaBatchForward (paged layout only)
+  std::span<const float> forward(std::span<const BatchEntry> batch,
+                                 std::span<const std::span<const int32_t>> block_tables) override;
+  int64_t n_blocks() const override { return layout_.n_blocks; }
+  int64_t block_size() const override { return layout_.block_size; }
+  uint64_t kv_bytes() const override { return kv_bytes_; }
+  // both
   int64_t n_vocab() const override { return c_.n_vocab; }
   std::string description() const override { return description_; }
   uint64_t device_bytes() const override { return device_bytes_; }
@@ -77,24 +130,37 @@ class CudaLlamaForward final : public CudaForward {
   Sizes plan_sizes(const LoadedModel& model) const;
   void upload_weights(const LoadedModel& model);
   void allocate_state();
+  void validate_batch(std::span<const BatchEntry> batch, std::span<const std::span<const int32_t>> block_tables,
+                      StepShape& shape);
 
-  // Enqueues one step over n tokens whose ids/positions are in step_in_; logits of the last
-  // token (or of all n) land in logits_. pos0 is host-known only for the tuned attention's checks.
-  void enqueue_step(int64_t n, bool all_logits);
-  void enqueue_layer(const DeviceLayer& L, int64_t n, bool first);
-  void enqueue_attention(const DeviceLayer& L, int64_t n);
-  void enqueue_qkv_rope_store(const DeviceLayer& L, int64_t n);
+  // Enqueues one step whose metadata is in step_in_; the classifier's rows land in logits_.
+  void enqueue_step(const StepShape& shape);
+  void enqueue_layer(const DeviceLayer& L, const StepShape& shape, bool first);
+  void enqueue_attention(const DeviceLayer& L, const StepShape& shape);
+  void enqueue_qkv_rope_store(const DeviceLayer& L, const StepShape& shape);
   // y[n][w.rows] (ld ldy) = x[n][w.cols] (ld ldx) * W^T: GEMV for n <= 8, else GEMM.
   void matmul(const DeviceMatrix& w, const float* x, int64_t ldx, int64_t n, float* y, int64_t ldy);
-  void decode_with_graph();
-  void destroy_graph() noexcept;
+  // Captures (once) / replays the step for shape.n_tokens; shape must be the canonical decode shape
+  // (decode_shape).
+  void capture_graph(const StepShape& shape);
+  void launch_graph(const StepShape& shape);
+  StepShape decode_shape(int64_t n) const;
+  void destroy_graphs() noexcept;
+
+  // K and V of every layer for one position, f16.
+  uint64_t kv_bytes_per_slot() const {
+    return 2 * static_cast<uint64_t>(c_.n_layer) * static_cast<uint64_t>(c_.n_head_kv * c_.head_dim) * 2;
+  }
 
   ModelConfig c_;
-  CudaForwardParams params_;
+  EngineLayout layout_;
+  int64_t n_slots_ = 0;  // n_blocks * block_size: KV rows per layer
+  int64_t table_stride_ = 0;  // block-table entries per sequence in the metadata
   int64_t q_dim_ = 0, kv_dim_ = 0;
   int64_t ld_embd_ = 0, ld_q_ = 0, ld_qkv_ = 0, ld_gu_ = 0;  // row strides (floats) of the scratch, multiples of 4
   std::string description_;
   uint64_t device_bytes_ = 0;
+  uint64_t kv_bytes_ = 0;
 
   // Declaration order is destruction order reversed: buffers return to the allocator before it dies,
   // the cuBLAS handle goes before its stream.
@@ -114,18 +180,32 @@ class CudaLlamaForward final : public CudaForward {
   // the layouts the fused projections write, and what the separate ones write too.
   DeviceBuffer resid_, xn_, tmp_, qkv_, attn_, gu_;
   DeviceBuffer logits_;           // [max_batch][n_vocab]
-  // int32 [2][max_batch]: ids, then positions, as host_staging_, so one copy per step fills both.
+  // The step's metadata, int32, as host_staging_ (one copy per step fills all of it):
+  //   ids [B] | positions [B] | slots [B] | logit_rows [B] | seq_q_start [S + 1] | seq_pos0 [S] |
+  //   block_tables [S][table_stride_]        (B = max_batch, S = max_seqs)
   DeviceBuffer step_in_;
-  const int32_t* ids() const { return step_in_.as<int32_t>(); }
-  const int32_t* positions() const { return step_in_.as<int32_t>() + params_.max_batch; }
+  int64_t off_positions() const { return layout_.max_batch; }
+  int64_t off_slots() const { return 2 * layout_.max_batch; }
+  int64_t off_logit_rows() const { return 3 * layout_.max_batch; }
+  int64_t off_q_start() const { return 4 * layout_.max_batch; }
+  int64_t off_pos0() const { return off_q_start() + layout_.max_seqs + 1; }
+  int64_t off_tables() const { return off_pos0() + layout_.max_seqs; }
+  int64_t metadata_ints() const { return off_tables() + layout_.max_seqs * table_stride_; }
+  const int32_t* meta(int64_t offset) const { return step_in_.as<int32_t>() + offset; }
+  const int32_t* ids() const { return meta(0); }
+  const int32_t* positions() const { return meta(off_positions()); }
   DeviceBuffer x_stage_;          // [max_batch][largest cols] f16/bf16: a GEMM's input
   DeviceBuffer w_stage_;          // f16 [largest quantized matrix]: dequantized weights of a GEMM
   DeviceBuffer attn_workspace_;
   size_t attn_workspace_bytes_ = 0;
-  int32_t* host_staging_ = nullptr;  // pinned [2 * max_batch]: ids then positions
+  int32_t* host_staging_ = nullptr;  // pinned [metadata_ints()]
+  float* host_logits_ = nullptr;     // pinned [max_seqs][n_vocab] (paged layout): forward()'s result
 
-  cudaGraph_t graph_ = nullptr;
-  cudaGraphExec_t graph_exec_ = nullptr;
+  struct CapturedStep {
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+  };
+  std::vector<CapturedStep> graphs_;  // [max_seqs + 1], by tokens in the step
 };
 
 }  // namespace ga::cuda::llama

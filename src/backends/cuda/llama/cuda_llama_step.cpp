@@ -1,10 +1,14 @@
-// CudaLlamaForward: one step of the forward pass on the stream, and eval() around it (see the header
-// for the design). Every launcher's status goes through GA_CUDA_CHECK; launchers that can reject
-// their parameters are asked why first, so an error names the op, the layer and the reason instead
-// of a bare cudaErrorInvalidValue.
+// CudaLlamaForward: one step of the forward pass on the stream, and eval() (one sequence) and
+// forward() (a batch of sequence runs over the paged pool) around it; see the header for the design.
+// Every launcher's status goes through GA_CUDA_CHECK; launchers that can reject their parameters
+// are asked why first, so an error names the op, the layer and the reason instead of a bare
+// cudaErrorInvalidValue. Both entry points check all of their input on the host before the first
+// copy, so a rejected call leaves the cache as it was.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <span>
+#include <vector>
 
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/device_info.h"
@@ -73,7 +77,7 @@ void CudaLlamaForward::matmul(const DeviceMatrix& w, const float* x, int64_t ldx
   gemm_->run(p);
 }
 
-void CudaLlamaForward::enqueue_attention(const DeviceLayer& L, int64_t n) {
+void CudaLlamaForward::enqueue_attention(const DeviceLayer& L, const StepShape& shape) {
   cudaStream_t s = stream_.get();
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c_.head_dim)));
   AttentionParams ap;
@@ -84,15 +88,27 @@ void CudaLlamaForward::enqueue_attention(const DeviceLayer& L, int64_t n) {
   ap.kv_pos_stride = kv_dim_;
   ap.out = attn_.as<float>();
   ap.out_token_stride = ld_q_;
-  ap.n_tokens = static_cast<int>(n);
+  ap.n_tokens = static_cast<int>(shape.n_tokens);
   ap.n_head = static_cast<int>(c_.n_head);
   ap.n_head_kv = static_cast<int>(c_.n_head_kv);
   ap.head_dim = static_cast<int>(c_.head_dim);
-  ap.pos0_device = positions();  // positions()[0] is the step's first position
-  ap.max_kv_positions = params_.n_ctx;
   ap.scale = scale;
   ap.workspace = attn_workspace_.data();
   ap.workspace_bytes = attn_workspace_bytes_;
+  if (shape.paged) {  // one launch for every run of the step
+    ap.n_seqs = shape.n_seqs;
+    ap.seq_q_start = meta(off_q_start());
+    ap.seq_pos0 = meta(off_pos0());
+    ap.block_table = meta(off_tables());
+    ap.block_table_stride = table_stride_;
+    ap.block_size = static_cast<int>(layout_.block_size);
+    ap.n_kv_blocks = layout_.n_blocks;
+    ap.max_seq_tokens = static_cast<int>(shape.max_seq_tokens);
+    ap.max_kv_positions = shape.max_kv_positions;
+  } else {
+    ap.pos0_device = positions();  // positions()[0] is the step's first position
+    ap.max_kv_positions = n_slots_;
+  }
   if (attention_unsupported_reason(ap) == nullptr && attention_workspace_bytes(ap) <= attn_workspace_bytes_) {
     GA_CUDA_CHECK(attention(ap, s));
     return;
@@ -109,14 +125,24 @@ void CudaLlamaForward::enqueue_attention(const DeviceLayer& L, int64_t n) {
   sp.n_head = ap.n_head;
   sp.n_head_kv = ap.n_head_kv;
   sp.head_dim = ap.head_dim;
-  sp.pos0 = ap.pos0_device;
-  sp.max_positions = params_.n_ctx;
   sp.scale = scale;
+  if (shape.paged) {
+    sp.n_seqs = shape.n_seqs;
+    sp.seq_q_start = ap.seq_q_start;
+    sp.seq_pos0 = ap.seq_pos0;
+    sp.block_table = ap.block_table;
+    sp.block_table_stride = static_cast<int>(ap.block_table_stride);
+    sp.block_size = ap.block_size;
+    sp.max_positions = shape.max_kv_positions;
+  } else {
+    sp.pos0 = ap.pos0_device;
+    sp.max_positions = n_slots_;
+  }
   check_params("attention", simple_attention_unsupported_reason, sp);
   GA_CUDA_CHECK(simple_attention(sp, s));
 }
 
-void CudaLlamaForward::enqueue_qkv_rope_store(const DeviceLayer& L, int64_t n) {
+void CudaLlamaForward::enqueue_qkv_rope_store(const DeviceLayer& L, const StepShape& shape) {
   QkvRopeStoreParams r;
   r.q = qkv_.as<float>();
   r.k = r.q + q_dim_;
@@ -129,7 +155,8 @@ void CudaLlamaForward::enqueue_qkv_rope_store(const DeviceLayer& L, int64_t n) {
   r.k_cache = L.k_cache;
   r.v_cache = L.v_cache;
   r.positions = positions();
-  r.n_tokens = n;
+  r.slots = shape.paged ? meta(off_slots()) : nullptr;  // paged: the cache row is the slot, not the position
+  r.n_tokens = shape.n_tokens;
   r.n_head = static_cast<int>(c_.n_head);
   r.n_head_kv = static_cast<int>(c_.n_head_kv);
   r.head_dim = static_cast<int>(c_.head_dim);
@@ -142,9 +169,10 @@ void CudaLlamaForward::enqueue_qkv_rope_store(const DeviceLayer& L, int64_t n) {
   GA_CUDA_CHECK(qkv_rope_store(r, stream_.get()));
 }
 
-void CudaLlamaForward::enqueue_layer(const DeviceLayer& L, int64_t n, bool first) {
+void CudaLlamaForward::enqueue_layer(const DeviceLayer& L, const StepShape& shape, bool first) {
   cudaStream_t s = stream_.get();
   const int64_t E = c_.n_embd;
+  const int64_t n = shape.n_tokens;
 
   // h = rmsnorm(resid [+= tmp: the previous layer's FFN output]) * attn_norm      [n][n_embd]
   RmsNormParams norm;
@@ -170,8 +198,8 @@ void CudaLlamaForward::enqueue_layer(const DeviceLayer& L, int64_t n, bool first
     matmul(L.wk, xn_.as<float>(), ld_embd_, n, qkv + q_dim_, ld_qkv_);            // [n][n_head_kv][head_dim]
     matmul(L.wv, xn_.as<float>(), ld_embd_, n, qkv + q_dim_ + kv_dim_, ld_qkv_);
   }
-  enqueue_qkv_rope_store(L, n);
-  enqueue_attention(L, n);                                                   // [n][n_head][head_dim]
+  enqueue_qkv_rope_store(L, shape);
+  enqueue_attention(L, shape);                                            // [n][n_head][head_dim]
   matmul(L.wo, attn_.as<float>(), ld_q_, n, tmp_.as<float>(), ld_embd_);  // [n][n_embd]
 
   // h = rmsnorm(resid += tmp) * ffn_norm; tmp = W_down (silu(W_gate h) * W_up h)
@@ -200,8 +228,9 @@ void CudaLlamaForward::enqueue_layer(const DeviceLayer& L, int64_t n, bool first
   matmul(L.w_down, gate, ld_gu_, n, tmp_.as<float>(), ld_embd_);  // [n][n_embd]
 }
 
-void CudaLlamaForward::enqueue_step(int64_t n, bool all_logits) {
+void CudaLlamaForward::enqueue_step(const StepShape& shape) {
   cudaStream_t s = stream_.get();
+  const int64_t n = shape.n_tokens;
   EmbeddingParams emb;
   emb.type = token_embd_.type;
   emb.w = token_embd_.data;
@@ -216,17 +245,21 @@ void CudaLlamaForward::enqueue_step(int64_t n, bool all_logits) {
   check_params("embedding", embedding_unsupported_reason, emb);
   GA_CUDA_CHECK(embedding(emb, s));
 
-  for (size_t il = 0; il < layers_.size(); ++il) enqueue_layer(layers_[il], n, il == 0);
+  for (size_t il = 0; il < layers_.size(); ++il) enqueue_layer(layers_[il], shape, il == 0);
+  if (shape.n_logits == 0) return;  // a step of prompt chunks that do not end yet: K/V only
 
-  // Final norm of the rows whose logits are wanted (resid += tmp for those rows only), then the classifier.
-  const int64_t first_row = all_logits ? 0 : n - 1;
-  const int64_t n_out = n - first_row;
+  // Final norm (resid += tmp) of the rows whose logits are wanted, then the classifier over them.
+  // A contiguous range of rows is normalized in place of the whole batch; scattered rows (the last
+  // token of each prompt chunk among decode tokens) are normalized with the rest, then gathered
+  // into consecutive rows of tmp_ so the classifier is one matmul over [n_logits][n_embd].
+  const bool gather = shape.gather_logits;
+  const int64_t first_row = gather ? 0 : shape.first_logit_row;
   RmsNormParams norm;
   norm.x = tmp_.as<float>() + first_row * ld_embd_;
   norm.residual = resid_.as<float>() + first_row * ld_embd_;
   norm.weight = output_norm_;
   norm.out = xn_.as<float>();
-  norm.n_rows = n_out;
+  norm.n_rows = gather ? n : shape.n_logits;
   norm.n = c_.n_embd;
   norm.ldx = ld_embd_;
   norm.ld_residual = ld_embd_;
@@ -234,22 +267,45 @@ void CudaLlamaForward::enqueue_step(int64_t n, bool all_logits) {
   norm.eps = c_.rms_eps;
   check_params("rms_norm", rms_norm_unsupported_reason, norm);
   GA_CUDA_CHECK(rms_norm(norm, s));
-  matmul(output_, xn_.as<float>(), ld_embd_, n_out, logits_.as<float>(), c_.n_vocab);  // [n_out][n_vocab]
+  const float* classifier_in = xn_.as<float>();
+  if (gather) {
+    GA_CUDA_CHECK(gather_rows(xn_.as<float>(), ld_embd_, meta(off_logit_rows()), shape.n_logits, c_.n_embd,
+                              tmp_.as<float>(), ld_embd_, s));
+    classifier_in = tmp_.as<float>();
+  }
+  matmul(output_, classifier_in, ld_embd_, shape.n_logits, logits_.as<float>(), c_.n_vocab);  // [n_logits][n_vocab]
 }
 
-void CudaLlamaForward::destroy_graph() noexcept {
-  if (graph_exec_ != nullptr) (void)cudaGraphExecDestroy(graph_exec_);
-  if (graph_ != nullptr) (void)cudaGraphDestroy(graph_);
-  graph_exec_ = nullptr;
-  graph_ = nullptr;
+void CudaLlamaForward::destroy_graphs() noexcept {
+  for (CapturedStep& g : graphs_) {
+    if (g.exec != nullptr) (void)cudaGraphExecDestroy(g.exec);
+    if (g.graph != nullptr) (void)cudaGraphDestroy(g.graph);
+    g = CapturedStep{};
+  }
 }
 
-void CudaLlamaForward::decode_with_graph() {
+// The shape every decode step of n tokens is captured with: contiguous, one token at the position in
+// the metadata; paged, n one-token runs, each sampling, with the attention's position bound fixed.
+StepShape CudaLlamaForward::decode_shape(int64_t n) const {
+  StepShape shape;
+  shape.n_tokens = n;
+  shape.paged = layout_.paged;
+  shape.n_seqs = static_cast<int>(n);
+  shape.max_seq_tokens = 1;
+  shape.max_kv_positions = layout_.paged ? layout_.max_seq_positions : 0;
+  shape.first_logit_row = 0;
+  shape.n_logits = n;
+  return shape;
+}
+
+void CudaLlamaForward::capture_graph(const StepShape& shape) {
   cudaStream_t s = stream_.get();
-  if (graph_exec_ == nullptr) {
+  if (graphs_.empty()) graphs_.resize(static_cast<size_t>(layout_.max_seqs + 1));
+  CapturedStep& g = graphs_[static_cast<size_t>(shape.n_tokens)];
+  if (g.exec == nullptr) {
     GA_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
     try {
-      enqueue_step(1, false);
+      enqueue_step(shape);
     } catch (...) {
       cudaGraph_t broken = nullptr;
       (void)cudaStreamEndCapture(s, &broken);  // leave the stream usable
@@ -257,41 +313,50 @@ void CudaLlamaForward::decode_with_graph() {
       (void)cudaGetLastError();
       throw;
     }
-    GA_CUDA_CHECK(cudaStreamEndCapture(s, &graph_));
-    GA_CUDA_CHECK(cudaGraphInstantiate(&graph_exec_, graph_, 0));
+    GA_CUDA_CHECK(cudaStreamEndCapture(s, &g.graph));
+    GA_CUDA_CHECK(cudaGraphInstantiate(&g.exec, g.graph, 0));
   }
-  GA_CUDA_CHECK(cudaGraphLaunch(graph_exec_, s));
+}
+
+void CudaLlamaForward::launch_graph(const StepShape& shape) {
+  capture_graph(shape);
+  GA_CUDA_CHECK(cudaGraphLaunch(graphs_[static_cast<size_t>(shape.n_tokens)].exec, stream_.get()));
 }
 
 void CudaLlamaForward::eval(std::span<const int32_t> tokens, int64_t pos0, bool all_logits, float* logits) {
+  GA_CHECK(!layout_.paged, Internal, "eval() is the single-sequence face; this forward has a paged pool");
   const int64_t n = static_cast<int64_t>(tokens.size());
   GA_CHECK(n > 0, InvalidArgument, "eval needs at least one token");
-  GA_CHECK(pos0 >= 0 && pos0 + n <= params_.n_ctx, OutOfRange, "context overflow: ", pos0, " positions used + ", n,
-           " new tokens > n_ctx ", params_.n_ctx);
+  GA_CHECK(pos0 >= 0 && pos0 + n <= n_slots_, OutOfRange, "context overflow: ", pos0, " positions used + ", n,
+           " new tokens > n_ctx ", n_slots_);
   for (int64_t i = 0; i < n; ++i) {  // all ids before any step, so a bad id changes nothing
     const int32_t id = tokens[static_cast<size_t>(i)];
     GA_CHECK(id >= 0 && id < c_.n_vocab, InvalidArgument, "token id ", id, " at index ", i,
              " is outside the vocabulary [0, ", c_.n_vocab, ")");
   }
-  DeviceGuard guard(params_.device);
+  DeviceGuard guard(layout_.device);
   cudaStream_t s = stream_.get();
-  const int64_t B = params_.max_batch;
+  const int64_t B = layout_.max_batch;
   for (int64_t done = 0; done < n;) {
     const int64_t step_n = std::min(B, n - done);
     const bool last_step = done + step_n == n;
-    // ids then positions in one pinned buffer, one copy for both (the previous step's copy has
-    // completed: every step ends with a synchronizing logits copy or an explicit sync). The copy
-    // spans the unused tail of the ids: one small copy costs less than two.
+    // ids then positions, one copy for both (the previous step's copy has completed: every step
+    // ends with a synchronizing logits copy or an explicit sync). The copy spans the unused tail of
+    // the ids: one small copy costs less than two.
     for (int64_t t = 0; t < step_n; ++t) {
       host_staging_[t] = tokens[static_cast<size_t>(done + t)];
-      host_staging_[B + t] = static_cast<int32_t>(pos0 + done + t);
+      host_staging_[off_positions() + t] = static_cast<int32_t>(pos0 + done + t);
     }
-    GA_CUDA_CHECK(cudaMemcpyAsync(step_in_.data(), host_staging_, static_cast<size_t>(B + step_n) * 4,
+    GA_CUDA_CHECK(cudaMemcpyAsync(step_in_.data(), host_staging_, static_cast<size_t>(off_positions() + step_n) * 4,
                                   cudaMemcpyHostToDevice, s));
-    if (step_n == 1 && params_.use_cuda_graph) {
-      decode_with_graph();
+    if (step_n == 1 && layout_.use_cuda_graph) {
+      launch_graph(decode_shape(1));
     } else {
-      enqueue_step(step_n, all_logits);
+      StepShape shape;
+      shape.n_tokens = step_n;
+      shape.first_logit_row = all_logits ? 0 : step_n - 1;
+      shape.n_logits = all_logits ? step_n : 1;
+      enqueue_step(shape);
     }
     if (all_logits) {
       GA_CUDA_CHECK(cudaMemcpyAsync(logits + done * c_.n_vocab, logits_.data(),
@@ -305,6 +370,106 @@ void CudaLlamaForward::eval(std::span<const int32_t> tokens, int64_t pos0, bool 
   }
 }
 
+// Checks the batch and writes its metadata into host_staging_ (see the header's layout); fills
+// `shape`. Nothing is written to the device here, so a rejected batch changes nothing.
+void CudaLlamaForward::validate_batch(std::span<const BatchEntry> batch,
+                                      std::span<const std::span<const int32_t>> block_tables, StepShape& shape) {
+  const int64_t n = static_cast<int64_t>(batch.size());
+  const int64_t bs = layout_.block_size;
+  GA_CHECK(n > 0, InvalidArgument, "a forward batch needs at least one token");
+  GA_CHECK(n <= layout_.max_batch, InvalidArgument, "a batch of ", n, " entries exceeds max_batch_tokens ",
+           layout_.max_batch);
+  for (size_t sq = 0; sq < block_tables.size(); ++sq) {
+    for (const int32_t b : block_tables[sq]) {
+      GA_CHECK(b >= 0 && b < layout_.n_blocks, InvalidArgument, "block table of sequence ", sq, " names block ", b,
+               " outside the pool of ", layout_.n_blocks);
+    }
+  }
+  int32_t* const ids_h = host_staging_;
+  int32_t* const pos_h = host_staging_ + off_positions();
+  int32_t* const slots_h = host_staging_ + off_slots();
+  int32_t* const rows_h = host_staging_ + off_logit_rows();
+  int32_t* const q_start_h = host_staging_ + off_q_start();
+  int32_t* const pos0_h = host_staging_ + off_pos0();
+  int32_t* const tables_h = host_staging_ + off_tables();
+  std::vector<bool> seen(block_tables.size(), false);
+  int runs = 0;
+  int64_t n_logits = 0;
+  shape = StepShape{};
+  shape.n_tokens = n;
+  shape.paged = true;
+  for (int64_t t = 0; t < n; ++t) {
+    const BatchEntry& e = batch[static_cast<size_t>(t)];
+    GA_CHECK(e.token >= 0 && e.token < c_.n_vocab, InvalidArgument, "token id ", e.token, " at index ", t,
+             " is outside the vocabulary [0, ", c_.n_vocab, ")");
+    GA_CHECK(e.seq >= 0 && static_cast<size_t>(e.seq) < block_tables.size(), InvalidArgument, "batch entry ", t,
+             " names sequence ", e.seq, " of ", block_tables.size());
+    const std::span<const int32_t> table = block_tables[static_cast<size_t>(e.seq)];
+    const int64_t n_pos = std::min(static_cast<int64_t>(table.size()) * bs, layout_.max_seq_positions);
+    GA_CHECK(e.pos >= 0 && e.pos < n_pos, OutOfRange, "batch entry ", t, " at position ", e.pos,
+             " is outside its sequence's ", n_pos, " cached positions");
+    const bool continues = t > 0 && batch[static_cast<size_t>(t - 1)].seq == e.seq;
+    if (continues) {
+      GA_CHECK(e.pos == batch[static_cast<size_t>(t - 1)].pos + 1, InvalidArgument, "batch entry ", t,
+               " of sequence ", e.seq, " is at position ", e.pos, ", not after its predecessor's");
+    } else {
+      GA_CHECK(!seen[static_cast<size_t>(e.seq)], InvalidArgument, "sequence ", e.seq,
+               " has two runs in one batch (its entries must be consecutive)");
+      GA_CHECK(runs < layout_.max_seqs, InvalidArgument, "the batch holds more than max_seqs = ", layout_.max_seqs,
+               " sequences");
+      GA_CHECK(static_cast<int64_t>(table.size()) <= table_stride_, InvalidArgument, "block table of sequence ",
+               e.seq, " has ", table.size(), " blocks; at most ", table_stride_, " fit max_seq_positions");
+      seen[static_cast<size_t>(e.seq)] = true;
+      q_start_h[runs] = static_cast<int32_t>(t);
+      pos0_h[runs] = static_cast<int32_t>(e.pos);
+      std::copy(table.begin(), table.end(), tables_h + runs * table_stride_);
+      ++runs;
+    }
+    ids_h[t] = e.token;
+    pos_h[t] = static_cast<int32_t>(e.pos);
+    slots_h[t] = static_cast<int32_t>(table[static_cast<size_t>(e.pos / bs)] * bs + e.pos % bs);
+    shape.max_kv_positions = std::max(shape.max_kv_positions, e.pos + 1);
+    if (e.logits) {
+      GA_CHECK(n_logits < layout_.max_seqs, InvalidArgument, "more than max_seqs = ", layout_.max_seqs,
+               " entries of one batch want logits");
+      rows_h[n_logits++] = static_cast<int32_t>(t);
+    }
+  }
+  q_start_h[runs] = static_cast<int32_t>(n);
+  for (int r = 0; r < runs; ++r) {
+    shape.max_seq_tokens = std::max<int64_t>(shape.max_seq_tokens, q_start_h[r + 1] - q_start_h[r]);
+  }
+  shape.n_seqs = runs;
+  shape.n_logits = n_logits;
+  shape.first_logit_row = n_logits > 0 ? rows_h[0] : 0;
+  shape.gather_logits = n_logits > 0 && rows_h[n_logits - 1] - rows_h[0] != n_logits - 1;
+}
+
+std::span<const float> CudaLlamaForward::forward(std::span<const BatchEntry> batch,
+                                                 std::span<const std::span<const int32_t>> block_tables) {
+  GA_CHECK(layout_.paged, Internal, "forward() is the paged face; this forward has a contiguous cache");
+  StepShape shape;
+  validate_batch(batch, block_tables, shape);
+  DeviceGuard guard(layout_.device);
+  cudaStream_t s = stream_.get();
+  // One copy: everything up to the last run's block table (host_staging_ is free again: the
+  // previous call ended with a synchronize).
+  const size_t ints = static_cast<size_t>(off_tables() + shape.n_seqs * table_stride_);
+  GA_CUDA_CHECK(cudaMemcpyAsync(step_in_.data(), host_staging_, ints * 4, cudaMemcpyHostToDevice, s));
+  // Decode-only steps (every run one token, every token sampling) replay a captured graph.
+  if (layout_.use_cuda_graph && shape.max_seq_tokens == 1 && shape.n_logits == shape.n_tokens) {
+    launch_graph(decode_shape(shape.n_tokens));
+  } else {
+    enqueue_step(shape);
+  }
+  const size_t logit_floats = static_cast<size_t>(shape.n_logits * c_.n_vocab);
+  if (logit_floats > 0) {
+    GA_CUDA_CHECK(cudaMemcpyAsync(host_logits_, logits_.data(), logit_floats * 4, cudaMemcpyDeviceToHost, s));
+  }
+  stream_.synchronize();  // kernel failures surface here
+  return {host_logits_, logit_floats};
+}
+
 }  // namespace ga::cuda::llama
 
 namespace ga::cuda {
@@ -315,7 +480,41 @@ std::unique_ptr<CudaForward> make_cuda_llama_forward(const LoadedModel& model, c
   GA_CHECK(count > 0, Unsupported, "no CUDA device (", reason, ")");
   GA_CHECK(params.device >= 0 && params.device < count, InvalidArgument, "CUDA device ", params.device,
            " does not exist (", count, " devices)");
-  return std::make_unique<llama::CudaLlamaForward>(model, params);
+  llama::EngineLayout layout;
+  layout.device = params.device;
+  layout.paged = false;
+  layout.block_size = params.n_ctx;
+  layout.n_blocks = 1;
+  layout.max_batch = params.max_batch;
+  layout.max_seqs = 1;
+  layout.max_seq_positions = params.n_ctx;
+  layout.rope_freq_factors = params.rope_freq_factors;
+  layout.use_cuda_graph = params.use_cuda_graph;
+  return std::make_unique<llama::CudaLlamaForward>(model, layout);
+}
+
+std::unique_ptr<CudaBatchForward> make_cuda_llama_batch_forward(const LoadedModel& model,
+                                                                const CudaBatchForwardParams& params) {
+  std::string reason;
+  const int count = device_count(&reason);
+  GA_CHECK(count > 0, Unsupported, "no CUDA device (", reason, ")");
+  GA_CHECK(params.device >= 0 && params.device < count, InvalidArgument, "CUDA device ", params.device,
+           " does not exist (", count, " devices)");
+  GA_CHECK(params.kv_memory_fraction > 0.0 && params.kv_memory_fraction <= 1.0, InvalidArgument,
+           "kv_memory_fraction ", params.kv_memory_fraction, " is outside (0, 1]");
+  llama::EngineLayout layout;
+  layout.device = params.device;
+  layout.paged = true;
+  layout.block_size = params.block_size;
+  layout.n_blocks = params.n_blocks;
+  layout.kv_memory_fraction = params.kv_memory_fraction;
+  layout.max_auto_blocks = params.max_auto_blocks;
+  layout.max_batch = params.max_batch_tokens;
+  layout.max_seqs = params.max_seqs;
+  layout.max_seq_positions = params.max_seq_positions;
+  layout.rope_freq_factors = params.rope_freq_factors;
+  layout.use_cuda_graph = params.use_cuda_graph;
+  return std::make_unique<llama::CudaLlamaForward>(model, layout);
 }
 
 }  // namespace ga::cuda

@@ -101,7 +101,26 @@ __global__ void __launch_bounds__(kAttnThreads) simple_attention_kernel(const Si
   const int hd = p.head_dim;
   const int kvh = h / (p.n_head / p.n_head_kv);
   const int64_t kv_stride = static_cast<int64_t>(p.n_head_kv) * hd;
-  const int64_t n_kv = static_cast<int64_t>(*p.pos0) + t + 1;
+  // The query's run (paged form): the last run starting at or before t (binary search).
+  int run = 0;
+  int64_t n_kv = 0;
+  if (p.block_table != nullptr) {
+    int lo = 0, hi = p.n_seqs - 1;
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) / 2;
+      if (p.seq_q_start[mid] <= t) lo = mid; else hi = mid - 1;
+    }
+    run = lo;
+    n_kv = static_cast<int64_t>(p.seq_pos0[run]) + (t - p.seq_q_start[run]) + 1;
+  } else {
+    n_kv = static_cast<int64_t>(*p.pos0) + t + 1;
+  }
+  const int32_t* table = p.block_table != nullptr ? p.block_table + static_cast<int64_t>(run) * p.block_table_stride
+                                                  : nullptr;
+  // cache row of position j
+  const auto row_of = [&](int64_t j) -> int64_t {
+    return table == nullptr ? j : static_cast<int64_t>(table[j / p.block_size]) * p.block_size + j % p.block_size;
+  };
   float* scores = smem;
   float* q = smem + p.max_positions;
   const float* q_src = p.q + t * p.q_stride + static_cast<int64_t>(h) * hd;
@@ -110,7 +129,7 @@ __global__ void __launch_bounds__(kAttnThreads) simple_attention_kernel(const Si
 
   float local_max = -FLT_MAX;
   for (int64_t j = threadIdx.x; j < n_kv; j += kAttnThreads) {
-    const __half* kr = p.k + j * kv_stride + static_cast<int64_t>(kvh) * hd;
+    const __half* kr = p.k + row_of(j) * kv_stride + static_cast<int64_t>(kvh) * hd;
     float s = 0.0f;
     for (int d = 0; d < hd; ++d) s += q[d] * __half2float(kr[d]);
     s *= p.scale;
@@ -134,7 +153,7 @@ __global__ void __launch_bounds__(kAttnThreads) simple_attention_kernel(const Si
     const int g = threadIdx.x / hd, d = threadIdx.x % hd;
     float acc = 0.0f;
     if (g < groups) {
-      for (int64_t j = g; j < n_kv; j += groups) acc += scores[j] * __half2float(v_head[j * kv_stride + d]);
+      for (int64_t j = g; j < n_kv; j += groups) acc += scores[j] * __half2float(v_head[row_of(j) * kv_stride + d]);
     }
     partial[threadIdx.x] = acc;
     __syncthreads();
@@ -146,9 +165,18 @@ __global__ void __launch_bounds__(kAttnThreads) simple_attention_kernel(const Si
   } else {
     for (int d = threadIdx.x; d < hd; d += kAttnThreads) {
       float acc = 0.0f;
-      for (int64_t j = 0; j < n_kv; ++j) acc += scores[j] * __half2float(v_head[j * kv_stride + d]);
+      for (int64_t j = 0; j < n_kv; ++j) acc += scores[j] * __half2float(v_head[row_of(j) * kv_stride + d]);
       out[d] = acc * inv_sum;
     }
+  }
+}
+
+__global__ void gather_rows_kernel(const float* src, int64_t ld_src, const int32_t* rows, int64_t n_rows, int64_t n,
+                                   float* dst, int64_t ld_dst) {
+  const int64_t total = n_rows * n;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total; i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t r = i / n, c = i % n;
+    dst[r * ld_dst + c] = src[static_cast<int64_t>(rows[r]) * ld_src + c];
   }
 }
 
@@ -192,10 +220,24 @@ cudaError_t dequantize_to_f16(DType type, const void* w, int64_t rows, int64_t c
   });
 }
 
+cudaError_t gather_rows(const float* src, int64_t ld_src, const int32_t* rows, int64_t n_rows, int64_t n, float* dst,
+                        int64_t ld_dst, cudaStream_t stream) {
+  if (n_rows <= 0 || n <= 0) return cudaSuccess;
+  if (src == nullptr || rows == nullptr || dst == nullptr || ld_src < n || ld_dst < n) return cudaErrorInvalidValue;
+  gather_rows_kernel<<<grid_for(n_rows * n), kThreads, 0, stream>>>(src, ld_src, rows, n_rows, n, dst, ld_dst);
+  return cudaGetLastError();
+}
+
 const char* simple_attention_unsupported_reason(const SimpleAttentionParams& p) {
-  if (p.q == nullptr || p.k == nullptr || p.v == nullptr || p.out == nullptr || p.pos0 == nullptr) {
-    return "q, k, v, out and pos0 must be device pointers";
+  if (p.q == nullptr || p.k == nullptr || p.v == nullptr || p.out == nullptr) {
+    return "q, k, v and out must be device pointers";
   }
+  if (p.block_table == nullptr && p.pos0 == nullptr) return "pos0 must be a device pointer (one-sequence form)";
+  if (p.block_table != nullptr && (p.seq_q_start == nullptr || p.seq_pos0 == nullptr || p.n_seqs <= 0 ||
+                                   p.block_size <= 0 || p.block_table_stride <= 0)) {
+    return "the paged form needs seq_q_start, seq_pos0, n_seqs, block_size and block_table_stride";
+  }
+  if (p.max_positions <= 0) return "max_positions must be positive";
   if (p.n_tokens <= 0 || p.n_head <= 0 || p.n_head_kv <= 0 || p.head_dim <= 0) return "sizes must be positive";
   if (p.n_head % p.n_head_kv != 0) return "n_head must be a multiple of n_head_kv";
   if (p.head_dim > kMaxSimpleHeadDim) return "head_dim above 256";

@@ -17,10 +17,10 @@
 
 namespace ga::cuda::llama {
 
-// For each token t at position positions[t] (qkv_rope_store.cu):
+// For each token t at position positions[t] (qkv_rope_store.cu), with row = slots ? slots[t] : positions[t]:
 //   q[t] = rope(q[t] + bq)                          in place, f32
-//   k_cache[positions[t]] = half(rope(k[t] + bk))   k itself is left unchanged
-//   v_cache[positions[t]] = half(v[t] + bv)
+//   k_cache[row] = half(rope(k[t] + bk))            k itself is left unchanged
+//   v_cache[row] = half(v[t] + bv)
 // Biases are all null or all set. rope as kernels/ops.h (Normal or NeoX pairs over the first n_rot
 // dims, angle pos * freq_scale * base^(-2i/n_rot) / freq_factors[i]). q, k, v may be slices of one
 // [n_tokens][q|k|v] buffer (the fused QKV projection): then ld_q == ld_kv is that buffer's stride.
@@ -35,6 +35,10 @@ struct QkvRopeStoreParams {
   __half* k_cache = nullptr;       // [n_ctx][n_head_kv][head_dim]
   __half* v_cache = nullptr;
   const int32_t* positions = nullptr;  // [n_tokens], device memory
+  // [n_tokens] device memory or null: when set, token t's K/V go to cache row slots[t] (a slot of a
+  // paged KV pool) while RoPE still uses positions[t]; a negative slot stores nothing (a padding
+  // token of a fixed-size batch). Null: row positions[t] (the contiguous per-sequence cache).
+  const int32_t* slots = nullptr;
   int64_t n_tokens = 0;
   int n_head = 0, n_head_kv = 0, head_dim = 0, n_rot = 0;
   bool neox = false;
@@ -56,22 +60,39 @@ cudaError_t dequantize_to_f16(DType type, const void* w, int64_t rows, int64_t c
                               WeightLayout layout = WeightLayout::kGguf);
 
 // Causal GQA attention, any head_dim <= 256 (one block per (token, head), scores in shared memory).
-// Layouts as kernels/attention.h; query t sits at position *pos0 + t. Used when the tuned kernel
-// reports the shape unsupported (tiny test models: head_dim 8, 32).
+// Layouts as kernels/attention.h. Two forms, as there:
+//   * one sequence (block_table == null): query t sits at position *pos0 + t of a contiguous cache;
+//   * many sequences over a paged pool (block_table set): the n_tokens queries are n_seqs runs,
+//     run s = tokens [seq_q_start[s], seq_q_start[s + 1]) at positions seq_pos0[s] + i, position j
+//     of run s in cache row block_table[s * block_table_stride + j / block_size] * block_size +
+//     j % block_size.
+// Used when the tuned kernel reports the shape unsupported (tiny test models: head_dim 8, 32).
 struct SimpleAttentionParams {
   const float* q = nullptr;        // [n_tokens][n_head][head_dim], q_stride floats between tokens
   int64_t q_stride = 0;
-  const __half* k = nullptr;       // [n_ctx][n_head_kv][head_dim]
+  const __half* k = nullptr;       // [n_rows][n_head_kv][head_dim]
   const __half* v = nullptr;
   float* out = nullptr;            // [n_tokens][n_head][head_dim], out_stride floats between tokens
   int64_t out_stride = 0;
   int n_tokens = 0, n_head = 0, n_head_kv = 0, head_dim = 0;
-  const int32_t* pos0 = nullptr;   // device scalar
-  int64_t max_positions = 0;       // the cache capacity (sizes the shared memory)
+  const int32_t* pos0 = nullptr;   // device scalar (one-sequence form)
+  int64_t max_positions = 0;       // bound on any query's position + 1 (sizes the shared memory)
   float scale = 1.0f;
+  // paged form (device arrays)
+  int n_seqs = 0;
+  const int32_t* seq_q_start = nullptr;  // [n_seqs + 1]
+  const int32_t* seq_pos0 = nullptr;     // [n_seqs]
+  const int32_t* block_table = nullptr;  // [n_seqs][block_table_stride]
+  int block_table_stride = 0;
+  int block_size = 0;
 };
 const char* simple_attention_unsupported_reason(const SimpleAttentionParams& p);
 cudaError_t simple_attention(const SimpleAttentionParams& p, cudaStream_t stream);
+
+// dst[i][c] = src[rows[i]][c] for i < n_rows, c < n (rows: device [n_rows]): the rows of a batch
+// whose logits are wanted, gathered for one classifier matmul.
+cudaError_t gather_rows(const float* src, int64_t ld_src, const int32_t* rows, int64_t n_rows, int64_t n, float* dst,
+                        int64_t ld_dst, cudaStream_t stream);
 
 // The compute capability the kernels of this library were compiled for on the current device
 // (cudaFuncAttributes::binaryVersion of one of them, e.g. 90), or a negative value on failure.

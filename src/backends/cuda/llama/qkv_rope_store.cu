@@ -9,7 +9,8 @@
 // layer with one block: 24 dependent round trips, 17 us). Each thread computes its own angle in
 // double, as kernels/rope.cu (theta = pos * inv_freq reaches thousands of radians at long contexts);
 // a few hundred flops, hidden behind the loads. Roped k never goes back to f32: the attention reads
-// k only from the cache.
+// k only from the cache. With `slots` (a paged KV pool) the cache row of a token is its slot, not its
+// position; a negative slot skips the K/V stores of that token (the q rotation still happens).
 #include <cmath>
 
 #include "backends/cuda/llama/llama_kernels.h"
@@ -29,12 +30,14 @@ __global__ void __launch_bounds__(kThreads) qkv_rope_store_kernel(const QkvRopeS
   const int64_t s = int64_t{blockIdx.y} * kThreads + threadIdx.x;
   if (s >= slots) return;
   const int64_t pos = p.positions[t];
+  const int64_t cache_row = p.slots != nullptr ? int64_t{p.slots[t]} : pos;
   float* const q = p.q + t * p.ld_q;
   const float* const k = p.k + t * p.ld_kv;
   const float* const v = p.v + t * p.ld_kv;
-  __half* const k_row = p.k_cache + pos * kv_dim;
-  __half* const v_row = p.v_cache + pos * kv_dim;
+  __half* const k_row = p.k_cache + cache_row * kv_dim;
+  __half* const v_row = p.v_cache + cache_row * kv_dim;
   const int head = static_cast<int>(s / half_hd);
+  if (cache_row < 0 && head >= p.n_head) return;  // a padding token: nothing to store
   const int pair = static_cast<int>(s % half_hd);
   // Rotated pairs of q and k heads as kernels/rope.cu (Normal: adjacent dims, NeoX: halves of
   // n_rot); dims past n_rot pass through two by two.

@@ -1,0 +1,122 @@
+// The Scheduler's backends (see batch_backend.h): the CPU reference forward over a host KV pool, and
+// the CUDA forward over a device pool, behind one interface.
+//
+// Pool sizes: on the CPU, kv_blocks = 0 means max_seqs full contexts (host memory is rarely the
+// limit for the models the CPU runs). On the GPU it means "what free device memory holds", capped
+// at twice max_seqs full contexts: more blocks than that serve only the prefix cache, and a pool of
+// the whole H200 would take every other process's memory for little gain.
+#include "runtime/engine/batch_backend.h"
+
+#include <vector>
+
+#include "backends/cuda/cuda_forward.h"
+#include "core/log.h"
+#include "core/thread_pool.h"
+#include "gpu_accel/device.h"
+#include "gpu_accel/error.h"
+
+namespace ga::engine {
+namespace {
+
+constexpr int64_t kAutoBlocksContexts = 2;  // the CUDA pool's cap, in max_seqs full contexts
+
+int64_t blocks_per_context(const BatchBackendOptions& o) { return (o.n_ctx + o.block_size - 1) / o.block_size; }
+
+class CpuBatchBackend final : public BatchBackend {
+ public:
+  CpuBatchBackend(const LoadedModel& model, const BatchBackendOptions& o)
+      : forward_(model, o.pool),
+        kv_(model.config, arch::KvPoolParams{o.kv_blocks > 0 ? o.kv_blocks : o.max_seqs * blocks_per_context(o),
+                                             o.block_size, o.kv_type == KvType::F16 ? DType::F16 : DType::F32}),
+        threads_(o.pool != nullptr ? o.pool->size() : 1) {}
+
+  std::span<const float> forward(std::span<const arch::BatchToken> batch,
+                                 std::span<const std::span<const int32_t>> block_tables) override {
+    size_t rows = 0;
+    for (const arch::BatchToken& e : batch) rows += e.logits ? 1 : 0;
+    logits_.resize(rows * static_cast<size_t>(forward_.n_vocab()));
+    forward_.forward(batch, block_tables, kv_, logits_.data());
+    return logits_;
+  }
+  int64_t n_vocab() const override { return forward_.n_vocab(); }
+  int64_t n_blocks() const override { return kv_.n_blocks(); }
+  const std::string& device() const override { return device_; }
+  std::string description() const override {
+    return str("cpu, ", threads_, " threads, KV pool ", kv_.n_blocks(), " x ", kv_.block_size(), " positions ",
+               dtype_name(kv_.kv_type()));
+  }
+
+ private:
+  arch::LlamaBatchForward forward_;
+  arch::KvPool kv_;
+  int threads_;
+  std::vector<float> logits_;
+  std::string device_ = "cpu";
+};
+
+class CudaBatchBackend final : public BatchBackend {
+ public:
+  CudaBatchBackend(std::unique_ptr<cuda::CudaBatchForward> forward, int device_index)
+      : forward_(std::move(forward)), device_("cuda:" + std::to_string(device_index)) {}
+
+  std::span<const float> forward(std::span<const arch::BatchToken> batch,
+                                 std::span<const std::span<const int32_t>> block_tables) override {
+    entries_.resize(batch.size());
+    for (size_t i = 0; i < batch.size(); ++i) {
+      entries_[i] = cuda::BatchEntry{batch[i].token, batch[i].pos, batch[i].seq, batch[i].logits};
+    }
+    return forward_->forward(entries_, block_tables);
+  }
+  int64_t n_vocab() const override { return forward_->n_vocab(); }
+  int64_t n_blocks() const override { return forward_->n_blocks(); }
+  const std::string& device() const override { return device_; }
+  std::string description() const override { return forward_->description(); }
+
+ private:
+  std::unique_ptr<cuda::CudaBatchForward> forward_;
+  std::vector<cuda::BatchEntry> entries_;
+  std::string device_;
+};
+
+}  // namespace
+
+int cuda_device_index(const std::string& device) {
+  if (device == "cuda") return 0;
+  if (device.rfind("cuda:", 0) != 0 || device.size() == 5 || device.size() > 8) return -1;
+  int index = 0;
+  for (size_t i = 5; i < device.size(); ++i) {
+    if (device[i] < '0' || device[i] > '9') return -1;
+    index = index * 10 + (device[i] - '0');
+  }
+  return index;
+}
+
+std::unique_ptr<BatchBackend> make_batch_backend(const LoadedModel& model, const BatchBackendOptions& options) {
+  const bool is_auto = options.device == "auto";
+  const int gpu_index = is_auto ? 0 : cuda_device_index(options.device);
+  GA_CHECK(is_auto || options.device == "cpu" || gpu_index >= 0, InvalidArgument, "unknown device '", options.device,
+           "' (cpu, cuda, cuda:N or auto)");
+  if (gpu_index >= 0 && (!is_auto || cuda_device_count() > 0)) {
+    cuda::CudaBatchForwardParams params;
+    params.device = gpu_index;
+    params.block_size = options.block_size;
+    params.n_blocks = options.kv_blocks;
+    params.max_auto_blocks = kAutoBlocksContexts * options.max_seqs * blocks_per_context(options);
+    params.max_batch_tokens = options.max_batch_tokens;
+    params.max_seqs = options.max_seqs;
+    params.max_seq_positions = options.n_ctx;
+    params.use_cuda_graph = options.cuda_graphs;
+    if (model.find_weight("rope_freqs.weight") == nullptr && model.config.rope_scaling.type == RopeScalingType::Llama3) {
+      params.rope_freq_factors = arch::llama3_rope_freq_factors(model.config);
+    }
+    try {
+      return std::make_unique<CudaBatchBackend>(cuda::make_cuda_llama_batch_forward(model, params), gpu_index);
+    } catch (const Error& e) {
+      if (!is_auto || e.kind() != ErrorKind::Unsupported) throw;
+      GA_LOG(Warn, "device auto: the GPU cannot run this model (", e.what(), "); using the CPU");
+    }
+  }
+  return std::make_unique<CpuBatchBackend>(model, options);
+}
+
+}  // namespace ga::engine

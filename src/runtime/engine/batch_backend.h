@@ -1,0 +1,61 @@
+// BatchBackend: the one thing the Scheduler needs from a device: evaluate a step's batch of
+// (token, position, sequence) entries over a paged KV pool that the backend owns, and hand back the
+// logits of the entries that sample.
+//
+// Why an interface here: the Scheduler's policy (admission, block manager, prefix cache,
+// preemption, cancellation, sampling) is the same whatever computes the step, so it is written once
+// against this class, and the device is chosen once, when the backend is made. The CPU backend is
+// arch::LlamaBatchForward + arch::KvPool (f32 or f16 KV); the CUDA backend is
+// cuda::CudaBatchForward (f16 KV on the device, backends/cuda/cuda_forward.h, a CUDA-free header:
+// a build without CUDA answers Unsupported, so there is no #ifdef here either).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "gpu_accel/model.h"
+#include "gpu_accel/session.h"
+#include "model/arch/llama.h"
+
+namespace ga {
+class ThreadPool;
+}
+
+namespace ga::engine {
+
+// "cuda" -> 0, "cuda:3" -> 3; -1 for anything else (the Session's and the Scheduler's device names).
+int cuda_device_index(const std::string& device);
+
+struct BatchBackendOptions {
+  std::string device = "cpu";     // cpu | cuda | cuda:N | auto (cuda:0 when it can run the model, else cpu)
+  int64_t n_ctx = 0;              // positions one sequence may reach
+  int64_t kv_blocks = 0;          // pool size; 0: CPU max_seqs full contexts, CUDA what free memory holds
+  int64_t block_size = 16;
+  int64_t max_batch_tokens = 512;
+  int max_seqs = 16;              // sequences per step (the scheduler's max_running)
+  KvType kv_type = KvType::F32;   // CPU only; the CUDA pool is f16
+  ThreadPool* pool = nullptr;     // CPU forward threads (not owned)
+  bool cuda_graphs = true;        // CUDA: decode-only steps replay captured graphs
+};
+
+class BatchBackend {
+ public:
+  virtual ~BatchBackend() = default;
+  // arch::LlamaBatchForward::forward's contract (the entries of one sequence consecutive, at
+  // consecutive positions); the logits rows of the entries with logits = true in batch order,
+  // [n][n_vocab], valid until the next call.
+  virtual std::span<const float> forward(std::span<const arch::BatchToken> batch,
+                                         std::span<const std::span<const int32_t>> block_tables) = 0;
+  virtual int64_t n_vocab() const = 0;
+  virtual int64_t n_blocks() const = 0;
+  virtual const std::string& device() const = 0;   // "cpu" or "cuda:N"
+  virtual std::string description() const = 0;     // for logs
+};
+
+// Throws InvalidArgument for an unknown device name, Unsupported (no CUDA in this build, no device,
+// weight types the GPU does not read; never for "auto") and OutOfMemory with the byte counts.
+std::unique_ptr<BatchBackend> make_batch_backend(const LoadedModel& model, const BatchBackendOptions& options);
+
+}  // namespace ga::engine

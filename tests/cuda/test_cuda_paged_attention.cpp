@@ -1,0 +1,538 @@
+// Parity of the multi-sequence paged form of the CUDA attention (backends/cuda/kernels/attention.h,
+// block_table != nullptr) with a float64 reference computed here from the same f16 pool, and with
+// the project's CPU reference ga::cpu::paged_attention.
+//
+// A case is a batch of runs (query tokens of one sequence, continuing its cache at pos0) over one
+// pool of KV slots. Block tables are random: each sequence draws its blocks from a shuffled pool,
+// so neighbouring positions of a sequence live in unrelated places. Traps: every pool slot no
+// sequence owns holds f16 NaN (a wrong slot, or a key read past a sequence's end, poisons the
+// output), table entries past a sequence's blocks hold an id far outside the pool, outputs (and the
+// padding of padded q/out strides) are NaN-poisoned before each launch. The grid covers pure decode
+// batches (64 one-token runs: the Scheduler's steady state), multi-token decode runs (<= 8 tokens),
+// mixed batches of decode runs and prompt chunks (two launches of one call), a single long prompt
+// chunk, block sizes 1, 7, 16, 32, GQA 32/8, 8/8 and 8/1, head dims 64/128/256 and the awkward
+// lengths 1, 7, 129, 1000, 4097. One workspace sized for the largest batch serves every smaller call
+// (the zero-filled-counter contract) and a captured graph replays with new device-side positions.
+// Tolerance: as test_cuda_attention.cpp (relative L2 1e-3 per case, 2e-2 of the row RMS per element).
+#include <cuda_fp16.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "backends/cpu/ops.h"
+#include "backends/cuda/kernels/attention.h"
+#include "backends/cuda/stream.h"
+#include "cuda_harness.h"
+#include "gpu_accel/error.h"
+
+namespace ga::test::cuda {
+namespace {
+
+using ::ga::str;
+using ::ga::cuda::CachingAllocator;
+
+constexpr double kRelL2Tolerance = 1e-3;
+constexpr double kRowRmsTolerance = 2e-2;
+constexpr uint16_t kHalfNaN = 0x7FFF;
+constexpr int32_t kFarBlock = 1 << 29;  // table padding: far outside every pool of these tests
+
+struct QueryRun {
+  int n_q;
+  int64_t pos0;
+};
+
+struct Case {
+  int head_dim, n_head, n_head_kv, block_size;
+  std::vector<QueryRun> runs;
+  bool padded;  // q/out/kv strides with padding
+  int decode_splits = 0;
+};
+
+std::string name_of(const Case& c) {
+  std::string runs;
+  for (size_t i = 0; i < c.runs.size() && i < 6; ++i) runs += str(" ", c.runs[i].n_q, "@", c.runs[i].pos0);
+  if (c.runs.size() > 6) runs += str(" ... (", c.runs.size(), " runs)");
+  return str("hd ", c.head_dim, " heads ", c.n_head, "/", c.n_head_kv, " bs ", c.block_size, runs,
+             c.padded ? " padded" : "", c.decode_splits > 0 ? str(" splits ", c.decode_splits) : std::string());
+}
+
+uint16_t half_bits(float x) {
+  const __half_raw raw = __float2half_rn(x);
+  return raw.x;
+}
+
+// f16 bits -> double through a table (exact: every f16 value fits a double), built once.
+double half_value(uint16_t bits) {
+  static const std::vector<double> table = [] {
+    std::vector<double> t(65536);
+    for (uint32_t b = 0; b < 65536; ++b) {
+      __half_raw raw;
+      raw.x = static_cast<uint16_t>(b);
+      t[b] = static_cast<double>(__half2float(__half(raw)));
+    }
+    return t;
+  }();
+  return table[bits];
+}
+
+// Host copies of one batch: q as floats, the pool as f16 bits, the run and table arrays.
+struct Problem {
+  Case c;
+  int n_tokens = 0, max_seq_tokens = 0;
+  int64_t max_kv = 0, table_stride = 0, n_blocks = 0;
+  int64_t q_stride = 0, out_stride = 0, kv_stride = 0;
+  std::vector<float> q;
+  std::vector<uint16_t> k, v;  // [n_blocks * block_size][kv_stride]
+  std::vector<int32_t> q_start, pos0, table;
+};
+
+int64_t slot_of(const Problem& pr, int s, int64_t pos) {
+  const int bs = pr.c.block_size;
+  return int64_t{pr.table[static_cast<size_t>(s * pr.table_stride + pos / bs)]} * bs + pos % bs;
+}
+
+Problem make_problem(const Case& c, std::mt19937& rng) {
+  Problem pr;
+  pr.c = c;
+  const int bs = c.block_size;
+  pr.q_start.push_back(0);
+  int64_t used_blocks = 0;
+  for (const QueryRun& r : c.runs) {
+    pr.n_tokens += r.n_q;
+    pr.q_start.push_back(pr.n_tokens);
+    pr.pos0.push_back(static_cast<int32_t>(r.pos0));
+    pr.max_seq_tokens = std::max(pr.max_seq_tokens, r.n_q);
+    pr.max_kv = std::max(pr.max_kv, r.pos0 + r.n_q);
+    used_blocks += (r.pos0 + r.n_q + bs - 1) / bs;
+  }
+  pr.max_kv += 5;  // a bound, not the exact maximum
+  pr.table_stride = (pr.max_kv + bs - 1) / bs + 1;
+  pr.n_blocks = used_blocks + used_blocks / 3 + 3;  // spare blocks stay NaN
+  std::vector<int32_t> free_blocks(static_cast<size_t>(pr.n_blocks));
+  std::iota(free_blocks.begin(), free_blocks.end(), 0);
+  std::shuffle(free_blocks.begin(), free_blocks.end(), rng);
+  pr.table.assign(static_cast<size_t>(c.runs.size() * pr.table_stride), kFarBlock);
+  size_t next = 0;
+  for (size_t s = 0; s < c.runs.size(); ++s) {
+    const int64_t blocks = (c.runs[s].pos0 + c.runs[s].n_q + bs - 1) / bs;
+    for (int64_t b = 0; b < blocks; ++b) {
+      pr.table[static_cast<size_t>(int64_t(s) * pr.table_stride + b)] = free_blocks[next++];
+    }
+  }
+
+  const int64_t q_row = int64_t{c.n_head} * c.head_dim;
+  const int64_t kv_row = int64_t{c.n_head_kv} * c.head_dim;
+  pr.q_stride = q_row + (c.padded ? 6 : 0);
+  pr.out_stride = q_row + (c.padded ? 10 : 0);
+  pr.kv_stride = kv_row + (c.padded ? 8 : 0);
+  std::normal_distribution<float> q_dist(0.0f, 1.5f), kv_dist(0.0f, 1.0f);
+  pr.q.assign(static_cast<size_t>(pr.q_stride * pr.n_tokens), std::nanf(""));
+  for (int t = 0; t < pr.n_tokens; ++t) {
+    for (int64_t i = 0; i < q_row; ++i) pr.q[static_cast<size_t>(t * pr.q_stride + i)] = q_dist(rng);
+  }
+  pr.k.assign(static_cast<size_t>(pr.n_blocks * bs * pr.kv_stride), kHalfNaN);
+  pr.v.assign(pr.k.size(), kHalfNaN);
+  for (size_t s = 0; s < c.runs.size(); ++s) {
+    for (int64_t j = 0; j < c.runs[s].pos0 + c.runs[s].n_q; ++j) {
+      const int64_t row = slot_of(pr, static_cast<int>(s), j) * pr.kv_stride;
+      for (int64_t i = 0; i < kv_row; ++i) {
+        pr.k[static_cast<size_t>(row + i)] = half_bits(kv_dist(rng));
+        pr.v[static_cast<size_t>(row + i)] = half_bits(kv_dist(rng));
+      }
+    }
+  }
+  return pr;
+}
+
+// float64 causal GQA attention of every run through its block table: [n_tokens][n_head][head_dim].
+std::vector<double> reference(const Problem& pr) {
+  const Case& c = pr.c;
+  const int hd = c.head_dim, group = c.n_head / c.n_head_kv;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+  std::vector<double> out(static_cast<size_t>(pr.n_tokens) * c.n_head * hd, 0.0);
+  std::vector<int> seq_of(static_cast<size_t>(pr.n_tokens));
+  for (size_t s = 0; s < c.runs.size(); ++s) {
+    for (int t = pr.q_start[s]; t < pr.q_start[s + 1]; ++t) seq_of[static_cast<size_t>(t)] = static_cast<int>(s);
+  }
+  auto work = [&](int t_begin, int t_step) {
+    std::vector<double> p(static_cast<size_t>(pr.max_kv)), kd(static_cast<size_t>(hd));
+    std::vector<int64_t> rows(static_cast<size_t>(pr.max_kv));
+    for (int t = t_begin; t < pr.n_tokens; t += t_step) {
+      const int s = seq_of[static_cast<size_t>(t)];
+      const int64_t last = pr.pos0[static_cast<size_t>(s)] + (t - pr.q_start[static_cast<size_t>(s)]);
+      for (int64_t j = 0; j <= last; ++j) rows[static_cast<size_t>(j)] = slot_of(pr, s, j) * pr.kv_stride;
+      for (int h = 0; h < c.n_head; ++h) {
+        const float* q = pr.q.data() + t * pr.q_stride + int64_t{h} * hd;
+        const int64_t kv_off = int64_t{h / group} * hd;
+        double m = -INFINITY;
+        for (int64_t j = 0; j <= last; ++j) {
+          const uint16_t* kj = pr.k.data() + rows[static_cast<size_t>(j)] + kv_off;
+          double dot = 0.0;
+          for (int d = 0; d < hd; ++d) dot += static_cast<double>(q[d]) * half_value(kj[d]);
+          p[static_cast<size_t>(j)] = dot * scale;
+          m = std::max(m, dot * scale);
+        }
+        double sum = 0.0;
+        for (int64_t j = 0; j <= last; ++j) {
+          sum += (p[static_cast<size_t>(j)] = std::exp(p[static_cast<size_t>(j)] - m));
+        }
+        double* o = out.data() + (static_cast<size_t>(t) * c.n_head + h) * hd;
+        for (int64_t j = 0; j <= last; ++j) {
+          const uint16_t* vj = pr.v.data() + rows[static_cast<size_t>(j)] + kv_off;
+          const double w = p[static_cast<size_t>(j)] / sum;
+          for (int d = 0; d < hd; ++d) o[d] += w * half_value(vj[d]);
+        }
+      }
+    }
+  };
+  const int n_threads = static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 16u));
+  std::vector<std::thread> threads;
+  for (int i = 0; i < n_threads; ++i) threads.emplace_back(work, i, n_threads);
+  for (auto& th : threads) th.join();
+  return out;
+}
+
+// Params for a problem (pointers set by DeviceProblem).
+::ga::cuda::AttentionParams params_for(const Problem& pr) {
+  ::ga::cuda::AttentionParams p;
+  p.q_token_stride = pr.q_stride;
+  p.kv_pos_stride = pr.kv_stride;
+  p.out_token_stride = pr.out_stride;
+  p.n_tokens = pr.n_tokens;
+  p.n_head = pr.c.n_head;
+  p.n_head_kv = pr.c.n_head_kv;
+  p.head_dim = pr.c.head_dim;
+  p.max_kv_positions = pr.max_kv;
+  p.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(pr.c.head_dim)));
+  p.n_seqs = static_cast<int>(pr.c.runs.size());
+  p.block_table_stride = pr.table_stride;
+  p.block_size = pr.c.block_size;
+  p.n_kv_blocks = pr.n_blocks;
+  p.max_seq_tokens = pr.max_seq_tokens;
+  p.decode_splits = pr.c.decode_splits;
+  p.block_table = reinterpret_cast<const int32_t*>(16);  // only its presence matters until uploaded
+  return p;
+}
+
+// The problem on the device. The workspace is the caller's (shared between calls) or its own.
+struct DeviceProblem {
+  DeviceArray<float> q, out;
+  DeviceArray<uint16_t> k, v;
+  DeviceArray<int32_t> q_start, pos0, table;
+  ::ga::cuda::AttentionParams p;
+
+  DeviceProblem(CachingAllocator& alloc, const Problem& pr)
+      : q(alloc, pr.q.size()),
+        out(alloc, static_cast<size_t>(pr.out_stride * pr.n_tokens)),
+        k(alloc, pr.k.size()),
+        v(alloc, pr.v.size()),
+        q_start(alloc, pr.q_start.size()),
+        pos0(alloc, pr.pos0.size()),
+        table(alloc, pr.table.size()) {
+    q.upload(pr.q);
+    k.upload(pr.k);
+    v.upload(pr.v);
+    q_start.upload(pr.q_start);
+    pos0.upload(pr.pos0);
+    table.upload(pr.table);
+    p = params_for(pr);
+    p.q = q.get();
+    p.k = reinterpret_cast<const __half*>(k.get());
+    p.v = reinterpret_cast<const __half*>(v.get());
+    p.out = out.get();
+    p.seq_q_start = q_start.get();
+    p.seq_pos0 = pos0.get();
+    p.block_table = table.get();
+  }
+};
+
+// Checks a downloaded output against the reference (every token of every run), padding untouched.
+void check_output(Parity& parity, const std::string& name, const Problem& pr, const std::vector<float>& got,
+                  const std::vector<double>& ref) {
+  const Case& c = pr.c;
+  const size_t row = static_cast<size_t>(c.n_head) * c.head_dim;
+  std::vector<float> got_packed(ref.size());
+  std::vector<double> row_rms(ref.size());
+  for (int t = 0; t < pr.n_tokens; ++t) {
+    const float* src = got.data() + t * pr.out_stride;
+    std::copy(src, src + row, got_packed.begin() + static_cast<ptrdiff_t>(t * row));
+    parity.expect_untouched(name, src + row, static_cast<size_t>(pr.out_stride) - row);
+    for (int h = 0; h < c.n_head; ++h) {
+      const size_t off = t * row + static_cast<size_t>(h) * c.head_dim;
+      double sq = 0.0;
+      for (int d = 0; d < c.head_dim; ++d) sq += ref[off + d] * ref[off + d];
+      std::fill_n(row_rms.begin() + static_cast<ptrdiff_t>(off), c.head_dim, std::sqrt(sq / c.head_dim));
+    }
+  }
+  parity.compare(name, got_packed.data(), ref.data(), ref.size(), kRowRmsTolerance, 1e-6, row_rms.data());
+  double err = 0.0, norm = 0.0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    err += (got_packed[i] - ref[i]) * (got_packed[i] - ref[i]);
+    norm += ref[i] * ref[i];
+  }
+  const double rel = std::sqrt(err / norm);
+  if (!(rel <= kRelL2Tolerance)) parity.fail(name + ": relative L2 error " + std::to_string(rel) + " > 1e-3");
+}
+
+// One launch on a poisoned output with `workspace` (zero-filled by the caller), compared with the
+// float64 reference. A rejected case is a failure: every case the tests name is meant to run.
+void launch_and_check(Parity& parity, DeviceProblem& dev, const Problem& pr, DeviceArray<uint8_t>& workspace,
+                      const std::string& name) {
+  dev.p.workspace = workspace.get();
+  dev.p.workspace_bytes = workspace.size();
+  if (const char* why = ::ga::cuda::attention_unsupported_reason(dev.p)) {
+    parity.fail(name + ": rejected: " + why);
+    return;
+  }
+  dev.out.poison();
+  GA_CUDA_CHECK(::ga::cuda::attention(dev.p, nullptr));
+  GA_CUDA_CHECK(cudaDeviceSynchronize());
+  check_output(parity, name, pr, dev.out.download(), reference(pr));
+}
+
+void run_case(Parity& parity, CachingAllocator& alloc, const Case& c, std::mt19937& rng) {
+  const Problem pr = make_problem(c, rng);
+  DeviceProblem dev(alloc, pr);
+  DeviceArray<uint8_t> workspace(alloc, ::ga::cuda::attention_workspace_bytes(dev.p) + 1);
+  GA_CUDA_CHECK(cudaMemset(workspace.get(), 0, workspace.size()));
+  launch_and_check(parity, dev, pr, workspace, name_of(c));
+}
+
+// n one-token decode runs over caches drawn from `lens`.
+std::vector<QueryRun> decode_runs(int n, const std::vector<int64_t>& lens, std::mt19937& rng) {
+  std::vector<QueryRun> runs;
+  for (int i = 0; i < n; ++i) runs.push_back({1, lens[rng() % lens.size()] - 1});
+  return runs;
+}
+
+// Small shapes for compute-sanitizer (gtest filter *Small*): every path once, little work.
+TEST(CudaPagedAttention, SmallShapesMatchFloat64Reference) {
+  GA_REQUIRE_CUDA_DEVICE();
+  CachingAllocator alloc(0);
+  Parity parity("paged attention small");
+  std::mt19937 rng(7);
+  run_case(parity, alloc, Case{64, 8, 2, 7, {{1, 0}, {1, 6}, {3, 128}, {1, 40}}, true}, rng);
+  run_case(parity, alloc, Case{64, 4, 4, 16, {{1, 20}, {19, 3}, {8, 0}}, false}, rng);
+  run_case(parity, alloc, Case{128, 8, 1, 1, {{37, 92}}, true}, rng);
+  run_case(parity, alloc, Case{64, 8, 2, 32, {{2, 300}, {1, 0}}, false, 5}, rng);
+  parity.finish();
+}
+
+TEST(CudaPagedAttention, DecodeBatchesMatchFloat64Reference) {
+  GA_REQUIRE_CUDA_DEVICE();
+  CachingAllocator alloc(0);
+  Parity parity("paged attention decode");
+  std::mt19937 rng(2026);
+  const std::vector<int64_t> lens = {1, 7, 129, 1000};
+  // the Scheduler's steady state: many one-token runs, GQA 32/8, head_dim 128, block_size 16
+  run_case(parity, alloc, Case{128, 32, 8, 16, decode_runs(64, lens, rng), false}, rng);
+  run_case(parity, alloc, Case{128, 32, 8, 16, decode_runs(3, {4097, 1000}, rng), true}, rng);
+  for (int hd : {64, 128, 256}) {
+    for (int bs : {1, 7, 16, 32}) {
+      const int heads_kv = (bs % 2 == 0) ? 8 : 2;
+      run_case(parity, alloc, Case{hd, 8, heads_kv, bs, decode_runs(hd == 256 ? 5 : 11, lens, rng), bs == 7}, rng);
+    }
+  }
+  // multi-token decode runs (speculative / short chunks), up to the decode kernel's 8
+  run_case(parity, alloc, Case{128, 32, 8, 16, {{2, 999}, {8, 121}, {7, 0}, {1, 4096}, {5, 40}}, false}, rng);
+  run_case(parity, alloc, Case{64, 8, 8, 7, {{8, 1000}, {3, 4}, {1, 128}}, true}, rng);
+  // forced split counts: one split (no workspace) and many (the merge)
+  run_case(parity, alloc, Case{128, 32, 8, 16, decode_runs(6, lens, rng), false, 1}, rng);
+  run_case(parity, alloc, Case{128, 8, 2, 16, decode_runs(6, {1000, 4097}, rng), false, 64}, rng);
+  parity.finish();
+}
+
+TEST(CudaPagedAttention, MixedBatchesAndPromptChunksMatchFloat64Reference) {
+  GA_REQUIRE_CUDA_DEVICE();
+  CachingAllocator alloc(0);
+  Parity parity("paged attention mixed");
+  std::mt19937 rng(99);
+  for (int hd : {64, 128, 256}) {
+    for (int bs : {1, 16, 32, 7}) {
+      // decode runs over awkward lengths + prompt chunks from 0 and continuing a cache + a short run
+      std::vector<QueryRun> runs = {{1, 0}, {1, 6}, {133, 0}, {1, 128}, {37, 92}, {1, 999}, {3, 50}, {19, 1000}};
+      if (hd == 128) runs.push_back({1, 4096});
+      run_case(parity, alloc, Case{hd, hd == 256 ? 8 : 32, 8, bs, runs, bs == 16}, rng);
+    }
+  }
+  run_case(parity, alloc, Case{128, 8, 8, 16, {{1000, 0}}, false}, rng);        // one long prompt, from 0
+  run_case(parity, alloc, Case{128, 32, 8, 16, {{129, 3968}}, true}, rng);      // one chunk continuing 4k
+  run_case(parity, alloc, Case{64, 8, 1, 32, {{9, 7}, {200, 1}, {64, 64}}, false}, rng);  // chunks only
+  // 63 decode runs + one 512-token chunk: the Scheduler's mixed step
+  std::vector<QueryRun> runs = decode_runs(63, {7, 129, 1000}, rng);
+  runs.insert(runs.begin() + 20, QueryRun{512, 100});
+  run_case(parity, alloc, Case{128, 32, 8, 16, runs, false}, rng);
+  parity.finish();
+}
+
+// One workspace sized for the largest batch, zero-filled once, serves calls of every smaller shape
+// in any order (the counters each call leaves at zero), and a captured decode graph replays for new
+// device-side positions and block tables.
+TEST(CudaPagedAttention, SharedWorkspaceAndGraphReplay) {
+  GA_REQUIRE_CUDA_DEVICE();
+  CachingAllocator alloc(0);
+  Parity parity("paged attention workspace/graph");
+  std::mt19937 rng(31);
+  std::vector<Case> cases;
+  cases.push_back(Case{128, 32, 8, 16, decode_runs(1, {4097}, rng), false});
+  cases.push_back(Case{128, 32, 8, 16, decode_runs(24, {1000, 4097}, rng), false});
+  cases.push_back(Case{128, 32, 8, 16, decode_runs(2, {3000}, rng), false});
+  cases.push_back(Case{128, 32, 8, 16, {{8, 2000}, {2, 30}, {1, 4000}}, false});
+  cases.push_back(Case{128, 32, 8, 16, decode_runs(5, {129, 4097}, rng), false});
+  // the bounds of all of them: 24 runs, 32 tokens, 8 tokens per run, 4200 positions
+  ::ga::cuda::AttentionParams bound = params_for(make_problem(cases[1], rng));
+  bound.n_tokens = 32;
+  bound.max_seq_tokens = 8;
+  bound.max_kv_positions = 4200;
+  bound.block_table_stride = 4200 / 16 + 1;
+  const size_t ws_bytes = ::ga::cuda::attention_workspace_bytes(bound);
+  ASSERT_GT(ws_bytes, 0u) << "a decode batch of one 4k sequence splits its cache";
+  DeviceArray<uint8_t> workspace(alloc, ws_bytes);
+  GA_CUDA_CHECK(cudaMemset(workspace.get(), 0, workspace.size()));
+  for (int round = 0; round < 2; ++round) {
+    for (const Case& c : cases) {
+      const Problem pr = make_problem(c, rng);
+      DeviceProblem dev(alloc, pr);
+      launch_and_check(parity, dev, pr, workspace, str(name_of(c), " shared workspace, round ", round));
+    }
+  }
+
+  // graph: 4 decode runs, captured once; the replays change seq_pos0 and the tables on the device
+  ::ga::cuda::Stream stream(0);
+  Problem pr = make_problem(Case{128, 32, 8, 16, decode_runs(4, {4097}, rng), false}, rng);
+  DeviceProblem dev(alloc, pr);
+  dev.p.workspace = workspace.get();
+  dev.p.workspace_bytes = workspace.size();
+  ASSERT_EQ(::ga::cuda::attention_unsupported_reason(dev.p), nullptr);
+  cudaGraph_t graph = nullptr;
+  GA_CUDA_CHECK(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal));
+  const cudaError_t launched = ::ga::cuda::attention(dev.p, stream.get());
+  GA_CUDA_CHECK(cudaStreamEndCapture(stream.get(), &graph));
+  GA_CUDA_CHECK(launched);
+  cudaGraphExec_t exec = nullptr;
+  GA_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  GA_CUDA_CHECK(cudaGraphDestroy(graph));
+  for (int replay = 0; replay < 3; ++replay) {
+    for (size_t s = 0; s < pr.pos0.size(); ++s) pr.pos0[s] = static_cast<int32_t>(rng() % 4097);  // shorter prefixes
+    if (replay == 2) {  // move sequence 0 to other blocks: swap two of its blocks' ids and contents
+      std::swap(pr.table[0], pr.table[1]);
+      const int64_t row_halves = int64_t{pr.c.block_size} * pr.kv_stride;
+      std::swap_ranges(pr.k.begin() + pr.table[0] * row_halves, pr.k.begin() + (pr.table[0] + 1) * row_halves,
+                       pr.k.begin() + pr.table[1] * row_halves);
+      std::swap_ranges(pr.v.begin() + pr.table[0] * row_halves, pr.v.begin() + (pr.table[0] + 1) * row_halves,
+                       pr.v.begin() + pr.table[1] * row_halves);
+      dev.k.upload(pr.k);
+      dev.v.upload(pr.v);
+      dev.table.upload(pr.table);
+    }
+    dev.pos0.upload(pr.pos0);
+    dev.out.poison();
+    GA_CUDA_CHECK(cudaGraphLaunch(exec, stream.get()));
+    GA_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
+    check_output(parity, str("graph replay ", replay), pr, dev.out.download(), reference(pr));
+  }
+  GA_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  parity.finish();
+}
+
+// The same batch through ga::cpu::paged_attention (F16 blocks, per-token tables).
+TEST(CudaPagedAttention, AgreesWithCpuPagedAttention) {
+  GA_REQUIRE_CUDA_DEVICE();
+  CachingAllocator alloc(0);
+  Parity parity("paged attention vs cpu::paged_attention");
+  std::mt19937 rng(5);
+  for (const Case& c : {Case{128, 32, 8, 16, {{1, 300}, {1, 4}, {40, 100}, {1, 1000}, {2, 17}}, false},
+                        Case{64, 6, 3, 7, {{1, 0}, {23, 9}, {5, 200}}, false}}) {
+    const Problem pr = make_problem(c, rng);
+    DeviceProblem dev(alloc, pr);
+    DeviceArray<uint8_t> workspace(alloc, ::ga::cuda::attention_workspace_bytes(dev.p) + 1);
+    GA_CUDA_CHECK(cudaMemset(workspace.get(), 0, workspace.size()));
+    dev.p.workspace = workspace.get();
+    dev.p.workspace_bytes = workspace.size();
+    dev.out.poison();
+    GA_CUDA_CHECK(::ga::cuda::attention(dev.p, nullptr));
+    GA_CUDA_CHECK(cudaDeviceSynchronize());
+
+    std::vector<int64_t> positions;
+    std::vector<const int32_t*> tables;
+    for (size_t s = 0; s < c.runs.size(); ++s) {
+      for (int i = 0; i < c.runs[s].n_q; ++i) {
+        positions.push_back(c.runs[s].pos0 + i);
+        tables.push_back(pr.table.data() + s * pr.table_stride);
+      }
+    }
+    ::ga::cpu::PagedAttentionParams cp;
+    cp.n_tokens = pr.n_tokens;
+    cp.n_head = c.n_head;
+    cp.n_head_kv = c.n_head_kv;
+    cp.head_dim = c.head_dim;
+    cp.scale = dev.p.scale;
+    cp.q = pr.q.data();
+    cp.q_stride = pr.q_stride;
+    cp.positions = positions.data();
+    cp.block_tables = tables.data();
+    cp.block_size = c.block_size;
+    cp.kv_type = DType::F16;
+    cp.k_blocks = pr.k.data();
+    cp.v_blocks = pr.v.data();
+    std::vector<float> cpu_out(static_cast<size_t>(pr.n_tokens) * c.n_head * c.head_dim);
+    cp.out = cpu_out.data();
+    cp.out_stride = int64_t{c.n_head} * c.head_dim;
+    std::vector<float> work(static_cast<size_t>(pr.max_kv + c.head_dim));
+    cp.work = work.data();
+    cp.work_stride = static_cast<int64_t>(work.size());
+    ::ga::cpu::paged_attention(cp, nullptr);
+    check_output(parity, name_of(c) + " vs cpu", pr, dev.out.download(),
+                 std::vector<double>(cpu_out.begin(), cpu_out.end()));
+  }
+  parity.finish();
+}
+
+TEST(CudaPagedAttention, UnsupportedParamsAreRejectedWithAReason) {
+  GA_REQUIRE_CUDA_DEVICE();
+  CachingAllocator alloc(0);
+  std::mt19937 rng(3);
+  const Problem pr = make_problem(Case{128, 8, 2, 16, {{1, 40}, {12, 3}}, false}, rng);
+  DeviceProblem dev(alloc, pr);
+  DeviceArray<uint8_t> workspace(alloc, ::ga::cuda::attention_workspace_bytes(dev.p) + 1);
+  dev.p.workspace = workspace.get();
+  dev.p.workspace_bytes = workspace.size();
+  ASSERT_EQ(::ga::cuda::attention_unsupported_reason(dev.p), nullptr);
+  auto expect_rejected = [&](::ga::cuda::AttentionParams p, const std::string& word) {
+    const char* why = ::ga::cuda::attention_unsupported_reason(p);
+    ASSERT_NE(why, nullptr) << "expected a reason mentioning " << word;
+    EXPECT_NE(std::string(why).find(word), std::string::npos) << why;
+    dev.out.poison();
+    EXPECT_EQ(::ga::cuda::attention(p, nullptr), cudaErrorInvalidValue);
+    GA_CUDA_CHECK(cudaDeviceSynchronize());
+    const std::vector<float> got = dev.out.download();
+    EXPECT_TRUE(std::all_of(got.begin(), got.end(), is_poison)) << "a rejected call wrote its output";
+  };
+  ::ga::cuda::AttentionParams p = dev.p;
+  p.seq_pos0 = nullptr;
+  expect_rejected(p, "seq_pos0");
+  p = dev.p;
+  p.block_size = 0;
+  expect_rejected(p, "block_size");
+  p = dev.p;
+  p.block_table_stride = 1;
+  expect_rejected(p, "block_table_stride");
+  p = dev.p;
+  p.max_seq_tokens = p.n_tokens + 1;
+  expect_rejected(p, "max_seq_tokens");
+  p = dev.p;
+  p.n_kv_blocks = 0;
+  expect_rejected(p, "n_kv_blocks");
+  p = dev.p;
+  p.n_seqs = 0;
+  expect_rejected(p, "n_seqs");
+}
+
+}  // namespace
+}  // namespace ga::test::cuda
