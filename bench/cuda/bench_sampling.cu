@@ -3,10 +3,13 @@
 // Llama-2 (32000) and Llama-3 (128256) vocabularies.
 //
 // Columns:
-//  * kernel us: the three kernels of one sampling_select launch, captured 20 times in a CUDA graph
+//  * kernel us: the two kernels of one sampling_select launch, captured 20 times in a CUDA graph
 //    (launch gaps excluded), median of 30 graph launches / 20. "cold": the launches rotate over
 //    enough logits copies (>= 4x L2) that none is found in L2; "hot": the same buffer each time (a
 //    decode step's logits were just written by the LM head, so they usually are in L2);
+//    Each timing is preceded by >= 30 ms of the same graph, so the SM clock has left its idle state
+//    (a decode step's sampling runs right after the forward pass, at the boost clock); "SM MHz" is
+//    the clock read (clock64 against %globaltimer) right after the cold timing;
 //  * GB/s: logits bytes read by the cold kernel (two passes: select and sums) per second, and that
 //    as a fraction of the device-to-device copy bandwidth measured in the same run;
 //  * select() us: the whole host call of CudaSampling::select (parameter upload, kernels, packed
@@ -43,8 +46,32 @@ using ga::bench::time_graph;
 
 struct Result {
   std::string what;
-  double kernel_cold_us, kernel_hot_us, gbps, select_us, copy_us;
+  double kernel_cold_us, kernel_hot_us, gbps, select_us, copy_us, sm_mhz;
 };
+
+// SM clock in MHz: cycles of one SM over ~200 us of the global nanosecond timer.
+__global__ void clock_probe_kernel(double* mhz) {
+  unsigned long long t0, t1;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  const long long c0 = clock64();
+  do {
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t1));
+  } while (t1 - t0 < 200000ull);
+  const long long c1 = clock64();
+  *mhz = static_cast<double>(c1 - c0) * 1e3 / static_cast<double>(t1 - t0);
+}
+
+double sm_mhz_now(cudaStream_t stream) {
+  double* d = nullptr;
+  double h = 0;
+  GA_CUDA_CHECK(cudaMalloc(&d, sizeof(double)));
+  clock_probe_kernel<<<1, 1, 0, stream>>>(d);
+  GA_CUDA_CHECK(cudaGetLastError());
+  GA_CUDA_CHECK(cudaMemcpyAsync(&h, d, sizeof(double), cudaMemcpyDeviceToHost, stream));
+  GA_CUDA_CHECK(cudaStreamSynchronize(stream));
+  GA_CUDA_CHECK(cudaFree(d));
+  return h;
+}
 
 double wall_us(const std::chrono::steady_clock::time_point& a, const std::chrono::steady_clock::time_point& b) {
   return std::chrono::duration<double, std::micro>(b - a).count();
@@ -123,6 +150,11 @@ Result run_case(int64_t n_rows, int64_t n_vocab, bool greedy, size_t l2_bytes, c
       q.logits = logits + (rotate ? static_cast<size_t>(i % copies) * host.size() : 0);
       return ga::cuda::sampling_select(q, stream);
     });
+    const auto spin_start = std::chrono::steady_clock::now();
+    do {  // leave the idle clock before timing (see the header)
+      GA_CUDA_CHECK(cudaGraphLaunch(graph, stream));
+      GA_CUDA_CHECK(cudaStreamSynchronize(stream));
+    } while (wall_us(spin_start, std::chrono::steady_clock::now()) < 30000.0);
     const double ms = time_graph(graph, stream, 3, 30);
     GA_CUDA_CHECK(cudaGraphExecDestroy(graph));
     return ms * 1000.0 / kPerGraph;
@@ -131,6 +163,7 @@ Result run_case(int64_t n_rows, int64_t n_vocab, bool greedy, size_t l2_bytes, c
   r.what = std::string(greedy ? "greedy k20" : "sample k256+pen") + ", " + std::to_string(n_rows) + " x " +
            std::to_string(n_vocab);
   r.kernel_cold_us = timed(true);
+  r.sm_mhz = sm_mhz_now(stream);
   r.kernel_hot_us = timed(false);
   r.gbps = 2.0 * static_cast<double>(row_bytes) / (r.kernel_cold_us * 1e3);
 
@@ -182,18 +215,19 @@ int main() try {
       for (const int64_t rows : {int64_t{1}, int64_t{16}, int64_t{64}}) {
         results.push_back(run_case(rows, vocab, greedy, l2, stream.get()));
         const Result& r = results.back();
-        std::printf("%s: kernel %.2f us (hot %.2f), select() %.1f us, D2H copy %.1f us\n", r.what.c_str(),
-                    r.kernel_cold_us, r.kernel_hot_us, r.select_us, r.copy_us);
+        std::printf("%s: kernel %.2f us (hot %.2f), select() %.1f us, D2H copy %.1f us, SM %.0f MHz\n",
+                    r.what.c_str(), r.kernel_cold_us, r.kernel_hot_us, r.select_us, r.copy_us, r.sm_mhz);
       }
     }
   }
   std::printf("\nGPU sampling selection on %s; device-to-device copy (read + write): %.0f GB/s\n",
               ceilings.device_name.c_str(), ceilings.copy_gbps);
-  std::printf("| case | kernel us (L2 cold) | kernel us (L2 hot) | read GB/s | of copy | select() us | full D2H copy us |"
-              "\n|---|---:|---:|---:|---:|---:|---:|\n");
+  std::printf("| case | kernel us (L2 cold) | kernel us (L2 hot) | read GB/s | of copy | select() us | "
+              "full D2H copy us |"
+              " SM MHz |\n|---|---:|---:|---:|---:|---:|---:|---:|\n");
   for (const Result& r : results) {
-    std::printf("| %s | %.2f | %.2f | %.0f | %.0f%% | %.1f | %.1f |\n", r.what.c_str(), r.kernel_cold_us,
-                r.kernel_hot_us, r.gbps, 100.0 * r.gbps / ceilings.copy_gbps, r.select_us, r.copy_us);
+    std::printf("| %s | %.2f | %.2f | %.0f | %.0f%% | %.1f | %.1f | %.0f |\n", r.what.c_str(), r.kernel_cold_us,
+                r.kernel_hot_us, r.gbps, 100.0 * r.gbps / ceilings.copy_gbps, r.select_us, r.copy_us, r.sm_mhz);
   }
   return 0;
 } catch (const std::exception& e) {

@@ -15,15 +15,15 @@
 // The sums differ from the CPU's sequential double sums only by summation order (relative error
 // below n_vocab * 2^-52); everything else is bit-exact.
 //
-// Algorithm (three kernels, one launch each for all rows, so 1..256 rows cost one pass):
-//   1. select: grid (chunks of kSamplingChunk logits, rows). A block loads its chunk into shared
-//      memory, applies the row's sparse penalty list, and finds its chunk's k best by a radix select
-//      over 64-bit keys (ordered float bits << 32 | ~id: unique, so no tie handling is needed and
-//      the lowest id wins ties), then bitonic-sorts them and writes them to the workspace.
-//   2. sums: grid (chunks, rows). Each block reduces the chunk maxima to the row's max, then sums its
-//      chunk's exp terms in double (the max must be known first: the CPU rounds q - max in float).
-//   3. merge: one block per row radix-selects the k best of the chunks' candidates, sorts them,
+// Algorithm (two kernels, one launch each for all rows, so 1..256 rows cost one pass; why: sampling.cu):
+//   1. maxima: grid (chunks, rows). Each block reduces its chunk's raw and penalized maxima and NaN flag.
+//   2. select + sums: grid (chunks, rows). Each block reduces the chunk maxima to the row's max, sums
+//      its chunk's exp terms in double against it (the max must be known first: the CPU rounds q - max
+//      in float), and radix-selects its chunk's k best over 64-bit keys (ordered float bits << 32 |
+//      ~id: unique, so no tie handling is needed and the lowest id wins ties). The last block of each
+//      row to finish (atomic ticket) selects the row's k best from the chunks' candidates, sorts them,
 //      writes the outputs and adds the chunk partial sums in a fixed order (deterministic).
+//   Chunks hold 1024..kSamplingChunk logits (fewer rows: shorter chunks, more blocks per row).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -33,7 +33,7 @@
 
 namespace ga::cuda {
 
-inline constexpr int kSamplingChunk = 4096;         // logits per block of the select/sums kernels
+inline constexpr int kSamplingChunk = 4096;         // the longest chunk: logits per block of both kernels
 inline constexpr int kSamplingMaxCandidates = 1024;  // the largest k of one launch
 inline constexpr int64_t kSamplingMaxVocab = int64_t{kSamplingChunk} * 1024;
 
