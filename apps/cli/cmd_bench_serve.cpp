@@ -269,7 +269,7 @@ int cmd_bench_serve(int argc, char** argv) {
   std::string model_path, clients_text = "1,16,64", device = "auto";
   int64_t prompt_tokens = 128, max_tokens = 128, n_ctx = 0, max_batch_tokens = 512;
   int32_t threads = 0;
-  bool skip_reference = false, no_graphs = false, profile_steps = false;
+  bool skip_reference = false, no_graphs = false, profile_steps = false, host_sampling = false;
   ArgParser parser("bench-serve", "-m MODEL [--clients 1,16,64] [--prompt-tokens N] [--max-tokens N] [--device D]",
                    "Drives the continuous-batching Scheduler with N concurrent streaming requests in process and "
                    "reports aggregate generation tok/s and time to first token, against a plain Session prefill "
@@ -285,6 +285,7 @@ int cmd_bench_serve(int argc, char** argv) {
   parser.flag("--no-reference", &skip_reference, "skip the Session prefill/decode reference");
   parser.flag("--profile-steps", &profile_steps, "CUDA: also time the batched forward alone on decode steps");
   parser.flag("--no-cuda-graphs", &no_graphs, "CUDA: enqueue every step (no decode graphs), for comparison");
+  parser.flag("--host-sampling", &host_sampling, "CUDA: copy the logits rows to the host and sample there (comparison)");
   if (!parser.parse(argc, argv)) return 0;
   require(parser.given("-m"), "missing -m MODEL");
   require(prompt_tokens >= 1 && max_tokens >= 2, "--prompt-tokens must be >= 1 and --max-tokens >= 2");
@@ -313,6 +314,7 @@ int cmd_bench_serve(int argc, char** argv) {
   so.device = device;
   so.kv_type = KvType::F16;
   so.cuda_graphs = !no_graphs;
+  so.gpu_sampling = !host_sampling;
   Scheduler sched(model, tokenizer, so);
   const SchedulerStats s0 = sched.stats();
   std::fprintf(stderr, "scheduler: device %s, %lld KV blocks, max_running %d, max_batch_tokens %lld\n",
@@ -328,7 +330,8 @@ int cmd_bench_serve(int argc, char** argv) {
   }
 
   std::printf("## bench-serve: %s, device %s%s, prompt %lld tokens, %lld generated per client\n\n",
-              model_path.c_str(), s0.device.c_str(), no_graphs ? " (no CUDA graphs)" : "",
+              model_path.c_str(), s0.device.c_str(),
+              (std::string(no_graphs ? " (no CUDA graphs)" : "") + (host_sampling ? " (host sampling)" : "")).c_str(),
               static_cast<long long>(prompt_tokens), static_cast<long long>(max_tokens));
   if (!skip_reference) {
     std::printf("reference Session (%s): prefill %.2f ms (%.0f tok/s), decode %.1f tok/s\n\n", ref.device.c_str(),

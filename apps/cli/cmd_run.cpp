@@ -38,6 +38,7 @@ struct RunArgs {
   bool ignore_eos = false;
   bool no_bos = false;
   bool parse_special = false;
+  bool host_sampling = false;
 };
 
 uint64_t clock_seed() {
@@ -100,6 +101,7 @@ int cmd_run(int argc, char** argv) {
   parser.flag("--ignore-eos", &a.ignore_eos, "keep generating after an end-of-generation token");
   parser.flag("--no-bos", &a.no_bos, "do not add BOS/EOS to the prompt");
   parser.flag("--parse-special", &a.parse_special, "text spelling a special token becomes that token");
+  parser.flag("--host-sampling", &a.host_sampling, "CUDA: copy the logits to the host and sample there (comparison)");
   if (!parser.parse(argc, argv)) return 0;
   validate(parser, a);
   if (!parser.given("--seed") && !parser.given("-s")) a.sampling.seed = clock_seed();
@@ -110,6 +112,7 @@ int cmd_run(int argc, char** argv) {
   session_options.n_ctx = a.n_ctx;
   session_options.n_threads = a.threads;
   session_options.device = a.device;
+  session_options.gpu_sampling = !a.host_sampling;
   Session session(model, session_options);
   std::fprintf(stderr, "device: %s, context: %lld\n", session.device_description().c_str(),
                static_cast<long long>(session.n_ctx()));

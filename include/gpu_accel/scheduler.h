@@ -55,6 +55,9 @@ struct SchedulerOptions {
   // what free device memory holds) or "auto" (cuda:0 when a device can run the model, else cpu).
   std::string device = "cpu";
   bool cuda_graphs = true;  // CUDA: replay decode-only steps as graphs captured per batch size
+  // CUDA: sample on the GPU (the logits stay on the device; same tokens, PRNG states and logprobs as
+  // the host sampler). false: copy the rows to the host and sample there, for comparison.
+  bool gpu_sampling = true;
 };
 
 struct CompletionRequest {

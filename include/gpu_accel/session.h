@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "gpu_accel/model.h"
+#include "gpu_accel/sampler.h"
 
 namespace ga {
 
@@ -25,6 +26,9 @@ struct SessionOptions {
   // device exists and the model's types run there, else cpu).
   std::string device = "cpu";
   bool cuda_graphs = true;  // CUDA: replay the one-token decode step as a captured graph
+  // CUDA: sample_next() samples on the GPU (the logits stay on the device; the same token, PRNG state
+  // and errors as the host sampler). false: copy the row to the host and sample there.
+  bool gpu_sampling = true;
 };
 
 class Session {
@@ -39,6 +43,14 @@ class Session {
   // Throws OutOfRange if the context would overflow (nothing is evaluated then) and
   // InvalidArgument for a token id outside the vocabulary.
   std::vector<float> eval(std::span<const int32_t> tokens, bool all_logits = false);
+
+  // Generation's pair (ga::generate uses it): eval_for_sampling() evaluates like eval() but keeps the
+  // last token's logits where the backend made them (device memory on a GPU, no copy), and
+  // sample_next() samples them with `sampler` (history: the penalties' window). The token, the
+  // sampler's state and any error equal sampler.sample(eval(tokens), history). sample_next() needs a
+  // preceding eval_for_sampling() (InvalidArgument otherwise) and may be called once per eval.
+  void eval_for_sampling(std::span<const int32_t> tokens);
+  int32_t sample_next(Sampler& sampler, std::span<const int32_t> history);
 
   int64_t n_past() const;
   int64_t n_ctx() const;

@@ -18,6 +18,16 @@
 
 namespace ga::cuda {
 
+// A step's logits left in device memory (the GPU sampler reads them there: sampler_gpu.h):
+// rows [n_rows][n_vocab], ld floats apart, written by work on `stream` (a cudaStream_t) that has
+// completed when the call returns. Valid until the next call that evaluates tokens.
+struct DeviceLogits {
+  const float* data = nullptr;
+  int64_t n_rows = 0;
+  int64_t ld = 0;
+  void* stream = nullptr;
+};
+
 struct CudaForwardParams {
   int device = 0;
   int64_t n_ctx = 0;         // positions the device KV cache (f16) holds
@@ -34,6 +44,9 @@ class CudaForward {
   // Same contract as arch::LlamaForward::eval: tokens at positions pos0 .. pos0+n-1; writes the last
   // token's logits ([n_vocab]) or every token's ([n][n_vocab]). Validates before any work.
   virtual void eval(std::span<const int32_t> tokens, int64_t pos0, bool all_logits, float* logits) = 0;
+  // eval() of the last token's logits without the copy to the host: the row stays on the device.
+  virtual DeviceLogits eval_device(std::span<const int32_t> tokens, int64_t pos0) = 0;
+  virtual int device() const = 0;
   virtual int64_t n_ctx() const = 0;
   virtual int64_t n_vocab() const = 0;
   // "cuda:0 NVIDIA H200 (sm_90), kernels sm_90a"-style description for logs.
@@ -89,6 +102,10 @@ class CudaBatchForward {
   // before any work (InvalidArgument / OutOfRange).
   virtual std::span<const float> forward(std::span<const BatchEntry> batch,
                                          std::span<const std::span<const int32_t>> block_tables) = 0;
+  // forward() without the copy to the host: the same rows, left on the device.
+  virtual DeviceLogits forward_device(std::span<const BatchEntry> batch,
+                                      std::span<const std::span<const int32_t>> block_tables) = 0;
+  virtual int device() const = 0;
   virtual int64_t n_blocks() const = 0;
   virtual int64_t block_size() const = 0;
   virtual int64_t n_vocab() const = 0;

@@ -5,8 +5,15 @@
 // limit for the models the CPU runs). On the GPU it means "what free device memory holds", capped
 // at twice max_seqs full contexts: more blocks than that serve only the prefix cache, and a pool of
 // the whole H200 would take every other process's memory for little gain.
+//
+// Sampling: the CUDA backend keeps a step's logits rows on the device (forward_device) and samples
+// them with one sample_rows_on_gpu call per run of rows, on the forward's stream, so a 64-sequence
+// step moves 64 x K candidates instead of 64 x n_vocab floats (8 MB at n_vocab 32000) and the host
+// makes no pass over the vocabulary. The sampler is made on first use (a Scheduler that never
+// samples allocates nothing for it).
 #include "runtime/engine/batch_backend.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "backends/cuda/cuda_forward.h"
@@ -56,16 +63,36 @@ class CpuBatchBackend final : public BatchBackend {
 
 class CudaBatchBackend final : public BatchBackend {
  public:
-  CudaBatchBackend(std::unique_ptr<cuda::CudaBatchForward> forward, int device_index)
-      : forward_(std::move(forward)), device_("cuda:" + std::to_string(device_index)) {}
+  CudaBatchBackend(std::unique_ptr<cuda::CudaBatchForward> forward, int device_index, int64_t max_seqs,
+                   bool gpu_sampling)
+      : forward_(std::move(forward)),
+        device_("cuda:" + std::to_string(device_index)),
+        sampler_max_rows_(gpu_sampling ? max_seqs : 0) {}
 
   std::span<const float> forward(std::span<const arch::BatchToken> batch,
                                  std::span<const std::span<const int32_t>> block_tables) override {
-    entries_.resize(batch.size());
-    for (size_t i = 0; i < batch.size(); ++i) {
-      entries_[i] = cuda::BatchEntry{batch[i].token, batch[i].pos, batch[i].seq, batch[i].logits};
+    return forward_->forward(entries(batch), block_tables);
+  }
+  bool samples_on_device() const override { return sampler_max_rows_ > 0; }
+  int64_t forward_for_sampling(std::span<const arch::BatchToken> batch,
+                               std::span<const std::span<const int32_t>> block_tables) override {
+    GA_CHECK(samples_on_device(), Unsupported, "this CUDA backend samples on the host (gpu_sampling off)");
+    device_logits_ = forward_->forward_device(entries(batch), block_tables);
+    return device_logits_.n_rows;
+  }
+  std::vector<GpuSampleResult> sample_rows(int64_t first_row, std::span<const GpuSampleRow> rows) override {
+    GA_CHECK(samples_on_device(), Unsupported, "this CUDA backend samples on the host (gpu_sampling off)");
+    GA_CHECK(first_row >= 0 && first_row + static_cast<int64_t>(rows.size()) <= device_logits_.n_rows, InvalidArgument,
+             "sample_rows: rows [", first_row, ", ", first_row + static_cast<int64_t>(rows.size()), ") of a step with ",
+             device_logits_.n_rows, " logits rows");
+    if (rows.empty()) return {};
+    if (!sampler_) {  // made on first use: on the forward's stream, for a step's largest row count
+      const int32_t max_k = static_cast<int32_t>(std::min<int64_t>(kGpuSamplingMaxCandidates, forward_->n_vocab()));
+      sampler_ = cuda::make_cuda_sampling(forward_->device(), sampler_max_rows_, forward_->n_vocab(), max_k,
+                                          device_logits_.stream);
     }
-    return forward_->forward(entries_, block_tables);
+    return sample_rows_on_gpu(*sampler_, device_logits_.data + first_row * device_logits_.ld, device_logits_.ld,
+                              rows);
   }
   int64_t n_vocab() const override { return forward_->n_vocab(); }
   int64_t n_blocks() const override { return forward_->n_blocks(); }
@@ -73,12 +100,32 @@ class CudaBatchBackend final : public BatchBackend {
   std::string description() const override { return forward_->description(); }
 
  private:
+  std::span<const cuda::BatchEntry> entries(std::span<const arch::BatchToken> batch) {
+    entries_.resize(batch.size());
+    for (size_t i = 0; i < batch.size(); ++i) {
+      entries_[i] = cuda::BatchEntry{batch[i].token, batch[i].pos, batch[i].seq, batch[i].logits};
+    }
+    return entries_;
+  }
+
   std::unique_ptr<cuda::CudaBatchForward> forward_;
   std::vector<cuda::BatchEntry> entries_;
   std::string device_;
+  int64_t sampler_max_rows_ = 0;  // > 0: GPU sampling on
+  cuda::DeviceLogits device_logits_;  // the last forward_for_sampling()'s rows
+  std::unique_ptr<cuda::CudaSampling> sampler_;
 };
 
 }  // namespace
+
+int64_t BatchBackend::forward_for_sampling(std::span<const arch::BatchToken> /*batch*/,
+                                           std::span<const std::span<const int32_t>> /*block_tables*/) {
+  GA_THROW(Unsupported, "the ", device(), " backend does not sample on the device");
+}
+
+std::vector<GpuSampleResult> BatchBackend::sample_rows(int64_t /*first_row*/, std::span<const GpuSampleRow> /*rows*/) {
+  GA_THROW(Unsupported, "the ", device(), " backend does not sample on the device");
+}
 
 int cuda_device_index(const std::string& device) {
   if (device == "cuda") return 0;
@@ -110,7 +157,8 @@ std::unique_ptr<BatchBackend> make_batch_backend(const LoadedModel& model, const
       params.rope_freq_factors = arch::llama3_rope_freq_factors(model.config);
     }
     try {
-      return std::make_unique<CudaBatchBackend>(cuda::make_cuda_llama_batch_forward(model, params), gpu_index);
+      return std::make_unique<CudaBatchBackend>(cuda::make_cuda_llama_batch_forward(model, params), gpu_index,
+                                                options.max_seqs, options.gpu_sampling);
     } catch (const Error& e) {
       if (!is_auto || e.kind() != ErrorKind::Unsupported) throw;
       GA_LOG(Warn, "device auto: the GPU cannot run this model (", e.what(), "); using the CPU");

@@ -14,10 +14,12 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "gpu_accel/model.h"
 #include "gpu_accel/session.h"
 #include "model/arch/llama.h"
+#include "runtime/engine/sampler_gpu.h"
 
 namespace ga {
 class ThreadPool;
@@ -38,6 +40,7 @@ struct BatchBackendOptions {
   KvType kv_type = KvType::F32;   // CPU only; the CUDA pool is f16
   ThreadPool* pool = nullptr;     // CPU forward threads (not owned)
   bool cuda_graphs = true;        // CUDA: decode-only steps replay captured graphs
+  bool gpu_sampling = true;       // CUDA: the step's logits stay on the device and are sampled there
 };
 
 class BatchBackend {
@@ -48,6 +51,16 @@ class BatchBackend {
   // [n][n_vocab], valid until the next call.
   virtual std::span<const float> forward(std::span<const arch::BatchToken> batch,
                                          std::span<const std::span<const int32_t>> block_tables) = 0;
+  // Device sampling (the CUDA backend with gpu_sampling): forward_for_sampling() runs forward()'s
+  // step but leaves the logits rows on the device, and sample_rows() samples rows
+  // [first_row, first_row + rows.size()) of them with sample_rows_on_gpu (sampler_gpu.h: the
+  // tokens, PRNG states, errors and logprobs of Sampler::sample and the Scheduler's log-softmax).
+  // The Scheduler calls forward() instead when samples_on_device() is false; the base versions
+  // answer Unsupported.
+  virtual bool samples_on_device() const { return false; }
+  virtual int64_t forward_for_sampling(std::span<const arch::BatchToken> batch,
+                                       std::span<const std::span<const int32_t>> block_tables);
+  virtual std::vector<GpuSampleResult> sample_rows(int64_t first_row, std::span<const GpuSampleRow> rows);
   virtual int64_t n_vocab() const = 0;
   virtual int64_t n_blocks() const = 0;
   virtual const std::string& device() const = 0;   // "cpu" or "cuda:N"

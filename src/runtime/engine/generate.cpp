@@ -12,6 +12,9 @@
 // token, its leading space is the one decode() removes after BOS, so we remove it too, and the
 // stream equals decode(prompt + generated) minus decode(prompt).
 //
+// Sampling goes through Session::eval_for_sampling / sample_next: on a GPU the logits row stays on
+// the device and is sampled there (same token as Sampler::sample on the host row).
+//
 // The generation continues the session's state: a caller who wants a fresh sequence resets it.
 #include "gpu_accel/generate.h"
 
@@ -65,7 +68,7 @@ GenerateResult generate_from_tokens(Session& session, const Tokenizer& tokenizer
   result.prompt_tokens = std::move(prompt_tokens);
 
   const auto prefill_start = Clock::now();
-  std::vector<float> logits = session.eval(result.prompt_tokens);  // [n_vocab]
+  session.eval_for_sampling(result.prompt_tokens);  // the last logits stay where the backend made them
   result.prompt_seconds = seconds_since(prefill_start);
 
   std::vector<int32_t> history = result.prompt_tokens;  // what the penalties look at
@@ -83,7 +86,7 @@ GenerateResult generate_from_tokens(Session& session, const Tokenizer& tokenizer
   while (true) {
     if (options.max_tokens >= 0 && static_cast<int64_t>(result.tokens.size()) >= options.max_tokens) break;
 
-    const int32_t id = sampler.sample(logits, history);
+    const int32_t id = session.sample_next(sampler, history);  // = sampler.sample(logits, history)
     if (!options.ignore_eos && tokenizer.is_eog(id)) {
       result.finish = FinishReason::Eos;
       break;
@@ -111,7 +114,7 @@ GenerateResult generate_from_tokens(Session& session, const Tokenizer& tokenizer
     if (!more_wanted) break;
     if (session.n_past() >= session.n_ctx()) break;  // context full: Length
     const int32_t next[1] = {id};
-    logits = session.eval(next);
+    session.eval_for_sampling(next);
   }
   if (result.finish == FinishReason::Length || result.finish == FinishReason::Eos) {
     if (!emit(streamer.flush())) result.finish = FinishReason::Cancelled;

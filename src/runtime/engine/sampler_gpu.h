@@ -33,6 +33,10 @@ struct GpuSampleResult {
   std::vector<std::pair<int32_t, float>> top;  // (token, logprob) by (raw logit desc, id asc)
 };
 
+// The most candidates a runtime caller asks make_cuda_sampling for (the kernel's limit; a larger
+// top_k falls back to the full row).
+inline constexpr int32_t kGpuSamplingMaxCandidates = 1024;
+
 // Candidates per row a launch should select so that `params` decides without the full row in the
 // common cases: 20 for greedy (the reported candidates), top_k when it is on, else a default of 256.
 int32_t gpu_sampling_candidates(const SamplerParams& params, int64_t n_vocab, int32_t top_logprobs);

@@ -9,8 +9,11 @@
 // reads the shared logits), then events are delivered in order on the scheduler thread.
 //
 // Device: the step's forward pass is an engine::BatchBackend (batch_backend.h), the CPU reference or
-// the CUDA forward over a device KV pool, chosen once from options.device; nothing below depends on
-// which.
+// the CUDA forward over a device KV pool, chosen once from options.device. The one place that looks
+// at it is sampling: a backend that samples on the device (CUDA, gpu_sampling) keeps the step's
+// logits there and chooses every row's token with one sample_rows_on_gpu call
+// (sample_step_on_device: the same tokens, PRNG states and logprob figures); else the host rows
+// are sampled on the pool (sample_step).
 //
 // One sequence = its tokens (prompt + generated so far), how many of them have K/V in its blocks
 // (n_computed), its block table, its Sampler and its TextStreamer. Prefill and decode are the same
@@ -174,6 +177,7 @@ struct Scheduler::Impl {
     b.kv_type = o.kv_type;
     b.pool = p;
     b.cuda_graphs = o.cuda_graphs;
+    b.gpu_sampling = o.gpu_sampling;
     return b;
   }
 
@@ -185,8 +189,11 @@ struct Scheduler::Impl {
   bool ensure_blocks(size_t index, int64_t n_positions);
   void preempt(Sequence& s);
   void after_forward(Sequence& s);
+  void collect_sampling();
   void sample_step(std::span<const float> logits);
+  void sample_step_on_device();
   void choose_token(Sequence& s, std::span<const float> row) const;
+  void take_result(Sequence& s, GpuSampleResult& r) const;
   void emit_token(Sequence& s);
   bool deliver(Sequence& s, TokenEvent& event);
   void fill_logprobs(Sequence& s, std::span<const float> row) const;
@@ -496,13 +503,26 @@ void Scheduler::Impl::step() {
     try {
       ++steps;
       const Clock::time_point t0 = Clock::now();
-      const std::span<const float> logits = backend->forward(batch, tables);
+      const bool on_device = backend->samples_on_device();
+      std::span<const float> logits;  // host rows (empty when they stay on the device)
+      int64_t rows = 0;
+      if (on_device) {
+        rows = backend->forward_for_sampling(batch, tables);
+      } else {
+        logits = backend->forward(batch, tables);
+        rows = static_cast<int64_t>(logits.size()) / backend->n_vocab();
+        GA_CHECK(static_cast<int64_t>(logits.size()) == rows * backend->n_vocab(), Internal, "the forward returned ",
+                 logits.size(), " logits, not whole rows");
+      }
       const Clock::time_point t1 = Clock::now();
       forward_seconds += seconds_between(t0, t1);
-      GA_CHECK(static_cast<int64_t>(logits.size()) == n_logits * backend->n_vocab(), Internal, "the forward returned ",
-               logits.size(), " logits for ", n_logits, " rows");
+      GA_CHECK(rows == n_logits, Internal, "the forward returned ", rows, " logits rows for ", n_logits);
       for (Sequence* s : step_seqs) after_forward(*s);
-      sample_step(logits);
+      if (on_device) {
+        sample_step_on_device();
+      } else {
+        sample_step(logits);
+      }
       sample_seconds += seconds_between(t1, Clock::now());
     } catch (...) {
       const std::exception_ptr error = std::current_exception();
@@ -533,12 +553,16 @@ void Scheduler::Impl::after_forward(Sequence& s) {
 // its logits row ([n_vocab] of `logits`), the choices in parallel on the pool (a sampler, its
 // history and its logprobs belong to one sequence; the rows and the tokenizer are only read), then
 // the tokens are emitted in batch order on this thread (callbacks, stop strings, finishing).
-void Scheduler::Impl::sample_step(std::span<const float> logits) {
-  const size_t n_vocab = static_cast<size_t>(backend->n_vocab());
+void Scheduler::Impl::collect_sampling() {
   sampling.clear();
   for (Sequence* s : step_seqs) {
     if (s->logits_row >= 0 && !s->leaving) sampling.push_back(s);
   }
+}
+
+void Scheduler::Impl::sample_step(std::span<const float> logits) {
+  const size_t n_vocab = static_cast<size_t>(backend->n_vocab());
+  collect_sampling();
   const auto row_of = [&](const Sequence& s) {
     return logits.subspan(static_cast<size_t>(s.logits_row) * n_vocab, n_vocab);
   };
@@ -549,6 +573,45 @@ void Scheduler::Impl::sample_step(std::span<const float> logits) {
     }
   });
   for (Sequence* s : sampling) emit_token(*s);
+}
+
+// sample_step with the rows on the device (the CUDA backend): the same choices, made by
+// sample_rows_on_gpu on this thread (the host part is a walk over K candidates per row, so the pool
+// would not pay for itself), one call per run of consecutive rows (one call for a whole step: rows
+// are in batch order and no sampling sequence leaves during a step), then the same emission.
+void Scheduler::Impl::sample_step_on_device() {
+  collect_sampling();
+  std::vector<GpuSampleRow> rows;
+  for (size_t begin = 0; begin < sampling.size();) {
+    size_t end = begin + 1;
+    while (end < sampling.size() && sampling[end]->logits_row == sampling[end - 1]->logits_row + 1) ++end;
+    rows.clear();
+    for (size_t i = begin; i < end; ++i) {
+      Sequence& s = *sampling[i];
+      rows.push_back({&s.sampler, s.tokens, s.req.logprobs ? s.req.top_logprobs : -1});
+    }
+    std::vector<GpuSampleResult> results = backend->sample_rows(sampling[begin]->logits_row, rows);
+    for (size_t i = begin; i < end; ++i) take_result(*sampling[i], results[i - begin]);
+    begin = end;
+  }
+  for (Sequence* s : sampling) emit_token(*s);
+}
+
+// The GPU sampler's answer in choose_token's form (fill_logprobs' figures: raw log-softmax).
+void Scheduler::Impl::take_result(Sequence& s, GpuSampleResult& r) const {
+  s.chosen = r.token;
+  s.sample_error = r.error;
+  if (r.error || !s.req.logprobs) return;
+  const auto entry = [&](int32_t token, float logprob) {
+    TokenLogprob lp;
+    lp.token = token;
+    lp.text = tokenizer.token_to_piece(token);
+    lp.logprob = logprob;
+    return lp;
+  };
+  s.chosen_logprob = entry(r.token, r.logprob);
+  s.top_logprobs.clear();
+  for (const auto& [token, logprob] : r.top) s.top_logprobs.push_back(entry(token, logprob));
 }
 
 // Runs on a pool thread: touches only s (its sampler, chosen token and logprobs).

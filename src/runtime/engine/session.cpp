@@ -13,6 +13,13 @@
 // happen in the forward's eval before any work, so a rejected call leaves the session as it was.
 // The returned logits vector is the one allocation per call the API needs; the forward itself does
 // not allocate while decoding.
+//
+// Sampling (eval_for_sampling + sample_next, what generate() runs): on a GPU with gpu_sampling the
+// last token's logits row stays on the device and sample_rows_on_gpu (sampler_gpu.h) brings back only
+// the candidates (one row of n_vocab floats when they cannot decide), so a decode step pays no
+// n_vocab copy and no host pass over the vocabulary. The CUDA sampler is made on first use, on the
+// forward's stream, sized for one row; everywhere else the row is kept on the host and sampled by
+// Sampler::sample, exactly as before.
 #include "gpu_accel/session.h"
 
 #include <algorithm>
@@ -25,6 +32,7 @@
 #include "model/arch/llama.h"
 #include "runtime/engine/batch_backend.h"
 #include "runtime/engine/kv_cache.h"
+#include "runtime/engine/sampler_gpu.h"
 
 namespace ga {
 
@@ -36,6 +44,12 @@ struct Session::Impl {
   std::unique_ptr<cuda::CudaForward> gpu;         // or GPU
   std::string device = "cpu";
   int64_t n_past = 0;
+  bool gpu_sampling = true;
+  // eval_for_sampling's result: the last logits on the device (gpu_logits.data) or in host_logits.
+  cuda::DeviceLogits gpu_logits;
+  std::vector<float> host_logits;
+  bool logits_ready = false;
+  std::unique_ptr<cuda::CudaSampling> gpu_sampler;  // made on first use
 
   int64_t n_vocab() const { return gpu ? gpu->n_vocab() : forward->n_vocab(); }
 };
@@ -48,6 +62,7 @@ Session::Session(const LoadedModel& model, const SessionOptions& options) : impl
   GA_CHECK(options.n_threads >= 0, InvalidArgument, "n_threads must be >= 0 (0: all hardware threads), got ",
            options.n_threads);
   impl_->model = &model;
+  impl_->gpu_sampling = options.gpu_sampling;
   const int64_t n_ctx = engine::resolve_n_ctx(model.config, options.n_ctx);
 
   if (gpu_index >= 0 && (!is_auto || cuda_device_count() > 0)) {
@@ -88,7 +103,41 @@ std::vector<float> Session::eval(std::span<const int32_t> tokens, bool all_logit
     impl_->forward->eval(tokens, impl_->n_past, all_logits, logits.data());
   }
   impl_->n_past += static_cast<int64_t>(tokens.size());
+  impl_->logits_ready = false;
   return logits;
+}
+
+void Session::eval_for_sampling(std::span<const int32_t> tokens) {
+  Impl& m = *impl_;
+  m.logits_ready = false;
+  if (m.gpu && m.gpu_sampling) {
+    m.gpu_logits = m.gpu->eval_device(tokens, m.n_past);
+  } else {
+    m.host_logits.resize(static_cast<size_t>(m.n_vocab()));
+    if (m.gpu) {
+      m.gpu->eval(tokens, m.n_past, false, m.host_logits.data());
+    } else {
+      m.forward->eval(tokens, m.n_past, false, m.host_logits.data());
+    }
+  }
+  m.n_past += static_cast<int64_t>(tokens.size());
+  m.logits_ready = true;
+}
+
+int32_t Session::sample_next(Sampler& sampler, std::span<const int32_t> history) {
+  Impl& m = *impl_;
+  GA_CHECK(m.logits_ready, InvalidArgument, "sample_next() needs logits from eval_for_sampling() first");
+  m.logits_ready = false;  // sampling twice from one row would be a caller's bug (penalties, PRNG)
+  if (!(m.gpu && m.gpu_sampling)) return sampler.sample(m.host_logits, history);
+  if (!m.gpu_sampler) {
+    const int32_t max_k = static_cast<int32_t>(std::min<int64_t>(kGpuSamplingMaxCandidates, m.gpu->n_vocab()));
+    m.gpu_sampler = cuda::make_cuda_sampling(m.gpu->device(), 1, m.gpu->n_vocab(), max_k, m.gpu_logits.stream);
+  }
+  const GpuSampleRow row{&sampler, history, -1};
+  std::vector<GpuSampleResult> result =
+      sample_rows_on_gpu(*m.gpu_sampler, m.gpu_logits.data, m.gpu_logits.ld, std::span<const GpuSampleRow>(&row, 1));
+  if (result[0].error) std::rethrow_exception(result[0].error);
+  return result[0].token;
 }
 
 int64_t Session::n_past() const { return impl_->n_past; }
@@ -98,6 +147,7 @@ void Session::truncate(int64_t n) {
   GA_CHECK(n >= 0 && n <= impl_->n_past, OutOfRange, "truncate(", n, "): must be in [0, n_past = ", impl_->n_past,
            "]");
   impl_->n_past = n;  // later evals overwrite the cache from position n on
+  impl_->logits_ready = false;
 }
 
 const LoadedModel& Session::model() const { return *impl_->model; }

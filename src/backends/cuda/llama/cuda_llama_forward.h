@@ -113,14 +113,18 @@ class CudaLlamaForward final : public CudaForward, public CudaBatchForward {
 
   // CudaForward (contiguous layout only)
   void eval(std::span<const int32_t> tokens, int64_t pos0, bool all_logits, float* logits) override;
+  DeviceLogits eval_device(std::span<const int32_t> tokens, int64_t pos0) override;
   int64_t n_ctx() const override { return layout_.max_seq_positions; }
   // CudaBatchForward (paged layout only)
   std::span<const float> forward(std::span<const BatchEntry> batch,
                                  std::span<const std::span<const int32_t>> block_tables) override;
+  DeviceLogits forward_device(std::span<const BatchEntry> batch,
+                              std::span<const std::span<const int32_t>> block_tables) override;
   int64_t n_blocks() const override { return layout_.n_blocks; }
   int64_t block_size() const override { return layout_.block_size; }
   uint64_t kv_bytes() const override { return kv_bytes_; }
   // both
+  int device() const override { return layout_.device; }
   int64_t n_vocab() const override { return c_.n_vocab; }
   std::string description() const override { return description_; }
   uint64_t device_bytes() const override { return device_bytes_; }
@@ -130,6 +134,11 @@ class CudaLlamaForward final : public CudaForward, public CudaBatchForward {
   Sizes plan_sizes(const LoadedModel& model) const;
   void upload_weights(const LoadedModel& model);
   void allocate_state();
+  // eval()'s steps; host_logits == nullptr: the logits stay in logits_ (all_logits must be false).
+  void run_contiguous(std::span<const int32_t> tokens, int64_t pos0, bool all_logits, float* host_logits);
+  // forward()'s step; copy_to_host: the rows go to host_logits_ too. Returns the number of rows.
+  int64_t run_paged(std::span<const BatchEntry> batch, std::span<const std::span<const int32_t>> block_tables,
+                    bool copy_to_host);
   void validate_batch(std::span<const BatchEntry> batch, std::span<const std::span<const int32_t>> block_tables,
                       StepShape& shape);
 

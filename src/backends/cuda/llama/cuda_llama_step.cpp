@@ -324,7 +324,19 @@ void CudaLlamaForward::launch_graph(const StepShape& shape) {
 }
 
 void CudaLlamaForward::eval(std::span<const int32_t> tokens, int64_t pos0, bool all_logits, float* logits) {
+  GA_CHECK(logits != nullptr, InvalidArgument, "eval needs a logits buffer");
+  run_contiguous(tokens, pos0, all_logits, logits);
+}
+
+DeviceLogits CudaLlamaForward::eval_device(std::span<const int32_t> tokens, int64_t pos0) {
+  run_contiguous(tokens, pos0, false, nullptr);
+  return DeviceLogits{logits_.as<float>(), 1, c_.n_vocab, stream_.get()};
+}
+
+void CudaLlamaForward::run_contiguous(std::span<const int32_t> tokens, int64_t pos0, bool all_logits,
+                                      float* logits) {
   GA_CHECK(!layout_.paged, Internal, "eval() is the single-sequence face; this forward has a paged pool");
+  GA_CHECK(logits != nullptr || !all_logits, Internal, "all logits stay on the host only");
   const int64_t n = static_cast<int64_t>(tokens.size());
   GA_CHECK(n > 0, InvalidArgument, "eval needs at least one token");
   GA_CHECK(pos0 >= 0 && pos0 + n <= n_slots_, OutOfRange, "context overflow: ", pos0, " positions used + ", n,
@@ -361,11 +373,13 @@ void CudaLlamaForward::eval(std::span<const int32_t> tokens, int64_t pos0, bool 
     if (all_logits) {
       GA_CUDA_CHECK(cudaMemcpyAsync(logits + done * c_.n_vocab, logits_.data(),
                                     static_cast<size_t>(step_n * c_.n_vocab) * 4, cudaMemcpyDeviceToHost, s));
-    } else if (last_step) {
+    } else if (last_step && logits != nullptr) {
       GA_CUDA_CHECK(cudaMemcpyAsync(logits, logits_.data(), static_cast<size_t>(c_.n_vocab) * 4,
                                     cudaMemcpyDeviceToHost, s));
     }
-    stream_.synchronize();  // the logits are the caller's now; kernel failures surface here
+    // The logits are the caller's now (on the host, or final in logits_ for a device reader);
+    // kernel failures surface here, and host_staging_ is free for the next step.
+    stream_.synchronize();
     done += step_n;
   }
 }
@@ -447,6 +461,18 @@ void CudaLlamaForward::validate_batch(std::span<const BatchEntry> batch,
 
 std::span<const float> CudaLlamaForward::forward(std::span<const BatchEntry> batch,
                                                  std::span<const std::span<const int32_t>> block_tables) {
+  const int64_t rows = run_paged(batch, block_tables, true);
+  return {host_logits_, static_cast<size_t>(rows * c_.n_vocab)};
+}
+
+DeviceLogits CudaLlamaForward::forward_device(std::span<const BatchEntry> batch,
+                                              std::span<const std::span<const int32_t>> block_tables) {
+  const int64_t rows = run_paged(batch, block_tables, false);
+  return DeviceLogits{logits_.as<float>(), rows, c_.n_vocab, stream_.get()};
+}
+
+int64_t CudaLlamaForward::run_paged(std::span<const BatchEntry> batch,
+                                    std::span<const std::span<const int32_t>> block_tables, bool copy_to_host) {
   GA_CHECK(layout_.paged, Internal, "forward() is the paged face; this forward has a contiguous cache");
   StepShape shape;
   validate_batch(batch, block_tables, shape);
@@ -463,11 +489,14 @@ std::span<const float> CudaLlamaForward::forward(std::span<const BatchEntry> bat
     enqueue_step(shape);
   }
   const size_t logit_floats = static_cast<size_t>(shape.n_logits * c_.n_vocab);
-  if (logit_floats > 0) {
+  if (logit_floats > 0 && copy_to_host) {
     GA_CUDA_CHECK(cudaMemcpyAsync(host_logits_, logits_.data(), logit_floats * 4, cudaMemcpyDeviceToHost, s));
   }
-  stream_.synchronize();  // kernel failures surface here
-  return {host_logits_, logit_floats};
+  // Kernel failures surface here, and host_staging_ is free for the next step. The device-rows
+  // face keeps this sync too: it costs a few microseconds of a millisecond step, and the step's time
+  // stays the forward's (the sampler's launch then runs on an idle stream).
+  stream_.synchronize();
+  return shape.n_logits;
 }
 
 }  // namespace ga::cuda::llama
