@@ -13,6 +13,9 @@ Our kernels come from libga_attention_c.so (bench/attention_torch/ga_attention_c
   * mma:   the mma.sync prefill (kernels/attention*.cu; fp16 K/V, f32 q/out, causal, one sequence per
            call, so `batch` calls per step), against FA2 on the same fp16 causal problem.
 
+The backward (flash_backward against cuDNN's and FA2's backward) is compare_bwd.py beside this, which reuses
+this module's loader and timer.
+
 Usage: python3 compare.py --lib build/bench/attention_torch/libga_attention_c.so [--json out.json]
 """
 import argparse

@@ -91,6 +91,38 @@ int ga_flash_forward(const void* q, const void* k, const void* v, void* o, float
                                     : ga::cuda::flash_forward_with_schedule(p, sched, s));
 }
 
+// The backward (flash_backward): strides24 = q, k, v, o, dout, dq, dk, dv (batch, seq, head) strides in
+// elements; lse is the forward's [batch][n_head][seqlen_q] f32. workspace_bytes 0 with a null workspace
+// asks for the size (returned through *bytes_needed, with cudaSuccess).
+int ga_flash_backward(const void* q, const void* k, const void* v, const void* o, float* lse, const void* dout,
+                      void* dq, void* dk, void* dv, const int64_t* strides24, int dtype, int head_dim, int n_head,
+                      int n_head_kv, int batch, int seqlen_q, int seqlen_k, int causal, float scale, void* workspace,
+                      size_t workspace_bytes, size_t* bytes_needed, void* stream) {
+  ga::cuda::FlashBwdParams p;
+  p.fwd = flash_params(q, k, v, const_cast<void*>(o), lse, strides24, dtype, head_dim, n_head, n_head_kv, batch,
+                       seqlen_q, seqlen_k, causal, scale);
+  p.dout = dout;
+  p.do_batch_stride = strides24[12];
+  p.do_seq_stride = strides24[13];
+  p.do_head_stride = strides24[14];
+  p.dq = dq;
+  p.dq_batch_stride = strides24[15];
+  p.dq_seq_stride = strides24[16];
+  p.dq_head_stride = strides24[17];
+  p.dk = dk;
+  p.dk_batch_stride = strides24[18];
+  p.dk_seq_stride = strides24[19];
+  p.dk_head_stride = strides24[20];
+  p.dv = dv;
+  p.dv_batch_stride = strides24[21];
+  p.dv_seq_stride = strides24[22];
+  p.dv_head_stride = strides24[23];
+  if (ga::cuda::flash_backward_unsupported_reason(p) != nullptr) return static_cast<int>(cudaErrorInvalidValue);
+  if (bytes_needed != nullptr) *bytes_needed = ga::cuda::flash_backward_plan(p).workspace_bytes;
+  if (workspace == nullptr && workspace_bytes == 0) return 0;
+  return static_cast<int>(ga::cuda::flash_backward(p, workspace, workspace_bytes, static_cast<cudaStream_t>(stream)));
+}
+
 // The existing mma.sync prefill (kernels/attention.h): one sequence, causal from position 0,
 // q/out f32 [n_tokens][n_head][hd], k/v f16 [n_tokens][n_head_kv][hd].
 size_t ga_mma_prefill_workspace_bytes(int n_tokens, int n_head, int n_head_kv, int head_dim) {

@@ -73,4 +73,31 @@ int flash_variant_count();
 bool flash_variant_compiled(int variant);
 cudaError_t flash_forward_with_schedule(const FlashParams& p, int sched, cudaStream_t stream);
 
+// ---- backward (kernels/flash/flash_bwd_sm80.cuh: FlashAttention-2's algorithm on mma.sync, sm_80+) ----
+//
+// Gradients of O = softmax(scale * Q K^T [+ causal mask]) V with respect to q, k, v, given dO and the
+// forward's O and LSE (fwd.o and fwd.lse, both required: the backward recomputes P = exp(scale * q.k - lse)
+// instead of storing it). Shapes and strides as in the forward; dq like q, dk/dv like k/v (one gradient
+// per KV head: with GQA the group's query heads are summed into it). dq/dk/dv are fully written (rows that
+// see no key get dq = 0; keys no query sees get dk = dv = 0).
+struct FlashBwdParams {
+  FlashParams fwd;  // q, k, v, o, lse (required), their strides, the shape, causal, softmax_scale
+  const void* dout = nullptr;  // [batch][seqlen_q][n_head][head_dim], dtype
+  int64_t do_batch_stride = 0, do_seq_stride = 0, do_head_stride = 0;
+  void* dq = nullptr;  // [batch][seqlen_q][n_head][head_dim]
+  int64_t dq_batch_stride = 0, dq_seq_stride = 0, dq_head_stride = 0;
+  void* dk = nullptr;  // [batch][seqlen_k][n_head_kv][head_dim]
+  int64_t dk_batch_stride = 0, dk_seq_stride = 0, dk_head_stride = 0;
+  void* dv = nullptr;  // [batch][seqlen_k][n_head_kv][head_dim]
+  int64_t dv_batch_stride = 0, dv_seq_stride = 0, dv_head_stride = 0;
+};
+
+// nullptr when flash_backward can run these parameters on the current device, else why not.
+const char* flash_backward_unsupported_reason(const FlashBwdParams& p);
+// Workspace: the f32 dq accumulator [batch][n_head][seqlen_q][head_dim] (key blocks add into it
+// atomically) and the row sums D = rowsum(dO * O) [batch][n_head][seqlen_q], f32.
+FlashPlan flash_backward_plan(const FlashBwdParams& p);
+// workspace: at least flash_backward_plan(p).workspace_bytes bytes of device memory, 256-byte aligned.
+cudaError_t flash_backward(const FlashBwdParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream);
+
 }  // namespace ga::cuda

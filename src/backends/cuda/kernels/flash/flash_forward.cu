@@ -10,6 +10,7 @@
 #include <climits>
 #include <cmath>
 
+#include "backends/cuda/kernels/flash/flash_common.h"
 #include "backends/cuda/kernels/flash/flash_fwd_launch.h"
 #include "backends/cuda/kernels/tile/tma_map.h"
 
@@ -122,6 +123,10 @@ cudaError_t run(const FlashParams& p, int variant, cudaStream_t stream) {
 }
 
 }  // namespace
+
+namespace flash_detail {
+const char* shared_params_reason(const FlashParams& p) { return params_reason(p); }
+}  // namespace flash_detail
 
 const char* flash_unsupported_reason(const FlashParams& p) {
   if (const char* r = params_reason(p)) return r;

@@ -1,0 +1,155 @@
+#!/usr/bin/env python3
+"""Our attention backward (flash_backward) against PyTorch SDPA's cuDNN and FlashAttention-2 backward, same run.
+
+The backward half of compare.py (it reuses its library loader and timer). FA3 paper methodology: 16k tokens per
+batch (batch = 16384 / seqlen), hidden 2048 (n_head = 2048 / head_dim), bf16; FLOPs of the backward = 2.5 x the
+forward's (4 * batch * n_head * seqlen^2 * head_dim, halved for causal), the FlashAttention papers' convention.
+
+Only the backward is timed: torch's through torch.autograd.grad(out, (q, k, v), dout, retain_graph=True) on a
+graph built once per backend (the forward is not re-run); ours through ga_flash_backward on the O and LSE of our
+forward (ga_flash_forward, default variant), with the workspace allocated once. Our gradients are compared with
+the FA2 backend's (relative L2 per gradient; cuDNN's distance to FA2 is printed beside it as the yardstick).
+
+Usage: python3 compare_bwd.py --lib build/bench/attention_torch/libga_attention_c.so [--json out.json]
+"""
+import argparse
+import ctypes
+import json
+import math
+import sys
+
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+import torch.nn.functional as F
+
+from compare import Flash, load_lib, rel_l2, time_ms
+
+
+def bind_backward(lib):
+    vp, i, f = ctypes.c_void_p, ctypes.c_int, ctypes.c_float
+    lib.ga_flash_backward.argtypes = [vp, vp, vp, vp, vp, vp, vp, vp, vp, ctypes.POINTER(ctypes.c_int64), i, i, i,
+                                      i, i, i, i, i, f, vp, ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t), vp]
+    lib.ga_flash_backward.restype = i
+
+
+class FlashBwd:
+    """ga_flash_backward on [batch][seq][head][dim] tensors; the workspace is sized once and kept."""
+
+    def __init__(self, lib, q, k, v, o, lse, dout, dq, dk, dv, causal, scale):
+        b, s, h, d = q.shape
+        st = []
+        for t in (q, k, v, o, dout, dq, dk, dv):
+            st += [t.stride(0), t.stride(1), t.stride(2)]
+        self.lib = lib
+        self.strides = (ctypes.c_int64 * 24)(*st)
+        self.args = [q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr(), dout.data_ptr(),
+                     dq.data_ptr(), dk.data_ptr(), dv.data_ptr(), self.strides,
+                     0 if q.dtype == torch.bfloat16 else 1, d, h, k.shape[2], b, s, k.shape[1], int(causal), scale]
+        need = ctypes.c_size_t(0)
+        err = lib.ga_flash_backward(*self.args, None, 0, ctypes.byref(need), None)
+        if err != 0:
+            raise RuntimeError(f"ga_flash_backward refused the parameters (cudaError {err})")
+        self.ws = torch.empty(need.value + 256, device="cuda", dtype=torch.uint8)
+        self.ws_ptr = (self.ws.data_ptr() + 255) // 256 * 256
+
+    def run(self):
+        err = self.lib.ga_flash_backward(*self.args, self.ws_ptr, self.ws.numel() - 256, None,
+                                         torch.cuda.current_stream().cuda_stream)
+        if err != 0:
+            raise RuntimeError(f"ga_flash_backward returned cudaError {err}")
+
+
+def torch_backward(q, k, v, dout, causal, backend):
+    """(time_fn, grads): the backward of SDPA on `backend`, graph built once, grads in [b][s][h][d]."""
+    qs, ks, vs = (t.detach().clone().requires_grad_(True) for t in (q, k, v))
+    with sdpa_kernel([backend]):
+        out = F.scaled_dot_product_attention(qs.transpose(1, 2), ks.transpose(1, 2), vs.transpose(1, 2),
+                                             is_causal=causal).transpose(1, 2)
+    grad = lambda: torch.autograd.grad(out, (qs, ks, vs), dout, retain_graph=True)
+    return grad, grad()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--lib", required=True)
+    ap.add_argument("--json")
+    ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--head-dims", default="64,128,256")
+    ap.add_argument("--seqlens", default="512,1024,2048,4096,8192,16384")
+    ap.add_argument("--dtype", default="bf16")
+    args = ap.parse_args()
+
+    lib = load_lib(args.lib)
+    bind_backward(lib)
+    torch.manual_seed(0)
+    dev = torch.cuda.get_device_name()
+    print(f"device: {dev}; torch {torch.__version__}; cuDNN {torch.backends.cudnn.version()}")
+    dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float16
+    rows = []
+    for d in [int(x) for x in args.head_dims.split(",")]:
+        h = 2048 // d
+        for s in [int(x) for x in args.seqlens.split(",")]:
+            b = max(1, 16384 // s)
+            for causal in (False, True):
+                q, k, v, dout = (torch.randn(b, s, h, d, device="cuda", dtype=dtype) for _ in range(4))
+                scale = 1.0 / math.sqrt(d)
+                flops = 2.5 * 4 * b * h * s * s * d / (2 if causal else 1)
+                row = {"head_dim": d, "seqlen": s, "batch": b, "n_head": h, "causal": causal, "dtype": args.dtype}
+                grads = {}
+                for name, backend in (("fa2", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
+                    try:
+                        fn, grads[name] = torch_backward(q, k, v, dout, causal, backend)
+                        row[name] = flops / time_ms(fn, args.iters) / 1e9
+                        del fn
+                    except RuntimeError as e:
+                        row[name] = None
+                        print(f"  {name} unavailable: {str(e).splitlines()[0]}")
+                o = torch.full_like(q, float("nan"))
+                lse = torch.full((b, h, s), float("nan"), device="cuda", dtype=torch.float32)
+                fwd = Flash(lib, q, k, v, o, lse, causal, scale)
+                reason = fwd.reason()
+                if reason is not None:
+                    print(f"flash forward refused ({reason}): no O/LSE for our backward")
+                else:
+                    fwd.run(-1)
+                    dq, dk, dv = (torch.full_like(t, float("nan")) for t in (q, k, v))
+                    bwd = FlashBwd(lib, q, k, v, o, lse, dout, dq, dk, dv, causal, scale)
+                    bwd.run()
+                    torch.cuda.synchronize()
+                    ref = grads.get("fa2")
+                    if ref is not None:
+                        errs = [rel_l2(ours, theirs) for ours, theirs in zip((dq, dk, dv), ref)]
+                        row["ours_err"] = max(errs)
+                        nan = any(torch.isnan(t).any().item() for t in (dq, dk, dv))
+                        if nan or not row["ours_err"] <= 2e-2:
+                            row["ours_bad"] = True
+                            print(f"  MISMATCH ours vs FA2: rel L2 dq/dk/dv {errs} nan {nan}")
+                    if ref is not None and grads.get("cudnn") is not None:
+                        row["cudnn_err"] = max(rel_l2(a, r) for a, r in zip(grads["cudnn"], ref))
+                    row["ours"] = flops / time_ms(bwd.run, args.iters) / 1e9
+                    del bwd, dq, dk, dv
+                rows.append(row)
+                print(json.dumps({k_: (round(v_, 4) if isinstance(v_, float) else v_) for k_, v_ in row.items()}))
+                sys.stdout.flush()
+                del q, k, v, dout, o, lse, grads
+                torch.cuda.empty_cache()
+    if args.json:
+        with open(args.json, "w") as fjson:
+            json.dump({"device": dev, "torch": torch.__version__, "rows": rows}, fjson, indent=1)
+    fmt = lambda x: "-" if x is None else f"{x:.0f}"
+    print("\nbackward, TFLOP/s (2.5 x forward FLOPs)")
+    print("| hd | seq | mask | ours | cuDNN | FA2 | ours/cuDNN | ours/FA2 | rel L2 ours-FA2 | cuDNN-FA2 |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        o_, c_, f_ = r.get("ours"), r.get("cudnn"), r.get("fa2")
+        print(f"| {r['head_dim']} | {r['seqlen']} | {'causal' if r['causal'] else 'full'} | {fmt(o_)} | {fmt(c_)} | "
+              f"{fmt(f_)} | " + (f"{o_ / c_:.2f}" if o_ and c_ else "-") + " | " +
+              (f"{o_ / f_:.2f}" if o_ and f_ else "-") + f" | {r.get('ours_err', float('nan')):.1e} | "
+              f"{r.get('cudnn_err', float('nan')):.1e} |")
+    bad = [r for r in rows if r.get("ours_bad") or r.get("ours") is None]
+    print(f"\n{len(rows)} configurations, {len(bad)} with a mismatch against torch or not run")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
