@@ -23,6 +23,7 @@
 // merge) and zero accumulators. The split count fills exactly one wave of resident CTAs (the
 // occupancy calculator's count), so no half-empty second wave doubles the time.
 #include "backends/cuda/kernels/attention_impl.cuh"
+#include "backends/cuda/kernels/pdl.cuh"
 
 namespace ga::cuda::detail {
 
@@ -91,6 +92,8 @@ __device__ __forceinline__ void merge_if_last(const AttnArgs& a, int kv_head, in
 // 3 CTAs per SM for head_dim <= 128 (registers capped at 170): more cache bytes in flight per SM.
 template <int HD>
 __global__ void __launch_bounds__(kAttnThreads, HD <= 128 ? 3 : 1) attention_decode_kernel(const AttnArgs a) {
+  pdl_wait_prior_grid();  // launched after the previous kernel (pdl.cuh): its outputs are ready from here
+  pdl_allow_dependents();  // after the wait: triggering first measured slower (session 3, run 2)
   extern __shared__ __align__(16) unsigned char attn_smem[];
   constexpr int kTileHalves = kAttnTileKeys * smem_row_halves<HD>();
   constexpr int kKeysPerWarp = kAttnTileKeys / kAttnWarps;
@@ -234,8 +237,7 @@ cudaError_t launch_attention_decode(const AttnArgs& a, int row_tiles, cudaStream
   cudaError_t status = set_attention_smem(attention_decode_kernel<HD>, smem);
   if (status != cudaSuccess) return status;
   const dim3 grid(static_cast<unsigned>(a.n_splits), static_cast<unsigned>(a.n_head_kv), static_cast<unsigned>(row_tiles));
-  attention_decode_kernel<HD><<<grid, kAttnThreads, smem, stream>>>(a);
-  return cudaGetLastError();
+  return launch_after_prior(attention_decode_kernel<HD>, grid, dim3(kAttnThreads), smem, stream, a);
 }
 
 template <int HD>
