@@ -62,6 +62,13 @@ __device__ __forceinline__ uint4 load_stream_16(const uint8_t* p) {
 #endif
 }
 
+// 4 activations (16-byte aligned) that an earlier kernel wrote: a coherent load through L1, never
+// ld.global.nc (__ldg). Kernels launched after their producer with PDL (pdl.cuh) share the device
+// with it until pdl_wait_prior_grid(); a non-coherent load promises the data is read-only for the
+// whole kernel, so the compiler may move it above that wait (with __ldg here the f32 fixture model's decode
+// failed in the first PDL run), and a plain load keeps its place.
+__device__ __forceinline__ float4 load_activations_4(const float* p) { return *reinterpret_cast<const float4*>(p); }
+
 // The aligned 16 bytes at p, or for the chunk that crosses `end` the bytes before it (zeros after),
 // so a buffer whose size is not a multiple of 16 is never read past its end.
 __device__ __forceinline__ uint4 load_chunk_16(const uint8_t* p, const uint8_t* end) {

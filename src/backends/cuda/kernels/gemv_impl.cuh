@@ -28,16 +28,16 @@ cudaError_t launch_gemv_staged(const GemvArgs& a, cudaStream_t stream) {
         gemv_staged_kernel<D, NT, Cfg>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
     if (status != cudaSuccess) return status;
   }
-  gemv_staged_kernel<D, NT, Cfg><<<static_cast<unsigned>(blocks), kGemvWarps * 32, smem, stream>>>(a);
-  return cudaGetLastError();
+  return launch_after_prior(gemv_staged_kernel<D, NT, Cfg>, dim3(static_cast<unsigned>(blocks)), dim3(kGemvWarps * 32),
+                            static_cast<size_t>(smem), stream, a);
 }
 
 template <class D, int NT, class Cfg>
 cudaError_t launch_gemv_direct(const GemvArgs& a, cudaStream_t stream) {
   const int64_t blocks = (a.rows + Cfg::kRows - 1) / Cfg::kRows;
   if (blocks > 0x7fffffff) return cudaErrorInvalidValue;
-  gemv_direct_kernel<D, NT, Cfg><<<static_cast<unsigned>(blocks), kGemvWarps * 32, 0, stream>>>(a);
-  return cudaGetLastError();
+  return launch_after_prior(gemv_direct_kernel<D, NT, Cfg>, dim3(static_cast<unsigned>(blocks)), dim3(kGemvWarps * 32),
+                            0, stream, a);
 }
 
 // Rows per CTA of the staged kernel: D::kRows for one token; for several, the decoded weights of all

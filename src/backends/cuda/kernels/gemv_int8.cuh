@@ -37,6 +37,7 @@
 
 #include "backends/cuda/kernels/device_bytes.cuh"
 #include "backends/cuda/kernels/gemv_kernel.cuh"
+#include "backends/cuda/kernels/pdl.cuh"
 #include "backends/cuda/kernels/weight_decode.cuh"
 
 namespace ga::cuda::detail {
@@ -252,7 +253,7 @@ __device__ __forceinline__ void gemv_quantize_x_block(const float* src, int8_t* 
   float v[32];
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
-    const float4 f = __ldg(reinterpret_cast<const float4*>(src) + i);
+    const float4 f = load_activations_4(src + 4 * i);
     v[4 * i] = f.x;
     v[4 * i + 1] = f.y;
     v[4 * i + 2] = f.z;
@@ -362,11 +363,13 @@ __global__ void __launch_bounds__(kGemvWarps * 32, gemv_int8_min_ctas<D>())
   const int my_unit_in_warp = lane >> 3;
   const int units_per_row = nb / G::kUnitBlocks;
 
-  // the first pass's loads fly while x is quantized
+  // the first pass's loads fly while x is quantized (and while the kernel before finishes: pdl.cuh)
+  pdl_allow_dependents();
   uint4 next[C];
   if (blockIdx.x < n_tiles && warp * kInt8UnitsPerWarp < units_per_row) {
     gemv_int8_load<D>(a, blockIdx.x, warp * kInt8UnitsPerWarp, units_per_row, load_row, load_chunk, next);
   }
+  pdl_wait_prior_grid();
   for (int i = static_cast<int>(threadIdx.x); i < a.n_tokens * nb; i += kGemvWarps * 32) {
     const int t = i / nb;
     const int b = i - t * nb;
@@ -478,8 +481,8 @@ cudaError_t launch_gemv_int8(const GemvArgs& a, cudaStream_t stream) {
   if (status != cudaSuccess) return status;
   const int64_t resident = int64_t{sms} * (per_sm < 1 ? 1 : per_sm);
   const int64_t grid = n_tiles < resident ? n_tiles : resident;
-  gemv_int8_kernel<D, NT><<<static_cast<unsigned>(grid), kGemvWarps * 32, smem, stream>>>(a, n_tiles);
-  return cudaGetLastError();
+  return launch_after_prior(gemv_int8_kernel<D, NT>, dim3(static_cast<unsigned>(grid)), dim3(kGemvWarps * 32),
+                            static_cast<size_t>(smem), stream, a, n_tiles);
 }
 
 }  // namespace ga::cuda::detail

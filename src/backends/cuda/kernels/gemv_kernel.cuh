@@ -35,6 +35,7 @@
 
 #include "backends/cuda/kernels/device_bytes.cuh"
 #include "backends/cuda/kernels/gemv_ptx.cuh"
+#include "backends/cuda/kernels/pdl.cuh"
 #include "backends/cuda/kernels/weight_decode.cuh"
 
 namespace ga::cuda::detail {
@@ -127,7 +128,7 @@ __device__ __forceinline__ void gemv_load_x(const float* x_block, int part, floa
   constexpr int kRunsPerGroup = kRuns / D::kGroups;
 #pragma unroll
   for (int r = 0; r < kRuns; ++r) {
-    const float4 v = __ldg(reinterpret_cast<const float4*>(x_block + D::run_offset(part, r)));
+    const float4 v = load_activations_4(x_block + D::run_offset(part, r));
     xv[4 * r] = v.x;
     xv[4 * r + 1] = v.y;
     xv[4 * r + 2] = v.z;
@@ -185,6 +186,7 @@ __device__ __forceinline__ void gemv_reduce_store(const GemvArgs& a, int64_t row
                                                   float (&partial)[kGemvWarps][R][NT]) {
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
+  pdl_wait_prior_grid();  // y may still be read by the kernel before (pdl.cuh); returns at once if waited
 #pragma unroll
   for (int i = 0; i < R; ++i) {
 #pragma unroll
@@ -214,6 +216,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_staged_kernel(const Gemv
   extern __shared__ uint4 gemv_dynamic_smem[];  // [kGemvWarps][P][R][kStageChunks] (StageBytes reads it)
   __shared__ float partial[kGemvWarps][R][NT];
 
+  pdl_allow_dependents();
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
   const int64_t row0 = static_cast<int64_t>(blockIdx.x) * R;
@@ -248,6 +251,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_staged_kernel(const Gemv
     }
     copy_commit();
   }
+  pdl_wait_prior_grid();  // weights are immutable: their first segments fly before x is ready (pdl.cuh)
   for (int j = 0; j < n_mine; ++j) {
     const int ahead = j + P - 1;  // into the stage decoded in iteration j-1 (freed by its closing __syncwarp)
     if (ahead < n_mine) {
@@ -321,6 +325,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_direct_kernel(const Gemv
   constexpr int kE = D::kElems;
   static_assert(D::kBlockBytes == kChunkBytes && D::kUnitScale, "direct path: float types, a chunk per block");
   __shared__ float partial[kGemvWarps][R][NT];
+  pdl_allow_dependents();
 
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
@@ -345,6 +350,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_direct_kernel(const Gemv
 #pragma unroll
       for (int i = 0; i < R; ++i) c[i][u] = idx < n_chunks ? load_stream_16(row_ptr[i] + kChunkBytes * idx) : uint4{};
     }
+    if (g0 == int64_t{32} * U * warp) pdl_wait_prior_grid();  // the first weights fly before x is ready
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int64_t idx = g0 + 32 * u + lane;

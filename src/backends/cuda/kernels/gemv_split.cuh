@@ -28,6 +28,7 @@
 #include "backends/cuda/kernels/gemv_int8.cuh"
 #include "backends/cuda/kernels/gemv_kernel.cuh"
 #include "backends/cuda/kernels/gemv_ptx.cuh"
+#include "backends/cuda/kernels/pdl.cuh"
 #include "backends/cuda/kernels/split_rows.cuh"
 
 namespace ga::cuda::detail {
@@ -60,6 +61,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_split_kernel(const GemvA
   constexpr int kW = S::kChunkWeights;
   constexpr int kChunksPerBlock = 32 / kW;
   __shared__ float partial[kGemvWarps][R][NT];
+  pdl_allow_dependents();
 
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
@@ -94,6 +96,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_split_kernel(const GemvA
         }
       }
     }
+    if (g0 == int64_t{32} * U * warp) pdl_wait_prior_grid();  // the first weights fly before x is ready
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int64_t idx = g0 + 32 * u + lane;
@@ -106,7 +109,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_split_kernel(const GemvA
         float x_sum = 0.0f;
 #pragma unroll
         for (int r = 0; r < kW / 4; ++r) {
-          const float4 v = __ldg(reinterpret_cast<const float4*>(xc) + r);
+          const float4 v = load_activations_4(xc + 4 * r);
           xv[4 * r] = v.x;
           xv[4 * r + 1] = v.y;
           xv[4 * r + 2] = v.z;
@@ -192,10 +195,12 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_split_int8_kernel(const 
   auto* qx = reinterpret_cast<int8_t*>(gemv_dynamic_smem);                                         // [n_tokens][nb][64]
   auto* ds = reinterpret_cast<float2*>(qx + static_cast<int64_t>(a.n_tokens) * nb * kXBlockBytes);  // [n_tokens][nb]
 
+  pdl_allow_dependents();
   uint4 c[R][U];
   float d[R][U];
   const int64_t g_first = int64_t{32} * U * warp;
   if (blockIdx.x < n_tiles) split_int8_load<R, U>(a, blockIdx.x * int64_t{R}, g_first, n_chunks, scales, lane, c, d);
+  pdl_wait_prior_grid();  // the first tile's weights fly before x is ready (pdl.cuh)
   for (int64_t i = threadIdx.x; i < a.n_tokens * nb; i += kGemvWarps * 32) {
     const int64_t t = i / nb;
     gemv_quantize_x_block(a.x + t * a.ldx + 32 * (i - t * nb), qx + i * kXBlockBytes, ds + i);
@@ -263,8 +268,8 @@ cudaError_t launch_gemv_split_int8(const GemvArgs& a, cudaStream_t stream) {
   if (status != cudaSuccess) return status;
   const int64_t resident = int64_t{sms} * (per_sm < 1 ? 1 : per_sm);
   const int64_t grid = n_tiles < resident ? n_tiles : resident;
-  gemv_split_int8_kernel<NT><<<static_cast<unsigned>(grid), kGemvWarps * 32, smem, stream>>>(a, n_tiles);
-  return cudaGetLastError();
+  return launch_after_prior(gemv_split_int8_kernel<NT>, dim3(static_cast<unsigned>(grid)), dim3(kGemvWarps * 32),
+                            static_cast<size_t>(smem), stream, a, n_tiles);
 }
 
 template <class D, int NT>
@@ -275,8 +280,8 @@ cudaError_t launch_gemv_split(const GemvArgs& a, cudaStream_t stream) {
   constexpr int R = SplitConfig<NT>::kRows;
   const int64_t blocks = (a.rows + R - 1) / R;
   if (blocks > 0x7fffffff) return cudaErrorInvalidValue;
-  gemv_split_kernel<D, NT><<<static_cast<unsigned>(blocks), kGemvWarps * 32, 0, stream>>>(a);
-  return cudaGetLastError();
+  return launch_after_prior(gemv_split_kernel<D, NT>, dim3(static_cast<unsigned>(blocks)), dim3(kGemvWarps * 32), 0,
+                            stream, a);
 }
 
 }  // namespace ga::cuda::detail

@@ -15,6 +15,7 @@
 
 #include "backends/cuda/kernels/device_bytes.cuh"
 #include "backends/cuda/kernels/ops.h"
+#include "backends/cuda/kernels/pdl.cuh"
 
 namespace ga::cuda {
 namespace detail {
@@ -24,6 +25,8 @@ constexpr int kNormThreads = 256;
 
 __global__ void __launch_bounds__(kNormThreads) rms_norm_kernel(const RmsNormParams p) {
   __shared__ float warp_sums[kNormThreads / 32];
+  pdl_wait_prior_grid();  // launched after the previous kernel (pdl.cuh): its outputs are ready from here
+  pdl_allow_dependents();  // after the wait: triggering first measured slower (session 3, run 2)
   const int64_t row = blockIdx.x;
   const float* x = p.x + row * p.ldx;
   float* res = p.residual != nullptr ? p.residual + row * p.ld_residual : nullptr;
@@ -69,6 +72,8 @@ __device__ __forceinline__ float block_sum(float v, float* warp_sums) {
 template <int kVec>
 __global__ void __launch_bounds__(kNormThreads) rms_norm_vec_kernel(const RmsNormParams p) {
   __shared__ float warp_sums[kNormThreads / 32];
+  pdl_wait_prior_grid();  // launched after the previous kernel (pdl.cuh): its outputs are ready from here
+  pdl_allow_dependents();  // after the wait: triggering first measured slower (session 3, run 2)
   const int64_t row = blockIdx.x;
   const int n4 = static_cast<int>(p.n / 4);
   const float4* x = reinterpret_cast<const float4*>(p.x + row * p.ldx);
@@ -138,20 +143,19 @@ cudaError_t rms_norm(const RmsNormParams& p, cudaStream_t stream) {
   const bool vec_ok = p.n % 4 == 0 && p.n <= 8 * kPerVec && p.ldx % 4 == 0 && p.ld_out % 4 == 0 &&
                       detail::aligned16(p.x) && detail::aligned16(p.out) && detail::aligned16(p.weight) &&
                       (p.residual == nullptr || (p.ld_residual % 4 == 0 && detail::aligned16(p.residual)));
+  void (*kernel)(const RmsNormParams) = detail::rms_norm_kernel;
   if (vec_ok) {
     if (p.n <= kPerVec) {
-      detail::rms_norm_vec_kernel<1><<<blocks, detail::kNormThreads, 0, stream>>>(p);
+      kernel = detail::rms_norm_vec_kernel<1>;
     } else if (p.n <= 2 * kPerVec) {
-      detail::rms_norm_vec_kernel<2><<<blocks, detail::kNormThreads, 0, stream>>>(p);
+      kernel = detail::rms_norm_vec_kernel<2>;
     } else if (p.n <= 4 * kPerVec) {
-      detail::rms_norm_vec_kernel<4><<<blocks, detail::kNormThreads, 0, stream>>>(p);
+      kernel = detail::rms_norm_vec_kernel<4>;
     } else {
-      detail::rms_norm_vec_kernel<8><<<blocks, detail::kNormThreads, 0, stream>>>(p);
+      kernel = detail::rms_norm_vec_kernel<8>;
     }
-    return cudaGetLastError();
   }
-  detail::rms_norm_kernel<<<static_cast<unsigned>(p.n_rows), detail::kNormThreads, 0, stream>>>(p);
-  return cudaGetLastError();
+  return detail::launch_after_prior(kernel, dim3(blocks), dim3(detail::kNormThreads), 0, stream, p);
 }
 
 }  // namespace ga::cuda

@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 
 #include "backends/cuda/kernels/split_rows.cuh"
 #include "backends/cuda/kernels/weight_layout.h"
@@ -53,14 +54,33 @@ __global__ void split_embedding_kernel(const uint8_t* w, int64_t n_rows_w, int64
   }
 }
 
+// One thread per 16-byte chunk of codes (Q8_0: 16 weights, Q4_0: 32): one 16-byte load, one scale,
+// 2 or 4 16-byte stores of f16 (one weight per thread measured 14369 vs 15361 tok/s of 7B Q8_0 pp512
+// against the GGUF-order dequantizer; the prefill GEMM waits on this pass for every matrix).
 template <class D>
 __global__ void split_dequantize_kernel(const uint8_t* w, int64_t rows, int64_t cols, int64_t row_stride,
                                         __half* dst) {
+  using S = SplitRows<D>;
+  constexpr int kW = S::kChunkWeights;
   const int64_t blocks = cols / 32;
-  const int64_t total = rows * cols;
+  const int64_t chunks_per_row = cols / kW;
+  const int64_t total = rows * chunks_per_row;
   for (int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x; i < total; i += int64_t{gridDim.x} * kThreads) {
-    const int64_t r = i / cols;
-    dst[i] = __float2half_rn(split_weight<D>(w + r * row_stride, blocks, i - r * cols));
+    const int64_t r = i / chunks_per_row;
+    const int64_t chunk = i - r * chunks_per_row;
+    const uint8_t* row = w + r * row_stride;
+    const uint4 codes = *reinterpret_cast<const uint4*>(row + 16 * chunk);
+    const auto* code_bytes = reinterpret_cast<const uint8_t*>(&codes);
+    const int64_t b = chunk * kW / 32;
+    const float d = __half2float(__ushort_as_half(
+        *reinterpret_cast<const unsigned short*>(row + split_scales_offset<D>(blocks) + 2 * b)));
+    uint4 out[kW / 8];
+    auto* halves = reinterpret_cast<__half*>(out);
+#pragma unroll
+    for (int k = 0; k < kW; ++k) halves[k] = __float2half_rn(__fmul_rn(S::code(code_bytes, k), d));
+    uint4* dst_chunk = reinterpret_cast<uint4*>(dst + r * cols + chunk * kW);  // cols % 256 == 0: 16-byte aligned
+#pragma unroll
+    for (int j = 0; j < kW / 8; ++j) dst_chunk[j] = out[j];
   }
 }
 
@@ -96,9 +116,13 @@ cudaError_t split_rows_embedding(DType type, const void* w, int64_t n_rows_w, in
 
 cudaError_t split_rows_dequantize_f16(DType type, const void* w, int64_t rows, int64_t cols, int64_t row_stride,
                                       void* dst_f16, cudaStream_t stream) {
-  if (!split_rows_supported(type, cols) || rows <= 0) return cudaErrorInvalidValue;
+  if (!split_rows_supported(type, cols) || rows <= 0 || row_stride % 16 != 0) return cudaErrorInvalidValue;
+  if (reinterpret_cast<uintptr_t>(w) % 16 != 0 || reinterpret_cast<uintptr_t>(dst_f16) % 16 != 0) {
+    return cudaErrorInvalidValue;  // 16-byte loads of codes and stores of f16
+  }
   return visit_split(type, [&](auto decoder) -> cudaError_t {
-    split_dequantize_kernel<decltype(decoder)><<<grid_for(rows * cols), kThreads, 0, stream>>>(
+    const int64_t chunks = rows * (cols / SplitRows<decltype(decoder)>::kChunkWeights);
+    split_dequantize_kernel<decltype(decoder)><<<grid_for(chunks), kThreads, 0, stream>>>(
         static_cast<const uint8_t*>(w), rows, cols, row_stride, static_cast<__half*>(dst_f16));
     return cudaGetLastError();
   });

@@ -4,6 +4,7 @@
 // element), so coalesced scalar loads already run at bandwidth. expf (not __expf) keeps the result
 // within a few ulp of the CPU reference's std::exp.
 #include "backends/cuda/kernels/ops.h"
+#include "backends/cuda/kernels/pdl.cuh"
 
 namespace ga::cuda {
 namespace detail {
@@ -13,6 +14,8 @@ constexpr int kSwigluThreads = 256;
 constexpr int64_t kSwigluMaxBlocks = 65535;
 
 __global__ void __launch_bounds__(kSwigluThreads) swiglu_kernel(const SwigluParams p) {
+  pdl_wait_prior_grid();  // launched after the previous kernel (pdl.cuh): its outputs are ready from here
+  pdl_allow_dependents();  // after the wait: triggering first measured slower (session 3, run 2)
   const int64_t total = p.n_rows * p.n;
   for (int64_t idx = static_cast<int64_t>(blockIdx.x) * kSwigluThreads + threadIdx.x; idx < total;
        idx += static_cast<int64_t>(gridDim.x) * kSwigluThreads) {
@@ -40,8 +43,8 @@ cudaError_t swiglu(const SwigluParams& p, cudaStream_t stream) {
   if (total == 0) return cudaSuccess;
   int64_t blocks = (total + detail::kSwigluThreads - 1) / detail::kSwigluThreads;
   if (blocks > detail::kSwigluMaxBlocks) blocks = detail::kSwigluMaxBlocks;
-  detail::swiglu_kernel<<<static_cast<unsigned>(blocks), detail::kSwigluThreads, 0, stream>>>(p);
-  return cudaGetLastError();
+  return detail::launch_after_prior(detail::swiglu_kernel, dim3(static_cast<unsigned>(blocks)),
+                                    dim3(detail::kSwigluThreads), 0, stream, p);
 }
 
 }  // namespace ga::cuda

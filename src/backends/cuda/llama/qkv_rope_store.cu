@@ -13,6 +13,7 @@
 // position; a negative slot skips the K/V stores of that token (the q rotation still happens).
 #include <cmath>
 
+#include "backends/cuda/kernels/pdl.cuh"
 #include "backends/cuda/llama/llama_kernels.h"
 
 namespace ga::cuda::llama {
@@ -22,6 +23,8 @@ constexpr int kThreads = 256;
 constexpr int kMaxPairs = 1024;  // n_rot / 2, as kernels/rope.cu
 
 __global__ void __launch_bounds__(kThreads) qkv_rope_store_kernel(const QkvRopeStoreParams p) {
+  ga::cuda::detail::pdl_wait_prior_grid();  // pdl.cuh: q/k/v of the GEMV are ready from here
+  ga::cuda::detail::pdl_allow_dependents();
   const int64_t t = blockIdx.x;
   const int rot_pairs = p.n_rot / 2;
   const int half_hd = p.head_dim / 2;
@@ -128,8 +131,7 @@ cudaError_t qkv_rope_store(const QkvRopeStoreParams& p, cudaStream_t stream) {
   if (p.n_tokens == 0) return cudaSuccess;
   const int64_t slots = int64_t{p.n_head + 2 * p.n_head_kv} * (p.head_dim / 2);
   const dim3 grid(static_cast<unsigned>(p.n_tokens), static_cast<unsigned>((slots + kThreads - 1) / kThreads));
-  qkv_rope_store_kernel<<<grid, kThreads, 0, stream>>>(p);
-  return cudaGetLastError();
+  return ga::cuda::detail::launch_after_prior(qkv_rope_store_kernel, grid, dim3(kThreads), 0, stream, p);
 }
 
 }  // namespace ga::cuda::llama

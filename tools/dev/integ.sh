@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Device run of the merged tree: builds everything for sm_90a, runs every CUDA test binary, memcheck on a
+# short generation and on the batched forward, then (stage bench) the decode/prefill table and bench-serve.
+# Usage on the device machine, from the repository copy: GA_SHARED=... OUT=... tools/dev/integ.sh tests|bench
+set -uo pipefail
+stage=${1:-tests}
+B=/tmp/b-integ
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+summary=()
+note() { summary+=("$1"); echo "== $1"; }
+finish() { echo; echo "######## summary"; printf '%s\n' "${summary[@]}"; exit "${1:-0}"; }
+
+note "gpu: $(nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader 2>&1)"
+if [[ ! -x $B/bin/gpu-accel ]]; then
+  t0=$(date +%s)
+  cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DGA_CUDA=ON -DGA_CUDA_ARCHS=90a -DGA_BUILD_SERVER=OFF \
+    -DGA_BUILD_TESTS=ON > "$OUT/build.log" 2>&1
+  ninja -C $B -j16 >> "$OUT/build.log" 2>&1
+  rc=$?
+  note "build rc=$rc in $(( $(date +%s) - t0 )) s"
+  [[ $rc -eq 0 ]] || { grep -E "error|FAILED" -A4 "$OUT/build.log" | head -60; finish 1; }
+fi
+
+if [[ $stage == tests ]]; then
+  for t in $B/bin/test_cuda_*; do
+    n=$(basename $t)
+    timeout 240 $t --gtest_brief=1 > /tmp/$n.log 2>&1
+    rc=$?
+    { echo "######## $n rc=$rc"; cat /tmp/$n.log; } >> "$OUT/tests.log"
+    note "$n rc=$rc: $(grep -cE '^\[  FAILED' /tmp/$n.log) failed; $(grep -E '^\[  PASSED|SKIPPED' /tmp/$n.log | head -1)"
+  done
+  compute-sanitizer --tool memcheck $B/bin/gpu-accel run -m $GA_SHARED/models/tinyllamas/stories260K.gguf \
+    -p "Once upon a time" -n 24 --temp 0.8 --seed 7 --device cuda > "$OUT/memcheck.log" 2>&1
+  note "memcheck run rc=$? $(grep 'ERROR SUMMARY' "$OUT/memcheck.log")"
+  compute-sanitizer --tool memcheck $B/bin/test_cuda_batch_forward --gtest_filter='*Stories*' > "$OUT/memcheck_batch.log" 2>&1
+  note "memcheck batch forward rc=$? $(grep 'ERROR SUMMARY' "$OUT/memcheck_batch.log")"
+  finish 0
+fi
+
+# ---- bench: random-weight models of the ANCHORS shapes ----
+mkdir -p /tmp/models
+models=()
+for spec in llama2-7b:q4_0 llama2-7b:q4_k_m llama2-7b:q8_0 llama2-7b:f16 llama3-1b:f16; do
+  preset=${spec%%:*}; type=${spec##*:}; f=/tmp/models/$preset-$type.gguf
+  if [[ ! -f $f ]]; then
+    $B/bin/gpu-accel make-model --preset $preset --type $type --out $f \
+      --vocab $GA_SHARED/vocab/ggml-vocab-llama-spm.gguf --threads 16 >> "$OUT/make.log" 2>&1 || { note "make-model $spec failed"; finish 1; }
+  fi
+  models+=(-m $f)
+done
+timeout 330 $B/bin/gpu-accel bench "${models[@]}" -p 512 -n 128 -r 3 --device cuda > "$OUT/bench.md" 2> "$OUT/bench.err"
+note "bench rc=$?"
+timeout 150 $B/bin/gpu-accel bench-serve -m /tmp/models/llama3-1b-f16.gguf --device cuda --clients 1,16,64 \
+  --prompt-tokens 128 --max-tokens 128 > "$OUT/bench_serve.md" 2>> "$OUT/bench.err"
+note "bench-serve rc=$?"
+cat "$OUT/bench.md" "$OUT/bench_serve.md"
+finish 0
