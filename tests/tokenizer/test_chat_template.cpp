@@ -112,7 +112,8 @@ TEST(ChatTemplate, FallbackIsChatMLAndVocabTemplateIsUsed) {
   const json goldens = read_json(data_dir() + "/goldens/phi3.json");
   for (const json& conv : read_json(data_dir() + "/conversations.json")) {
     if (conv.at("name") != "multi_turn") continue;
-    EXPECT_EQ(tmpl.apply_json(conv.at("messages").dump(), opt), goldens.at("multi_turn").at("output"));
+    EXPECT_EQ(tmpl.apply_json(conv.at("messages").dump(), opt),
+              goldens.at("multi_turn").at("output").get<std::string>());  // newer nlohmann-json has no string == json
   }
 }
 

@@ -63,6 +63,7 @@ using Clock = std::chrono::steady_clock;
 
 constexpr int kMaxTopLogprobs = 20;          // OpenAI's limit
 constexpr double kRateWindowSeconds = 10.0;  // tok/s are averaged over this recent window
+constexpr int64_t kMinDeviceSampledRows = 2;  // steps with fewer sampled rows copy them to the host
 
 double seconds_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
@@ -503,7 +504,10 @@ void Scheduler::Impl::step() {
     try {
       ++steps;
       const Clock::time_point t0 = Clock::now();
-      const bool on_device = backend->samples_on_device();
+      // One row is sampled faster on the host (a 128 KiB copy + a vectorised argmax, ~33 us on the H200)
+      // than by the GPU sampler's fixed launch chain (~40 us); from two rows on the device path wins
+      // (64 rows: 0.09 ms vs 0.22 ms per step). docs/results/2026-11-22-h200-serving.md.
+      const bool on_device = backend->samples_on_device() && n_logits >= kMinDeviceSampledRows;
       std::span<const float> logits;  // host rows (empty when they stay on the device)
       int64_t rows = 0;
       if (on_device) {
