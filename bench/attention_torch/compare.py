@@ -14,7 +14,7 @@ Our kernels come from libga_attention_c.so (bench/attention_torch/ga_attention_c
            call, so `batch` calls per step), against FA2 on the same fp16 causal problem.
 
 The backward (flash_backward against cuDNN's and FA2's backward) is compare_bwd.py beside this, which reuses
-this module's loader and timer.
+this module's options, loader, timer and JSON output.
 
 Usage: python3 compare.py --lib build/bench/attention_torch/libga_attention_c.so [--json out.json]
 """
@@ -57,6 +57,34 @@ def time_ms(fn, iters, warmup=3):
     return start.elapsed_time(end) / iters
 
 
+def arg_parser():
+    """The options compare.py and compare_bwd.py share: the library, a JSON file, iterations and the grid."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--lib", required=True)
+    ap.add_argument("--json")
+    ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--head-dims", default="64,128,256")
+    ap.add_argument("--seqlens", default="512,1024,2048,4096,8192,16384")
+    ap.add_argument("--dtype", default="bf16")
+    return ap
+
+
+def open_run(args):
+    """(lib, device name, torch dtype): the library loaded, torch seeded, the versions printed."""
+    lib = load_lib(args.lib)
+    torch.manual_seed(0)
+    dev = torch.cuda.get_device_name()
+    print(f"device: {dev}; torch {torch.__version__}; cuDNN {torch.backends.cudnn.version()}")
+    dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float16
+    return lib, dev, dtype
+
+
+def write_json(path, dev, rows):
+    if path:
+        with open(path, "w") as fjson:
+            json.dump({"device": dev, "torch": torch.__version__, "rows": rows}, fjson, indent=1)
+
+
 def rel_l2(a, b):
     a, b = a.float(), b.float()
     return (torch.linalg.vector_norm(a - b) / torch.linalg.vector_norm(b)).item()
@@ -90,22 +118,12 @@ def sdpa(q, k, v, causal, backend):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--lib", required=True)
-    ap.add_argument("--json")
-    ap.add_argument("--iters", type=int, default=10)
-    ap.add_argument("--head-dims", default="64,128,256")
-    ap.add_argument("--seqlens", default="512,1024,2048,4096,8192,16384")
-    ap.add_argument("--dtype", default="bf16")
+    ap = arg_parser()
     ap.add_argument("--schedules", default="1,4")  # all of 0-6 need -DGA_FLASH_ALL_VARIANTS=ON
     ap.add_argument("--mma", action="store_true", help="also time the mma.sync prefill (fp16, causal)")
     args = ap.parse_args()
 
-    lib = load_lib(args.lib)
-    torch.manual_seed(0)
-    dev = torch.cuda.get_device_name()
-    print(f"device: {dev}; torch {torch.__version__}; cuDNN {torch.backends.cudnn.version()}")
-    dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float16
+    lib, dev, dtype = open_run(args)
     scheds = [int(x) for x in args.schedules.split(",")]
     rows = []
     for d in [int(x) for x in args.head_dims.split(",")]:
@@ -174,9 +192,7 @@ def main():
                 sys.stdout.flush()
                 del q, k, v, o, lse, ref
                 torch.cuda.empty_cache()
-    if args.json:
-        with open(args.json, "w") as fjson:
-            json.dump({"device": dev, "torch": torch.__version__, "rows": rows}, fjson, indent=1)
+    write_json(args.json, dev, rows)
     # Summary table last (TFLOP/s)
     print(f"\n| hd | seq | mask | " + " | ".join(f"ours s{sc}" for sc in scheds) +
           " | cuDNN | FA2 | best/cuDNN | best/FA2 | max rel L2 |")

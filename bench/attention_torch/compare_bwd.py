@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Our attention backward (flash_backward) against PyTorch SDPA's cuDNN and FlashAttention-2 backward, same run.
 
-The backward half of compare.py (it reuses its library loader and timer). FA3 paper methodology: 16k tokens per
+The backward half of compare.py (it reuses its options, library loader, timer and JSON output). FA3 paper methodology: 16k tokens per
 batch (batch = 16384 / seqlen), hidden 2048 (n_head = 2048 / head_dim), bf16; FLOPs of the backward = 2.5 x the
 forward's (4 * batch * n_head * seqlen^2 * head_dim, halved for causal), the FlashAttention papers' convention.
 
@@ -12,7 +12,6 @@ the FA2 backend's (relative L2 per gradient; cuDNN's distance to FA2 is printed 
 
 Usage: python3 compare_bwd.py --lib build/bench/attention_torch/libga_attention_c.so [--json out.json]
 """
-import argparse
 import ctypes
 import json
 import math
@@ -22,7 +21,7 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 import torch.nn.functional as F
 
-from compare import Flash, load_lib, rel_l2, time_ms
+from compare import Flash, arg_parser, open_run, rel_l2, time_ms, write_json
 
 
 def bind_backward(lib):
@@ -70,21 +69,10 @@ def torch_backward(q, k, v, dout, causal, backend):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--lib", required=True)
-    ap.add_argument("--json")
-    ap.add_argument("--iters", type=int, default=10)
-    ap.add_argument("--head-dims", default="64,128,256")
-    ap.add_argument("--seqlens", default="512,1024,2048,4096,8192,16384")
-    ap.add_argument("--dtype", default="bf16")
-    args = ap.parse_args()
+    args = arg_parser().parse_args()
 
-    lib = load_lib(args.lib)
+    lib, dev, dtype = open_run(args)
     bind_backward(lib)
-    torch.manual_seed(0)
-    dev = torch.cuda.get_device_name()
-    print(f"device: {dev}; torch {torch.__version__}; cuDNN {torch.backends.cudnn.version()}")
-    dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float16
     rows = []
     for d in [int(x) for x in args.head_dims.split(",")]:
         h = 2048 // d
@@ -133,9 +121,7 @@ def main():
                 sys.stdout.flush()
                 del q, k, v, dout, o, lse, grads
                 torch.cuda.empty_cache()
-    if args.json:
-        with open(args.json, "w") as fjson:
-            json.dump({"device": dev, "torch": torch.__version__, "rows": rows}, fjson, indent=1)
+    write_json(args.json, dev, rows)
     fmt = lambda x: "-" if x is None else f"{x:.0f}"
     print("\nbackward, TFLOP/s (2.5 x forward FLOPs)")
     print("| hd | seq | mask | ours | cuDNN | FA2 | ours/cuDNN | ours/FA2 | rel L2 ours-FA2 | cuDNN-FA2 |")

@@ -261,12 +261,7 @@ double time_paged(CachingAllocator& alloc, cudaStream_t stream, const Heads& h, 
 }  // namespace
 
 int main() try {
-  std::string reason;
-  if (ga::cuda::device_count(&reason) == 0) {
-    std::printf("SKIPPED: no CUDA device (%s)\n", reason.c_str());
-    return 0;
-  }
-  std::printf("%s\n", ga::cuda_device_summary().c_str());
+  if (!ga::bench::open_bench_device()) return 0;
   const CudaDeviceInfo dev = ga::cuda::device_info(0);
   CachingAllocator alloc(0);
   ga::cuda::Stream stream(0);

@@ -175,12 +175,7 @@ int main(int argc, char** argv) try {
   GA_CHECK(!sweep || n_tokens == 1, InvalidArgument, "--sweep times n_tokens 1 only");
   const std::vector<Variant> variants = sweep ? sweep_variants() : std::vector<Variant>{};
   GA_CHECK(n_tokens >= 1 && n_tokens <= ga::cuda::kGemvMaxTokens, InvalidArgument, "n_tokens must be 1..8");
-  std::string reason;
-  if (ga::cuda::device_count(&reason) == 0) {
-    std::printf("SKIPPED: no CUDA device (%s)\n", reason.c_str());
-    return 0;
-  }
-  std::printf("%s\n", ga::cuda_device_summary().c_str());
+  if (!ga::bench::open_bench_device()) return 0;
   const CudaDeviceInfo dev = ga::cuda::device_info(0);
   CachingAllocator alloc(0);
   ga::cuda::Stream stream(0);

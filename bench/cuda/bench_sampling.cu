@@ -199,12 +199,7 @@ Result run_case(int64_t n_rows, int64_t n_vocab, bool greedy, size_t l2_bytes, c
 }  // namespace
 
 int main() try {
-  std::string reason;
-  if (ga::cuda::device_count(&reason) == 0) {
-    std::printf("SKIPPED: no CUDA device (%s)\n", reason.c_str());
-    return 0;
-  }
-  std::printf("%s\n", ga::cuda_device_summary().c_str());
+  if (!ga::bench::open_bench_device()) return 0;
   const ga::cuda::CudaCeilings ceilings = ga::cuda::measure_cuda_ceilings(0);
   const std::vector<ga::CudaDeviceInfo> devices = ga::cuda_devices();
   const size_t l2 = devices.empty() ? (50u << 20) : static_cast<size_t>(devices[0].l2_bytes);

@@ -1,19 +1,36 @@
 // Timing helpers shared by the GPU micro-benchmarks: graph capture of many launches (so launch gaps
 // do not count), median-of-samples timing with CUDA events. The ceilings (copy bandwidth, cuBLAS
-// GEMM) come from ga::cuda::measure_cuda_ceilings, the same function `gpu-accel bench` uses.
+// GEMM) come from ga::cuda::measure_cuda_ceilings, the same function `gpu-accel bench` uses. Each
+// benchmark's main() starts with open_bench_device(): it prints SKIPPED and exits 0 without a GPU.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <string>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "backends/cuda/cuda_check.h"
+#include "backends/cuda/device_info.h"
 #include "backends/cuda/stream.h"
+#include "gpu_accel/device.h"
 
 namespace ga::bench {
+
+// Without a CUDA device: prints "SKIPPED: no CUDA device (why)" and returns false (main returns 0).
+// With one: prints the device summary and returns true.
+inline bool open_bench_device() {
+  std::string reason;
+  if (ga::cuda::device_count(&reason) == 0) {
+    std::printf("SKIPPED: no CUDA device (%s)\n", reason.c_str());
+    return false;
+  }
+  std::printf("%s\n", ga::cuda_device_summary().c_str());
+  return true;
+}
 
 inline double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());

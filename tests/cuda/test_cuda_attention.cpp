@@ -9,7 +9,8 @@
 // the padding between KV rows hold f16 NaN, so a kernel that reads one key too many fails. pos0 from
 // device memory is tested through a captured CUDA graph replayed for several positions, the way the
 // decode loop uses it. Tolerance: relative L2 1e-3 per case (q and the probabilities are rounded to
-// f16 on the GPU) plus an element-wise bound of 2e-2 of the row's RMS that catches a single bad row.
+// f16 on the GPU) plus an element-wise bound of 2e-2 of the row's RMS that catches a single bad row
+// (attention_check.h, shared with test_cuda_paged_attention.cpp).
 #include <cuda_fp16.h>
 #include <gtest/gtest.h>
 
@@ -17,9 +18,9 @@
 #include <cmath>
 #include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
+#include "attention_check.h"
 #include "backends/cpu/ops.h"
 #include "backends/cuda/kernels/attention.h"
 #include "backends/cuda/stream.h"
@@ -32,10 +33,6 @@ namespace {
 
 using ::ga::str;
 using ::ga::cuda::CachingAllocator;
-
-constexpr double kRelL2Tolerance = 1e-3;
-constexpr double kRowRmsTolerance = 2e-2;
-constexpr uint16_t kHalfNaN = 0x7FFF;
 
 struct Shape {
   int head_dim, n_head, n_head_kv, n_tokens;
@@ -56,17 +53,6 @@ struct Problem {
   std::vector<uint16_t> k, v;
 };
 
-uint16_t half_bits(float x) {
-  const __half_raw raw = __float2half_rn(x);
-  return raw.x;
-}
-
-double half_value(uint16_t bits) {
-  __half_raw raw;
-  raw.x = bits;
-  return static_cast<double>(__half2float(__half(raw)));
-}
-
 Problem make_problem(const Shape& s, std::mt19937& rng) {
   Problem pr;
   pr.s = s;
@@ -74,19 +60,14 @@ Problem make_problem(const Shape& s, std::mt19937& rng) {
   pr.q_stride = q_row + (s.padded ? 6 : 0);
   pr.out_stride = q_row + (s.padded ? 10 : 0);
   pr.kv_stride = int64_t{s.n_head_kv} * s.head_dim + (s.padded ? 8 : 0);
-  std::normal_distribution<float> q_dist(0.0f, 1.5f), kv_dist(0.0f, 1.0f);
-  pr.q.assign(static_cast<size_t>(pr.q_stride * s.n_tokens), std::nanf(""));
-  for (int t = 0; t < s.n_tokens; ++t) {
-    for (int64_t i = 0; i < q_row; ++i) pr.q[static_cast<size_t>(t * pr.q_stride + i)] = q_dist(rng);
-  }
+  pr.q = random_query_rows(rng, s.n_tokens, q_row, pr.q_stride);
+  std::normal_distribution<float> kv_dist(0.0f, 1.0f);
   const int64_t kv_len = s.pos0 + s.n_tokens;
   pr.k.assign(static_cast<size_t>(pr.kv_stride * s.capacity), kHalfNaN);
   pr.v.assign(pr.k.size(), kHalfNaN);
   for (int64_t j = 0; j < kv_len; ++j) {
-    for (int64_t i = 0; i < int64_t{s.n_head_kv} * s.head_dim; ++i) {
-      pr.k[static_cast<size_t>(j * pr.kv_stride + i)] = half_bits(kv_dist(rng));
-      pr.v[static_cast<size_t>(j * pr.kv_stride + i)] = half_bits(kv_dist(rng));
-    }
+    random_kv_row(kv_dist, rng, pr.k.data() + j * pr.kv_stride, pr.v.data() + j * pr.kv_stride,
+                  int64_t{s.n_head_kv} * s.head_dim);
   }
   return pr;
 }
@@ -102,36 +83,18 @@ std::vector<double> reference(const Problem& pr, int64_t pos0) {
     k[i] = half_value(pr.k[i]);
     v[i] = half_value(pr.v[i]);
   }
-  auto work = [&](int t_begin, int t_step) {
+  std::vector<int64_t> rows(static_cast<size_t>(pos0 + s.n_tokens));  // position j's row: j * kv_stride
+  for (size_t j = 0; j < rows.size(); ++j) rows[j] = static_cast<int64_t>(j) * pr.kv_stride;
+  for_tokens_in_parallel([&](int t_begin, int t_step) {
     std::vector<double> p(static_cast<size_t>(pos0 + s.n_tokens));
     for (int t = t_begin; t < s.n_tokens; t += t_step) {
-      const int64_t last = pos0 + t;
       for (int h = 0; h < s.n_head; ++h) {
-        const float* q = pr.q.data() + t * pr.q_stride + int64_t{h} * hd;
-        const int64_t kv_off = int64_t{h / group} * hd;
-        double m = -INFINITY;
-        for (int64_t j = 0; j <= last; ++j) {
-          const double* kj = k.data() + j * pr.kv_stride + kv_off;
-          double dot = 0.0;
-          for (int d = 0; d < hd; ++d) dot += static_cast<double>(q[d]) * kj[d];
-          p[static_cast<size_t>(j)] = dot * scale;
-          m = std::max(m, dot * scale);
-        }
-        double sum = 0.0;
-        for (int64_t j = 0; j <= last; ++j) sum += (p[static_cast<size_t>(j)] = std::exp(p[static_cast<size_t>(j)] - m));
-        double* o = out.data() + (static_cast<size_t>(t) * s.n_head + h) * hd;
-        for (int64_t j = 0; j <= last; ++j) {
-          const double* vj = v.data() + j * pr.kv_stride + kv_off;
-          const double w = p[static_cast<size_t>(j)] / sum;
-          for (int d = 0; d < hd; ++d) o[d] += w * vj[d];
-        }
+        attend_one_head(pr.q.data() + t * pr.q_stride + int64_t{h} * hd, hd, scale, pos0 + t, rows.data(), k.data(),
+                        v.data(), int64_t{h / group} * hd, p.data(),
+                        out.data() + (static_cast<size_t>(t) * s.n_head + h) * hd);
       }
     }
-  };
-  const int n_threads = static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 16u));
-  std::vector<std::thread> threads;
-  for (int i = 0; i < n_threads; ++i) threads.emplace_back(work, i, n_threads);
-  for (auto& th : threads) th.join();
+  });
   return out;
 }
 
@@ -189,29 +152,7 @@ struct DeviceProblem {
 // Checks a downloaded output against the reference for tokens at pos0.
 void check_output(Parity& parity, const std::string& name, const Problem& pr, const std::vector<float>& got,
                   const std::vector<double>& ref) {
-  const Shape& s = pr.s;
-  const size_t row = static_cast<size_t>(s.n_head) * s.head_dim;
-  std::vector<float> got_packed(ref.size());
-  std::vector<double> row_rms(ref.size());
-  for (int t = 0; t < s.n_tokens; ++t) {
-    const float* src = got.data() + t * pr.out_stride;
-    std::copy(src, src + row, got_packed.begin() + static_cast<ptrdiff_t>(t * row));
-    parity.expect_untouched(name, src + row, static_cast<size_t>(pr.out_stride) - row);
-    for (int h = 0; h < s.n_head; ++h) {
-      const size_t off = t * row + static_cast<size_t>(h) * s.head_dim;
-      double sq = 0.0;
-      for (int d = 0; d < s.head_dim; ++d) sq += ref[off + d] * ref[off + d];
-      std::fill_n(row_rms.begin() + static_cast<ptrdiff_t>(off), s.head_dim, std::sqrt(sq / s.head_dim));
-    }
-  }
-  parity.compare(name, got_packed.data(), ref.data(), ref.size(), kRowRmsTolerance, 1e-6, row_rms.data());
-  double err = 0.0, norm = 0.0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    err += (got_packed[i] - ref[i]) * (got_packed[i] - ref[i]);
-    norm += ref[i] * ref[i];
-  }
-  const double rel = std::sqrt(err / norm);
-  if (!(rel <= kRelL2Tolerance)) parity.fail(name + ": relative L2 error " + std::to_string(rel) + " > 1e-3");
+  check_attention_output(parity, name, pr.s.n_tokens, pr.s.n_head, pr.s.head_dim, pr.out_stride, got, ref);
 }
 
 // One case: random inputs for shape s, a direct launch on a poisoned output, compared with the
@@ -287,14 +228,7 @@ TEST(CudaAttention, DevicePos0GraphReplayMatchesReference) {
       Problem pr = make_problem(s, rng);  // every position valid: each replay sees a different prefix
       DeviceProblem dev(alloc, pr, true);
       ASSERT_EQ(::ga::cuda::attention_unsupported_reason(dev.p), nullptr) << name_of(s);
-      cudaGraph_t graph = nullptr;
-      GA_CUDA_CHECK(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal));
-      const cudaError_t launched = ::ga::cuda::attention(dev.p, stream.get());
-      GA_CUDA_CHECK(cudaStreamEndCapture(stream.get(), &graph));
-      GA_CUDA_CHECK(launched);
-      cudaGraphExec_t exec = nullptr;
-      GA_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-      GA_CUDA_CHECK(cudaGraphDestroy(graph));
+      cudaGraphExec_t exec = capture_attention_graph(dev.p, stream.get());
       for (int64_t pos0 : {int64_t{0}, int64_t{5}, int64_t{1200}, capacity - n_tokens}) {
         const std::string name = name_of(s) + " device pos0 " + std::to_string(pos0);
         dev.pos0.upload({static_cast<int32_t>(pos0)});
@@ -356,15 +290,8 @@ TEST(CudaAttention, UnsupportedParamsAreRejectedWithAReason) {
   DeviceProblem dev(alloc, pr, false);
   ASSERT_EQ(::ga::cuda::attention_unsupported_reason(dev.p), nullptr);
   ASSERT_GT(::ga::cuda::attention_workspace_bytes(dev.p), 0u) << "a 32k cache at batch 1 splits the KV range";
-  auto expect_rejected = [&](::ga::cuda::AttentionParams p, const std::string& word) {
-    const char* why = ::ga::cuda::attention_unsupported_reason(p);
-    ASSERT_NE(why, nullptr) << "expected a reason mentioning " << word;
-    EXPECT_NE(std::string(why).find(word), std::string::npos) << why;
-    dev.out.poison();
-    EXPECT_EQ(::ga::cuda::attention(p, nullptr), cudaErrorInvalidValue);
-    GA_CUDA_CHECK(cudaDeviceSynchronize());
-    const std::vector<float> got = dev.out.download();
-    EXPECT_TRUE(std::all_of(got.begin(), got.end(), is_poison)) << "a rejected call wrote its output";
+  auto expect_rejected = [&](const ::ga::cuda::AttentionParams& p, const std::string& word) {
+    expect_attention_rejected(dev.out, p, word);
   };
   ::ga::cuda::AttentionParams p = dev.p;
   p.head_dim = 96;

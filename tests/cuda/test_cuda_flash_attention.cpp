@@ -9,9 +9,9 @@
 // NaN-poisoned before each run; O is written with a padded row stride on every other case and the
 // padding must still hold the poison. Bars: relative L2 error of O <= 1e-2, every element within
 // 5% of the output RMS, no NaN; LSE within 2e-3 + 1e-3 |lse|.
-// Without a GPU the tests SKIP; on a non-Hopper GPU they SKIP with the kernel's reason.
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
+// Without a GPU the tests SKIP; on a non-Hopper GPU they SKIP with the kernel's reason. The shape, the
+// random inputs, the softmax of the reference and the output unpacking are flash_check.h (shared with
+// test_cuda_flash_backward.cpp).
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -25,6 +25,7 @@
 
 #include "backends/cuda/kernels/flash/flash_attention.h"
 #include "cuda_harness.h"
+#include "flash_check.h"
 
 namespace {
 
@@ -34,48 +35,13 @@ using ::ga::cuda::FlashParams;
 using ::ga::test::cuda::DeviceArray;
 using ::ga::test::cuda::Parity;
 
-struct Shape {
-  FlashDtype dtype;
-  int hd, n_head, n_head_kv, batch, seqlen_q, seqlen_k;
-  bool causal;
-  bool padded_o;
-};
-
-std::string name_of(const Shape& s) {
-  char buf[160];
-  std::snprintf(buf, sizeof(buf), "%s hd%d h%d/%d b%d q%d k%d %s%s", s.dtype == FlashDtype::kBf16 ? "bf16" : "f16",
-                s.hd, s.n_head, s.n_head_kv, s.batch, s.seqlen_q, s.seqlen_k, s.causal ? "causal" : "full",
-                s.padded_o ? " padded" : "");
-  return buf;
-}
-
-uint16_t to_bits(float x, FlashDtype dt) {
-  if (dt == FlashDtype::kBf16) return static_cast<__nv_bfloat16_raw>(__float2bfloat16_rn(x)).x;
-  return static_cast<__half_raw>(__float2half_rn(x)).x;
-}
-
-float from_bits(uint16_t bits, FlashDtype dt) {
-  if (dt == FlashDtype::kBf16) {
-    __nv_bfloat16_raw raw;
-    raw.x = bits;
-    return __bfloat162float(__nv_bfloat16(raw));
-  }
-  __half_raw raw;
-  raw.x = bits;
-  return __half2float(__half(raw));
-}
-
-// Random 16-bit tensor of n elements (values rounded to the dtype, kept as float for the reference).
-void random_tensor(std::mt19937& rng, size_t n, float amp, FlashDtype dt, std::vector<uint16_t>* bits,
-                   std::vector<float>* values) {
-  std::normal_distribution<float> dist(0.0f, amp);
-  bits->resize(n);
-  values->resize(n);
-  for (size_t i = 0; i < n; ++i) {
-    (*bits)[i] = to_bits(dist(rng), dt);
-    (*values)[i] = from_bits((*bits)[i], dt);
-  }
-}
+using Shape = ::ga::test::cuda::FlashShape;
+using ::ga::test::cuda::from_bits;
+using ::ga::test::cuda::last_visible_key;
+using ::ga::test::cuda::name_of;
+using ::ga::test::cuda::random_tensor;
+using ::ga::test::cuda::softmax_row;
+using ::ga::test::cuda::unpack_rows;
 
 // float64 attention for contiguous [b][s][h][d] q, k, v; out [b][sq][h][d], lse [b][h][sq].
 void reference(const Shape& s, float scale, const std::vector<float>& q, const std::vector<float>& k,
@@ -88,26 +54,16 @@ void reference(const Shape& s, float scale, const std::vector<float>& q, const s
     for (int h = 0; h < s.n_head; ++h) {
       const int hk = h / group;
       for (int i = 0; i < s.seqlen_q; ++i) {
-        const int last = s.causal ? std::min(s.seqlen_k - 1, i + s.seqlen_k - s.seqlen_q) : s.seqlen_k - 1;
+        const int last = last_visible_key(s, i);
         if (last < 0) continue;  // sees no key: zeros, lse -inf
         const float* qi = &q[((size_t(b) * s.seqlen_q + i) * s.n_head + h) * d];
-        double mx = -INFINITY;
-        for (int j = 0; j <= last; ++j) {
-          const float* kj = &k[((size_t(b) * s.seqlen_k + j) * s.n_head_kv + hk) * d];
-          double dot = 0.0;
-          for (int c = 0; c < d; ++c) dot += double(qi[c]) * kj[c];
-          p[j] = dot * scale;
-          mx = std::max(mx, p[j]);
-        }
-        double sum = 0.0;
-        for (int j = 0; j <= last; ++j) sum += (p[j] = std::exp(p[j] - mx));
+        const double row_lse = softmax_row(s, scale, qi, k, b, hk, last, p);
         double* o = &(*out)[((size_t(b) * s.seqlen_q + i) * s.n_head + h) * d];
         for (int j = 0; j <= last; ++j) {
           const float* vj = &v[((size_t(b) * s.seqlen_k + j) * s.n_head_kv + hk) * d];
-          const double w = p[j] / sum;
-          for (int c = 0; c < d; ++c) o[c] += w * vj[c];
+          for (int c = 0; c < d; ++c) o[c] += p[j] * vj[c];
         }
-        (*lse)[(size_t(b) * s.n_head + h) * s.seqlen_q + i] = mx + std::log(sum);
+        (*lse)[(size_t(b) * s.n_head + h) * s.seqlen_q + i] = row_lse;
       }
     }
 }
@@ -150,7 +106,7 @@ void run_and_check(Parity& parity, CachingAllocator& alloc, const Shape& s, std:
   random_tensor(rng, nq, 1.5f, s.dtype, &qb, &qf);  // amplitude > 1: peaked softmax rows, not near-uniform
   random_tensor(rng, nk, 1.5f, s.dtype, &kb, &kf);
   random_tensor(rng, nk, 1.0f, s.dtype, &vb, &vf);
-  const int64_t o_seq_stride = int64_t{s.n_head} * s.hd + (s.padded_o ? 64 : 0);
+  const int64_t o_seq_stride = int64_t{s.n_head} * s.hd + (s.padded ? 64 : 0);
   const size_t no = size_t(s.batch) * s.seqlen_q * o_seq_stride;
   const size_t nlse = size_t(s.batch) * s.n_head * s.seqlen_q;
 
@@ -166,9 +122,6 @@ void run_and_check(Parity& parity, CachingAllocator& alloc, const Shape& s, std:
   }
   std::vector<double> ref, ref_lse;
   reference(s, p.softmax_scale, qf, kf, vf, &ref, &ref_lse);
-  double ref_sq = 0.0;
-  for (double x : ref) ref_sq += x * x;
-  const double ref_rms = std::sqrt(ref_sq / double(ref.size()));
 
   for (int sched = 0; sched < ::ga::cuda::flash_variant_count(); ++sched) {
     if (!::ga::cuda::flash_variant_compiled(sched)) continue;  // the lean default build has two
@@ -177,26 +130,12 @@ void run_and_check(Parity& parity, CachingAllocator& alloc, const Shape& s, std:
     dlse.poison();
     ASSERT_EQ(::ga::cuda::flash_forward_with_schedule(p, sched, nullptr), cudaSuccess) << cname;
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << cname;
-    const std::vector<uint16_t> got_bits = dout.download();
     const std::vector<float> got_lse = dlse.download();
-    std::vector<float> got(ref.size());
-    size_t touched_padding = 0;
-    double err_sq = 0.0;
-    for (size_t row = 0; row < size_t(s.batch) * s.seqlen_q; ++row) {
-      for (int c = 0; c < s.n_head * s.hd; ++c) {
-        const size_t i = row * size_t(s.n_head) * s.hd + c;
-        got[i] = from_bits(got_bits[row * o_seq_stride + c], s.dtype);
-        const double e = double(got[i]) - ref[i];
-        err_sq += e * e;
-      }
-      for (int64_t c = int64_t{s.n_head} * s.hd; c < o_seq_stride; ++c) {
-        touched_padding += got_bits[row * o_seq_stride + c] != 0xFFFF;  // the poison pattern
-      }
-    }
-    if (touched_padding > 0) parity.fail(cname + ": wrote into the padding of O's rows");
-    const double rel_l2 = ref_sq > 0 ? std::sqrt(err_sq / ref_sq) : std::sqrt(err_sq);
-    if (!(rel_l2 <= 1e-2)) parity.fail(cname + ": relative L2 error " + std::to_string(rel_l2) + " > 1e-2");
-    parity.compare(cname + " O", got.data(), ref.data(), ref.size(), 0.0, 0.05 * std::max(ref_rms, 1e-3));
+    const auto o = unpack_rows(dout.download(), ref, size_t(s.batch) * s.seqlen_q, size_t(s.n_head) * s.hd,
+                               size_t(o_seq_stride), s.dtype);
+    if (o.touched_padding > 0) parity.fail(cname + ": wrote into the padding of O's rows");
+    if (!(o.rel_l2 <= 1e-2)) parity.fail(cname + ": relative L2 error " + std::to_string(o.rel_l2) + " > 1e-2");
+    parity.compare(cname + " O", o.got.data(), ref.data(), ref.size(), 0.0, 0.05 * std::max(o.ref_rms, 1e-3));
     // LSE: -inf rows must be exactly -inf; the harness treats NaN specially, so compare finite ones.
     std::vector<double> lse_ref_finite;
     std::vector<float> lse_got_finite;

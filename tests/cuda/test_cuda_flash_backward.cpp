@@ -7,9 +7,9 @@
 // seqlen_q != seqlen_k both ways (causal is bottom-right aligned: (129, 7) has query rows that see no key,
 // whose dq must be exactly 0). dq, dk, dv are NaN-poisoned before each run and written with a padded row
 // stride on every other case: the padding must keep its poison. Bars per gradient: relative L2 <= 1e-2,
-// every element within 2% + 25% of that gradient's RMS, no NaN. Without a GPU the tests SKIP.
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
+// every element within 2% + 25% of that gradient's RMS, no NaN. Without a GPU the tests SKIP. The shape,
+// the random inputs, the forward softmax of the reference and the gradient unpacking are flash_check.h
+// (shared with test_cuda_flash_attention.cpp).
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -23,6 +23,7 @@
 
 #include "backends/cuda/kernels/flash/flash_attention.h"
 #include "cuda_harness.h"
+#include "flash_check.h"
 
 namespace {
 
@@ -32,48 +33,13 @@ using ::ga::cuda::FlashDtype;
 using ::ga::test::cuda::DeviceArray;
 using ::ga::test::cuda::Parity;
 
-struct Shape {
-  FlashDtype dtype;
-  int hd, n_head, n_head_kv, batch, seqlen_q, seqlen_k;
-  bool causal;
-  bool padded;  // dq, dk, dv rows with 64 elements of padding
-};
-
-std::string name_of(const Shape& s) {
-  char buf[160];
-  std::snprintf(buf, sizeof(buf), "%s hd%d h%d/%d b%d q%d k%d %s%s", s.dtype == FlashDtype::kBf16 ? "bf16" : "f16",
-                s.hd, s.n_head, s.n_head_kv, s.batch, s.seqlen_q, s.seqlen_k, s.causal ? "causal" : "full",
-                s.padded ? " padded" : "");
-  return buf;
-}
-
-uint16_t to_bits(double x, FlashDtype dt) {
-  const float f = static_cast<float>(x);
-  if (dt == FlashDtype::kBf16) return static_cast<__nv_bfloat16_raw>(__float2bfloat16_rn(f)).x;
-  return static_cast<__half_raw>(__float2half_rn(f)).x;
-}
-
-float from_bits(uint16_t bits, FlashDtype dt) {
-  if (dt == FlashDtype::kBf16) {
-    __nv_bfloat16_raw raw;
-    raw.x = bits;
-    return __bfloat162float(__nv_bfloat16(raw));
-  }
-  __half_raw raw;
-  raw.x = bits;
-  return __half2float(__half(raw));
-}
-
-void random_tensor(std::mt19937& rng, size_t n, float amp, FlashDtype dt, std::vector<uint16_t>* bits,
-                   std::vector<double>* values) {
-  std::normal_distribution<float> dist(0.0f, amp);
-  bits->resize(n);
-  values->resize(n);
-  for (size_t i = 0; i < n; ++i) {
-    (*bits)[i] = to_bits(dist(rng), dt);
-    (*values)[i] = from_bits((*bits)[i], dt);
-  }
-}
+using Shape = ::ga::test::cuda::FlashShape;
+using ::ga::test::cuda::last_visible_key;
+using ::ga::test::cuda::name_of;
+using ::ga::test::cuda::random_tensor;
+using ::ga::test::cuda::softmax_row;
+using ::ga::test::cuda::to_bits;
+using ::ga::test::cuda::unpack_rows;
 
 struct Reference {
   std::vector<double> o, lse, dq, dk, dv;  // o, dq: [b][sq][h][d]; dk, dv: [b][sk][hkv][d]; lse [b][h][sq]
@@ -96,23 +62,13 @@ Reference reference(const Shape& s, double scale, const std::vector<double>& q, 
     for (int h = 0; h < s.n_head; ++h) {
       const int hk = h / group;
       for (int i = 0; i < s.seqlen_q; ++i) {
-        const int last = s.causal ? std::min(s.seqlen_k - 1, i + s.seqlen_k - s.seqlen_q) : s.seqlen_k - 1;
+        const int last = last_visible_key(s, i);
         if (last < 0) continue;  // sees no key: o = 0, dq = 0, lse = -inf
         const double* qi = &q[qrow(b, i, h)];
         const double* doi = &dout[qrow(b, i, h)];
-        double mx = -INFINITY;
-        for (int j = 0; j <= last; ++j) {
-          const double* kj = &k[krow(b, j, hk)];
-          double dot = 0.0;
-          for (int c = 0; c < d; ++c) dot += qi[c] * kj[c];
-          p[j] = dot * scale;
-          mx = std::max(mx, p[j]);
-        }
-        double sum = 0.0;
-        for (int j = 0; j <= last; ++j) sum += (p[j] = std::exp(p[j] - mx));
+        r.lse[(size_t(b) * s.n_head + h) * s.seqlen_q + i] = softmax_row(s, scale, qi, k, b, hk, last, p);
         double* oi = &r.o[qrow(b, i, h)];
         for (int j = 0; j <= last; ++j) {
-          p[j] /= sum;
           const double* vj = &v[krow(b, j, hk)];
           double dot = 0.0;
           for (int c = 0; c < d; ++c) {
@@ -121,7 +77,6 @@ Reference reference(const Shape& s, double scale, const std::vector<double>& q, 
           }
           dp[j] = dot;
         }
-        r.lse[(size_t(b) * s.n_head + h) * s.seqlen_q + i] = mx + std::log(sum);
         double dsum = 0.0;
         for (int c = 0; c < d; ++c) dsum += doi[c] * oi[c];
         double* dqi = &r.dq[qrow(b, i, h)];
@@ -147,23 +102,11 @@ double g_worst_rel_l2 = 0.0, g_worst_elem_over_rms = 0.0;  // over all checks, p
 // elements (`width` of them data), ref is dense.
 void check_gradient(Parity& parity, const std::string& name, const std::vector<uint16_t>& got_bits,
                     const std::vector<double>& ref, size_t rows, size_t width, size_t pitch, FlashDtype dt) {
-  std::vector<float> got(ref.size());
-  size_t touched_padding = 0;
-  double err_sq = 0.0, ref_sq = 0.0;
-  for (size_t row = 0; row < rows; ++row) {
-    for (size_t c = 0; c < width; ++c) {
-      const size_t i = row * width + c;
-      got[i] = from_bits(got_bits[row * pitch + c], dt);
-      const double e = double(got[i]) - ref[i];
-      err_sq += e * e;
-      ref_sq += ref[i] * ref[i];
-    }
-    for (size_t c = width; c < pitch; ++c) touched_padding += got_bits[row * pitch + c] != 0xFFFF;
-  }
-  if (touched_padding > 0) parity.fail(name + ": wrote into the padding of its rows");
-  const double rel_l2 = ref_sq > 0 ? std::sqrt(err_sq / ref_sq) : std::sqrt(err_sq);
+  const auto u = unpack_rows(got_bits, ref, rows, width, pitch, dt);
+  const std::vector<float>& got = u.got;
+  const double rel_l2 = u.rel_l2, rms = u.ref_rms;
+  if (u.touched_padding > 0) parity.fail(name + ": wrote into the padding of its rows");
   if (!(rel_l2 <= 1e-2)) parity.fail(name + ": relative L2 error " + std::to_string(rel_l2) + " > 1e-2");
-  const double rms = std::sqrt(ref_sq / double(std::max<size_t>(ref.size(), 1)));
   double worst = 0.0;
   for (size_t i = 0; i < ref.size(); ++i) worst = std::max(worst, std::fabs(double(got[i]) - ref[i]));
   g_worst_rel_l2 = std::max(g_worst_rel_l2, rel_l2);

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "common/sampler_grid.h"
 #include "common/test_data.h"
 #include "cuda/cuda_harness.h"
 #include "gpu_accel/error.h"
@@ -55,29 +56,10 @@ std::vector<Case> cases() {
   out.push_back({"greedy", p});
   p = SamplerParams{};  // defaults: temp 0.8, top_k 40, top_p 0.95, min_p 0.05
   out.push_back({"defaults", p});
-  p = SamplerParams{};
-  p.temperature = 1.0f;
-  p.top_k = 0;
-  p.top_p = 0.9f;
-  p.min_p = 0.0f;
-  out.push_back({"top_p", p});
-  p = SamplerParams{};
-  p.temperature = 1.3f;
-  p.top_k = 0;
-  p.top_p = 1.0f;
-  p.min_p = 0.1f;
-  out.push_back({"min_p", p});
-  p = SamplerParams{};
-  p.temperature = 0.9f;
-  p.top_k = 0;
-  p.top_p = 1.0f;
-  p.min_p = 0.0f;
-  out.push_back({"pure_temperature", p});
-  p = SamplerParams{};
-  p.temperature = 1.1f;
-  p.top_k = 25;
-  p.top_p = 1.0f;
-  p.min_p = 0.0f;
+  out.push_back({"top_p", test::sampler_params(1.0f, 0, 0.9f, 0.0f)});
+  out.push_back({"min_p", test::sampler_params(1.3f, 0, 1.0f, 0.1f)});
+  out.push_back({"pure_temperature", test::sampler_params(0.9f, 0, 1.0f, 0.0f)});
+  p = test::sampler_params(1.1f, 25, 1.0f, 0.0f);
   p.repeat_penalty = 1.3f;
   p.frequency_penalty = 0.2f;
   p.presence_penalty = 0.3f;

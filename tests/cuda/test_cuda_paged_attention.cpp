@@ -13,7 +13,8 @@
 // chunk, block sizes 1, 7, 16, 32, GQA 32/8, 8/8 and 8/1, head dims 64/128/256 and the awkward
 // lengths 1, 7, 129, 1000, 4097. One workspace sized for the largest batch serves every smaller call
 // (the zero-filled-counter contract) and a captured graph replays with new device-side positions.
-// Tolerance: as test_cuda_attention.cpp (relative L2 1e-3 per case, 2e-2 of the row RMS per element).
+// Tolerance: as test_cuda_attention.cpp (relative L2 1e-3 per case, 2e-2 of the row RMS per element;
+// the check, the f16 helpers and the float64 softmax are attention_check.h, shared with it).
 #include <cuda_fp16.h>
 #include <gtest/gtest.h>
 
@@ -22,9 +23,9 @@
 #include <numeric>
 #include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
+#include "attention_check.h"
 #include "backends/cpu/ops.h"
 #include "backends/cuda/kernels/attention.h"
 #include "backends/cuda/stream.h"
@@ -37,9 +38,6 @@ namespace {
 using ::ga::str;
 using ::ga::cuda::CachingAllocator;
 
-constexpr double kRelL2Tolerance = 1e-3;
-constexpr double kRowRmsTolerance = 2e-2;
-constexpr uint16_t kHalfNaN = 0x7FFF;
 constexpr int32_t kFarBlock = 1 << 29;  // table padding: far outside every pool of these tests
 
 struct QueryRun {
@@ -60,25 +58,6 @@ std::string name_of(const Case& c) {
   if (c.runs.size() > 6) runs += str(" ... (", c.runs.size(), " runs)");
   return str("hd ", c.head_dim, " heads ", c.n_head, "/", c.n_head_kv, " bs ", c.block_size, runs,
              c.padded ? " padded" : "", c.decode_splits > 0 ? str(" splits ", c.decode_splits) : std::string());
-}
-
-uint16_t half_bits(float x) {
-  const __half_raw raw = __float2half_rn(x);
-  return raw.x;
-}
-
-// f16 bits -> double through a table (exact: every f16 value fits a double), built once.
-double half_value(uint16_t bits) {
-  static const std::vector<double> table = [] {
-    std::vector<double> t(65536);
-    for (uint32_t b = 0; b < 65536; ++b) {
-      __half_raw raw;
-      raw.x = static_cast<uint16_t>(b);
-      t[b] = static_cast<double>(__half2float(__half(raw)));
-    }
-    return t;
-  }();
-  return table[bits];
 }
 
 // Host copies of one batch: q as floats, the pool as f16 bits, the run and table arrays.
@@ -131,20 +110,14 @@ Problem make_problem(const Case& c, std::mt19937& rng) {
   pr.q_stride = q_row + (c.padded ? 6 : 0);
   pr.out_stride = q_row + (c.padded ? 10 : 0);
   pr.kv_stride = kv_row + (c.padded ? 8 : 0);
-  std::normal_distribution<float> q_dist(0.0f, 1.5f), kv_dist(0.0f, 1.0f);
-  pr.q.assign(static_cast<size_t>(pr.q_stride * pr.n_tokens), std::nanf(""));
-  for (int t = 0; t < pr.n_tokens; ++t) {
-    for (int64_t i = 0; i < q_row; ++i) pr.q[static_cast<size_t>(t * pr.q_stride + i)] = q_dist(rng);
-  }
+  pr.q = random_query_rows(rng, pr.n_tokens, q_row, pr.q_stride);
+  std::normal_distribution<float> kv_dist(0.0f, 1.0f);
   pr.k.assign(static_cast<size_t>(pr.n_blocks * bs * pr.kv_stride), kHalfNaN);
   pr.v.assign(pr.k.size(), kHalfNaN);
   for (size_t s = 0; s < c.runs.size(); ++s) {
     for (int64_t j = 0; j < c.runs[s].pos0 + c.runs[s].n_q; ++j) {
       const int64_t row = slot_of(pr, static_cast<int>(s), j) * pr.kv_stride;
-      for (int64_t i = 0; i < kv_row; ++i) {
-        pr.k[static_cast<size_t>(row + i)] = half_bits(kv_dist(rng));
-        pr.v[static_cast<size_t>(row + i)] = half_bits(kv_dist(rng));
-      }
+      random_kv_row(kv_dist, rng, pr.k.data() + row, pr.v.data() + row, kv_row);
     }
   }
   return pr;
@@ -160,41 +133,20 @@ std::vector<double> reference(const Problem& pr) {
   for (size_t s = 0; s < c.runs.size(); ++s) {
     for (int t = pr.q_start[s]; t < pr.q_start[s + 1]; ++t) seq_of[static_cast<size_t>(t)] = static_cast<int>(s);
   }
-  auto work = [&](int t_begin, int t_step) {
-    std::vector<double> p(static_cast<size_t>(pr.max_kv)), kd(static_cast<size_t>(hd));
+  for_tokens_in_parallel([&](int t_begin, int t_step) {
+    std::vector<double> p(static_cast<size_t>(pr.max_kv));
     std::vector<int64_t> rows(static_cast<size_t>(pr.max_kv));
     for (int t = t_begin; t < pr.n_tokens; t += t_step) {
       const int s = seq_of[static_cast<size_t>(t)];
       const int64_t last = pr.pos0[static_cast<size_t>(s)] + (t - pr.q_start[static_cast<size_t>(s)]);
       for (int64_t j = 0; j <= last; ++j) rows[static_cast<size_t>(j)] = slot_of(pr, s, j) * pr.kv_stride;
       for (int h = 0; h < c.n_head; ++h) {
-        const float* q = pr.q.data() + t * pr.q_stride + int64_t{h} * hd;
-        const int64_t kv_off = int64_t{h / group} * hd;
-        double m = -INFINITY;
-        for (int64_t j = 0; j <= last; ++j) {
-          const uint16_t* kj = pr.k.data() + rows[static_cast<size_t>(j)] + kv_off;
-          double dot = 0.0;
-          for (int d = 0; d < hd; ++d) dot += static_cast<double>(q[d]) * half_value(kj[d]);
-          p[static_cast<size_t>(j)] = dot * scale;
-          m = std::max(m, dot * scale);
-        }
-        double sum = 0.0;
-        for (int64_t j = 0; j <= last; ++j) {
-          sum += (p[static_cast<size_t>(j)] = std::exp(p[static_cast<size_t>(j)] - m));
-        }
-        double* o = out.data() + (static_cast<size_t>(t) * c.n_head + h) * hd;
-        for (int64_t j = 0; j <= last; ++j) {
-          const uint16_t* vj = pr.v.data() + rows[static_cast<size_t>(j)] + kv_off;
-          const double w = p[static_cast<size_t>(j)] / sum;
-          for (int d = 0; d < hd; ++d) o[d] += w * half_value(vj[d]);
-        }
+        attend_one_head(pr.q.data() + t * pr.q_stride + int64_t{h} * hd, hd, scale, last, rows.data(), pr.k.data(),
+                        pr.v.data(), int64_t{h / group} * hd, p.data(),
+                        out.data() + (static_cast<size_t>(t) * c.n_head + h) * hd);
       }
     }
-  };
-  const int n_threads = static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 16u));
-  std::vector<std::thread> threads;
-  for (int i = 0; i < n_threads; ++i) threads.emplace_back(work, i, n_threads);
-  for (auto& th : threads) th.join();
+  });
   return out;
 }
 
@@ -255,29 +207,7 @@ struct DeviceProblem {
 // Checks a downloaded output against the reference (every token of every run), padding untouched.
 void check_output(Parity& parity, const std::string& name, const Problem& pr, const std::vector<float>& got,
                   const std::vector<double>& ref) {
-  const Case& c = pr.c;
-  const size_t row = static_cast<size_t>(c.n_head) * c.head_dim;
-  std::vector<float> got_packed(ref.size());
-  std::vector<double> row_rms(ref.size());
-  for (int t = 0; t < pr.n_tokens; ++t) {
-    const float* src = got.data() + t * pr.out_stride;
-    std::copy(src, src + row, got_packed.begin() + static_cast<ptrdiff_t>(t * row));
-    parity.expect_untouched(name, src + row, static_cast<size_t>(pr.out_stride) - row);
-    for (int h = 0; h < c.n_head; ++h) {
-      const size_t off = t * row + static_cast<size_t>(h) * c.head_dim;
-      double sq = 0.0;
-      for (int d = 0; d < c.head_dim; ++d) sq += ref[off + d] * ref[off + d];
-      std::fill_n(row_rms.begin() + static_cast<ptrdiff_t>(off), c.head_dim, std::sqrt(sq / c.head_dim));
-    }
-  }
-  parity.compare(name, got_packed.data(), ref.data(), ref.size(), kRowRmsTolerance, 1e-6, row_rms.data());
-  double err = 0.0, norm = 0.0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    err += (got_packed[i] - ref[i]) * (got_packed[i] - ref[i]);
-    norm += ref[i] * ref[i];
-  }
-  const double rel = std::sqrt(err / norm);
-  if (!(rel <= kRelL2Tolerance)) parity.fail(name + ": relative L2 error " + std::to_string(rel) + " > 1e-3");
+  check_attention_output(parity, name, pr.n_tokens, pr.c.n_head, pr.c.head_dim, pr.out_stride, got, ref);
 }
 
 // One launch on a poisoned output with `workspace` (zero-filled by the caller), compared with the
@@ -410,14 +340,7 @@ TEST(CudaPagedAttention, SharedWorkspaceAndGraphReplay) {
   dev.p.workspace = workspace.get();
   dev.p.workspace_bytes = workspace.size();
   ASSERT_EQ(::ga::cuda::attention_unsupported_reason(dev.p), nullptr);
-  cudaGraph_t graph = nullptr;
-  GA_CUDA_CHECK(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal));
-  const cudaError_t launched = ::ga::cuda::attention(dev.p, stream.get());
-  GA_CUDA_CHECK(cudaStreamEndCapture(stream.get(), &graph));
-  GA_CUDA_CHECK(launched);
-  cudaGraphExec_t exec = nullptr;
-  GA_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  GA_CUDA_CHECK(cudaGraphDestroy(graph));
+  cudaGraphExec_t exec = capture_attention_graph(dev.p, stream.get());
   for (int replay = 0; replay < 3; ++replay) {
     for (size_t s = 0; s < pr.pos0.size(); ++s) pr.pos0[s] = static_cast<int32_t>(rng() % 4097);  // shorter prefixes
     if (replay == 2) {  // move sequence 0 to other blocks: swap two of its blocks' ids and contents
@@ -504,15 +427,8 @@ TEST(CudaPagedAttention, UnsupportedParamsAreRejectedWithAReason) {
   dev.p.workspace = workspace.get();
   dev.p.workspace_bytes = workspace.size();
   ASSERT_EQ(::ga::cuda::attention_unsupported_reason(dev.p), nullptr);
-  auto expect_rejected = [&](::ga::cuda::AttentionParams p, const std::string& word) {
-    const char* why = ::ga::cuda::attention_unsupported_reason(p);
-    ASSERT_NE(why, nullptr) << "expected a reason mentioning " << word;
-    EXPECT_NE(std::string(why).find(word), std::string::npos) << why;
-    dev.out.poison();
-    EXPECT_EQ(::ga::cuda::attention(p, nullptr), cudaErrorInvalidValue);
-    GA_CUDA_CHECK(cudaDeviceSynchronize());
-    const std::vector<float> got = dev.out.download();
-    EXPECT_TRUE(std::all_of(got.begin(), got.end(), is_poison)) << "a rejected call wrote its output";
+  auto expect_rejected = [&](const ::ga::cuda::AttentionParams& p, const std::string& word) {
+    expect_attention_rejected(dev.out, p, word);
   };
   ::ga::cuda::AttentionParams p = dev.p;
   p.seq_pos0 = nullptr;

@@ -20,6 +20,7 @@
 
 #include "backends/cuda/kernels/sampling.h"
 #include "backends/cuda/kernels/sampling_device.h"
+#include "common/sampler_grid.h"
 #include "cuda/cuda_harness.h"
 #include "gpu_accel/error.h"
 #include "gpu_accel/sampler.h"
@@ -202,14 +203,7 @@ TEST(CudaSampling, RejectsBadParameters) {
 
 std::vector<SamplerParams> parameter_grid() {
   std::vector<SamplerParams> grid;
-  auto make = [](float t, int k, float top_p, float min_p) {
-    SamplerParams p;
-    p.temperature = t;
-    p.top_k = k;
-    p.top_p = top_p;
-    p.min_p = min_p;
-    return p;
-  };
+  const auto make = test::sampler_params;
   grid.push_back(make(0.0f, 40, 0.95f, 0.05f));   // greedy
   grid.push_back(make(0.8f, 40, 0.95f, 0.05f));   // the defaults
   grid.push_back(make(1.0f, 0, 0.9f, 0.0f));      // top-p over the whole vocabulary

@@ -30,6 +30,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/stories_scheduler.h"
 #include "common/test_data.h"
 #include "cuda/cuda_harness.h"
 #include "gpu_accel/error.h"
@@ -38,15 +39,10 @@
 namespace ga {
 namespace {
 
-const LoadedModel& stories() {
-  static const LoadedModel model = load_gguf_model(test::shared_path("models/tinyllamas/stories260K.gguf"));
-  return model;
-}
-
-const Tokenizer& tokenizer() {
-  static const Tokenizer tok(stories().vocab);
-  return tok;
-}
+using test::stories;
+using test::tokenizer;
+using test::wait_idle;
+const std::vector<std::string>& kPrompts = test::kStoryPrompts;
 
 struct Outcome {
   std::vector<int32_t> tokens;
@@ -90,33 +86,9 @@ std::vector<Outcome> run_all(Scheduler& sched, const std::vector<CompletionReque
   return out;
 }
 
-SchedulerStats wait_idle(const Scheduler& s) {
-  for (int i = 0; i < 2000; ++i) {
-    const SchedulerStats st = s.stats();
-    if (st.running == 0 && st.queued == 0) return st;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  ADD_FAILURE() << "the scheduler did not become idle";
-  return s.stats();
-}
-
-const std::vector<std::string> kPrompts = {
-    "Once upon a time",       "The little dog",        "Tom and Lily went to the park", "One day, a girl named Sue",
-    "The sun was shining",    "There was a big tree",  "Sam had a red ball",            "A cat sat on the mat",
-    "Mom said",               "The bird flew",         "Lily wanted to play",           "Ben and his dad",
-    "It was a rainy day",     "The king",              "A small boy found a box",       "In the forest"};
-
 std::vector<CompletionRequest> requests() {
   std::vector<CompletionRequest> reqs;
-  for (size_t i = 0; i < kPrompts.size(); ++i) {
-    CompletionRequest r;
-    r.prompt_tokens = tokenizer().encode(kPrompts[i], true);
-    r.max_tokens = i % 5 == 4 ? -1 : 20 + 3 * static_cast<int64_t>(i);
-    r.sampling.temperature = 0.0f;
-    if (i % 4 == 1) r.stop = {"."};
-    if (i % 5 == 4) r.ignore_eos = true;  // runs until the context is full
-    reqs.push_back(r);
-  }
+  for (size_t i = 0; i < kPrompts.size(); ++i) reqs.push_back(test::concurrent_greedy_request(i));
   return reqs;
 }
 

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "common/sampler_grid.h"
 #include "gpu_accel/error.h"
 #include "gpu_accel/sampler.h"
 
@@ -94,15 +95,7 @@ Built build_candidates(const Row& row, const SamplerParams& p, size_t k) {
 
 std::vector<SamplerParams> parameter_grid() {
   std::vector<SamplerParams> grid;
-  auto make = [](float t, int k, float top_p, float min_p) {
-    SamplerParams p;
-    p.temperature = t;
-    p.top_k = k;
-    p.top_p = top_p;
-    p.min_p = min_p;
-    p.repeat_penalty = 1.0f;
-    return p;
-  };
+  const auto make = test::sampler_params;
   grid.push_back(make(0.0f, 40, 0.95f, 0.05f));  // greedy (filters ignored)
   grid.push_back(make(0.8f, 40, 1.0f, 0.0f));    // top-k only
   grid.push_back(make(1.0f, 0, 0.9f, 0.0f));     // top-p over the whole vocabulary

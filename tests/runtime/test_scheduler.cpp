@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/stories_scheduler.h"
 #include "common/test_data.h"
 #include "gpu_accel/device.h"
 #include "gpu_accel/error.h"
@@ -27,15 +28,10 @@
 namespace ga {
 namespace {
 
-const LoadedModel& stories() {
-  static const LoadedModel model = load_gguf_model(test::shared_path("models/tinyllamas/stories260K.gguf"));
-  return model;
-}
-
-const Tokenizer& tokenizer() {
-  static const Tokenizer tok(stories().vocab);
-  return tok;
-}
+using test::stories;
+using test::tokenizer;
+using test::wait_idle;
+const std::vector<std::string>& kPrompts = test::kStoryPrompts;
 
 struct Outcome {
   std::vector<int32_t> tokens;  // from the events (text-only events excluded)
@@ -125,22 +121,6 @@ void expect_same_as_alone(const Outcome& got, const CompletionRequest& r, int64_
   EXPECT_EQ(got.result.prompt_tokens, static_cast<int64_t>(r.prompt_tokens.size()));
 }
 
-SchedulerStats wait_idle(const Scheduler& s) {
-  for (int i = 0; i < 2000; ++i) {
-    const SchedulerStats st = s.stats();
-    if (st.running == 0 && st.queued == 0) return st;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  ADD_FAILURE() << "the scheduler did not become idle";
-  return s.stats();
-}
-
-const std::vector<std::string> kPrompts = {
-    "Once upon a time",       "The little dog",        "Tom and Lily went to the park", "One day, a girl named Sue",
-    "The sun was shining",    "There was a big tree",  "Sam had a red ball",            "A cat sat on the mat",
-    "Mom said",               "The bird flew",         "Lily wanted to play",           "Ben and his dad",
-    "It was a rainy day",     "The king",              "A small boy found a box",       "In the forest"};
-
 TEST(Scheduler, ConcurrentGreedyRequestsEqualEachAlone) {
   SchedulerOptions opt;
   opt.n_ctx = 96;
@@ -150,9 +130,7 @@ TEST(Scheduler, ConcurrentGreedyRequestsEqualEachAlone) {
   Collector c;
   std::vector<CompletionRequest> reqs;
   for (size_t i = 0; i < kPrompts.size(); ++i) {
-    CompletionRequest r = request(kPrompts[i], i % 5 == 4 ? -1 : 20 + 3 * static_cast<int64_t>(i));
-    if (i % 4 == 1) r.stop = {"."};      // stop strings
-    if (i % 5 == 4) r.ignore_eos = true;  // runs until the context is full
+    const CompletionRequest r = test::concurrent_greedy_request(i);
     reqs.push_back(r);
     c.submit(sched, static_cast<int>(i), r);
   }

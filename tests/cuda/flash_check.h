@@ -1,0 +1,122 @@
+// What the parity tests of the FlashAttention forward (test_cuda_flash_attention.cpp) and backward
+// (test_cuda_flash_backward.cpp) share: the case shape and its name, the 16-bit conversions, the random
+// inputs, the float64 softmax of one query row (the forward's reference and the first half of the
+// backward's) and the unpacking of a padded 16-bit output with its error measures. One copy, so both
+// tests mean the same thing by a shape, a causal mask and a relative L2 error.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backends/cuda/kernels/flash/flash_attention.h"
+
+namespace ga::test::cuda {
+
+struct FlashShape {
+  ::ga::cuda::FlashDtype dtype;
+  int hd, n_head, n_head_kv, batch, seqlen_q, seqlen_k;
+  bool causal;
+  bool padded;  // the outputs' rows (O; dq, dk, dv) with 64 elements of padding
+};
+
+inline std::string name_of(const FlashShape& s) {
+  char buf[160];
+  std::snprintf(buf, sizeof(buf), "%s hd%d h%d/%d b%d q%d k%d %s%s",
+                s.dtype == ::ga::cuda::FlashDtype::kBf16 ? "bf16" : "f16", s.hd, s.n_head, s.n_head_kv, s.batch,
+                s.seqlen_q, s.seqlen_k, s.causal ? "causal" : "full", s.padded ? " padded" : "");
+  return buf;
+}
+
+inline uint16_t to_bits(double x, ::ga::cuda::FlashDtype dt) {
+  const float f = static_cast<float>(x);
+  if (dt == ::ga::cuda::FlashDtype::kBf16) return static_cast<__nv_bfloat16_raw>(__float2bfloat16_rn(f)).x;
+  return static_cast<__half_raw>(__float2half_rn(f)).x;
+}
+
+inline float from_bits(uint16_t bits, ::ga::cuda::FlashDtype dt) {
+  if (dt == ::ga::cuda::FlashDtype::kBf16) {
+    __nv_bfloat16_raw raw;
+    raw.x = bits;
+    return __bfloat162float(__nv_bfloat16(raw));
+  }
+  __half_raw raw;
+  raw.x = bits;
+  return __half2float(__half(raw));
+}
+
+// Random 16-bit tensor of n elements (values rounded to the dtype, kept as V for the reference).
+template <class V>
+void random_tensor(std::mt19937& rng, size_t n, float amp, ::ga::cuda::FlashDtype dt, std::vector<uint16_t>* bits,
+                   std::vector<V>* values) {
+  std::normal_distribution<float> dist(0.0f, amp);
+  bits->resize(n);
+  values->resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    (*bits)[i] = to_bits(dist(rng), dt);
+    (*values)[i] = from_bits((*bits)[i], dt);
+  }
+}
+
+// The last key query row i sees (causal is bottom-right aligned); < 0 when it sees none.
+inline int last_visible_key(const FlashShape& s, int i) {
+  return s.causal ? std::min(s.seqlen_k - 1, i + s.seqlen_k - s.seqlen_q) : s.seqlen_k - 1;
+}
+
+// float64 softmax of query row qi[hd] over keys 0..last of batch b, kv head hk (k contiguous
+// [b][sk][hkv][d]): p[j] = softmax(q.k_j * scale), normalised. Returns the row's log-sum-exp.
+template <class T>
+double softmax_row(const FlashShape& s, double scale, const T* qi, const std::vector<T>& k, int b, int hk, int last,
+                   std::vector<double>& p) {
+  const int d = s.hd;
+  double mx = -INFINITY;
+  for (int j = 0; j <= last; ++j) {
+    const T* kj = &k[((size_t(b) * s.seqlen_k + j) * s.n_head_kv + hk) * d];
+    double dot = 0.0;
+    for (int c = 0; c < d; ++c) dot += double(qi[c]) * double(kj[c]);
+    p[j] = dot * scale;
+    mx = std::max(mx, p[j]);
+  }
+  double sum = 0.0;
+  for (int j = 0; j <= last; ++j) sum += (p[j] = std::exp(p[j] - mx));
+  for (int j = 0; j <= last; ++j) p[j] /= sum;
+  return mx + std::log(sum);
+}
+
+// A 16-bit output of `rows` rows of `pitch` elements (`width` of them data, the rest poisoned padding)
+// against its dense float64 reference.
+struct UnpackedRows {
+  std::vector<float> got;      // dense [rows][width]
+  size_t touched_padding = 0;  // padding elements no longer holding the poison (0xFFFF)
+  double rel_l2 = 0.0;         // ||got - ref|| / ||ref|| (||got - ref|| when ref is all zero)
+  double ref_rms = 0.0;
+};
+
+inline UnpackedRows unpack_rows(const std::vector<uint16_t>& got_bits, const std::vector<double>& ref, size_t rows,
+                                size_t width, size_t pitch, ::ga::cuda::FlashDtype dt) {
+  UnpackedRows u;
+  u.got.resize(ref.size());
+  double err_sq = 0.0, ref_sq = 0.0;
+  for (size_t row = 0; row < rows; ++row) {
+    for (size_t c = 0; c < width; ++c) {
+      const size_t i = row * width + c;
+      u.got[i] = from_bits(got_bits[row * pitch + c], dt);
+      const double e = double(u.got[i]) - ref[i];
+      err_sq += e * e;
+      ref_sq += ref[i] * ref[i];
+    }
+    for (size_t c = width; c < pitch; ++c) u.touched_padding += got_bits[row * pitch + c] != 0xFFFF;
+  }
+  u.rel_l2 = ref_sq > 0 ? std::sqrt(err_sq / ref_sq) : std::sqrt(err_sq);
+  u.ref_rms = std::sqrt(ref_sq / double(std::max<size_t>(ref.size(), 1)));
+  return u;
+}
+
+}  // namespace ga::test::cuda
