@@ -9,8 +9,9 @@
 //  * paged (the multi-sequence form the Scheduler uses): batches of 1, 16, 32, 64 one-token decode
 //    runs over 4096 positions each, Llama-3 heads (32/8), block_size 16 with shuffled block tables,
 //    as KV-read GB/s and % of the copy bandwidth (issue 4's target: >= 80% at batch >= 16); a sweep
-//    of forced split counts (the data behind the split policy); a mixed step (63 decode runs + one
-//    512-token prompt chunk) and a paged 2048-token prefill next to its contiguous twin.
+//    of decode stage counts x forced split counts (the data behind the split and stage policy; a
+//    stage count the build lacks, see GA_ATTN_DECODE_VARIANTS, leaves its rows out); a mixed step (63
+//    decode runs + one 512-token prompt chunk) and a paged 2048-token prefill next to its contiguous twin.
 //
 // Method (as bench_gemv.cu): decode rotates over enough KV caches (>= 4x the L2 size in total) that
 // no launch finds its cache in L2; the launches are captured in one CUDA graph (the decode loop's
@@ -207,10 +208,38 @@ struct PagedPool {
   const int32_t* table_set(int i) const { return tables + int64_t{i} * n_seqs * blocks_per_seq; }
 };
 
-// Times one paged call: runs (n_q, pos0) over the pool (one sequence per run, kPagedKv positions).
-// Returns microseconds per call.
-double time_paged(CachingAllocator& alloc, cudaStream_t stream, const Heads& h, const PagedPool& pool,
-                  const std::vector<std::pair<int, int64_t>>& runs, int forced_splits, int* splits_used = nullptr) {
+// Median milliseconds of one launch of `graph` with the GPU kept busy: one untimed launch queued
+// before the start event, then kSteadyRepeats launches back to back. time_graph's start event fires
+// on an idle stream before the host has submitted the graph, so it also counts the host's
+// cudaGraphLaunch latency (several us), which a graph of 2 attention launches (the paged b16..b64
+// cases: 2 pool sets) spreads over only 2 calls. Both are printed; the kernel's own cost (what a
+// decode step's graph pays, the launches back to back) is this one.
+constexpr int kSteadyRepeats = 4;
+double time_graph_steady(cudaGraphExec_t graph, cudaStream_t stream) {
+  ga::cuda::Event start, stop;
+  for (int i = 0; i < kWarmup; ++i) GA_CUDA_CHECK(cudaGraphLaunch(graph, stream));
+  std::vector<double> ms;
+  for (int i = 0; i < kSamples; ++i) {
+    GA_CUDA_CHECK(cudaGraphLaunch(graph, stream));  // keeps the GPU busy while the timed launches are submitted
+    start.record(stream);
+    for (int r = 0; r < kSteadyRepeats; ++r) GA_CUDA_CHECK(cudaGraphLaunch(graph, stream));
+    stop.record(stream);
+    stop.synchronize();
+    ms.push_back(ga::cuda::Event::elapsed_ms(start, stop) / kSteadyRepeats);
+  }
+  return median(ms);
+}
+
+struct PagedTime {
+  double us = 0.0;         // time_graph: the method of the earlier runs (host launch latency included)
+  double steady_us = 0.0;  // time_graph_steady: launches back to back
+};
+
+// Times one paged call: runs (n_q, pos0) over the pool (one sequence per run, kPagedKv positions),
+// with forced split / stage counts (0: the defaults). Returns microseconds per call.
+PagedTime time_paged(CachingAllocator& alloc, cudaStream_t stream, const Heads& h, const PagedPool& pool,
+                     const std::vector<std::pair<int, int64_t>>& runs, int forced_splits, int* splits_used = nullptr,
+                     int stages = 0) {
   std::vector<int32_t> q_start{0}, pos0;
   int max_q = 0;
   int64_t max_kv = 0;
@@ -238,6 +267,7 @@ double time_paged(CachingAllocator& alloc, cudaStream_t stream, const Heads& h, 
   p.n_kv_blocks = pool.n_blocks;
   p.max_seq_tokens = max_q;
   p.decode_splits = forced_splits;
+  p.decode_stages = stages;
   p.k = pool.k;
   p.v = pool.v;
   p.q = q.as<float>();
@@ -253,9 +283,29 @@ double time_paged(CachingAllocator& alloc, cudaStream_t stream, const Heads& h, 
     p.block_table = pool.table_set(i);
     return ga::cuda::attention(p, stream);
   });
-  const double us = time_graph(graph, stream) * 1e3 / pool.n_sets;
+  PagedTime t;
+  t.us = time_graph(graph, stream) * 1e3 / pool.n_sets;
+  t.steady_us = time_graph_steady(graph, stream) * 1e3 / pool.n_sets;
   GA_CUDA_CHECK(cudaGraphExecDestroy(graph));
-  return us;
+  return t;
+}
+
+// Whether this build has the 3-stage paged decode kernel (GA_ATTN_DECODE_VARIANTS or the default).
+bool have_decode_stages3(const Heads& h) {
+  ga::cuda::AttentionParams p = params_for(h, 1, 0, kPagedKv);
+  alignas(16) static float dummy_f[4];
+  p.q = p.out = dummy_f;  // only non-null for the check; nothing is launched
+  p.k = p.v = reinterpret_cast<const __half*>(dummy_f);
+  p.n_seqs = 1;
+  static int32_t dummy_i[2] = {0, 1};
+  p.seq_q_start = p.seq_pos0 = p.block_table = dummy_i;
+  p.block_table_stride = kPagedKv / kBlockSize;
+  p.block_size = kBlockSize;
+  p.n_kv_blocks = kPagedKv / kBlockSize;
+  p.max_seq_tokens = 1;
+  p.decode_splits = 1;  // no workspace needed
+  p.decode_stages = 3;
+  return ga::cuda::attention_unsupported_reason(p) == nullptr;
 }
 
 }  // namespace
@@ -286,44 +336,57 @@ int main() try {
   // Paged decode: batches of one-token runs over 4096 positions each (Llama-3 heads, block_size 16).
   struct PagedRow {
     std::string what;
-    double us, gbs;
+    PagedTime t;
+    double bytes;
   };
   std::vector<PagedRow> paged_rows;
   std::vector<std::string> sweep_lines;
+  const bool stages3 = have_decode_stages3(llama3);
   const size_t seq_kv_bytes = size_t{kPagedKv} * llama3.n_head_kv * kHeadDim * 2 * sizeof(__half);
+  auto pct = [&](double bytes, double us) { return 100.0 * bytes / (us * 1e-6) / kGB / copy_gbs; };
   for (int batch : {1, 16, 32, 64}) {
     PagedPool pool(alloc, stream.get(), llama3, batch, kPagedKv, dev.l2_bytes);
     const std::vector<std::pair<int, int64_t>> runs(static_cast<size_t>(batch), {1, kPagedKv - 1});
     const double bytes = double(seq_kv_bytes) * batch;
     int auto_splits = 0;
-    const double us = time_paged(alloc, stream.get(), llama3, pool, runs, 0, &auto_splits);
-    paged_rows.push_back({"paged decode b" + std::to_string(batch) + " kv 4096 bs 16 (" + std::to_string(auto_splits) +
-                              " splits)", us, bytes / (us * 1e-6) / kGB});
-    std::printf("%s: %.2f us\n", paged_rows.back().what.c_str(), us);
-    std::string line = "| b" + std::to_string(batch) + " |";
-    for (int splits : {1, 2, 3, 4, 6, 8, 16}) {
-      const double su = time_paged(alloc, stream.get(), llama3, pool, runs, splits);
-      char cell[64];
-      std::snprintf(cell, sizeof(cell), " %.1f us %.0f%% |", su, 100.0 * bytes / (su * 1e-6) / kGB / copy_gbs);
-      line += cell;
+    const PagedTime t = time_paged(alloc, stream.get(), llama3, pool, runs, 0, &auto_splits);
+    paged_rows.push_back({"paged decode b" + std::to_string(batch) + " kv 4096 bs 16 (default: " +
+                              std::to_string(auto_splits) + " splits)", t, bytes});
+    std::printf("%s: %.2f us (steady %.2f us)\n", paged_rows.back().what.c_str(), t.us, t.steady_us);
+    // the sweep: stage counts x forced split counts (0 = the policy's), both timing methods per cell
+    for (int stages : {2, 3}) {
+      if (stages == 3 && !stages3) continue;
+      std::string line = "| b" + std::to_string(batch) + " | " + std::to_string(stages) + " |";
+      for (int splits : {0, 1, 2, 3, 4, 6, 8, 16}) {
+        int used = 0;
+        const PagedTime st = time_paged(alloc, stream.get(), llama3, pool, runs, splits, &used, stages);
+        char policy[16] = "";
+        if (splits == 0) std::snprintf(policy, sizeof(policy), "(%d) ", used);
+        char cell[96];
+        std::snprintf(cell, sizeof(cell), " %s%.1f us %.0f%% / %.1f us %.0f%% |", policy, st.us, pct(bytes, st.us),
+                      st.steady_us, pct(bytes, st.steady_us));
+        line += cell;
+      }
+      sweep_lines.push_back(line);
+      std::printf("%s\n", line.c_str());
     }
-    sweep_lines.push_back(line);
     if (batch == 64) {  // the Scheduler's mixed step: 63 decode runs + one 512-token chunk from position 0
       std::vector<std::pair<int, int64_t>> mixed(63, {1, kPagedKv - 1});
       mixed.insert(mixed.begin() + 31, {512, 0});
-      const double mu = time_paged(alloc, stream.get(), llama3, pool, mixed, 0);
-      paged_rows.push_back({"paged mixed: 63 decode runs (kv 4096) + 512-token chunk (GB/s of the decode KV)", mu,
-                            double(seq_kv_bytes) * 63 / (mu * 1e-6) / kGB});
-      std::printf("%s: %.2f us\n", paged_rows.back().what.c_str(), mu);
+      const PagedTime mt = time_paged(alloc, stream.get(), llama3, pool, mixed, 0);
+      paged_rows.push_back({"paged mixed: 63 decode runs (kv 4096) + 512-token chunk (GB/s of the decode KV)", mt,
+                            double(seq_kv_bytes) * 63});
+      std::printf("%s: %.2f us\n", paged_rows.back().what.c_str(), mt.us);
     }
     alloc.release_cached();
   }
-  double paged_prefill_us = 0.0;
+  PagedTime paged_prefill;
   {
     PagedPool pool(alloc, stream.get(), llama3, 1, 2048, dev.l2_bytes);
-    paged_prefill_us = time_paged(alloc, stream.get(), llama3, pool, {{2048, 0}}, 0);
+    paged_prefill = time_paged(alloc, stream.get(), llama3, pool, {{2048, 0}}, 0);
     alloc.release_cached();
   }
+  const double paged_prefill_us = paged_prefill.us;
   GA_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
 
   std::printf("\nAttention, head_dim %d, f16 KV; device-to-device copy (read + write): %.0f GB/s; cuBLAS f16 GEMM "
@@ -337,11 +400,14 @@ int main() try {
   std::printf("| Llama-3-8B (32/8) paged prefill 2048 bs 16 | %.2f | %.1f TFLOP/s | %.0f%% of GEMM |\n", paged_prefill_us,
               prefill_flops / (paged_prefill_us * 1e-6) / 1e12, 100.0 * prefill_flops / (paged_prefill_us * 1e-6) / 1e12 / gemm);
   for (const PagedRow& r : paged_rows) {
-    std::printf("| Llama-3-8B (32/8) %s | %.2f | %.0f GB/s | %.0f%% of copy |\n", r.what.c_str(), r.us, r.gbs,
-                100.0 * r.gbs / copy_gbs);
+    std::printf("| Llama-3-8B (32/8) %s | %.2f | %.0f GB/s | %.0f%% of copy |\n", r.what.c_str(), r.t.us,
+                r.bytes / (r.t.us * 1e-6) / kGB, pct(r.bytes, r.t.us));
+    std::printf("| Llama-3-8B (32/8) %s, steady | %.2f | %.0f GB/s | %.0f%% of copy |\n", r.what.c_str(), r.t.steady_us,
+                r.bytes / (r.t.steady_us * 1e-6) / kGB, pct(r.bytes, r.t.steady_us));
   }
-  std::printf("\nPaged decode (32/8, kv 4096 per run, bs 16), forced split counts: time and %% of copy\n\n");
-  std::printf("| batch | 1 | 2 | 3 | 4 | 6 | 8 | 16 |\n|---|---|---|---|---|---|---|---|\n");
+  std::printf("\nPaged decode (32/8, kv 4096 per run, bs 16): stages x forced split counts ((n) = the policy's "
+              "count); per cell time and %% of copy, time_graph / steady (launches back to back)\n\n");
+  std::printf("| batch | stages | policy | 1 | 2 | 3 | 4 | 6 | 8 | 16 |\n|---|---|---|---|---|---|---|---|---|---|\n");
   for (const std::string& line : sweep_lines) std::printf("%s\n", line.c_str());
   return 0;
 } catch (const std::exception& e) {

@@ -50,6 +50,7 @@ struct Case {
   std::vector<QueryRun> runs;
   bool padded;  // q/out/kv strides with padding
   int decode_splits = 0;
+  int decode_stages = 0;  // 0: the default; 3: the 3-stage decode kernel (hd 128, when built)
 };
 
 std::string name_of(const Case& c) {
@@ -57,7 +58,8 @@ std::string name_of(const Case& c) {
   for (size_t i = 0; i < c.runs.size() && i < 6; ++i) runs += str(" ", c.runs[i].n_q, "@", c.runs[i].pos0);
   if (c.runs.size() > 6) runs += str(" ... (", c.runs.size(), " runs)");
   return str("hd ", c.head_dim, " heads ", c.n_head, "/", c.n_head_kv, " bs ", c.block_size, runs,
-             c.padded ? " padded" : "", c.decode_splits > 0 ? str(" splits ", c.decode_splits) : std::string());
+             c.padded ? " padded" : "", c.decode_splits > 0 ? str(" splits ", c.decode_splits) : std::string(),
+             c.decode_stages > 0 ? str(" stages ", c.decode_stages) : std::string());
 }
 
 // Host copies of one batch: q as floats, the pool as f16 bits, the run and table arrays.
@@ -168,6 +170,7 @@ std::vector<double> reference(const Problem& pr) {
   p.n_kv_blocks = pr.n_blocks;
   p.max_seq_tokens = pr.max_seq_tokens;
   p.decode_splits = pr.c.decode_splits;
+  p.decode_stages = pr.c.decode_stages;
   p.block_table = reinterpret_cast<const int32_t*>(16);  // only its presence matters until uploaded
   return p;
 }
@@ -275,6 +278,40 @@ TEST(CudaPagedAttention, DecodeBatchesMatchFloat64Reference) {
   // forced split counts: one split (no workspace) and many (the merge)
   run_case(parity, alloc, Case{128, 32, 8, 16, decode_runs(6, lens, rng), false, 1}, rng);
   run_case(parity, alloc, Case{128, 8, 2, 16, decode_runs(6, {1000, 4097}, rng), false, 64}, rng);
+  parity.finish();
+}
+
+// Both stage counts of the hd 128 paged decode kernel (the default one and the other, when this build
+// has the 3-stage kernel: the default there, or GA_ATTN_DECODE_VARIANTS): caches of 1..2 tiles (the
+// pipeline's prologue with fewer tiles than stages), many tiles, blocks straddling tiles (bs 7),
+// multi-token runs, one split, the policy's split count and many splits (the merge).
+TEST(CudaPagedAttention, DecodeStageCountsMatchFloat64Reference) {
+  GA_REQUIRE_CUDA_DEVICE();
+  CachingAllocator alloc(0);
+  Parity parity("paged attention decode stages");
+  std::mt19937 rng(99);
+  for (int stages : {2, 3}) {
+    {  // is this stage count built? (a one-run probe; the reason names decode_stages otherwise)
+      const Problem probe = make_problem(Case{128, 8, 2, 16, {{1, 40}}, false, 0, stages}, rng);
+      DeviceProblem dev(alloc, probe);
+      dev.p.workspace_bytes = 0;
+      dev.p.decode_splits = 1;
+      const char* why = ::ga::cuda::attention_unsupported_reason(dev.p);
+      if (why != nullptr) {
+        ASSERT_EQ(stages, 3) << why;
+        ASSERT_NE(std::string(why).find("decode_stages"), std::string::npos) << why;
+        std::printf("decode_stages 3: not in this build (%s)\n", why);
+        continue;
+      }
+    }
+    const std::vector<int64_t> lens = {1, 7, 64, 65, 129, 1000, 4097};
+    for (int splits : {0, 1, 3, 64}) {
+      run_case(parity, alloc, Case{128, 32, 8, 16, decode_runs(16, lens, rng), splits == 3, splits, stages}, rng);
+    }
+    run_case(parity, alloc, Case{128, 8, 2, 7, decode_runs(9, lens, rng), true, 0, stages}, rng);
+    run_case(parity, alloc, Case{128, 32, 8, 16, {{2, 999}, {8, 121}, {7, 0}, {1, 4096}, {5, 40}}, false, 2, stages},
+             rng);
+  }
   parity.finish();
 }
 
@@ -448,6 +485,9 @@ TEST(CudaPagedAttention, UnsupportedParamsAreRejectedWithAReason) {
   p = dev.p;
   p.n_seqs = 0;
   expect_rejected(p, "n_seqs");
+  p = dev.p;
+  p.decode_stages = 4;
+  expect_rejected(p, "decode_stages");
 }
 
 }  // namespace

@@ -29,11 +29,12 @@ int64_t kv_len_bound(const AttentionParams& p, bool for_workspace) {
   return p.pos0 + p.n_tokens;
 }
 
-// Decode CTAs the device holds at once: the split count fills exactly this (attention_impl.cuh).
-int resident_decode_ctas(int head_dim) {
+// Decode CTAs the device holds at once (of p's decode kernel): the split count is sized from this
+// (attention_impl.cuh).
+int resident_decode_ctas(const AttentionParams& p) {
   int per_sm = 1;
-  (void)detail::visit_head_dim(head_dim, [&](auto hd) {
-    per_sm = detail::decode_ctas_per_sm<decltype(hd)::value>();
+  (void)detail::visit_head_dim(p.head_dim, [&](auto hd) {
+    per_sm = detail::decode_ctas_per_sm<decltype(hd)::value>(detail::decode_stages(p));
     return cudaSuccess;
   });
   return per_sm * current_sm_count();
@@ -85,6 +86,10 @@ const char* attention_unsupported_reason(const AttentionParams& p) {
   if (int64_t{p.n_tokens} * p.n_head > (int64_t{1} << 30)) return "n_tokens * n_head above 2^30";
   if (p.max_kv_positions > (int64_t{1} << 31) - 1) return "max_kv_positions above 2^31 - 1";
   if (p.decode_splits < 0 || p.decode_splits > detail::kMaxSplits) return "decode_splits must be in 0..256";
+  if (p.decode_stages != 0 &&
+      !detail::decode_stages_supported(p.head_dim, detail::attention_is_paged(p), p.decode_stages)) {
+    return "decode_stages must be 0 or 2 (3: paged form, head_dim 128, in a build with the 3-stage decode kernel)";
+  }
   if (detail::attention_is_paged(p)) {
     if (const char* why = paged_unsupported_reason(p)) return why;
   } else {
@@ -117,16 +122,16 @@ size_t attention_workspace_bytes(const AttentionParams& p) {
   if (p.n_tokens < 1 || p.n_head_kv < 1 || p.n_head % p.n_head_kv != 0 || !detail::attention_uses_decode(p)) return 0;
   if (detail::attention_is_paged(p)) {
     if (p.n_seqs < 1 || p.max_seq_tokens < 1) return 0;
-    const size_t partials = detail::paged_partial_bound(p, p.max_kv_positions, resident_decode_ctas(p.head_dim));
+    const size_t partials = detail::paged_partial_bound(p, p.max_kv_positions, resident_decode_ctas(p));
     return partials == 0 ? 0 : detail::paged_done_bytes(p) + partials + 16;  // 16: the partials' alignment
   }
   return detail::decode_workspace_bytes(p,
-                                        detail::decode_splits(p, kv_len_bound(p, true), resident_decode_ctas(p.head_dim)));
+                                        detail::decode_splits(p, kv_len_bound(p, true), resident_decode_ctas(p)));
 }
 
 int attention_decode_splits(const AttentionParams& p) {
   if (attention_unsupported_reason(p) != nullptr || !detail::attention_uses_decode(p)) return 1;
-  return detail::decode_splits(p, kv_len_bound(p, false), resident_decode_ctas(p.head_dim));
+  return detail::decode_splits(p, kv_len_bound(p, false), resident_decode_ctas(p));
 }
 
 cudaError_t attention(const AttentionParams& p, cudaStream_t stream) {
@@ -166,8 +171,9 @@ cudaError_t attention(const AttentionParams& p, cudaStream_t stream) {
   const bool decode = detail::attention_uses_decode(p);
   const bool prefill = detail::attention_uses_prefill(p);
   a.prefill_min_q = decode ? detail::kDecodeMaxTokens : 0;
+  a.decode_stages = detail::decode_stages(p);
   if (decode) {
-    a.n_splits = detail::decode_splits(p, kv_len_bound(p, false), resident_decode_ctas(p.head_dim));
+    a.n_splits = detail::decode_splits(p, kv_len_bound(p, false), resident_decode_ctas(p));
     if (a.n_splits > 1 && !paged) {  // counters, [n_splits][rows][head_dim] accumulators, [n_splits][rows][2] max/sum
       a.done = static_cast<unsigned*>(p.workspace);
       a.done_stride = detail::decode_done_stride(p);

@@ -79,6 +79,10 @@ struct AttentionParams {
   // split-KV grid and attention_workspace_bytes().
   // Tuning: > 0 forces the decode split count (benchmarks); 0 chooses it from the SM count.
   int decode_splits = 0;
+  // Tuning (benchmarks, tests): > 0 forces the cp.async stage count of the decode kernel; 0 takes the
+  // default. 2 always exists; 3 only for the paged form at head_dim 128 in builds that compile it
+  // (the default there, or CMake GA_ATTN_DECODE_VARIANTS=ON); attention_unsupported_reason says so.
+  int decode_stages = 0;
 };
 
 const char* attention_unsupported_reason(const AttentionParams& p);

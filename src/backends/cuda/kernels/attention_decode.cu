@@ -5,7 +5,8 @@
 // takes one chunk of the KV range of one KV head and ALL the (token, query head) rows of that head's
 // GQA group (rows r = t * G + g; more than 16 rows take more row tiles, which re-read the chunk from
 // L2), so each KV byte comes from DRAM once per KV head. The chunk is staged into shared memory with
-// 16-byte cp.async copies, double-buffered, and the 4 warps split each 64-key tile (16 keys each):
+// 16-byte cp.async copies, double-buffered (the paged form at head_dim 128: 3 stages, 2 CTAs per SM,
+// attention_impl.cuh), and the 4 warps split each 64-key tile (16 keys each):
 // every warp keeps its own online-softmax state for the 16 rows, and at the end the 4 states are
 // merged through shared memory. With one split the CTA writes the normalized output; otherwise it
 // writes its partial (output accumulators, max, sum) to the workspace, and the LAST CTA of its
@@ -95,9 +96,11 @@ __device__ __forceinline__ void merge_if_last(const AttnArgs& a, int64_t tok0, i
   }
 }
 
-// 3 CTAs per SM for head_dim <= 128 (registers capped at 170): more cache bytes in flight per SM.
-template <int HD, bool kPaged>
-__global__ void __launch_bounds__(kAttnThreads, HD <= 128 ? 3 : 1) attention_decode_kernel(const AttnArgs a) {
+// 3 CTAs per SM for head_dim <= 128 with 2 stages (registers capped at 170): more cache bytes in
+// flight per SM; 2 CTAs per SM with 3 stages (104 KB of stages each).
+template <int HD, bool kPaged, int kStages>
+__global__ void __launch_bounds__(kAttnThreads, HD <= 128 ? (kStages == 2 ? 3 : 2) : 1)
+    attention_decode_kernel(const AttnArgs a) {
   pdl_wait_prior_grid();  // launched after the previous kernel (pdl.cuh): its outputs are ready from here
   pdl_allow_dependents();  // after the wait: triggering first measured slower (session 3, run 2)
   extern __shared__ __align__(16) unsigned char attn_smem[];
@@ -108,7 +111,7 @@ __global__ void __launch_bounds__(kAttnThreads, HD <= 128 ? 3 : 1) attention_dec
   const int kv_head = static_cast<int>(blockIdx.y);
   const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
   const int g = lane / 4, c = lane % 4;
-  KvPipeline<HD, kPaged> pipe;
+  KvPipeline<HD, kPaged, kStages> pipe;
   int row_tile = 0;
   SeqRun run{};
   unsigned* done_base = a.done;
@@ -253,30 +256,48 @@ __global__ void __launch_bounds__(kAttnThreads, HD <= 128 ? 3 : 1) attention_dec
   }
 }
 
-template <int HD>
-cudaError_t launch_attention_decode(const AttnArgs& a, int row_tiles, cudaStream_t stream) {
-  constexpr size_t smem = attn_smem_bytes<HD>();
+template <int HD, bool kPaged, int kStages>
+cudaError_t launch_decode_kernel(const AttnArgs& a, int row_tiles, cudaStream_t stream) {
+  constexpr size_t smem = attn_smem_bytes<HD, kStages>();
   static_assert(smem >= (kAttnWarps * kMmaRows * (HD + 2)) * sizeof(float), "the warp merge reuses the stages");
   static_assert(smem >= (kMmaRows * (kMaxSplits + 1)) * sizeof(float), "the split merge reuses the stages");
-  const bool paged = a.block_table != nullptr;
-  auto* kernel = paged ? attention_decode_kernel<HD, true> : attention_decode_kernel<HD, false>;
+  auto* kernel = attention_decode_kernel<HD, kPaged, kStages>;
   cudaError_t status = set_attention_smem(kernel, smem);
   if (status != cudaSuccess) return status;
-  const unsigned z = paged ? static_cast<unsigned>(a.n_seqs) * static_cast<unsigned>(a.seq_row_tiles)
-                           : static_cast<unsigned>(row_tiles);
+  const unsigned z = kPaged ? static_cast<unsigned>(a.n_seqs) * static_cast<unsigned>(a.seq_row_tiles)
+                            : static_cast<unsigned>(row_tiles);
   const dim3 grid(static_cast<unsigned>(a.n_splits), static_cast<unsigned>(a.n_head_kv), z);
   return launch_after_prior(kernel, grid, dim3(kAttnThreads), smem, stream, a);
 }
 
-// The paged and contiguous kernels differ only in a few registers of the copy path; the split
-// policy asks the contiguous one, which both occupy the same way (checked by the benchmark's table).
+bool decode_stages_supported(int head_dim, bool paged, int stages) {
+  if (stages == 2) return true;
+  return stages == 3 && paged && head_dim == 128 && kPagedDecode3StagesBuilt;
+}
+
 template <int HD>
-int decode_ctas_per_sm() {
-  constexpr size_t smem = attn_smem_bytes<HD>();
+cudaError_t launch_attention_decode(const AttnArgs& a, int row_tiles, cudaStream_t stream) {
+  const bool paged = a.block_table != nullptr;
+  if (a.decode_stages == 3) {
+    if constexpr (HD == 128 && kPagedDecode3StagesBuilt) {
+      if (paged) return launch_decode_kernel<HD, true, 3>(a, row_tiles, stream);
+    }
+    return cudaErrorNotSupported;  // attention_unsupported_reason refuses it first
+  }
+  return paged ? launch_decode_kernel<HD, true, 2>(a, row_tiles, stream)
+               : launch_decode_kernel<HD, false, 2>(a, row_tiles, stream);
+}
+
+// CTAs of the decode kernel of `stages` stages one SM holds (the occupancy calculator). The paged
+// and contiguous 2-stage kernels differ only in a few registers of the copy path; the split policy
+// asks the contiguous one, which both occupy the same way (checked by the benchmark's table).
+template <int HD, bool kPaged, int kStages>
+int occupancy_of_decode_kernel() {
+  constexpr size_t smem = attn_smem_bytes<HD, kStages>();
   int n = 0;
-  if (set_attention_smem(attention_decode_kernel<HD, false>, smem) != cudaSuccess ||
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, attention_decode_kernel<HD, false>, kAttnThreads, smem) !=
-          cudaSuccess ||
+  if (set_attention_smem(attention_decode_kernel<HD, kPaged, kStages>, smem) != cudaSuccess ||
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, attention_decode_kernel<HD, kPaged, kStages>, kAttnThreads,
+                                                    smem) != cudaSuccess ||
       n < 1) {
     (void)cudaGetLastError();
     return 1;
@@ -284,9 +305,18 @@ int decode_ctas_per_sm() {
   return n;
 }
 
-template int decode_ctas_per_sm<64>();
-template int decode_ctas_per_sm<128>();
-template int decode_ctas_per_sm<256>();
+template <int HD>
+int decode_ctas_per_sm(int stages) {
+  if constexpr (HD == 128 && kPagedDecode3StagesBuilt) {
+    if (stages == 3) return occupancy_of_decode_kernel<HD, true, 3>();
+  }
+  (void)stages;
+  return occupancy_of_decode_kernel<HD, false, 2>();
+}
+
+template int decode_ctas_per_sm<64>(int);
+template int decode_ctas_per_sm<128>(int);
+template int decode_ctas_per_sm<256>(int);
 template cudaError_t launch_attention_decode<64>(const AttnArgs&, int, cudaStream_t);
 template cudaError_t launch_attention_decode<128>(const AttnArgs&, int, cudaStream_t);
 template cudaError_t launch_attention_decode<256>(const AttnArgs&, int, cudaStream_t);

@@ -36,9 +36,9 @@ template <int HD>
 __host__ __device__ constexpr int smem_row_halves() { return HD + 8; }
 
 // Dynamic shared memory of one CTA: K and V stages (the decode merge reuses it, and fits).
-template <int HD>
+template <int HD, int kStages = kAttnStages>
 constexpr size_t attn_smem_bytes() {
-  return size_t{2} * kAttnStages * kAttnTileKeys * smem_row_halves<HD>() * sizeof(__half);
+  return size_t{2} * kStages * kAttnTileKeys * smem_row_halves<HD>() * sizeof(__half);
 }
 
 // What the kernels receive: validated AttentionParams with the group size spelled out.
@@ -73,6 +73,7 @@ struct AttnArgs {
   int ws_q_per_seq;             // decode: workspace rows of run s start at s * ws_q_per_seq (tokens)
   int64_t ws_rows_total;        // decode: workspace rows per split (n_head per token)
   int prefill_min_q;            // prefill: runs of <= this many tokens belong to the decode launch
+  int decode_stages;            // decode: cp.async stages of the decode kernel (2, or 3: attention_impl.cuh)
 };
 
 // One run of query tokens of the paged form (or the single sequence of the contiguous form): tokens
@@ -260,15 +261,20 @@ __device__ __forceinline__ void stage_kv_tile_paged(__half* sk, __half* sv, cons
 }
 
 // The K/V copy pipeline of one CTA over keys [first, valid_end) of one KV head, tile i holding keys
-// first + i * kAttnTileKeys onwards, double-buffered in `smem` ([K stages][V stages] of
+// first + i * kAttnTileKeys onwards, in kStages shared-memory stages (`smem`: [K stages][V stages] of
 // [kAttnTileKeys][smem_row_halves]). The loop of a kernel reads
 //   pipe.start(n_tiles);  (load q)  for i: { pipe.issue_next(i, n_tiles); __syncthreads(); compute
 //   tile i from pipe.k_stage(i) / v_stage(i); pipe.map_ahead(i, n_tiles); __syncthreads(); }
-// Contiguous form: key position = cache row. Paged form: rows through the block table, the slots of
-// tile i + 2 fetched while tile i is computed and published before the barrier that ends it (the
-// row list of tile i + 2 reuses the one of tile i, whose copies were issued an iteration earlier).
-template <int HD, bool kPaged>
+// While tile i is computed, tiles i + 1 .. i + kStages - 1 are in flight: 2 stages (double
+// buffering, 3 CTAs of hd 128 per SM) or 3 (2 CTAs per SM, the same bytes in flight per SM but each
+// CTA's first tiles and its tail overlap more; the paged decode's variant, attention_impl.cuh).
+// Contiguous form: key position = cache row. Paged form: rows through the block table; the slots of
+// tile i + kStages are fetched while tile i is computed and published before the barrier that ends
+// it, into one of two row lists (list j % 2 holds tile j: the list of tile i + kStages was last read
+// when tile i + kStages - 2 was issued, an iteration or more earlier).
+template <int HD, bool kPaged, int kStages = kAttnStages>
 struct KvPipeline {
+  static_assert(kStages == 2 || kStages == 3, "two row lists serve up to 3 stages");
   static constexpr int kTileHalves = kAttnTileKeys * smem_row_halves<HD>();
   __half* smem;
   const __half* k_head;
@@ -278,12 +284,10 @@ struct KvPipeline {
   int block_size, max_block;     // paged only: positions per block, the largest valid block id
   const int32_t* table;          // paged only
   int32_t* rows;                 // paged only: shared [2][kAttnTileKeys]
-  PagedKeyMap ahead;             // paged only: the map of tile i + 2 in flight
+  PagedKeyMap ahead;             // paged only: the map of tile i + kStages in flight
 
-  __device__ __forceinline__ __half* k_stage(int i) const { return smem + (i % kAttnStages) * kTileHalves; }
-  __device__ __forceinline__ __half* v_stage(int i) const {
-    return smem + (kAttnStages + i % kAttnStages) * kTileHalves;
-  }
+  __device__ __forceinline__ __half* k_stage(int i) const { return smem + (i % kStages) * kTileHalves; }
+  __device__ __forceinline__ __half* v_stage(int i) const { return smem + (kStages + i % kStages) * kTileHalves; }
   __device__ __forceinline__ int64_t tile_start(int i) const { return first + int64_t{i} * kAttnTileKeys; }
 
   __device__ __forceinline__ void stage(int i) {
@@ -295,7 +299,8 @@ struct KvPipeline {
     cp_async_commit();
   }
 
-  // Maps tiles 0 and 1 (paged) and issues the copies of tile 0.
+  // Maps tiles 0 and 1 (paged) and issues the copies of tiles 0 .. kStages - 2 (3 stages: maps tile 2
+  // into list 0 once tile 0's copies are issued).
   __device__ __forceinline__ void start(int n_tiles) {
     if constexpr (kPaged) {
       PagedKeyMap m0, m1;
@@ -305,23 +310,46 @@ struct KvPipeline {
       m1.publish(block_size, max_block, rows + kAttnTileKeys);
       __syncthreads();
     }
-    (void)n_tiles;
     stage(0);
-  }
-  // Issues tile i + 1 and waits for tile i (the caller's barrier then publishes it); paged: fetches
-  // the slots of tile i + 2.
-  __device__ __forceinline__ void issue_next(int i, int n_tiles) {
-    if (i + 1 < n_tiles) {
-      stage(i + 1);
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
+    (void)n_tiles;
+    if constexpr (kStages == 3) {
+      if (n_tiles > 1) {
+        stage(1);
+      } else {
+        cp_async_commit();  // an empty group: issue_next waits on group counts
+      }
+      if constexpr (kPaged) {
+        PagedKeyMap m2;
+        m2.fetch(block_size, table, tile_start(2), valid_end);
+        __syncthreads();  // every thread has read list 0 (tile 0's copies)
+        m2.publish(block_size, max_block, rows);
+        __syncthreads();  // issue_next(0) copies tile 2 through list 0
+      }
     }
-    if constexpr (kPaged) ahead.fetch(block_size, table, tile_start(i + 2), valid_end);
+  }
+  // Issues tile i + kStages - 1 and waits for tile i (the caller's barrier then publishes it); paged:
+  // fetches the slots of tile i + kStages.
+  __device__ __forceinline__ void issue_next(int i, int n_tiles) {
+    if constexpr (kStages == 2) {
+      if (i + 1 < n_tiles) {
+        stage(i + 1);
+        cp_async_wait<1>();
+      } else {
+        cp_async_wait<0>();
+      }
+    } else {
+      if (i + kStages - 1 < n_tiles) {
+        stage(i + kStages - 1);
+      } else {
+        cp_async_commit();  // empty: keeps "tile i done" = all but the newest kStages - 1 groups
+      }
+      cp_async_wait<kStages - 1>();
+    }
+    if constexpr (kPaged) ahead.fetch(block_size, table, tile_start(i + kStages), valid_end);
   }
   __device__ __forceinline__ void map_ahead(int i, int n_tiles) {
     if constexpr (kPaged) {
-      if (i + 2 < n_tiles) ahead.publish(block_size, max_block, rows + (i % 2) * kAttnTileKeys);
+      if (i + kStages < n_tiles) ahead.publish(block_size, max_block, rows + ((i + kStages) % 2) * kAttnTileKeys);
     }
   }
 };

@@ -24,6 +24,19 @@ inline constexpr int64_t kMinKeysPerSplit = 128;  // below this, another split c
 inline constexpr int kSplitKeyGranule = 16;       // chunks are whole warp slices (kAttnTileKeys / kAttnWarps)
 inline constexpr int kMaxSplits = 256;
 
+// cp.async stages of the paged decode kernel at head_dim 128 when AttentionParams::decode_stages is
+// 0: 3 (2 CTAs per SM, two tiles in flight per CTA) beat 2 (3 CTAs per SM, one tile in flight) at
+// every batch of the H200 sweep (docs/results/2026-11-22-h200-paged-attention.md, "Session 2"):
+// b16 83.8 -> 80.6 us, b32 151.9 -> 143.7 us, b64 303.5 -> 276.0 us, b1 15.7 -> 15.2 us. Every other
+// (head_dim, form) uses 2 stages (not measured with 3). The 3-stage kernel is compiled only when it
+// is the default or the build asks for the benchmark variants (GA_ATTN_DECODE_VARIANTS).
+inline constexpr int kPagedDecodeStagesHd128 = 3;
+#if defined(GA_ATTN_DECODE_VARIANTS)
+inline constexpr bool kPagedDecode3StagesBuilt = true;
+#else
+inline constexpr bool kPagedDecode3StagesBuilt = kPagedDecodeStagesHd128 == 3;
+#endif
+
 inline bool attention_is_paged(const AttentionParams& p) { return p.block_table != nullptr; }
 
 // Which launches a call needs. Contiguous: one, by n_tokens. Paged: the decode kernel unless every
@@ -38,6 +51,14 @@ inline bool attention_uses_prefill(const AttentionParams& p) {
 }
 // Paged decode: query tokens per run the decode kernel takes (and its workspace rows per run).
 inline int paged_decode_q(const AttentionParams& p) { return std::min(p.max_seq_tokens, kDecodeMaxTokens); }
+
+// The decode kernel's stage count for p: p.decode_stages, or the default above.
+inline int decode_stages(const AttentionParams& p) {
+  if (p.decode_stages > 0) return p.decode_stages;
+  return p.block_table != nullptr && p.head_dim == 128 ? kPagedDecodeStagesHd128 : 2;
+}
+// Whether a decode kernel of `stages` stages exists for (head_dim, form) in this build (attention_decode.cu).
+bool decode_stages_supported(int head_dim, bool paged, int stages);
 
 // Row tiles of 16 per decode CTA column: of the whole call (contiguous) or of one run (paged).
 inline int decode_row_tiles(const AttentionParams& p) {
@@ -56,8 +77,11 @@ inline int decode_row_tiles(const AttentionParams& p) {
 // about two CTAs per SM of the three that fit beat a full wave (b16: 2 splits 79% of copy, 3 splits
 // 76%) and splits under 256 keys cost more than they bring (b1: 16 splits 16.3 us, 32 splits 18.9 us);
 // with a full wave of columns already (64 runs x 8 KV heads = 512 CTAs) the count of 1..4 that
-// wastes least of the last wave wins (b64: 1 split 76%, 2-4 splits 87%).
-inline int decode_splits_for(int64_t ctas_per_split, int64_t kv_len_bound, int resident_ctas, int forced, bool paged) {
+// wastes least of the last wave wins (b64: 1 split 76%, 2-4 splits 87%). The 3-stage paged kernel
+// (2 CTAs per SM) fills its resident slots instead: the same two CTAs per SM; its sweep (session 2)
+// has the policy's count as the best forced count at b1 (16), b16 (2), b32 (1) and b64 (1).
+inline int decode_splits_for(int64_t ctas_per_split, int64_t kv_len_bound, int resident_ctas, int forced, bool paged,
+                             int stages) {
   const int64_t min_keys = paged ? 2 * kMinKeysPerSplit : kMinKeysPerSplit;
   const int64_t useful = (kv_len_bound + min_keys - 1) / min_keys;
   int64_t want = resident_ctas / ctas_per_split;
@@ -72,7 +96,7 @@ inline int decode_splits_for(int64_t ctas_per_split, int64_t kv_len_bound, int r
         best_waves = waves;
       }
     }
-  } else if (paged) {
+  } else if (paged && stages == 2) {
     want = 2 * int64_t{resident_ctas} / (3 * ctas_per_split);
   }
   return static_cast<int>(std::clamp<int64_t>(std::min(want, useful), 1, kMaxSplits));
@@ -81,7 +105,7 @@ inline int decode_splits(const AttentionParams& p, int64_t kv_len_bound, int res
   const bool paged = attention_is_paged(p);
   const int64_t seqs = paged ? p.n_seqs : 1;
   return decode_splits_for(seqs * p.n_head_kv * decode_row_tiles(p), kv_len_bound, resident_ctas, p.decode_splits,
-                           paged);
+                           paged, decode_stages(p));
 }
 
 // The split-KV workspace starts with the completion counters of the fused merge (one per KV head and
@@ -118,7 +142,8 @@ inline size_t paged_partial_bound(const AttentionParams& p, int64_t kv_len_bound
   for (int n = 1; n <= p.n_seqs; ++n) {
     for (int tiles = 1; tiles <= decode_row_tiles(p); ++tiles) {
       const int splits =
-          decode_splits_for(int64_t{n} * p.n_head_kv * tiles, kv_len_bound, resident_ctas, p.decode_splits, true);
+          decode_splits_for(int64_t{n} * p.n_head_kv * tiles, kv_len_bound, resident_ctas, p.decode_splits, true,
+                            decode_stages(p));
       most = std::max(most, paged_partial_bytes(p, n, splits));
     }
   }
@@ -158,14 +183,14 @@ template <int HD>
 cudaError_t launch_attention_decode(const AttnArgs& a, int row_tiles, cudaStream_t stream);
 template <int HD>
 cudaError_t launch_attention_prefill(const AttnArgs& a, cudaStream_t stream);
-// Decode CTAs one SM holds at once (the occupancy calculator; 1 if it fails).
+// Decode CTAs (of the `stages`-stage kernel) one SM holds at once (the occupancy calculator; 1 if it fails).
 template <int HD>
-int decode_ctas_per_sm();
+int decode_ctas_per_sm(int stages);
 
 #define GA_ATTN_EXTERN(HD)                                                                   \
   extern template cudaError_t launch_attention_decode<HD>(const AttnArgs&, int, cudaStream_t); \
   extern template cudaError_t launch_attention_prefill<HD>(const AttnArgs&, cudaStream_t);   \
-  extern template int decode_ctas_per_sm<HD>();
+  extern template int decode_ctas_per_sm<HD>(int);
 GA_ATTN_EXTERN(64)
 GA_ATTN_EXTERN(128)
 GA_ATTN_EXTERN(256)
