@@ -14,7 +14,8 @@
 // pipeline stages; gemv_impl.cuh) for a few types, each checked against the default kernel's output
 // on the same weights, so the defaults can be chosen from measurements.
 //
-// Usage: ga_bench_gemv [n_tokens] [--sweep]   (default 1; 2..8 times the small-batch variant)
+// Usage: ga_bench_gemv [n_tokens] [--sweep] [--type Q8_0 ...]   (n_tokens default 1; 2..8 times the
+// small-batch variant; --type, repeatable, times only the named weight types)
 #include <cublas_v2.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -165,9 +166,12 @@ double max_rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
 int main(int argc, char** argv) try {
   int n_tokens = 1;
   bool sweep = false;
+  std::vector<std::string> only_types;  // --type NAME (repeatable): time only these weight types
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--sweep") == 0) {
       sweep = true;
+    } else if (std::strcmp(argv[i], "--type") == 0 && i + 1 < argc) {
+      only_types.emplace_back(argv[++i]);
     } else {
       n_tokens = std::atoi(argv[i]);
     }
@@ -205,6 +209,10 @@ int main(int argc, char** argv) try {
     fill_activations<<<256, 256, 0, stream.get()>>>(x.as<float>(), xh.as<__half>(), x_elems);
     GA_CUDA_CHECK_LAUNCH();
     for (DType type : types) {
+      if (!only_types.empty() &&
+          std::find(only_types.begin(), only_types.end(), std::string(dtype_name(type))) == only_types.end()) {
+        continue;
+      }
       const uint64_t w_bytes = row_bytes(type, static_cast<uint64_t>(s.cols)) * static_cast<uint64_t>(s.rows);
       const int n_buf = static_cast<int>(std::clamp<uint64_t>((4 * dev.l2_bytes + w_bytes - 1) / w_bytes, 2, 32));
       std::vector<DeviceBuffer> weights;

@@ -327,6 +327,9 @@ TEST(CudaGemv, SplitRowsMatchCpuReference) {
     }
     run_gemv_case(alloc, parity, type, {21, 22528, 0, 1, true}, rng);
     run_gemv_case(alloc, parity, type, {9, 22528, 32, 3, true}, rng);
+    // the widest int8-eligible Q8_0 rows: each warp walks two chunk groups per tile, several tiles per CTA
+    run_gemv_case(alloc, parity, type, {4099, 8192, 0, 1, true}, rng);
+    run_gemv_case(alloc, parity, type, {37, 8192, 16, 2, true}, rng);
     run_gemv_case(alloc, parity, type, {5, 2848, 0, 1, true}, rng);  // 89 blocks: refused (SKIPPED line)
   }
   parity.finish();

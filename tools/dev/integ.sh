@@ -41,7 +41,7 @@ if [[ $stage == ttft ]]; then  # time to first token at 1 client, repeated, and 
   finish 0
 fi
 
-if [[ $stage == tests ]]; then
+if [[ $stage == tests || $stage == all ]]; then
   for t in $B/bin/test_cuda_*; do
     n=$(basename $t)
     timeout 240 $t --gtest_brief=1 > /tmp/$n.log 2>&1
@@ -54,7 +54,7 @@ if [[ $stage == tests ]]; then
   note "memcheck run rc=$? $(grep 'ERROR SUMMARY' "$OUT/memcheck.log")"
   compute-sanitizer --tool memcheck $B/bin/test_cuda_batch_forward --gtest_filter='*Stories*' > "$OUT/memcheck_batch.log" 2>&1
   note "memcheck batch forward rc=$? $(grep 'ERROR SUMMARY' "$OUT/memcheck_batch.log")"
-  finish 0
+  [[ $stage == all ]] || finish 0
 fi
 
 # ---- bench: random-weight models of the ANCHORS shapes ----

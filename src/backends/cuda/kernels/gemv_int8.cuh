@@ -249,11 +249,14 @@ bool gemv_int8_eligible(const GemvArgs& a) {
 }
 
 // Quantizes one block of 32 activations into its 64 bytes of qx and its (d_x, sum) pair.
+// kReadOnlyX: read x with __ldg (ld.global.nc), only from kernels launched in stream order (not through
+// launch_after_prior, pdl.cuh), for which no kernel writes x during their lifetime (gemv_split.cuh).
+template <bool kReadOnlyX = false>
 __device__ __forceinline__ void gemv_quantize_x_block(const float* src, int8_t* qx, float2* ds) {
   float v[32];
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
-    const float4 f = load_activations_4(src + 4 * i);
+    const float4 f = kReadOnlyX ? __ldg(reinterpret_cast<const float4*>(src + 4 * i)) : load_activations_4(src + 4 * i);
     v[4 * i] = f.x;
     v[4 * i + 1] = f.y;
     v[4 * i + 2] = f.z;

@@ -17,7 +17,18 @@
 // int8 path). With x rounded to two int8 digits per block of 32 (gemv_int8.cuh's scheme and
 // numerics: gemv_uses_int8_activations is true for it), a chunk of 16 codes is 8 DP4A against x
 // words read from shared memory, no code conversion at all. x is quantized once per CTA (persistent
-// grid over tiles of kSplitInt8Rows rows), the first tile's loads in flight meanwhile.
+// grid over tiles of kSplitInt8Rows rows), the first tile's loads in flight meanwhile. For one token
+// each warp issues its next chunk group (of this tile, else of its next tile) before the DP4A of the
+// current one, so two groups per warp are in flight (112 registers, 4 CTAs per SM).
+//
+// Launch: unlike the other GEMVs, these two kernels are launched in stream order, NOT with programmatic
+// dependent launch (pdl.cuh), and read x with __ldg. Measured on the H200 (session 4 of
+// docs/results/2026-11-22-h200-gemv-session2.md), 7B Q8_0 tg128: PDL + coherent x loads 268 tok/s, stream
+// order + __ldg 313, PDL + coherent loads + the prefetch above 312, stream order + __ldg + prefetch 315 (this
+// code); capping the PDL grid at 4 CTAs per SM 255. An early-launched persistent grid of 4-5 CTAs per SM
+// (57 K of 64 K registers) waits inside the SMs that the kernel before it still needs. Launched in order,
+// no kernel writes x while these run (a later kernel launched early waits for this grid before it writes),
+// so ld.global.nc is valid here. They still call pdl_allow_dependents() so the next kernel launches early.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -96,7 +107,6 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_split_kernel(const GemvA
         }
       }
     }
-    if (g0 == int64_t{32} * U * warp) pdl_wait_prior_grid();  // the first weights fly before x is ready
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int64_t idx = g0 + 32 * u + lane;
@@ -109,7 +119,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_split_kernel(const GemvA
         float x_sum = 0.0f;
 #pragma unroll
         for (int r = 0; r < kW / 4; ++r) {
-          const float4 v = load_activations_4(xc + 4 * r);
+          const float4 v = __ldg(reinterpret_cast<const float4*>(xc + 4 * r));  // launched in order: read-only
           xv[4 * r] = v.x;
           xv[4 * r + 1] = v.y;
           xv[4 * r + 2] = v.z;
@@ -183,6 +193,9 @@ __device__ __forceinline__ void split_int8_load(const GemvArgs& a, int64_t row0,
 
 template <int NT>
 __global__ void __launch_bounds__(kGemvWarps * 32) gemv_split_int8_kernel(const GemvArgs a, int64_t n_tiles) {
+  // one token: the next group's loads leave before this group's DP4A (two groups in flight per warp,
+  // 112 registers, 4 CTAs per SM); several tokens keep one group (acc[R][NT] needs the registers)
+  constexpr bool kPrefetch = NT == 1;
   constexpr int R = kSplitInt8Rows;
   constexpr int U = kSplitInt8Unroll;
   extern __shared__ uint4 gemv_dynamic_smem[];
@@ -200,10 +213,9 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_split_int8_kernel(const 
   float d[R][U];
   const int64_t g_first = int64_t{32} * U * warp;
   if (blockIdx.x < n_tiles) split_int8_load<R, U>(a, blockIdx.x * int64_t{R}, g_first, n_chunks, scales, lane, c, d);
-  pdl_wait_prior_grid();  // the first tile's weights fly before x is ready (pdl.cuh)
   for (int64_t i = threadIdx.x; i < a.n_tokens * nb; i += kGemvWarps * 32) {
     const int64_t t = i / nb;
-    gemv_quantize_x_block(a.x + t * a.ldx + 32 * (i - t * nb), qx + i * kXBlockBytes, ds + i);
+    gemv_quantize_x_block<true>(a.x + t * a.ldx + 32 * (i - t * nb), qx + i * kXBlockBytes, ds + i);
   }
   __syncthreads();
 
@@ -216,7 +228,37 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_split_int8_kernel(const 
       for (int t = 0; t < NT; ++t) acc[i][t] = 0.0f;
     }
     for (int64_t g0 = g_first; g0 < n_chunks; g0 += int64_t{32} * U * kGemvWarps) {
-      if (g0 != g_first) split_int8_load<R, U>(a, row0, g0, n_chunks, scales, lane, c, d);
+      uint4 cur[R][U];
+      float dcur[R][U];
+      if constexpr (kPrefetch) {
+        // c holds group (tile, g0); issue this warp's next group (of this tile, else the next tile's
+        // first) before computing, so two groups per warp are in flight
+#pragma unroll
+        for (int i = 0; i < R; ++i) {
+#pragma unroll
+          for (int u = 0; u < U; ++u) {
+            cur[i][u] = c[i][u];
+            dcur[i][u] = d[i][u];
+          }
+        }
+        int64_t next_g = g0 + int64_t{32} * U * kGemvWarps;
+        int64_t next_tile = tile;
+        if (next_g >= n_chunks) {
+          next_g = g_first;
+          next_tile += gridDim.x;
+        }
+        if (next_tile < n_tiles) split_int8_load<R, U>(a, next_tile * R, next_g, n_chunks, scales, lane, c, d);
+      } else {
+        if (g0 != g_first) split_int8_load<R, U>(a, row0, g0, n_chunks, scales, lane, c, d);
+#pragma unroll
+        for (int i = 0; i < R; ++i) {
+#pragma unroll
+          for (int u = 0; u < U; ++u) {
+            cur[i][u] = c[i][u];
+            dcur[i][u] = d[i][u];
+          }
+        }
+      }
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         const int64_t idx = g0 + 32 * u + lane;
@@ -232,8 +274,8 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_split_int8_kernel(const 
           const float dx = ds[t * nb + b].x;
 #pragma unroll
           for (int i = 0; i < R; ++i) {
-            const int w0 = static_cast<int>(c[i][u].x), w1 = static_cast<int>(c[i][u].y);
-            const int w2 = static_cast<int>(c[i][u].z), w3 = static_cast<int>(c[i][u].w);
+            const int w0 = static_cast<int>(cur[i][u].x), w1 = static_cast<int>(cur[i][u].y);
+            const int w2 = static_cast<int>(cur[i][u].z), w3 = static_cast<int>(cur[i][u].w);
             int dot1 = __dp4a(w0, static_cast<int>(x1.x), 0);
             dot1 = __dp4a(w1, static_cast<int>(x1.y), dot1);
             dot1 = __dp4a(w2, static_cast<int>(x1.z), dot1);
@@ -244,7 +286,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_split_int8_kernel(const 
             dot2 = __dp4a(w3, static_cast<int>(x2.w), dot2);
             // |dot| <= 16 * 128 * 127 < 2^22: exact as float either way
             const float dot = fmaf(small_int_to_float(dot2), 1.0f / kResidualSteps, small_int_to_float(dot1));
-            acc[i][t] = fmaf(d[i][u], dx * dot, acc[i][t]);
+            acc[i][t] = fmaf(dcur[i][u], dx * dot, acc[i][t]);
           }
         }
       }
@@ -252,7 +294,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_split_int8_kernel(const 
     gemv_reduce_store<R, NT>(a, row0, acc, partial);
     __syncthreads();  // partial is rewritten by the next tile
     const int64_t next = tile + gridDim.x;
-    if (next < n_tiles) split_int8_load<R, U>(a, next * R, g_first, n_chunks, scales, lane, c, d);
+    if (!kPrefetch && next < n_tiles) split_int8_load<R, U>(a, next * R, g_first, n_chunks, scales, lane, c, d);
   }
 }
 
@@ -268,8 +310,10 @@ cudaError_t launch_gemv_split_int8(const GemvArgs& a, cudaStream_t stream) {
   if (status != cudaSuccess) return status;
   const int64_t resident = int64_t{sms} * (per_sm < 1 ? 1 : per_sm);
   const int64_t grid = n_tiles < resident ? n_tiles : resident;
-  return launch_after_prior(gemv_split_int8_kernel<NT>, dim3(static_cast<unsigned>(grid)), dim3(kGemvWarps * 32),
-                            static_cast<size_t>(smem), stream, a, n_tiles);
+  // a plain launch, not launch_after_prior(): see the file comment
+  gemv_split_int8_kernel<NT><<<dim3(static_cast<unsigned>(grid)), dim3(kGemvWarps * 32), static_cast<size_t>(smem),
+                               stream>>>(a, n_tiles);
+  return cudaGetLastError();
 }
 
 template <class D, int NT>
@@ -280,8 +324,8 @@ cudaError_t launch_gemv_split(const GemvArgs& a, cudaStream_t stream) {
   constexpr int R = SplitConfig<NT>::kRows;
   const int64_t blocks = (a.rows + R - 1) / R;
   if (blocks > 0x7fffffff) return cudaErrorInvalidValue;
-  return launch_after_prior(gemv_split_kernel<D, NT>, dim3(static_cast<unsigned>(blocks)), dim3(kGemvWarps * 32), 0,
-                            stream, a);
+  gemv_split_kernel<D, NT><<<dim3(static_cast<unsigned>(blocks)), dim3(kGemvWarps * 32), 0, stream>>>(a);
+  return cudaGetLastError();
 }
 
 }  // namespace ga::cuda::detail
