@@ -39,7 +39,7 @@ struct ServeArgs {
   int32_t max_batch = 16;
   int64_t n_ctx = 0;
   int32_t threads = 0;
-  std::string device = "cpu";
+  std::string device = "auto";  // the GPU when one can run the model, as users of vLLM expect
   int32_t max_queue = 256;
   int64_t kv_blocks = 0;
   int32_t http_threads = 64;
