@@ -54,6 +54,25 @@ struct Ceilings {
   std::string bandwidth_method, flops_method;
 };
 
+// The timed regions every device shares, so pp and tg mean the same thing on each:
+// one eval of the whole prompt; and n_steps single-token evals after an untimed eval of the prompt,
+// each feeding back the argmax of the previous logits.
+double time_prompt_eval(Session& session, const std::vector<int32_t>& prompt) {
+  const auto t0 = Clock::now();
+  session.eval(prompt);
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+double time_greedy_steps(Session& session, const std::vector<int32_t>& prompt, int64_t n_steps) {
+  std::vector<float> logits = session.eval(prompt);
+  const auto t0 = Clock::now();
+  for (int64_t i = 0; i < n_steps; ++i) {
+    const int32_t next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    logits = session.eval(std::span<const int32_t>(&next, 1));
+  }
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
 // One device's timing path. Times are seconds of the measured region only.
 class BenchDevice {
  public:
@@ -87,20 +106,12 @@ class CpuBenchDevice : public BenchDevice {
 
   double time_prefill(const LoadedModel& model, const std::vector<int32_t>& prompt) override {
     Session session(model, options(static_cast<int64_t>(prompt.size())));
-    const auto t0 = Clock::now();
-    session.eval(prompt);
-    return std::chrono::duration<double>(Clock::now() - t0).count();
+    return time_prompt_eval(session, prompt);
   }
 
   double time_decode(const LoadedModel& model, const std::vector<int32_t>& prompt, int64_t n_steps) override {
     Session session(model, options(static_cast<int64_t>(prompt.size()) + n_steps));
-    std::vector<float> logits = session.eval(prompt);
-    const auto t0 = Clock::now();
-    for (int64_t i = 0; i < n_steps; ++i) {
-      const int32_t next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-      logits = session.eval(std::span<const int32_t>(&next, 1));
-    }
-    return std::chrono::duration<double>(Clock::now() - t0).count();
+    return time_greedy_steps(session, prompt, n_steps);
   }
 
  private:
@@ -140,21 +151,13 @@ class CudaBenchDevice : public BenchDevice {
   double time_prefill(const LoadedModel& model, const std::vector<int32_t>& prompt) override {
     Session& session = session_for(model, static_cast<int64_t>(prompt.size()));
     session.reset();
-    const auto t0 = Clock::now();
-    session.eval(prompt);
-    return std::chrono::duration<double>(Clock::now() - t0).count();
+    return time_prompt_eval(session, prompt);
   }
 
   double time_decode(const LoadedModel& model, const std::vector<int32_t>& prompt, int64_t n_steps) override {
     Session& session = session_for(model, static_cast<int64_t>(prompt.size()) + n_steps);
     session.reset();
-    std::vector<float> logits = session.eval(prompt);
-    const auto t0 = Clock::now();
-    for (int64_t i = 0; i < n_steps; ++i) {
-      const int32_t next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-      logits = session.eval(std::span<const int32_t>(&next, 1));
-    }
-    return std::chrono::duration<double>(Clock::now() - t0).count();
+    return time_greedy_steps(session, prompt, n_steps);
   }
 
   void release_model() override {

@@ -9,9 +9,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 
 #include "gpu_accel/error.h"
+#include "runtime/engine/raw_logprobs.h"
 
 namespace ga {
 
@@ -24,23 +24,14 @@ float logprob_of(float raw_logit, double lse) {
   return static_cast<float>(static_cast<double>(raw_logit) - lse);
 }
 
-// The Scheduler's figures from a whole row (fill_logprobs): log_sum_exp and a partial sort.
+// The Scheduler's figures from a whole row (fill_logprobs, raw_logprobs.h).
 void logprobs_from_row(std::span<const float> row, int32_t top_n, GpuSampleResult& r) {
-  float mx = -std::numeric_limits<float>::infinity();
-  for (const float l : row) mx = std::max(mx, l);
-  double sum = 0;
-  for (const float l : row) sum += std::exp(static_cast<double>(l) - mx);
-  const double lse = static_cast<double>(mx) + std::log(sum);
+  const double lse = engine::raw_log_sum_exp(row);
   r.logprob = logprob_of(row[static_cast<size_t>(r.token)], lse);
-  const size_t k = std::min(static_cast<size_t>(top_n), row.size());
-  if (k == 0) return;
-  std::vector<int32_t> ids(row.size());
-  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i);
-  std::partial_sort(ids.begin(), ids.begin() + static_cast<ptrdiff_t>(k), ids.end(), [&row](int32_t a, int32_t b) {
-    const float la = row[static_cast<size_t>(a)], lb = row[static_cast<size_t>(b)];
-    return la != lb ? la > lb : a < b;
-  });
-  for (size_t i = 0; i < k; ++i) r.top.emplace_back(ids[i], logprob_of(row[static_cast<size_t>(ids[i])], lse));
+  if (top_n <= 0) return;
+  for (const int32_t id : engine::top_logit_ids(row, static_cast<size_t>(top_n))) {
+    r.top.emplace_back(id, logprob_of(row[static_cast<size_t>(id)], lse));
+  }
 }
 
 }  // namespace

@@ -43,7 +43,6 @@
 #include <cmath>
 #include <condition_variable>
 #include <deque>
-#include <limits>
 #include <mutex>
 #include <thread>
 #include <unordered_set>
@@ -55,6 +54,7 @@
 #include "runtime/engine/batch_backend.h"
 #include "runtime/engine/generate_stream.h"
 #include "runtime/engine/kv_cache.h"
+#include "runtime/engine/raw_logprobs.h"
 
 namespace ga {
 namespace {
@@ -113,14 +113,6 @@ struct RateSample {
   uint64_t generated_tokens;
 };
 
-// log-softmax normaliser of raw logits: log(sum(exp(logits))), in double.
-double log_sum_exp(std::span<const float> logits) {
-  float mx = -std::numeric_limits<float>::infinity();
-  for (const float l : logits) mx = std::max(mx, l);
-  double sum = 0;
-  for (const float l : logits) sum += std::exp(static_cast<double>(l) - mx);
-  return static_cast<double>(mx) + std::log(sum);
-}
 
 }  // namespace
 
@@ -680,7 +672,7 @@ void Scheduler::Impl::emit_token(Sequence& s) {
 void Scheduler::Impl::fill_logprobs(Sequence& s, std::span<const float> row) const {
   // OpenAI reports the model's distribution: log-softmax of the raw logits, before penalties,
   // temperature and filters.
-  const double lse = log_sum_exp(row);
+  const double lse = engine::raw_log_sum_exp(row);
   const auto entry = [&](int32_t token) {
     TokenLogprob lp;
     lp.token = token;
@@ -690,15 +682,10 @@ void Scheduler::Impl::fill_logprobs(Sequence& s, std::span<const float> row) con
   };
   s.chosen_logprob = entry(s.chosen);
   s.top_logprobs.clear();
-  const size_t k = std::min(static_cast<size_t>(s.req.top_logprobs), row.size());
-  if (k == 0) return;
-  std::vector<int32_t> ids(row.size());
-  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i);
-  std::partial_sort(ids.begin(), ids.begin() + static_cast<ptrdiff_t>(k), ids.end(), [&row](int32_t a, int32_t b) {
-    const float la = row[static_cast<size_t>(a)], lb = row[static_cast<size_t>(b)];
-    return la != lb ? la > lb : a < b;
-  });
-  for (size_t i = 0; i < k; ++i) s.top_logprobs.push_back(entry(ids[i]));
+  if (s.req.top_logprobs <= 0) return;
+  for (const int32_t id : engine::top_logit_ids(row, static_cast<size_t>(s.req.top_logprobs))) {
+    s.top_logprobs.push_back(entry(id));
+  }
 }
 
 // Hands an event to the client. False (and the request finished) when it cancels or throws.
