@@ -28,6 +28,7 @@
 #include "backends/cuda/allocator.h"
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/device_info.h"
+#include "backends/cuda/kernels/gemv.h"
 
 namespace ga::test::cuda {
 
@@ -178,5 +179,35 @@ class Parity {
   size_t failures_ = 0;
   std::set<std::string> skip_reasons_;
 };
+
+// The bytes of x [n_tokens][cols] (ld ldx) rounded as gemv.h's gemv_x_int8_bytes() describes, on the CPU
+// (IEEE float steps as kernels/x_int8.cuh, no contraction; the block's sum in index order): [t][b] 32 int8 q1, 32 int8 q2, then
+// [t][b] (d_x, sum) as two floats.
+inline std::vector<uint8_t> reference_x_int8(const std::vector<float>& x, int64_t ldx, int64_t cols, int n_tokens) {
+  const int64_t nb = cols / 32;
+  std::vector<uint8_t> out(static_cast<size_t>(::ga::cuda::gemv_x_int8_bytes(cols, n_tokens)));
+  uint8_t* const ds = out.data() + static_cast<size_t>(n_tokens * nb * 64);
+  for (int t = 0; t < n_tokens; ++t) {
+    for (int64_t b = 0; b < nb; ++b) {
+      const float* xb = x.data() + t * ldx + 32 * b;
+      float amax = 0.0f, sum = 0.0f;
+      for (int k = 0; k < 32; ++k) {
+        amax = std::max(amax, std::fabs(xb[k]));
+        sum += xb[k];
+      }
+      const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+      uint8_t* const q = out.data() + static_cast<size_t>((t * nb + b) * 64);
+      for (int k = 0; k < 32; ++k) {
+        const float scaled = xb[k] * inv;
+        const float q1 = std::nearbyint(scaled);
+        q[k] = static_cast<uint8_t>(static_cast<int8_t>(q1));
+        q[32 + k] = static_cast<uint8_t>(static_cast<int8_t>(std::nearbyint((scaled - q1) * 254.0f)));
+      }
+      const float pair[2] = {amax / 127.0f, sum};
+      std::memcpy(ds + static_cast<size_t>((t * nb + b) * 8), pair, 8);
+    }
+  }
+  return out;
+}
 
 }  // namespace ga::test::cuda

@@ -18,11 +18,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "backends/cuda/cuda_forward.h"
 #include "common/test_data.h"
 #include "cuda/cuda_harness.h"
 #include "gpu_accel/error.h"
@@ -147,6 +149,49 @@ TEST(CudaForward, Stories260KGreedyMatchesLlama2c) {
     }
     EXPECT_EQ(got, want);
   }
+}
+
+// Where the int8 GEMV's x is rounded (cuda_forward.h, Int8Activations: in every GEMV CTA, once by SwiGLU for
+// the down projection, and also by a pre-pass for the output projection) changes which kernels run, not the
+// rounding (x_int8.cuh): every mode must match the CPU session, and their logits must be bit-identical (the
+// Q8_0 fixture's 256-wide split rows take the int8 kernel in every mode, so nothing else differs).
+TEST(CudaForward, Int8ActivationModesAgreeBitForBit) {
+  GA_REQUIRE_CUDA_DEVICE();
+  const ga::LoadedModel model = ga::load_gguf_model(ga::test::shared_path("fixtures/quant/fixture-Q8_0.gguf"));
+  const int64_t n_vocab = model.config.n_vocab;
+  const Sequence seq = fixture_sequence("fixture-Q8_0", "once_upon_a_time");
+  std::vector<int32_t> prompt(seq.prompt.begin(), seq.prompt.begin() + std::min<size_t>(seq.prompt.size(), 5));
+  ga::Session cpu(model, options("cpu"));
+  std::vector<float> want = cpu.eval(prompt, true);  // [prompt rows + one row per decode step][n_vocab]
+  for (const int32_t id : seq.generated) {
+    const std::vector<float> row = cpu.eval(std::span<const int32_t>(&id, 1));
+    want.insert(want.end(), row.begin(), row.end());
+  }
+  const ga::cuda::Int8Activations modes[] = {ga::cuda::Int8Activations::kInGemv, ga::cuda::Int8Activations::kOnceFfn,
+                                             ga::cuda::Int8Activations::kOnceFfnAndAttnO};
+  std::vector<std::vector<float>> got;
+  for (const ga::cuda::Int8Activations mode : modes) {
+    ga::cuda::CudaForwardParams params;
+    params.n_ctx = 128;
+    params.int8_activations = mode;
+    const std::unique_ptr<ga::cuda::CudaForward> gpu = ga::cuda::make_cuda_llama_forward(model, params);
+    std::vector<float> logits(prompt.size() * static_cast<size_t>(n_vocab));  // a small-batch GEMV step
+    gpu->eval(prompt, 0, true, logits.data());
+    int64_t pos = static_cast<int64_t>(prompt.size());
+    for (const int32_t id : seq.generated) {  // one-token steps, replayed from the graph
+      std::vector<float> row(static_cast<size_t>(n_vocab));
+      gpu->eval(std::span<const int32_t>(&id, 1), pos++, false, row.data());
+      logits.insert(logits.end(), row.begin(), row.end());
+    }
+    size_t rows = 0;
+    const double worst = compare_rows("int8 activations mode " + std::to_string(static_cast<int>(mode)), logits,
+                                      want, n_vocab, rows);
+    std::printf("int8 activations mode %d: worst rel L2 %.2e over %zu rows\n", static_cast<int>(mode), worst, rows);
+    EXPECT_GT(rows, 0u);
+    got.push_back(std::move(logits));
+  }
+  EXPECT_TRUE(got[0] == got[1]) << "SwiGLU's rounding differs from the GEMV's own";
+  EXPECT_TRUE(got[0] == got[2]) << "the pre-pass's rounding differs from the GEMV's own";
 }
 
 // The graph replays exactly the kernels of a direct launch: logits must be bit-identical.

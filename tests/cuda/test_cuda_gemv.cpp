@@ -15,6 +15,8 @@
 // Split rows (weight_layout.h: Q4_0 / Q8_0 rows reordered on the device at upload): the same random
 // GGUF bytes are uploaded, repacked by split_rows_in_place, and every reader (GEMV, embedding,
 // dequantizer) is checked against the CPU's reading of the ORIGINAL blocks.
+// Pre-quantized x (GemvParams::x_int8): quantize_x_int8() runs first; its bytes must equal the CPU's
+// rounding of x bit for bit (reference_x_int8), and the GEMV that reads them is checked like any int8 run.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -175,11 +177,12 @@ struct GemvCase {
   int64_t pad;  // extra bytes per row: 0 (dense) or 6 (rows at 2-byte but not 16-byte alignment)
   int n_tokens;
   bool split = false;  // repack on the device into split rows first (weight_layout.h)
+  bool x_int8 = false;  // round x first with quantize_x_int8() and pass it as GemvParams::x_int8
 };
 
 std::string case_name(DType type, const GemvCase& c) {
-  return str(dtype_name(type), c.split ? " split" : "", " ", c.rows, "x", c.cols, " pad ", c.pad, " tokens ",
-             c.n_tokens);
+  return str(dtype_name(type), c.split ? " split" : "", c.x_int8 ? " x int8" : "", " ", c.rows, "x", c.cols, " pad ",
+             c.pad, " tokens ", c.n_tokens);
 }
 
 // Repacks the uploaded GGUF rows at w into split rows; false (with the reason skipped) when refused.
@@ -216,6 +219,24 @@ void run_gemv_case(CachingAllocator& alloc, Parity& parity, DType type, const Ge
   x.upload(x_host);
   y.poison();
   if (c.split && !split_on_device(parity, name, type, w.get(), c.rows, c.cols, stride)) return;
+  DeviceArray<uint8_t> xq(alloc, c.x_int8 ? static_cast<size_t>(::ga::cuda::gemv_x_int8_bytes(c.cols, c.n_tokens)) : 0);
+  if (c.x_int8) {
+    xq.poison();
+    ::ga::cuda::QuantizeXInt8Params q;
+    q.x = x.get();
+    q.ldx = ldx;
+    q.cols = c.cols;
+    q.n_tokens = c.n_tokens;
+    q.out = xq.get();
+    ASSERT_EQ(::ga::cuda::quantize_x_int8_unsupported_reason(q), nullptr) << name;
+    GA_CUDA_CHECK(::ga::cuda::quantize_x_int8(q, nullptr));
+    const std::vector<uint8_t> got = xq.download();
+    const std::vector<uint8_t> want = reference_x_int8(x_host, ldx, c.cols, c.n_tokens);
+    ASSERT_EQ(got.size(), want.size()) << name;
+    size_t mismatches = 0;
+    for (size_t i = 0; i < want.size(); ++i) mismatches += got[i] != want[i] ? 1 : 0;
+    EXPECT_EQ(mismatches, 0u) << name << ": quantize_x_int8 bytes differ from the CPU's rounding";
+  }
 
   ::ga::cuda::GemvParams p;
   p.type = type;
@@ -229,6 +250,7 @@ void run_gemv_case(CachingAllocator& alloc, Parity& parity, DType type, const Ge
   p.ldy = ldy;
   p.n_tokens = c.n_tokens;
   p.layout = c.split ? ::ga::cuda::WeightLayout::kSplitRows : ::ga::cuda::WeightLayout::kGguf;
+  p.x_int8 = c.x_int8 ? xq.get() : nullptr;
   if (const char* reason = ::ga::cuda::gemv_unsupported_reason(p)) {
     parity.skip(name, reason);
     return;
@@ -331,6 +353,13 @@ TEST(CudaGemv, SplitRowsMatchCpuReference) {
     run_gemv_case(alloc, parity, type, {4099, 8192, 0, 1, true}, rng);
     run_gemv_case(alloc, parity, type, {37, 8192, 16, 2, true}, rng);
     run_gemv_case(alloc, parity, type, {5, 2848, 0, 1, true}, rng);  // 89 blocks: refused (SKIPPED line)
+    // x pre-quantized (Q8_0: the int8 kernel without its prologue, at any row length; Q4_0 ignores it and
+    // reads x in float): 7B attn_o / ffn_down widths, awkward rows, every token-count instantiation
+    for (int64_t rows : {7, 733, 4099}) {
+      for (int64_t cols : {256, 4096, 11008}) run_gemv_case(alloc, parity, type, {rows, cols, 0, 1, true, true}, rng);
+    }
+    for (int n_tokens : {2, 3, 5, 8}) run_gemv_case(alloc, parity, type, {37, 11008, 16, n_tokens, true, true}, rng);
+    run_gemv_case(alloc, parity, type, {21, 22528, 0, 1, true, true}, rng);
   }
   parity.finish();
 }
@@ -383,6 +412,31 @@ TEST(CudaGemv, RejectsWhatItCannotDoWithAReason) {
   aligned.row_stride = static_cast<int64_t>(row_bytes(DType::Q6_K, 256));
   EXPECT_FALSE(::ga::cuda::gemv_uses_int8_activations(aligned));
   EXPECT_TRUE(::ga::cuda::gemv_supports(DType::Q6_K));
+  // a pre-quantized x: 16-byte aligned; it brings Q8_0 split rows longer than 8192 weights to the int8 kernel
+  EXPECT_TRUE(rejected([&](auto& q) { q.x_int8 = reinterpret_cast<const uint8_t*>(buf.get()) + 8; }));
+  ::ga::cuda::GemvParams down = p;
+  down.type = DType::Q8_0;
+  down.cols = 11008;
+  down.ldx = 11008;
+  down.row_stride = static_cast<int64_t>(row_bytes(DType::Q8_0, 11008));
+  down.layout = ::ga::cuda::WeightLayout::kSplitRows;
+  EXPECT_EQ(::ga::cuda::gemv_unsupported_reason(down), nullptr);
+  EXPECT_FALSE(::ga::cuda::gemv_uses_int8_activations(down));
+  down.x_int8 = buf.get();
+  EXPECT_TRUE(::ga::cuda::gemv_uses_int8_activations(down));
+  down.type = DType::Q4_0;  // no int8 split kernel: x_int8 is ignored
+  down.row_stride = static_cast<int64_t>(row_bytes(DType::Q4_0, 11008));
+  EXPECT_FALSE(::ga::cuda::gemv_uses_int8_activations(down));
+  ::ga::cuda::QuantizeXInt8Params q;
+  q.x = buf.get();
+  q.ldx = 64;
+  q.cols = 64;
+  q.n_tokens = 1;
+  q.out = buf.get() + 64;
+  EXPECT_EQ(::ga::cuda::quantize_x_int8_unsupported_reason(q), nullptr);
+  q.cols = 48;
+  EXPECT_NE(::ga::cuda::quantize_x_int8_unsupported_reason(q), nullptr);
+  EXPECT_EQ(::ga::cuda::quantize_x_int8(q, nullptr), cudaErrorInvalidValue);
 }
 
 void run_embedding_case(CachingAllocator& alloc, Parity& parity, DType type, int64_t cols, int64_t pad, bool split,

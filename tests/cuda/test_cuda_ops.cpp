@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -193,6 +195,82 @@ TEST(CudaOps, SwigluMatchesCpu) {
     }
   }
   parity.finish();
+}
+
+// SwiGLU with out_int8 (the Q8_0 down projection's input, rounded in the same kernel): the float output must
+// be the plain kernel's bit for bit (also in place over gate, as the forward runs it), and the int8 bytes the
+// CPU's rounding of that output (reference_x_int8) bit for bit.
+TEST(CudaOps, SwigluInt8OutputMatchesPlainSwigluAndCpuRounding) {
+  GA_REQUIRE_CUDA_DEVICE();
+  CachingAllocator alloc(0);
+  Parity parity("swiglu int8");
+  std::mt19937 rng(17);
+  for (int64_t n : {32, 256, 4096, 11008}) {
+    for (int n_rows : {1, 3, 8}) {
+      for (bool in_place : {false, true}) {
+        const std::string name = str("n ", n, " rows ", n_rows, in_place ? " in place" : "");
+        const int64_t ld_in = 2 * n + 4;  // [gate | up | pad], 16-byte aligned rows
+        const std::vector<float> in_host = random_floats(static_cast<size_t>(ld_in * n_rows), 4.0f, rng);
+        DeviceArray<float> in(alloc, in_host.size()), plain(alloc, static_cast<size_t>(ld_in * n_rows));
+        DeviceArray<float> fused(alloc, static_cast<size_t>(ld_in * n_rows));
+        DeviceArray<uint8_t> xq(alloc, static_cast<size_t>(::ga::cuda::gemv_x_int8_bytes(n, n_rows)));
+        ::ga::cuda::SwigluParams p;
+        p.n_rows = n_rows;
+        p.n = n;
+        p.ld_gate = p.ld_up = p.ld_out = ld_in;
+        in.upload(in_host);
+        plain.poison();
+        p.gate = in.get();
+        p.up = in.get() + n;
+        p.out = plain.get();
+        GA_CUDA_CHECK(::ga::cuda::swiglu(p, nullptr));
+        if (in_place) {
+          fused.upload(in_host);
+          p.gate = fused.get();
+          p.up = fused.get() + n;
+        } else {
+          fused.poison();
+        }
+        p.out = fused.get();
+        p.out_int8 = xq.get();
+        xq.poison();
+        ASSERT_EQ(::ga::cuda::swiglu_unsupported_reason(p), nullptr) << name;
+        GA_CUDA_CHECK(::ga::cuda::swiglu(p, nullptr));
+        GA_CUDA_CHECK(cudaDeviceSynchronize());
+        const std::vector<float> want = plain.download(), got = fused.download();
+        std::vector<float> out_rows(static_cast<size_t>(n * n_rows));  // the fused output, packed [n_rows][n]
+        size_t float_mismatches = 0;
+        for (int64_t r = 0; r < n_rows; ++r) {
+          for (int64_t i = 0; i < n; ++i) {
+            const float a = got[static_cast<size_t>(r * ld_in + i)], b = want[static_cast<size_t>(r * ld_in + i)];
+            float_mismatches += std::memcmp(&a, &b, 4) != 0 ? 1 : 0;
+            out_rows[static_cast<size_t>(r * n + i)] = a;
+          }
+          std::vector<float> ref(static_cast<size_t>(n));
+          ::ga::cpu::swiglu(in_host.data() + r * ld_in, in_host.data() + r * ld_in + n, ref.data(), n);
+          const std::vector<double> ref_d = to_double(ref.data(), ref.size());
+          parity.compare(name, got.data() + r * ld_in, ref_d.data(), ref_d.size(), 2e-6, 1e-30);
+        }
+        EXPECT_EQ(float_mismatches, 0u) << name << ": the fused kernel's float output differs from swiglu's";
+        const std::vector<uint8_t> bytes = xq.download(), ref_bytes = reference_x_int8(out_rows, n, n, n_rows);
+        ASSERT_EQ(bytes.size(), ref_bytes.size()) << name;
+        size_t byte_mismatches = 0;
+        for (size_t i = 0; i < bytes.size(); ++i) byte_mismatches += bytes[i] != ref_bytes[i] ? 1 : 0;
+        EXPECT_EQ(byte_mismatches, 0u) << name << ": int8 bytes differ from the CPU's rounding of the output";
+      }
+    }
+  }
+  parity.finish();
+  ::ga::cuda::SwigluParams bad;
+  bad.gate = bad.up = bad.out = reinterpret_cast<float*>(uintptr_t{256});
+  bad.n_rows = 1;
+  bad.n = bad.ld_gate = bad.ld_up = bad.ld_out = 48;
+  bad.out_int8 = reinterpret_cast<void*>(uintptr_t{512});
+  EXPECT_NE(::ga::cuda::swiglu_unsupported_reason(bad), nullptr);  // 48 is not whole blocks of 32
+  bad.n = bad.ld_gate = bad.ld_up = bad.ld_out = 64;
+  EXPECT_EQ(::ga::cuda::swiglu_unsupported_reason(bad), nullptr);
+  bad.out_int8 = reinterpret_cast<void*>(uintptr_t{520});
+  EXPECT_NE(::ga::cuda::swiglu_unsupported_reason(bad), nullptr);  // misaligned
 }
 
 TEST(CudaOps, ArgmaxFindsTheFirstMaximum) {

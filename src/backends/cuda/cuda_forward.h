@@ -28,6 +28,15 @@ struct DeviceLogits {
   void* stream = nullptr;
 };
 
+// Where the int8 GEMV's activations are rounded for the projections of up to 8 tokens that read them
+// (Q8_0 split-row matrices; other types ignore it). The rounding is bit-identical in every mode; only the
+// kernels that run differ (docs/results/2026-11-22-h200-gemv-session2.md, "Session 5").
+enum class Int8Activations {
+  kInGemv,           // each GEMV CTA rounds x itself; rows longer than 8192 weights (7B ffn_down) stay float
+  kOnceFfn,          // SwiGLU also writes the down projection's rounded x, which reads it (default)
+  kOnceFfnAndAttnO,  // and a pre-pass kernel rounds the attention output once for the output projection
+};
+
 struct CudaForwardParams {
   int device = 0;
   int64_t n_ctx = 0;         // positions the device KV cache (f16) holds
@@ -35,6 +44,7 @@ struct CudaForwardParams {
   // [n_rot/2] divisors of the rope frequencies (rope_freqs.weight or Llama-3 scaling); empty: none.
   std::vector<float> rope_freq_factors;
   bool use_cuda_graph = true;  // capture the one-token decode step once and replay it
+  Int8Activations int8_activations = Int8Activations::kOnceFfn;
 };
 
 // One sequence of a Llama-family model on one GPU. Not thread-safe.
@@ -85,6 +95,7 @@ struct CudaBatchForwardParams {
   // [n_rot/2] divisors of the rope frequencies (rope_freqs.weight or Llama-3 scaling); empty: none.
   std::vector<float> rope_freq_factors;
   bool use_cuda_graph = true;  // replay decode-only steps (n one-token runs) as graphs captured per n
+  Int8Activations int8_activations = Int8Activations::kOnceFfn;
 };
 
 // The forward pass of a batch of entries from many sequences over a paged f16 KV pool on one GPU:

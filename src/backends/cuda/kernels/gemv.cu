@@ -43,6 +43,7 @@ const char* gemv_unsupported_reason(const GemvParams& p) {
     return "x must be 16-byte aligned with ldx a multiple of 4 (float4 loads)";
   }
   if (p.n_tokens > 1 && (p.ldx < p.cols || p.ldy < p.rows)) return "ldx < cols or ldy < rows for several tokens";
+  if (reinterpret_cast<uintptr_t>(p.x_int8) % 16 != 0) return "x_int8 must be 16-byte aligned";
   if (p.layout == WeightLayout::kSplitRows && (!split_rows_supported(p.type, p.cols) || p.row_stride % 16 != 0)) {
     return "split rows need Q4_0 or Q8_0 rows of whole 16-byte chunks (cols a multiple of 256), 16-byte aligned";
   }

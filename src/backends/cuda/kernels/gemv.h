@@ -35,7 +35,30 @@ struct GemvParams {
   int n_tokens = 1;          // 1 .. kGemvMaxTokens
   WeightLayout layout = WeightLayout::kGguf;  // kSplitRows: rows repacked by split_rows_in_place (Q4_0, Q8_0;
                                               // 16-byte aligned rows), read by the split-row kernel
+  // Optional: x already rounded to the int8 path's two digits (quantize_x_int8() or swiglu() with out_int8
+  // wrote it from these same x values; gemv_x_int8_bytes(cols, n_tokens) bytes, 16-byte aligned, tokens
+  // packed, not ldx apart). Read instead of x by the Q8_0 split-row int8 kernel, which then skips its
+  // per-CTA quantization and takes rows of any length (gemv_uses_int8_activations); every other kernel
+  // reads x. The buffer must not be written while the GEMV runs (it is read with ld.global.nc).
+  const void* x_int8 = nullptr;
 };
+
+// Bytes of a pre-quantized x (GemvParams::x_int8): [n_tokens][cols / 32] blocks of 64 int8 (32 digits q1,
+// 32 residual digits q2), then [n_tokens][cols / 32] float2 (d_x = amax / 127, float sum of the block).
+// x ~ d_x * (q1 + q2 / 254) per element (kernels/x_int8.cuh).
+inline int64_t gemv_x_int8_bytes(int64_t cols, int64_t n_tokens) { return n_tokens * (cols / 32) * (64 + 8); }
+
+// out (gemv_x_int8_bytes(cols, n_tokens) bytes) = x [n_tokens][cols] (ld ldx) rounded as the int8 GEMV
+// rounds it. Launched after the previous kernel with PDL (pdl.cuh): it may follow the kernel writing x.
+struct QuantizeXInt8Params {
+  const float* x = nullptr;  // [n_tokens][cols], ldx floats apart; 16-byte aligned, ldx a multiple of 4
+  int64_t ldx = 0;
+  int64_t cols = 0;          // a multiple of 32
+  int64_t n_tokens = 0;
+  void* out = nullptr;       // 16-byte aligned
+};
+const char* quantize_x_int8_unsupported_reason(const QuantizeXInt8Params& p);
+cudaError_t quantize_x_int8(const QuantizeXInt8Params& p, cudaStream_t stream);
 
 // nullptr when gemv() accepts `p`, else a sentence saying why not.
 const char* gemv_unsupported_reason(const GemvParams& p);
@@ -47,7 +70,7 @@ cudaError_t gemv(const GemvParams& p, cudaStream_t stream);
 // gemv_int8.cuh does) and dots it with the integer codes: the classic quant types (Q4_0 .. Q8_0) and
 // Q4_K with 16-byte aligned GGUF rows, within per-type routing limits (Q8_0: rows > 4096, n_tokens <= 4).
 // Split rows: Q8_0 does (gemv_split.cuh) for rows of <= 8192 weights while x of all tokens fits 48 KiB
-// quantized; Q4_0 does not.
+// quantized, and for every shape when p.x_int8 is set; Q4_0 does not.
 // Its results then differ from a float dot by up to sum |w| * d / 2 per block; the parity test picks
 // its reference with this. False for parameters gemv() rejects.
 bool gemv_uses_int8_activations(const GemvParams& p);

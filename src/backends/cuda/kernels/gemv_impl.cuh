@@ -77,6 +77,7 @@ GemvArgs make_gemv_args(const GemvParams& p) {
   a.ldy = p.ldy;
   a.n_tokens = p.n_tokens;
   a.split_rows = p.layout == WeightLayout::kSplitRows;
+  a.x_int8 = p.x_int8;
   return a;
 }
 

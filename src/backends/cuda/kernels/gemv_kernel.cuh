@@ -56,6 +56,7 @@ struct GemvArgs {
   int64_t ldy;
   int n_tokens;
   bool split_rows;  // WeightLayout::kSplitRows: codes then scales per row (weight_layout.h, gemv_split.cuh)
+  const void* x_int8;  // GemvParams::x_int8: x pre-quantized (x_int8.cuh layout) or null
 };
 
 // Tunables of the staged kernel: rows per CTA, 16-byte chunks per lane and row in a stage, ring depth.

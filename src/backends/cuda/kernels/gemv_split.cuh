@@ -17,7 +17,12 @@
 // int8 path). With x rounded to two int8 digits per block of 32 (gemv_int8.cuh's scheme and
 // numerics: gemv_uses_int8_activations is true for it), a chunk of 16 codes is 8 DP4A against x
 // words read from shared memory, no code conversion at all. x is quantized once per CTA (persistent
-// grid over tiles of kSplitInt8Rows rows), the first tile's loads in flight meanwhile. For one token
+// grid over tiles of kSplitInt8Rows rows), the first tile's loads in flight meanwhile; or, when the caller
+// passes x already quantized (GemvArgs::x_int8, written once per step by the kernel that produces x:
+// swiglu's out_int8 or the quantize_x_int8 pre-pass), the kernel has no prologue at all and reads the x
+// words straight from global memory through L1 (ld.global.nc: 72 bytes per 32 weights, the same for every
+// CTA of an SM, so L1 hits after the first touch). That removes the per-CTA cost that grows with the row
+// length and kept 4096x11008 (ffn_down) on the float kernel: 24.4 us at 46 % of copy (session 4). For one token
 // each warp issues its next chunk group (of this tile, else of its next tile) before the DP4A of the
 // current one, so two groups per warp are in flight (112 registers, 4 CTAs per SM).
 //
@@ -163,11 +168,13 @@ __host__ __device__ constexpr int64_t split_int8_smem(int64_t blocks_per_row, in
 // (longer rows make every CTA's x prologue longer: 4096x11008 measured 28.1 us int8 vs 25.9 us float,
 // while 4096 columns measured 10.5 vs 11.1 us and 19.0 vs 24.5 us for 11008 rows), quantized x within
 // the shared-memory cap (docs/results/2026-11-22-h200-gemv-session2.md).
+// With x pre-quantized (a.x_int8) there is no prologue and no shared copy of x: every shape is eligible.
 inline constexpr int64_t kSplitInt8MaxBlocks = 256;
 template <class D>
 bool gemv_split_int8_eligible(const GemvArgs& a) {
-  return D::kType == DType::Q8_0 && a.split_rows && a.blocks_per_row <= kSplitInt8MaxBlocks &&
-         split_int8_smem(a.blocks_per_row, a.n_tokens) <= kSplitInt8MaxSmem;
+  if (D::kType != DType::Q8_0 || !a.split_rows) return false;
+  return a.x_int8 != nullptr || (a.blocks_per_row <= kSplitInt8MaxBlocks &&
+                                 split_int8_smem(a.blocks_per_row, a.n_tokens) <= kSplitInt8MaxSmem);
 }
 
 // Issues the U x R chunk loads (codes and scales) of chunk group g0 of the tile's rows.
@@ -191,7 +198,9 @@ __device__ __forceinline__ void split_int8_load(const GemvArgs& a, int64_t row0,
   }
 }
 
-template <int NT>
+// kPreQuantX: x comes quantized in a.x_int8 (x_int8.cuh layout), read from global memory; else each CTA
+// quantizes a.x into shared memory first.
+template <int NT, bool kPreQuantX>
 __global__ void __launch_bounds__(kGemvWarps * 32) gemv_split_int8_kernel(const GemvArgs a, int64_t n_tiles) {
   // one token: the next group's loads leave before this group's DP4A (two groups in flight per warp,
   // 112 registers, 4 CTAs per SM); several tokens keep one group (acc[R][NT] needs the registers)
@@ -205,19 +214,23 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_split_int8_kernel(const 
   const int64_t nb = a.blocks_per_row;
   const int64_t n_chunks = 2 * nb;  // 16 codes per chunk
   const int64_t scales = split_scales_offset<DecodeQ8_0>(nb);
-  auto* qx = reinterpret_cast<int8_t*>(gemv_dynamic_smem);                                         // [n_tokens][nb][64]
-  auto* ds = reinterpret_cast<float2*>(qx + static_cast<int64_t>(a.n_tokens) * nb * kXBlockBytes);  // [n_tokens][nb]
+  // [n_tokens][nb][64] int8, then [n_tokens][nb] float2 (d_x, sum): in shared memory, or the caller's buffer
+  int8_t* const smem_qx = reinterpret_cast<int8_t*>(gemv_dynamic_smem);
+  int8_t* const qx = kPreQuantX ? static_cast<int8_t*>(const_cast<void*>(a.x_int8)) : smem_qx;
+  auto* ds = reinterpret_cast<float2*>(qx + static_cast<int64_t>(a.n_tokens) * nb * kXBlockBytes);
 
   pdl_allow_dependents();
   uint4 c[R][U];
   float d[R][U];
   const int64_t g_first = int64_t{32} * U * warp;
   if (blockIdx.x < n_tiles) split_int8_load<R, U>(a, blockIdx.x * int64_t{R}, g_first, n_chunks, scales, lane, c, d);
-  for (int64_t i = threadIdx.x; i < a.n_tokens * nb; i += kGemvWarps * 32) {
-    const int64_t t = i / nb;
-    gemv_quantize_x_block<true>(a.x + t * a.ldx + 32 * (i - t * nb), qx + i * kXBlockBytes, ds + i);
+  if constexpr (!kPreQuantX) {
+    for (int64_t i = threadIdx.x; i < a.n_tokens * nb; i += kGemvWarps * 32) {
+      const int64_t t = i / nb;
+      gemv_quantize_x_block<true>(a.x + t * a.ldx + 32 * (i - t * nb), qx + i * kXBlockBytes, ds + i);
+    }
+    __syncthreads();
   }
-  __syncthreads();
 
   for (int64_t tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
     const int64_t row0 = tile * R;
@@ -269,9 +282,17 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_split_int8_kernel(const 
         for (int t = 0; t < NT; ++t) {
           if (t >= a.n_tokens) break;
           const int8_t* xb = qx + (t * nb + b) * kXBlockBytes + 16 * half;
-          const uint4 x1 = *reinterpret_cast<const uint4*>(xb);       // q1 of the 16 activations
-          const uint4 x2 = *reinterpret_cast<const uint4*>(xb + 32);  // q2 (residual digit)
-          const float dx = ds[t * nb + b].x;
+          uint4 x1, x2;  // q1 of the 16 activations, q2 (residual digit)
+          float dx;
+          if constexpr (kPreQuantX) {  // launched in stream order: nothing writes x_int8 meanwhile
+            x1 = __ldg(reinterpret_cast<const uint4*>(xb));
+            x2 = __ldg(reinterpret_cast<const uint4*>(xb + 32));
+            dx = __ldg(&ds[t * nb + b].x);
+          } else {
+            x1 = *reinterpret_cast<const uint4*>(xb);
+            x2 = *reinterpret_cast<const uint4*>(xb + 32);
+            dx = ds[t * nb + b].x;
+          }
 #pragma unroll
           for (int i = 0; i < R; ++i) {
             const int w0 = static_cast<int>(cur[i][u].x), w1 = static_cast<int>(cur[i][u].y);
@@ -298,22 +319,29 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_split_int8_kernel(const 
   }
 }
 
-template <int NT>
-cudaError_t launch_gemv_split_int8(const GemvArgs& a, cudaStream_t stream) {
+template <int NT, bool kPreQuantX>
+cudaError_t launch_gemv_split_int8_variant(const GemvArgs& a, cudaStream_t stream) {
   const int64_t n_tiles = (a.rows + kSplitInt8Rows - 1) / kSplitInt8Rows;
-  const auto smem = static_cast<int>(split_int8_smem(a.blocks_per_row, a.n_tokens));
+  const auto smem = kPreQuantX ? 0 : static_cast<int>(split_int8_smem(a.blocks_per_row, a.n_tokens));
   int device = 0, sms = 0, per_sm = 0;
   cudaError_t status = cudaGetDevice(&device);
   if (status != cudaSuccess) return status;
   if ((status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess) return status;
-  status = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_split_int8_kernel<NT>, kGemvWarps * 32, smem);
+  status = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_split_int8_kernel<NT, kPreQuantX>,
+                                                         kGemvWarps * 32, smem);
   if (status != cudaSuccess) return status;
   const int64_t resident = int64_t{sms} * (per_sm < 1 ? 1 : per_sm);
   const int64_t grid = n_tiles < resident ? n_tiles : resident;
   // a plain launch, not launch_after_prior(): see the file comment
-  gemv_split_int8_kernel<NT><<<dim3(static_cast<unsigned>(grid)), dim3(kGemvWarps * 32), static_cast<size_t>(smem),
-                               stream>>>(a, n_tiles);
+  gemv_split_int8_kernel<NT, kPreQuantX><<<dim3(static_cast<unsigned>(grid)), dim3(kGemvWarps * 32),
+                                           static_cast<size_t>(smem), stream>>>(a, n_tiles);
   return cudaGetLastError();
+}
+
+template <int NT>
+cudaError_t launch_gemv_split_int8(const GemvArgs& a, cudaStream_t stream) {
+  if (a.x_int8 != nullptr) return launch_gemv_split_int8_variant<NT, true>(a, stream);
+  return launch_gemv_split_int8_variant<NT, false>(a, stream);
 }
 
 template <class D, int NT>

@@ -89,6 +89,11 @@ struct SwigluParams {
   int64_t ld_gate = 0;
   int64_t ld_up = 0;
   int64_t ld_out = 0;
+  // Optional: out also rounded to the int8 GEMV's activations (gemv.h: gemv_x_int8_bytes(n, n_rows) bytes,
+  // the GemvParams::x_int8 of the projection that reads out), in the same kernel: the down projection of a
+  // Q8_0 model then skips its per-CTA quantization. Needs n a multiple of 32, gate/up/out 16-byte aligned
+  // and their strides multiples of 4.
+  void* out_int8 = nullptr;
 };
 const char* swiglu_unsupported_reason(const SwigluParams& p);
 cudaError_t swiglu(const SwigluParams& p, cudaStream_t stream);

@@ -3,8 +3,17 @@
 // A grid-stride loop over the flattened [n_rows][n] index; the op is a pure stream (12 bytes per
 // element), so coalesced scalar loads already run at bandwidth. expf (not __expf) keeps the result
 // within a few ulp of the CPU reference's std::exp.
+//
+// With out_int8 (the input of a Q8_0 down projection) a second kernel runs instead: one thread per block
+// of 32 outputs, which computes them in registers, stores them and rounds them to the int8 GEMV's two
+// digits with the GEMV's own device function (x_int8.cuh), so the bytes are those the GEMV would have
+// built from out in each of its CTAs, once per step instead of once per CTA. Fewer threads (n / 32 per
+// row) but the op is ~1 us either way; the same expression per element keeps out bit-identical.
+#include "backends/cuda/kernels/device_bytes.cuh"
+#include "backends/cuda/kernels/gemv.h"
 #include "backends/cuda/kernels/ops.h"
 #include "backends/cuda/kernels/pdl.cuh"
+#include "backends/cuda/kernels/x_int8.cuh"
 
 namespace ga::cuda {
 namespace detail {
@@ -27,6 +36,38 @@ __global__ void __launch_bounds__(kSwigluThreads) swiglu_kernel(const SwigluPara
   }
 }
 
+constexpr int kSwigluInt8Threads = 64;  // one thread per 32 outputs: small CTAs spread 344 threads per 7B row
+
+__global__ void __launch_bounds__(kSwigluInt8Threads) swiglu_int8_kernel(const SwigluParams p) {
+  pdl_wait_prior_grid();
+  pdl_allow_dependents();
+  const int64_t nb = p.n / 32;
+  const int64_t total = p.n_rows * nb;
+  auto* qx = static_cast<int8_t*>(p.out_int8);                      // [n_rows][nb][64]
+  auto* ds = reinterpret_cast<float2*>(qx + total * kXBlockBytes);  // [n_rows][nb]
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * kSwigluInt8Threads + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * kSwigluInt8Threads) {
+    const int64_t r = i / nb;
+    const int64_t i0 = 32 * (i - r * nb);
+    const float* gate = p.gate + r * p.ld_gate + i0;
+    const float* up = p.up + r * p.ld_up + i0;
+    float v[32];
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {  // coherent loads: PDL (pdl.cuh)
+      const float4 g = load_activations_4(gate + 4 * k);
+      const float4 u = load_activations_4(up + 4 * k);
+      v[4 * k] = g.x / (1.0f + expf(-g.x)) * u.x;
+      v[4 * k + 1] = g.y / (1.0f + expf(-g.y)) * u.y;
+      v[4 * k + 2] = g.z / (1.0f + expf(-g.z)) * u.z;
+      v[4 * k + 3] = g.w / (1.0f + expf(-g.w)) * u.w;
+    }
+    float4* out = reinterpret_cast<float4*>(p.out + r * p.ld_out + i0);  // may alias gate: this thread's block
+#pragma unroll
+    for (int k = 0; k < 8; ++k) out[k] = make_float4(v[4 * k], v[4 * k + 1], v[4 * k + 2], v[4 * k + 3]);
+    gemv_quantize_x_values(v, qx + i * kXBlockBytes, ds + i);
+  }
+}
+
 }  // namespace
 }  // namespace detail
 
@@ -34,6 +75,16 @@ const char* swiglu_unsupported_reason(const SwigluParams& p) {
   if (p.gate == nullptr || p.up == nullptr || p.out == nullptr) return "gate, up and out must be device pointers";
   if (p.n_rows < 0 || p.n <= 0) return "n must be positive";
   if (p.ld_gate < p.n || p.ld_up < p.n || p.ld_out < p.n) return "a row stride < n";
+  if (p.out_int8 != nullptr) {
+    const auto misaligned = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 != 0; };
+    if (p.n % 32 != 0) return "out_int8 needs n a multiple of 32 (blocks of 32 activations)";
+    if (misaligned(p.gate) || misaligned(p.up) || misaligned(p.out) || misaligned(p.out_int8)) {
+      return "out_int8 needs gate, up, out and out_int8 16-byte aligned";
+    }
+    if (p.ld_gate % 4 != 0 || p.ld_up % 4 != 0 || p.ld_out % 4 != 0) {
+      return "out_int8 needs the row strides to be multiples of 4 (float4 loads)";
+    }
+  }
   return nullptr;
 }
 
@@ -41,6 +92,13 @@ cudaError_t swiglu(const SwigluParams& p, cudaStream_t stream) {
   if (swiglu_unsupported_reason(p) != nullptr) return cudaErrorInvalidValue;
   const int64_t total = p.n_rows * p.n;
   if (total == 0) return cudaSuccess;
+  if (p.out_int8 != nullptr) {
+    const int64_t n_blocks = total / 32;
+    int64_t ctas = (n_blocks + detail::kSwigluInt8Threads - 1) / detail::kSwigluInt8Threads;
+    if (ctas > detail::kSwigluMaxBlocks) ctas = detail::kSwigluMaxBlocks;
+    return detail::launch_after_prior(detail::swiglu_int8_kernel, dim3(static_cast<unsigned>(ctas)),
+                                      dim3(detail::kSwigluInt8Threads), 0, stream, p);
+  }
   int64_t blocks = (total + detail::kSwigluThreads - 1) / detail::kSwigluThreads;
   if (blocks > detail::kSwigluMaxBlocks) blocks = detail::kSwigluMaxBlocks;
   return detail::launch_after_prior(detail::swiglu_kernel, dim3(static_cast<unsigned>(blocks)),

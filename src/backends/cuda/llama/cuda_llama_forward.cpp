@@ -139,6 +139,7 @@ CudaLlamaForward::Sizes CudaLlamaForward::plan_sizes(const LoadedModel& model) c
                        static_cast<uint64_t>(ld_q_) + static_cast<uint64_t>(ld_gu_) + static_cast<uint64_t>(c_.n_vocab);
   s.scratch = b * act * 4 + b * static_cast<uint64_t>(s.max_cols) * 2 + s.max_dequant * 2 +
               static_cast<uint64_t>(metadata_ints()) * 4 + (size_t{32} << 20);  // + the cuBLAS workspace
+  s.scratch += static_cast<uint64_t>(x_int8_scratch_bytes());
   return s;
 }
 
@@ -347,6 +348,7 @@ void CudaLlamaForward::allocate_state() {
   qkv_ = f32(ld_qkv_);
   attn_ = f32(ld_q_);
   gu_ = f32(ld_gu_);
+  if (x_int8_scratch_bytes() > 0) xq_ = DeviceBuffer(allocator_, static_cast<size_t>(x_int8_scratch_bytes()));
   logits_ = f32(c_.n_vocab);
   const size_t meta_bytes = static_cast<size_t>(metadata_ints()) * 4;
   step_in_ = DeviceBuffer(allocator_, meta_bytes);

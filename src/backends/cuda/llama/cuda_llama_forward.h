@@ -41,6 +41,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <memory>
 #include <span>
 #include <string>
@@ -49,6 +50,7 @@
 #include "backends/cuda/allocator.h"
 #include "backends/cuda/cuda_forward.h"
 #include "backends/cuda/gemm.h"
+#include "backends/cuda/kernels/gemv.h"
 #include "backends/cuda/kernels/weight_layout.h"
 #include "backends/cuda/stream.h"
 
@@ -90,6 +92,7 @@ struct EngineLayout {
   int64_t max_seq_positions = 0;    // positions one sequence may reach
   std::vector<float> rope_freq_factors;
   bool use_cuda_graph = true;       // capture decode steps (contiguous: 1 token; paged: n one-token runs)
+  Int8Activations int8_activations = Int8Activations::kOnceFfn;  // cuda_forward.h
 };
 
 // What one enqueued step looks like (host-known bounds; the values themselves are in step_in_).
@@ -148,7 +151,11 @@ class CudaLlamaForward final : public CudaForward, public CudaBatchForward {
   void enqueue_attention(const DeviceLayer& L, const StepShape& shape);
   void enqueue_qkv_rope_store(const DeviceLayer& L, const StepShape& shape);
   // y[n][w.rows] (ld ldy) = x[n][w.cols] (ld ldx) * W^T: GEMV for n <= 8, else GEMM.
-  void matmul(const DeviceMatrix& w, const float* x, int64_t ldx, int64_t n, float* y, int64_t ldy);
+  // x_int8: x already rounded for the int8 GEMV (gemv.h, GemvParams::x_int8), or null.
+  void matmul(const DeviceMatrix& w, const float* x, int64_t ldx, int64_t n, float* y, int64_t ldy,
+              const void* x_int8 = nullptr);
+  // Whether the step's projection through w reads its x rounded once (xq_) under mode `from`.
+  bool takes_x_int8(const DeviceMatrix& w, int64_t n, Int8Activations from) const;
   // Captures (once) / replays the step for shape.n_tokens; shape must be the canonical decode shape
   // (decode_shape).
   void capture_graph(const StepShape& shape);
@@ -188,6 +195,14 @@ class CudaLlamaForward final : public CudaForward, public CudaBatchForward {
   // f32 activations, [max_batch][ld]. qkv_ rows are [q | k | v] (ld_qkv_), gu_ rows [gate | up] (ld_gu_):
   // the layouts the fused projections write, and what the separate ones write too.
   DeviceBuffer resid_, xn_, tmp_, qkv_, attn_, gu_;
+  // The int8 GEMV's rounded x of one projection input (gemv_x_int8_bytes(max(n_ff, q_dim), 8)), written by
+  // SwiGLU or the quantize pre-pass right before the GEMV that reads it; empty when the mode is kInGemv.
+  DeviceBuffer xq_;
+  int64_t x_int8_scratch_bytes() const {
+    if (layout_.int8_activations == Int8Activations::kInGemv) return 0;
+    const int64_t widest = std::max<int64_t>(c_.n_ff, c_.n_head * c_.head_dim);  // down / output projection input
+    return gemv_x_int8_bytes(widest, std::min<int64_t>(layout_.max_batch, kGemvMaxTokens));
+  }
   DeviceBuffer logits_;           // [max_batch][n_vocab]
   // The step's metadata, int32, as host_staging_ (one copy per step fills all of it):
   //   ids [B] | positions [B] | slots [B] | logit_rows [B] | seq_q_start [S + 1] | seq_pos0 [S] |

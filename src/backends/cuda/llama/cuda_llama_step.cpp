@@ -6,6 +6,7 @@
 // copy, so a rejected call leaves the cache as it was.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <span>
 #include <vector>
@@ -31,8 +32,17 @@ void check_params(const char* op, const char* (*reason)(const P&), const P& p) {
 
 }  // namespace
 
-void CudaLlamaForward::matmul(const DeviceMatrix& w, const float* x, int64_t ldx, int64_t n, float* y, int64_t ldy) {
+// Only Q8_0 split rows read a pre-rounded x (gemv.h); the buffer holds at most kGemvMaxTokens tokens.
+bool CudaLlamaForward::takes_x_int8(const DeviceMatrix& w, int64_t n, Int8Activations from) const {
+  return static_cast<int>(layout_.int8_activations) >= static_cast<int>(from) && xq_.data() != nullptr &&
+         n <= kGemvMaxTokens && w.type == DType::Q8_0 && w.layout == WeightLayout::kSplitRows &&
+         gemv_x_int8_bytes(w.cols, n) <= x_int8_scratch_bytes();
+}
+
+void CudaLlamaForward::matmul(const DeviceMatrix& w, const float* x, int64_t ldx, int64_t n, float* y, int64_t ldy,
+                              const void* x_int8) {
   cudaStream_t s = stream_.get();
+  GA_CHECK(x_int8 == nullptr || n <= kGemvMaxTokens, Internal, "a pre-rounded x is for the GEMV only");
   if (n <= kGemvMaxTokens) {
     GemvParams g;
     g.type = w.type;
@@ -46,6 +56,7 @@ void CudaLlamaForward::matmul(const DeviceMatrix& w, const float* x, int64_t ldx
     g.ldy = ldy;
     g.n_tokens = static_cast<int>(n);
     g.layout = w.layout;
+    g.x_int8 = x_int8;
     check_params("gemv", gemv_unsupported_reason, g);
     GA_CUDA_CHECK(gemv(g, s));
     return;
@@ -200,7 +211,19 @@ void CudaLlamaForward::enqueue_layer(const DeviceLayer& L, const StepShape& shap
   }
   enqueue_qkv_rope_store(L, shape);
   enqueue_attention(L, shape);                                            // [n][n_head][head_dim]
-  matmul(L.wo, attn_.as<float>(), ld_q_, n, tmp_.as<float>(), ld_embd_);  // [n][n_embd]
+  const void* attn_int8 = nullptr;
+  if (takes_x_int8(L.wo, n, Int8Activations::kOnceFfnAndAttnO)) {  // rounded once, not in every GEMV CTA
+    QuantizeXInt8Params q;
+    q.x = attn_.as<float>();
+    q.ldx = ld_q_;
+    q.cols = L.wo.cols;
+    q.n_tokens = n;
+    q.out = xq_.data();
+    check_params("quantize_x_int8", quantize_x_int8_unsupported_reason, q);
+    GA_CUDA_CHECK(quantize_x_int8(q, s));
+    attn_int8 = xq_.data();
+  }
+  matmul(L.wo, attn_.as<float>(), ld_q_, n, tmp_.as<float>(), ld_embd_, attn_int8);  // [n][n_embd]
 
   // h = rmsnorm(resid += tmp) * ffn_norm; tmp = W_down (silu(W_gate h) * W_up h)
   norm.x = tmp_.as<float>();
@@ -223,9 +246,12 @@ void CudaLlamaForward::enqueue_layer(const DeviceLayer& L, const StepShape& shap
   sw.ld_gate = ld_gu_;
   sw.ld_up = ld_gu_;
   sw.ld_out = ld_gu_;
+  // a Q8_0 down projection reads x rounded by SwiGLU (xq_, [n][n_ff / 32] blocks) instead of rounding it
+  // in each of its CTAs; the float out is written too (other paths, and the GEMM of longer steps)
+  sw.out_int8 = takes_x_int8(L.w_down, n, Int8Activations::kOnceFfn) ? xq_.data() : nullptr;
   check_params("swiglu", swiglu_unsupported_reason, sw);
   GA_CUDA_CHECK(swiglu(sw, s));
-  matmul(L.w_down, gate, ld_gu_, n, tmp_.as<float>(), ld_embd_);  // [n][n_embd]
+  matmul(L.w_down, gate, ld_gu_, n, tmp_.as<float>(), ld_embd_, sw.out_int8);  // [n][n_embd]
 }
 
 void CudaLlamaForward::enqueue_step(const StepShape& shape) {
@@ -502,6 +528,18 @@ int64_t CudaLlamaForward::run_paged(std::span<const BatchEntry> batch,
 }  // namespace ga::cuda::llama
 
 namespace ga::cuda {
+namespace {
+
+// BENCHMARK-ONLY SWITCH of session 5 (docs/results/2026-11-22-h200-gemv-session2.md), to be removed after
+// its device run as GA_Q8_SPLIT_VARIANT was after session 4: GA_INT8_X=0|1|2 overrides the mode
+// (Int8Activations in order) so that `gpu-accel bench` can time the three in one run without a CLI flag.
+Int8Activations int8_activations_for_benchmark(Int8Activations requested) {
+  const char* env = std::getenv("GA_INT8_X");
+  if (env == nullptr || env[0] < '0' || env[0] > '2' || env[1] != '\0') return requested;
+  return static_cast<Int8Activations>(env[0] - '0');
+}
+
+}  // namespace
 
 std::unique_ptr<CudaForward> make_cuda_llama_forward(const LoadedModel& model, const CudaForwardParams& params) {
   std::string reason;
@@ -519,6 +557,7 @@ std::unique_ptr<CudaForward> make_cuda_llama_forward(const LoadedModel& model, c
   layout.max_seq_positions = params.n_ctx;
   layout.rope_freq_factors = params.rope_freq_factors;
   layout.use_cuda_graph = params.use_cuda_graph;
+  layout.int8_activations = int8_activations_for_benchmark(params.int8_activations);
   return std::make_unique<llama::CudaLlamaForward>(model, layout);
 }
 
@@ -543,6 +582,7 @@ std::unique_ptr<CudaBatchForward> make_cuda_llama_batch_forward(const LoadedMode
   layout.max_seq_positions = params.max_seq_positions;
   layout.rope_freq_factors = params.rope_freq_factors;
   layout.use_cuda_graph = params.use_cuda_graph;
+  layout.int8_activations = int8_activations_for_benchmark(params.int8_activations);
   return std::make_unique<llama::CudaLlamaForward>(model, layout);
 }
 
