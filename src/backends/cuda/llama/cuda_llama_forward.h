@@ -92,7 +92,7 @@ struct EngineLayout {
   int64_t max_seq_positions = 0;    // positions one sequence may reach
   std::vector<float> rope_freq_factors;
   bool use_cuda_graph = true;       // capture decode steps (contiguous: 1 token; paged: n one-token runs)
-  Int8Activations int8_activations = Int8Activations::kOnceFfn;  // cuda_forward.h
+  Int8Activations int8_activations = Int8Activations::kOnceFfnAndAttnO;  // cuda_forward.h
 };
 
 // What one enqueued step looks like (host-known bounds; the values themselves are in step_in_).

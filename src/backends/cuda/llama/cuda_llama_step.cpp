@@ -528,18 +528,6 @@ int64_t CudaLlamaForward::run_paged(std::span<const BatchEntry> batch,
 }  // namespace ga::cuda::llama
 
 namespace ga::cuda {
-namespace {
-
-// BENCHMARK-ONLY SWITCH of session 5 (docs/results/2026-11-22-h200-gemv-session2.md), to be removed after
-// its device run as GA_Q8_SPLIT_VARIANT was after session 4: GA_INT8_X=0|1|2 overrides the mode
-// (Int8Activations in order) so that `gpu-accel bench` can time the three in one run without a CLI flag.
-Int8Activations int8_activations_for_benchmark(Int8Activations requested) {
-  const char* env = std::getenv("GA_INT8_X");
-  if (env == nullptr || env[0] < '0' || env[0] > '2' || env[1] != '\0') return requested;
-  return static_cast<Int8Activations>(env[0] - '0');
-}
-
-}  // namespace
 
 std::unique_ptr<CudaForward> make_cuda_llama_forward(const LoadedModel& model, const CudaForwardParams& params) {
   std::string reason;
@@ -557,7 +545,7 @@ std::unique_ptr<CudaForward> make_cuda_llama_forward(const LoadedModel& model, c
   layout.max_seq_positions = params.n_ctx;
   layout.rope_freq_factors = params.rope_freq_factors;
   layout.use_cuda_graph = params.use_cuda_graph;
-  layout.int8_activations = int8_activations_for_benchmark(params.int8_activations);
+  layout.int8_activations = params.int8_activations;
   return std::make_unique<llama::CudaLlamaForward>(model, layout);
 }
 
@@ -582,7 +570,7 @@ std::unique_ptr<CudaBatchForward> make_cuda_llama_batch_forward(const LoadedMode
   layout.max_seq_positions = params.max_seq_positions;
   layout.rope_freq_factors = params.rope_freq_factors;
   layout.use_cuda_graph = params.use_cuda_graph;
-  layout.int8_activations = int8_activations_for_benchmark(params.int8_activations);
+  layout.int8_activations = params.int8_activations;
   return std::make_unique<llama::CudaLlamaForward>(model, layout);
 }
 
