@@ -6,7 +6,7 @@
 # ga_bench_gemv --type Q8_0 (per matrix: today's split kernel vs x pre-quantized, with and without the pre-pass);
 # `gpu-accel bench` 7B Q8_0 tg128 under GA_INT8_X=0 (old path: per-CTA rounding, ffn_down float), 1 (SwiGLU
 # rounds ffn_down's x; the default) and 2 (and a pre-pass for attn_o), then 7B Q4_0 / F16 and 1B F16 (unchanged
-# paths, default mode). GA_INT8_X is a benchmark-only switch read by the forward factories; remove after the run.
+# paths, default mode). GA_INT8_X was a benchmark-only switch for that one run; it is gone, the loop runs the default.
 # Usage (device, from .dev-<name>, GA_SHARED set):   tools/dev/q8_xquant.sh
 set -u
 out=${OUT:-/tmp/out}
@@ -41,9 +41,9 @@ echo "gemv bench rc $? after $(el) s"
 while [[ ! -f /tmp/models-done && $(el) -lt 330 ]]; do sleep 1; done
 echo "models ready after $(el) s"
 : > "$out/bench_models.md"
-for m in 0 1 2; do
-  echo "## GA_INT8_X=$m" >> "$out/bench_models.md"
-  GA_INT8_X=$m timeout 45 "$bin/gpu-accel" bench -m /tmp/llama-Q8_0.gguf -p 0 -n 128 -r 3 --device cuda \
+for m in default; do  # the session-5 run compared modes 0/1/2 via GA_INT8_X, since removed (mode 2 is the default)
+  echo "## mode $m" >> "$out/bench_models.md"
+  timeout 45 "$bin/gpu-accel" bench -m /tmp/llama-Q8_0.gguf -p 0 -n 128 -r 3 --device cuda \
     >> "$out/bench_models.md" 2>> "$out/bench_models.err"
 done
 echo "## default mode, other types" >> "$out/bench_models.md"
