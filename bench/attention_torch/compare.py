@@ -16,7 +16,12 @@ Our kernels come from libga_attention_c.so (bench/attention_torch/ga_attention_c
 The backward (flash_backward against cuDNN's and FA2's backward) is compare_bwd.py beside this, which reuses
 this module's options, loader, timer and JSON output.
 
-Usage: python3 compare.py --lib build/bench/attention_torch/libga_attention_c.so [--json out.json]
+--fp8: the FP8 e4m3 forward (issue 4: >= 1000 TFLOP/s at hd 128/256, seq >= 4k; rel L2 <= 5e-2). Real bf16
+tensors are quantized to torch.float8_e4m3fn with per-tensor scales (descale = amax / 448); ours runs on the
+e4m3 bytes (V^T pre-pass included in its time), torch's bf16 SDPA runs on the dequantized inputs: FA2 gives
+the reference output, cuDNN bf16 the speed peer, timed in the same process on the same data.
+
+Usage: python3 compare.py --lib build/bench/attention_torch/libga_attention_c.so [--json out.json] [--fp8]
 """
 import argparse
 import ctypes
@@ -38,6 +43,9 @@ def load_lib(path):
     lib.ga_flash_unsupported_reason.restype = ctypes.c_char_p
     lib.ga_flash_forward.argtypes = common + [i, vp]
     lib.ga_flash_forward.restype = i
+    lib.ga_flash_forward_fp8.argtypes = common[:14] + [f, f, f, f, i, vp, ctypes.c_size_t,
+                                                       ctypes.POINTER(ctypes.c_size_t), vp]
+    lib.ga_flash_forward_fp8.restype = i
     lib.ga_mma_prefill_workspace_bytes.argtypes = [i, i, i, i]
     lib.ga_mma_prefill_workspace_bytes.restype = ctypes.c_size_t
     lib.ga_mma_prefill.argtypes = [vp, vp, vp, vp, vp, ctypes.c_size_t, i, i, i, i, f, vp]
@@ -111,6 +119,100 @@ class Flash:
             raise RuntimeError(f"ga_flash_forward returned cudaError {err}")
 
 
+# FP8 variants compiled per head dim (kernels/flash/flash_fwd_launch.h fp8_variant_compiled); -1 = default.
+FP8_VARIANTS = {128: [-1, 1, 4], 256: [-1, 0, 3]}
+
+
+def quantize_e4m3(x):
+    """(e4m3 tensor, descale): x ~= e4m3.float() * descale, per-tensor scale amax / 448."""
+    descale = x.float().abs().amax().clamp(min=1e-30).item() / 448.0
+    return (x.float() / descale).clamp(-448.0, 448.0).to(torch.float8_e4m3fn), descale
+
+
+class FlashFp8:
+    def __init__(self, lib, q8, k8, v8, o, lse, causal, scale, descales):
+        b, s, h, d = q8.shape
+        self.lib = lib
+        st = []
+        for t in (q8, k8, v8, o):
+            st += [t.stride(0), t.stride(1), t.stride(2)]
+        self.strides = (ctypes.c_int64 * 12)(*st)
+        self.keep = (q8, k8, v8, o, lse)
+        self.args = [q8.data_ptr(), k8.data_ptr(), v8.data_ptr(), o.data_ptr(), lse.data_ptr(), self.strides,
+                     0 if o.dtype == torch.bfloat16 else 1, d, h, k8.shape[2], b, s, k8.shape[1], int(causal), scale,
+                     *descales]
+        need = ctypes.c_size_t(0)
+        err = lib.ga_flash_forward_fp8(*self.args, -1, None, 0, ctypes.byref(need), None)
+        if err != 0:
+            raise RuntimeError(f"ga_flash_forward_fp8 refused the parameters (cudaError {err})")
+        self.ws_bytes = need.value
+        self.ws = torch.empty(max(self.ws_bytes, 16), device="cuda", dtype=torch.uint8)
+
+    def run(self, sched):
+        err = self.lib.ga_flash_forward_fp8(*self.args, sched, self.ws.data_ptr(), self.ws_bytes, None,
+                                            torch.cuda.current_stream().cuda_stream)
+        if err != 0:
+            raise RuntimeError(f"ga_flash_forward_fp8 returned cudaError {err}")
+
+
+def fp8_main(args, lib, dev):
+    rows = []
+    for d in [int(x) for x in args.head_dims.split(",")]:
+        h = 2048 // d
+        for s in [int(x) for x in args.seqlens.split(",")]:
+            b = 16384 // s
+            for causal in (False, True):
+                q8, dq = quantize_e4m3(torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16))
+                k8, dk = quantize_e4m3(torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16))
+                v8, dv = quantize_e4m3(torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16))
+                qd, kd, vd = [(t.float() * sc).to(torch.bfloat16) for t, sc in ((q8, dq), (k8, dk), (v8, dv))]
+                o = torch.full((b, s, h, d), float("nan"), device="cuda", dtype=torch.bfloat16)
+                lse = torch.full((b, h, s), float("nan"), device="cuda", dtype=torch.float32)
+                scale = 1.0 / math.sqrt(d)
+                flops = 4 * b * h * s * s * d / (2 if causal else 1)
+                row = {"head_dim": d, "seqlen": s, "batch": b, "n_head": h, "causal": causal, "dtype": "fp8"}
+                ref = sdpa(qd, kd, vd, causal, SDPBackend.FLASH_ATTENTION)
+                try:
+                    row["cudnn"] = flops / time_ms(lambda: sdpa(qd, kd, vd, causal, SDPBackend.CUDNN_ATTENTION),
+                                                   args.iters) / 1e9
+                except RuntimeError as e:
+                    row["cudnn"] = None
+                    print(f"  cudnn unavailable: {str(e).splitlines()[0]}")
+                fl = FlashFp8(lib, q8, k8, v8, o, lse, causal, scale, (dq, dk, dv))
+                for sc in FP8_VARIANTS.get(d, [-1]):
+                    o.fill_(float("nan"))
+                    fl.run(sc)
+                    torch.cuda.synchronize()
+                    err = rel_l2(o, ref)
+                    nan = torch.isnan(o).any().item()
+                    ms = time_ms(lambda: fl.run(sc), args.iters)
+                    key = "fp8_default" if sc < 0 else f"fp8_v{sc}"
+                    row[key] = flops / ms / 1e9
+                    row[key + "_err"] = err
+                    if nan or not err <= 5e-2:
+                        row[key + "_bad"] = True
+                        print(f"  MISMATCH fp8 variant {sc}: rel L2 {err:.3e} nan {nan}")
+                rows.append(row)
+                print(json.dumps({k_: (round(v_, 4) if isinstance(v_, float) else v_) for k_, v_ in row.items()}))
+                sys.stdout.flush()
+                del q8, k8, v8, qd, kd, vd, o, lse, ref, fl
+                torch.cuda.empty_cache()
+    write_json(args.json, dev, rows)
+    print("\n| hd | seq | mask | ours fp8 (default) | variants | cuDNN bf16 | ours/cuDNN | >= 1000 | max rel L2 |")
+    print("|---|---:|---|---:|---|---:|---:|---|---:|")
+    for r in rows:
+        ours = r.get("fp8_default") or 0
+        var = ", ".join(f"v{sc} {r[f'fp8_v{sc}']:.0f}" for sc in FP8_VARIANTS.get(r["head_dim"], []) if sc >= 0)
+        errs = [v_ for k_, v_ in r.items() if k_.endswith("_err")]
+        cud = r.get("cudnn")
+        print(f"| {r['head_dim']} | {r['seqlen']} | {'causal' if r['causal'] else 'full'} | {ours:.0f} | {var} | "
+              f"{'-' if cud is None else f'{cud:.0f}'} | {'-' if not cud else f'{ours / cud:.2f}'} | "
+              f"{'yes' if ours >= 1000 else 'no'} | {max(errs):.1e} |")
+    bad = [r for r in rows if any(k_.endswith("_bad") for k_ in r)]
+    print(f"\n{len(rows)} FP8 configurations, {len(bad)} with a mismatch against torch (bar 5e-2)")
+    return 1 if bad else 0
+
+
 def sdpa(q, k, v, causal, backend):
     with sdpa_kernel([backend]):
         return F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
@@ -121,9 +223,14 @@ def main():
     ap = arg_parser()
     ap.add_argument("--schedules", default="1,4")  # all of 0-6 need -DGA_FLASH_ALL_VARIANTS=ON
     ap.add_argument("--mma", action="store_true", help="also time the mma.sync prefill (fp16, causal)")
+    ap.add_argument("--fp8", action="store_true", help="the FP8 e4m3 forward instead (head dims 128, 256)")
     args = ap.parse_args()
 
     lib, dev, dtype = open_run(args)
+    if args.fp8:
+        if args.head_dims == "64,128,256":
+            args.head_dims = "128,256"
+        return fp8_main(args, lib, dev)
     scheds = [int(x) for x in args.schedules.split(",")]
     rows = []
     for d in [int(x) for x in args.head_dims.split(",")]:

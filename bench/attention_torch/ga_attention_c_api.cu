@@ -91,6 +91,28 @@ int ga_flash_forward(const void* q, const void* k, const void* v, void* o, float
                                     : ga::cuda::flash_forward_with_schedule(p, sched, s));
 }
 
+// FP8 e4m3 forward: q, k, v e4m3 bytes (strides12 in elements = bytes, multiples of 16), o bf16 (out_dtype 0)
+// or fp16 (1), per-tensor descales. workspace_bytes 0 with a null workspace asks for the V^T workspace size
+// (returned through *bytes_needed, with cudaSuccess). sched -1 = the default FP8 variant.
+int ga_flash_forward_fp8(const void* q, const void* k, const void* v, void* o, float* lse, const int64_t* strides12,
+                         int out_dtype, int head_dim, int n_head, int n_head_kv, int batch, int seqlen_q,
+                         int seqlen_k, int causal, float scale, float descale_q, float descale_k, float descale_v,
+                         int sched, void* workspace, size_t workspace_bytes, size_t* bytes_needed, void* stream) {
+  ga::cuda::FlashParams p = flash_params(q, k, v, o, lse, strides12, 0, head_dim, n_head, n_head_kv, batch, seqlen_q,
+                                         seqlen_k, causal, scale);
+  p.dtype = ga::cuda::FlashDtype::kFp8E4m3;
+  p.out_dtype = out_dtype == 0 ? ga::cuda::FlashDtype::kBf16 : ga::cuda::FlashDtype::kF16;
+  p.descale_q = descale_q;
+  p.descale_k = descale_k;
+  p.descale_v = descale_v;
+  if (ga::cuda::flash_unsupported_reason(p) != nullptr) return static_cast<int>(cudaErrorInvalidValue);
+  if (bytes_needed != nullptr) *bytes_needed = ga::cuda::flash_plan(p).workspace_bytes;
+  if (workspace == nullptr && workspace_bytes == 0) return 0;
+  const auto st = static_cast<cudaStream_t>(stream);
+  return static_cast<int>(sched < 0 ? ga::cuda::flash_forward(p, workspace, workspace_bytes, st)
+                                    : ga::cuda::flash_forward_with_schedule(p, sched, workspace, workspace_bytes, st));
+}
+
 // The backward (flash_backward): strides24 = q, k, v, o, dout, dq, dk, dv (batch, seq, head) strides in
 // elements; lse is the forward's [batch][n_head][seqlen_q] f32. workspace_bytes 0 with a null workspace
 // asks for the size (returned through *bytes_needed, with cudaSuccess).

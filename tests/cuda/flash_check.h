@@ -30,7 +30,9 @@ struct FlashShape {
 inline std::string name_of(const FlashShape& s) {
   char buf[160];
   std::snprintf(buf, sizeof(buf), "%s hd%d h%d/%d b%d q%d k%d %s%s",
-                s.dtype == ::ga::cuda::FlashDtype::kBf16 ? "bf16" : "f16", s.hd, s.n_head, s.n_head_kv, s.batch,
+                s.dtype == ::ga::cuda::FlashDtype::kBf16   ? "bf16"
+                : s.dtype == ::ga::cuda::FlashDtype::kF16  ? "f16"
+                                                           : "fp8", s.hd, s.n_head, s.n_head_kv, s.batch,
                 s.seqlen_q, s.seqlen_k, s.causal ? "causal" : "full", s.padded ? " padded" : "");
   return buf;
 }

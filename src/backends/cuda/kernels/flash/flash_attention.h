@@ -16,6 +16,13 @@
 // j <= i + seqlen_k - seqlen_q. A row that sees no key (causal, seqlen_q > seqlen_k) writes zeros and
 // lse = -inf (the neutral element when merging partial results by LSE).
 //
+// FP8 (dtype kFp8E4m3, issue 4): q, k, v are e4m3 bytes (torch.float8_e4m3fn) with per-tensor dequantization
+// scales: the kernel computes softmax(softmax_scale * descale_q * descale_k * Q K^T) V * descale_v in f32 from
+// the raw e4m3 values, P rounded to e4m3 for the second GEMM (FA3's recipe), and writes o in out_dtype (bf16 or
+// fp16). Head dims 128 and 256; q/k/v strides must be multiples of 16 elements (16 bytes). 8-bit wgmma needs
+// V transposed: flash_plan sizes a workspace for V^T (batch * n_head_kv * head_dim * round_up(seqlen_k, 16)
+// bytes) that flash_forward fills before the attention kernel, in the same stream.
+//
 // Implementation (kernels/flash/flash_fwd_sm90.cuh): Hopper only (sm_90a: TMA + wgmma + warp
 // specialization). Other GPUs get a reason; the mma.sync prefill in kernels/attention*.cu serves them.
 #pragma once
@@ -27,7 +34,7 @@
 
 namespace ga::cuda {
 
-enum class FlashDtype { kBf16, kF16 };
+enum class FlashDtype { kBf16, kF16, kFp8E4m3 };
 
 struct FlashParams {
   const void* q = nullptr;
@@ -48,6 +55,10 @@ struct FlashParams {
   int seqlen_k = 0;
   bool causal = false;
   float softmax_scale = 0.0f;  // usually 1/sqrt(head_dim)
+  // FP8 only (dtype kFp8E4m3): o's dtype (kBf16 or kF16) and the per-tensor dequantization scales
+  // (real value = stored e4m3 value * descale); finite and > 0. Ignored for 16-bit inputs.
+  FlashDtype out_dtype = FlashDtype::kBf16;
+  float descale_q = 1.0f, descale_k = 1.0f, descale_v = 1.0f;
   // Variable-length batches (cumulative offsets, [batch + 1] int32 on the device): not supported yet,
   // must stay null (flash_unsupported_reason says so).
   const int32_t* cu_seqlens_q = nullptr;
@@ -61,7 +72,8 @@ struct FlashPlan {
 // nullptr when flash_forward can run these parameters on the current device, else why not.
 const char* flash_unsupported_reason(const FlashParams& p);
 FlashPlan flash_plan(const FlashParams& p);
-// workspace: flash_plan(p).workspace_bytes bytes of device memory (may be null when that is 0).
+// workspace: flash_plan(p).workspace_bytes bytes of device memory, 16-byte aligned (may be null when that is 0;
+// FP8 needs it for V^T).
 cudaError_t flash_forward(const FlashParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream);
 
 // flash_forward with an explicit kernel variant in [0, flash_variant_count()): consumer schedule
@@ -71,7 +83,12 @@ int flash_variant_count();
 // Whether this build compiled `variant` (the default build: only the ones flash_forward picks; configure
 // with -DGA_FLASH_ALL_VARIANTS=ON for all). An uncompiled variant answers cudaErrorNotSupported.
 bool flash_variant_compiled(int variant);
+// The same for these parameters' dtype and head dim (FP8 compiles fewer variants: flash_fwd_fp8_hd*.cu).
+bool flash_variant_compiled(const FlashParams& p, int variant);
 cudaError_t flash_forward_with_schedule(const FlashParams& p, int sched, cudaStream_t stream);
+// With a workspace (FP8 needs one: flash_plan); the 3-argument form passes none.
+cudaError_t flash_forward_with_schedule(const FlashParams& p, int sched, void* workspace, size_t workspace_bytes,
+                                        cudaStream_t stream);
 
 // ---- backward (kernels/flash/flash_bwd_sm80.cuh: FlashAttention-2's algorithm on mma.sync, sm_80+) ----
 //

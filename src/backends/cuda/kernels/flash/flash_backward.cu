@@ -28,6 +28,7 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 const char* params_reason(const FlashBwdParams& p) {
   if (const char* r = flash_detail::shared_params_reason(p.fwd)) return r;
   const FlashParams& f = p.fwd;
+  if (f.dtype == FlashDtype::kFp8E4m3) return "the backward takes bf16 or fp16 tensors (FP8 is forward-only)";
   if (f.lse == nullptr) return "the backward needs the forward's lse (fwd.lse)";
   if (p.dout == nullptr || p.dq == nullptr || p.dk == nullptr || p.dv == nullptr) {
     return "dout, dq, dk and dv must be non-null";

@@ -1,6 +1,7 @@
 // What the forward and the backward host code share (flash_forward.cu defines it): the checks of the
 // forward's parameters (pointers, dtype, head dim, shape, 16-byte alignment of pointers and strides), which
-// the backward applies to its FlashBwdParams::fwd part before checking its own tensors.
+// the backward applies to its FlashBwdParams::fwd part before checking its own tensors. And the seam to the FP8
+// forward's host code (flash_fp8.cu).
 #pragma once
 
 #include "backends/cuda/kernels/flash/flash_attention.h"
@@ -9,5 +10,11 @@ namespace ga::cuda::flash_detail {
 
 // nullptr when the forward's parameters are valid (device aside), else why not.
 const char* shared_params_reason(const FlashParams& p);
+
+// FP8 forward (flash_fp8.cu): the V^T workspace size, and the run itself (V^T pre-pass + attention kernel) for
+// parameters the caller has already validated (params, device, variant compiled).
+size_t fp8_workspace_bytes(const FlashParams& p);
+cudaError_t forward_fp8(const FlashParams& p, int variant, void* workspace, size_t workspace_bytes, int num_sms,
+                        cudaStream_t stream);
 
 }  // namespace ga::cuda::flash_detail

@@ -1,6 +1,7 @@
 // Host side of the FlashAttention forward (flash_attention.h): validates parameters once, encodes the
 // three TMA tensor maps (Q, K, V as 4-D [batch][head][seq][head_dim] views over the caller's strides)
-// and dispatches on head dim to the per-head-dim instantiation files.
+// and dispatches on head dim to the per-head-dim instantiation files. FP8 inputs are checked here too and
+// then handed to flash_fp8.cu (V^T pre-pass, 8-bit maps).
 //
 // Device support is decided here, not in the kernel: the kernel needs sm_90a (wgmma, setmaxnreg), so a
 // device other than compute capability 9.0, or a build whose arch list has no 90a (CMake defines
@@ -39,8 +40,25 @@ const char* device_reason() {
 // Why the parameters themselves (not the device) are refused, or nullptr.
 const char* params_reason(const FlashParams& p) {
   if (p.q == nullptr || p.k == nullptr || p.v == nullptr || p.o == nullptr) return "q, k, v and o must be non-null";
-  if (p.dtype != FlashDtype::kBf16 && p.dtype != FlashDtype::kF16) return "dtype must be bf16 or fp16";
+  const bool fp8 = p.dtype == FlashDtype::kFp8E4m3;
+  if (p.dtype != FlashDtype::kBf16 && p.dtype != FlashDtype::kF16 && !fp8) {
+    return "dtype must be bf16, fp16 or fp8 e4m3";
+  }
   if (p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256) return "head_dim must be 64, 128 or 256";
+  if (fp8) {
+    if (p.head_dim == 64) return "the FP8 forward is built for head dims 128 and 256 only";
+    if (p.out_dtype != FlashDtype::kBf16 && p.out_dtype != FlashDtype::kF16) {
+      return "the FP8 forward writes o as bf16 or fp16 (out_dtype)";
+    }
+    for (float d : {p.descale_q, p.descale_k, p.descale_v}) {
+      if (!std::isfinite(d) || d <= 0.0f) return "descale_q, descale_k and descale_v must be finite and > 0";
+    }
+    const int64_t qkv[9] = {p.q_batch_stride, p.q_seq_stride, p.q_head_stride, p.k_batch_stride, p.k_seq_stride,
+                            p.k_head_stride,  p.v_batch_stride, p.v_seq_stride, p.v_head_stride};
+    for (int64_t st : qkv) {
+      if (st % 16 != 0) return "FP8 q, k and v strides must be multiples of 16 elements (16 bytes, TMA)";
+    }
+  }
   if (p.batch < 1 || p.n_head < 1 || p.n_head_kv < 1) return "batch, n_head and n_head_kv must be >= 1";
   if (p.n_head % p.n_head_kv != 0) return "n_head must be a multiple of n_head_kv (GQA groups of equal size)";
   if (p.seqlen_q < 1 || p.seqlen_k < 1) return "seqlen_q and seqlen_k must be >= 1";
@@ -133,15 +151,42 @@ const char* flash_unsupported_reason(const FlashParams& p) {
   return device_reason();
 }
 
-FlashPlan flash_plan(const FlashParams& /*p*/) { return FlashPlan{}; }  // softmax state lives in registers
+// 16-bit: none (the softmax state lives in registers). FP8: V^T for the second GEMM.
+FlashPlan flash_plan(const FlashParams& p) {
+  FlashPlan plan;
+  if (p.dtype == FlashDtype::kFp8E4m3 && params_reason(p) == nullptr) {
+    plan.workspace_bytes = flash_detail::fp8_workspace_bytes(p);
+  }
+  return plan;
+}
 
 int flash_variant_count() { return flash_detail::kFwdVariants; }
 bool flash_variant_compiled(int variant) { return flash_detail::variant_compiled(variant); }
+bool flash_variant_compiled(const FlashParams& p, int variant) {
+  return p.dtype == FlashDtype::kFp8E4m3 ? flash_detail::fp8_variant_compiled(p.head_dim, variant)
+                                         : flash_detail::variant_compiled(variant);
+}
 
 cudaError_t flash_forward_with_schedule(const FlashParams& p, int sched, cudaStream_t stream) {
+  return flash_forward_with_schedule(p, sched, nullptr, 0, stream);
+}
+
+cudaError_t flash_forward_with_schedule(const FlashParams& p, int sched, void* workspace, size_t workspace_bytes,
+                                        cudaStream_t stream) {
   if (params_reason(p) != nullptr || sched < 0 || sched >= flash_detail::kFwdVariants) return cudaErrorInvalidValue;
   if (device_reason() != nullptr) return cudaErrorNoKernelImageForDevice;
-  if (!flash_detail::variant_compiled(sched)) return cudaErrorNotSupported;
+  if (!flash_variant_compiled(p, sched)) return cudaErrorNotSupported;
+  if (p.dtype == FlashDtype::kFp8E4m3) {
+    if (workspace_bytes < flash_detail::fp8_workspace_bytes(p) || workspace == nullptr || !aligned16(workspace)) {
+      return cudaErrorInvalidValue;  // V^T needs flash_plan(p).workspace_bytes, 16-byte aligned
+    }
+    int dev = 0, num_sms = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || num_sms < 1) {
+      return cudaErrorInvalidDevice;
+    }
+    return flash_detail::forward_fp8(p, sched, workspace, workspace_bytes, num_sms, stream);
+  }
   switch (p.head_dim) {
     case 64: return run<64>(p, sched, stream);
     case 128: return run<128>(p, sched, stream);
@@ -150,9 +195,11 @@ cudaError_t flash_forward_with_schedule(const FlashParams& p, int sched, cudaStr
   }
 }
 
-cudaError_t flash_forward(const FlashParams& p, void* /*workspace*/, size_t /*workspace_bytes*/,
-                          cudaStream_t stream) {
-  return flash_forward_with_schedule(p, flash_detail::default_variant(p.head_dim, p.causal, p.seqlen_k), stream);
+cudaError_t flash_forward(const FlashParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+  const int variant = p.dtype == FlashDtype::kFp8E4m3
+                          ? flash_detail::fp8_default_variant(p.head_dim, p.causal, p.seqlen_k)
+                          : flash_detail::default_variant(p.head_dim, p.causal, p.seqlen_k);
+  return flash_forward_with_schedule(p, variant, workspace, workspace_bytes, stream);
 }
 
 }  // namespace ga::cuda

@@ -44,14 +44,29 @@ constexpr int default_variant(int head_dim, bool causal, int seqlen_k) {
   return seqlen_k <= persistent_up_to ? 4 : 1;
 }
 
+// FP8 variants (flash_fwd_fp8_hd*.cu compile only these): hd 128 the same two as default_variant (1, 4);
+// hd 256 their serial twins (0, 3): with 128-key tiles the overlapped consumer at hd 256 holds O (128 regs),
+// S (64) and P (16) at once and ptxas spills; serial compiles with 0 spills.
+constexpr int fp8_default_variant(int head_dim, bool causal, int seqlen_k) {
+  const int v = default_variant(head_dim, causal, seqlen_k);
+  return head_dim == 256 ? (v == 4 ? 3 : 0) : v;
+}
+constexpr bool fp8_variant_compiled(int head_dim, int variant) {
+  return head_dim == 128 ? (variant == 1 || variant == 4) : head_dim == 256 ? (variant == 0 || variant == 3) : false;
+}
+
 // Launches the forward of head dim HD; num_sms sizes the persistent grid.
 template <int HD>
 cudaError_t launch_fwd(const FwdArgs& args, bool bf16, int variant, int num_sms, cudaStream_t stream);
+// FP8 e4m3 (args.tm_v maps V^T in the workspace): head dims 128 and 256 only (flash_fwd_fp8_hd*.cu), variants
+// 1 and 4 only (the ones default_variant picks): the sizes, and the CI build stays lean.
+template <int HD>
+cudaError_t launch_fwd_fp8(const FwdArgs& args, int variant, int num_sms, cudaStream_t stream);
 
 template <ElemKind E, int HD, int kSched, bool kPersistent, int kStages>
 cudaError_t launch_fwd_instance(const FwdArgs& args, int num_sms, cudaStream_t stream) {
   const auto kernel = flash_fwd_sm90_kernel<E, HD, kSched, kPersistent, kStages>;
-  constexpr size_t smem = FwdTraits<HD, kStages>::kSmemBytes;
+  constexpr size_t smem = FwdTraits<HD, kStages, elem_bytes<E>()>::kSmemBytes;
   static_assert(smem <= 227 * 1024, "shared memory per CTA");
   static const cudaError_t attr_status =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));

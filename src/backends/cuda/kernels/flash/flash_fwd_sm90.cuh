@@ -29,12 +29,22 @@
 // Causal is bottom-right aligned (query i sees key j <= i + seqlen_k - seqlen_q). Keys past seqlen_k
 // arrive from TMA as zeros and are masked to -inf in S.
 //
-// Not yet: TMA stores of O, varlen/paged KV, FP8 (see the results file).
+// FP8 (ElemKind::kE4m3, FA3 section 3.3): the same pipeline with 1-byte elements (a 128-byte swizzle row holds
+// 128 of them) and k = 32 per wgmma. 8-bit wgmma reads both operands K-major only, so V arrives as V^T
+// [head_dim][keys] (a pre-pass in flash_fp8.cu writes it to the workspace): O += P V^T^T then reads B K-major
+// along the keys. P goes to e4m3 in registers for the register-A operand. The accumulator layout of S (thread
+// holds keys 2c, 2c+1, 8+2c, 9+2c of each 16) differs from the 8-bit A layout (keys 4c..4c+3 of each 16);
+// instead of shuffling P across the quad per tile (FA3), the pre-pass stores V^T's keys in the permuted
+// order (fp8_key_of_column), so each thread packs its own four S values into one register as they are. The
+// dequantization scales fold into the softmax scale (descale_q * descale_k) and the epilogue (descale_v).
+//
+// Not yet: TMA stores of O, varlen/paged KV (see the results file).
 #pragma once
 
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include <cstdint>
 #include <type_traits>
@@ -51,16 +61,24 @@ constexpr int default_stages() { return HD == 64 ? 4 : 2; }
 template <int HD>
 constexpr int deep_stages() { return HD == 64 ? 6 : HD == 128 ? 3 : 2; }
 
-template <int HD, int kStagesT = default_stages<HD>()>
+template <ElemKind E>
+__host__ __device__ constexpr int elem_bytes() { return E == ElemKind::kE4m3 ? 1 : 2; }
+
+// kElemBytes 2: bf16/fp16; 1: FP8 e4m3 (V given as V^T: one tile is [HD][kBlockN] bytes, one column block).
+template <int HD, int kStagesT = default_stages<HD>(), int kElemBytes = 2>
 struct FwdTraits {
   static constexpr int kBlockM = 128;                       // 2 consumer warpgroups x 64 rows
-  static constexpr int kBlockN = HD == 256 ? 64 : 128;      // keys per tile (registers: S is 64 x kBlockN)
+  // keys per tile (registers: S is 64 x kBlockN). FP8 keeps 128 at HD 256: V^T's tile rows are 128 keys of
+  // one byte = one swizzle row, and its P fragments are half the registers of a 16-bit P.
+  static constexpr int kBlockN = (HD == 256 && kElemBytes == 2) ? 64 : 128;
   static constexpr int kStages = kStagesT;
-  static constexpr int kColBlocks = HD / 64;                // 128-byte swizzle column blocks
+  static constexpr int kColElems = 128 / kElemBytes;        // elements per 128-byte swizzle row
+  static constexpr int kColBlocks = HD / kColElems;         // 128-byte swizzle column blocks of Q and K
   static constexpr int kThreads = 384;
-  static constexpr uint32_t kQBytes = kBlockM * HD * 2;
-  static constexpr uint32_t kTileBytes = kBlockN * HD * 2;  // one K or one V tile
+  static constexpr uint32_t kQBytes = kBlockM * HD * kElemBytes;
+  static constexpr uint32_t kTileBytes = kBlockN * HD * kElemBytes;  // one K or one V (V^T) tile
   static constexpr int kSAcc = kBlockN / 2;                 // S accumulators per thread
+  static constexpr int kKSteps = kBlockN * kElemBytes / 32;  // k steps of O += P V (k16 16-bit, k32 FP8)
   static constexpr int kPvN = HD > 128 ? 128 : HD;          // N of one PV wgmma (256 = 2 x 128)
   static constexpr int kPvParts = HD / kPvN;
   static constexpr int kBarriers = 2 + 4 * kStages;  // q full/empty; k full, v full, k empty, v empty per slot
@@ -76,8 +94,10 @@ struct FwdArgs {
   int64_t o_batch_stride, o_seq_stride, o_head_stride;
   int seqlen_q, seqlen_k, n_head, group, m_blocks, causal;
   int batch, total_tiles;  // tiles = m_blocks * n_head * batch
-  float scale_log2;  // softmax_scale * log2(e)
-  float scale;
+  float scale_log2;  // softmax_scale * log2(e) (FP8: times descale_q * descale_k)
+  float scale;       // softmax_scale (FP8: times descale_q * descale_k), for the LSE
+  float o_scale;     // FP8: descale_v, applied with 1 / l in the epilogue; 1 otherwise
+  int out_bf16;      // FP8: output dtype bf16 (1) or fp16 (0); 16-bit inputs write their own dtype
 };
 
 __device__ __forceinline__ float fast_exp2(float x) {
@@ -97,11 +117,24 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
   }
 }
 
+// Packs four floats into four e4m3 bytes (x0 in the lowest byte), rounding to nearest, saturating to +-448.
+__device__ __forceinline__ uint32_t pack4_e4m3(float x0, float x1, float x2, float x3) {
+  const uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(x0, x1), __NV_SATFINITE, __NV_E4M3);
+  const uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(x2, x3), __NV_SATFINITE, __NV_E4M3);
+  return lo | (hi << 16);
+}
+
+// FP8 P V: column l of a 16-key group of V^T (the k index the 8-bit A fragment uses: thread c holds k
+// 4c..4c+3) holds key fp8_key_of_column(l) (the key whose S value thread c packs at that place: its
+// accumulators hold keys 2c, 2c+1, 8+2c, 9+2c). Used by the V^T pre-pass; the sum over keys is unchanged.
+__host__ __device__ constexpr int fp8_key_of_column(int l) { return 2 * (l / 4) + (l % 2) + 8 * ((l % 4) / 2); }
+
 // One consumer warpgroup's state and steps. Register fragments follow the wgmma accumulator layout
 // (tile/hopper.cuh): s[4j + e] is row (g + 8 * (e / 2)) of this warp's 16, key 8j + 2c + (e % 2).
 template <ElemKind E, int HD>
 struct Consumer {
-  using T = FwdTraits<HD>;
+  using T = FwdTraits<HD, default_stages<HD>(), elem_bytes<E>()>;
+  static constexpr bool kFp8 = E == ElemKind::kE4m3;
   static constexpr int N = T::kBlockN;
 
   float o[T::kPvParts][T::kPvN / 2];
@@ -124,12 +157,12 @@ struct Consumer {
     q_addr = tile::smem_u32(sq) + static_cast<uint32_t>(wg_row_base) * 128u;
   }
 
-  // S[64][N] = Q[64][HD] K[N][HD]^T, issued and committed (not waited).
+  // S[64][N] = Q[64][HD] K[N][HD]^T, issued and committed (not waited). One k step = 32 bytes of a row.
   __device__ __forceinline__ void issue_s(float (&s)[T::kSAcc], uint32_t k_addr) {
     tile::fence_regs(s);
     tile::wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < HD / 16; ++kk) {
+    for (int kk = 0; kk < HD * elem_bytes<E>() / 32; ++kk) {
       const int cb = kk / 4, kin = kk % 4;
       const uint64_t da = tile::desc_k_major(q_addr + cb * (T::kBlockM * 128) + kin * 32);
       const uint64_t db = tile::desc_k_major(k_addr + cb * (N * 128) + kin * 32);
@@ -139,17 +172,24 @@ struct Consumer {
   }
 
   // O[64][HD] += P[64][N] V[N][HD], issued and committed (not waited).
-  __device__ __forceinline__ void issue_pv(const uint32_t (&pa)[N / 16][4], uint32_t v_addr) {
+  __device__ __forceinline__ void issue_pv(const uint32_t (&pa)[T::kKSteps][4], uint32_t v_addr) {
 #pragma unroll
     for (int p = 0; p < T::kPvParts; ++p) tile::fence_regs(o[p]);
     tile::wgmma_fence();
 #pragma unroll
     for (int p = 0; p < T::kPvParts; ++p) {
 #pragma unroll
-      for (int kk = 0; kk < N / 16; ++kk) {
-        // keys 16kk..16kk+15 = two 8-row groups (1024 bytes each); part p = column blocks 2p, 2p+1.
-        const uint64_t db = tile::desc_mn_major(v_addr + p * 2 * (N * 128) + kk * 2048, N * 128);
-        tile::Wgmma<T::kPvN, E>::template rs<1>(o[p], pa[kk], db, 1);
+      for (int kk = 0; kk < T::kKSteps; ++kk) {
+        if constexpr (kFp8) {
+          // V^T tile [HD][N = 128 keys], one swizzle row per head-dim row: part p = rows 128p..128p+127,
+          // keys 32kk..32kk+31 = 32 bytes along the row (K-major, like Q and K).
+          const uint64_t db = tile::desc_k_major(v_addr + p * (T::kPvN * 128) + kk * 32);
+          tile::Wgmma<T::kPvN, E>::template rs<0>(o[p], pa[kk], db, 1);
+        } else {
+          // keys 16kk..16kk+15 = two 8-row groups (1024 bytes each); part p = column blocks 2p, 2p+1.
+          const uint64_t db = tile::desc_mn_major(v_addr + p * 2 * (N * 128) + kk * 2048, N * 128);
+          tile::Wgmma<T::kPvN, E>::template rs<1>(o[p], pa[kk], db, 1);
+        }
       }
     }
     tile::wgmma_commit();
@@ -200,25 +240,46 @@ struct Consumer {
       for (int i = 0; i < T::kPvN / 2; ++i) o[p][i] *= corr[(i / 2) % 2];
   }
 
-  // P accumulators -> A fragments of O += P V: keys 16kk.. of the tile are n8 blocks 2kk and 2kk + 1.
-  static __device__ __forceinline__ void to_a_fragments(const float (&s)[T::kSAcc], uint32_t (&pa)[N / 16][4]) {
+  // P accumulators -> A fragments of O += P V. 16-bit: keys 16kk.. of the tile are n8 blocks 2kk and 2kk + 1.
+  // FP8: keys 32kk.. are n8 blocks 4kk..4kk+3; register r of the fragment takes this thread's four values of
+  // one row (e % 2 == row half) from two n8 blocks as they lie (the V^T columns are permuted to match).
+  static __device__ __forceinline__ void to_a_fragments(const float (&s)[T::kSAcc], uint32_t (&pa)[T::kKSteps][4]) {
 #pragma unroll
-    for (int kk = 0; kk < N / 16; ++kk) {
-      pa[kk][0] = pack2<E>(s[8 * kk + 0], s[8 * kk + 1]);
-      pa[kk][1] = pack2<E>(s[8 * kk + 2], s[8 * kk + 3]);
-      pa[kk][2] = pack2<E>(s[8 * kk + 4], s[8 * kk + 5]);
-      pa[kk][3] = pack2<E>(s[8 * kk + 6], s[8 * kk + 7]);
+    for (int kk = 0; kk < T::kKSteps; ++kk) {
+      if constexpr (kFp8) {
+        const float* b = s + 16 * kk;
+        pa[kk][0] = pack4_e4m3(b[0], b[1], b[4], b[5]);     // row g, n8 blocks 4kk, 4kk + 1
+        pa[kk][1] = pack4_e4m3(b[2], b[3], b[6], b[7]);     // row g + 8
+        pa[kk][2] = pack4_e4m3(b[8], b[9], b[12], b[13]);   // row g, n8 blocks 4kk + 2, 4kk + 3
+        pa[kk][3] = pack4_e4m3(b[10], b[11], b[14], b[15]); // row g + 8
+      } else {
+        pa[kk][0] = pack2<E>(s[8 * kk + 0], s[8 * kk + 1]);
+        pa[kk][1] = pack2<E>(s[8 * kk + 2], s[8 * kk + 3]);
+        pa[kk][2] = pack2<E>(s[8 * kk + 4], s[8 * kk + 5]);
+        pa[kk][3] = pack2<E>(s[8 * kk + 6], s[8 * kk + 7]);
+      }
     }
   }
 
   __device__ __forceinline__ void store(const FwdArgs& a, int batch, int head, int row0, int c) {
-    using Elem = std::conditional_t<E == ElemKind::kBf16, __nv_bfloat16, __half>;
+    if constexpr (kFp8) {
+      if (a.out_bf16) store_as<ElemKind::kBf16>(a, batch, head, row0, c, a.o_scale);
+      else store_as<ElemKind::kF16>(a, batch, head, row0, c, a.o_scale);
+    } else {
+      store_as<E>(a, batch, head, row0, c, 1.0f);
+    }
+  }
+
+  // O / l * o_scale as OutE (16-bit) straight from registers; the LSE by the quad's first thread.
+  template <ElemKind OutE>
+  __device__ __forceinline__ void store_as(const FwdArgs& a, int batch, int head, int row0, int c, float o_scale) {
+    using Elem = std::conditional_t<OutE == ElemKind::kBf16, __nv_bfloat16, __half>;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       float l = l_run[r];
       l += __shfl_xor_sync(0xffffffffu, l, 1);
       l += __shfl_xor_sync(0xffffffffu, l, 2);
-      const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+      const float inv = l > 0.0f ? o_scale / l : 0.0f;
       const int row = row0 + 8 * r;
       if (row >= a.seqlen_q) continue;
       Elem* out = static_cast<Elem*>(a.o) + batch * a.o_batch_stride + row * a.o_seq_stride + head * a.o_head_stride;
@@ -227,7 +288,7 @@ struct Consumer {
 #pragma unroll
         for (int i = 0; i < T::kPvN / 2; i += 4) {
           const int col = p * T::kPvN + 8 * (i / 4) + 2 * c;
-          *reinterpret_cast<uint32_t*>(out + col) = pack2<E>(o[p][i + 2 * r] * inv, o[p][i + 2 * r + 1] * inv);
+          *reinterpret_cast<uint32_t*>(out + col) = pack2<OutE>(o[p][i + 2 * r] * inv, o[p][i + 2 * r + 1] * inv);
         }
       if (a.lse != nullptr && c == 0) {
         a.lse[(int64_t{batch} * a.n_head + head) * a.seqlen_q + row] =
@@ -267,9 +328,8 @@ struct FwdTile {
 // Tile t -> (query block, head, batch): the query blocks of one head next to each other (they read the
 // same K/V from L2), heaviest first for causal. (Heaviest-first across all heads measured 3-10% slower
 // at 16k causal: the concurrently running CTAs then stream every head's K/V at once.)
-template <int HD>
+template <class T>
 __device__ __forceinline__ FwdTile decode_tile(const FwdArgs& a, int t) {
-  using T = FwdTraits<HD>;
   const int bh = t / a.m_blocks;
   const int m_block = a.causal ? a.m_blocks - 1 - t % a.m_blocks : t % a.m_blocks;
   FwdTile f;
@@ -285,7 +345,7 @@ __device__ __forceinline__ FwdTile decode_tile(const FwdArgs& a, int t) {
 template <ElemKind E, int HD, int kSched, bool kPersistent, int kStages>
 __device__ __forceinline__ void consumer_main(const FwdArgs& a, unsigned char* sq, unsigned char* sk,
                                               unsigned char* sv, FwdBarriers<kStages> bars) {
-  using T = FwdTraits<HD, kStages>;
+  using T = FwdTraits<HD, kStages, elem_bytes<E>()>;
   const int cwg = static_cast<int>(threadIdx.x) / 128 - 1;  // consumer warpgroup 0 or 1
   const int wtid = static_cast<int>(threadIdx.x) % 128;
   const int warp = wtid / 32, lane = wtid % 32, g = lane / 4, c = lane % 4;
@@ -312,11 +372,11 @@ __device__ __forceinline__ void consumer_main(const FwdArgs& a, unsigned char* s
   };
 
   float s[T::kSAcc];
-  uint32_t pa[T::kBlockN / 16][4];
+  uint32_t pa[T::kKSteps][4];
   float corr[2];
   int kv_count = 0;  // K/V tiles consumed by this CTA so far (ring position)
   for (int local = 0, t = cta_tile<kPersistent>(a, 0); t >= 0; t = cta_tile<kPersistent>(a, ++local)) {
-    const FwdTile f = decode_tile<HD>(a, t);
+    const FwdTile f = decode_tile<T>(a, t);
     const int row0 = f.m0 + wg_row_base + warp * 16 + g;
     const int n = f.n_tiles;
     Consumer<E, HD> st;
@@ -396,24 +456,26 @@ __device__ __forceinline__ void consumer_main(const FwdArgs& a, unsigned char* s
   }
 }
 
-// One thread: every TMA copy of every tile of this CTA, K_j ahead of V_{j-1}.
-template <int HD, bool kPersistent, int kStages>
+// One thread: every TMA copy of every tile of this CTA, K_j ahead of V_{j-1}. FP8 reads V^T (tm_v over the
+// workspace, [batch][n_head_kv][HD][keys]): one box of HD rows x 128 keys per tile.
+template <ElemKind E, int HD, bool kPersistent, int kStages>
 __device__ __forceinline__ void producer_main(const FwdArgs& a, unsigned char* sq, unsigned char* sk,
                                               unsigned char* sv, FwdBarriers<kStages> bars) {
-  using T = FwdTraits<HD, kStages>;
+  using T = FwdTraits<HD, kStages, elem_bytes<E>()>;
   constexpr int N = T::kBlockN;
   tile::tma_prefetch_map(&a.tm_q);
   tile::tma_prefetch_map(&a.tm_k);
   tile::tma_prefetch_map(&a.tm_v);
   int kv_count = 0;
   for (int local = 0, t = cta_tile<kPersistent>(a, 0); t >= 0; t = cta_tile<kPersistent>(a, ++local)) {
-    const FwdTile f = decode_tile<HD>(a, t);
+    const FwdTile f = decode_tile<T>(a, t);
     const int kv_head = f.head / a.group;
     if (local > 0) tile::mbar_wait(bars.q_empty(), (local - 1) & 1);
     tile::mbar_arrive_expect_tx(bars.q_full(), T::kQBytes);
 #pragma unroll
     for (int cb = 0; cb < T::kColBlocks; ++cb)
-      tile::tma_load_4d(sq + cb * (T::kBlockM * 128), &a.tm_q, bars.q_full(), cb * 64, f.m0, f.head, f.batch);
+      tile::tma_load_4d(sq + cb * (T::kBlockM * 128), &a.tm_q, bars.q_full(), cb * T::kColElems, f.m0, f.head,
+                        f.batch);
     for (int j = 0; j <= f.n_tiles; ++j) {
       if (j < f.n_tiles) {
         const int idx = kv_count + j, stage = idx % kStages;
@@ -421,17 +483,21 @@ __device__ __forceinline__ void producer_main(const FwdArgs& a, unsigned char* s
         tile::mbar_arrive_expect_tx(bars.k_full(stage), T::kTileBytes);
 #pragma unroll
         for (int cb = 0; cb < T::kColBlocks; ++cb)
-          tile::tma_load_4d(sk + stage * T::kTileBytes + cb * (N * 128), &a.tm_k, bars.k_full(stage), cb * 64, j * N,
-                            kv_head, f.batch);
+          tile::tma_load_4d(sk + stage * T::kTileBytes + cb * (N * 128), &a.tm_k, bars.k_full(stage),
+                            cb * T::kColElems, j * N, kv_head, f.batch);
       }
       if (j > 0) {
         const int idx = kv_count + j - 1, stage = idx % kStages;
         if (idx >= kStages) tile::mbar_wait(bars.v_empty(stage), ((idx / kStages) + 1) & 1);
         tile::mbar_arrive_expect_tx(bars.v_full(stage), T::kTileBytes);
+        if constexpr (E == ElemKind::kE4m3) {
+          tile::tma_load_4d(sv + stage * T::kTileBytes, &a.tm_v, bars.v_full(stage), (j - 1) * N, 0, kv_head, f.batch);
+        } else {
 #pragma unroll
-        for (int cb = 0; cb < T::kColBlocks; ++cb)
-          tile::tma_load_4d(sv + stage * T::kTileBytes + cb * (N * 128), &a.tm_v, bars.v_full(stage), cb * 64,
-                            (j - 1) * N, kv_head, f.batch);
+          for (int cb = 0; cb < T::kColBlocks; ++cb)
+            tile::tma_load_4d(sv + stage * T::kTileBytes + cb * (N * 128), &a.tm_v, bars.v_full(stage), cb * 64,
+                              (j - 1) * N, kv_head, f.batch);
+        }
       }
     }
     kv_count += f.n_tiles;
@@ -441,7 +507,7 @@ __device__ __forceinline__ void producer_main(const FwdArgs& a, unsigned char* s
 template <ElemKind E, int HD, int kSched, bool kPersistent, int kStages>
 __global__ void __launch_bounds__(384, 1) flash_fwd_sm90_kernel(const __grid_constant__ FwdArgs a) {
 #if GA_SM90A_DEVICE
-  using T = FwdTraits<HD, kStages>;
+  using T = FwdTraits<HD, kStages, elem_bytes<E>()>;
   extern __shared__ unsigned char flash_smem_raw[];
   // 128-byte swizzled tiles must start on 1024-byte boundaries.
   unsigned char* smem = flash_smem_raw + ((1024 - (tile::smem_u32(flash_smem_raw) & 1023)) & 1023);
@@ -465,7 +531,7 @@ __global__ void __launch_bounds__(384, 1) flash_fwd_sm90_kernel(const __grid_con
 
   if (threadIdx.x < 128) {
     tile::regs_release<24>();
-    if (threadIdx.x == 0) producer_main<HD, kPersistent, kStages>(a, sq, sk, sv, bars);
+    if (threadIdx.x == 0) producer_main<E, HD, kPersistent, kStages>(a, sq, sk, sv, bars);
   } else {
     tile::regs_acquire<240>();
     consumer_main<E, HD, kSched, kPersistent, kStages>(a, sq, sk, sv, bars);

@@ -24,10 +24,8 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_fn() {
   return fn;
 }
 
-}  // namespace
-
-const char* encode_tma_map_16bit_sw128(CUtensorMap* map, bool is_bf16, const void* base, const uint64_t dims[4],
-                                       const uint64_t strides_bytes[3], const uint32_t box[4]) {
+const char* encode_sw128(CUtensorMap* map, CUtensorMapDataType type, const void* base, const uint64_t dims[4],
+                         const uint64_t strides_bytes[3], const uint32_t box[4]) {
   // Limits of cuTensorMapEncodeTiled (CUDA driver API docs), checked here to name the one that failed.
   if (reinterpret_cast<uintptr_t>(base) % 16 != 0) return "TMA needs a 16-byte aligned base pointer";
   for (int i = 0; i < 3; ++i) {
@@ -43,11 +41,23 @@ const char* encode_tma_map_16bit_sw128(CUtensorMap* map, bool is_bf16, const voi
   const cuuint64_t g_strides[3] = {strides_bytes[0], strides_bytes[1], strides_bytes[2]};
   const cuuint32_t g_box[4] = {box[0], box[1], box[2], box[3]};
   const cuuint32_t elem_strides[4] = {1, 1, 1, 1};
-  const CUresult r = fn(map, is_bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4,
-                        const_cast<void*>(base), g_dims, g_strides, g_box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                        CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+  const CUresult r = fn(map, type, 4, const_cast<void*>(base), g_dims, g_strides, g_box, elem_strides,
+                        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                         CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   return r == CUDA_SUCCESS ? nullptr : "cuTensorMapEncodeTiled refused the tensor (shape, strides or alignment)";
+}
+
+}  // namespace
+
+const char* encode_tma_map_16bit_sw128(CUtensorMap* map, bool is_bf16, const void* base, const uint64_t dims[4],
+                                       const uint64_t strides_bytes[3], const uint32_t box[4]) {
+  return encode_sw128(map, is_bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, base, dims,
+                      strides_bytes, box);
+}
+
+const char* encode_tma_map_8bit_sw128(CUtensorMap* map, const void* base, const uint64_t dims[4],
+                                      const uint64_t strides_bytes[3], const uint32_t box[4]) {
+  return encode_sw128(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, base, dims, strides_bytes, box);
 }
 
 }  // namespace ga::cuda::tile

@@ -1,0 +1,146 @@
+// Host side of the FP8 (e4m3) Hopper forward (flash_attention.h), called by flash_forward.cu once the
+// parameters, the device and the variant have been checked: a V^T pre-pass into the workspace, the three
+// 8-bit TMA maps, and the attention kernel (flash_fwd_sm90.cuh with ElemKind::kE4m3).
+//
+// Why a V^T pre-pass: 8-bit wgmma reads both operands K-major, and in O += P V the reduction runs over keys,
+// so B must be [head_dim][keys] with keys contiguous. FA3 transposes V tiles in shared memory inside the
+// kernel (ldmatrix/stmatrix by the producer warps); this first version transposes V once in global memory
+// (memory-bound: 2 * bytes(V), a few % of the attention time at 4k keys, nothing at 16k per FLOP), which
+// keeps the kernel's producer a single TMA thread. The same pass stores each 16-key group's columns in the
+// order fp8_key_of_column gives, so the consumers need no register shuffle to turn S into the 8-bit A
+// operand (flash_fwd_sm90.cuh), and zero-fills keys past seqlen_k up to the 16-key padding (masked P is 0,
+// and 0 * garbage could be NaN).
+//
+// Workspace V^T: [batch][n_head_kv][head_dim][seq_pad] bytes, seq_pad = round_up(seqlen_k, 16) (the TMA row
+// stride must be a multiple of 16 bytes); keys past seq_pad arrive from TMA as zeros.
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "backends/cuda/kernels/flash/flash_common.h"
+#include "backends/cuda/kernels/flash/flash_fwd_launch.h"
+#include "backends/cuda/kernels/tile/tma_map.h"
+
+namespace ga::cuda::flash_detail {
+namespace {
+
+constexpr int kVtKeys = 64;  // keys per CTA of the transpose
+
+int64_t seq_pad(int seqlen_k) { return (int64_t{seqlen_k} + 15) / 16 * 16; }
+
+// One CTA: 64 keys x HD of one (kv head, batch). V rows come in as 16-byte vectors into a padded shared tile;
+// V^T rows (one per head-dim index) go out as 16-byte vectors of 16 permuted keys.
+// grid (ceil(seq_pad / 64), n_head_kv, batch), 256 threads.
+template <int HD>
+__global__ void __launch_bounds__(256) fp8_transpose_v_kernel(const uint8_t* __restrict__ v, int64_t v_batch_stride,
+                                                              int64_t v_seq_stride, int64_t v_head_stride,
+                                                              uint8_t* __restrict__ vt, int seqlen_k, int64_t pad,
+                                                              int n_head_kv) {
+  constexpr int kRow = HD + 16;  // padded tile row (bytes): spreads the column reads over banks
+  __shared__ __align__(16) uint8_t rows[kVtKeys * kRow];
+  const int key0 = static_cast<int>(blockIdx.x) * kVtKeys;
+  const int head = static_cast<int>(blockIdx.y), batch = static_cast<int>(blockIdx.z);
+  const uint8_t* src = v + batch * v_batch_stride + head * v_head_stride;
+  constexpr int kChunksPerRow = HD / 16;
+  for (int i = static_cast<int>(threadIdx.x); i < kVtKeys * kChunksPerRow; i += 256) {
+    const int r = i / kChunksPerRow, ch = i % kChunksPerRow, key = key0 + r;
+    uint4 val = make_uint4(0u, 0u, 0u, 0u);
+    if (key < seqlen_k) val = *reinterpret_cast<const uint4*>(src + key * v_seq_stride + ch * 16);
+    *reinterpret_cast<uint4*>(rows + r * kRow + ch * 16) = val;
+  }
+  __syncthreads();
+  uint8_t* dst = vt + ((int64_t{batch} * n_head_kv + head) * HD) * pad;
+  for (int i = static_cast<int>(threadIdx.x); i < HD * (kVtKeys / 16); i += 256) {
+    const int d = i / (kVtKeys / 16), group = i % (kVtKeys / 16);
+    const int64_t col0 = key0 + 16 * group;
+    if (col0 >= pad) continue;
+    uint32_t w[4];
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      uint32_t word = 0;
+#pragma unroll
+      for (int b = 0; b < 4; ++b) {
+        const int r = 16 * group + fp8_key_of_column(4 * q + b);  // keys >= seqlen_k were zero-filled above
+        word |= uint32_t{rows[r * kRow + d]} << (8 * b);
+      }
+      w[q] = word;
+    }
+    *reinterpret_cast<uint4*>(dst + int64_t{d} * pad + col0) = make_uint4(w[0], w[1], w[2], w[3]);
+  }
+}
+
+uint64_t stride8(int64_t stride_elems, int extent) {  // 1-byte elements; unused strides still need 16
+  return (extent == 1 || stride_elems == 0) ? uint64_t{16} : static_cast<uint64_t>(stride_elems);
+}
+
+const char* encode_qk_map(CUtensorMap* map, const void* base, int hd, int seqlen, int heads, int batch,
+                          int64_t seq_stride, int64_t head_stride, int64_t batch_stride, int box_rows) {
+  const uint64_t dims[4] = {static_cast<uint64_t>(hd), static_cast<uint64_t>(seqlen), static_cast<uint64_t>(heads),
+                            static_cast<uint64_t>(batch)};
+  const uint64_t strides[3] = {stride8(seq_stride, seqlen), stride8(head_stride, heads),
+                               stride8(batch_stride, batch)};
+  const uint32_t box[4] = {128, static_cast<uint32_t>(box_rows), 1, 1};
+  return tile::encode_tma_map_8bit_sw128(map, base, dims, strides, box);
+}
+
+template <int HD>
+cudaError_t run_fp8(const FlashParams& p, int variant, uint8_t* vt, int num_sms, cudaStream_t stream) {
+  using T = FwdTraits<HD, default_stages<HD>(), 1>;
+  const int64_t pad = seq_pad(p.seqlen_k);
+  FwdArgs a{};
+  const uint64_t vt_dims[4] = {static_cast<uint64_t>(pad), HD, static_cast<uint64_t>(p.n_head_kv),
+                               static_cast<uint64_t>(p.batch)};
+  const uint64_t vt_strides[3] = {static_cast<uint64_t>(pad), static_cast<uint64_t>(HD * pad),
+                                  static_cast<uint64_t>(p.n_head_kv) * HD * static_cast<uint64_t>(pad)};
+  const uint32_t vt_box[4] = {T::kBlockN, HD, 1, 1};  // one V^T tile: HD rows of kBlockN (= 128) keys
+  if (encode_qk_map(&a.tm_q, p.q, HD, p.seqlen_q, p.n_head, p.batch, p.q_seq_stride, p.q_head_stride,
+                    p.q_batch_stride, T::kBlockM) != nullptr ||
+      encode_qk_map(&a.tm_k, p.k, HD, p.seqlen_k, p.n_head_kv, p.batch, p.k_seq_stride, p.k_head_stride,
+                    p.k_batch_stride, T::kBlockN) != nullptr ||
+      tile::encode_tma_map_8bit_sw128(&a.tm_v, vt, vt_dims, vt_strides, vt_box) != nullptr) {
+    return cudaErrorInvalidValue;
+  }
+  const dim3 tgrid(static_cast<unsigned>((pad + kVtKeys - 1) / kVtKeys), static_cast<unsigned>(p.n_head_kv),
+                   static_cast<unsigned>(p.batch));
+  fp8_transpose_v_kernel<HD><<<tgrid, 256, 0, stream>>>(static_cast<const uint8_t*>(p.v), p.v_batch_stride,
+                                                        p.v_seq_stride, p.v_head_stride, vt, p.seqlen_k, pad,
+                                                        p.n_head_kv);
+  if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+  a.o = p.o;
+  a.lse = p.lse;
+  a.o_batch_stride = p.o_batch_stride;
+  a.o_seq_stride = p.o_seq_stride;
+  a.o_head_stride = p.o_head_stride;
+  a.seqlen_q = p.seqlen_q;
+  a.seqlen_k = p.seqlen_k;
+  a.n_head = p.n_head;
+  a.group = p.n_head / p.n_head_kv;
+  a.m_blocks = (p.seqlen_q + T::kBlockM - 1) / T::kBlockM;
+  a.causal = p.causal ? 1 : 0;
+  a.batch = p.batch;
+  a.total_tiles = a.m_blocks * p.n_head * p.batch;
+  a.scale = p.softmax_scale * p.descale_q * p.descale_k;  // S in real units = raw Q K^T * descale_q * descale_k
+  a.scale_log2 = a.scale * 1.4426950408889634f;
+  a.o_scale = p.descale_v;
+  a.out_bf16 = p.out_dtype == FlashDtype::kBf16 ? 1 : 0;
+  return launch_fwd_fp8<HD>(a, variant, num_sms, stream);
+}
+
+}  // namespace
+
+size_t fp8_workspace_bytes(const FlashParams& p) {
+  return static_cast<size_t>(p.batch) * static_cast<size_t>(p.n_head_kv) * static_cast<size_t>(p.head_dim) *
+         static_cast<size_t>(seq_pad(p.seqlen_k));
+}
+
+cudaError_t forward_fp8(const FlashParams& p, int variant, void* workspace, size_t /*workspace_bytes*/, int num_sms,
+                        cudaStream_t stream) {
+  uint8_t* vt = static_cast<uint8_t*>(workspace);
+  switch (p.head_dim) {
+    case 128: return run_fp8<128>(p, variant, vt, num_sms, stream);
+    case 256: return run_fp8<256>(p, variant, vt, num_sms, stream);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+}  // namespace ga::cuda::flash_detail
