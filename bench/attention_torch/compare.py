@@ -9,7 +9,9 @@ as [batch][head][seq][dim] for SDPA). Our output is checked against torch's (FA2
 
 Our kernels come from libga_attention_c.so (bench/attention_torch/ga_attention_c_api.cu; build target
 `ga_attention_c`), loaded with ctypes and called on the tensors' device pointers:
-  * flash: the Hopper forward (kernels/flash), variants 0-6 (kernels/flash/flash_fwd_launch.h);
+  * flash: the Hopper forward (kernels/flash), variants 0-6 (kernels/flash/flash_fwd_launch.h), and variant 7,
+           the mma.sync forward (kernels/flash/flash_fwd_sm80.cuh: what sm_80/86/89 GPUs run; --sm80 times only
+           it, against FA2 = the issue's bar >= 0.9x);
   * mma:   the mma.sync prefill (kernels/attention*.cu; fp16 K/V, f32 q/out, causal, one sequence per
            call, so `batch` calls per step), against FA2 on the same fp16 causal problem.
 
@@ -119,6 +121,8 @@ class Flash:
             raise RuntimeError(f"ga_flash_forward returned cudaError {err}")
 
 
+SM80_VARIANT = 7  # kFlashSm80Variant (kernels/flash/flash_attention.h)
+
 # FP8 variants compiled per head dim (kernels/flash/flash_fwd_launch.h fp8_variant_compiled); -1 = default.
 FP8_VARIANTS = {128: [-1, 1, 4], 256: [-1, 0, 3]}
 
@@ -224,7 +228,11 @@ def main():
     ap.add_argument("--schedules", default="1,4")  # all of 0-6 need -DGA_FLASH_ALL_VARIANTS=ON
     ap.add_argument("--mma", action="store_true", help="also time the mma.sync prefill (fp16, causal)")
     ap.add_argument("--fp8", action="store_true", help="the FP8 e4m3 forward instead (head dims 128, 256)")
+    ap.add_argument("--sm80", action="store_true",
+                    help="time the mma.sync forward (variant 7, kFlashSm80Variant) only: --schedules 7")
     args = ap.parse_args()
+    if args.sm80:
+        args.schedules = str(SM80_VARIANT)
 
     lib, dev, dtype = open_run(args)
     if args.fp8:

@@ -80,7 +80,8 @@ const char* ga_flash_unsupported_reason(const void* q, const void* k, const void
                    scale));
 }
 
-// sched: -1 = the default variant, else 0 .. flash_variant_count() - 1 (flash_fwd_launch.h). Returns the cudaError_t.
+// sched: -1 = the default variant, else 0 .. flash_variant_count() - 1 (flash_fwd_launch.h; 7 = kFlashSm80Variant,
+// the mma.sync forward). Returns the cudaError_t.
 int ga_flash_forward(const void* q, const void* k, const void* v, void* o, float* lse, const int64_t* strides12,
                      int dtype, int head_dim, int n_head, int n_head_kv, int batch, int seqlen_q, int seqlen_k,
                      int causal, float scale, int sched, void* stream) {

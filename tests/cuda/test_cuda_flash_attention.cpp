@@ -1,21 +1,22 @@
 // Parity of the Hopper FlashAttention forward (backends/cuda/kernels/flash/flash_attention.h) with a
-// float64 reference computed here from the same 16-bit inputs.
+// float64 reference computed here from the same 16-bit inputs, and of the mma.sync forward
+// (flash_fwd_sm80.cuh, variant kFlashSm80Variant: what non-Hopper GPUs run) on every case.
 //
 // Grid: dtype (bf16, fp16) x head dim (64, 128, 256) x causal x GQA ratio (1, 2, 4 = MQA) x awkward
 // lengths (1, 7, 129, 1000, and 4097 on a few cases), including seqlen_q != seqlen_k both ways (causal is
 // bottom-right aligned; seqlen_q > seqlen_k leaves rows that see no key: zeros and lse = -inf). Every
-// kernel variant (consumer schedule serial / overlap / ping-pong, persistent or not, K/V ring depth) runs on
-// the same inputs; PersistentCtasRunManyTiles has more tiles than SMs. Outputs are
-// NaN-poisoned before each run; O is written with a padded row stride on every other case and the
-// padding must still hold the poison. Bars: relative L2 error of O <= 1e-2, every element within
+// kernel variant (consumer schedule serial / overlap / ping-pong, persistent or not, K/V ring depth; the
+// mma.sync forward) runs on the same inputs (GA_FLASH_TEST_VARIANT=N runs only variant N: the sanitizer
+// runs); PersistentCtasRunManyTiles has more tiles than SMs. Outputs are NaN-poisoned before each run; O is
+// written with a padded row stride on every other case and the padding must still hold the poison. Bars: relative L2 error of O <= 1e-2, every element within
 // 5% of the output RMS, no NaN; LSE within 2e-3 + 1e-3 |lse|.
 // FP8 (e4m3 q/k/v with per-tensor scales, bf16/fp16 o; head dims 128 and 256): the Fp8* tests quantize random
 // real tensors here (nearest e4m3 by table search, independent of the kernel's conversions) and compare with
 // the float64 reference on the dequantized inputs; bar relative L2 <= 5e-2 (issue 4), every element within
 // 25% of the output RMS plus 2^-4 of its own magnitude (P's e4m3 rounding); the V^T workspace is poisoned with 0xFF (e4m3 NaN) so a column the pre-pass misses
 // turns the output NaN.
-// Without a GPU the tests SKIP; on a non-Hopper GPU they SKIP with the kernel's reason. The shape, the
-// random inputs, the softmax of the reference and the output unpacking are flash_check.h (shared with
+// Without a GPU the tests SKIP; on a non-Hopper GPU the Hopper variants SKIP with the kernel's reason (the
+// mma.sync one runs on compute capability >= 8.0). The shape, the random inputs, the softmax of the reference and the output unpacking are flash_check.h (shared with
 // test_cuda_flash_backward.cpp).
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
@@ -23,6 +24,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -71,6 +73,12 @@ void reference(const Shape& s, float scale, const std::vector<float>& q, const s
         (*lse)[(size_t(b) * s.n_head + h) * s.seqlen_q + i] = row_lse;
       }
     }
+}
+
+// Whether run_and_check runs `variant`: all compiled ones, or only GA_FLASH_TEST_VARIANT when set.
+bool variant_selected(int variant) {
+  const char* only = std::getenv("GA_FLASH_TEST_VARIANT");
+  return only == nullptr || *only == '\0' || std::atoi(only) == variant;
 }
 
 FlashParams make_params(const Shape& s, const void* q, const void* k, const void* v, void* o, float* lse,
@@ -129,8 +137,13 @@ void run_and_check(Parity& parity, CachingAllocator& alloc, const Shape& s, std:
   reference(s, p.softmax_scale, qf, kf, vf, &ref, &ref_lse);
 
   for (int sched = 0; sched < ::ga::cuda::flash_variant_count(); ++sched) {
-    if (!::ga::cuda::flash_variant_compiled(sched)) continue;  // the lean default build has two
+    // The lean default build has two Hopper variants and the mma.sync one.
+    if (!::ga::cuda::flash_variant_compiled(sched) || !variant_selected(sched)) continue;
     const std::string cname = name + " sched" + std::to_string(sched);
+    if (const char* why = ::ga::cuda::flash_variant_unsupported_reason(p, sched)) {
+      parity.skip(cname, why);  // a Hopper variant on another GPU
+      continue;
+    }
     dout.poison();
     dlse.poison();
     ASSERT_EQ(::ga::cuda::flash_forward_with_schedule(p, sched, nullptr), cudaSuccess) << cname;
@@ -281,7 +294,7 @@ TEST(CudaFlashAttention, UnsupportedParamsAreRejectedWithAReason) {
   p.q = static_cast<const uint16_t*>(good.q) + 1;
   expect_refused(p, "misaligned q");
   if (const char* device = ::ga::cuda::flash_unsupported_reason(good)) {
-    GTEST_SKIP() << device;  // not a Hopper GPU: the parameter checks above still ran
+    GTEST_SKIP() << device;  // no flash forward for this GPU: the parameter checks above still ran
   }
 }
 
@@ -501,6 +514,19 @@ TEST(CudaFlashAttention, Fp8UnsupportedParamsAreRejectedWithAReason) {
   p = good;
   p.k_seq_stride += 8;  // 8 bytes: a multiple of 8 elements but not of 16 bytes
   expect_refused(p, "fp8 stride of 8 bytes", true);
+  // The mma.sync forward is 16-bit only: asked for FP8 it says why and touches nothing.
+  const char* sm80_why = ::ga::cuda::flash_variant_unsupported_reason(good, ::ga::cuda::kFlashSm80Variant);
+  ASSERT_NE(sm80_why, nullptr);
+  std::printf("refused (fp8 on the mma.sync variant): %s\n", sm80_why);
+  out.poison();
+  EXPECT_NE(::ga::cuda::flash_forward_with_schedule(good, ::ga::cuda::kFlashSm80Variant, nullptr), cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  for (uint16_t x : out.download()) {
+    if (x != 0xFFFF) {
+      ADD_FAILURE() << "fp8 on the mma.sync variant: output touched although refused";
+      break;
+    }
+  }
   if (const char* device = ::ga::cuda::flash_unsupported_reason(good)) {
     GTEST_SKIP() << device;
   }

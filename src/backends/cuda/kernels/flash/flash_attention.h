@@ -23,8 +23,11 @@
 // V transposed: flash_plan sizes a workspace for V^T (batch * n_head_kv * head_dim * round_up(seqlen_k, 16)
 // bytes) that flash_forward fills before the attention kernel, in the same stream.
 //
-// Implementation (kernels/flash/flash_fwd_sm90.cuh): Hopper only (sm_90a: TMA + wgmma + warp
-// specialization). Other GPUs get a reason; the mma.sync prefill in kernels/attention*.cu serves them.
+// Implementations: kernels/flash/flash_fwd_sm90.cuh on Hopper (sm_90a: TMA + wgmma + warp specialization; the
+// only one with FP8), kernels/flash/flash_fwd_sm80.cuh (FlashAttention-2 style mma.sync + ldmatrix + cp.async)
+// on every other GPU of compute capability >= 8.0 (sm_80/86/89), bf16/fp16 with the same parameters and results.
+// flash_forward picks by device; the mma.sync one also runs on Hopper as variant kFlashSm80Variant (tests,
+// benchmarks). Turing (sm_75) and older get a reason.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -76,15 +79,21 @@ FlashPlan flash_plan(const FlashParams& p);
 // FP8 needs it for V^T).
 cudaError_t flash_forward(const FlashParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream);
 
-// flash_forward with an explicit kernel variant in [0, flash_variant_count()): consumer schedule
-// (serial, intra-warpgroup overlap, overlap + ping-pong), persistent or not, K/V ring depth
-// (kernels/flash/flash_fwd_launch.h lists them): for the tests and benchmarks that compare them.
+// flash_forward with an explicit kernel variant in [0, flash_variant_count()): 0-6 are the Hopper kernel's
+// consumer schedule (serial, intra-warpgroup overlap, overlap + ping-pong), persistent or not, K/V ring depth
+// (kernels/flash/flash_fwd_launch.h lists them); kFlashSm80Variant is the mma.sync forward (any sm_80+ GPU,
+// Hopper included; bf16/fp16). For the tests and benchmarks that compare them.
+inline constexpr int kFlashSm80Variant = 7;
 int flash_variant_count();
 // Whether this build compiled `variant` (the default build: only the ones flash_forward picks; configure
 // with -DGA_FLASH_ALL_VARIANTS=ON for all). An uncompiled variant answers cudaErrorNotSupported.
 bool flash_variant_compiled(int variant);
 // The same for these parameters' dtype and head dim (FP8 compiles fewer variants: flash_fwd_fp8_hd*.cu).
 bool flash_variant_compiled(const FlashParams& p, int variant);
+// nullptr when flash_forward_with_schedule(p, variant, ...) can run on the current device, else why not (the
+// parameters, an uncompiled variant, or the device: the Hopper variants need compute capability 9.0 and an
+// sm_90a build, kFlashSm80Variant needs >= 8.0).
+const char* flash_variant_unsupported_reason(const FlashParams& p, int variant);
 cudaError_t flash_forward_with_schedule(const FlashParams& p, int sched, cudaStream_t stream);
 // With a workspace (FP8 needs one: flash_plan); the 3-argument form passes none.
 cudaError_t flash_forward_with_schedule(const FlashParams& p, int sched, void* workspace, size_t workspace_bytes,

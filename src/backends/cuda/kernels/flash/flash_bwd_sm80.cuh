@@ -33,6 +33,7 @@
 #include <cstdint>
 
 #include "backends/cuda/kernels/attention_detail.cuh"
+#include "backends/cuda/kernels/flash/flash_mma_sm80.cuh"
 
 namespace ga::cuda::flash_bwd {
 
@@ -41,6 +42,9 @@ using detail::cp_async_commit;
 using detail::cp_async_wait;
 using detail::ldmatrix_x4;
 using detail::ldmatrix_x4_trans;
+using flash_sm80::mma;
+using flash_sm80::pack2;
+using flash_sm80::unpack2;
 
 struct Strides {
   int64_t batch, seq, head;  // elements
@@ -85,36 +89,6 @@ struct BwdTraits {
   static_assert(kKeyGroups * kSplit == kWarps && kDqRowGroups * (kWarps / kDqRowGroups) == kWarps, "warp tiling");
   static_assert(kQPerWarp % 16 == 0 && kDPerWarp % 16 == 0 && kDqDims % 16 == 0, "mma tiles of 16");
 };
-
-// ---- dtype helpers: a pair of 16-bit values in one 32-bit word ----
-
-template <bool kBf16>
-__device__ __forceinline__ float2 unpack2(uint32_t w) {
-  if constexpr (kBf16) {
-    return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w));
-  } else {
-    return __half22float2(*reinterpret_cast<const __half2*>(&w));
-  }
-}
-
-template <bool kBf16>
-__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
-  if constexpr (kBf16) {
-    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<const uint32_t*>(&h);
-  } else {
-    return detail::pack_half2(lo, hi);
-  }
-}
-
-template <bool kBf16>
-__device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  if constexpr (kBf16) {
-    detail::mma_16816_bf16(d, a, b0, b1);
-  } else {
-    detail::mma_16816(d, a, b0, b1);
-  }
-}
 
 // dst[0] += x, dst[1] += y in device memory (dst 8-byte aligned). Hopper has a vector reduction, one L2
 // atomic for the pair: the dq accumulation issues Br x head_dim of them per step and key block.

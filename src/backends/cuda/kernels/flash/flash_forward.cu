@@ -1,11 +1,13 @@
-// Host side of the FlashAttention forward (flash_attention.h): validates parameters once, encodes the
-// three TMA tensor maps (Q, K, V as 4-D [batch][head][seq][head_dim] views over the caller's strides)
-// and dispatches on head dim to the per-head-dim instantiation files. FP8 inputs are checked here too and
-// then handed to flash_fp8.cu (V^T pre-pass, 8-bit maps).
+// Host side of the FlashAttention forward (flash_attention.h): validates parameters once, then runs one of two
+// kernels. Hopper (sm_90a build on a compute capability 9.0 device): encodes the three TMA tensor maps (Q, K, V
+// as 4-D [batch][head][seq][head_dim] views over the caller's strides) and dispatches on head dim to the
+// per-head-dim instantiation files; FP8 inputs are checked here too and then handed to flash_fp8.cu (V^T
+// pre-pass, 8-bit maps). Any other GPU of compute capability >= 8.0: the mma.sync forward (flash_fwd_sm80.cuh,
+// variant kFlashSm80Variant), which Hopper can also be asked to run.
 //
-// Device support is decided here, not in the kernel: the kernel needs sm_90a (wgmma, setmaxnreg), so a
-// device other than compute capability 9.0, or a build whose arch list has no 90a (CMake defines
-// GA_CUDA_HAS_SM90A then), is refused with a reason before anything is launched.
+// Device support is decided here, not in the kernels: wgmma/setmaxnreg need sm_90a (a device other than 9.0, or
+// a build whose arch list has no 90a, is refused for the Hopper variants); cp.async and bf16 mma.sync need
+// sm_80, so Turing (sm_75) is refused with a reason before anything is launched.
 #include "backends/cuda/kernels/flash/flash_attention.h"
 
 #include <climits>
@@ -13,6 +15,7 @@
 
 #include "backends/cuda/kernels/flash/flash_common.h"
 #include "backends/cuda/kernels/flash/flash_fwd_launch.h"
+#include "backends/cuda/kernels/flash/flash_fwd_sm80.cuh"
 #include "backends/cuda/kernels/tile/tma_map.h"
 
 namespace ga::cuda {
@@ -20,6 +23,7 @@ namespace {
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
+// Why the Hopper kernels cannot run on the current device, or nullptr.
 const char* device_reason() {
 #ifndef GA_CUDA_HAS_SM90A
   return "this build has no sm_90a code for the Hopper flash kernel (add 90a to GA_CUDA_ARCHS)";
@@ -31,10 +35,58 @@ const char* device_reason() {
     return "cannot read the device's compute capability";
   }
   if (major != 9 || minor != 0) {
-    return "the flash forward needs a Hopper GPU (compute capability 9.0: wgmma, TMA); use the mma.sync prefill";
+    return "this flash forward variant needs a Hopper GPU (compute capability 9.0: wgmma, TMA)";
   }
   return nullptr;
 #endif
+}
+
+// Why the mma.sync forward (kFlashSm80Variant) cannot run on the current device, or nullptr.
+const char* sm80_device_reason() {
+  int dev = 0, major = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return "no current CUDA device";
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
+    return "cannot read the device's compute capability";
+  }
+  if (major < 8) {
+    return "the flash forward needs compute capability >= 8.0 (cp.async, bf16/f16 mma.sync m16n8k16); Turing "
+           "(sm_75) is not supported: use the engine's mma.sync prefill (kernels/attention.h)";
+  }
+  return nullptr;
+}
+
+// What the mma.sync forward refuses among parameters params_reason accepts, then its device reason.
+const char* sm80_reason(const FlashParams& p) {
+  if (p.dtype == FlashDtype::kFp8E4m3) return "the FP8 forward needs a Hopper GPU (the mma.sync path is bf16/fp16)";
+  if (p.n_head > 65535 || p.batch > 65535) return "n_head and batch must be <= 65535 (grid dimensions)";
+  return sm80_device_reason();
+}
+
+cudaError_t run_sm80(const FlashParams& p, cudaStream_t stream) {
+  flash_sm80::FwdSm80Args a{};
+  a.q = static_cast<const uint16_t*>(p.q);
+  a.k = static_cast<const uint16_t*>(p.k);
+  a.v = static_cast<const uint16_t*>(p.v);
+  a.o = static_cast<uint16_t*>(p.o);
+  a.lse = p.lse;
+  a.q_st = {p.q_batch_stride, p.q_seq_stride, p.q_head_stride};
+  a.k_st = {p.k_batch_stride, p.k_seq_stride, p.k_head_stride};
+  a.v_st = {p.v_batch_stride, p.v_seq_stride, p.v_head_stride};
+  a.o_st = {p.o_batch_stride, p.o_seq_stride, p.o_head_stride};
+  a.seqlen_q = p.seqlen_q;
+  a.seqlen_k = p.seqlen_k;
+  a.n_head = p.n_head;
+  a.group = p.n_head / p.n_head_kv;
+  a.causal = p.causal ? 1 : 0;
+  a.scale = p.softmax_scale;
+  a.scale_log2 = p.softmax_scale * 1.4426950408889634f;
+  const bool bf16 = p.dtype == FlashDtype::kBf16;
+  switch (p.head_dim) {
+    case 64: return flash_sm80::launch_fwd_sm80<64>(a, bf16, p.batch, stream);
+    case 128: return flash_sm80::launch_fwd_sm80<128>(a, bf16, p.batch, stream);
+    case 256: return flash_sm80::launch_fwd_sm80<256>(a, bf16, p.batch, stream);
+    default: return cudaErrorInvalidValue;
+  }
 }
 
 // Why the parameters themselves (not the device) are refused, or nullptr.
@@ -66,7 +118,7 @@ const char* params_reason(const FlashParams& p) {
     return "too many 128-row query blocks (batch * n_head * ceil(seqlen_q / 128) must fit in int32)";
   }
   if (p.cu_seqlens_q != nullptr || p.cu_seqlens_k != nullptr) {
-    return "variable-length batches (cu_seqlens) are not supported by the Hopper forward yet";
+    return "variable-length batches (cu_seqlens) are not supported by the flash forward yet";
   }
   if (!std::isfinite(p.softmax_scale) || p.softmax_scale <= 0.0f) return "softmax_scale must be finite and > 0";
   if (!aligned16(p.q) || !aligned16(p.k) || !aligned16(p.v) || !aligned16(p.o)) {
@@ -146,9 +198,11 @@ namespace flash_detail {
 const char* shared_params_reason(const FlashParams& p) { return params_reason(p); }
 }  // namespace flash_detail
 
+// Hopper runs everything params_reason accepts; other GPUs run 16-bit inputs on the mma.sync forward.
 const char* flash_unsupported_reason(const FlashParams& p) {
   if (const char* r = params_reason(p)) return r;
-  return device_reason();
+  const char* hopper = device_reason();
+  return hopper == nullptr ? nullptr : p.dtype == FlashDtype::kFp8E4m3 ? hopper : sm80_reason(p);
 }
 
 // 16-bit: none (the softmax state lives in registers). FP8: V^T for the second GEMM.
@@ -160,11 +214,22 @@ FlashPlan flash_plan(const FlashParams& p) {
   return plan;
 }
 
-int flash_variant_count() { return flash_detail::kFwdVariants; }
-bool flash_variant_compiled(int variant) { return flash_detail::variant_compiled(variant); }
+static_assert(kFlashSm80Variant == flash_detail::kFwdVariants, "the mma.sync variant follows the Hopper ones");
+int flash_variant_count() { return flash_detail::kFwdVariants + 1; }
+bool flash_variant_compiled(int variant) {
+  return variant == kFlashSm80Variant || flash_detail::variant_compiled(variant);
+}
 bool flash_variant_compiled(const FlashParams& p, int variant) {
-  return p.dtype == FlashDtype::kFp8E4m3 ? flash_detail::fp8_variant_compiled(p.head_dim, variant)
-                                         : flash_detail::variant_compiled(variant);
+  if (p.dtype == FlashDtype::kFp8E4m3) return flash_detail::fp8_variant_compiled(p.head_dim, variant);
+  return flash_variant_compiled(variant);
+}
+const char* flash_variant_unsupported_reason(const FlashParams& p, int variant) {
+  if (const char* r = params_reason(p)) return r;
+  if (variant < 0 || variant >= flash_variant_count()) return "no such variant";
+  if (!flash_variant_compiled(p, variant)) {
+    return "this build did not compile the variant for these parameters (-DGA_FLASH_ALL_VARIANTS=ON adds them)";
+  }
+  return variant == kFlashSm80Variant ? sm80_reason(p) : device_reason();
 }
 
 cudaError_t flash_forward_with_schedule(const FlashParams& p, int sched, cudaStream_t stream) {
@@ -173,7 +238,13 @@ cudaError_t flash_forward_with_schedule(const FlashParams& p, int sched, cudaStr
 
 cudaError_t flash_forward_with_schedule(const FlashParams& p, int sched, void* workspace, size_t workspace_bytes,
                                         cudaStream_t stream) {
-  if (params_reason(p) != nullptr || sched < 0 || sched >= flash_detail::kFwdVariants) return cudaErrorInvalidValue;
+  if (params_reason(p) != nullptr || sched < 0 || sched >= flash_variant_count()) return cudaErrorInvalidValue;
+  if (sched == kFlashSm80Variant) {
+    if (p.dtype == FlashDtype::kFp8E4m3) return cudaErrorNotSupported;
+    if (p.n_head > 65535 || p.batch > 65535) return cudaErrorInvalidValue;
+    if (sm80_device_reason() != nullptr) return cudaErrorNoKernelImageForDevice;
+    return run_sm80(p, stream);
+  }
   if (device_reason() != nullptr) return cudaErrorNoKernelImageForDevice;
   if (!flash_variant_compiled(p, sched)) return cudaErrorNotSupported;
   if (p.dtype == FlashDtype::kFp8E4m3) {
@@ -196,9 +267,12 @@ cudaError_t flash_forward_with_schedule(const FlashParams& p, int sched, void* w
 }
 
 cudaError_t flash_forward(const FlashParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
-  const int variant = p.dtype == FlashDtype::kFp8E4m3
-                          ? flash_detail::fp8_default_variant(p.head_dim, p.causal, p.seqlen_k)
-                          : flash_detail::default_variant(p.head_dim, p.causal, p.seqlen_k);
+  int variant = flash_detail::default_variant(p.head_dim, p.causal, p.seqlen_k);
+  if (p.dtype == FlashDtype::kFp8E4m3) {
+    variant = flash_detail::fp8_default_variant(p.head_dim, p.causal, p.seqlen_k);
+  } else if (device_reason() != nullptr) {
+    variant = kFlashSm80Variant;  // not Hopper (or no sm_90a code): the mma.sync forward
+  }
   return flash_forward_with_schedule(p, variant, workspace, workspace_bytes, stream);
 }
 

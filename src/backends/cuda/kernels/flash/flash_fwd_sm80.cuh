@@ -1,0 +1,368 @@
+// FlashAttention forward on mma.sync (FlashAttention-2's algorithm, arXiv 2307.08691 section 3.1): the library's
+// path for sm_80/86/89 GPUs, which also runs on Hopper (flash_forward_with_schedule(p, kFlashSm80Variant, ...)).
+//
+// One CTA per (128-row query block, query head, batch). Each warp owns kWarpRows consecutive query rows
+// (32 = two m16 tiles with 4 warps at head dims 64/128, 16 with 8 warps at 256) and walks every key block of kBlockN
+// keys the block can see, from the last to the first (so the masked blocks come first and the rest run unmasked):
+//   S = Q K^T        Q and K from shared memory with ldmatrix (A: Q rows; B: K rows, K's [key][dim] layout is
+//                    already the "col" operand), f32 accumulators in registers;
+//   online softmax   per row: running max m, rescale O and the running sum by exp2((m_old - m_new) scale log2 e),
+//                    P = exp2(S scale log2 e - m scale log2 e) (one FFMA per score); the 4 lanes of a row reduce
+//                    the max with two shuffles, the sum only once at the end;
+//   O += P V         P never leaves the registers: the S accumulators of two adjacent n8 tiles are exactly the A
+//                    fragment of one k16 step once packed to 16 bits; V's B fragments come from ldmatrix.trans.
+// Why the numbers: FA2's tile choices on A100/H100 (128 x 128 keys at hd64, 128 x 64 at hd128, 128 x 64 with 8
+// warps at hd256): two m16 tiles per warp halve the K/V shared-memory reads per mma, and the register file then
+// holds O (64 / 128 / 128 f32 per thread) and S (128 / 64 / 32) with no spill; 2 CTAs per SM at hd64/128.
+//
+// Memory pipeline (FA2's): Q, K and V each have one shared buffer, in a 128-byte XOR swizzle (16-byte chunk c of
+// row r lives at chunk c ^ (r % 8)), so the 8 row addresses of every ldmatrix and of every cp.async row hit 8
+// different bank groups with no padding. The K and V loads alternate as the two halves of a double buffer:
+// V[n] is copied (cp.async) while S = Q K[n]^T runs, K[n-1] while the softmax and O += P V[n] run; two barriers
+// per key block make the reuse safe (a buffer is overwritten only after every warp has finished reading it).
+// Rows and keys past the ends are zero-filled by cp.async (src-size 0): finite garbage never becomes a NaN
+// through 0 * NaN in P V, and the masked scores are replaced (not added) by -inf.
+//
+// Epilogue: O / rowsum rounded to the input dtype is staged through the warp's own rows of the Q buffer (only
+// that warp ever read them) so the global stores are whole 16-byte chunks of a row; LSE = m scale + ln(sum).
+// A row that sees no key (causal, seqlen_q > seqlen_k) keeps m = -inf and sum = 0: zeros and LSE = -inf.
+//
+// Arch: cp.async and bf16 mma.sync need sm_80. The arch list also builds sm_75 (Turing), where the kernel body
+// compiles to a trap; the host (flash_forward.cu) refuses those devices with a reason first.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "backends/cuda/kernels/attention_detail.cuh"
+#include "backends/cuda/kernels/flash/flash_mma_sm80.cuh"
+
+namespace ga::cuda::flash_sm80 {
+
+struct Strides {
+  int64_t batch, seq, head;  // elements
+};
+
+// What the kernel receives: validated 16-bit FlashParams (tensors as raw bits).
+struct FwdSm80Args {
+  const uint16_t *q, *k, *v;
+  uint16_t* o;
+  float* lse;  // optional [batch][n_head][seqlen_q]
+  Strides q_st, k_st, v_st, o_st;
+  int seqlen_q, seqlen_k, n_head, group;  // group = n_head / n_head_kv
+  int causal;
+  float scale, scale_log2;  // softmax scale, and times log2(e)
+};
+
+template <int HD>
+struct FwdSm80Traits {
+  static constexpr int kBlockM = 128;                  // query rows per CTA
+  static constexpr int kBlockN = HD == 64 ? 128 : 64;  // keys per block
+  static constexpr int kWarps = HD == 256 ? 8 : 4;
+  static constexpr int kThreads = kWarps * 32;
+  static constexpr int kWarpRows = kBlockM / kWarps;  // 32 or 16
+  static constexpr int kMTiles = kWarpRows / 16;      // m16 tiles per warp
+  static constexpr int kMinBlocks = HD == 256 ? 1 : 2;  // CTAs per SM the registers must allow
+  // Shared memory (halves): Q [kBlockM][HD], K [kBlockN][HD], V [kBlockN][HD], each swizzled.
+  static constexpr int kOffK = kBlockM * HD;
+  static constexpr int kOffV = kOffK + kBlockN * HD;
+  static constexpr size_t kSmemBytes = size_t{kOffV + kBlockN * HD} * 2;
+  static_assert(HD % 64 == 0, "the swizzle permutes 16-byte chunks within 128-byte groups");
+  static_assert(kMTiles >= 1 && kWarpRows % 16 == 0, "whole m16 tiles per warp");
+};
+
+// Offset (halves) of element (row, col) of a swizzled [rows][HD] tile.
+template <int HD>
+__device__ __forceinline__ int swz(int row, int col) {
+  return row * HD + ((((col >> 3) ^ row) & 7) | ((col >> 3) & ~7)) * 8 + (col & 7);
+}
+
+// Rows [0, kRows) of a [rows][HD] global tile (row pitch row_stride elements) into a swizzled shared tile with
+// cp.async; rows at or past `valid` become zeros. Every thread of the CTA takes part; the caller commits. A thread
+// copies the same chunk column of rows r0, r0 + kRowStep, ...: kRowStep is a multiple of 8, so the swizzle is the
+// same for all of them and the shared addresses differ by immediates.
+template <int HD, int kRows, int kThreads>
+__device__ __forceinline__ void load_tile(uint16_t* dst, const uint16_t* src, int64_t row_stride, int valid) {
+  constexpr int kChunksPerRow = HD / 8;
+  constexpr int kRowStep = kThreads / kChunksPerRow;
+  static_assert(kThreads % kChunksPerRow == 0 && kRowStep % 8 == 0 && kRows % kRowStep == 0, "copy tiling");
+  const int r0 = static_cast<int>(threadIdx.x) / kChunksPerRow, col = static_cast<int>(threadIdx.x) % kChunksPerRow * 8;
+  uint16_t* const d = dst + swz<HD>(r0, col);
+  const uint16_t* s = src + r0 * row_stride + col;
+  const int64_t step = kRowStep * row_stride;
+#pragma unroll
+  for (int n = 0; n < kRows / kRowStep; ++n) {
+    const bool ok = r0 + n * kRowStep < valid;
+    detail::cp_async_16(d + n * kRowStep * HD, ok ? s : src, ok ? 16 : 0);
+    s += step;
+  }
+}
+
+// ldmatrix on a shared-memory byte address (the fragment loops below add only immediates to a few of these).
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+// Fragment addresses in a swizzled [rows][HD] tile for a lane that reads row `row` (row % 8 fixed by the lane) and
+// chunk 2 k + `odd` of k16 step k: the physical chunk is ((2 k) % 8 ^ x) + 8 (k / 4) with x = odd ^ (row % 8), so
+// four per-thread bases (k % 4) plus immediates ((k / 4) * 128 bytes, and whole rows) cover every step.
+template <int HD>
+struct FragAddr {
+  uint32_t base[4];
+  __device__ __forceinline__ FragAddr(const uint16_t* tile, int row, int odd) {
+    const uint32_t row_addr = detail::smem_addr(tile + row * HD);
+    const int x = odd ^ (row & 7);
+#pragma unroll
+    for (int t = 0; t < 4; ++t) base[t] = row_addr + static_cast<uint32_t>(((2 * t) ^ x) * 16);
+  }
+  // Step k of rows `row + rows` (rows a multiple of 8).
+  __device__ __forceinline__ uint32_t at(int k, int rows) const {
+    return base[k % 4] + static_cast<uint32_t>((k / 4) * 128 + rows * HD * 2);
+  }
+};
+
+template <bool kBf16, int HD>
+__global__ void __launch_bounds__(FwdSm80Traits<HD>::kThreads, FwdSm80Traits<HD>::kMinBlocks)
+    flash_fwd_sm80_kernel(FwdSm80Args a) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+  (void)a;
+  __trap();  // sm_75 build: the host never launches it there (flash_forward.cu refuses the device)
+#else
+  using T = FwdSm80Traits<HD>;
+  constexpr int kBlockM = T::kBlockM, kBlockN = T::kBlockN, kMT = T::kMTiles;
+  constexpr int kSN = kBlockN / 8;  // n8 tiles of S per m16 tile
+  constexpr int kON = HD / 8;       // n8 tiles of O per m16 tile
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  uint16_t* const sQ = reinterpret_cast<uint16_t*>(smem_raw);
+  uint16_t* const sK = sQ + T::kOffK;
+  uint16_t* const sV = sQ + T::kOffV;
+
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int g = lane / 4, c = lane % 4;
+  // Later query blocks first: with a causal mask they see the most keys, and starting them early shortens the tail.
+  const int m_block = static_cast<int>(gridDim.x - 1 - blockIdx.x);
+  const int h = static_cast<int>(blockIdx.y), b = static_cast<int>(blockIdx.z);
+  const int hk = h / a.group;
+  const int m0 = m_block * kBlockM;
+  const int rows_valid = min(kBlockM, a.seqlen_q - m0);
+  const int diag = a.seqlen_k - a.seqlen_q;  // query i sees key j iff j <= i + diag (causal)
+  const int key_end = a.causal ? min(a.seqlen_k, m0 + kBlockM + diag) : a.seqlen_k;  // keys the block may see
+  const int n_blocks = key_end > 0 ? (key_end + kBlockN - 1) / kBlockN : 0;
+  uint16_t* const o_tile = a.o + b * a.o_st.batch + int64_t{m0} * a.o_st.seq + h * a.o_st.head;
+  float* const lse_rows = a.lse == nullptr ? nullptr : a.lse + (int64_t{b} * a.n_head + h) * a.seqlen_q + m0;
+
+  if (n_blocks == 0) {  // causal with seqlen_q > seqlen_k: no row of this block sees a key
+    for (int i = static_cast<int>(threadIdx.x); i < rows_valid * (HD / 8); i += T::kThreads) {
+      const int r = i / (HD / 8), col = (i % (HD / 8)) * 8;
+      *reinterpret_cast<uint4*>(o_tile + r * a.o_st.seq + col) = make_uint4(0, 0, 0, 0);
+    }
+    if (lse_rows != nullptr) {
+      for (int r = static_cast<int>(threadIdx.x); r < rows_valid; r += T::kThreads) lse_rows[r] = -INFINITY;
+    }
+    return;
+  }
+
+  const uint16_t* const k_head = a.k + b * a.k_st.batch + hk * a.k_st.head;
+  const uint16_t* const v_head = a.v + b * a.v_st.batch + hk * a.v_st.head;
+  auto load_k = [&](int n) {
+    load_tile<HD, kBlockN, T::kThreads>(sK, k_head + int64_t{n} * kBlockN * a.k_st.seq, a.k_st.seq,
+                                        a.seqlen_k - n * kBlockN);
+  };
+  auto load_v = [&](int n) {
+    load_tile<HD, kBlockN, T::kThreads>(sV, v_head + int64_t{n} * kBlockN * a.v_st.seq, a.v_st.seq,
+                                        a.seqlen_k - n * kBlockN);
+  };
+  load_tile<HD, kBlockM, T::kThreads>(sQ, a.q + b * a.q_st.batch + int64_t{m0} * a.q_st.seq + h * a.q_st.head,
+                                      a.q_st.seq, rows_valid);
+  load_k(n_blocks - 1);
+  detail::cp_async_commit();
+
+  // Thread's rows: warp * kWarpRows + mt * 16 + g + 8 * half (half 0 holds accumulator elements 0/1, half 1: 2/3).
+  const int warp_row0 = warp * T::kWarpRows;
+  float o[kMT][kON][4];
+  float row_max[kMT][2], row_sum[kMT][2];
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+    for (int j = 0; j < kON; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[mt][j][e] = 0.0f;
+    row_max[mt][0] = row_max[mt][1] = -INFINITY;
+    row_sum[mt][0] = row_sum[mt][1] = 0.0f;
+  }
+
+  // ldmatrix x4 lane addresses. Q (A operand, step kk): matrices rows +0/+8 x dims +0/+8 in a0..a3 order.
+  // K (B operand of S, step kk, keys j * 16): keys +0 x dims +0/+8 (b0, b1 of keys +0), keys +8 x dims +0/+8.
+  // V (B operand of O through .trans, keys kk * 16, dims jd * 16): keys +0/+8 x dims +0 (b0, b1), then dims +8.
+  const FragAddr<HD> q_frag(sQ, warp_row0 + (lane % 8) + ((lane / 8) % 2) * 8, lane / 16);
+  const FragAddr<HD> k_frag(sK, (lane / 16) * 8 + (lane % 8), (lane / 8) % 2);
+  const FragAddr<HD> v_frag(sV, ((lane / 8) % 2) * 8 + (lane % 8), lane / 16);
+
+  for (int n = n_blocks - 1; n >= 0; --n) {
+    detail::cp_async_wait<0>();
+    __syncthreads();  // K[n] (and Q) landed; every warp is done with V[n + 1]
+    load_v(n);
+    detail::cp_async_commit();
+
+    // S = Q K^T: [kMT x 16 rows][kBlockN keys] per warp.
+    float s[kMT][kSN][4];
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+      for (int j = 0; j < kSN; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[mt][j][e] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; ++kk) {
+      uint32_t qa[kMT][4];
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt) ldsm_x4(qa[mt], q_frag.at(kk, mt * 16));
+#pragma unroll
+      for (int j = 0; j < kBlockN / 16; ++j) {
+        uint32_t kb[4];
+        ldsm_x4(kb, k_frag.at(kk, j * 16));
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) {
+          mma<kBf16>(s[mt][2 * j], qa[mt], kb[0], kb[1]);
+          mma<kBf16>(s[mt][2 * j + 1], qa[mt], kb[2], kb[3]);
+        }
+      }
+    }
+
+    detail::cp_async_wait<0>();
+    __syncthreads();  // V[n] landed; every warp is done with K[n]
+    if (n > 0) {
+      load_k(n - 1);
+      detail::cp_async_commit();
+    }
+
+    const int key0 = n * kBlockN;
+    const bool need_mask = key0 + kBlockN > a.seqlen_k || (a.causal && key0 + kBlockN - 1 > m0 + diag);
+    if (need_mask) {
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int j = 0; j < kSN; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int row = m0 + warp_row0 + mt * 16 + g + 8 * (e / 2);
+            const int key = key0 + j * 8 + 2 * c + (e % 2);
+            if (key >= a.seqlen_k || (a.causal && key > row + diag)) s[mt][j][e] = -INFINITY;
+          }
+    }
+
+    // Online softmax; P overwrites S.
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        float mx = row_max[mt][half];
+#pragma unroll
+        for (int j = 0; j < kSN; ++j) mx = fmaxf(mx, fmaxf(s[mt][j][2 * half], s[mt][j][2 * half + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        // A row with no visible key yet keeps mx = -inf: subtract 0 so P = exp2(-inf) = 0, never NaN.
+        const float mx_scaled = mx == -INFINITY ? 0.0f : mx * a.scale_log2;
+        const float alpha = fast_exp2(row_max[mt][half] * a.scale_log2 - mx_scaled);  // 0 while the old max is -inf
+        row_max[mt][half] = mx;
+        row_sum[mt][half] *= alpha;
+#pragma unroll
+        for (int j = 0; j < kON; ++j) {
+          o[mt][j][2 * half] *= alpha;
+          o[mt][j][2 * half + 1] *= alpha;
+        }
+        float sum = 0.0f;
+#pragma unroll
+        for (int j = 0; j < kSN; ++j)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const float p = fast_exp2(fmaf(s[mt][j][2 * half + e], a.scale_log2, -mx_scaled));
+            s[mt][j][2 * half + e] = p;
+            sum += p;
+          }
+        row_sum[mt][half] += sum;
+      }
+
+    // O += P V: k16 step kk takes the S tiles 2 kk and 2 kk + 1 as its A fragment.
+#pragma unroll
+    for (int kk = 0; kk < kBlockN / 16; ++kk) {
+      uint32_t pa[kMT][4];
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt) {
+        pa[mt][0] = pack2<kBf16>(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+        pa[mt][1] = pack2<kBf16>(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+        pa[mt][2] = pack2<kBf16>(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+        pa[mt][3] = pack2<kBf16>(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+      }
+#pragma unroll
+      for (int jd = 0; jd < HD / 16; ++jd) {
+        uint32_t vb[4];
+        ldsm_x4_trans(vb, v_frag.at(jd, kk * 16));
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) {
+          mma<kBf16>(o[mt][2 * jd], pa[mt], vb[0], vb[1]);
+          mma<kBf16>(o[mt][2 * jd + 1], pa[mt], vb[2], vb[3]);
+        }
+      }
+    }
+  }
+
+  // Epilogue: normalize, LSE, stage the warp's rows of O (16-bit) in its own rows of the Q buffer.
+  __syncwarp();  // this warp's last Q fragments are read (the rows belong to no other warp)
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      float sum = row_sum[mt][half];
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+      const int row = warp_row0 + mt * 16 + g + 8 * half;
+      if (lse_rows != nullptr && c == 0 && row < rows_valid) {
+        lse_rows[row] = sum > 0.0f ? row_max[mt][half] * a.scale + logf(sum) : -INFINITY;
+      }
+#pragma unroll
+      for (int j = 0; j < kON; ++j) {
+        *reinterpret_cast<uint32_t*>(sQ + swz<HD>(row, j * 8 + 2 * c)) =
+            pack2<kBf16>(o[mt][j][2 * half] * inv, o[mt][j][2 * half + 1] * inv);
+      }
+    }
+  __syncwarp();
+  constexpr int kChunksPerRow = HD / 8;
+#pragma unroll
+  for (int i = lane; i < T::kWarpRows * kChunksPerRow; i += 32) {
+    const int r = warp_row0 + i / kChunksPerRow, col = (i % kChunksPerRow) * 8;
+    if (r < rows_valid) {
+      *reinterpret_cast<uint4*>(o_tile + r * a.o_st.seq + col) = *reinterpret_cast<const uint4*>(sQ + swz<HD>(r, col));
+    }
+  }
+#endif
+}
+
+// Launches the forward of head dim HD (flash_fwd_sm80_hd*.cu instantiate it).
+template <int HD>
+cudaError_t launch_fwd_sm80(const FwdSm80Args& args, bool bf16, int batch, cudaStream_t stream);
+
+template <bool kBf16, int HD>
+cudaError_t launch_fwd_sm80_instance(const FwdSm80Args& args, int batch, cudaStream_t stream) {
+  using T = FwdSm80Traits<HD>;
+  static_assert(T::kSmemBytes <= 227 * 1024, "shared memory per CTA");
+  const auto kernel = flash_fwd_sm80_kernel<kBf16, HD>;
+  static const cudaError_t attr_status =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(T::kSmemBytes));
+  if (attr_status != cudaSuccess) return attr_status;
+  const dim3 grid(static_cast<unsigned>((args.seqlen_q + T::kBlockM - 1) / T::kBlockM),
+                  static_cast<unsigned>(args.n_head), static_cast<unsigned>(batch));
+  kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(args);
+  return cudaGetLastError();
+}
+
+}  // namespace ga::cuda::flash_sm80

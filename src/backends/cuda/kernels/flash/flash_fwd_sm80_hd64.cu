@@ -1,0 +1,13 @@
+// Instantiations of the mma.sync flash forward for head dim 64 (bf16, fp16): see flash_fwd_sm80.cuh. One file per
+// head dim keeps each translation unit small and lets the build compile them in parallel.
+#include "backends/cuda/kernels/flash/flash_fwd_sm80.cuh"
+
+namespace ga::cuda::flash_sm80 {
+
+template <>
+cudaError_t launch_fwd_sm80<64>(const FwdSm80Args& args, bool bf16, int batch, cudaStream_t stream) {
+  return bf16 ? launch_fwd_sm80_instance<true, 64>(args, batch, stream)
+              : launch_fwd_sm80_instance<false, 64>(args, batch, stream);
+}
+
+}  // namespace ga::cuda::flash_sm80
