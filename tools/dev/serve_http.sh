@@ -123,6 +123,18 @@ for p in $TTFT_PROMPTS; do
   note "bench-serve TTFT at $p prompt tokens rc=$?"
 done
 
+# The issue's reference literally: `gpu-accel run`'s own "prompt: N tokens in X ms" (one prefill per process, after
+# the upload), 5 processes per length, with a text of about the same number of tokens (the model's vocabulary is
+# the real Llama SPM one; ~17.5 tokens per repetition of the sentence below).
+for p in $PROMPT $TTFT_PROMPTS; do
+  text=$(python3 -c "import sys; print(' '.join(['the cat sat on the mat and looked at the dog by the door'] * max(1, round(int(sys.argv[1]) / 17.5))))" "$p")
+  : > "$OUT/run-$p.txt"
+  for k in 1 2 3 4 5; do
+    timeout 60 "$GA" run -m "$M" --device $device -p "$text" -n 1 --temp 0 2>&1 | grep -oE "prompt: [0-9]+ tokens in [0-9.]+ ms" >> "$OUT/run-$p.txt"
+  done
+  note "gpu-accel run x5 at ~$p tokens: $(head -1 "$OUT/run-$p.txt")"
+done
+
 python3 - "$OUT" "$PROMPT" $TTFT_PROMPTS > "$OUT/table.md" <<'PYEOF'
 import json, os, re, statistics, sys
 out, main_prompt, extra = sys.argv[1], int(sys.argv[2]), [int(p) for p in sys.argv[3:]]
@@ -164,8 +176,8 @@ for name, rounds in (("HTTP", http), ("in-process", inproc)):
 
 # TTFT at 1 client against the Session prefill of the same length (target: within 10%).
 print()
-print("| prompt tokens | Session prefill ms | HTTP TTFT median ms (lone, client) | / prefill | server-side median ms | / prefill | headers (TTFB) median ms | in-process TTFT median ms | / prefill |")
-print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+print("| prompt tokens | Session prefill ms | HTTP TTFT median ms (lone, client) | / prefill | server-side median ms | / prefill | headers (TTFB) median ms | in-process TTFT median ms | / prefill | gpu-accel run prompt ms (median of 5; tokens) | HTTP TTFT / run |")
+print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 for p in [main_prompt] + extra:
     h = results if p == main_prompt else load_http(f"{out}/http-{p}.json")
     rounds, pre, prof = (inproc_all, prefill_ms, profile) if p == main_prompt else load_inproc(f"{out}/bench-serve-{p}.md")
@@ -173,8 +185,15 @@ for p in [main_prompt] + extra:
     med = lambda v: statistics.median(v) if v else None
     ratio = lambda v: v / pre if v is not None and pre else None
     inp = med([r["ttft_mean_ms"] for r in rounds.get(1, [])])
+    runs = [(int(m.group(1)), float(m.group(2))) for m in
+            (re.search(r"prompt: (\d+) tokens in ([0-9.]+) ms", l) for l in open(f"{out}/run-{p}.txt")
+             if os.path.exists(f"{out}/run-{p}.txt")) if m] if os.path.exists(f"{out}/run-{p}.txt") else []
+    run_ms = med([r[1] for r in runs])
+    # run's prompt time per token, scaled to exactly p tokens (its text tokenizes to about p)
+    run_at_p = run_ms * p / runs[0][0] if runs else None
     print(f"| {p} | {f(pre, '.3f')} | {f(med(lone), '.3f')} | {f(ratio(med(lone)), '.3f')} | {f(med(srv), '.3f')} "
-          f"| {f(ratio(med(srv)), '.3f')} | {f(med(ttfb), '.3f')} | {f(inp, '.3f')} | {f(ratio(inp), '.3f')} |")
+          f"| {f(ratio(med(srv)), '.3f')} | {f(med(ttfb), '.3f')} | {f(inp, '.3f')} | {f(ratio(inp), '.3f')} "
+          f"| {f(run_ms, '.3f')}; {runs[0][0] if runs else '-'} | {f(med(lone) / run_at_p if run_at_p and lone else None, '.3f')} |")
     if prof:
         print(f"  {p} tokens: {prof}")
 PYEOF
