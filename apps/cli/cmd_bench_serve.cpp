@@ -47,6 +47,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr int kRefRepetitions = 3;
+constexpr auto kIdleGap = std::chrono::milliseconds(20);
 constexpr int kMaxClients = 4096;
 
 double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
@@ -80,7 +81,8 @@ std::vector<int32_t> random_prompt(const Tokenizer& tok, int64_t n_vocab, int64_
 }
 
 struct ReferenceFigures {
-  double prefill_seconds = 0;  // median
+  double prefill_seconds = 0;  // median, back to back
+  double idle_prefill_seconds = 0;  // median, each after kIdleGap without GPU work (a lone request's case)
   double decode_tok_s = 0;
   std::string device;
 };
@@ -104,6 +106,18 @@ ReferenceFigures measure_reference(const LoadedModel& model, const std::string& 
   }
   std::sort(times.begin(), times.end());
   r.prefill_seconds = times[times.size() / 2];
+  // A lone request finds the GPU idle (and `gpu-accel run` prefills once, after the upload): the same
+  // prefill after a pause, which may find the GPU's clocks lowered.
+  times.clear();
+  for (int i = 0; i < kRefRepetitions; ++i) {
+    session.reset();
+    std::this_thread::sleep_for(kIdleGap);
+    const auto t0 = Clock::now();
+    logits = session.eval(prompt);
+    times.push_back(seconds(t0, Clock::now()));
+  }
+  std::sort(times.begin(), times.end());
+  r.idle_prefill_seconds = times[times.size() / 2];
   int32_t next = argmax(logits);
   session.eval(std::vector<int32_t>{next});  // the graph capture is not timed
   const auto t0 = Clock::now();
@@ -207,36 +221,80 @@ RoundFigures run_round(Scheduler& sched, const Tokenizer& tok, int clients, int6
   return f;
 }
 
-// The batched CUDA forward alone on decode steps of n one-token runs (no scheduler): median ms per
-// forward() (device work + logits copy) with and without the decode graphs, at position `pos` of
-// every sequence. What the scheduler adds per step is its row's ms/step minus this.
-void profile_decode_steps(const LoadedModel& model, int device, const std::vector<int>& counts, int64_t n_ctx,
-                          int64_t pos) {
-  constexpr int kWarmup = 3, kTimed = 20;
-  const int max_n = *std::max_element(counts.begin(), counts.end());
-  const int64_t bs = 16, per_seq = (n_ctx + bs - 1) / bs;
-  std::printf("\ndecode step of the batched CUDA forward alone (position %lld of every sequence, median of %d):\n\n"
-              "| batch | graphs | ms/step | tok/s | weight GB/s |\n|---|---|---:|---:|---:|\n",
-              static_cast<long long>(pos), kTimed);
-  for (const bool graphs : {true, false}) {
+constexpr int kProfileWarmup = 3, kProfileTimed = 20;
+
+// A batched CUDA forward of its own (not the scheduler's) with max_n sequences of n_ctx positions in
+// 16-position blocks, and their block tables.
+struct ProfileForward {
+  std::unique_ptr<cuda::CudaBatchForward> fwd;
+  std::vector<std::vector<int32_t>> tables;
+  std::vector<std::span<const int32_t>> spans;
+
+  ProfileForward(const LoadedModel& model, int device, int max_n, int64_t n_ctx, bool graphs) {
+    const int64_t bs = 16, per_seq = (n_ctx + bs - 1) / bs;
     cuda::CudaBatchForwardParams p;
     p.device = device;
     p.block_size = bs;
     p.n_blocks = max_n * per_seq;
-    p.max_batch_tokens = std::max(512, max_n);
+    p.max_batch_tokens = std::max<int64_t>(512, std::max<int64_t>(max_n, n_ctx));
     p.max_seqs = max_n;
     p.max_seq_positions = n_ctx;
     p.use_cuda_graph = graphs;
     if (model.find_weight("rope_freqs.weight") == nullptr && model.config.rope_scaling.type == RopeScalingType::Llama3) {
       p.rope_freq_factors = arch::llama3_rope_freq_factors(model.config);
     }
-    const std::unique_ptr<cuda::CudaBatchForward> fwd = cuda::make_cuda_llama_batch_forward(model, p);
-    std::vector<std::vector<int32_t>> tables(static_cast<size_t>(max_n));
-    std::vector<std::span<const int32_t>> spans;
+    fwd = cuda::make_cuda_llama_batch_forward(model, p);
+    tables.resize(static_cast<size_t>(max_n));
     for (int s = 0; s < max_n; ++s) {
       for (int64_t b = 0; b < per_seq; ++b) tables[static_cast<size_t>(s)].push_back(static_cast<int32_t>(s * per_seq + b));
       spans.emplace_back(tables[static_cast<size_t>(s)]);
     }
+  }
+};
+
+// Median ms of forward() (device work + the logits rows' copy to the host).
+double median_forward_ms(cuda::CudaBatchForward& fwd, const std::vector<cuda::BatchEntry>& batch,
+                         std::span<const std::span<const int32_t>> tables) {
+  std::vector<double> ms;
+  for (int i = 0; i < kProfileWarmup + kProfileTimed; ++i) {
+    const auto t0 = Clock::now();
+    fwd.forward(batch, tables);
+    if (i >= kProfileWarmup) ms.push_back(seconds(t0, Clock::now()) * 1e3);
+  }
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+// The prompt's prefill through the batched forward alone (one sequence, the last row's logits to the
+// host), what the scheduler's first step for a lone request runs: the 1-client TTFT minus this is the
+// scheduler's own cost (wake-up, admission, sampling, the callback), this minus the Session prefill is
+// the paged path's.
+void profile_prefill(const LoadedModel& model, int device, const std::vector<int32_t>& prompt, int64_t n_ctx,
+                     double session_prefill_ms, double one_client_ttft_ms) {
+  const ProfileForward pf(model, device, 1, n_ctx, true);
+  std::vector<cuda::BatchEntry> batch;
+  const int64_t n = static_cast<int64_t>(prompt.size());
+  for (int64_t t = 0; t < n; ++t) batch.push_back(cuda::BatchEntry{prompt[static_cast<size_t>(t)], t, 0, t == n - 1});
+  const double m = median_forward_ms(*pf.fwd, batch, pf.spans);
+  std::printf("\nprefill of the %lld-token prompt through the batched forward alone (median of %d): %.3f ms; "
+              "Session prefill %.3f ms, 1-client TTFT %.3f ms: paged path %+.3f ms, scheduler %+.3f ms\n",
+              static_cast<long long>(n), kProfileTimed, m, session_prefill_ms, one_client_ttft_ms,
+              m - session_prefill_ms, one_client_ttft_ms - m);
+}
+
+// The batched CUDA forward alone on decode steps of n one-token runs (no scheduler): median ms per
+// forward() (device work + logits copy) with and without the decode graphs, at position `pos` of
+// every sequence. What the scheduler adds per step is its row's ms/step minus this.
+void profile_decode_steps(const LoadedModel& model, int device, const std::vector<int>& counts, int64_t n_ctx,
+                          int64_t pos) {
+  const int max_n = *std::max_element(counts.begin(), counts.end());
+  std::printf("\ndecode step of the batched CUDA forward alone (position %lld of every sequence, median of %d):\n\n"
+              "| batch | graphs | ms/step | tok/s | weight GB/s |\n|---|---|---:|---:|---:|\n",
+              static_cast<long long>(pos), kProfileTimed);
+  for (const bool graphs : {true, false}) {
+    const ProfileForward pf(model, device, max_n, n_ctx, graphs);
+    const std::unique_ptr<cuda::CudaBatchForward>& fwd = pf.fwd;
+    const std::vector<std::span<const int32_t>>& spans = pf.spans;
     // n one-token runs (decode), then one run of n tokens with one logits row: the same matrices,
     // another attention, no graph; the difference points at the attention or the graph.
     std::vector<std::pair<int, bool>> shapes;
@@ -249,14 +307,7 @@ void profile_decode_steps(const LoadedModel& model, int device, const std::vecto
       for (int s = 0; s < n; ++s) {
         batch.push_back(decode ? cuda::BatchEntry{1 + s, pos, s, true} : cuda::BatchEntry{1 + s, s, 0, s == n - 1});
       }
-      std::vector<double> ms;
-      for (int i = 0; i < kWarmup + kTimed; ++i) {
-        const auto t0 = Clock::now();
-        fwd->forward(batch, spans);
-        if (i >= kWarmup) ms.push_back(seconds(t0, Clock::now()) * 1e3);
-      }
-      std::sort(ms.begin(), ms.end());
-      const double m = ms[ms.size() / 2];
+      const double m = median_forward_ms(*fwd, batch, spans);
       std::printf("| %d %s | %s | %.3f | %.1f | %.1f |\n", n, decode ? "x 1 token" : "tokens, 1 run", graphs ? "on" : "off",
                   m, n / m * 1e3, static_cast<double>(model.weight_bytes()) / (m * 1e-3) / 1e9);
     }
@@ -283,7 +334,8 @@ int cmd_bench_serve(int argc, char** argv) {
   parser.option("--max-batch-tokens", &max_batch_tokens, "N", "tokens per scheduler step");
   parser.option("-t,--threads", &threads, "N", "CPU threads; 0: all cores");
   parser.flag("--no-reference", &skip_reference, "skip the Session prefill/decode reference");
-  parser.flag("--profile-steps", &profile_steps, "CUDA: also time the batched forward alone on decode steps");
+  parser.flag("--profile-steps", &profile_steps,
+              "CUDA: also time the batched forward alone on the prompt's prefill and on decode steps");
   parser.flag("--no-cuda-graphs", &no_graphs, "CUDA: enqueue every step (no decode graphs), for comparison");
   parser.flag("--host-sampling", &host_sampling, "CUDA: copy the logits rows to the host and sample there (comparison)");
   if (!parser.parse(argc, argv)) return 0;
@@ -334,8 +386,10 @@ int cmd_bench_serve(int argc, char** argv) {
               (std::string(no_graphs ? " (no CUDA graphs)" : "") + (host_sampling ? " (host sampling)" : "")).c_str(),
               static_cast<long long>(prompt_tokens), static_cast<long long>(max_tokens));
   if (!skip_reference) {
-    std::printf("reference Session (%s): prefill %.2f ms (%.0f tok/s), decode %.1f tok/s\n\n", ref.device.c_str(),
+    std::printf("reference Session (%s): prefill %.2f ms (%.0f tok/s), decode %.1f tok/s\n", ref.device.c_str(),
                 ref.prefill_seconds * 1e3, static_cast<double>(prompt_tokens) / ref.prefill_seconds, ref.decode_tok_s);
+    std::printf("reference Session prefill after %lld ms idle: %.2f ms\n\n", static_cast<long long>(kIdleGap.count()),
+                ref.idle_prefill_seconds * 1e3);
   }
   std::printf("| clients | generated | wall s | aggregate tok/s | steady decode tok/s | TTFT mean ms | TTFT max ms | "
               "failed | steps | ms/step | forward ms | sample ms |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
@@ -356,12 +410,18 @@ int cmd_bench_serve(int argc, char** argv) {
       std::printf("\n");
     }
     if (!skip_reference) {
-      std::printf("TTFT 1 client / Session prefill: %.3f (%.2f ms vs %.2f ms)\n", one->ttft_mean / ref.prefill_seconds,
-                  one->ttft_mean * 1e3, ref.prefill_seconds * 1e3);
+      std::printf("TTFT 1 client / Session prefill: %.3f (%.2f ms vs %.2f ms); / prefill after idle: %.3f\n",
+                  one->ttft_mean / ref.prefill_seconds, one->ttft_mean * 1e3, ref.prefill_seconds * 1e3,
+                  one->ttft_mean / ref.idle_prefill_seconds);
     }
   }
   const int gpu = engine::cuda_device_index(s0.device);  // the scheduler is idle now; its memory stays
-  if (gpu >= 0 && profile_steps) profile_decode_steps(model, gpu, counts, n_ctx, prompt_tokens + max_tokens / 2);
+  if (gpu >= 0 && profile_steps) {
+    if (one != rounds.end() && !skip_reference) {
+      profile_prefill(model, gpu, ref_prompt, n_ctx, ref.prefill_seconds * 1e3, one->ttft_mean * 1e3);
+    }
+    profile_decode_steps(model, gpu, counts, n_ctx, prompt_tokens + max_tokens / 2);
+  }
   int failed = 0;
   for (const RoundFigures& f : rounds) failed += f.failed;
   return failed == 0 ? 0 : 1;

@@ -238,6 +238,9 @@ void ApiServer::configure() {
   http_->new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
   http_->set_payload_max_length(ctx.options.max_body_bytes);
   http_->set_keep_alive_timeout(kKeepAliveSeconds);
+  // A streamed token is one small write: Nagle's algorithm would hold it until the previous one is
+  // acknowledged (up to the client's delayed-ACK timeout), so every write goes out at once.
+  http_->set_tcp_nodelay(true);
   const size_t max_body = ctx.options.max_body_bytes;
   http_->set_error_handler(httplib::Server::HandlerWithResponse(
       [max_body](const httplib::Request& req, httplib::Response& res) { return on_http_error(max_body, req, res); }));

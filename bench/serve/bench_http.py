@@ -7,7 +7,7 @@ through the socket, the server's HTTP threads, JSON and server-sent events. `gpu
 the same rounds in process (no HTTP); the difference between the two is the serving path's cost.
 
 Why it is built this way:
-- Python standard library only (http.client on threads, spread over a few processes): the GPU machine has
+- Python standard library only (streams on plain sockets on threads, spread over a few processes): the GPU machine has
   Python and nothing else that can be installed. One process holds the GIL for all of its streams, and 64
   streams at ~1 ms per token are tens of thousands of chunks a second, so a round's clients are split over
   --processes worker processes (spawned once), each streaming its share on threads.
@@ -44,6 +44,7 @@ import random
 import re
 import shlex
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -57,6 +58,7 @@ class Result:
 
     def __init__(self):
         self.ttft = None  # s from sending the request to the first chunk with a choice
+        self.ttfb = None  # s from sending the request to the response's status line and headers
         self.end = None  # time.monotonic() when [DONE] arrived
         self.sent = None
         self.chunks = 0  # data chunks with a choice
@@ -111,22 +113,103 @@ def random_prompt(n_vocab, n, seed):
     return [rng.randrange(3, n_vocab) for _ in range(n)]  # 0..2: the usual special tokens
 
 
+class StreamClient:
+    """HTTP/1.1 over a plain socket, for the streaming requests: the request goes out in one send() and the
+    chunked SSE answer is split into lines as it arrives. Why not http.client: its header parsing (the email
+    package) and chunked readline cost ~0.2 ms of Python per request on the GPU machine's host, which the TTFT
+    of a 1B model's 128-token prompt (~1.7 ms) would count as the server's; this reader adds a few us."""
+
+    def __init__(self, url, timeout):
+        u = urllib.parse.urlsplit(url)
+        self.host, self.port, self.timeout = u.hostname, u.port or 80, timeout
+        self.sock = None
+        self.buf = b""
+
+    def connect(self):
+        self.sock = socket.create_connection((self.host, self.port), timeout=self.timeout)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def close(self):
+        if self.sock is not None:
+            self.sock.close()
+
+    def send_post(self, path, body, headers):
+        data = body.encode() if isinstance(body, str) else body
+        head = f"POST {path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\nContent-Length: {len(data)}\r\n"
+        head += "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+        self.sock.sendall(head.encode() + b"\r\n" + data)
+
+    def _more(self):
+        data = self.sock.recv(65536)
+        if not data:
+            raise http.client.IncompleteRead(self.buf)
+        self.buf += data
+
+    def _take_until(self, sep):
+        while (i := self.buf.find(sep)) < 0:
+            self._more()
+        out, self.buf = self.buf[:i], self.buf[i + len(sep):]
+        return out
+
+    def _take(self, n):
+        while len(self.buf) < n:
+            self._more()
+        out, self.buf = self.buf[:n], self.buf[n:]
+        return out
+
+    def read_head(self):
+        """(status, {lowercase header: value}) of the response."""
+        lines = self._take_until(b"\r\n\r\n").decode("latin-1").split("\r\n")
+        parts = lines[0].split(" ", 2)
+        if len(parts) < 2 or not parts[0].startswith("HTTP/"):
+            raise http.client.BadStatusLine(lines[0])
+        headers = {}
+        for line in lines[1:]:
+            k, _, v = line.partition(":")
+            headers[k.strip().lower()] = v.strip()
+        return int(parts[1]), headers
+
+    def body(self, headers):
+        """A whole (non-chunked) body."""
+        if "content-length" in headers:
+            return self._take(int(headers["content-length"]))
+        return b"".join(self.chunks())
+
+    def chunks(self):
+        while True:
+            size = int(self._take_until(b"\r\n").split(b";")[0], 16)
+            if size == 0:
+                self._take_until(b"\r\n")  # no trailers are sent
+                return
+            data = self._take(size)
+            self._take(2)
+            yield data
+
+    def lines(self):
+        """The decoded body's lines, as each arrives (an SSE event is one "data: ..." line)."""
+        pending = b""
+        for data in self.chunks():
+            pending += data
+            *complete, pending = pending.split(b"\n")
+            yield from complete
+        if pending:
+            yield pending
+
+
 def stream_request(conn, body, headers, res, start_event):
     """Sends one streaming completion on an open connection and reads its events into res (one thread)."""
     start_event.wait()
     res.sent = time.monotonic()
     try:
-        conn.request("POST", "/v1/completions", body=body, headers=headers)
-        resp = conn.getresponse()
-        if resp.status != 200:
-            res.error = f"HTTP {resp.status}: {resp.read()[:300].decode('utf-8', 'replace')}"
+        conn.send_post("/v1/completions", body, headers)
+        status, head = conn.read_head()
+        res.ttfb = time.monotonic() - res.sent
+        if status != 200:
+            res.error = f"HTTP {status}: {conn.body(head)[:300].decode('utf-8', 'replace')}"
             return
         done = False
-        while True:
-            line = resp.readline()
+        for line in conn.lines():
             now = time.monotonic()  # before any parsing: the arrival time
-            if not line:
-                break
             if not line.startswith(b"data:"):
                 continue  # comments (": started", ": waiting"), blank lines between events
             data = line[5:].strip()
@@ -172,7 +255,7 @@ def worker_main(pipe, release):
             res = Result()
             results.append(res)
             try:
-                conn = connection(task["url"], task["timeout"])
+                conn = StreamClient(task["url"], task["timeout"])
                 conn.connect()  # before the release: the round measures requests, not handshakes
             except OSError as e:
                 res.error = f"connect: {e}"
@@ -276,6 +359,7 @@ def run_round(args, pool, n_vocab, model, clients, round_index, max_tokens=None)
     generated = sum(r.completion_tokens for r in ok)
     span = (max(ends) - t0) if ends else wall
     ttfts = [r.ttft for r in ok]
+    ttfbs = [r.ttfb for r in ok]
     # Time per output token after the first, per request: (end - first token) / (tokens - 1).
     tpots = [(r.end - r.sent - r.ttft) / (r.completion_tokens - 1) for r in ok if r.completion_tokens > 1]
     return {
@@ -286,6 +370,9 @@ def run_round(args, pool, n_vocab, model, clients, round_index, max_tokens=None)
         "ttft_mean_ms": 1e3 * statistics.mean(ttfts) if ttfts else None,
         "ttft_median_ms": 1e3 * statistics.median(ttfts) if ttfts else None,
         "ttft_max_ms": 1e3 * max(ttfts) if ttfts else None,
+        # The headers come as soon as the request is queued: this is the request's way in (socket, parsing,
+        # tokenization, submit), the rest of the TTFT is the prefill and the first token's way out.
+        "ttfb_mean_ms": 1e3 * statistics.mean(ttfbs) if ttfbs else None,
         "tpot_mean_ms": 1e3 * statistics.mean(tpots) if tpots else None,
         # The server's view of the same requests (submit -> first token, submit -> last token): what the
         # client sees beyond these is the HTTP path (socket, parsing, SSE, the client itself).
@@ -442,15 +529,18 @@ def main():
     print_table(rounds, args)
     lone_ttft = [r["ttft_mean_ms"] for r in lone if r["failed"] == 0]
     lone_server = [r["server_ttft_mean_ms"] for r in lone if r["failed"] == 0 and r["server_ttft_mean_ms"]]
+    lone_ttfb = [r["ttfb_mean_ms"] for r in lone if r["failed"] == 0]
     if lone:
         print(f"lone requests, one after another: {len(lone_ttft)}/{len(lone)} ok, TTFT median "
               f"{fmt(statistics.median(lone_ttft) if lone_ttft else None, '.2f')} ms, min "
               f"{fmt(min(lone_ttft) if lone_ttft else None, '.2f')} ms; server-side median "
-              f"{fmt(statistics.median(lone_server) if lone_server else None, '.2f')} ms")
+              f"{fmt(statistics.median(lone_server) if lone_server else None, '.2f')} ms; response headers (TTFB) median "
+              f"{fmt(statistics.median(lone_ttfb) if lone_ttfb else None, '.2f')} ms")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"url": args.url, "prompt_tokens": args.prompt_tokens, "max_tokens": args.max_tokens,
-                       "rounds": rounds, "lone_ttft_ms": lone_ttft, "lone_server_ttft_ms": lone_server}, f, indent=1)
+                       "rounds": rounds, "lone_ttft_ms": lone_ttft, "lone_server_ttft_ms": lone_server,
+                       "lone_ttfb_ms": lone_ttfb}, f, indent=1)
     failed = sum(r["failed"] for r in rounds + lone)
     if args.check and failed:
         print(f"FAILED: {failed} request(s)", file=sys.stderr)
