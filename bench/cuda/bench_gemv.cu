@@ -14,7 +14,8 @@
 // pipeline stages; gemv_impl.cuh) for a few types, each checked against the default kernel's output
 // on the same weights, so the defaults can be chosen from measurements.
 //
-// Q8_0 shapes also time split rows with x pre-quantized (GemvParams::x_int8), with and without the pre-pass.
+// Shapes whose GEMV reads a pre-quantized x (GemvParams::x_int8: Q8_0 split rows, GGUF Q4_0 / Q4_K) are also
+// timed with it, with and without the pre-pass.
 // Usage: ga_bench_gemv [n_tokens] [--sweep] [--type Q8_0 ...]   (n_tokens default 1; 2..8 times the
 // small-batch variant; --type, repeatable, times only the named weight types)
 #include <cublas_v2.h>
@@ -247,6 +248,40 @@ int main(int argc, char** argv) try {
       rows_out.push_back({std::to_string(s.rows) + "x" + std::to_string(s.cols) + " " + s.what, dtype_name(type),
                           static_cast<double>(w_bytes) / 1e6, us, moved / (us * 1e-6) / kGB});
 
+      // x rounded once per step (GemvParams::x_int8, as the forward's RMSNorms / SwiGLU / pre-pass write it):
+      // the int8 kernel without its per-CTA prologue, alone and with the quantize_x_int8 pre-pass in each
+      // iteration (the cost when no producing kernel can absorb it); the row above is the kernel for the shape
+      // without it. Q8_0 split rows and GGUF-order Q4_0 / Q4_K read it (gemv_reads_x_int8).
+      const auto time_x_int8 = [&](const std::string& label) {
+        DeviceBuffer xq(alloc, static_cast<size_t>(ga::cuda::gemv_x_int8_bytes(s.cols, n_tokens)));
+        p.x_int8 = xq.data();
+        if (!ga::cuda::gemv_reads_x_int8(p)) {
+          p.x_int8 = nullptr;
+          return;
+        }
+        ga::cuda::QuantizeXInt8Params q;
+        q.x = x.as<float>();
+        q.ldx = s.cols;
+        q.cols = s.cols;
+        q.n_tokens = n_tokens;
+        q.out = xq.data();
+        GA_CUDA_CHECK(ga::cuda::quantize_x_int8(q, stream.get()));
+        for (const bool with_prepass : {false, true}) {
+          cudaGraphExec_t qg = capture(stream.get(), n_buf, [&](int i) {
+            p.w = weights[static_cast<size_t>(i)].data();
+            if (with_prepass) GA_CUDA_CHECK(ga::cuda::quantize_x_int8(q, stream.get()));
+            GA_CUDA_CHECK(ga::cuda::gemv(p, stream.get()));
+          });
+          const double qus = time_graph(qg, stream.get()) * 1e3 / n_buf;
+          GA_CUDA_CHECK(cudaGraphExecDestroy(qg));
+          const std::string how = label + (with_prepass ? ", x int8 pre-pass + GEMV" : ", x int8 given");
+          rows_out.push_back({rows_out.back().shape, how, static_cast<double>(w_bytes) / 1e6, qus,
+                              moved / (qus * 1e-6) / kGB});
+        }
+        p.x_int8 = nullptr;
+      };
+      time_x_int8(dtype_name(type));
+
       if (ga::cuda::split_rows_supported(type, s.cols)) {  // the same bytes read as split rows (weight_layout.h)
         p.layout = ga::cuda::WeightLayout::kSplitRows;
         cudaGraphExec_t sg = capture(stream.get(), n_buf, [&](int i) {
@@ -257,33 +292,7 @@ int main(int argc, char** argv) try {
         GA_CUDA_CHECK(cudaGraphExecDestroy(sg));
         rows_out.push_back({rows_out.back().shape, std::string(dtype_name(type)) + " split rows",
                             static_cast<double>(w_bytes) / 1e6, sus, moved / (sus * 1e-6) / kGB});
-        if (type == DType::Q8_0) {
-          // x rounded once per step (GemvParams::x_int8, as the forward's SwiGLU / pre-pass write it): the int8
-          // kernel without its per-CTA prologue, alone and with the quantize_x_int8 pre-pass in each iteration
-          // (the cost when no producing kernel can absorb it); the row above is today's kernel for the shape
-          DeviceBuffer xq(alloc, static_cast<size_t>(ga::cuda::gemv_x_int8_bytes(s.cols, n_tokens)));
-          ga::cuda::QuantizeXInt8Params q;
-          q.x = x.as<float>();
-          q.ldx = s.cols;
-          q.cols = s.cols;
-          q.n_tokens = n_tokens;
-          q.out = xq.data();
-          GA_CUDA_CHECK(ga::cuda::quantize_x_int8(q, stream.get()));
-          p.x_int8 = xq.data();
-          for (const bool with_prepass : {false, true}) {
-            cudaGraphExec_t qg = capture(stream.get(), n_buf, [&](int i) {
-              p.w = weights[static_cast<size_t>(i)].data();
-              if (with_prepass) GA_CUDA_CHECK(ga::cuda::quantize_x_int8(q, stream.get()));
-              GA_CUDA_CHECK(ga::cuda::gemv(p, stream.get()));
-            });
-            const double qus = time_graph(qg, stream.get()) * 1e3 / n_buf;
-            GA_CUDA_CHECK(cudaGraphExecDestroy(qg));
-            rows_out.push_back({rows_out.back().shape,
-                                with_prepass ? "Q8_0 split rows, x int8 pre-pass + GEMV" : "Q8_0 split rows, x int8 given",
-                                static_cast<double>(w_bytes) / 1e6, qus, moved / (qus * 1e-6) / kGB});
-          }
-          p.x_int8 = nullptr;
-        }
+        time_x_int8(std::string(dtype_name(type)) + " split rows");
         p.layout = ga::cuda::WeightLayout::kGguf;
       }
 

@@ -162,6 +162,41 @@ const ga::LoadedModel& tiny_hd64() {
   return model;
 }
 
+// A Q4_K_M mix (quant_mix.h): 4 layers, attn_v and ffn_down in Q6_K in layers 2 and 3 (use_more_bits), so
+// those layers run q+k as one fused Q4_K GEMV and v apart (cuda_llama_forward.cpp), the others q+k+v fused;
+// the Q4_K ffn_down / attn_o GEMVs read x rounded once by SwiGLU / the pre-pass, the others round it themselves
+// and the Q6_K ones read x in float.
+const ga::LoadedModel& tiny_q4_k_m() {
+  static const ga::LoadedModel model = [] {
+    const std::string path =
+        (std::filesystem::temp_directory_path() / ("ga-tiny-q4km-" + std::to_string(::getpid()) + ".gguf")).string();
+    ga::tools::MakeModelOptions o;
+    o.preset = "tiny";
+    o.type = "Q4_K_M";
+    o.vocab_path = ga::test::shared_path("models/tinyllamas/stories260K.gguf");
+    o.seed = 5;
+    o.n_threads = 2;
+    ga::tools::make_random_model(path, o);
+    ga::LoadedModel m = ga::load_model(path);
+    std::filesystem::remove(path);
+    return m;
+  }();
+  return model;
+}
+
+TEST(CudaBatchForward, MatchesTheCpuBatchForwardOnAMixedQ4_K_MModel) {
+  GA_REQUIRE_CUDA_DEVICE();
+  const ga::LoadedModel& model = tiny_q4_k_m();
+  int mixed_layers = 0;
+  for (int il = 0; il < 4; ++il) {
+    const std::string p = "blk." + std::to_string(il) + ".";
+    mixed_layers += model.weights.at(p + "attn_v.weight").type != model.weights.at(p + "attn_q.weight").type ? 1 : 0;
+  }
+  EXPECT_GT(mixed_layers, 0) << "the mix no longer has layers with attn_v of another type: the q+k fusion is untested";
+  EXPECT_GT(check_model("random tiny Q4_K_M", model, 16, true), 0u);
+  EXPECT_GT(check_model("random tiny Q4_K_M", model, 7, false), 0u);
+}
+
 TEST(CudaBatchForward, MatchesTheCpuBatchForwardOnStories260K) {
   GA_REQUIRE_CUDA_DEVICE();
   const ga::LoadedModel model = ga::load_model(ga::test::shared_path("models/tinyllamas/stories260K.gguf"));

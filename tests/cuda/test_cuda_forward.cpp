@@ -152,14 +152,18 @@ TEST(CudaForward, Stories260KGreedyMatchesLlama2c) {
 }
 
 // Where the int8 GEMV's x is rounded (cuda_forward.h, Int8Activations: in every GEMV CTA, once by SwiGLU for
-// the down projection, and also by a pre-pass for the output projection) changes which kernels run, not the
-// rounding (x_int8.cuh): every mode must match the CPU session, and their logits must be bit-identical (the
-// Q8_0 fixture's 256-wide split rows take the int8 kernel in every mode, so nothing else differs).
-TEST(CudaForward, Int8ActivationModesAgreeBitForBit) {
+// the down projection, also by a pre-pass for the output projection, and by the RMSNorms for q/k/v, gate/up
+// and the classifier) changes which kernels run, not the rounding (x_int8.cuh): every mode must match the CPU
+// session, and their logits must be bit-identical (the fixtures' 256-wide rows take the int8 kernels in every
+// mode: Q8_0 split rows, GGUF-order Q4_0 and Q4_K, so nothing else differs).
+class CudaForwardInt8 : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(CudaForwardInt8, ModesAgreeBitForBit) {
   GA_REQUIRE_CUDA_DEVICE();
-  const ga::LoadedModel model = ga::load_gguf_model(ga::test::shared_path("fixtures/quant/fixture-Q8_0.gguf"));
+  const std::string fixture = GetParam();
+  const ga::LoadedModel model = ga::load_gguf_model(ga::test::shared_path("fixtures/quant/" + fixture + ".gguf"));
   const int64_t n_vocab = model.config.n_vocab;
-  const Sequence seq = fixture_sequence("fixture-Q8_0", "once_upon_a_time");
+  const Sequence seq = fixture_sequence(fixture, "once_upon_a_time");
   std::vector<int32_t> prompt(seq.prompt.begin(), seq.prompt.begin() + std::min<size_t>(seq.prompt.size(), 5));
   ga::Session cpu(model, options("cpu"));
   std::vector<float> want = cpu.eval(prompt, true);  // [prompt rows + one row per decode step][n_vocab]
@@ -168,7 +172,8 @@ TEST(CudaForward, Int8ActivationModesAgreeBitForBit) {
     want.insert(want.end(), row.begin(), row.end());
   }
   const ga::cuda::Int8Activations modes[] = {ga::cuda::Int8Activations::kInGemv, ga::cuda::Int8Activations::kOnceFfn,
-                                             ga::cuda::Int8Activations::kOnceFfnAndAttnO};
+                                             ga::cuda::Int8Activations::kOnceFfnAndAttnO,
+                                             ga::cuda::Int8Activations::kOnceAll};
   std::vector<std::vector<float>> got;
   for (const ga::cuda::Int8Activations mode : modes) {
     ga::cuda::CudaForwardParams params;
@@ -184,15 +189,19 @@ TEST(CudaForward, Int8ActivationModesAgreeBitForBit) {
       logits.insert(logits.end(), row.begin(), row.end());
     }
     size_t rows = 0;
-    const double worst = compare_rows("int8 activations mode " + std::to_string(static_cast<int>(mode)), logits,
-                                      want, n_vocab, rows);
-    std::printf("int8 activations mode %d: worst rel L2 %.2e over %zu rows\n", static_cast<int>(mode), worst, rows);
+    const double worst = compare_rows(fixture + " int8 activations mode " + std::to_string(static_cast<int>(mode)),
+                                      logits, want, n_vocab, rows);
+    std::printf("%s int8 activations mode %d: worst rel L2 %.2e over %zu rows\n", fixture.c_str(),
+                static_cast<int>(mode), worst, rows);
     EXPECT_GT(rows, 0u);
     got.push_back(std::move(logits));
   }
   EXPECT_TRUE(got[0] == got[1]) << "SwiGLU's rounding differs from the GEMV's own";
   EXPECT_TRUE(got[0] == got[2]) << "the pre-pass's rounding differs from the GEMV's own";
+  EXPECT_TRUE(got[0] == got[3]) << "the RMSNorms' rounding differs from the GEMV's own";
 }
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, CudaForwardInt8, ::testing::Values("fixture-Q8_0", "fixture-Q4_0", "fixture-Q4_K"));
 
 // The graph replays exactly the kernels of a direct launch: logits must be bit-identical.
 TEST(CudaForward, GraphReplayEqualsDirectLaunch) {

@@ -258,6 +258,33 @@ void run_gemv_case(CachingAllocator& alloc, Parity& parity, DType type, const Ge
   GA_CUDA_CHECK(::ga::cuda::gemv(p, nullptr));
   GA_CUDA_CHECK(cudaDeviceSynchronize());
   const std::vector<float> y_host = y.download();
+  if (c.x_int8) {
+    // a kernel that reads x_int8 must give the bits of the same call that rounds x itself (where that call
+    // rounds x at all: Q8_0 split rows longer than 8192 weights keep x in float without it)
+    ::ga::cuda::GemvParams own = p;
+    own.x_int8 = nullptr;
+    if (::ga::cuda::gemv_reads_x_int8(p) && ::ga::cuda::gemv_uses_int8_activations(own)) {
+      DeviceArray<float> y_own(alloc, static_cast<size_t>(ldy * c.n_tokens));
+      y_own.poison();
+      own.y = y_own.get();
+      GA_CUDA_CHECK(::ga::cuda::gemv(own, nullptr));
+      GA_CUDA_CHECK(cudaDeviceSynchronize());
+      const std::vector<float> want_bits = y_own.download();
+      size_t differ = 0;
+      for (int t = 0; t < c.n_tokens; ++t) {
+        for (int64_t r = 0; r < c.rows; ++r) {
+          const auto at = static_cast<size_t>(t * ldy + r);
+          differ += std::memcmp(&y_host[at], &want_bits[at], sizeof(float)) != 0 ? 1 : 0;
+        }
+      }
+      EXPECT_EQ(differ, 0u) << name << ": x_int8 given differs from the kernel's own rounding";
+    }
+    // Q4_0 / Q4_K GGUF rows that the int8 kernel takes read it (gemv.h)
+    const bool expect_read = (c.split && type == DType::Q8_0) ||
+                             (!c.split && (type == DType::Q4_0 || type == DType::Q4_K) &&
+                              ::ga::cuda::gemv_uses_int8_activations(p));
+    EXPECT_EQ(::ga::cuda::gemv_reads_x_int8(p), expect_read) << name;
+  }
 
   // reference: the CPU's dequantization, float64 dot products (and the int8 variant, see int8_reference)
   const bool int8 = ::ga::cuda::gemv_uses_int8_activations(p);
@@ -327,6 +354,16 @@ TEST(CudaGemv, MatchesCpuReferenceForEveryTypeAndShape) {
     run_gemv_case(alloc, parity, type, {19, 22528, 6, 1}, rng);
     run_gemv_case(alloc, parity, type, {21, 22528, 0, 1}, rng);
     run_gemv_case(alloc, parity, type, {9, 22528, 0, 3}, rng);
+    // x pre-quantized (GemvParams::x_int8): the GGUF int8 kernel of Q4_0 / Q4_K reads it (no prologue, rows of
+    // any length: 22528 columns at 8 tokens would not fit its shared memory otherwise); every other type must
+    // ignore it. The 7B widths, awkward rows, every token-count instantiation, unaligned rows (float path).
+    for (int64_t rows : {7, 733, 4099}) {
+      for (int64_t cols : {256, 4096, 11008}) run_gemv_case(alloc, parity, type, {rows, cols, 0, 1, false, true}, rng);
+    }
+    for (int n_tokens : {2, 3, 5, 8}) run_gemv_case(alloc, parity, type, {37, 11008, 0, n_tokens, false, true}, rng);
+    run_gemv_case(alloc, parity, type, {17000, 256, 0, 1, false, true}, rng);
+    run_gemv_case(alloc, parity, type, {19, 22528, 0, 8, false, true}, rng);
+    run_gemv_case(alloc, parity, type, {19, 2816, 6, 1, false, true}, rng);
   }
   parity.finish();
 }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backends/cpu/ops.h"
+#include "backends/cuda/kernels/gemv.h"
 #include "backends/cuda/kernels/ops.h"
 #include "cuda_harness.h"
 #include "gpu_accel/error.h"
@@ -80,6 +81,98 @@ TEST(CudaOps, RmsNormWithAndWithoutResidualMatchesCpu) {
     }
   }
   parity.finish();
+}
+
+// RMSNorm with out_int8 (the q/k/v, gate/up and classifier GEMVs' input, rounded in the same kernel): the
+// float output (and the residual) must be the plain kernel's bit for bit, also in place over x, and the int8
+// bytes the CPU's rounding of that output (reference_x_int8) bit for bit; widths it cannot round are refused.
+TEST(CudaOps, RmsNormInt8OutputMatchesPlainNormAndCpuRounding) {
+  GA_REQUIRE_CUDA_DEVICE();
+  CachingAllocator alloc(0);
+  Parity parity("rms_norm int8");
+  std::mt19937 rng(23);
+  for (int64_t n : {32, 256, 2048, 4096, 5120, 8192}) {
+    for (int n_rows : {1, 3, 8}) {
+      for (bool in_place : {false, true}) {
+        const std::string name = str("n ", n, " rows ", n_rows, in_place ? " in place" : "");
+        const int64_t ld = n + 4;  // 16-byte aligned rows
+        const size_t total = static_cast<size_t>(ld * n_rows);
+        const std::vector<float> x_host = random_floats(total, 2.0f, rng);
+        const std::vector<float> res_host = random_floats(total, 1.0f, rng);
+        const std::vector<float> w_host = random_floats(static_cast<size_t>(n), 1.0f, rng);
+        DeviceArray<float> x(alloc, total), res(alloc, total), w(alloc, static_cast<size_t>(n));
+        DeviceArray<float> plain(alloc, total), fused(alloc, total);
+        DeviceArray<uint8_t> xq(alloc, static_cast<size_t>(::ga::cuda::gemv_x_int8_bytes(n, n_rows)));
+        x.upload(x_host);
+        res.upload(res_host);
+        w.upload(w_host);
+        plain.poison();
+        ::ga::cuda::RmsNormParams p;
+        p.x = x.get();
+        p.residual = res.get();
+        p.weight = w.get();
+        p.out = plain.get();
+        p.n_rows = n_rows;
+        p.n = n;
+        p.ldx = p.ld_residual = p.ld_out = ld;
+        GA_CUDA_CHECK(::ga::cuda::rms_norm(p, nullptr));
+        GA_CUDA_CHECK(cudaDeviceSynchronize());
+        const std::vector<float> want = plain.download(), want_res = res.download();
+        res.upload(res_host);
+        if (in_place) {
+          fused.upload(x_host);
+          p.x = fused.get();
+        } else {
+          fused.poison();
+        }
+        p.out = fused.get();
+        p.out_int8 = xq.get();
+        xq.poison();
+        ASSERT_EQ(::ga::cuda::rms_norm_unsupported_reason(p), nullptr) << name;
+        GA_CUDA_CHECK(::ga::cuda::rms_norm(p, nullptr));
+        GA_CUDA_CHECK(cudaDeviceSynchronize());
+        const std::vector<float> got = fused.download(), got_res = res.download();
+        std::vector<float> out_rows(static_cast<size_t>(n * n_rows));  // the fused output, packed [n_rows][n]
+        size_t float_mismatches = 0;
+        for (int64_t r = 0; r < n_rows; ++r) {
+          for (int64_t i = 0; i < n; ++i) {
+            const auto at = static_cast<size_t>(r * ld + i);
+            float_mismatches += std::memcmp(&got[at], &want[at], 4) != 0 ? 1 : 0;
+            float_mismatches += std::memcmp(&got_res[at], &want_res[at], 4) != 0 ? 1 : 0;
+            out_rows[static_cast<size_t>(r * n + i)] = got[at];
+          }
+          std::vector<float> v(x_host.begin() + r * ld, x_host.begin() + r * ld + n), ref(static_cast<size_t>(n));
+          ::ga::cpu::add_inplace(v.data(), res_host.data() + r * ld, n);
+          ::ga::cpu::rms_norm(v.data(), w_host.data(), ref.data(), n, p.eps);
+          const std::vector<double> ref_d = to_double(ref.data(), ref.size());
+          parity.compare(name, got.data() + r * ld, ref_d.data(), ref_d.size(), 4e-6, 1e-7);
+        }
+        EXPECT_EQ(float_mismatches, 0u) << name << ": the fused kernel's float output differs from rms_norm's";
+        const std::vector<uint8_t> bytes = xq.download(), ref_bytes = reference_x_int8(out_rows, n, n, n_rows);
+        ASSERT_EQ(bytes.size(), ref_bytes.size()) << name;
+        size_t byte_mismatches = 0;
+        for (size_t i = 0; i < bytes.size(); ++i) byte_mismatches += bytes[i] != ref_bytes[i] ? 1 : 0;
+        EXPECT_EQ(byte_mismatches, 0u) << name << ": int8 bytes differ from the CPU's rounding of the output";
+      }
+    }
+  }
+  parity.finish();
+  ::ga::cuda::RmsNormParams bad;
+  bad.x = bad.weight = bad.out = reinterpret_cast<float*>(uintptr_t{256});
+  bad.n_rows = 1;
+  bad.n = bad.ldx = bad.ld_out = 64;
+  bad.out_int8 = reinterpret_cast<void*>(uintptr_t{512});
+  EXPECT_EQ(::ga::cuda::rms_norm_unsupported_reason(bad), nullptr);
+  bad.n = bad.ldx = bad.ld_out = 48;  // not whole blocks of 32
+  EXPECT_NE(::ga::cuda::rms_norm_unsupported_reason(bad), nullptr);
+  bad.n = bad.ldx = bad.ld_out = 8192 + 32;  // beyond the register path
+  EXPECT_NE(::ga::cuda::rms_norm_unsupported_reason(bad), nullptr);
+  bad.n = bad.ldx = bad.ld_out = 64;
+  bad.out_int8 = reinterpret_cast<void*>(uintptr_t{520});  // misaligned
+  EXPECT_NE(::ga::cuda::rms_norm_unsupported_reason(bad), nullptr);
+  bad.out_int8 = reinterpret_cast<void*>(uintptr_t{512});
+  bad.ldx = 66;  // x rows not 16-byte aligned
+  EXPECT_NE(::ga::cuda::rms_norm_unsupported_reason(bad), nullptr);
 }
 
 TEST(CudaOps, RopeNormalAndNeoxMatchCpu) {

@@ -29,13 +29,16 @@ struct DeviceLogits {
 };
 
 // Where the int8 GEMV's activations are rounded for the projections of up to 8 tokens that read them
-// (Q8_0 split-row matrices; other types ignore it). The rounding is bit-identical in every mode; only the
-// kernels that run differ (docs/results/2026-11-22-h200-gemv-session2.md, "Session 5").
+// (Q8_0 split-row matrices, GGUF-order Q4_0 and Q4_K: gemv_reads_x_int8; other types ignore it). The rounding
+// is bit-identical in every mode; only the kernels that run differ
+// (docs/results/2026-11-22-h200-gemv-session2.md, "Session 5" and "Session 6").
 enum class Int8Activations {
   kInGemv,           // each GEMV CTA rounds x itself; rows longer than 8192 weights (7B ffn_down) stay float
   kOnceFfn,          // SwiGLU also writes the down projection's rounded x, which reads it
-  kOnceFfnAndAttnO,  // and a pre-pass kernel rounds the attention output once for the output projection (default:
-                     // 7B Q8_0 tg128 on an H200 308.7 / 324.0 / 326.7 tok/s in the three modes, same run)
+  kOnceFfnAndAttnO,  // and a pre-pass kernel rounds the attention output once for the output projection
+                     // (7B Q8_0 tg128 on an H200 308.7 / 324.0 / 326.7 tok/s in the three modes, same run)
+  kOnceAll,          // and the RMSNorms round their output for the q/k/v, gate/up and classifier GEMVs on split
+                     // rows (default; 7B Q8_0 tg128 334.6 vs 328.0 tok/s in mode 2, same run, H200)
 };
 
 struct CudaForwardParams {
@@ -45,7 +48,7 @@ struct CudaForwardParams {
   // [n_rot/2] divisors of the rope frequencies (rope_freqs.weight or Llama-3 scaling); empty: none.
   std::vector<float> rope_freq_factors;
   bool use_cuda_graph = true;  // capture the one-token decode step once and replay it
-  Int8Activations int8_activations = Int8Activations::kOnceFfnAndAttnO;
+  Int8Activations int8_activations = Int8Activations::kOnceAll;
 };
 
 // One sequence of a Llama-family model on one GPU. Not thread-safe.
@@ -96,7 +99,7 @@ struct CudaBatchForwardParams {
   // [n_rot/2] divisors of the rope frequencies (rope_freqs.weight or Llama-3 scaling); empty: none.
   std::vector<float> rope_freq_factors;
   bool use_cuda_graph = true;  // replay decode-only steps (n one-token runs) as graphs captured per n
-  Int8Activations int8_activations = Int8Activations::kOnceFfnAndAttnO;
+  Int8Activations int8_activations = Int8Activations::kOnceAll;
 };
 
 // The forward pass of a batch of entries from many sequences over a paged f16 KV pool on one GPU:

@@ -62,6 +62,19 @@ bool gemv_uses_int8_activations(const GemvParams& p) {
   return uses;
 }
 
+bool gemv_reads_x_int8(const GemvParams& p) {
+  if (p.x_int8 == nullptr || gemv_unsupported_reason(p) != nullptr) return false;
+  bool reads = false;
+  detail::visit_decoder(p.type, [&](auto decoder) {
+    using D = decltype(decoder);
+    const detail::GemvArgs a = detail::make_gemv_args<D>(p);
+    reads = (detail::gemv_int8_eligible<D>(a) && detail::gemv_int8_reads_x_int8<D>(a)) ||
+            detail::gemv_split_int8_eligible<D>(a);
+    return cudaSuccess;
+  });
+  return reads;
+}
+
 cudaError_t gemv(const GemvParams& p, cudaStream_t stream) {
   if (gemv_unsupported_reason(p) != nullptr) return cudaErrorInvalidValue;
   return detail::visit_decoder(p.type, [&](auto decoder) {

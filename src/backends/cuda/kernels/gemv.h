@@ -35,11 +35,12 @@ struct GemvParams {
   int n_tokens = 1;          // 1 .. kGemvMaxTokens
   WeightLayout layout = WeightLayout::kGguf;  // kSplitRows: rows repacked by split_rows_in_place (Q4_0, Q8_0;
                                               // 16-byte aligned rows), read by the split-row kernel
-  // Optional: x already rounded to the int8 path's two digits (quantize_x_int8() or swiglu() with out_int8
-  // wrote it from these same x values; gemv_x_int8_bytes(cols, n_tokens) bytes, 16-byte aligned, tokens
-  // packed, not ldx apart). Read instead of x by the Q8_0 split-row int8 kernel, which then skips its
-  // per-CTA quantization and takes rows of any length (gemv_uses_int8_activations); every other kernel
-  // reads x. The buffer must not be written while the GEMV runs (it is read with ld.global.nc).
+  // Optional: x already rounded to the int8 path's two digits (quantize_x_int8(), swiglu() or rms_norm() with
+  // out_int8 wrote it from these same x values; gemv_x_int8_bytes(cols, n_tokens) bytes, 16-byte aligned,
+  // tokens packed, not ldx apart). Read instead of x (gemv_reads_x_int8) by the Q8_0 split-row int8 kernel,
+  // which then skips its per-CTA quantization and takes rows of any length, and by the GGUF-order int8 kernel
+  // of Q4_0 and Q4_K (the same rounding, no prologue); every other kernel reads x. The buffer must not be
+  // written while the GEMV runs. The results are bit-identical to a call without it.
   const void* x_int8 = nullptr;
 };
 
@@ -70,10 +71,15 @@ cudaError_t gemv(const GemvParams& p, cudaStream_t stream);
 // gemv_int8.cuh does) and dots it with the integer codes: the classic quant types (Q4_0 .. Q8_0) and
 // Q4_K with 16-byte aligned GGUF rows, within per-type routing limits (Q8_0: rows > 4096, n_tokens <= 4).
 // Split rows: Q8_0 does (gemv_split.cuh) for rows of <= 8192 weights while x of all tokens fits 48 KiB
-// quantized, and for every shape when p.x_int8 is set; Q4_0 does not.
+// quantized, and for every shape when p.x_int8 is set; Q4_0 does not. GGUF-order Q4_0 / Q4_K given
+// p.x_int8 also take rows whose quantized x would not fit the shared memory.
 // Its results then differ from a float dot by up to sum |w| * d / 2 per block; the parity test picks
 // its reference with this. False for parameters gemv() rejects.
 bool gemv_uses_int8_activations(const GemvParams& p);
+
+// Whether gemv(p) reads p.x_int8 (set, and a kernel that takes a pre-quantized x runs for p): the forward
+// asks it to decide whether producing x_int8 for a projection is worth a kernel's work.
+bool gemv_reads_x_int8(const GemvParams& p);
 
 // Whether the GEMV kernels exist for a weight type (independent of shapes).
 bool gemv_supports(DType type);

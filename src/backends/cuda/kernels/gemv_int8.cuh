@@ -100,12 +100,17 @@ struct Int8RoutingDefaults {
   static constexpr int kSubBlocks = 1;    // blocks of 32 weights per weight block
   static constexpr int64_t kMinRows = 0;  // int8 path from this many rows on
   static constexpr int kMaxTokens = 8;    // and up to this many tokens
+  // Whether the kernel is also instantiated to read a pre-quantized x (GemvParams::x_int8) instead of
+  // building it per CTA: only the types whose models the forward runs through this kernel (7B Q4_0 and
+  // Q4_K_M), to keep the instantiations few; the others ignore x_int8 and quantize x themselves.
+  static constexpr bool kPreQuantX = false;
 };
 
 template <>
 struct Int8Traits<DecodeQ4_0> : Int8RoutingDefaults {
   using Block = layout::BlockQ4_0;
   static constexpr bool kEnabled = true;
+  static constexpr bool kPreQuantX = true;
   static constexpr int kUnitBlocks = 8;  // 144 bytes
   static constexpr bool kHasOffset = true;
   static __device__ __forceinline__ void block(const uint32_t* u, int b, uint32_t* codes, float& d, float& o) {
@@ -184,6 +189,7 @@ template <>
 struct Int8Traits<DecodeQ4_K> : Int8RoutingDefaults {
   using Block = layout::BlockQ4_K;
   static constexpr bool kEnabled = true;
+  static constexpr bool kPreQuantX = true;
   static constexpr int kSubBlocks = 8;
   static constexpr int kUnitBlocks = 8;  // 32-weight blocks per unit: one super-block, 144 bytes
   static constexpr bool kHasOffset = true;
@@ -231,8 +237,20 @@ __host__ __device__ constexpr int64_t gemv_int8_x_blocks(int64_t blocks_per_row)
   return blocks_per_row * Int8Traits<D>::kSubBlocks;
 }
 
+// Whether this launch reads the caller's pre-quantized x (a.x_int8, x_int8.cuh layout) instead of
+// quantizing a.x into shared memory in every CTA.
+template <class D>
+bool gemv_int8_reads_x_int8(const GemvArgs& a) {
+  if constexpr (!Int8Traits<D>::kEnabled) {
+    return false;
+  } else {
+    return Int8Traits<D>::kPreQuantX && a.x_int8 != nullptr;
+  }
+}
+
 // Whether gemv() takes the int8 path for these arguments (rows 16-byte aligned, whole units, the
-// type's routing limits, the shared memory within kInt8MaxSmem); otherwise the float kernels run.
+// type's routing limits, the shared memory within kInt8MaxSmem: with x pre-quantized only the stages
+// live there); otherwise the float kernels run.
 template <class D>
 bool gemv_int8_eligible(const GemvArgs& a) {
   if constexpr (!Int8Traits<D>::kEnabled) {
@@ -241,7 +259,7 @@ bool gemv_int8_eligible(const GemvArgs& a) {
     const int64_t x_blocks = gemv_int8_x_blocks<D>(a.blocks_per_row);
     return !a.split_rows && a.row_stride % kChunkBytes == 0 && x_blocks % Int8Traits<D>::kUnitBlocks == 0 &&
            a.rows >= Int8Traits<D>::kMinRows && a.n_tokens <= Int8Traits<D>::kMaxTokens &&
-           gemv_int8_smem<D>(x_blocks, a.n_tokens) <= kInt8MaxSmem;
+           (gemv_int8_reads_x_int8<D>(a) || gemv_int8_smem<D>(x_blocks, a.n_tokens) <= kInt8MaxSmem);
   }
 }
 
@@ -281,7 +299,10 @@ __host__ __device__ constexpr int gemv_int8_min_ctas() {
   return Int8Geometry<D>::kUnitChunks <= 11 ? 4 : 3;
 }
 
-template <class D, int NT>
+// kPreQuantX: x comes quantized in a.x_int8 (x_int8.cuh layout, written by an earlier kernel: read with
+// coherent loads after pdl_wait_prior_grid()), so the CTA has no prologue and its shared memory holds
+// only the stages; else each CTA quantizes a.x into shared memory first.
+template <class D, int NT, bool kPreQuantX>
 __global__ void __launch_bounds__(kGemvWarps * 32, gemv_int8_min_ctas<D>())
     gemv_int8_kernel(const GemvArgs a, int64_t n_tiles) {
   using T = Int8Traits<D>;
@@ -295,10 +316,14 @@ __global__ void __launch_bounds__(kGemvWarps * 32, gemv_int8_min_ctas<D>())
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
   const int nb = static_cast<int>(gemv_int8_x_blocks<D>(a.blocks_per_row));  // x blocks of 32 per row
-  auto* qx = reinterpret_cast<int8_t*>(gemv_dynamic_smem);                                 // [n_tokens][nb][64]
-  auto* ds = reinterpret_cast<float2*>(qx + static_cast<int64_t>(a.n_tokens) * nb * kXBlockBytes);  // [n_tokens][nb]
-  uint4* stage = reinterpret_cast<uint4*>(ds + static_cast<int64_t>(a.n_tokens) * nb) +
-                 warp * kInt8Rows * G::kPitch;  // [8 rows][kPitch] chunks, this warp's
+  // [n_tokens][nb][64] int8, then [n_tokens][nb] float2 (d_x, sum): the caller's buffer or shared memory
+  auto* const smem_qx = reinterpret_cast<int8_t*>(gemv_dynamic_smem);
+  const int8_t* const qx = kPreQuantX ? static_cast<const int8_t*>(a.x_int8) : smem_qx;
+  auto* const smem_ds = reinterpret_cast<float2*>(smem_qx + static_cast<int64_t>(a.n_tokens) * nb * kXBlockBytes);
+  const auto* const ds = reinterpret_cast<const float2*>(qx + static_cast<int64_t>(a.n_tokens) * nb * kXBlockBytes);
+  uint4* const stages =
+      kPreQuantX ? gemv_dynamic_smem : reinterpret_cast<uint4*>(smem_ds + static_cast<int64_t>(a.n_tokens) * nb);
+  uint4* stage = stages + warp * kInt8Rows * G::kPitch;  // [8 rows][kPitch] chunks, this warp's
 
   int load_row[C], load_chunk[C];
 #pragma unroll
@@ -318,12 +343,15 @@ __global__ void __launch_bounds__(kGemvWarps * 32, gemv_int8_min_ctas<D>())
     gemv_int8_load<D>(a, blockIdx.x, warp * kInt8UnitsPerWarp, units_per_row, load_row, load_chunk, next);
   }
   pdl_wait_prior_grid();
-  for (int i = static_cast<int>(threadIdx.x); i < a.n_tokens * nb; i += kGemvWarps * 32) {
-    const int t = i / nb;
-    const int b = i - t * nb;
-    gemv_quantize_x_block(a.x + t * a.ldx + int64_t{32} * b, qx + static_cast<int64_t>(i) * kXBlockBytes, ds + i);
+  if constexpr (!kPreQuantX) {
+    for (int i = static_cast<int>(threadIdx.x); i < a.n_tokens * nb; i += kGemvWarps * 32) {
+      const int t = i / nb;
+      const int b = i - t * nb;
+      gemv_quantize_x_block(a.x + t * a.ldx + int64_t{32} * b, smem_qx + static_cast<int64_t>(i) * kXBlockBytes,
+                            smem_ds + i);
+    }
+    __syncthreads();
   }
-  __syncthreads();
 
   for (int64_t tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
     float acc[NT];
@@ -413,24 +441,34 @@ __global__ void __launch_bounds__(kGemvWarps * 32, gemv_int8_min_ctas<D>())
 }
 
 // Persistent launch: as many CTAs as fit on the device at once (at most one per tile).
-template <class D, int NT>
-cudaError_t launch_gemv_int8(const GemvArgs& a, cudaStream_t stream) {
+template <class D, int NT, bool kPreQuantX>
+cudaError_t launch_gemv_int8_variant(const GemvArgs& a, cudaStream_t stream) {
   const int64_t n_tiles = (a.rows + kInt8Rows - 1) / kInt8Rows;
-  const auto smem = static_cast<int>(gemv_int8_smem<D>(gemv_int8_x_blocks<D>(a.blocks_per_row), a.n_tokens));
+  const auto smem = static_cast<int>(kPreQuantX ? Int8Geometry<D>::kStageBytes
+                                                : gemv_int8_smem<D>(gemv_int8_x_blocks<D>(a.blocks_per_row), a.n_tokens));
+  auto* const kernel = gemv_int8_kernel<D, NT, kPreQuantX>;
   cudaError_t status = cudaSuccess;
   if (smem > 48 * 1024) {
-    status = cudaFuncSetAttribute(gemv_int8_kernel<D, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (status != cudaSuccess) return status;
   }
   int device = 0, sms = 0, per_sm = 0;
   if ((status = cudaGetDevice(&device)) != cudaSuccess) return status;
   if ((status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess) return status;
-  status = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_int8_kernel<D, NT>, kGemvWarps * 32, smem);
+  status = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kGemvWarps * 32, smem);
   if (status != cudaSuccess) return status;
   const int64_t resident = int64_t{sms} * (per_sm < 1 ? 1 : per_sm);
   const int64_t grid = n_tiles < resident ? n_tiles : resident;
-  return launch_after_prior(gemv_int8_kernel<D, NT>, dim3(static_cast<unsigned>(grid)), dim3(kGemvWarps * 32),
+  return launch_after_prior(kernel, dim3(static_cast<unsigned>(grid)), dim3(kGemvWarps * 32),
                             static_cast<size_t>(smem), stream, a, n_tiles);
+}
+
+template <class D, int NT>
+cudaError_t launch_gemv_int8(const GemvArgs& a, cudaStream_t stream) {
+  if constexpr (Int8Traits<D>::kPreQuantX) {
+    if (a.x_int8 != nullptr) return launch_gemv_int8_variant<D, NT, true>(a, stream);
+  }
+  return launch_gemv_int8_variant<D, NT, false>(a, stream);
 }
 
 }  // namespace ga::cuda::detail

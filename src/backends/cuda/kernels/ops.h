@@ -49,6 +49,11 @@ struct RmsNormParams {
   int64_t ld_residual = 0;
   int64_t ld_out = 0;
   float eps = 1e-5f;
+  // Optional: out also rounded to the int8 GEMV's activations (gemv.h: gemv_x_int8_bytes(n, n_rows) bytes, the
+  // GemvParams::x_int8 of the projections that read out), in the same kernel: the q/k/v, gate/up and classifier
+  // GEMVs then skip their per-CTA quantization. Needs n a multiple of 32 and at most 8192, x / out / weight /
+  // residual 16-byte aligned and their strides multiples of 4 (the register path).
+  void* out_int8 = nullptr;
 };
 const char* rms_norm_unsupported_reason(const RmsNormParams& p);
 cudaError_t rms_norm(const RmsNormParams& p, cudaStream_t stream);

@@ -8,6 +8,11 @@
 // 2048-wide decode row cost ~8 us (ncu, H200) as a chain of dependent round trips; the register path
 // is what a decode step (one row, twice per layer) runs.
 //
+// With out_int8 (the input of int8 GEMVs, gemv.h) the register path also rounds the finished row to the
+// GEMV's two int8 digits per block of 32 (x_int8.cuh, the GEMV's own device function, so the bytes are those
+// every GEMV CTA would have built): after a barrier, thread b re-reads block b of the row it just wrote (L1 /
+// L2) and quantizes it. A 4096-wide row is 128 blocks: one per thread, ~1 us less than a pre-pass kernel.
+//
 // The sum of squares is accumulated in float per thread and reduced in a tree (warp shuffles, then
 // one float per warp in shared memory), which keeps the error near float rounding for rows of any
 // length; the CPU reference uses double, and the parity test allows float-level differences.
@@ -16,6 +21,7 @@
 #include "backends/cuda/kernels/device_bytes.cuh"
 #include "backends/cuda/kernels/ops.h"
 #include "backends/cuda/kernels/pdl.cuh"
+#include "backends/cuda/kernels/x_int8.cuh"
 
 namespace ga::cuda {
 namespace detail {
@@ -120,9 +126,27 @@ __global__ void __launch_bounds__(kNormThreads) rms_norm_vec_kernel(const RmsNor
                            v[k].w * inv_rms * w[k].w);
     }
   }
+  if (p.out_int8 != nullptr) {  // uniform branch: the rounded row for the int8 GEMVs that read it
+    __syncthreads();            // the row's other blocks were written by other threads
+    const int64_t nb = p.n / 32;
+    auto* qx = static_cast<int8_t*>(p.out_int8);                           // [n_rows][nb][64]
+    auto* ds = reinterpret_cast<float2*>(qx + p.n_rows * nb * kXBlockBytes);  // [n_rows][nb]
+    const float* out_row = p.out + row * p.ld_out;
+    for (int64_t b = threadIdx.x; b < nb; b += kNormThreads) {
+      gemv_quantize_x_block<false>(out_row + 32 * b, qx + (row * nb + b) * kXBlockBytes, ds + row * nb + b);
+    }
+  }
 }
 
 bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
+
+// Whether the register path (rms_norm_vec_kernel) takes p.
+bool vec_path_ok(const RmsNormParams& p) {
+  constexpr int64_t kPerVec = 4 * kNormThreads;  // floats one float4 per thread covers
+  return p.n % 4 == 0 && p.n <= 8 * kPerVec && p.ldx % 4 == 0 && p.ld_out % 4 == 0 && aligned16(p.x) &&
+         aligned16(p.out) && aligned16(p.weight) &&
+         (p.residual == nullptr || (p.ld_residual % 4 == 0 && aligned16(p.residual)));
+}
 
 }  // namespace
 }  // namespace detail
@@ -132,6 +156,15 @@ const char* rms_norm_unsupported_reason(const RmsNormParams& p) {
   if (p.n_rows < 0 || p.n <= 0) return "n must be positive";
   if (p.n_rows > 0x7fffffff) return "more than 2^31 rows";
   if (p.ldx < p.n || p.ld_out < p.n || (p.residual != nullptr && p.ld_residual < p.n)) return "a row stride < n";
+  if (p.out_int8 != nullptr) {
+    if (p.n % 32 != 0 || p.n > 8 * 4 * detail::kNormThreads) {
+      return "out_int8 needs n a multiple of 32 (blocks of 32 activations) and at most 8192";
+    }
+    if (!detail::vec_path_ok(p)) {
+      return "out_int8 needs x, out, weight and residual 16-byte aligned with strides multiples of 4";
+    }
+    if (reinterpret_cast<uintptr_t>(p.out_int8) % 16 != 0) return "out_int8 must be 16-byte aligned";
+  }
   return nullptr;
 }
 
@@ -140,11 +173,8 @@ cudaError_t rms_norm(const RmsNormParams& p, cudaStream_t stream) {
   if (p.n_rows == 0) return cudaSuccess;
   const unsigned blocks = static_cast<unsigned>(p.n_rows);
   constexpr int64_t kPerVec = 4 * detail::kNormThreads;  // floats one float4 per thread covers
-  const bool vec_ok = p.n % 4 == 0 && p.n <= 8 * kPerVec && p.ldx % 4 == 0 && p.ld_out % 4 == 0 &&
-                      detail::aligned16(p.x) && detail::aligned16(p.out) && detail::aligned16(p.weight) &&
-                      (p.residual == nullptr || (p.ld_residual % 4 == 0 && detail::aligned16(p.residual)));
-  void (*kernel)(const RmsNormParams) = detail::rms_norm_kernel;
-  if (vec_ok) {
+  void (*kernel)(const RmsNormParams) = detail::rms_norm_kernel;  // never with out_int8 (refused above)
+  if (detail::vec_path_ok(p)) {
     if (p.n <= kPerVec) {
       kernel = detail::rms_norm_vec_kernel<1>;
     } else if (p.n <= 2 * kPerVec) {

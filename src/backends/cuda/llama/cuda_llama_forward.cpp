@@ -83,7 +83,9 @@ bool is_float_type(DType t) { return t == DType::F16 || t == DType::BF16 || t ==
 
 // The groups of matrices uploaded back to back: per layer {q, k, v} and {gate, up} when every member
 // is a 2-D matrix of one type and one width (rows then follow each other at the same row_bytes, so
-// the group is one matrix). Mixed-type files (Q4_K_M keeps attn_v in Q6_K) keep them apart.
+// the group is one matrix). Mixed-type files (Q4_K_M keeps attn_v in Q6_K in half of the layers) fuse
+// {q, k} when only v differs: one GEMV of q_dim + kv_dim rows instead of two 4096-row GEMVs, each near
+// the ~7 us floor of a short GEMV (docs/results/2026-11-22-h200-gemv-session2.md, Session 6).
 std::vector<std::vector<std::string>> fusable_groups(const LoadedModel& model, int64_t n_layer) {
   std::vector<std::vector<std::string>> groups;
   for (int64_t il = 0; il < n_layer; ++il) {
@@ -91,15 +93,22 @@ std::vector<std::vector<std::string>> fusable_groups(const LoadedModel& model, i
     for (const std::vector<std::string>& g :
          {std::vector<std::string>{p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"},
           std::vector<std::string>{p + "ffn_gate.weight", p + "ffn_up.weight"}}) {
-      bool ok = true;
-      const WeightView* first = find(model, g[0]);
-      for (const std::string& name : g) {
-        const WeightView* w = find(model, name);
-        ok = ok && w != nullptr && first != nullptr && w->ne.size() == 2 && w->type == first->type &&
-             w->cols() == first->cols() &&
-             w->nbytes == static_cast<uint64_t>(w->rows()) * row_bytes(w->type, static_cast<uint64_t>(w->cols()));
+      const auto fusable = [&](size_t members) {
+        bool ok = true;
+        const WeightView* first = find(model, g[0]);
+        for (size_t i = 0; i < members; ++i) {
+          const WeightView* w = find(model, g[i]);
+          ok = ok && w != nullptr && first != nullptr && w->ne.size() == 2 && w->type == first->type &&
+               w->cols() == first->cols() &&
+               w->nbytes == static_cast<uint64_t>(w->rows()) * row_bytes(w->type, static_cast<uint64_t>(w->cols()));
+        }
+        return ok;
+      };
+      if (fusable(g.size())) {
+        groups.push_back(g);
+      } else if (g.size() == 3 && fusable(2)) {  // {q, k}: v of another type
+        groups.push_back({g[0], g[1]});
       }
-      if (ok) groups.push_back(g);
     }
   }
   return groups;
@@ -326,7 +335,8 @@ void CudaLlamaForward::upload_weights(const LoadedModel& model) {
     DeviceLayer& L = layers_[static_cast<size_t>(il)];
     DeviceMatrix fused = matrix(g[0]);
     for (size_t i = 1; i < g.size(); ++i) fused.rows += need(model, g[i]).rows();
-    (g.size() == 3 ? L.wqkv : L.w_gate_up) = fused;
+    const bool attention = g[0].find("attn_q.weight") != std::string::npos;
+    (attention ? (g.size() == 3 ? L.wqkv : L.wqk) : L.w_gate_up) = fused;
   }
   // rope_freqs.weight in the file wins over factors passed in (the loader may synthesize the tensor).
   if (find(model, "rope_freqs.weight") != nullptr) {
@@ -370,6 +380,7 @@ void CudaLlamaForward::allocate_state() {
   for (const DeviceLayer& L : layers_) {
     for (const DeviceMatrix* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) consider(*m);
     if (L.wqkv.rows > 0) consider(L.wqkv);
+    if (L.wqk.rows > 0) consider(L.wqk);
     if (L.w_gate_up.rows > 0) consider(L.w_gate_up);
   }
   if (B > kGemvMaxTokens) {  // only a GEMM needs the staging buffers

@@ -74,6 +74,7 @@ struct DeviceLayer {
   const float* bv = nullptr;         // [kv_dim] or null
   DeviceMatrix wq, wk, wv, wo, w_gate, w_up, w_down;
   DeviceMatrix wqkv;       // wq, wk, wv as one [q_dim + 2 kv_dim][n_embd] matrix; rows 0: not fusable
+  DeviceMatrix wqk;        // wq, wk as one [q_dim + kv_dim][n_embd] matrix where only wv's type differs (Q4_K_M)
   DeviceMatrix w_gate_up;  // w_gate, w_up as one [2 n_ff][n_embd] matrix; rows 0: not fusable
   __half* k_cache = nullptr;         // [n_slots][n_head_kv][head_dim]
   __half* v_cache = nullptr;
@@ -92,7 +93,7 @@ struct EngineLayout {
   int64_t max_seq_positions = 0;    // positions one sequence may reach
   std::vector<float> rope_freq_factors;
   bool use_cuda_graph = true;       // capture decode steps (contiguous: 1 token; paged: n one-token runs)
-  Int8Activations int8_activations = Int8Activations::kOnceFfnAndAttnO;  // cuda_forward.h
+  Int8Activations int8_activations = Int8Activations::kOnceAll;  // cuda_forward.h
 };
 
 // What one enqueued step looks like (host-known bounds; the values themselves are in step_in_).
@@ -195,12 +196,14 @@ class CudaLlamaForward final : public CudaForward, public CudaBatchForward {
   // f32 activations, [max_batch][ld]. qkv_ rows are [q | k | v] (ld_qkv_), gu_ rows [gate | up] (ld_gu_):
   // the layouts the fused projections write, and what the separate ones write too.
   DeviceBuffer resid_, xn_, tmp_, qkv_, attn_, gu_;
-  // The int8 GEMV's rounded x of one projection input (gemv_x_int8_bytes(max(n_ff, q_dim), 8)), written by
-  // SwiGLU or the quantize pre-pass right before the GEMV that reads it; empty when the mode is kInGemv.
+  // The int8 GEMV's rounded x of one projection input (gemv_x_int8_bytes(max(n_ff, q_dim, n_embd), 8)), written
+  // by an RMSNorm, SwiGLU or the quantize pre-pass right before the GEMVs that read it; empty when the mode is
+  // kInGemv.
   DeviceBuffer xq_;
   int64_t x_int8_scratch_bytes() const {
     if (layout_.int8_activations == Int8Activations::kInGemv) return 0;
-    const int64_t widest = std::max<int64_t>(c_.n_ff, c_.n_head * c_.head_dim);  // down / output projection input
+    // down / attention output / every other projection's input
+    const int64_t widest = std::max<int64_t>({c_.n_ff, c_.n_head * c_.head_dim, c_.n_embd});
     return gemv_x_int8_bytes(widest, std::min<int64_t>(layout_.max_batch, kGemvMaxTokens));
   }
   DeviceBuffer logits_;           // [max_batch][n_vocab]

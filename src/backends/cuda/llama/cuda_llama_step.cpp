@@ -30,13 +30,42 @@ void check_params(const char* op, const char* (*reason)(const P&), const P& p) {
   GA_CHECK(why == nullptr, Internal, "CUDA ", op, " rejected its parameters: ", why);
 }
 
+// The GEMV of x [n][w.cols] (ld ldx) into y [n][w.rows] (ld ldy) through w.
+
+GemvParams gemv_params(const DeviceMatrix& w, const float* x, int64_t ldx, int64_t n, float* y, int64_t ldy,
+                       const void* x_int8) {
+  GemvParams g;
+  g.type = w.type;
+  g.w = w.data;
+  g.rows = w.rows;
+  g.cols = w.cols;
+  g.row_stride = w.row_bytes;
+  g.x = x;
+  g.ldx = ldx;
+  g.y = y;
+  g.ldy = ldy;
+  g.n_tokens = static_cast<int>(n);
+  g.layout = w.layout;
+  g.x_int8 = x_int8;
+  return g;
+}
+
 }  // namespace
 
-// Only Q8_0 split rows read a pre-rounded x (gemv.h); the buffer holds at most kGemvMaxTokens tokens.
+// Whether the GEMV of w reads a pre-rounded x (gemv_reads_x_int8: Q8_0 split rows, GGUF Q4_0 / Q4_K) under
+// mode `from`; the buffer holds at most kGemvMaxTokens tokens. x / y here only satisfy the validation.
+// The RMSNorms (kOnceAll) round x only for split-row GEMVs: their kernel is launched in stream order and its
+// per-CTA prologue is exposed, while the GGUF int8 kernel (PDL) hides most of it behind the RMSNorm, which then
+// only gets longer: 7B tg128 on an H200, same run, RMSNorm rounding for every int8 GEMV vs none: Q8_0 334.6 vs
+// 328.0, Q4_0 400.0 vs 409.0, Q4_K_M 370.3 vs 372.9 tok/s (docs/results/2026-11-22-h200-gemv-session2.md).
 bool CudaLlamaForward::takes_x_int8(const DeviceMatrix& w, int64_t n, Int8Activations from) const {
-  return static_cast<int>(layout_.int8_activations) >= static_cast<int>(from) && xq_.data() != nullptr &&
-         n <= kGemvMaxTokens && w.type == DType::Q8_0 && w.layout == WeightLayout::kSplitRows &&
-         gemv_x_int8_bytes(w.cols, n) <= x_int8_scratch_bytes();
+  if (static_cast<int>(layout_.int8_activations) < static_cast<int>(from) || xq_.data() == nullptr || n < 1 ||
+      n > kGemvMaxTokens || w.rows <= 0 || gemv_x_int8_bytes(w.cols, n) > x_int8_scratch_bytes()) {
+    return false;
+  }
+  if (from == Int8Activations::kOnceAll && w.layout != WeightLayout::kSplitRows) return false;
+  float* const any = xn_.as<float>();
+  return gemv_reads_x_int8(gemv_params(w, any, (w.cols + 3) / 4 * 4, n, any, w.rows, xq_.data()));
 }
 
 void CudaLlamaForward::matmul(const DeviceMatrix& w, const float* x, int64_t ldx, int64_t n, float* y, int64_t ldy,
@@ -44,19 +73,7 @@ void CudaLlamaForward::matmul(const DeviceMatrix& w, const float* x, int64_t ldx
   cudaStream_t s = stream_.get();
   GA_CHECK(x_int8 == nullptr || n <= kGemvMaxTokens, Internal, "a pre-rounded x is for the GEMV only");
   if (n <= kGemvMaxTokens) {
-    GemvParams g;
-    g.type = w.type;
-    g.w = w.data;
-    g.rows = w.rows;
-    g.cols = w.cols;
-    g.row_stride = w.row_bytes;
-    g.x = x;
-    g.ldx = ldx;
-    g.y = y;
-    g.ldy = ldy;
-    g.n_tokens = static_cast<int>(n);
-    g.layout = w.layout;
-    g.x_int8 = x_int8;
+    const GemvParams g = gemv_params(w, x, ldx, n, y, ldy, x_int8);
     check_params("gemv", gemv_unsupported_reason, g);
     GA_CUDA_CHECK(gemv(g, s));
     return;
@@ -197,17 +214,31 @@ void CudaLlamaForward::enqueue_layer(const DeviceLayer& L, const StepShape& shap
   norm.ld_residual = ld_embd_;
   norm.ld_out = ld_embd_;
   norm.eps = c_.rms_eps;
+  // the q/k/v projections that read x rounded once take it from this norm (xq_, [n][n_embd / 32] blocks)
+  const auto rounded = [&](const DeviceMatrix& w) -> const void* {
+    return takes_x_int8(w, n, Int8Activations::kOnceAll) ? xq_.data() : nullptr;
+  };
+  const DeviceMatrix* attn_in[3] = {&L.wq, &L.wk, &L.wv};
+  if (L.wqkv.rows > 0) attn_in[0] = attn_in[1] = attn_in[2] = &L.wqkv;
+  if (L.wqk.rows > 0) attn_in[0] = attn_in[1] = &L.wqk;
+  norm.out_int8 = nullptr;
+  for (const DeviceMatrix* w : attn_in) norm.out_int8 = rounded(*w) != nullptr ? xq_.data() : norm.out_int8;
   check_params("rms_norm", rms_norm_unsupported_reason, norm);
   GA_CUDA_CHECK(rms_norm(norm, s));
 
-  // [n][q | k | v]: one GEMV over the fused matrix, or three into the same slices.
+  // [n][q | k | v]: one GEMV over the fused matrix, q+k fused and v, or three into the same slices.
   float* const qkv = qkv_.as<float>();
+  const float* const h = xn_.as<float>();
   if (L.wqkv.rows > 0) {
-    matmul(L.wqkv, xn_.as<float>(), ld_embd_, n, qkv, ld_qkv_);
+    matmul(L.wqkv, h, ld_embd_, n, qkv, ld_qkv_, rounded(L.wqkv));
   } else {
-    matmul(L.wq, xn_.as<float>(), ld_embd_, n, qkv, ld_qkv_);                     // [n][n_head][head_dim]
-    matmul(L.wk, xn_.as<float>(), ld_embd_, n, qkv + q_dim_, ld_qkv_);            // [n][n_head_kv][head_dim]
-    matmul(L.wv, xn_.as<float>(), ld_embd_, n, qkv + q_dim_ + kv_dim_, ld_qkv_);
+    if (L.wqk.rows > 0) {
+      matmul(L.wqk, h, ld_embd_, n, qkv, ld_qkv_, rounded(L.wqk));                // [n][q | k]
+    } else {
+      matmul(L.wq, h, ld_embd_, n, qkv, ld_qkv_, rounded(L.wq));                  // [n][n_head][head_dim]
+      matmul(L.wk, h, ld_embd_, n, qkv + q_dim_, ld_qkv_, rounded(L.wk));         // [n][n_head_kv][head_dim]
+    }
+    matmul(L.wv, h, ld_embd_, n, qkv + q_dim_ + kv_dim_, ld_qkv_, rounded(L.wv));
   }
   enqueue_qkv_rope_store(L, shape);
   enqueue_attention(L, shape);                                            // [n][n_head][head_dim]
@@ -229,13 +260,18 @@ void CudaLlamaForward::enqueue_layer(const DeviceLayer& L, const StepShape& shap
   norm.x = tmp_.as<float>();
   norm.residual = resid_.as<float>();
   norm.weight = L.ffn_norm;
+  const DeviceMatrix* ffn_in[2] = {&L.w_gate, &L.w_up};
+  if (L.w_gate_up.rows > 0) ffn_in[0] = ffn_in[1] = &L.w_gate_up;
+  norm.out_int8 = nullptr;
+  for (const DeviceMatrix* w : ffn_in) norm.out_int8 = rounded(*w) != nullptr ? xq_.data() : norm.out_int8;
+  check_params("rms_norm", rms_norm_unsupported_reason, norm);
   GA_CUDA_CHECK(rms_norm(norm, s));
   float* const gate = gu_.as<float>();  // [n][gate | up], gate [n_ff] then up [n_ff]
   if (L.w_gate_up.rows > 0) {
-    matmul(L.w_gate_up, xn_.as<float>(), ld_embd_, n, gate, ld_gu_);
+    matmul(L.w_gate_up, h, ld_embd_, n, gate, ld_gu_, rounded(L.w_gate_up));
   } else {
-    matmul(L.w_gate, xn_.as<float>(), ld_embd_, n, gate, ld_gu_);
-    matmul(L.w_up, xn_.as<float>(), ld_embd_, n, gate + c_.n_ff, ld_gu_);
+    matmul(L.w_gate, h, ld_embd_, n, gate, ld_gu_, rounded(L.w_gate));
+    matmul(L.w_up, h, ld_embd_, n, gate + c_.n_ff, ld_gu_, rounded(L.w_up));
   }
   SwigluParams sw;
   sw.gate = gate;
@@ -291,6 +327,10 @@ void CudaLlamaForward::enqueue_step(const StepShape& shape) {
   norm.ld_residual = ld_embd_;
   norm.ld_out = ld_embd_;
   norm.eps = c_.rms_eps;
+  // the classifier reads these rows rounded once when they are its input as they stand (no gather)
+  void* const out_int8 =
+      !gather && takes_x_int8(output_, shape.n_logits, Int8Activations::kOnceAll) ? xq_.data() : nullptr;
+  norm.out_int8 = out_int8;
   check_params("rms_norm", rms_norm_unsupported_reason, norm);
   GA_CUDA_CHECK(rms_norm(norm, s));
   const float* classifier_in = xn_.as<float>();
@@ -299,7 +339,8 @@ void CudaLlamaForward::enqueue_step(const StepShape& shape) {
                               tmp_.as<float>(), ld_embd_, s));
     classifier_in = tmp_.as<float>();
   }
-  matmul(output_, classifier_in, ld_embd_, shape.n_logits, logits_.as<float>(), c_.n_vocab);  // [n_logits][n_vocab]
+  matmul(output_, classifier_in, ld_embd_, shape.n_logits, logits_.as<float>(), c_.n_vocab,  // [n_logits][n_vocab]
+         out_int8);
 }
 
 void CudaLlamaForward::destroy_graphs() noexcept {
