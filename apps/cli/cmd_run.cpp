@@ -39,6 +39,7 @@ struct RunArgs {
   bool no_bos = false;
   bool parse_special = false;
   bool host_sampling = false;
+  bool no_warmup = false;
 };
 
 uint64_t clock_seed() {
@@ -102,6 +103,8 @@ int cmd_run(int argc, char** argv) {
   parser.flag("--no-bos", &a.no_bos, "do not add BOS/EOS to the prompt");
   parser.flag("--parse-special", &a.parse_special, "text spelling a special token becomes that token");
   parser.flag("--host-sampling", &a.host_sampling, "CUDA: copy the logits to the host and sample there (comparison)");
+  parser.flag("--no-warmup", &a.no_warmup, "skip the warm-up forward before the prompt (as llama.cpp's; the prompt "
+              "time then includes the device's one-time costs)");
   if (!parser.parse(argc, argv)) return 0;
   validate(parser, a);
   if (!parser.given("--seed") && !parser.given("-s")) a.sampling.seed = clock_seed();
@@ -114,6 +117,7 @@ int cmd_run(int argc, char** argv) {
   session_options.device = a.device;
   session_options.gpu_sampling = !a.host_sampling;
   Session session(model, session_options);
+  if (!a.no_warmup) session.warm_up();
   std::fprintf(stderr, "device: %s, context: %lld\n", session.device_description().c_str(),
                static_cast<long long>(session.n_ctx()));
   std::fprintf(stderr, "seed: %llu\n", static_cast<unsigned long long>(a.sampling.seed));

@@ -45,6 +45,7 @@ struct ServeArgs {
   int32_t http_threads = 64;
   int64_t max_body = 1 << 20;
   bool quiet = false;
+  bool no_warmup = false;
 };
 
 // The id clients name the model by: the file or folder name ("stories260K.gguf", "Qwen2-0.5B").
@@ -91,6 +92,8 @@ int cmd_serve(int argc, char** argv) {
   parser.option("--http-threads", &a.http_threads, "N", "connections served at once (a stream holds one)");
   parser.option("--max-body", &a.max_body, "BYTES", "largest request body; larger ones get 413");
   parser.flag("-q,--quiet", &a.quiet, "do not log requests");
+  parser.flag("--no-warmup", &a.no_warmup, "skip the warm-up forward at start (the first request pays the device's "
+              "one-time costs then)");
   if (!parser.parse(argc, argv)) return 0;
   require(parser.given("-m"), "missing -m MODEL (a .gguf file or a Hugging Face folder)");
   require(a.port >= 0 && a.port <= kMaxPort, "--port must be in [0, 65535], got " + std::to_string(a.port));
@@ -123,6 +126,7 @@ int cmd_serve(int argc, char** argv) {
   scheduler_options.kv_blocks = a.kv_blocks;
   scheduler_options.n_threads = a.threads;
   scheduler_options.device = a.device;
+  scheduler_options.warm_up = !a.no_warmup;
   Scheduler scheduler(model, tokenizer, scheduler_options);
 
   server::ServerOptions options;

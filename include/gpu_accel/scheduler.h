@@ -58,6 +58,9 @@ struct SchedulerOptions {
   // CUDA: sample on the GPU (the logits stay on the device; same tokens, PRNG states and logprobs as
   // the host sampler). false: copy the rows to the host and sample there, for comparison.
   bool gpu_sampling = true;
+  // Pay the device's one-time costs (kernel loading, algorithm choices, the first decode graph) at
+  // construction rather than in the first request (engine::warm_up_backend; Session::warm_up's reason).
+  bool warm_up = true;
 };
 
 struct CompletionRequest {

@@ -133,6 +133,9 @@ for p in $PROMPT $TTFT_PROMPTS; do
     timeout 60 "$GA" run -m "$M" --device $device -p "$text" -n 1 --temp 0 2>&1 | grep -oE "prompt: [0-9]+ tokens in [0-9.]+ ms" >> "$OUT/run-$p.txt"
   done
   note "gpu-accel run x5 at ~$p tokens: $(head -1 "$OUT/run-$p.txt")"
+  cold=$(timeout 60 "$GA" run -m "$M" --device $device -p "$text" -n 1 --temp 0 --no-warmup 2>&1 |
+    grep -oE "prompt: [0-9]+ tokens in [0-9.]+ ms")
+  note "gpu-accel run --no-warmup at ~$p tokens (the cold first prefill): $cold"
 done
 
 python3 - "$OUT" "$PROMPT" $TTFT_PROMPTS > "$OUT/table.md" <<'PYEOF'

@@ -168,3 +168,39 @@ std::unique_ptr<BatchBackend> make_batch_backend(const LoadedModel& model, const
 }
 
 }  // namespace ga::engine
+
+namespace ga::engine {
+
+void warm_up_backend(BatchBackend& backend, int64_t n_ctx, int64_t block_size, int64_t max_batch_tokens,
+                     int max_seqs) {
+  const bool gpu = cuda_device_index(backend.device()) >= 0;
+  const int64_t pool_positions = backend.n_blocks() * block_size;
+  // Positions of sequence 0: n prompt tokens + 1 decoded; sequence 1 (device sampling) one more block.
+  int64_t n = std::min({gpu ? kWarmUpPrefillTokens : int64_t{1}, max_batch_tokens, n_ctx - 1,
+                        pool_positions - 2 * block_size});
+  if (n < 1) return;  // a pool or context too small to bother
+  const int64_t seq0_blocks = (n + 1 + block_size - 1) / block_size;
+  std::vector<int32_t> table0(static_cast<size_t>(seq0_blocks)), table1{static_cast<int32_t>(seq0_blocks)};
+  for (int64_t b = 0; b < seq0_blocks; ++b) table0[static_cast<size_t>(b)] = static_cast<int32_t>(b);
+
+  std::vector<arch::BatchToken> batch;
+  for (int64_t t = 0; t < n; ++t) batch.push_back(arch::BatchToken{0, t, 0, t == n - 1});
+  std::vector<std::span<const int32_t>> tables{table0};
+  backend.forward(batch, tables);
+  batch.assign(1, arch::BatchToken{0, n, 0, true});  // one decode step (a graph capture on a GPU)
+  backend.forward(batch, tables);
+
+  if (backend.samples_on_device() && max_seqs >= 2 && max_batch_tokens >= 2) {
+    batch = {arch::BatchToken{0, n, 0, true}, arch::BatchToken{0, 0, 1, true}};
+    tables = {table0, table1};
+    const int64_t rows = backend.forward_for_sampling(batch, tables);
+    SamplerParams params;
+    params.temperature = 0.0f;
+    Sampler a(params), b(params);
+    const std::vector<int32_t> history{0};
+    const std::vector<GpuSampleRow> sample{{&a, history, -1}, {&b, history, -1}};
+    if (rows == 2) backend.sample_rows(0, sample);
+  }
+}
+
+}  // namespace ga::engine

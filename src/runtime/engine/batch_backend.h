@@ -67,6 +67,19 @@ class BatchBackend {
   virtual std::string description() const = 0;     // for logs
 };
 
+// Tokens of the warm-up prefill on a GPU (Session::warm_up, warm_up_backend): the prefill path's
+// largest step (the default max batch), so its matrix shapes are chosen and its scratch is allocated.
+inline constexpr int64_t kWarmUpPrefillTokens = 512;
+
+// The backend's one-time costs paid before the first request (Session::warm_up's reason): one
+// sequence prefills min(kWarmUpPrefillTokens, max_batch_tokens, n_ctx - 1, the pool) throw-away
+// tokens (1 on the CPU) into blocks 0.., then decodes one token, and on a device that samples there
+// (samples_on_device) two sequences decode a step sampled on the device. The blocks are not handed
+// out by anyone yet and every sequence writes a position's K/V before reading it, so the pool needs
+// no cleaning afterwards.
+void warm_up_backend(BatchBackend& backend, int64_t n_ctx, int64_t block_size, int64_t max_batch_tokens,
+                     int max_seqs);
+
 // Throws InvalidArgument for an unknown device name, Unsupported (no CUDA in this build, no device,
 // weight types the GPU does not read; never for "auto") and OutOfMemory with the byte counts.
 std::unique_ptr<BatchBackend> make_batch_backend(const LoadedModel& model, const BatchBackendOptions& options);

@@ -211,6 +211,9 @@ Scheduler::Scheduler(const LoadedModel& model, const Tokenizer& tokenizer, const
   const int64_t n_ctx = engine::resolve_n_ctx(model.config, options.n_ctx);
   impl_ = std::make_unique<Impl>(model, tokenizer, options, n_ctx);  // picks the device (batch_backend.h)
   GA_LOG(Info, "scheduler on ", impl_->backend->description());
+  if (options.warm_up) {
+    engine::warm_up_backend(*impl_->backend, n_ctx, options.block_size, options.max_batch_tokens, options.max_running);
+  }
   impl_->snapshot.device = impl_->backend->device();
   impl_->snapshot.weight_bytes = model.weight_bytes();
   impl_->snapshot.kv_blocks_total = impl_->backend->n_blocks();

@@ -143,6 +143,22 @@ int32_t Session::sample_next(Sampler& sampler, std::span<const int32_t> history)
 int64_t Session::n_past() const { return impl_->n_past; }
 int64_t Session::n_ctx() const { return impl_->gpu ? impl_->gpu->n_ctx() : impl_->forward->n_ctx(); }
 
+void Session::warm_up() {
+  GA_CHECK(n_past() == 0, InvalidArgument, "warm_up() needs an empty session (n_past is ", n_past(), ")");
+  if (n_ctx() < 2) return;
+  const bool gpu = engine::cuda_device_index(device()) >= 0;
+  const int64_t n = std::min<int64_t>(gpu ? engine::kWarmUpPrefillTokens : 1, n_ctx() - 1);
+  const std::vector<int32_t> prompt(static_cast<size_t>(n), 0);  // any id of the vocabulary will do
+  SamplerParams params;
+  params.temperature = 0.0f;
+  Sampler greedy(params);
+  eval_for_sampling(prompt);
+  const int32_t next = sample_next(greedy, prompt);
+  eval_for_sampling(std::vector<int32_t>{next});  // the decode step (captured as a graph on a GPU)
+  sample_next(greedy, prompt);
+  reset();
+}
+
 void Session::truncate(int64_t n) {
   GA_CHECK(n >= 0 && n <= impl_->n_past, OutOfRange, "truncate(", n, "): must be in [0, n_past = ", impl_->n_past,
            "]");
