@@ -1,6 +1,7 @@
 // attention(): validates AttentionParams once, sizes the split-KV workspace and dispatches on
 // head_dim to the decode (n_tokens <= 8, attention_decode.cu) or prefill (attention_prefill.cu)
-// kernels; the paged form may launch both (decode runs and prompt chunks of one batch). The kernel
+// kernels; the paged form may launch both (decode runs and prompt chunks of one batch). The prefill part runs on
+// the Hopper flash kernel when the caller passes staging for it (attention_hopper.cu). The kernel
 // files hold the design notes; attention_impl.cuh the split policy and workspace layout.
 #include <cmath>
 
@@ -189,12 +190,14 @@ cudaError_t attention(const AttentionParams& p, cudaStream_t stream) {
     }
   }
   const int row_tiles = detail::decode_row_tiles(p);
+  const bool hopper_prefill = prefill && detail::hopper_prefill_selected(p);  // attention_hopper.cu
   return detail::visit_head_dim(p.head_dim, [&](auto hd) {
     constexpr int HD = decltype(hd)::value;
     if (decode) {
       const cudaError_t status = detail::launch_attention_decode<HD>(a, row_tiles, stream);
       if (status != cudaSuccess || !prefill) return status;
     }
+    if (hopper_prefill) return detail::launch_hopper_prefill(p, a.prefill_min_q, stream);
     return detail::launch_attention_prefill<HD>(a, stream);
   });
 }

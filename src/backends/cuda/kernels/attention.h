@@ -83,6 +83,18 @@ struct AttentionParams {
   // default. 2 always exists; 3 only for the paged form at head_dim 128 in builds that compile it
   // (the default there, or CMake GA_ATTN_DECODE_VARIANTS=ON); attention_unsupported_reason says so.
   int decode_stages = 0;
+
+  // ---- the prefill part on the Hopper flash kernel (kernels/flash, sm_90a; attention_hopper.cu) ----
+  // With attention_prefill_staging_bytes(params) bytes of device memory here (nothing to zero; 256-byte
+  // aligned), the runs of more than 8 tokens (all tokens in the contiguous form) run on the FlashAttention-3-
+  // class kernel where attention_hopper_prefill_reason(params) is null: q is staged as f16 (the kernel's
+  // operand type), the per-run lengths next to it, and the kernel writes out in f32 directly. Without staging,
+  // or with prefill_kernel = kMmaSync, or where the Hopper kernel refuses (another GPU, a block_size it
+  // cannot assemble tiles from), the mma.sync kernel (attention_prefill.cu) serves, as before.
+  enum class PrefillKernel { kAuto, kMmaSync };
+  void* prefill_staging = nullptr;
+  size_t prefill_staging_bytes = 0;
+  PrefillKernel prefill_kernel = PrefillKernel::kAuto;
 };
 
 const char* attention_unsupported_reason(const AttentionParams& p);
@@ -91,5 +103,13 @@ size_t attention_workspace_bytes(const AttentionParams& p);
 // launch); for benchmarks and logs.
 int attention_decode_splits(const AttentionParams& p);
 cudaError_t attention(const AttentionParams& p, cudaStream_t stream);
+
+// Bytes of AttentionParams::prefill_staging the Hopper prefill needs for these bounds (n_tokens, n_heads,
+// head_dim, n_seqs): a buffer sized for the largest call serves every smaller one. 0 when the call has no
+// prefill part.
+size_t attention_prefill_staging_bytes(const AttentionParams& p);
+// nullptr when attention() runs the prefill part of p on the Hopper flash kernel, else why it does not
+// (no prefill part, staging missing, the device, the layout); for logs, tests and benchmarks.
+const char* attention_hopper_prefill_reason(const AttentionParams& p);
 
 }  // namespace ga::cuda

@@ -49,6 +49,10 @@ inline bool attention_uses_prefill(const AttentionParams& p) {
   if (!attention_is_paged(p)) return p.n_tokens > kDecodeMaxTokens;
   return p.max_seq_tokens > kDecodeMaxTokens;
 }
+// The prefill part on the Hopper flash kernel (attention_hopper.cu): whether p selects it (p already
+// validated), and the launch of runs of more than min_q tokens.
+bool hopper_prefill_selected(const AttentionParams& p);
+cudaError_t launch_hopper_prefill(const AttentionParams& p, int min_q, cudaStream_t stream);
 // Paged decode: query tokens per run the decode kernel takes (and its workspace rows per run).
 inline int paged_decode_q(const AttentionParams& p) { return std::min(p.max_seq_tokens, kDecodeMaxTokens); }
 

@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <utility>
@@ -231,6 +232,8 @@ CudaLlamaForward::CudaLlamaForward(const LoadedModel& model, const EngineLayout&
   description_ = str("cuda:", layout.device, " ", info.name, " (sm_", info.cc_major, info.cc_minor, ", ",
                      info.sm_count, " SMs), kernels sm_", binary >= 0 ? std::to_string(binary) : std::string("?"),
                      " (built for ", GA_CUDA_ARCHS_STR, "), ", static_cast<double>(needed) / kMiB, " MiB on device");
+  description_ += prefill_staging_.data() != nullptr ? ", prefill attention: Hopper flash (sm_90a)"
+                                                     : ", prefill attention: mma.sync";
   if (layout_.paged) {
     description_ += str(", KV pool ", layout_.n_blocks, " x ", layout_.block_size, " positions (",
                         static_cast<double>(s.kv) / kMiB, " MiB)");
@@ -454,6 +457,25 @@ void CudaLlamaForward::allocate_state() {
     attn_workspace_ = DeviceBuffer(allocator_, attn_workspace_bytes_);
     // zero once: the merge counters in it start at zero and every call leaves them so (attention.h)
     GA_CUDA_CHECK(cudaMemsetAsync(attn_workspace_.data(), 0, attn_workspace_bytes_, stream_.get()));
+  }
+  // Staging of the Hopper prefill for the largest step (B tokens; in the paged layout max_seqs runs), kept only
+  // when the Hopper kernel takes that step's prefill (attention_hopper_prefill_reason).
+  const char* mma_only = std::getenv("GA_ATTN_PREFILL");
+  if (!(mma_only != nullptr && std::strcmp(mma_only, "mma") == 0)) {
+    ap.n_tokens = static_cast<int>(layout_.paged ? B : std::min<int64_t>(B, n_slots_));
+    if (layout_.paged) {
+      ap.n_seqs = static_cast<int>(layout_.max_seqs);
+      ap.max_seq_tokens = static_cast<int>(std::min<int64_t>(B, layout_.max_seq_positions));
+    }
+    ap.workspace = attn_workspace_.data();
+    ap.workspace_bytes = attn_workspace_bytes_;
+    const size_t staging = attention_prefill_staging_bytes(ap);
+    if (staging > 0) {
+      prefill_staging_ = DeviceBuffer(allocator_, staging);
+      ap.prefill_staging = prefill_staging_.data();
+      ap.prefill_staging_bytes = staging;
+      if (attention_hopper_prefill_reason(ap) != nullptr) prefill_staging_ = DeviceBuffer();
+    }
   }
   stream_.synchronize();
 }

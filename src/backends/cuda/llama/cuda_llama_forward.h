@@ -225,6 +225,10 @@ class CudaLlamaForward final : public CudaForward, public CudaBatchForward {
   DeviceBuffer w_stage_;          // f16 [largest quantized matrix]: dequantized weights of a GEMM
   DeviceBuffer attn_workspace_;
   size_t attn_workspace_bytes_ = 0;
+  // The prefill attention's staging for the Hopper flash kernel (AttentionParams::prefill_staging): f16 q and
+  // the runs' lengths, for the largest step. Empty (the mma.sync prefill serves) when the device cannot run the
+  // flash kernel or GA_ATTN_PREFILL=mma is set (a diagnostic switch: before/after benchmarks in one run).
+  DeviceBuffer prefill_staging_;
   int32_t* host_staging_ = nullptr;  // pinned [metadata_ints()]
   float* host_logits_ = nullptr;     // pinned [max_seqs][n_vocab] (paged layout): forward()'s result
 

@@ -123,6 +123,8 @@ void CudaLlamaForward::enqueue_attention(const DeviceLayer& L, const StepShape& 
   ap.scale = scale;
   ap.workspace = attn_workspace_.data();
   ap.workspace_bytes = attn_workspace_bytes_;
+  ap.prefill_staging = prefill_staging_.data();  // the Hopper flash prefill where the device runs it
+  ap.prefill_staging_bytes = prefill_staging_.size();
   if (shape.paged) {  // one launch for every run of the step
     ap.n_seqs = shape.n_seqs;
     ap.seq_q_start = meta(off_q_start());

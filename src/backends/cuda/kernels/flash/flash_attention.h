@@ -23,9 +23,12 @@
 // V transposed: flash_plan sizes a workspace for V^T (batch * n_head_kv * head_dim * round_up(seqlen_k, 16)
 // bytes) that flash_forward fills before the attention kernel, in the same stream.
 //
+// Varlen and paged KV (cu_seqlens_q / block_table, below): FlashAttention's varlen API; 16-bit, Hopper kernel only.
+//
 // Implementations: kernels/flash/flash_fwd_sm90.cuh on Hopper (sm_90a: TMA + wgmma + warp specialization; the
 // only one with FP8), kernels/flash/flash_fwd_sm80.cuh (FlashAttention-2 style mma.sync + ldmatrix + cp.async)
-// on every other GPU of compute capability >= 8.0 (sm_80/86/89), bf16/fp16 with the same parameters and results.
+// on every other GPU of compute capability >= 8.0 (sm_80/86/89), bf16/fp16 dense batches with the same
+// parameters and results (no varlen / paged KV / o_f32: those get a reason there).
 // flash_forward picks by device; the mma.sync one also runs on Hopper as variant kFlashSm80Variant (tests,
 // benchmarks). Turing (sm_75) and older get a reason.
 #pragma once
@@ -62,10 +65,34 @@ struct FlashParams {
   // (real value = stored e4m3 value * descale); finite and > 0. Ignored for 16-bit inputs.
   FlashDtype out_dtype = FlashDtype::kBf16;
   float descale_q = 1.0f, descale_k = 1.0f, descale_v = 1.0f;
-  // Variable-length batches (cumulative offsets, [batch + 1] int32 on the device): not supported yet,
-  // must stay null (flash_unsupported_reason says so).
-  const int32_t* cu_seqlens_q = nullptr;
-  const int32_t* cu_seqlens_k = nullptr;
+  // ---- variable-length batches (16-bit inputs; used when cu_seqlens_q != nullptr) ----
+  // q and o are packed [total_q][n_head][head_dim] (batch strides ignored): sequence b owns rows
+  // [cu_seqlens_q[b], cu_seqlens_q[b + 1]), and seqlen_q is a host-known bound on every sequence's query count
+  // (it sizes the grid: rows past it are not computed). Keys come either packed like q (cu_seqlens_k, total_k
+  // rows of k and v) or from a paged pool (block_table below). seqlen_k is a host-known bound on every
+  // sequence's key count (it only picks the kernel variant). LSE is [n_head][total_q].
+  // Causal stays bottom-right aligned per sequence. Device values are not checked on the host: a query row at
+  // or past total_q is never written, keys outside the tensors read as zeros (TMA bounds), so bad offsets give
+  // wrong answers, never faults.
+  const int32_t* cu_seqlens_q = nullptr;  // device [batch + 1]
+  const int32_t* cu_seqlens_k = nullptr;  // device [batch + 1]: packed keys (null when paged)
+  const int32_t* seqused_q = nullptr;     // device [batch], optional: only the first seqused_q[b] queries of
+                                          // sequence b are computed and written (their causal alignment too)
+  const int32_t* seqused_k = nullptr;     // device [batch], optional (required when paged): sequence b's keys
+                                          // are its first seqused_k[b] (else cu_seqlens_k[b + 1] - [b])
+  int64_t total_q = 0;                    // rows of the packed q and o
+  int64_t total_k = 0;                    // rows of the packed k and v (cu_seqlens_k form)
+  // Paged KV (block_table != nullptr; needs cu_seqlens_q and seqused_k): k and v are pools of n_pages pages of
+  // page_size positions, position j of sequence b at row block_table[b * block_table_stride + j / page_size] *
+  // page_size + j % page_size (k_seq_stride / k_head_stride as usual; batch strides ignored). The producer
+  // assembles each K/V tile from whole pages by TMA, so page_size must be a multiple of 8 that divides the key
+  // tile (128 keys; 64 at head dim 256) or a multiple of it (flash_unsupported_reason says which).
+  const int32_t* block_table = nullptr;   // device [batch][block_table_stride]
+  int64_t block_table_stride = 0;         // >= ceil(seqlen_k / page_size)
+  int page_size = 0;
+  int64_t n_pages = 0;
+  // 16-bit inputs: write o as f32 instead of q's dtype (the engine's activations); o strides in floats.
+  bool o_f32 = false;
 };
 
 struct FlashPlan {

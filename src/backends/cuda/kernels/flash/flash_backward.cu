@@ -29,6 +29,9 @@ const char* params_reason(const FlashBwdParams& p) {
   if (const char* r = flash_detail::shared_params_reason(p.fwd)) return r;
   const FlashParams& f = p.fwd;
   if (f.dtype == FlashDtype::kFp8E4m3) return "the backward takes bf16 or fp16 tensors (FP8 is forward-only)";
+  if (f.cu_seqlens_q != nullptr || f.block_table != nullptr || f.o_f32) {
+    return "the backward takes dense [batch][seq][head][dim] tensors (varlen, paged KV and f32 o are forward-only)";
+  }
   if (f.lse == nullptr) return "the backward needs the forward's lse (fwd.lse)";
   if (p.dout == nullptr || p.dq == nullptr || p.dk == nullptr || p.dv == nullptr) {
     return "dout, dq, dk and dv must be non-null";

@@ -55,9 +55,50 @@ const char* sm80_device_reason() {
   return nullptr;
 }
 
+// The key tile of head dim hd (FwdTraits::kBlockN for 16-bit inputs): paged KV assembles it from pages.
+int key_tile(int hd) { return hd == 256 ? 64 : 128; }
+
+// The variable-length / paged-KV checks (flash_attention.h), or nullptr (also for dense parameters).
+const char* varlen_reason(const FlashParams& p) {
+  const bool varlen = p.cu_seqlens_q != nullptr, paged = p.block_table != nullptr;
+  if (!varlen) {
+    if (p.cu_seqlens_k != nullptr || paged || p.seqused_q != nullptr || p.seqused_k != nullptr) {
+      return "cu_seqlens_k, seqused_q/k and block_table need cu_seqlens_q (the variable-length form)";
+    }
+    return nullptr;
+  }
+  if (p.dtype == FlashDtype::kFp8E4m3) return "variable-length batches and paged KV take bf16 or fp16 (not FP8)";
+  if (p.total_q < 1 || p.total_q > INT32_MAX) return "varlen: total_q (rows of q and o) must be in 1..2^31-1";
+  if (paged == (p.cu_seqlens_k != nullptr)) {
+    return "varlen: give exactly one of cu_seqlens_k (packed keys) and block_table";
+  }
+  if (!paged && (p.total_k < 1 || p.total_k > INT32_MAX)) {
+    return "varlen: total_k (rows of k and v) must be in 1..2^31-1";
+  }
+  if (paged) {
+    if (p.seqused_k == nullptr) return "paged KV needs seqused_k (each sequence's key count)";
+    const int tile = key_tile(p.head_dim);
+    if (p.page_size < 8 || p.page_size % 8 != 0 || (tile % p.page_size != 0 && p.page_size % tile != 0)) {
+      return "paged KV: page_size must be a multiple of 8 that divides the key tile (128 keys; 64 at head dim 256) "
+             "or a multiple of it (the producer loads whole pages by TMA)";
+    }
+    if (p.n_pages < 1 || p.n_pages * p.page_size > INT32_MAX) {
+      return "paged KV: n_pages * page_size must be in 1..2^31-1";
+    }
+    if (p.block_table_stride < (p.seqlen_k + p.page_size - 1) / p.page_size) {
+      return "paged KV: block_table_stride * page_size must cover seqlen_k (the bound on every sequence's keys)";
+    }
+  }
+  return nullptr;
+}
+
 // What the mma.sync forward refuses among parameters params_reason accepts, then its device reason.
 const char* sm80_reason(const FlashParams& p) {
   if (p.dtype == FlashDtype::kFp8E4m3) return "the FP8 forward needs a Hopper GPU (the mma.sync path is bf16/fp16)";
+  if (p.cu_seqlens_q != nullptr) {
+    return "variable-length batches and paged KV run on the Hopper kernel only (not the mma.sync path)";
+  }
+  if (p.o_f32) return "o_f32 runs on the Hopper kernel only (the mma.sync path writes bf16/fp16)";
   if (p.n_head > 65535 || p.batch > 65535) return "n_head and batch must be <= 65535 (grid dimensions)";
   return sm80_device_reason();
 }
@@ -111,15 +152,14 @@ const char* params_reason(const FlashParams& p) {
       if (st % 16 != 0) return "FP8 q, k and v strides must be multiples of 16 elements (16 bytes, TMA)";
     }
   }
+  if (p.o_f32 && fp8) return "o_f32 is for 16-bit inputs (FP8 picks out_dtype)";
   if (p.batch < 1 || p.n_head < 1 || p.n_head_kv < 1) return "batch, n_head and n_head_kv must be >= 1";
   if (p.n_head % p.n_head_kv != 0) return "n_head must be a multiple of n_head_kv (GQA groups of equal size)";
   if (p.seqlen_q < 1 || p.seqlen_k < 1) return "seqlen_q and seqlen_k must be >= 1";
   if (int64_t{(p.seqlen_q + 127) / 128} * p.n_head * p.batch > INT32_MAX) {
     return "too many 128-row query blocks (batch * n_head * ceil(seqlen_q / 128) must fit in int32)";
   }
-  if (p.cu_seqlens_q != nullptr || p.cu_seqlens_k != nullptr) {
-    return "variable-length batches (cu_seqlens) are not supported by the flash forward yet";
-  }
+  if (const char* r = varlen_reason(p)) return r;
   if (!std::isfinite(p.softmax_scale) || p.softmax_scale <= 0.0f) return "softmax_scale must be finite and > 0";
   if (!aligned16(p.q) || !aligned16(p.k) || !aligned16(p.v) || !aligned16(p.o)) {
     return "q, k, v and o must be 16-byte aligned";
@@ -130,8 +170,9 @@ const char* params_reason(const FlashParams& p) {
   for (int64_t s : strides) {
     if (s < 0 || s % 8 != 0) return "every stride must be a non-negative multiple of 8 elements (16 bytes, TMA)";
   }
+  const bool varlen = p.cu_seqlens_q != nullptr;  // batch strides are not used
   const bool zero_stride_on_long_dim =
-      (p.batch > 1 && (p.q_batch_stride == 0 || p.k_batch_stride == 0 || p.v_batch_stride == 0 ||
+      (p.batch > 1 && !varlen && (p.q_batch_stride == 0 || p.k_batch_stride == 0 || p.v_batch_stride == 0 ||
                        p.o_batch_stride == 0)) ||
       (p.seqlen_q > 1 && (p.q_seq_stride == 0 || p.o_seq_stride == 0)) ||
       (p.seqlen_k > 1 && (p.k_seq_stride == 0 || p.v_seq_stride == 0)) ||
@@ -161,14 +202,44 @@ cudaError_t run(const FlashParams& p, int variant, cudaStream_t stream) {
   using T = flash_detail::FwdTraits<HD>;
   const bool bf16 = p.dtype == FlashDtype::kBf16;
   flash_detail::FwdArgs a{};
-  if (encode_map(&a.tm_q, bf16, p.q, HD, p.seqlen_q, p.n_head, p.batch, p.q_seq_stride, p.q_head_stride,
+  const bool varlen = p.cu_seqlens_q != nullptr, paged = p.block_table != nullptr;
+  // Dense: 4-D [batch][head][seq][dim] views. Varlen: one batch of total rows (tiles offset their row
+  // coordinate by cu_seqlens). Paged: K/V as [page][head][row in page][dim], one page per box.
+  const int q_rows = varlen ? static_cast<int>(p.total_q) : p.seqlen_q, q_batches = varlen ? 1 : p.batch;
+  int k_rows = p.seqlen_k, k_batches = p.batch, kv_box = T::kBlockN;
+  int64_t k_batch_stride = p.k_batch_stride, v_batch_stride = p.v_batch_stride;
+  if (varlen && !paged) {
+    k_rows = static_cast<int>(p.total_k);
+    k_batches = 1;
+  } else if (paged) {
+    k_rows = p.page_size;
+    k_batches = static_cast<int>(p.n_pages);
+    kv_box = p.page_size < T::kBlockN ? p.page_size : T::kBlockN;
+    k_batch_stride = p.k_seq_stride * p.page_size;
+    v_batch_stride = p.v_seq_stride * p.page_size;
+  }
+  if (encode_map(&a.tm_q, bf16, p.q, HD, q_rows, p.n_head, q_batches, p.q_seq_stride, p.q_head_stride,
                  p.q_batch_stride, T::kBlockM) != nullptr ||
-      encode_map(&a.tm_k, bf16, p.k, HD, p.seqlen_k, p.n_head_kv, p.batch, p.k_seq_stride, p.k_head_stride,
-                 p.k_batch_stride, T::kBlockN) != nullptr ||
-      encode_map(&a.tm_v, bf16, p.v, HD, p.seqlen_k, p.n_head_kv, p.batch, p.v_seq_stride, p.v_head_stride,
-                 p.v_batch_stride, T::kBlockN) != nullptr) {
+      encode_map(&a.tm_k, bf16, p.k, HD, k_rows, p.n_head_kv, k_batches, p.k_seq_stride, p.k_head_stride,
+                 k_batch_stride, kv_box) != nullptr ||
+      encode_map(&a.tm_v, bf16, p.v, HD, k_rows, p.n_head_kv, k_batches, p.v_seq_stride, p.v_head_stride,
+                 v_batch_stride, kv_box) != nullptr) {
     return cudaErrorInvalidValue;
   }
+  a.varlen = varlen ? 1 : 0;
+  a.paged = paged ? 1 : 0;
+  a.cu_q = p.cu_seqlens_q;
+  a.cu_k = p.cu_seqlens_k;
+  a.used_q = p.seqused_q;
+  a.used_k = p.seqused_k;
+  a.block_table = p.block_table;
+  a.block_table_stride = p.block_table_stride;
+  a.page_size = p.page_size;
+  a.n_pages = static_cast<int>(p.n_pages);
+  a.kv_box_rows = kv_box;
+  a.kv_boxes = T::kBlockN / kv_box;
+  a.total_q = static_cast<int>(p.total_q);
+  a.out_f32 = p.o_f32 ? 1 : 0;
   a.o = p.o;
   a.lse = p.lse;
   a.o_batch_stride = p.o_batch_stride;
@@ -240,7 +311,7 @@ cudaError_t flash_forward_with_schedule(const FlashParams& p, int sched, void* w
                                         cudaStream_t stream) {
   if (params_reason(p) != nullptr || sched < 0 || sched >= flash_variant_count()) return cudaErrorInvalidValue;
   if (sched == kFlashSm80Variant) {
-    if (p.dtype == FlashDtype::kFp8E4m3) return cudaErrorNotSupported;
+    if (p.dtype == FlashDtype::kFp8E4m3 || p.cu_seqlens_q != nullptr || p.o_f32) return cudaErrorNotSupported;
     if (p.n_head > 65535 || p.batch > 65535) return cudaErrorInvalidValue;
     if (sm80_device_reason() != nullptr) return cudaErrorNoKernelImageForDevice;
     return run_sm80(p, stream);

@@ -38,7 +38,21 @@
 // order (fp8_key_of_column), so each thread packs its own four S values into one register as they are. The
 // dequantization scales fold into the softmax scale (descale_q * descale_k) and the epilogue (descale_v).
 //
-// Not yet: TMA stores of O, varlen/paged KV (see the results file).
+// Variable-length batches (FwdArgs::varlen, FlashAttention's varlen API; FA3 does the same): the maps view the
+// packed q / k / v as one batch of total rows, and a tile's coordinates start at its sequence's offset
+// (cu_seqlens). A 128-row query block or a key tile that runs past its sequence's end still loads whole boxes:
+// the extra query rows (the next sequence's) are computed but never stored, the extra keys are masked in S, and
+// because P = 0 times a non-finite V would still be NaN, the consumers zero the V rows past the sequence's end
+// in the last tile (only that tile can cross it) before O += P V. Tiles are (batch, head, query block of the
+// longest sequence); blocks past a shorter sequence's end are skipped by producer and consumers alike.
+// Paged KV (FwdArgs::paged): the K/V maps are 4-D [page][row in page][head][dim]; a key tile of N keys is
+// N / page_size boxes of one page each (pages of >= N keys: one box inside the page), 1024-byte aligned in
+// shared memory so the 128-byte swizzle of the boxes is the swizzle of the whole tile. Lane i of the producer
+// warp reads the i-th page id of the tile and issues that page's copies, so the block-table loads and the TMA
+// issues of one tile go out in parallel instead of one after another. Keys past the sequence read page
+// n_pages (out of bounds: zeros).
+//
+// Not yet: TMA stores of O.
 #pragma once
 
 #include <cuda.h>
@@ -98,6 +112,17 @@ struct FwdArgs {
   float scale;       // softmax_scale (FP8: times descale_q * descale_k), for the LSE
   float o_scale;     // FP8: descale_v, applied with 1 / l in the epilogue; 1 otherwise
   int out_bf16;      // FP8: output dtype bf16 (1) or fp16 (0); 16-bit inputs write their own dtype
+  int out_f32;       // 16-bit inputs: o is f32 (FlashParams::o_f32)
+  // Variable-length batches and paged KV (flash_attention.h): device arrays, null when unused.
+  int varlen, paged;
+  const int32_t* cu_q;     // [batch + 1]
+  const int32_t* cu_k;     // [batch + 1] (packed keys)
+  const int32_t* used_q;   // [batch] or null
+  const int32_t* used_k;   // [batch] or null
+  const int32_t* block_table;
+  int64_t block_table_stride;
+  int page_size, n_pages, kv_boxes, kv_box_rows;  // kv_boxes pages of kv_box_rows keys per key tile
+  int total_q;             // varlen: rows of q and o
 };
 
 __device__ __forceinline__ float fast_exp2(float x) {
@@ -142,7 +167,8 @@ struct Consumer {
   int lim[2];  // last visible key of each of this thread's two rows (inclusive)
   uint32_t q_addr;
 
-  __device__ __forceinline__ void init(const FwdArgs& a, int row0, int wg_row_base, const unsigned char* sq) {
+  __device__ __forceinline__ void init(const FwdArgs& a, int row0, int wg_row_base, const unsigned char* sq,
+                                       int seqlen_q, int seqlen_k) {
 #pragma unroll
     for (int p = 0; p < T::kPvParts; ++p)
 #pragma unroll
@@ -152,7 +178,7 @@ struct Consumer {
       m_run[r] = -INFINITY;
       l_run[r] = 0.0f;
       const int row = row0 + 8 * r;
-      lim[r] = a.causal ? min(a.seqlen_k - 1, row + a.seqlen_k - a.seqlen_q) : a.seqlen_k - 1;
+      lim[r] = a.causal ? min(seqlen_k - 1, row + seqlen_k - seqlen_q) : seqlen_k - 1;
     }
     q_addr = tile::smem_u32(sq) + static_cast<uint32_t>(wg_row_base) * 128u;
   }
@@ -261,19 +287,23 @@ struct Consumer {
     }
   }
 
-  __device__ __forceinline__ void store(const FwdArgs& a, int batch, int head, int row0, int c) {
+  // Rows [0, seqlen_q) of this tile's sequence; q_off: the sequence's first row in the packed o (varlen).
+  __device__ __forceinline__ void store(const FwdArgs& a, int batch, int head, int row0, int c, int seqlen_q,
+                                        int q_off) {
     if constexpr (kFp8) {
-      if (a.out_bf16) store_as<ElemKind::kBf16>(a, batch, head, row0, c, a.o_scale);
-      else store_as<ElemKind::kF16>(a, batch, head, row0, c, a.o_scale);
+      if (a.out_bf16) store_as<ElemKind::kBf16>(a, batch, head, row0, c, a.o_scale, seqlen_q, q_off);
+      else store_as<ElemKind::kF16>(a, batch, head, row0, c, a.o_scale, seqlen_q, q_off);
     } else {
-      store_as<E>(a, batch, head, row0, c, 1.0f);
+      if (a.out_f32) store_as<ElemKind::kBf16, true>(a, batch, head, row0, c, 1.0f, seqlen_q, q_off);
+      else store_as<E>(a, batch, head, row0, c, 1.0f, seqlen_q, q_off);
     }
   }
 
-  // O / l * o_scale as OutE (16-bit) straight from registers; the LSE by the quad's first thread.
-  template <ElemKind OutE>
-  __device__ __forceinline__ void store_as(const FwdArgs& a, int batch, int head, int row0, int c, float o_scale) {
-    using Elem = std::conditional_t<OutE == ElemKind::kBf16, __nv_bfloat16, __half>;
+  // O / l * o_scale as OutE (16-bit) or f32 (kF32) straight from registers; the LSE by the quad's first thread.
+  template <ElemKind OutE, bool kF32 = false>
+  __device__ __forceinline__ void store_as(const FwdArgs& a, int batch, int head, int row0, int c, float o_scale,
+                                           int seqlen_q, int q_off) {
+    using Elem = std::conditional_t<kF32, float, std::conditional_t<OutE == ElemKind::kBf16, __nv_bfloat16, __half>>;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       float l = l_run[r];
@@ -281,18 +311,27 @@ struct Consumer {
       l += __shfl_xor_sync(0xffffffffu, l, 2);
       const float inv = l > 0.0f ? o_scale / l : 0.0f;
       const int row = row0 + 8 * r;
-      if (row >= a.seqlen_q) continue;
-      Elem* out = static_cast<Elem*>(a.o) + batch * a.o_batch_stride + row * a.o_seq_stride + head * a.o_head_stride;
+      if (row >= seqlen_q || (a.varlen && q_off + row >= a.total_q)) continue;
+      // Varlen: row q_off + row of the packed o (no batch stride); dense: row `row` of batch `batch`.
+      const int64_t o_row = a.varlen ? int64_t{q_off} + row : row;
+      Elem* out = static_cast<Elem*>(a.o) + (a.varlen ? 0 : batch * a.o_batch_stride) + o_row * a.o_seq_stride +
+                  head * a.o_head_stride;
 #pragma unroll
       for (int p = 0; p < T::kPvParts; ++p)
 #pragma unroll
         for (int i = 0; i < T::kPvN / 2; i += 4) {
           const int col = p * T::kPvN + 8 * (i / 4) + 2 * c;
-          *reinterpret_cast<uint32_t*>(out + col) = pack2<OutE>(o[p][i + 2 * r] * inv, o[p][i + 2 * r + 1] * inv);
+          if constexpr (kF32) {
+            *reinterpret_cast<float2*>(out + col) = make_float2(o[p][i + 2 * r] * inv, o[p][i + 2 * r + 1] * inv);
+          } else {
+            *reinterpret_cast<uint32_t*>(out + col) = pack2<OutE>(o[p][i + 2 * r] * inv, o[p][i + 2 * r + 1] * inv);
+          }
         }
       if (a.lse != nullptr && c == 0) {
-        a.lse[(int64_t{batch} * a.n_head + head) * a.seqlen_q + row] =
-            l > 0.0f ? m_run[r] * a.scale + logf(l) : -INFINITY;
+        // dense [batch][n_head][seqlen_q]; varlen [n_head][total_q]
+        const int64_t idx = a.varlen ? int64_t{head} * a.total_q + o_row
+                                     : (int64_t{batch} * a.n_head + head) * a.seqlen_q + row;
+        a.lse[idx] = l > 0.0f ? m_run[r] * a.scale + logf(l) : -INFINITY;
       }
     }
   }
@@ -323,6 +362,9 @@ __device__ __forceinline__ int cta_tile(const FwdArgs& a, int k) {
 
 struct FwdTile {
   int m0, head, batch, n_tiles;  // n_tiles: key tiles of kBlockN some row of the block can see
+  int seqlen_q, seqlen_k;        // this sequence's (varlen: from cu_seqlens / seqused)
+  int q_off, k_off;              // varlen: its first row in the packed q/o and k/v (0 dense and paged)
+  bool skip;                     // varlen: the query block lies past the sequence's end (no work at all)
 };
 
 // Tile t -> (query block, head, batch): the query blocks of one head next to each other (they read the
@@ -336,9 +378,21 @@ __device__ __forceinline__ FwdTile decode_tile(const FwdArgs& a, int t) {
   f.m0 = m_block * T::kBlockM;
   f.head = bh % a.n_head;
   f.batch = bh / a.n_head;
-  int kv_end = a.seqlen_k;  // keys [0, kv_end) are visible to some row of the block
-  if (a.causal) kv_end = min(kv_end, f.m0 + T::kBlockM + a.seqlen_k - a.seqlen_q);
-  f.n_tiles = kv_end > 0 ? (kv_end + T::kBlockN - 1) / T::kBlockN : 0;
+  f.seqlen_q = a.seqlen_q;
+  f.seqlen_k = a.seqlen_k;
+  f.q_off = f.k_off = 0;
+  if (a.varlen) {
+    f.q_off = __ldg(a.cu_q + f.batch);
+    f.seqlen_q = a.used_q != nullptr ? __ldg(a.used_q + f.batch) : __ldg(a.cu_q + f.batch + 1) - f.q_off;
+    if (!a.paged) f.k_off = __ldg(a.cu_k + f.batch);
+    f.seqlen_k = a.used_k != nullptr ? __ldg(a.used_k + f.batch) : __ldg(a.cu_k + f.batch + 1) - f.k_off;
+    f.seqlen_q = max(f.seqlen_q, 0);
+    f.seqlen_k = max(f.seqlen_k, 0);
+  }
+  f.skip = f.m0 >= f.seqlen_q && a.varlen;
+  int kv_end = f.seqlen_k;  // keys [0, kv_end) are visible to some row of the block
+  if (a.causal) kv_end = min(kv_end, f.m0 + T::kBlockM + f.seqlen_k - f.seqlen_q);
+  f.n_tiles = kv_end > 0 && !f.skip ? (kv_end + T::kBlockN - 1) / T::kBlockN : 0;
   return f;
 }
 
@@ -371,17 +425,36 @@ __device__ __forceinline__ void consumer_main(const FwdArgs& a, unsigned char* s
     if (lane == 0) tile::mbar_arrive(bar);
   };
 
+  // Varlen: rows [valid, N) of the V tile in `stage` hold keys past the sequence's end (the next sequence's,
+  // or a page's unwritten slots): zeroed so P = 0 times them is 0 even if they are not finite. Both consumer
+  // warpgroups write the same zeros; the slot is not released to the producer before both have arrived.
+  auto zero_v_tail = [&](int stage, int valid) {
+    if constexpr (E != ElemKind::kE4m3) {
+      if (!a.varlen || valid >= T::kBlockN) return;
+      unsigned char* slot = sv + stage * T::kTileBytes + valid * 128;
+      const int chunks = (T::kBlockN - valid) * 8;  // 16-byte chunks per 128-byte column block
+#pragma unroll
+      for (int cb = 0; cb < T::kColBlocks; ++cb)
+        for (int i = wtid; i < chunks; i += 128)
+          *reinterpret_cast<uint4*>(slot + cb * (T::kBlockN * 128) + i * 16) = make_uint4(0u, 0u, 0u, 0u);
+      tile::fence_proxy_async_smem();
+      tile::named_barrier_sync(3 + cwg, 128);
+    }
+  };
+
   float s[T::kSAcc];
   uint32_t pa[T::kKSteps][4];
   float corr[2];
   int kv_count = 0;  // K/V tiles consumed by this CTA so far (ring position)
+  int q_count = 0;   // tiles with a Q load (skipped varlen tiles have none): the Q barriers' phase
   for (int local = 0, t = cta_tile<kPersistent>(a, 0); t >= 0; t = cta_tile<kPersistent>(a, ++local)) {
     const FwdTile f = decode_tile<T>(a, t);
+    if (f.skip) continue;
     const int row0 = f.m0 + wg_row_base + warp * 16 + g;
     const int n = f.n_tiles;
     Consumer<E, HD> st;
-    st.init(a, row0, wg_row_base, sq);
-    tile::mbar_wait(bars.q_full(), local & 1);
+    st.init(a, row0, wg_row_base, sq, f.seqlen_q, f.seqlen_k);
+    tile::mbar_wait(bars.q_full(), q_count & 1);
     auto stage_of = [&](int j) { return (kv_count + j) % kStages; };
     auto parity_of = [&](int j) { return static_cast<uint32_t>(((kv_count + j) / kStages) & 1); };
 
@@ -398,6 +471,7 @@ __device__ __forceinline__ void consumer_main(const FwdArgs& a, unsigned char* s
         st.rescale_o(corr);
         Consumer<E, HD>::to_a_fragments(s, pa);
         tile::mbar_wait(bars.v_full(stage), parity_of(j));
+        if (j == n - 1) zero_v_tail(stage, f.seqlen_k - j * T::kBlockN);
         st.issue_pv(pa, v_base + stage * T::kTileBytes);
         tile::wgmma_wait<0>();
         st.fence_o();
@@ -438,6 +512,7 @@ __device__ __forceinline__ void consumer_main(const FwdArgs& a, unsigned char* s
         }
         const int last = stage_of(n - 1);
         tile::mbar_wait(bars.v_full(last), parity_of(n - 1));
+        zero_v_tail(last, f.seqlen_k - (n - 1) * T::kBlockN);
         turn_begin();
         st.issue_pv(pa, v_base + last * T::kTileBytes);
         turn_end();
@@ -448,59 +523,100 @@ __device__ __forceinline__ void consumer_main(const FwdArgs& a, unsigned char* s
         arrive(bars.q_empty());
       }
     }
-    st.store(a, f.batch, f.head, row0, c);
+    st.store(a, f.batch, f.head, row0, c, f.seqlen_q, f.q_off);
     kv_count += n;
+    ++q_count;
   }
   if constexpr (kSched == 2) {
     if (cwg == 0 && !first_turn) tile::named_barrier_sync(1, 256);  // warpgroup 1's final arrival
   }
 }
 
-// One thread: every TMA copy of every tile of this CTA, K_j ahead of V_{j-1}. FP8 reads V^T (tm_v over the
+// The producer warp: every TMA copy of every tile of this CTA, K_j ahead of V_{j-1}. Lane 0 does the barrier
+// work and the dense copies; with paged KV lane i < kv_boxes also reads the i-th page id of each key tile and
+// issues that page's copies (the page ids of K_j are kept for V_j one step later). FP8 reads V^T (tm_v over the
 // workspace, [batch][n_head_kv][HD][keys]): one box of HD rows x 128 keys per tile.
 template <ElemKind E, int HD, bool kPersistent, int kStages>
 __device__ __forceinline__ void producer_main(const FwdArgs& a, unsigned char* sq, unsigned char* sk,
                                               unsigned char* sv, FwdBarriers<kStages> bars) {
   using T = FwdTraits<HD, kStages, elem_bytes<E>()>;
   constexpr int N = T::kBlockN;
-  tile::tma_prefetch_map(&a.tm_q);
-  tile::tma_prefetch_map(&a.tm_k);
-  tile::tma_prefetch_map(&a.tm_v);
-  int kv_count = 0;
-  for (int local = 0, t = cta_tile<kPersistent>(a, 0); t >= 0; t = cta_tile<kPersistent>(a, ++local)) {
-    const FwdTile f = decode_tile<T>(a, t);
-    const int kv_head = f.head / a.group;
-    if (local > 0) tile::mbar_wait(bars.q_empty(), (local - 1) & 1);
-    tile::mbar_arrive_expect_tx(bars.q_full(), T::kQBytes);
-#pragma unroll
-    for (int cb = 0; cb < T::kColBlocks; ++cb)
-      tile::tma_load_4d(sq + cb * (T::kBlockM * 128), &a.tm_q, bars.q_full(), cb * T::kColElems, f.m0, f.head,
-                        f.batch);
-    for (int j = 0; j <= f.n_tiles; ++j) {
-      if (j < f.n_tiles) {
-        const int idx = kv_count + j, stage = idx % kStages;
-        if (idx >= kStages) tile::mbar_wait(bars.k_empty(stage), ((idx / kStages) + 1) & 1);
-        tile::mbar_arrive_expect_tx(bars.k_full(stage), T::kTileBytes);
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const bool leader = lane == 0;
+  if (leader) {
+    tile::tma_prefetch_map(&a.tm_q);
+    tile::tma_prefetch_map(&a.tm_k);
+    tile::tma_prefetch_map(&a.tm_v);
+  }
+  // One key tile of K or V into `dst`: dense/packed = one box column per 128-byte block at row k_row; paged =
+  // this lane's page (page id `page`, rows from `row_in_page`) when it has one.
+  auto load_kv = [&](unsigned char* dst, const CUtensorMap* map, uint64_t* bar, int k_row, int kv_z, int kv_head,
+                     int page, int row_in_page) {
+    if (!a.paged) {
+      if (leader) {
 #pragma unroll
         for (int cb = 0; cb < T::kColBlocks; ++cb)
-          tile::tma_load_4d(sk + stage * T::kTileBytes + cb * (N * 128), &a.tm_k, bars.k_full(stage),
-                            cb * T::kColElems, j * N, kv_head, f.batch);
+          tile::tma_load_4d(dst + cb * (N * 128), map, bar, cb * T::kColElems, k_row, kv_head, kv_z);
+      }
+    } else if (lane < a.kv_boxes) {
+#pragma unroll
+      for (int cb = 0; cb < T::kColBlocks; ++cb)
+        tile::tma_load_4d(dst + cb * (N * 128) + lane * a.kv_box_rows * 128, map, bar, cb * T::kColElems, row_in_page,
+                          kv_head, page);
+    }
+  };
+  int kv_count = 0, q_count = 0;
+  for (int local = 0, t = cta_tile<kPersistent>(a, 0); t >= 0; t = cta_tile<kPersistent>(a, ++local)) {
+    const FwdTile f = decode_tile<T>(a, t);
+    if (f.skip) continue;
+    const int kv_head = f.head / a.group;
+    const int q_row = a.varlen ? f.q_off + f.m0 : f.m0, z = a.varlen ? 0 : f.batch;
+    if (q_count > 0) tile::mbar_wait(bars.q_empty(), (q_count - 1) & 1);
+    if (leader) {
+      tile::mbar_arrive_expect_tx(bars.q_full(), T::kQBytes);
+#pragma unroll
+      for (int cb = 0; cb < T::kColBlocks; ++cb)
+        tile::tma_load_4d(sq + cb * (T::kBlockM * 128), &a.tm_q, bars.q_full(), cb * T::kColElems, q_row, f.head, z);
+    }
+    int page = 0, row_in_page = 0, prev_page = 0, prev_row = 0;
+    for (int j = 0; j <= f.n_tiles; ++j) {
+      if (j < f.n_tiles) {
+        if constexpr (E != ElemKind::kE4m3) {
+          if (a.paged && lane < a.kv_boxes) {
+            const int key = j * N + lane * a.kv_box_rows, logical = key / a.page_size;
+            page = key < f.seqlen_k && logical < a.block_table_stride
+                       ? __ldg(a.block_table + f.batch * a.block_table_stride + logical)
+                       : a.n_pages;  // past the sequence: out of the map's bounds, zeros
+            row_in_page = key % a.page_size;
+          }
+        }
+        const int idx = kv_count + j, stage = idx % kStages;
+        if (idx >= kStages) tile::mbar_wait(bars.k_empty(stage), ((idx / kStages) + 1) & 1);
+        if (leader) tile::mbar_arrive_expect_tx(bars.k_full(stage), T::kTileBytes);
+        __syncwarp();
+        load_kv(sk + stage * T::kTileBytes, &a.tm_k, bars.k_full(stage), f.k_off + j * N, z, kv_head, page,
+                row_in_page);
       }
       if (j > 0) {
         const int idx = kv_count + j - 1, stage = idx % kStages;
         if (idx >= kStages) tile::mbar_wait(bars.v_empty(stage), ((idx / kStages) + 1) & 1);
-        tile::mbar_arrive_expect_tx(bars.v_full(stage), T::kTileBytes);
+        if (leader) tile::mbar_arrive_expect_tx(bars.v_full(stage), T::kTileBytes);
+        __syncwarp();
         if constexpr (E == ElemKind::kE4m3) {
-          tile::tma_load_4d(sv + stage * T::kTileBytes, &a.tm_v, bars.v_full(stage), (j - 1) * N, 0, kv_head, f.batch);
+          if (leader) {
+            tile::tma_load_4d(sv + stage * T::kTileBytes, &a.tm_v, bars.v_full(stage), (j - 1) * N, 0, kv_head,
+                              f.batch);
+          }
         } else {
-#pragma unroll
-          for (int cb = 0; cb < T::kColBlocks; ++cb)
-            tile::tma_load_4d(sv + stage * T::kTileBytes + cb * (N * 128), &a.tm_v, bars.v_full(stage), cb * 64,
-                              (j - 1) * N, kv_head, f.batch);
+          load_kv(sv + stage * T::kTileBytes, &a.tm_v, bars.v_full(stage), f.k_off + (j - 1) * N, z, kv_head,
+                  prev_page, prev_row);
         }
       }
+      prev_page = page;
+      prev_row = row_in_page;
     }
     kv_count += f.n_tiles;
+    ++q_count;
   }
 }
 
@@ -531,7 +647,7 @@ __global__ void __launch_bounds__(384, 1) flash_fwd_sm90_kernel(const __grid_con
 
   if (threadIdx.x < 128) {
     tile::regs_release<24>();
-    if (threadIdx.x == 0) producer_main<E, HD, kPersistent, kStages>(a, sq, sk, sv, bars);
+    if (threadIdx.x < 32) producer_main<E, HD, kPersistent, kStages>(a, sq, sk, sv, bars);
   } else {
     tile::regs_acquire<240>();
     consumer_main<E, HD, kSched, kPersistent, kStages>(a, sq, sk, sv, bars);

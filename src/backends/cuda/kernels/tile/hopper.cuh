@@ -139,6 +139,14 @@ __device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
   asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
 
+// Orders this thread's ordinary shared-memory stores before later async-proxy reads (wgmma operands, TMA
+// stores) of the same bytes; a barrier between the writers and the wgmma issuers must follow.
+__device__ __forceinline__ void fence_proxy_async_smem() {
+#if GA_SM90A_DEVICE
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+#endif
+}
+
 // ---- wgmma bookkeeping ----
 __device__ __forceinline__ void wgmma_fence() {  // registers written before are visible to the next wgmma
 #if GA_SM90A_DEVICE
