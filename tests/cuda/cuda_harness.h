@@ -210,4 +210,16 @@ inline std::vector<uint8_t> reference_x_int8(const std::vector<float>& x, int64_
   return out;
 }
 
+// The int8 copy a fused kernel wrote (its bytes, downloaded) equals the CPU's rounding of the float rows it
+// wrote ([n_rows][n], dense) bit for bit: the producer kernels (RMSNorm, SwiGLU) must round exactly like
+// quantize_x_int8 so that every GEMV reading x_int8 sees the same bytes.
+inline void expect_int8_copy_matches(const std::string& name, const std::vector<uint8_t>& bytes,
+                                     const std::vector<float>& rows, int64_t n, int n_rows) {
+  const std::vector<uint8_t> ref_bytes = reference_x_int8(rows, n, n, n_rows);
+  ASSERT_EQ(bytes.size(), ref_bytes.size()) << name;
+  size_t byte_mismatches = 0;
+  for (size_t i = 0; i < bytes.size(); ++i) byte_mismatches += bytes[i] != ref_bytes[i] ? 1 : 0;
+  EXPECT_EQ(byte_mismatches, 0u) << name << ": int8 bytes differ from the CPU's rounding of the output";
+}
+
 }  // namespace ga::test::cuda

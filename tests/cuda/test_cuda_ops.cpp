@@ -148,11 +148,7 @@ TEST(CudaOps, RmsNormInt8OutputMatchesPlainNormAndCpuRounding) {
           parity.compare(name, got.data() + r * ld, ref_d.data(), ref_d.size(), 4e-6, 1e-7);
         }
         EXPECT_EQ(float_mismatches, 0u) << name << ": the fused kernel's float output differs from rms_norm's";
-        const std::vector<uint8_t> bytes = xq.download(), ref_bytes = reference_x_int8(out_rows, n, n, n_rows);
-        ASSERT_EQ(bytes.size(), ref_bytes.size()) << name;
-        size_t byte_mismatches = 0;
-        for (size_t i = 0; i < bytes.size(); ++i) byte_mismatches += bytes[i] != ref_bytes[i] ? 1 : 0;
-        EXPECT_EQ(byte_mismatches, 0u) << name << ": int8 bytes differ from the CPU's rounding of the output";
+        expect_int8_copy_matches(name, xq.download(), out_rows, n, static_cast<int>(n_rows));
       }
     }
   }
@@ -345,11 +341,7 @@ TEST(CudaOps, SwigluInt8OutputMatchesPlainSwigluAndCpuRounding) {
           parity.compare(name, got.data() + r * ld_in, ref_d.data(), ref_d.size(), 2e-6, 1e-30);
         }
         EXPECT_EQ(float_mismatches, 0u) << name << ": the fused kernel's float output differs from swiglu's";
-        const std::vector<uint8_t> bytes = xq.download(), ref_bytes = reference_x_int8(out_rows, n, n, n_rows);
-        ASSERT_EQ(bytes.size(), ref_bytes.size()) << name;
-        size_t byte_mismatches = 0;
-        for (size_t i = 0; i < bytes.size(); ++i) byte_mismatches += bytes[i] != ref_bytes[i] ? 1 : 0;
-        EXPECT_EQ(byte_mismatches, 0u) << name << ": int8 bytes differ from the CPU's rounding of the output";
+        expect_int8_copy_matches(name, xq.download(), out_rows, n, static_cast<int>(n_rows));
       }
     }
   }
