@@ -21,7 +21,8 @@
 // the raw e4m3 values, P rounded to e4m3 for the second GEMM (FA3's recipe), and writes o in out_dtype (bf16 or
 // fp16). Head dims 128 and 256; q/k/v strides must be multiples of 16 elements (16 bytes). 8-bit wgmma needs
 // V transposed: flash_plan sizes a workspace for V^T (batch * n_head_kv * head_dim * round_up(seqlen_k, 16)
-// bytes) that flash_forward fills before the attention kernel, in the same stream.
+// bytes, plus 16 for the persistent kernel's tile counter) that flash_forward fills before the attention kernel,
+// in the same stream.
 //
 // Implementation (kernels/flash/flash_fwd_sm90.cuh): Hopper only (sm_90a: TMA + wgmma + warp
 // specialization). Other GPUs get a reason; the mma.sync prefill in kernels/attention*.cu serves them.
@@ -89,6 +90,9 @@ cudaError_t flash_forward_with_schedule(const FlashParams& p, int sched, cudaStr
 // With a workspace (FP8 needs one: flash_plan); the 3-argument form passes none.
 cudaError_t flash_forward_with_schedule(const FlashParams& p, int sched, void* workspace, size_t workspace_bytes,
                                         cudaStream_t stream);
+// FP8 only: the forward's first step alone (V^T into the workspace, as flash_forward writes it), so a
+// benchmark can tell the pre-pass's share of the FP8 time. Same checks and workspace as flash_forward.
+cudaError_t flash_fp8_transpose_v(const FlashParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream);
 
 // ---- backward (kernels/flash/flash_bwd_sm80.cuh: FlashAttention-2's algorithm on mma.sync, sm_80+) ----
 //
