@@ -9,9 +9,9 @@ as [batch][head][seq][dim] for SDPA). Our output is checked against torch's (FA2
 
 Our kernels come from libga_attention_c.so (bench/attention_torch/ga_attention_c_api.cu; build target
 `ga_attention_c`), loaded with ctypes and called on the tensors' device pointers:
-  * flash: the Hopper forward (kernels/flash), variants 0-6 (kernels/flash/flash_fwd_launch.h), and variant 7,
-           the mma.sync forward (kernels/flash/flash_fwd_sm80.cuh: what sm_80/86/89 GPUs run; --sm80 times only
-           it, against FA2 = the issue's bar >= 0.9x);
+  * flash: the Hopper forward (kernels/flash), variants 0-6 (7-10: FP8 only; kernels/flash/flash_fwd_launch.h),
+           and variant 11, the mma.sync forward (kernels/flash/flash_fwd_sm80.cuh: what sm_80/86/89 GPUs run;
+           --sm80 times only it, against FA2 = the issue's bar >= 0.9x);
   * mma:   the mma.sync prefill (kernels/attention*.cu; fp16 K/V, f32 q/out, causal, one sequence per
            call, so `batch` calls per step), against FA2 on the same fp16 causal problem.
 
@@ -121,10 +121,12 @@ class Flash:
             raise RuntimeError(f"ga_flash_forward returned cudaError {err}")
 
 
-SM80_VARIANT = 7  # kFlashSm80Variant (kernels/flash/flash_attention.h)
+SM80_VARIANT = 11  # kFlashSm80Variant (kernels/flash/flash_attention.h)
 
-# FP8 variants compiled per head dim (kernels/flash/flash_fwd_launch.h fp8_variant_compiled); -1 = default.
-FP8_VARIANTS = {128: [-1, 1, 4], 256: [-1, 0, 3]}
+# FP8 variants tried (kernels/flash/flash_fwd_launch.h: 0-10); the ones this build did not compile answer
+# cudaErrorNotSupported and are skipped. -1 = the default (fp8_default_variant).
+FP8_VARIANTS = list(range(-1, 11))
+CUDA_ERROR_NOT_SUPPORTED = 801
 
 
 def quantize_e4m3(x):
@@ -152,9 +154,13 @@ class FlashFp8:
         self.ws_bytes = need.value
         self.ws = torch.empty(max(self.ws_bytes, 16), device="cuda", dtype=torch.uint8)
 
+    def try_run(self, sched):
+        """cudaError of one call (sched -2: the V^T pre-pass alone)."""
+        return self.lib.ga_flash_forward_fp8(*self.args, sched, self.ws.data_ptr(), self.ws_bytes, None,
+                                             torch.cuda.current_stream().cuda_stream)
+
     def run(self, sched):
-        err = self.lib.ga_flash_forward_fp8(*self.args, sched, self.ws.data_ptr(), self.ws_bytes, None,
-                                            torch.cuda.current_stream().cuda_stream)
+        err = self.try_run(sched)
         if err != 0:
             raise RuntimeError(f"ga_flash_forward_fp8 returned cudaError {err}")
 
@@ -183,9 +189,14 @@ def fp8_main(args, lib, dev):
                     row["cudnn"] = None
                     print(f"  cudnn unavailable: {str(e).splitlines()[0]}")
                 fl = FlashFp8(lib, q8, k8, v8, o, lse, causal, scale, (dq, dk, dv))
-                for sc in FP8_VARIANTS.get(d, [-1]):
+                row["vt_us"] = time_ms(lambda: fl.run(-2), args.iters) * 1e3  # V^T pre-pass alone
+                for sc in FP8_VARIANTS:
                     o.fill_(float("nan"))
-                    fl.run(sc)
+                    err = fl.try_run(sc)
+                    if err == CUDA_ERROR_NOT_SUPPORTED and sc >= 0:
+                        continue  # not compiled in this build
+                    if err != 0:
+                        raise RuntimeError(f"ga_flash_forward_fp8 variant {sc} returned cudaError {err}")
                     torch.cuda.synchronize()
                     err = rel_l2(o, ref)
                     nan = torch.isnan(o).any().item()
@@ -193,6 +204,8 @@ def fp8_main(args, lib, dev):
                     key = "fp8_default" if sc < 0 else f"fp8_v{sc}"
                     row[key] = flops / ms / 1e9
                     row[key + "_err"] = err
+                    if sc < 0:
+                        row["fp8_default_ms"] = ms
                     if nan or not err <= 5e-2:
                         row[key + "_bad"] = True
                         print(f"  MISMATCH fp8 variant {sc}: rel L2 {err:.3e} nan {nan}")
@@ -202,15 +215,17 @@ def fp8_main(args, lib, dev):
                 del q8, k8, v8, qd, kd, vd, o, lse, ref, fl
                 torch.cuda.empty_cache()
     write_json(args.json, dev, rows)
-    print("\n| hd | seq | mask | ours fp8 (default) | variants | cuDNN bf16 | ours/cuDNN | >= 1000 | max rel L2 |")
-    print("|---|---:|---|---:|---|---:|---:|---|---:|")
+    print("\n| hd | seq | mask | ours fp8 (default) | variants | V^T pass us (% of default) | cuDNN bf16 | ours/cuDNN"
+          " | >= 1000 | max rel L2 |")
+    print("|---|---:|---|---:|---|---:|---:|---:|---|---:|")
     for r in rows:
         ours = r.get("fp8_default") or 0
-        var = ", ".join(f"v{sc} {r[f'fp8_v{sc}']:.0f}" for sc in FP8_VARIANTS.get(r["head_dim"], []) if sc >= 0)
+        var = ", ".join(f"v{sc} {r[f'fp8_v{sc}']:.0f}" for sc in FP8_VARIANTS if sc >= 0 and f"fp8_v{sc}" in r)
         errs = [v_ for k_, v_ in r.items() if k_.endswith("_err")]
         cud = r.get("cudnn")
+        vt = f"{r['vt_us']:.1f} ({100 * r['vt_us'] / (1e3 * r['fp8_default_ms']):.1f}%)"
         print(f"| {r['head_dim']} | {r['seqlen']} | {'causal' if r['causal'] else 'full'} | {ours:.0f} | {var} | "
-              f"{'-' if cud is None else f'{cud:.0f}'} | {'-' if not cud else f'{ours / cud:.2f}'} | "
+              f"{vt} | {'-' if cud is None else f'{cud:.0f}'} | {'-' if not cud else f'{ours / cud:.2f}'} | "
               f"{'yes' if ours >= 1000 else 'no'} | {max(errs):.1e} |")
     bad = [r for r in rows if any(k_.endswith("_bad") for k_ in r)]
     print(f"\n{len(rows)} FP8 configurations, {len(bad)} with a mismatch against torch (bar 5e-2)")

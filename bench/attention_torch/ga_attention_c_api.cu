@@ -80,7 +80,7 @@ const char* ga_flash_unsupported_reason(const void* q, const void* k, const void
                    scale));
 }
 
-// sched: -1 = the default variant, else 0 .. flash_variant_count() - 1 (flash_fwd_launch.h; 7 = kFlashSm80Variant,
+// sched: -1 = the default variant, else 0 .. flash_variant_count() - 1 (flash_fwd_launch.h; 11 = kFlashSm80Variant,
 // the mma.sync forward). Returns the cudaError_t.
 int ga_flash_forward(const void* q, const void* k, const void* v, void* o, float* lse, const int64_t* strides12,
                      int dtype, int head_dim, int n_head, int n_head_kv, int batch, int seqlen_q, int seqlen_k,
@@ -94,7 +94,8 @@ int ga_flash_forward(const void* q, const void* k, const void* v, void* o, float
 
 // FP8 e4m3 forward: q, k, v e4m3 bytes (strides12 in elements = bytes, multiples of 16), o bf16 (out_dtype 0)
 // or fp16 (1), per-tensor descales. workspace_bytes 0 with a null workspace asks for the V^T workspace size
-// (returned through *bytes_needed, with cudaSuccess). sched -1 = the default FP8 variant.
+// (returned through *bytes_needed, with cudaSuccess). sched -1 = the default FP8 variant; -2 = only the V^T
+// pre-pass (flash_fp8_transpose_v), to time its share.
 int ga_flash_forward_fp8(const void* q, const void* k, const void* v, void* o, float* lse, const int64_t* strides12,
                          int out_dtype, int head_dim, int n_head, int n_head_kv, int batch, int seqlen_q,
                          int seqlen_k, int causal, float scale, float descale_q, float descale_k, float descale_v,
@@ -110,6 +111,7 @@ int ga_flash_forward_fp8(const void* q, const void* k, const void* v, void* o, f
   if (bytes_needed != nullptr) *bytes_needed = ga::cuda::flash_plan(p).workspace_bytes;
   if (workspace == nullptr && workspace_bytes == 0) return 0;
   const auto st = static_cast<cudaStream_t>(stream);
+  if (sched == -2) return static_cast<int>(ga::cuda::flash_fp8_transpose_v(p, workspace, workspace_bytes, st));
   return static_cast<int>(sched < 0 ? ga::cuda::flash_forward(p, workspace, workspace_bytes, st)
                                     : ga::cuda::flash_forward_with_schedule(p, sched, workspace, workspace_bytes, st));
 }

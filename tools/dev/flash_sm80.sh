@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Device run for the mma.sync flash forward (kernels/flash/flash_fwd_sm80.cuh, variant 7 = kFlashSm80Variant), one
+# Device run for the mma.sync flash forward (kernels/flash/flash_fwd_sm80.cuh, variant 11 = kFlashSm80Variant), one
 # call: build (Release, sm_90a, lean default variants) of test_cuda_flash_attention + ga_attention_c with a ptxas
-# report, SASS check of the sm80 kernels (HMMA / LDSM counts, local-memory traffic), the parity tests on variant 7
-# only (GA_FLASH_TEST_VARIANT=7), compute-sanitizer memcheck + racecheck on the small shapes (variant 7),
+# report, SASS check of the sm80 kernels (HMMA / LDSM counts, local-memory traffic), the parity tests on variant 11
+# only (GA_FLASH_TEST_VARIANT=11), compute-sanitizer memcheck + racecheck on the small shapes (variant 11),
 # compare.py --sm80 (ours vs PyTorch SDPA FLASH_ATTENTION (FA2) and cuDNN, same run), then the whole flash test
 # binary (every variant) with the time left. Logs go to $OUT; summary last.
 set -uo pipefail
@@ -25,14 +25,14 @@ cuobjdump --dump-sass $LIB 2>/dev/null | awk '
   name != "" && /(STL|LDL)[ .]/ { lm[name]++ }
   END { for (n in fn) printf "%-70s hmma %4d ldsm %4d stl/ldl %3d\n", n, hm[n], ld[n], lm[n] }' | sort > "$OUT/sass.txt"
 export PYTHONUNBUFFERED=1
-GA_FLASH_TEST_VARIANT=7 timeout 100 $B/bin/test_cuda_flash_attention --gtest_filter='-*Fp8*' > "$OUT/test_sm80.log" 2>&1
+GA_FLASH_TEST_VARIANT=11 timeout 100 $B/bin/test_cuda_flash_attention --gtest_filter='-*Fp8*' > "$OUT/test_sm80.log" 2>&1
 t80_rc=$?
 echo "sm80 tests done at $(( $(date +%s) - T0 )) s"
 SAN=compute-sanitizer; command -v $SAN >/dev/null || SAN=/usr/local/cuda/bin/compute-sanitizer
-GA_FLASH_TEST_VARIANT=7 timeout 30 $SAN --tool memcheck --error-exitcode 9 $B/bin/test_cuda_flash_attention \
+GA_FLASH_TEST_VARIANT=11 timeout 30 $SAN --tool memcheck --error-exitcode 9 $B/bin/test_cuda_flash_attention \
   --gtest_filter='*SmallShapesForSanitizer*:*UnsupportedParams*' > "$OUT/memcheck.log" 2>&1
 mem_rc=$?
-GA_FLASH_TEST_VARIANT=7 timeout 40 $SAN --tool racecheck --racecheck-report all --error-exitcode 9 \
+GA_FLASH_TEST_VARIANT=11 timeout 40 $SAN --tool racecheck --racecheck-report all --error-exitcode 9 \
   $B/bin/test_cuda_flash_attention --gtest_filter='CudaFlashAttention.SmallShapesForSanitizer' \
   > "$OUT/racecheck.log" 2>&1
 race_rc=$?

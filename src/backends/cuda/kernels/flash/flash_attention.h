@@ -21,7 +21,8 @@
 // the raw e4m3 values, P rounded to e4m3 for the second GEMM (FA3's recipe), and writes o in out_dtype (bf16 or
 // fp16). Head dims 128 and 256; q/k/v strides must be multiples of 16 elements (16 bytes). 8-bit wgmma needs
 // V transposed: flash_plan sizes a workspace for V^T (batch * n_head_kv * head_dim * round_up(seqlen_k, 16)
-// bytes) that flash_forward fills before the attention kernel, in the same stream.
+// bytes, plus 16 for the persistent kernel's tile counter) that flash_forward fills before the attention kernel,
+// in the same stream.
 //
 // Varlen and paged KV (cu_seqlens_q / block_table, below): FlashAttention's varlen API; 16-bit, Hopper kernel only.
 //
@@ -106,11 +107,11 @@ FlashPlan flash_plan(const FlashParams& p);
 // FP8 needs it for V^T).
 cudaError_t flash_forward(const FlashParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream);
 
-// flash_forward with an explicit kernel variant in [0, flash_variant_count()): 0-6 are the Hopper kernel's
-// consumer schedule (serial, intra-warpgroup overlap, overlap + ping-pong), persistent or not, K/V ring depth
-// (kernels/flash/flash_fwd_launch.h lists them); kFlashSm80Variant is the mma.sync forward (any sm_80+ GPU,
-// Hopper included; bf16/fp16). For the tests and benchmarks that compare them.
-inline constexpr int kFlashSm80Variant = 7;
+// flash_forward with an explicit kernel variant in [0, flash_variant_count()): 0-10 are the Hopper kernel's
+// consumer schedule (serial, intra-warpgroup overlap, overlap + ping-pong; 7-10 FP8 only), persistent or not,
+// K/V ring depth (kernels/flash/flash_fwd_launch.h lists them); kFlashSm80Variant (11, after them) is the
+// mma.sync forward (any sm_80+ GPU, Hopper included; bf16/fp16). For the tests and benchmarks that compare them.
+inline constexpr int kFlashSm80Variant = 11;
 int flash_variant_count();
 // Whether this build compiled `variant` (the default build: only the ones flash_forward picks; configure
 // with -DGA_FLASH_ALL_VARIANTS=ON for all). An uncompiled variant answers cudaErrorNotSupported.
@@ -125,6 +126,9 @@ cudaError_t flash_forward_with_schedule(const FlashParams& p, int sched, cudaStr
 // With a workspace (FP8 needs one: flash_plan); the 3-argument form passes none.
 cudaError_t flash_forward_with_schedule(const FlashParams& p, int sched, void* workspace, size_t workspace_bytes,
                                         cudaStream_t stream);
+// FP8 only: the forward's first step alone (V^T into the workspace, as flash_forward writes it), so a
+// benchmark can tell the pre-pass's share of the FP8 time. Same checks and workspace as flash_forward.
+cudaError_t flash_fp8_transpose_v(const FlashParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream);
 
 // ---- backward (kernels/flash/flash_bwd_sm80.cuh: FlashAttention-2's algorithm on mma.sync, sm_80+) ----
 //

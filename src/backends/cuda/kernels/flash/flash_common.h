@@ -16,5 +16,7 @@ const char* shared_params_reason(const FlashParams& p);
 size_t fp8_workspace_bytes(const FlashParams& p);
 cudaError_t forward_fp8(const FlashParams& p, int variant, void* workspace, size_t workspace_bytes, int num_sms,
                         cudaStream_t stream);
+// Only the V^T pre-pass of forward_fp8 (flash_fp8_transpose_v: benchmarks split the FP8 time with it).
+cudaError_t fp8_transpose_v(const FlashParams& p, void* workspace, cudaStream_t stream);
 
 }  // namespace ga::cuda::flash_detail

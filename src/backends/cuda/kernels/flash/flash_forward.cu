@@ -337,6 +337,16 @@ cudaError_t flash_forward_with_schedule(const FlashParams& p, int sched, void* w
   }
 }
 
+cudaError_t flash_fp8_transpose_v(const FlashParams& p, void* workspace, size_t workspace_bytes,
+                                  cudaStream_t stream) {
+  if (params_reason(p) != nullptr || p.dtype != FlashDtype::kFp8E4m3) return cudaErrorInvalidValue;
+  if (device_reason() != nullptr) return cudaErrorNoKernelImageForDevice;
+  if (workspace_bytes < flash_detail::fp8_workspace_bytes(p) || workspace == nullptr || !aligned16(workspace)) {
+    return cudaErrorInvalidValue;
+  }
+  return flash_detail::fp8_transpose_v(p, workspace, stream);
+}
+
 cudaError_t flash_forward(const FlashParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
   int variant = flash_detail::default_variant(p.head_dim, p.causal, p.seqlen_k);
   if (p.dtype == FlashDtype::kFp8E4m3) {

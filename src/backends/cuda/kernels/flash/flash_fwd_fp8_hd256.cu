@@ -1,5 +1,7 @@
-// Instantiations of the Hopper FP8 (e4m3) forward for head dim 256: the two variants default_variant picks
-// (1: one tile per CTA, 4: persistent; both with intra-warpgroup overlap). See flash_fwd_launch.h.
+// Instantiations of the Hopper FP8 (e4m3) forward for head dim 256: the variants fp8_variant_compiled names
+// (flash_fwd_launch.h): serial, one tile per CTA (0) and persistent (3); with -DGA_FLASH_ALL_VARIANTS=ON (or
+// GA_FLASH_FP8_ALL_VARIANTS=1) also serial + ping-pong (7, 8), measured against them. The overlapped schedules
+// spill here (O 128 + S 64 + P 16 registers per thread with 128-key tiles).
 #include "backends/cuda/kernels/flash/flash_fwd_launch.h"
 
 namespace ga::cuda::flash_detail {
@@ -7,9 +9,14 @@ namespace ga::cuda::flash_detail {
 template <>
 cudaError_t launch_fwd_fp8<256>(const FwdArgs& args, int variant, int num_sms, cudaStream_t stream) {
   constexpr int kStages = default_stages<256>();
+  constexpr ElemKind E = ElemKind::kE4m3;
   switch (variant) {
-    case 0: return launch_fwd_instance<ElemKind::kE4m3, 256, 0, false, kStages>(args, num_sms, stream);
-    case 3: return launch_fwd_instance<ElemKind::kE4m3, 256, 0, true, kStages>(args, num_sms, stream);
+    case 0: return launch_fwd_instance<E, 256, 0, false, kStages>(args, num_sms, stream);
+    case 3: return launch_fwd_instance<E, 256, 0, true, kStages>(args, num_sms, stream);
+#if GA_FLASH_FP8_ALL_VARIANTS
+    case 7: return launch_fwd_instance<E, 256, 3, false, kStages>(args, num_sms, stream);
+    case 8: return launch_fwd_instance<E, 256, 3, true, kStages>(args, num_sms, stream);
+#endif
     default: return cudaErrorNotSupported;
   }
 }

@@ -23,9 +23,17 @@
 //   2 = 1 plus ping-pong between the two consumer warpgroups (FA3 section 3.1): named barriers make the
 //     two warpgroups take strict turns issuing their GEMMs (one issues while the other does softmax).
 //     The turns run on across tiles of a persistent CTA, so each arrival is matched before the next.
-// Tile scheduler (kPersistent): grid = min(#SMs, tiles); rounds of `grid` tiles dealt in snake order
-// (cta_tile). Tiles are numbered query-block-fastest within a head (neighbouring CTAs share one head's
-// K/V in L2), heaviest first for causal. Non-persistent: one tile per CTA.
+//   3 = 0 plus ping-pong: each GEMM (S, then PV) is one turn, so the tensor cores run S_a, S_b, PV_a, PV_b
+//     and each warpgroup's softmax sits under the other's GEMM. For FP8 at head dim 256, where the
+//     overlapped consumer does not fit in registers (O 128 + S 64 + P 16) but serial does.
+//   + kSchedPolyExp (16): a quarter of the softmax exp2 on the FMA pipes (poly_exp2), for FP8 at hd 128.
+// Tile scheduler (kPersistent): grid = min(#SMs, tiles); 16-bit: rounds of `grid` tiles dealt in snake order
+// (cta_tile). FP8: dynamic (dynamic_tiles): CTA b starts with tile b, then the producer takes the next tile
+// number from a global counter (in the FP8 workspace, zeroed by the V^T pre-pass) and passes it to the
+// consumers through shared memory with the Q barrier; -1 ends the CTA. The static split of long causal tiles
+// was up to 30% slower than one tile per CTA; a counter hands them out as CTAs free up. Tiles are numbered
+// query-block-fastest within a head (neighbouring CTAs share one head's K/V in L2), heaviest first for causal.
+// Non-persistent: one tile per CTA.
 // Causal is bottom-right aligned (query i sees key j <= i + seqlen_k - seqlen_q). Keys past seqlen_k
 // arrive from TMA as zeros and are masked to -inf in S.
 //
@@ -96,7 +104,8 @@ struct FwdTraits {
   static constexpr int kPvN = HD > 128 ? 128 : HD;          // N of one PV wgmma (256 = 2 x 128)
   static constexpr int kPvParts = HD / kPvN;
   static constexpr int kBarriers = 2 + 4 * kStages;  // q full/empty; k full, v full, k empty, v empty per slot
-  static constexpr size_t kSmemBytes = 1024 + kQBytes + 2 * size_t{kStages} * kTileBytes + 8 * kBarriers;
+  // + 16: the tile number the producer hands to the consumers (dynamic scheduler)
+  static constexpr size_t kSmemBytes = 1024 + kQBytes + 2 * size_t{kStages} * kTileBytes + 8 * kBarriers + 16;
 };
 
 struct FwdArgs {
@@ -123,12 +132,31 @@ struct FwdArgs {
   int64_t block_table_stride;
   int page_size, n_pages, kv_boxes, kv_box_rows;  // kv_boxes pages of kv_box_rows keys per key tile
   int total_q;             // varlen: rows of q and o
+  int* tile_counter;  // FP8 persistent: tiles taken so far past the first gridDim.x (zero at launch)
 };
+
+// FP8's persistent kernels schedule tiles dynamically (see the top of this file); the 16-bit ones statically.
+template <ElemKind E, bool kPersistent>
+__host__ __device__ constexpr bool dynamic_tiles() { return kPersistent && E == ElemKind::kE4m3; }
 
 __device__ __forceinline__ float fast_exp2(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
+}
+
+// 2^x for x <= 0 on the FMA and integer pipes instead of the MUFU (the FP8 hd 128 consumers use it for a
+// quarter of S: there the exp2 unit, 16 per clock per SM, is as busy as the tensor cores). x = j + f with j
+// the nearest integer (adding 1.5 * 2^23 leaves round(x) in t's low mantissa bits) and f in [-0.5, 0.5];
+// 2^f by a cubic through the Chebyshev nodes (relative error 1e-4, far below P's e4m3 rounding, 2^-4);
+// j goes into the exponent field (t's bits << 23 = j << 23). x is clamped to -125 first: masked (-inf)
+// entries give 2^-125 instead of 0, which e4m3 P rounds to 0 and which adds nothing visible to l.
+__device__ __forceinline__ float poly_exp2(float x) {
+  x = fmaxf(x, -125.0f);
+  const float t = __fadd_rn(x, 12582912.0f);
+  const float f = __fsub_rn(x, __fsub_rn(t, 12582912.0f));
+  const float p = fmaf(fmaf(fmaf(0.05583828f, f, 0.24263948f), f, 0.69313673f), f, 0.99992456f);
+  return __int_as_float(__float_as_int(p) + (__float_as_int(t) << 23));
 }
 
 template <ElemKind E>
@@ -156,7 +184,7 @@ __host__ __device__ constexpr int fp8_key_of_column(int l) { return 2 * (l / 4) 
 
 // One consumer warpgroup's state and steps. Register fragments follow the wgmma accumulator layout
 // (tile/hopper.cuh): s[4j + e] is row (g + 8 * (e / 2)) of this warp's 16, key 8j + 2c + (e % 2).
-template <ElemKind E, int HD>
+template <ElemKind E, int HD, bool kPolyExp = false>
 struct Consumer {
   using T = FwdTraits<HD, default_stages<HD>(), elem_bytes<E>()>;
   static constexpr bool kFp8 = E == ElemKind::kE4m3;
@@ -251,7 +279,8 @@ struct Consumer {
 #pragma unroll
       for (int i = 0; i < T::kSAcc; ++i) {
         if ((i / 2) % 2 == r) {
-          s[i] = fast_exp2(fmaf(s[i], scale_log2, -m_scaled));
+          const float x = fmaf(s[i], scale_log2, -m_scaled);
+          s[i] = (kPolyExp && (i / 4) % 4 == 3) ? poly_exp2(x) : fast_exp2(x);  // every 4th n8 block
           sum += s[i];
         }
       }
@@ -347,6 +376,7 @@ struct FwdBarriers {
   __device__ uint64_t* v_full(int s) const { return base + 2 + kStages + s; }
   __device__ uint64_t* k_empty(int s) const { return base + 2 + 2 * kStages + s; }
   __device__ uint64_t* v_empty(int s) const { return base + 2 + 3 * kStages + s; }
+  __device__ int* tile_slot() const { return reinterpret_cast<int*>(base + 2 + 4 * kStages); }
 };
 
 // The k-th tile of this CTA, or -1 when it has no more. Persistent: rounds of gridDim.x tiles, dealt
@@ -396,6 +426,9 @@ __device__ __forceinline__ FwdTile decode_tile(const FwdArgs& a, int t) {
   return f;
 }
 
+// kSched: the schedule (0-3, above), plus kSchedPolyExp for a quarter of the exp2 by poly_exp2.
+constexpr int kSchedPolyExp = 16;
+
 template <ElemKind E, int HD, int kSched, bool kPersistent, int kStages>
 __device__ __forceinline__ void consumer_main(const FwdArgs& a, unsigned char* sq, unsigned char* sk,
                                               unsigned char* sv, FwdBarriers<kStages> bars) {
@@ -406,18 +439,22 @@ __device__ __forceinline__ void consumer_main(const FwdArgs& a, unsigned char* s
   const int wg_row_base = cwg * 64;
   const uint32_t k_base = tile::smem_u32(sk), v_base = tile::smem_u32(sv);
 
-  // Ping-pong (kSched 2): named barrier 1 = "warpgroup 0 may issue", 2 = "warpgroup 1 may issue". Strict
+  // Ping-pong (kSched 2, 3): named barrier 1 = "warpgroup 0 may issue", 2 = "warpgroup 1 may issue". Strict
   // alternation 0, 1, 0, 1, ... over every GEMM issue point of every tile (both warpgroups see the same
   // tiles, so the same number of turns); warpgroup 0 consumes warpgroup 1's last arrival at the end.
+  constexpr int kBase = kSched & (kSchedPolyExp - 1);
+  constexpr bool kPingPong = kBase == 2 || kBase == 3;
+  constexpr bool kSerial = kBase == 0 || kBase == 3;
+  using C = Consumer<E, HD, (kSched & kSchedPolyExp) != 0>;
   bool first_turn = true;
   auto turn_begin = [&]() {
-    if constexpr (kSched == 2) {
+    if constexpr (kPingPong) {
       if (cwg == 1) tile::named_barrier_sync(2, 256);
       else if (!first_turn) tile::named_barrier_sync(1, 256);
     }
   };
   auto turn_end = [&]() {
-    if constexpr (kSched == 2) tile::named_barrier_arrive(cwg == 0 ? 2 : 1, 256);
+    if constexpr (kPingPong) tile::named_barrier_arrive(cwg == 0 ? 2 : 1, 256);
     first_turn = false;
   };
   auto arrive = [&](uint64_t* bar) {
@@ -445,34 +482,53 @@ __device__ __forceinline__ void consumer_main(const FwdArgs& a, unsigned char* s
   float s[T::kSAcc];
   uint32_t pa[T::kKSteps][4];
   float corr[2];
+  constexpr bool kDynamic = dynamic_tiles<E, kPersistent>();
   int kv_count = 0;  // K/V tiles consumed by this CTA so far (ring position)
   int q_count = 0;   // tiles with a Q load (skipped varlen tiles have none): the Q barriers' phase
-  for (int local = 0, t = cta_tile<kPersistent>(a, 0); t >= 0; t = cta_tile<kPersistent>(a, ++local)) {
+  for (int local = 0;; ++local) {
+    int t;
+    if constexpr (kDynamic) {  // the producer wrote the tile number before this phase of Q's barrier (FP8 only:
+                               // no varlen, so no skipped tile and q_count == local)
+      tile::mbar_wait(bars.q_full(), q_count & 1);
+      // Lane 0 reads it for the warp: lane 0 is the thread that later releases Q (q_empty), and that arrival
+      // is what orders this read before the producer's next write (racecheck flagged the other lanes' reads,
+      // which only __syncwarp orders).
+      int slot = 0;
+      if (lane == 0) slot = *bars.tile_slot();
+      t = __shfl_sync(0xffffffffu, slot, 0);
+    } else {
+      t = cta_tile<kPersistent>(a, local);
+    }
+    if (t < 0) break;
     const FwdTile f = decode_tile<T>(a, t);
     if (f.skip) continue;
     const int row0 = f.m0 + wg_row_base + warp * 16 + g;
     const int n = f.n_tiles;
-    Consumer<E, HD> st;
+    C st;
     st.init(a, row0, wg_row_base, sq, f.seqlen_q, f.seqlen_k);
-    tile::mbar_wait(bars.q_full(), q_count & 1);
+    if constexpr (!kDynamic) tile::mbar_wait(bars.q_full(), q_count & 1);
     auto stage_of = [&](int j) { return (kv_count + j) % kStages; };
     auto parity_of = [&](int j) { return static_cast<uint32_t>(((kv_count + j) / kStages) & 1); };
 
-    if constexpr (kSched == 0) {
+    if constexpr (kSerial) {
       for (int j = 0; j < n; ++j) {
         const int stage = stage_of(j);
         tile::mbar_wait(bars.k_full(stage), parity_of(j));
+        turn_begin();
         st.issue_s(s, k_base + stage * T::kTileBytes);
+        turn_end();
         tile::wgmma_wait<0>();
         tile::fence_regs(s);
         arrive(bars.k_empty(stage));
         if (j == n - 1) arrive(bars.q_empty());
         st.softmax(s, j * T::kBlockN, c, a.scale_log2, corr);
         st.rescale_o(corr);
-        Consumer<E, HD>::to_a_fragments(s, pa);
+        C::to_a_fragments(s, pa);
         tile::mbar_wait(bars.v_full(stage), parity_of(j));
         if (j == n - 1) zero_v_tail(stage, f.seqlen_k - j * T::kBlockN);
+        turn_begin();
         st.issue_pv(pa, v_base + stage * T::kTileBytes);
+        turn_end();
         tile::wgmma_wait<0>();
         st.fence_o();
         arrive(bars.v_empty(stage));
@@ -489,7 +545,7 @@ __device__ __forceinline__ void consumer_main(const FwdArgs& a, unsigned char* s
         arrive(bars.k_empty(stage_of(0)));
         if (n == 1) arrive(bars.q_empty());
         st.softmax(s, 0, c, a.scale_log2, corr);  // O is zero: no rescale needed
-        Consumer<E, HD>::to_a_fragments(s, pa);
+        C::to_a_fragments(s, pa);
         for (int j = 1; j < n; ++j) {
           const int stage = stage_of(j), prev = stage_of(j - 1);
           tile::mbar_wait(bars.k_full(stage), parity_of(j));
@@ -508,7 +564,7 @@ __device__ __forceinline__ void consumer_main(const FwdArgs& a, unsigned char* s
           tile::fence_regs(pa);  // PV_{j-1} read pa until here
           arrive(bars.v_empty(prev));
           st.rescale_o(corr);
-          Consumer<E, HD>::to_a_fragments(s, pa);
+          C::to_a_fragments(s, pa);
         }
         const int last = stage_of(n - 1);
         tile::mbar_wait(bars.v_full(last), parity_of(n - 1));
@@ -527,7 +583,7 @@ __device__ __forceinline__ void consumer_main(const FwdArgs& a, unsigned char* s
     kv_count += n;
     ++q_count;
   }
-  if constexpr (kSched == 2) {
+  if constexpr (kPingPong) {
     if (cwg == 0 && !first_turn) tile::named_barrier_sync(1, 256);  // warpgroup 1's final arrival
   }
 }
@@ -565,13 +621,38 @@ __device__ __forceinline__ void producer_main(const FwdArgs& a, unsigned char* s
                           kv_head, page);
     }
   };
+  constexpr bool kDynamic = dynamic_tiles<E, kPersistent>();
   int kv_count = 0, q_count = 0;
-  for (int local = 0, t = cta_tile<kPersistent>(a, 0); t >= 0; t = cta_tile<kPersistent>(a, ++local)) {
+  for (int local = 0;; ++local) {
+    int t;
+    if constexpr (kDynamic) {  // FP8 only: no varlen, every tile has a Q load
+      // The next tile is taken once this CTA's previous one is fully queued (its last V load issued), and the
+      // atomic's latency overlaps the wait for the consumers to release Q. The leader takes it for the warp.
+      int taken = 0;
+      if (leader) {
+        taken = local == 0 ? static_cast<int>(blockIdx.x) : atomicAdd(a.tile_counter, 1) + static_cast<int>(gridDim.x);
+      }
+      t = __shfl_sync(0xffffffffu, taken, 0);
+      if (t >= a.total_tiles) t = -1;
+      if (q_count > 0) tile::mbar_wait(bars.q_empty(), (q_count - 1) & 1);
+      if (t < 0) {
+        if (leader) {
+          *bars.tile_slot() = t;
+          tile::mbar_arrive(bars.q_full());  // completes the phase without bytes: the consumers see -1 and stop
+        }
+        break;
+      }
+      // published by the leader's arrival on Q's barrier below (release), read after its wait
+      if (leader) *bars.tile_slot() = t;
+    } else {
+      t = cta_tile<kPersistent>(a, local);
+      if (t < 0) break;
+    }
     const FwdTile f = decode_tile<T>(a, t);
     if (f.skip) continue;
     const int kv_head = f.head / a.group;
     const int q_row = a.varlen ? f.q_off + f.m0 : f.m0, z = a.varlen ? 0 : f.batch;
-    if (q_count > 0) tile::mbar_wait(bars.q_empty(), (q_count - 1) & 1);
+    if (!kDynamic && q_count > 0) tile::mbar_wait(bars.q_empty(), (q_count - 1) & 1);
     if (leader) {
       tile::mbar_arrive_expect_tx(bars.q_full(), T::kQBytes);
 #pragma unroll
