@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Device run of the merged tree: builds everything for sm_90a, runs every CUDA test binary, memcheck on a
 # short generation and on the batched forward, then (stage bench) the decode/prefill table and bench-serve.
-# Usage on the device machine, from the repository copy: GA_SHARED=... OUT=... tools/dev/integ.sh tests|bench
+# Usage on the device machine, from the repository copy: GA_SHARED=... OUT=... tools/dev/integ.sh tests|bench|final
+# (final = bench + the attention kernels vs PyTorch SDPA + serving over HTTP with the carried ../.httplib)
 set -uo pipefail
 stage=${1:-tests}
 B=/tmp/b-integ
@@ -9,7 +10,13 @@ OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 summary=()
 note() { summary+=("$1"); echo "== $1"; }
-finish() { echo; echo "######## summary"; printf '%s\n' "${summary[@]}"; exit "${1:-0}"; }
+finish() {
+  echo; echo "######## summary"; printf '%s\n' "${summary[@]}" | tee "$OUT/summary.txt"
+  # At most 8 files come back from the device: the summary and one archive of every log.
+  tar czf /tmp/integ-logs.tgz -C "$OUT" --exclude=summary.txt . &&
+    find "$OUT" -mindepth 1 ! -name summary.txt -delete && mv /tmp/integ-logs.tgz "$OUT/logs.tgz"
+  exit "${1:-0}"
+}
 
 note "gpu: $(nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader 2>&1)"
 if true; then  # incremental when the machine is warm
@@ -74,4 +81,30 @@ timeout 150 $B/bin/gpu-accel bench-serve -m /tmp/models/llama3-1b-f16.gguf --dev
   --prompt-tokens 128 --max-tokens 128 > "$OUT/bench_serve.md" 2>> "$OUT/bench.err"
 note "bench-serve rc=$?"
 cat "$OUT/bench.md" "$OUT/bench_serve.md"
+[[ $stage == final ]] || finish 0
+
+# ---- final: the attention kernels against PyTorch SDPA (same run), then serving over HTTP ----
+ninja -C $B -j16 ga_attention_c >> "$OUT/build.log" 2>&1
+note "ga_attention_c build rc=$?"
+LIB=$B/bench/attention_torch/libga_attention_c.so
+export PYTHONUNBUFFERED=1
+timeout 150 python3 bench/attention_torch/compare.py --lib $LIB --seqlens 2048,4096,8192,16384 \
+  > "$OUT/flash_bf16.md" 2>&1
+note "compare.py bf16 rc=$?"
+timeout 90 python3 bench/attention_torch/compare.py --lib $LIB --sm80 --head-dims 64,128 --seqlens 4096,16384 \
+  > "$OUT/flash_sm80.md" 2>&1
+note "compare.py --sm80 rc=$?"
+timeout 90 python3 bench/attention_torch/compare.py --lib $LIB --fp8 --seqlens 4096,8192,16384 > "$OUT/flash_fp8.md" 2>&1
+note "compare.py --fp8 rc=$?"
+if [[ -f bench/attention_torch/compare_bwd.py ]]; then
+  timeout 120 python3 bench/attention_torch/compare_bwd.py --lib $LIB --head-dims 128 --seqlens 2048,4096,8192,16384 \
+    > "$OUT/flash_bwd.md" 2>&1
+  note "compare_bwd.py rc=$?"
+fi
+for f in flash_bf16 flash_sm80 flash_fp8 flash_bwd; do [[ -f "$OUT/$f.md" ]] && tail -32 "$OUT/$f.md"; done
+if [[ -d ../.httplib ]]; then
+  B=$B OUT=$OUT/http GA_HTTPLIB=$PWD/../.httplib bash tools/dev/serve_http.sh cuda > "$OUT/serve_http.log" 2>&1
+  note "serve_http.sh rc=$?"
+  cat "$OUT/http/table.md"
+fi
 finish 0
