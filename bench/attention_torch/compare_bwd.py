@@ -5,6 +5,10 @@ The backward half of compare.py (it reuses its options, library loader, timer an
 batch (batch = 16384 / seqlen), hidden 2048 (n_head = 2048 / head_dim), bf16; FLOPs of the backward = 2.5 x the
 forward's (4 * batch * n_head * seqlen^2 * head_dim, halved for causal), the FlashAttention papers' convention.
 
+At head dim 128 each of our kernels is also forced and timed (mma.sync and Hopper, through
+ga_flash_backward_set_kernel) and each is checked against FA2; "ours" (flash_backward's pick, the Hopper kernel there)
+is the first of our timings after torch's, the forced Hopper one the last: their spread is the run-to-run noise.
+
 Only the backward is timed: torch's through torch.autograd.grad(out, (q, k, v), dout, retain_graph=True) on a
 graph built once per backend (the forward is not re-run); ours through ga_flash_backward on the O and LSE of our
 forward (ga_flash_forward, default variant), with the workspace allocated once. Our gradients are compared with
@@ -25,6 +29,9 @@ from compare import Flash, arg_parser, open_run, rel_l2, time_ms, write_json
 
 
 def bind_backward(lib):
+    if hasattr(lib, "ga_flash_backward_set_kernel"):
+        lib.ga_flash_backward_set_kernel.argtypes = [ctypes.c_int]
+        lib.ga_flash_backward_set_kernel.restype = None
     vp, i, f = ctypes.c_void_p, ctypes.c_int, ctypes.c_float
     lib.ga_flash_backward.argtypes = [vp, vp, vp, vp, vp, vp, vp, vp, vp, ctypes.POINTER(ctypes.c_int64), i, i, i,
                                       i, i, i, i, i, f, vp, ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t), vp]
@@ -115,7 +122,29 @@ def main():
                     if ref is not None and grads.get("cudnn") is not None:
                         row["cudnn_err"] = max(rel_l2(a, r) for a, r in zip(grads["cudnn"], ref))
                     row["ours"] = flops / time_ms(bwd.run, args.iters) / 1e9
-                    del bwd, dq, dk, dv
+                    del bwd
+                    if d == 128 and hasattr(lib, "ga_flash_backward_set_kernel"):
+                        # Each of our kernels forced on the same tensors (flash_backward picks one Hopper variant).
+                        for kernel, key in ((1, "ours_sm80"), (2, "ours_hopper")):
+                            lib.ga_flash_backward_set_kernel(kernel)
+                            try:
+                                for t in (dq, dk, dv):
+                                    t.fill_(float("nan"))
+                                bwd = FlashBwd(lib, q, k, v, o, lse, dout, dq, dk, dv, causal, scale)
+                                bwd.run()
+                                torch.cuda.synchronize()
+                                if ref is not None:
+                                    err = max(rel_l2(ours, theirs) for ours, theirs in zip((dq, dk, dv), ref))
+                                    nan = any(torch.isnan(t).any().item() for t in (dq, dk, dv))
+                                    row[key + "_err"] = err
+                                    if nan or not err <= 2e-2:
+                                        row["ours_bad"] = True
+                                        print(f"  MISMATCH ours ({key}) vs FA2: rel L2 {err} nan {nan}")
+                                row[key] = flops / time_ms(bwd.run, args.iters) / 1e9
+                                del bwd
+                            finally:
+                                lib.ga_flash_backward_set_kernel(0)
+                    del dq, dk, dv
                 rows.append(row)
                 print(json.dumps({k_: (round(v_, 4) if isinstance(v_, float) else v_) for k_, v_ in row.items()}))
                 sys.stdout.flush()
@@ -124,11 +153,13 @@ def main():
     write_json(args.json, dev, rows)
     fmt = lambda x: "-" if x is None else f"{x:.0f}"
     print("\nbackward, TFLOP/s (2.5 x forward FLOPs)")
-    print("| hd | seq | mask | ours | cuDNN | FA2 | ours/cuDNN | ours/FA2 | rel L2 ours-FA2 | cuDNN-FA2 |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("| hd | seq | mask | ours | mma.sync | Hopper (forced, timed again) | cuDNN | FA2 | ours/cuDNN | "
+          "ours/FA2 | rel L2 ours-FA2 | cuDNN-FA2 |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         o_, c_, f_ = r.get("ours"), r.get("cudnn"), r.get("fa2")
-        print(f"| {r['head_dim']} | {r['seqlen']} | {'causal' if r['causal'] else 'full'} | {fmt(o_)} | {fmt(c_)} | "
+        print(f"| {r['head_dim']} | {r['seqlen']} | {'causal' if r['causal'] else 'full'} | {fmt(o_)} | "
+              f"{fmt(r.get('ours_sm80'))} | {fmt(r.get('ours_hopper'))} | {fmt(c_)} | "
               f"{fmt(f_)} | " + (f"{o_ / c_:.2f}" if o_ and c_ else "-") + " | " +
               (f"{o_ / f_:.2f}" if o_ and f_ else "-") + f" | {r.get('ours_err', float('nan')):.1e} | "
               f"{r.get('cudnn_err', float('nan')):.1e} |")

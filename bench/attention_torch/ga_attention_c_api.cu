@@ -116,6 +116,11 @@ int ga_flash_forward_fp8(const void* q, const void* k, const void* v, void* o, f
                                     : ga::cuda::flash_forward_with_schedule(p, sched, workspace, workspace_bytes, st));
 }
 
+// Which backward kernel ga_flash_backward runs (ga::cuda::FlashBwdKernel: 0 auto, 1 mma.sync, 2 Hopper), so the
+// benchmark can time both in one run. Process-wide: the benchmark is single-threaded.
+static int g_bwd_kernel = 0;
+void ga_flash_backward_set_kernel(int kernel) { g_bwd_kernel = kernel; }
+
 // The backward (flash_backward): strides24 = q, k, v, o, dout, dq, dk, dv (batch, seq, head) strides in
 // elements; lse is the forward's [batch][n_head][seqlen_q] f32. workspace_bytes 0 with a null workspace
 // asks for the size (returned through *bytes_needed, with cudaSuccess).
@@ -142,10 +147,14 @@ int ga_flash_backward(const void* q, const void* k, const void* v, const void* o
   p.dv_batch_stride = strides24[21];
   p.dv_seq_stride = strides24[22];
   p.dv_head_stride = strides24[23];
-  if (ga::cuda::flash_backward_unsupported_reason(p) != nullptr) return static_cast<int>(cudaErrorInvalidValue);
+  const auto kernel = static_cast<ga::cuda::FlashBwdKernel>(g_bwd_kernel);
+  if (ga::cuda::flash_backward_unsupported_reason(p, kernel) != nullptr) {
+    return static_cast<int>(cudaErrorInvalidValue);
+  }
   if (bytes_needed != nullptr) *bytes_needed = ga::cuda::flash_backward_plan(p).workspace_bytes;
   if (workspace == nullptr && workspace_bytes == 0) return 0;
-  return static_cast<int>(ga::cuda::flash_backward(p, workspace, workspace_bytes, static_cast<cudaStream_t>(stream)));
+  return static_cast<int>(
+      ga::cuda::flash_backward_with_kernel(p, kernel, workspace, workspace_bytes, static_cast<cudaStream_t>(stream)));
 }
 
 // The existing mma.sync prefill (kernels/attention.h): one sequence, causal from position 0,

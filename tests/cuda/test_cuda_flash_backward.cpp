@@ -1,5 +1,7 @@
 // Parity of the FlashAttention backward (backends/cuda/kernels/flash/flash_attention.h: flash_backward) with
-// float64 gradients computed here from the same 16-bit inputs.
+// float64 gradients computed here from the same 16-bit inputs. Every case runs each backward kernel this GPU and
+// build can run (flash_backward_with_kernel: mma.sync everywhere on sm_80+, the Hopper kernel for head dim 128 on
+// sm_90a), each checked on its own against the same reference.
 //
 // The kernel's inputs O and LSE come from the float64 forward computed here (O rounded to the dtype, LSE to
 // f32), so this test does not depend on the Hopper forward and runs on any sm_80+ GPU. Grid: dtype (bf16,
@@ -28,6 +30,7 @@
 namespace {
 
 using ::ga::cuda::CachingAllocator;
+using ::ga::cuda::FlashBwdKernel;
 using ::ga::cuda::FlashBwdParams;
 using ::ga::cuda::FlashDtype;
 using ::ga::test::cuda::DeviceArray;
@@ -97,6 +100,7 @@ Reference reference(const Shape& s, double scale, const std::vector<double>& q, 
 }
 
 double g_worst_rel_l2 = 0.0, g_worst_elem_over_rms = 0.0;  // over all checks, printed by each test
+int g_runs[2] = {0, 0};  // cases run per kernel (mma.sync, Hopper), printed by each test
 
 // One gradient: poisoned padding untouched, relative L2, per-element bar. got_bits has rows of `pitch`
 // elements (`width` of them data), ref is dense.
@@ -118,8 +122,9 @@ void check_gradient(Parity& parity, const std::string& name, const std::vector<u
 }
 
 void print_worst(const char* what) {
-  std::printf("%s: worst relative L2 %.3e, worst element error %.3f x its gradient's RMS\n", what, g_worst_rel_l2,
-              g_worst_elem_over_rms);
+  std::printf("%s: worst relative L2 %.3e, worst element error %.3f x its gradient's RMS; cases run: %d mma.sync, "
+              "%d Hopper\n",
+              what, g_worst_rel_l2, g_worst_elem_over_rms, g_runs[0], g_runs[1]);
 }
 
 void run_and_check(Parity& parity, CachingAllocator& alloc, const Shape& s, std::mt19937& rng) {
@@ -187,22 +192,29 @@ void run_and_check(Parity& parity, CachingAllocator& alloc, const Shape& s, std:
   p.dk_head_stride = p.dv_head_stride = s.hd;
   p.dk_seq_stride = p.dv_seq_stride = k_pitch + pad;
   p.dk_batch_stride = p.dv_batch_stride = (k_pitch + pad) * s.seqlen_k;
-  if (const char* reason = ::ga::cuda::flash_backward_unsupported_reason(p)) {
-    parity.skip(name, reason);
-    return;
-  }
   const size_t ws_bytes = ::ga::cuda::flash_backward_plan(p).workspace_bytes;
-  ASSERT_GT(ws_bytes, 0u) << name;
-  DeviceArray<unsigned char> ws(alloc, ws_bytes);
-  ws.poison();  // the kernels must initialise their own workspace
-  d_dq.poison();
-  d_dk.poison();
-  d_dv.poison();
-  ASSERT_EQ(::ga::cuda::flash_backward(p, ws.get(), ws_bytes, nullptr), cudaSuccess) << name;
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << name;
-  check_gradient(parity, name + " dq", d_dq.download(), ref.dq, q_rows, q_pitch, q_pitch + pad, s.dtype);
-  check_gradient(parity, name + " dk", d_dk.download(), ref.dk, k_rows, k_pitch, k_pitch + pad, s.dtype);
-  check_gradient(parity, name + " dv", d_dv.download(), ref.dv, k_rows, k_pitch, k_pitch + pad, s.dtype);
+  const FlashBwdKernel kernels[] = {FlashBwdKernel::kMmaSync, FlashBwdKernel::kHopper};
+  const char* const kernel_names[] = {" [mma.sync]", " [hopper]"};
+  for (int ki = 0; ki < 2; ++ki) {
+    const FlashBwdKernel kernel = kernels[ki];
+    const std::string kname = name + kernel_names[ki];
+    if (const char* reason = ::ga::cuda::flash_backward_unsupported_reason(p, kernel)) {
+      parity.skip(kname, reason);
+      continue;
+    }
+    ASSERT_GT(ws_bytes, 0u) << kname;
+    DeviceArray<unsigned char> ws(alloc, ws_bytes);
+    ws.poison();  // the kernels must initialise their own workspace
+    d_dq.poison();
+    d_dk.poison();
+    d_dv.poison();
+    ASSERT_EQ(::ga::cuda::flash_backward_with_kernel(p, kernel, ws.get(), ws_bytes, nullptr), cudaSuccess) << kname;
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << kname;
+    ++g_runs[ki];
+    check_gradient(parity, kname + " dq", d_dq.download(), ref.dq, q_rows, q_pitch, q_pitch + pad, s.dtype);
+    check_gradient(parity, kname + " dk", d_dk.download(), ref.dk, k_rows, k_pitch, k_pitch + pad, s.dtype);
+    check_gradient(parity, kname + " dv", d_dv.download(), ref.dv, k_rows, k_pitch, k_pitch + pad, s.dtype);
+  }
 }
 
 TEST(CudaFlashBackward, GradientsMatchFloat64Reference) {
@@ -210,6 +222,7 @@ TEST(CudaFlashBackward, GradientsMatchFloat64Reference) {
   CachingAllocator alloc(0);
   Parity parity("flash backward");
   g_worst_rel_l2 = g_worst_elem_over_rms = 0.0;
+  g_runs[0] = g_runs[1] = 0;
   std::mt19937 rng(20261123);
   const int lengths[][2] = {{1, 1}, {7, 7}, {129, 129}, {7, 129}, {129, 7}, {1000, 1000}};
   const int gqa[][2] = {{2, 2}, {4, 2}, {4, 1}};
@@ -237,12 +250,15 @@ TEST(CudaFlashBackward, SmallShapesForSanitizer) {
   CachingAllocator alloc(0);
   Parity parity("flash backward small");
   g_worst_rel_l2 = g_worst_elem_over_rms = 0.0;
+  g_runs[0] = g_runs[1] = 0;
   std::mt19937 rng(8);
   const Shape shapes[] = {
       {FlashDtype::kBf16, 128, 2, 1, 1, 129, 200, true, true},
       {FlashDtype::kF16, 64, 4, 2, 2, 7, 300, false, false},
       {FlashDtype::kBf16, 256, 2, 1, 1, 150, 7, true, true},
       {FlashDtype::kF16, 256, 2, 2, 1, 70, 130, false, false},
+      {FlashDtype::kF16, 128, 4, 2, 2, 70, 300, false, false},  // Hopper: 3 key blocks, GQA, partial query block
+      {FlashDtype::kBf16, 128, 2, 2, 1, 200, 129, true, false},  // Hopper: causal, seqlen_q > seqlen_k
   };
   for (const Shape& s : shapes) {
     run_and_check(parity, alloc, s, rng);
@@ -313,6 +329,25 @@ TEST(CudaFlashBackward, UnsupportedParamsAreRejectedWithAReason) {
   p = good;
   p.dout = nullptr;
   expect_refused(p, "no dout");
+  {
+    // Forcing the Hopper kernel where it does not apply (head dim 64 here; on other GPUs every head dim) is refused
+    // with a reason and touches nothing, although mma.sync could run the same parameters.
+    p = good;
+    p.fwd.head_dim = 64;
+    const char* reason = ::ga::cuda::flash_backward_unsupported_reason(p, FlashBwdKernel::kHopper);
+    ASSERT_NE(reason, nullptr);
+    std::printf("refused (forced Hopper kernel, head_dim 64): %s\n", reason);
+    grads.poison();
+    EXPECT_NE(::ga::cuda::flash_backward_with_kernel(p, FlashBwdKernel::kHopper, ws.get(), 1 << 20, nullptr),
+              cudaSuccess);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    for (uint16_t x : grads.download()) {
+      if (x != 0xFFFF) {
+        ADD_FAILURE() << "forced Hopper kernel: output touched although refused";
+        break;
+      }
+    }
+  }
   if (const char* device = ::ga::cuda::flash_backward_unsupported_reason(good)) {
     GTEST_SKIP() << device;  // a pre-sm_80 GPU: the parameter checks above still ran
   }

@@ -130,7 +130,11 @@ cudaError_t flash_forward_with_schedule(const FlashParams& p, int sched, void* w
 // benchmark can tell the pre-pass's share of the FP8 time. Same checks and workspace as flash_forward.
 cudaError_t flash_fp8_transpose_v(const FlashParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream);
 
-// ---- backward (kernels/flash/flash_bwd_sm80.cuh: FlashAttention-2's algorithm on mma.sync, sm_80+) ----
+// ---- backward: two kernels ----
+//   Hopper (kernels/flash/flash_bwd_sm90.cuh, FA3's design: TMA, wgmma, warp specialization, dQ by bulk
+//     add-reduce): sm_90a builds on compute capability 9.0, head dim 128; what flash_backward runs there.
+//   mma.sync (kernels/flash/flash_bwd_sm80.cuh, FlashAttention-2's algorithm): any sm_80+ GPU, head dims 64, 128,
+//     256; the fallback for everything else.
 //
 // Gradients of O = softmax(scale * Q K^T [+ causal mask]) V with respect to q, k, v, given dO and the
 // forward's O and LSE (fwd.o and fwd.lse, both required: the backward recomputes P = exp(scale * q.k - lse)
@@ -149,12 +153,19 @@ struct FlashBwdParams {
   int64_t dv_batch_stride = 0, dv_seq_stride = 0, dv_head_stride = 0;
 };
 
+// Which backward kernel runs: kAuto = Hopper where it applies, else mma.sync; the others force one (tests and
+// benchmarks compare them; a forced kernel that cannot run these parameters is refused with a reason).
+enum class FlashBwdKernel { kAuto, kMmaSync, kHopper };
+
 // nullptr when flash_backward can run these parameters on the current device, else why not.
 const char* flash_backward_unsupported_reason(const FlashBwdParams& p);
-// Workspace: the f32 dq accumulator [batch][n_head][seqlen_q][head_dim] (key blocks add into it
-// atomically) and the row sums D = rowsum(dO * O) [batch][n_head][seqlen_q], f32.
+const char* flash_backward_unsupported_reason(const FlashBwdParams& p, FlashBwdKernel kernel);
+// Workspace: the f32 dq accumulator (key blocks add into it), the row sums D = rowsum(dO * O) and, for the Hopper
+// kernel, LSE * log2(e) with query rows padded to 64. Sized for whichever kernel runs (any FlashBwdKernel).
 FlashPlan flash_backward_plan(const FlashBwdParams& p);
 // workspace: at least flash_backward_plan(p).workspace_bytes bytes of device memory, 256-byte aligned.
 cudaError_t flash_backward(const FlashBwdParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream);
+cudaError_t flash_backward_with_kernel(const FlashBwdParams& p, FlashBwdKernel kernel, void* workspace,
+                                       size_t workspace_bytes, cudaStream_t stream);
 
 }  // namespace ga::cuda

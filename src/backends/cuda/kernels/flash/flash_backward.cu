@@ -1,14 +1,19 @@
 // Host side of the FlashAttention backward (flash_attention.h): validates the parameters (the forward's
-// checks on q, k, v, o and the shape, then dO, dq, dk, dv and the LSE), carves the workspace into the f32
-// dq accumulator and the row sums D, and dispatches on head dim to flash_bwd_hd*.cu.
+// checks on q, k, v, o and the shape, then dO, dq, dk, dv and the LSE), picks the kernel (Hopper where it applies,
+// else mma.sync, or the one the caller forces), carves the workspace and dispatches on head dim.
 //
-// The kernels are mma.sync (flash_bwd_sm80.cuh), so any compute capability >= 8.0 runs them; sm_75 builds
-// compile them to traps and the host refuses those devices here with a reason.
+// mma.sync kernels (flash_bwd_sm80.cuh, flash_bwd_hd*.cu): any compute capability >= 8.0; sm_75 builds compile
+// them to traps and the host refuses those devices here with a reason. Hopper kernel (flash_bwd_sm90.cuh,
+// flash_bwd_sm90_hd128.cu): head dim 128 on compute capability 9.0 in a build with sm_90a code; the host encodes
+// its four TMA maps here (Q, dO, K, V as 4-D [batch][head][seq][head_dim] views over the caller's strides).
+// The two kernels lay out their workspace differently; flash_backward_plan sizes it for either.
 #include <climits>
 
 #include "backends/cuda/kernels/flash/flash_attention.h"
 #include "backends/cuda/kernels/flash/flash_bwd_sm80.cuh"
+#include "backends/cuda/kernels/flash/flash_bwd_sm90.cuh"
 #include "backends/cuda/kernels/flash/flash_common.h"
+#include "backends/cuda/kernels/tile/tma_map.h"
 
 namespace ga::cuda {
 namespace {
@@ -22,6 +27,17 @@ size_t accum_bytes(const FlashParams& f) {
 size_t dsum_bytes(const FlashParams& f) {
   return round_up(size_t(f.batch) * size_t(f.n_head) * size_t(f.seqlen_q) * sizeof(float));
 }
+
+// Hopper layout: query rows padded to whole 64-row blocks; dq accumulator tiles, then LSE * log2 e, then D.
+int64_t padded_rows(const FlashParams& f) {
+  return int64_t{f.batch} * f.n_head * ((int64_t{f.seqlen_q} + 63) / 64) * 64;
+}
+size_t sm90_accum_bytes(const FlashParams& f) {
+  return round_up(size_t(padded_rows(f)) * size_t(f.head_dim) * sizeof(float));
+}
+size_t sm90_vec_bytes(const FlashParams& f) { return round_up(size_t(padded_rows(f)) * sizeof(float)); }
+size_t sm90_workspace_bytes(const FlashParams& f) { return sm90_accum_bytes(f) + 2 * sm90_vec_bytes(f); }
+size_t sm80_workspace_bytes(const FlashParams& f) { return accum_bytes(f) + dsum_bytes(f); }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
@@ -69,27 +85,126 @@ const char* device_reason() {
   return nullptr;
 }
 
+// Why the Hopper kernel cannot run valid parameters here, or nullptr.
+const char* hopper_reason(const FlashBwdParams& p) {
+#ifndef GA_CUDA_HAS_SM90A
+  (void)p;
+  return "this build has no sm_90a code for the Hopper flash backward (add 90a to GA_CUDA_ARCHS)";
+#else
+  if (p.fwd.head_dim != 128) return "the Hopper flash backward is built for head dim 128 only";
+  int dev = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return "no current CUDA device";
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
+    return "cannot read the device's compute capability";
+  }
+  if (major != 9 || minor != 0) return "the Hopper flash backward needs compute capability 9.0 (wgmma, TMA)";
+  return nullptr;
+#endif
+}
+
+// The kernel flash_backward_with_kernel runs, or why none can (params already valid).
+const char* resolve(const FlashBwdParams& p, FlashBwdKernel want, FlashBwdKernel* got) {
+  if (want == FlashBwdKernel::kHopper || want == FlashBwdKernel::kAuto) {
+    const char* r = hopper_reason(p);
+    if (r == nullptr) {
+      *got = FlashBwdKernel::kHopper;
+      return nullptr;
+    }
+    if (want == FlashBwdKernel::kHopper) return r;
+  }
+  *got = FlashBwdKernel::kMmaSync;
+  return device_reason();
+}
+
 flash_bwd::Strides strides(int64_t batch, int64_t seq, int64_t head) { return flash_bwd::Strides{batch, seq, head}; }
+
+// A stride for a dimension of extent 1: never stepped, but TMA still wants a valid multiple of 16.
+uint64_t stride_bytes(int64_t stride_elems, int extent) {
+  return (extent == 1 || stride_elems == 0) ? uint64_t{16} : static_cast<uint64_t>(stride_elems) * 2;
+}
+
+const char* encode_map(CUtensorMap* map, bool bf16, const void* base, int hd, int seqlen, int heads, int batch,
+                       int64_t seq_stride, int64_t head_stride, int64_t batch_stride, int box_rows) {
+  const uint64_t dims[4] = {static_cast<uint64_t>(hd), static_cast<uint64_t>(seqlen), static_cast<uint64_t>(heads),
+                            static_cast<uint64_t>(batch)};
+  const uint64_t st[3] = {stride_bytes(seq_stride, seqlen), stride_bytes(head_stride, heads),
+                          stride_bytes(batch_stride, batch)};
+  const uint32_t box[4] = {64, static_cast<uint32_t>(box_rows), 1, 1};
+  return tile::encode_tma_map_16bit_sw128(map, bf16, base, dims, st, box);
+}
+
+cudaError_t run_hopper(const FlashBwdParams& p, flash_bwd::BwdArgs a, void* workspace, cudaStream_t stream) {
+  const FlashParams& f = p.fwd;
+  const bool bf16 = f.dtype == FlashDtype::kBf16;
+  using T = flash_bwd_sm90::Traits<128>;
+  flash_bwd_sm90::Args m{};
+  if (encode_map(&m.tm_q, bf16, f.q, f.head_dim, f.seqlen_q, f.n_head, f.batch, f.q_seq_stride, f.q_head_stride,
+                 f.q_batch_stride, T::kBlockM) != nullptr ||
+      encode_map(&m.tm_do, bf16, p.dout, f.head_dim, f.seqlen_q, f.n_head, f.batch, p.do_seq_stride,
+                 p.do_head_stride, p.do_batch_stride, T::kBlockM) != nullptr ||
+      encode_map(&m.tm_k, bf16, f.k, f.head_dim, f.seqlen_k, f.n_head_kv, f.batch, f.k_seq_stride, f.k_head_stride,
+                 f.k_batch_stride, T::kBlockN) != nullptr ||
+      encode_map(&m.tm_v, bf16, f.v, f.head_dim, f.seqlen_k, f.n_head_kv, f.batch, f.v_seq_stride, f.v_head_stride,
+                 f.v_batch_stride, T::kBlockN) != nullptr) {
+    return cudaErrorInvalidValue;
+  }
+  unsigned char* ws = static_cast<unsigned char*>(workspace);
+  float* lse_log2 = reinterpret_cast<float*>(ws + sm90_accum_bytes(f));
+  a.dq_accum = reinterpret_cast<float*>(ws);
+  a.dsum = reinterpret_cast<float*>(ws + sm90_accum_bytes(f) + sm90_vec_bytes(f));
+  m.lse_log2 = lse_log2;
+  m.dsum = a.dsum;
+  m.dq_accum = a.dq_accum;
+  m.dk = a.dk;
+  m.dv = a.dv;
+  m.dk_st = a.dk_st;
+  m.dv_st = a.dv_st;
+  m.seqlen_q = f.seqlen_q;
+  m.seqlen_k = f.seqlen_k;
+  m.n_head = f.n_head;
+  m.group = a.group;
+  m.m_blocks = (f.seqlen_q + 63) / 64;
+  m.causal = a.causal;
+  m.scale = a.scale;
+  m.scale_log2 = a.scale_log2;
+  return flash_bwd_sm90::launch<128>(a, m, lse_log2, bf16, stream);
+}
 
 }  // namespace
 
 const char* flash_backward_unsupported_reason(const FlashBwdParams& p) {
+  return flash_backward_unsupported_reason(p, FlashBwdKernel::kAuto);
+}
+
+const char* flash_backward_unsupported_reason(const FlashBwdParams& p, FlashBwdKernel kernel) {
   if (const char* r = params_reason(p)) return r;
-  return device_reason();
+  FlashBwdKernel got{};
+  return resolve(p, kernel, &got);
 }
 
 FlashPlan flash_backward_plan(const FlashBwdParams& p) {
   FlashPlan plan;
-  if (params_reason(p) == nullptr) plan.workspace_bytes = accum_bytes(p.fwd) + dsum_bytes(p.fwd);
+  // What kAuto runs needs the most: the Hopper layout (padded rows, one more vector) whenever Hopper applies, and
+  // a forced mma.sync run needs less; where Hopper does not apply, only mma.sync can run.
+  if (params_reason(p) == nullptr) {
+    plan.workspace_bytes = hopper_reason(p) == nullptr ? sm90_workspace_bytes(p.fwd) : sm80_workspace_bytes(p.fwd);
+  }
   return plan;
 }
 
 cudaError_t flash_backward(const FlashBwdParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+  return flash_backward_with_kernel(p, FlashBwdKernel::kAuto, workspace, workspace_bytes, stream);
+}
+
+cudaError_t flash_backward_with_kernel(const FlashBwdParams& p, FlashBwdKernel kernel, void* workspace,
+                                       size_t workspace_bytes, cudaStream_t stream) {
   if (params_reason(p) != nullptr) return cudaErrorInvalidValue;
-  if (device_reason() != nullptr) return cudaErrorNoKernelImageForDevice;
+  FlashBwdKernel got{};
+  if (resolve(p, kernel, &got) != nullptr) return cudaErrorNoKernelImageForDevice;
   const FlashParams& f = p.fwd;
-  if (workspace == nullptr || reinterpret_cast<uintptr_t>(workspace) % kAlign != 0 ||
-      workspace_bytes < accum_bytes(f) + dsum_bytes(f)) {
+  const size_t need = got == FlashBwdKernel::kHopper ? sm90_workspace_bytes(f) : sm80_workspace_bytes(f);
+  if (workspace == nullptr || reinterpret_cast<uintptr_t>(workspace) % kAlign != 0 || workspace_bytes < need) {
     return cudaErrorInvalidValue;
   }
   flash_bwd::BwdArgs a{};
@@ -121,6 +236,7 @@ cudaError_t flash_backward(const FlashBwdParams& p, void* workspace, size_t work
   a.causal = f.causal ? 1 : 0;
   a.scale = f.softmax_scale;
   a.scale_log2 = f.softmax_scale * detail::kLog2e;
+  if (got == FlashBwdKernel::kHopper) return run_hopper(p, a, workspace, stream);
   const bool bf16 = f.dtype == FlashDtype::kBf16;
   switch (f.head_dim) {
     case 64: return flash_bwd::launch_bwd<64>(a, bf16, stream);

@@ -18,6 +18,8 @@
 //    start 32 bytes along the row. For an MN-major operand (N contiguous: V of O = P V, read with the
 //    transpose bit) the stride offset is the 1024 bytes between groups of 8 K-rows and the leading
 //    offset the distance between 64-column blocks.
+//  * Bulk (non-tensor) copies move contiguous byte ranges: the backward's f32 dQ tiles go out as an
+//    add-reduction in L2 (cp.reduce.async.bulk), which replaces per-element atomics.
 //  * FP8 (e4m3) tiles use the same 128-byte rows, i.e. 128 elements; one k32 step is again 32 bytes.
 #pragma once
 
@@ -117,6 +119,47 @@ __device__ __forceinline__ void tma_prefetch_map(const void* tensor_map) {
 #endif
 }
 
+// ---- bulk (non-tensor) copies: contiguous byte ranges, 16-byte aligned, sizes multiples of 16 ----
+// dst[i] += src[i] for `bytes` / 4 floats, shared -> global, done by the copy engine in L2 (FA3's dQ
+// accumulation: one instruction per tile instead of one atomic per element pair). Tracked by bulk groups.
+__device__ __forceinline__ void bulk_reduce_add_f32(float* dst, const void* src, uint32_t bytes) {
+#if GA_SM90A_DEVICE
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;" ::"l"(
+                   reinterpret_cast<uint64_t>(dst)),
+               "r"(smem_u32(src)), "r"(bytes)
+               : "memory");
+#else
+  (void)dst; (void)src; (void)bytes;
+  __trap();
+#endif
+}
+__device__ __forceinline__ void bulk_commit() {
+#if GA_SM90A_DEVICE
+  asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+#endif
+}
+// Until at most kPending committed bulk groups still read their shared-memory source (the buffer may be reused).
+template <int kPending>
+__device__ __forceinline__ void bulk_wait_read() {
+#if GA_SM90A_DEVICE
+  asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(kPending) : "memory");
+#endif
+}
+// Until at most kPending committed bulk groups are still running (their global writes done).
+template <int kPending>
+__device__ __forceinline__ void bulk_wait() {
+#if GA_SM90A_DEVICE
+  asm volatile("cp.async.bulk.wait_group %0;" ::"n"(kPending) : "memory");
+#endif
+}
+// Orders this thread's generic-proxy shared-memory writes before later async-proxy reads (wgmma operands,
+// bulk copies out of shared memory); pair it with a barrier so the reader's thread sees them.
+__device__ __forceinline__ void fence_async_shared() {
+#if GA_SM90A_DEVICE
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+#endif
+}
+
 // ---- register reallocation between warpgroups (setmaxnreg); needs __launch_bounds__(threads, 1) ----
 template <int kRegs>
 __device__ __forceinline__ void regs_release() {
@@ -204,8 +247,9 @@ template <int N, ElemKind E>
 struct Wgmma;
 
 template <> struct Wgmma<64, ElemKind::kBf16> {
-  // D[64][64] (+)= A[64][16] * B[16][64]; A, B in shared memory (descriptors).
-  template <int kTransB>
+  // D[64][64] (+)= A[64][16] * B[16][64]; A, B in shared memory (descriptors). kTransA 1: A is M-major (the
+  // backward's dQ = dS K reads dS from a [keys][queries] tile).
+  template <int kTransB, int kTransA = 0>
   static __device__ __forceinline__ void ss(float (&d)[32], uint64_t desc_a, uint64_t desc_b, int accumulate) {
 #if GA_SM90A_DEVICE
     asm volatile(
@@ -214,13 +258,13 @@ template <> struct Wgmma<64, ElemKind::kBf16> {
         "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
         "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
         "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31},"
-        " %32, %33, p, 1, 1, 0, %35;\n}\n"
+        " %32, %33, p, 1, 1, %36, %35;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
           "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
           "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]),
           "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
           "+f"(d[30]), "+f"(d[31])
-        : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransB));
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransB), "n"(kTransA));
 #else
     (void)d; (void)desc_a; (void)desc_b; (void)accumulate;
     __trap();
@@ -251,8 +295,8 @@ template <> struct Wgmma<64, ElemKind::kBf16> {
 };
 
 template <> struct Wgmma<64, ElemKind::kF16> {
-  // D[64][64] (+)= A[64][16] * B[16][64]; A, B in shared memory (descriptors).
-  template <int kTransB>
+  // D[64][64] (+)= A[64][16] * B[16][64]; A, B in shared memory (descriptors); kTransA as for bf16.
+  template <int kTransB, int kTransA = 0>
   static __device__ __forceinline__ void ss(float (&d)[32], uint64_t desc_a, uint64_t desc_b, int accumulate) {
 #if GA_SM90A_DEVICE
     asm volatile(
@@ -261,13 +305,13 @@ template <> struct Wgmma<64, ElemKind::kF16> {
         "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
         "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
         "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31},"
-        " %32, %33, p, 1, 1, 0, %35;\n}\n"
+        " %32, %33, p, 1, 1, %36, %35;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
           "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
           "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]),
           "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
           "+f"(d[30]), "+f"(d[31])
-        : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransB));
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransB), "n"(kTransA));
 #else
     (void)d; (void)desc_a; (void)desc_b; (void)accumulate;
     __trap();

@@ -1,0 +1,460 @@
+// FlashAttention backward for Hopper (sm_90a), FlashAttention-3's design (arXiv 2407.08608, its hopper/ backward)
+// written on the tile layer (kernels/tile/hopper.cuh): TMA loads on mbarriers by a producer thread, two consumer
+// warpgroups doing every GEMM with wgmma, dK/dV accumulated in registers, dQ reduced into an f32 workspace by the
+// copy engine (cp.reduce.async.bulk) instead of per-element atomics. Head dim 128, bf16/fp16 (flash_bwd_sm90_hd128.cu).
+//
+// Three launches (as the mma.sync fallback, flash_bwd_sm80.cuh, whose workspace layout differs):
+//  1. preprocess: per query row (padded to whole 64-row blocks) D = rowsum(dO * O), LSE * log2(e) (+inf for rows
+//     past seqlen_q and rows that see no key, so P = exp2(s - lse) is exactly 0 there without a mask), and zeroes
+//     the row's share of the dQ accumulator.
+//  2. main: one CTA per (128-key block, KV head, batch); K and V of the block stay in shared memory. It walks every
+//     query head of the GQA group and every 64-row query block that can see its keys (causal: from the first that
+//     reaches key n0). Warpgroup 0 is the producer (setmaxnreg 24): one thread loads K/V once, then per step Q and
+//     dO (TMA boxes) into a 2-stage ring; each consumer warpgroup prefetches the step's LSE/D (64 floats each)
+//     itself, a step ahead, into its own small buffer. Warpgroups 1 and 2 own keys [64w, 64w + 64) of the block
+//     (setmaxnreg 240) and per step:
+//       S^T = K_w Q^T, dP^T = V_w dO^T   (SS wgmma m64n64, K-major operands: [64 keys][64 queries] f32 each);
+//       P^T = exp2(S^T * scale log2 e - LSE log2 e), masked by select; dS^T = P^T (dP^T - D) (f32 P^T);
+//       dV_w += P^T dO, dK_w += dS^T Q   (RS wgmma m64n128: P^T/dS^T in registers as A, dO/Q read N-major with
+//                                         the transpose bit; the accumulators live across the whole CTA);
+//       dS^T -> shared memory (16-bit, 128-byte swizzle, [128 keys][64 queries]; both warpgroups' halves);
+//       dQ[:, 64w..64w+63] = dS K        (SS wgmma m64n64 over all 128 keys, dS read M-major (transpose-A bit),
+//                                         K read N-major) -> shared memory -> one bulk add-reduce of 16 KB.
+//     Computing S^T (keys as rows) rather than S is what lets P^T and dS^T feed the dV/dK GEMMs straight from the
+//     accumulator registers (the A-fragment layout of a k16 step is two accumulator n8 blocks), so only dS makes
+//     the round trip through shared memory, which dQ needs anyway (it sums over both warpgroups' keys).
+//  3. convert: dq = scale * accumulator in the caller's dtype and strides.
+//
+// dQ accumulator layout: per (batch, head, 64-row query block) a contiguous 32 KB tile, [warpgroup w][n8 block j]
+// [thread t][4] f32, i.e. the wgmma accumulator fragments as they lie (float4 j of thread t = its acc[4j..4j+3]):
+// conflict-free 16-byte shared stores, one bulk reduce per warpgroup and step; only the convert kernel decodes it.
+//
+// Synchronisation per step: q_full[stage] (TMA bytes) -> consumers; both warpgroups meet at named barrier 1 after
+// writing their dS^T half (fence.proxy.async first: wgmma reads shared memory through the async proxy); dS^T is
+// double-buffered so the next step's write never races the other warpgroup's dQ GEMM; the dQ staging buffer is
+// single (each warpgroup's reducing thread waits for the previous bulk read before the barrier of the next step);
+// q_empty[stage] gets one arrival per consumer warp once the step's GEMMs are waited for; the warpgroup's
+// 128-thread named barrier that ends the step also publishes the next step's LSE/D (shared-memory vectors ordered
+// only by mbarriers were correct but flagged by compute-sanitizer's racecheck, and an L2 read of them in the step's
+// critical path was slower: docs/results/2026-11-22-h200-flash.md, "Hopper backward").
+//
+// Measured on an H200 (same file): 0.75-0.85x cuDNN's backward at head dim 128, 1.6-2.4x the mma.sync kernel.
+// Numerics as the sm80 path: f32 accumulation, P and dS rounded to the input dtype for the tensor cores, dK and dQ
+// scaled by softmax_scale at the end. Keys past seqlen_k arrive as zeros from TMA and are masked; query rows past
+// seqlen_q arrive as zeros and have LSE = +inf (P = 0).
+#pragma once
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "backends/cuda/kernels/flash/flash_bwd_sm80.cuh"
+#include "backends/cuda/kernels/flash/flash_fwd_sm90.cuh"
+#include "backends/cuda/kernels/tile/hopper.cuh"
+
+namespace ga::cuda::flash_bwd_sm90 {
+
+using tile::ElemKind;
+
+template <int HD>
+struct Traits {
+  static_assert(HD == 128, "the Hopper backward is built for head dim 128 (the dQ split is 2 x 64 columns)");
+  static constexpr int kBlockN = 128;  // keys per CTA: 2 consumer warpgroups x 64
+  static constexpr int kBlockM = 64;   // query rows per step
+  static constexpr int kStages = 2;    // Q/dO/LSE/D ring
+  static constexpr int kColBlocks = HD / 64;
+  static constexpr int kThreads = 384;
+  static constexpr uint32_t kKvBytes = kBlockN * HD * 2;    // K or V of the block
+  static constexpr uint32_t kQBytes = kBlockM * HD * 2;     // Q or dO of one step
+  static constexpr uint32_t kVecBytes = 2 * kBlockM * 4;    // LSE * log2 e and D of one step (one buffer)
+  static constexpr uint32_t kDsBytes = kBlockN * kBlockM * 2;  // dS^T [128 keys][64 queries]
+  static constexpr uint32_t kDqHalfBytes = kBlockM * (HD / 2) * 4;  // one warpgroup's dQ columns, f32
+  static constexpr int kDqTileFloats = kBlockM * HD;
+  // Shared memory (from a 1024-byte aligned base): K, V, Q[2], dO[2], dS^T[2], dQ staging[2 warpgroups],
+  // per consumer warpgroup 2 buffers of (LSE, D), barriers (kv_full, q_full[2], q_empty[2]).
+  static constexpr uint32_t kOffV = kKvBytes;
+  static constexpr uint32_t kOffQ = 2 * kKvBytes;
+  static constexpr uint32_t kOffDo = kOffQ + kStages * kQBytes;
+  static constexpr uint32_t kOffDs = kOffDo + kStages * kQBytes;
+  static constexpr uint32_t kOffDq = kOffDs + 2 * kDsBytes;
+  static constexpr uint32_t kOffVec = kOffDq + 2 * kDqHalfBytes;
+  static constexpr uint32_t kOffBars = kOffVec + 2 * 2 * kVecBytes;
+  static constexpr size_t kSmemBytes = 1024 + kOffBars + 8 * 5;
+};
+
+struct Args {
+  CUtensorMap tm_q, tm_k, tm_v, tm_do;  // 4-D [batch][head][seq][HD] views, boxes {64, rows, 1, 1}
+  const float* lse_log2;                // workspace [batch][n_head][m_blocks * 64]
+  const float* dsum;                    // workspace, same shape
+  float* dq_accum;                      // workspace [batch][n_head][m_blocks][64 * HD], fragment order
+  uint16_t *dk, *dv;
+  flash_bwd::Strides dk_st, dv_st;
+  int seqlen_q, seqlen_k, n_head, group, m_blocks, causal;
+  float scale, scale_log2;
+};
+
+// Position of dQ element (row r < 64, column d < HD) of a query block inside its accumulator tile (layout above).
+__host__ __device__ constexpr int dq_tile_offset(int r, int d) {
+  const int w = d / 64, dd = d % 64, j = dd / 8, c = (dd % 8) / 2;
+  const int thread = (r / 16) * 32 + (r % 8) * 4 + c;
+  return w * 4096 + j * 512 + thread * 4 + ((r % 16) / 8) * 2 + dd % 2;
+}
+
+// ---- 1. preprocess: D, LSE * log2 e (padded), zero the dQ accumulator ----
+
+template <bool kBf16, int HD>
+__global__ void __launch_bounds__(256) preprocess(flash_bwd::BwdArgs a, float* lse_log2, int m_blocks) {
+  const int64_t row = (int64_t{blockIdx.x} * blockDim.x + threadIdx.x) / 32;  // [batch][n_head][m_blocks * 64]
+  const int lane = threadIdx.x % 32;
+  const int seq_pad = m_blocks * 64;
+  if (row >= int64_t{a.batch} * a.n_head * seq_pad) return;
+  const int i = static_cast<int>(row % seq_pad);
+  const int h = static_cast<int>((row / seq_pad) % a.n_head);
+  const int b = static_cast<int>(row / (int64_t{seq_pad} * a.n_head));
+  float* acc = a.dq_accum + row * HD;  // any HD floats of the row's block: the tile is zeroed as a whole
+  float sum = 0.0f;
+#pragma unroll
+  for (int t = 0; t < HD / 64; ++t) {
+    const int d = 2 * lane + 64 * t;
+    if (i < a.seqlen_q) {
+      const uint16_t* o = a.o + b * a.o_st.batch + i * a.o_st.seq + h * a.o_st.head;
+      const uint16_t* dout = a.dout + b * a.do_st.batch + i * a.do_st.seq + h * a.do_st.head;
+      const float2 ov = flash_bwd::unpack2<kBf16>(*reinterpret_cast<const uint32_t*>(o + d));
+      const float2 gv = flash_bwd::unpack2<kBf16>(*reinterpret_cast<const uint32_t*>(dout + d));
+      sum += ov.x * gv.x + ov.y * gv.y;
+    }
+    *reinterpret_cast<float2*>(acc + d) = make_float2(0.0f, 0.0f);
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+  if (lane == 0) {
+    a.dsum[row] = sum;
+    float l = INFINITY;  // padding rows and rows that see no key (lse = -inf): P = 0
+    if (i < a.seqlen_q) {
+      const float lse = a.lse[(int64_t{b} * a.n_head + h) * a.seqlen_q + i];
+      if (lse != -INFINITY) l = lse * detail::kLog2e;
+    }
+    lse_log2[row] = l;
+  }
+}
+
+// ---- 3. dq = scale * accumulator ----
+
+template <bool kBf16, int HD>
+__global__ void __launch_bounds__(256) convert_dq(flash_bwd::BwdArgs a, int m_blocks) {
+  const int64_t row = (int64_t{blockIdx.x} * blockDim.x + threadIdx.x) / 32;  // [batch][seqlen_q][n_head]
+  const int lane = threadIdx.x % 32;
+  if (row >= int64_t{a.batch} * a.seqlen_q * a.n_head) return;
+  const flash_bwd::RowIndex x = flash_bwd::row_index(row, a.n_head, a.seqlen_q);
+  const float* tile = a.dq_accum + ((int64_t{x.b} * a.n_head + x.h) * m_blocks + x.i / 64) * (64 * HD);
+  uint16_t* dq = a.dq + x.b * a.dq_st.batch + x.i * a.dq_st.seq + x.h * a.dq_st.head;
+#pragma unroll
+  for (int t = 0; t < HD / 64; ++t) {
+    const int d = 2 * lane + 64 * t;
+    const float2 g = *reinterpret_cast<const float2*>(tile + dq_tile_offset(x.i % 64, d));
+    *reinterpret_cast<uint32_t*>(dq + d) = flash_bwd::pack2<kBf16>(g.x * a.scale, g.y * a.scale);
+  }
+}
+
+// ---- 2. the main kernel ----
+
+struct Bars {
+  uint64_t* base;
+  __device__ uint64_t* kv_full() const { return base; }
+  __device__ uint64_t* q_full(int s) const { return base + 1 + s; }
+  __device__ uint64_t* q_empty(int s) const { return base + 3 + s; }
+};
+
+// The work of one CTA: key block n0, KV head hk, batch b; `steps` = (query head, query block) pairs.
+struct Work {
+  int n0, hk, b, m_begin, per_head, steps;
+  __device__ Work(const Args& a) {
+    n0 = static_cast<int>(blockIdx.x) * 128;
+    hk = static_cast<int>(blockIdx.y);
+    b = static_cast<int>(blockIdx.z);
+    const int diag = a.seqlen_k - a.seqlen_q;  // query i sees key j iff j <= i + diag (causal)
+    m_begin = a.causal ? max(0, n0 - diag) / 64 : 0;
+    per_head = max(0, a.m_blocks - m_begin);
+    steps = per_head * a.group;
+  }
+  __device__ int head(const Args& a, int s) const { return hk * a.group + s / per_head; }
+  __device__ int m0(int s) const { return (m_begin + s % per_head) * 64; }
+};
+
+// One thread: K/V once, then Q and dO of every step into the ring.
+template <int HD>
+__device__ __forceinline__ void producer_main(const Args& a, unsigned char* smem, Bars bars) {
+  using T = Traits<HD>;
+  const Work w(a);
+  tile::tma_prefetch_map(&a.tm_q);
+  tile::tma_prefetch_map(&a.tm_k);
+  tile::tma_prefetch_map(&a.tm_v);
+  tile::tma_prefetch_map(&a.tm_do);
+  tile::mbar_arrive_expect_tx(bars.kv_full(), 2 * T::kKvBytes);
+#pragma unroll
+  for (int cb = 0; cb < T::kColBlocks; ++cb) {
+    tile::tma_load_4d(smem + cb * (T::kBlockN * 128), &a.tm_k, bars.kv_full(), cb * 64, w.n0, w.hk, w.b);
+    tile::tma_load_4d(smem + T::kOffV + cb * (T::kBlockN * 128), &a.tm_v, bars.kv_full(), cb * 64, w.n0, w.hk, w.b);
+  }
+  for (int s = 0; s < w.steps; ++s) {
+    const int stage = s % T::kStages;
+    if (s >= T::kStages) tile::mbar_wait(bars.q_empty(stage), ((s / T::kStages) + 1) & 1);
+    const int h = w.head(a, s), m0 = w.m0(s);
+    uint64_t* full = bars.q_full(stage);
+    tile::mbar_arrive_expect_tx(full, 2 * T::kQBytes);
+#pragma unroll
+    for (int cb = 0; cb < T::kColBlocks; ++cb) {
+      tile::tma_load_4d(smem + T::kOffQ + stage * T::kQBytes + cb * (T::kBlockM * 128), &a.tm_q, full, cb * 64, m0,
+                        h, w.b);
+      tile::tma_load_4d(smem + T::kOffDo + stage * T::kQBytes + cb * (T::kBlockM * 128), &a.tm_do, full, cb * 64, m0,
+                        h, w.b);
+    }
+  }
+}
+
+// 16-bit A fragments of a k16 step from accumulators [64][64] (k = the accumulator's columns): n8 blocks 2kk, 2kk+1.
+template <ElemKind E>
+__device__ __forceinline__ void to_a_fragments(const float (&s)[32], uint32_t (&f)[4][4]) {
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    f[kk][0] = flash_detail::pack2<E>(s[8 * kk + 0], s[8 * kk + 1]);
+    f[kk][1] = flash_detail::pack2<E>(s[8 * kk + 2], s[8 * kk + 3]);
+    f[kk][2] = flash_detail::pack2<E>(s[8 * kk + 4], s[8 * kk + 5]);
+    f[kk][3] = flash_detail::pack2<E>(s[8 * kk + 6], s[8 * kk + 7]);
+  }
+}
+
+template <ElemKind E, int HD>
+__device__ __forceinline__ void consumer_main(const Args& a, unsigned char* smem, Bars bars) {
+  using T = Traits<HD>;
+  const Work w(a);
+  const int cwg = static_cast<int>(threadIdx.x) / 128 - 1;  // consumer warpgroup: keys [64 cwg, 64 cwg + 64)
+  const int wtid = static_cast<int>(threadIdx.x) % 128;
+  const int warp = wtid / 32, lane = wtid % 32, g = lane / 4, c = lane % 4;
+  const uint32_t base = tile::smem_u32(smem);
+  const uint32_t k_addr = base, v_addr = base + T::kOffV;
+  const int diag = a.seqlen_k - a.seqlen_q;
+  // This thread's accumulator rows: keys n0 + key_lo and n0 + key_lo + 8 (S^T, dP^T, dK, dV).
+  const int key_lo = cwg * 64 + warp * 16 + g;
+
+  // LSE * log2 e and D of a step: this warpgroup's own copy, buffer s % 2 of [LSE 64][D 64] floats. Thread wtid
+  // loads element wtid of step s + 1 from L2 at the start of step s and stores it just before the named barrier that
+  // ends step s, so the load's latency hides behind a whole step and the barrier (which compute-sanitizer's racecheck
+  // models, unlike mbarrier waits) orders the store before step s + 1's reads and after step s - 1's.
+  float* const vecs = reinterpret_cast<float*>(smem + T::kOffVec + cwg * 2 * T::kVecBytes);
+  auto load_vec = [&](int step) {
+    const int64_t row0 = (int64_t{w.b} * a.n_head + w.head(a, step)) * (int64_t{a.m_blocks} * 64) + w.m0(step);
+    return wtid < 64 ? a.lse_log2[row0 + wtid] : a.dsum[row0 + wtid - 64];
+  };
+  if (w.steps > 0) vecs[wtid] = load_vec(0);
+  tile::named_barrier_sync(2 + cwg, 128);
+
+  float dv[64], dk[64];
+#pragma unroll
+  for (int i = 0; i < 64; ++i) dv[i] = dk[i] = 0.0f;
+  tile::mbar_wait(bars.kv_full(), 0);
+
+  for (int s = 0; s < w.steps; ++s) {
+    const int stage = s % T::kStages;
+    const int h = w.head(a, s), m0 = w.m0(s);
+    const uint32_t q_addr = base + T::kOffQ + stage * T::kQBytes, do_addr = base + T::kOffDo + stage * T::kQBytes;
+    const float* lse = vecs + (s % 2) * (2 * T::kBlockM);
+    const float* dsum = lse + T::kBlockM;
+    const float vec_next = s + 1 < w.steps ? load_vec(s + 1) : 0.0f;
+    tile::mbar_wait(bars.q_full(stage), (s / T::kStages) & 1);
+
+    // S^T = K_w Q^T and dP^T = V_w dO^T, [64 keys][64 queries]: two commit groups.
+    float st[32], dpt[32];
+    tile::fence_regs(st);
+    tile::fence_regs(dpt);
+    tile::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; ++kk) {
+      const int cb = kk / 4, kin = kk % 4;
+      const uint64_t da = tile::desc_k_major(k_addr + cb * (T::kBlockN * 128) + cwg * (64 * 128) + kin * 32);
+      const uint64_t db = tile::desc_k_major(q_addr + cb * (T::kBlockM * 128) + kin * 32);
+      tile::Wgmma<64, E>::template ss<0>(st, da, db, kk > 0 ? 1 : 0);
+    }
+    tile::wgmma_commit();
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; ++kk) {
+      const int cb = kk / 4, kin = kk % 4;
+      const uint64_t da = tile::desc_k_major(v_addr + cb * (T::kBlockN * 128) + cwg * (64 * 128) + kin * 32);
+      const uint64_t db = tile::desc_k_major(do_addr + cb * (T::kBlockM * 128) + kin * 32);
+      tile::Wgmma<64, E>::template ss<0>(dpt, da, db, kk > 0 ? 1 : 0);
+    }
+    tile::wgmma_commit();
+
+    // P^T while dP^T still runs. Accumulator i: key key_lo + 8 * ((i / 2) % 2), query 8 (i / 4) + 2c + i % 2.
+    tile::wgmma_wait<1>();
+    tile::fence_regs(st);
+    const bool need_mask = w.n0 + T::kBlockN > a.seqlen_k || (a.causal && w.n0 + T::kBlockN - 1 > m0 + diag);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const float2 l = *reinterpret_cast<const float2*>(lse + 8 * j + 2 * c);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = 4 * j + e;
+        float p = flash_detail::fast_exp2(fmaf(st[i], a.scale_log2, -(e % 2 ? l.y : l.x)));
+        if (need_mask) {
+          const int key = w.n0 + key_lo + 8 * (e / 2), query = m0 + 8 * j + 2 * c + e % 2;
+          if (key >= a.seqlen_k || (a.causal && key > query + diag)) p = 0.0f;
+        }
+        st[i] = p;
+      }
+    }
+    tile::wgmma_wait<0>();
+    tile::fence_regs(dpt);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const float2 d = *reinterpret_cast<const float2*>(dsum + 8 * j + 2 * c);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) dpt[4 * j + e] = st[4 * j + e] * (dpt[4 * j + e] - (e % 2 ? d.y : d.x));
+    }
+    uint32_t pa[4][4], dsa[4][4];
+    to_a_fragments<E>(st, pa);
+    to_a_fragments<E>(dpt, dsa);
+
+    // dV_w += P^T dO, dK_w += dS^T Q: k = the step's 64 queries (16 per wgmma = two 8-row groups of dO / Q). (Issuing
+    // dV before dS^T exists, computing dS from the 16-bit P to stay inside the registers, was 3-8% slower and
+    // tripled the error against FA2: run 2.)
+    tile::fence_regs(dv);
+    tile::fence_regs(dk);
+    tile::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+      tile::Wgmma<128, E>::template rs<1>(dv, pa[kk], tile::desc_mn_major(do_addr + kk * 2048, T::kBlockM * 128), 1);
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+      tile::Wgmma<128, E>::template rs<1>(dk, dsa[kk], tile::desc_mn_major(q_addr + kk * 2048, T::kBlockM * 128), 1);
+    tile::wgmma_commit();
+
+    // dS^T (16-bit) into buffer s % 2: row = key (128 bytes = 64 queries), 16-byte chunk j ^ (row % 8).
+    unsigned char* ds_tile = smem + T::kOffDs + (s % 2) * T::kDsBytes;
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int r = key_lo + 8 * half;
+        *reinterpret_cast<uint32_t*>(ds_tile + r * 128 + ((j ^ (r % 8)) * 16) + 4 * c) =
+            flash_detail::pack2<E>(dpt[4 * j + 2 * half], dpt[4 * j + 2 * half + 1]);
+      }
+    tile::fence_async_shared();
+    if (wtid == 0 && s > 0) tile::bulk_wait_read<0>();  // the previous step's dQ staging buffer was read
+    tile::named_barrier_sync(1, 256);  // both halves of dS^T written
+
+    // dQ[64 queries][64 cwg .. +64] = dS[64][128 keys] K[128 keys][64 cwg .. +64]. (Splitting by keys instead, each
+    // warpgroup over its own 64 keys and all columns with no meeting, was 3-6% slower: run 3.)
+    float dq[32];
+    tile::fence_regs(dq);
+    tile::wgmma_fence();
+    const uint32_t ds_addr = tile::smem_u32(ds_tile);
+#pragma unroll
+    for (int kk = 0; kk < T::kBlockN / 16; ++kk) {
+      const uint64_t da = tile::desc_mn_major(ds_addr + kk * 2048, T::kDsBytes);
+      const uint64_t db = tile::desc_mn_major(k_addr + cwg * (T::kBlockN * 128) + kk * 2048, T::kBlockN * 128);
+      tile::Wgmma<64, E>::template ss<1, 1>(dq, da, db, kk > 0 ? 1 : 0);
+    }
+    tile::wgmma_commit();
+    tile::wgmma_wait<0>();
+    tile::fence_regs(dq);
+    tile::fence_regs(pa);
+    tile::fence_regs(dsa);
+#pragma unroll
+    for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(dv[i]), "+f"(dk[i])::"memory");
+    __syncwarp();
+    if (lane == 0) tile::mbar_arrive(bars.q_empty(stage));  // Q and dO of this stage are free
+
+    // dQ fragments -> staging (float4 j of thread wtid = its accumulators 4j..4j+3) -> one bulk add into the tile.
+    float* stage_dq = reinterpret_cast<float*>(smem + T::kOffDq + cwg * T::kDqHalfBytes);
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+      *reinterpret_cast<float4*>(stage_dq + (j * 128 + wtid) * 4) =
+          make_float4(dq[4 * j], dq[4 * j + 1], dq[4 * j + 2], dq[4 * j + 3]);
+    tile::fence_async_shared();
+    if (s + 1 < w.steps) vecs[((s + 1) % 2) * (2 * T::kBlockM) + wtid] = vec_next;
+    tile::named_barrier_sync(2 + cwg, 128);
+    if (wtid == 0) {
+      float* dst = a.dq_accum + ((int64_t{w.b} * a.n_head + h) * a.m_blocks + m0 / 64) * T::kDqTileFloats + cwg * 4096;
+      tile::bulk_reduce_add_f32(dst, stage_dq, T::kDqHalfBytes);
+      tile::bulk_commit();
+    }
+  }
+  if (wtid == 0) tile::bulk_wait<0>();  // the reductions are done before the CTA's shared memory goes away
+
+  // dK = scale * sum dS^T Q, dV = sum P^T dO: accumulator i = key key_lo + 8 ((i / 2) % 2), dim 8 (i / 4) + 2c + i % 2.
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int key = w.n0 + key_lo + 8 * half;
+    if (key >= a.seqlen_k) continue;
+    uint16_t* dk_row = a.dk + w.b * a.dk_st.batch + int64_t{key} * a.dk_st.seq + w.hk * a.dk_st.head;
+    uint16_t* dv_row = a.dv + w.b * a.dv_st.batch + int64_t{key} * a.dv_st.seq + w.hk * a.dv_st.head;
+#pragma unroll
+    for (int j = 0; j < HD / 8; ++j) {
+      const int d = 8 * j + 2 * c, i = 4 * j + 2 * half;
+      *reinterpret_cast<uint32_t*>(dk_row + d) = flash_detail::pack2<E>(dk[i] * a.scale, dk[i + 1] * a.scale);
+      *reinterpret_cast<uint32_t*>(dv_row + d) = flash_detail::pack2<E>(dv[i], dv[i + 1]);
+    }
+  }
+}
+
+template <ElemKind E, int HD>
+__global__ void __launch_bounds__(384, 1) main_kernel(const __grid_constant__ Args a) {
+#if GA_SM90A_DEVICE
+  using T = Traits<HD>;
+  extern __shared__ unsigned char flash_bwd_smem_raw[];
+  unsigned char* smem = flash_bwd_smem_raw + ((1024 - (tile::smem_u32(flash_bwd_smem_raw) & 1023)) & 1023);
+  const Bars bars{reinterpret_cast<uint64_t*>(smem + T::kOffBars)};
+  if (threadIdx.x == 0) {
+    tile::mbar_init(bars.kv_full(), 1);
+    for (int s = 0; s < T::kStages; ++s) {
+      tile::mbar_init(bars.q_full(s), 1);
+      tile::mbar_init(bars.q_empty(s), 8);  // 8 consumer warps
+    }
+    tile::mbar_fence_init();
+  }
+  __syncthreads();
+  if (threadIdx.x < 128) {
+    tile::regs_release<24>();
+    if (threadIdx.x == 0) producer_main<HD>(a, smem, bars);
+  } else {
+    tile::regs_acquire<240>();
+    consumer_main<E, HD>(a, smem, bars);
+  }
+#else
+  (void)a;
+  __trap();
+#endif
+}
+
+// Runs the three kernels (flash_bwd_sm90_hd*.cu instantiate it); `args` carries the pointers and strides the
+// preprocess and convert kernels read (its dq_accum/dsum point into the Hopper workspace layout), `m` the rest.
+template <int HD>
+cudaError_t launch(const flash_bwd::BwdArgs& args, const Args& m, float* lse_log2, bool bf16, cudaStream_t stream);
+
+template <bool kBf16, int HD>
+cudaError_t launch_instance(const flash_bwd::BwdArgs& args, const Args& m, float* lse_log2, cudaStream_t stream) {
+  using T = Traits<HD>;
+  static_assert(T::kSmemBytes <= 227 * 1024, "shared memory per CTA");
+  constexpr ElemKind E = kBf16 ? ElemKind::kBf16 : ElemKind::kF16;
+  const auto kernel = main_kernel<E, HD>;
+  static const cudaError_t attr_status =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(T::kSmemBytes));
+  if (attr_status != cudaSuccess) return attr_status;
+  const int64_t pad_rows = int64_t{args.batch} * args.n_head * m.m_blocks * 64;
+  preprocess<kBf16, HD><<<static_cast<unsigned>((pad_rows + 7) / 8), 256, 0, stream>>>(args, lse_log2, m.m_blocks);
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) return e;
+  const dim3 grid(static_cast<unsigned>((args.seqlen_k + T::kBlockN - 1) / T::kBlockN),
+                  static_cast<unsigned>(args.n_head_kv), static_cast<unsigned>(args.batch));
+  kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(m);
+  e = cudaGetLastError();
+  if (e != cudaSuccess) return e;
+  const int64_t rows = int64_t{args.batch} * args.seqlen_q * args.n_head;
+  convert_dq<kBf16, HD><<<static_cast<unsigned>((rows + 7) / 8), 256, 0, stream>>>(args, m.m_blocks);
+  return cudaGetLastError();
+}
+
+}  // namespace ga::cuda::flash_bwd_sm90
