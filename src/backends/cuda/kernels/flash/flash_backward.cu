@@ -119,34 +119,19 @@ const char* resolve(const FlashBwdParams& p, FlashBwdKernel want, FlashBwdKernel
 
 flash_bwd::Strides strides(int64_t batch, int64_t seq, int64_t head) { return flash_bwd::Strides{batch, seq, head}; }
 
-// A stride for a dimension of extent 1: never stepped, but TMA still wants a valid multiple of 16.
-uint64_t stride_bytes(int64_t stride_elems, int extent) {
-  return (extent == 1 || stride_elems == 0) ? uint64_t{16} : static_cast<uint64_t>(stride_elems) * 2;
-}
-
-const char* encode_map(CUtensorMap* map, bool bf16, const void* base, int hd, int seqlen, int heads, int batch,
-                       int64_t seq_stride, int64_t head_stride, int64_t batch_stride, int box_rows) {
-  const uint64_t dims[4] = {static_cast<uint64_t>(hd), static_cast<uint64_t>(seqlen), static_cast<uint64_t>(heads),
-                            static_cast<uint64_t>(batch)};
-  const uint64_t st[3] = {stride_bytes(seq_stride, seqlen), stride_bytes(head_stride, heads),
-                          stride_bytes(batch_stride, batch)};
-  const uint32_t box[4] = {64, static_cast<uint32_t>(box_rows), 1, 1};
-  return tile::encode_tma_map_16bit_sw128(map, bf16, base, dims, st, box);
-}
-
 cudaError_t run_hopper(const FlashBwdParams& p, flash_bwd::BwdArgs a, void* workspace, cudaStream_t stream) {
   const FlashParams& f = p.fwd;
   const bool bf16 = f.dtype == FlashDtype::kBf16;
   using T = flash_bwd_sm90::Traits<128>;
   flash_bwd_sm90::Args m{};
-  if (encode_map(&m.tm_q, bf16, f.q, f.head_dim, f.seqlen_q, f.n_head, f.batch, f.q_seq_stride, f.q_head_stride,
-                 f.q_batch_stride, T::kBlockM) != nullptr ||
-      encode_map(&m.tm_do, bf16, p.dout, f.head_dim, f.seqlen_q, f.n_head, f.batch, p.do_seq_stride,
-                 p.do_head_stride, p.do_batch_stride, T::kBlockM) != nullptr ||
-      encode_map(&m.tm_k, bf16, f.k, f.head_dim, f.seqlen_k, f.n_head_kv, f.batch, f.k_seq_stride, f.k_head_stride,
-                 f.k_batch_stride, T::kBlockN) != nullptr ||
-      encode_map(&m.tm_v, bf16, f.v, f.head_dim, f.seqlen_k, f.n_head_kv, f.batch, f.v_seq_stride, f.v_head_stride,
-                 f.v_batch_stride, T::kBlockN) != nullptr) {
+  if (tile::encode_tma_map_bshd(&m.tm_q, 2, bf16, f.q, f.head_dim, f.seqlen_q, f.n_head, f.batch, f.q_seq_stride,
+                                f.q_head_stride, f.q_batch_stride, T::kBlockM) != nullptr ||
+      tile::encode_tma_map_bshd(&m.tm_do, 2, bf16, p.dout, f.head_dim, f.seqlen_q, f.n_head, f.batch, p.do_seq_stride,
+                                p.do_head_stride, p.do_batch_stride, T::kBlockM) != nullptr ||
+      tile::encode_tma_map_bshd(&m.tm_k, 2, bf16, f.k, f.head_dim, f.seqlen_k, f.n_head_kv, f.batch, f.k_seq_stride,
+                                f.k_head_stride, f.k_batch_stride, T::kBlockN) != nullptr ||
+      tile::encode_tma_map_bshd(&m.tm_v, 2, bf16, f.v, f.head_dim, f.seqlen_k, f.n_head_kv, f.batch, f.v_seq_stride,
+                                f.v_head_stride, f.v_batch_stride, T::kBlockN) != nullptr) {
     return cudaErrorInvalidValue;
   }
   unsigned char* ws = static_cast<unsigned char*>(workspace);

@@ -23,6 +23,16 @@ namespace {
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
+// SMs of the current device (sizes the persistent grids), or 0 when it cannot be read.
+int current_sm_count() {
+  int dev = 0, num_sms = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+    return 0;
+  }
+  return num_sms;
+}
+
 // Why the Hopper kernels cannot run on the current device, or nullptr.
 const char* device_reason() {
 #ifndef GA_CUDA_HAS_SM90A
@@ -182,21 +192,6 @@ const char* params_reason(const FlashParams& p) {
   return nullptr;
 }
 
-// A stride for a dimension of extent 1: never stepped, but TMA still wants a valid multiple of 16.
-uint64_t stride_bytes(int64_t stride_elems, int extent) {
-  return (extent == 1 || stride_elems == 0) ? uint64_t{16} : static_cast<uint64_t>(stride_elems) * 2;
-}
-
-const char* encode_map(CUtensorMap* map, bool bf16, const void* base, int hd, int seqlen, int heads, int batch,
-                       int64_t seq_stride, int64_t head_stride, int64_t batch_stride, int box_rows) {
-  const uint64_t dims[4] = {static_cast<uint64_t>(hd), static_cast<uint64_t>(seqlen), static_cast<uint64_t>(heads),
-                            static_cast<uint64_t>(batch)};
-  const uint64_t strides[3] = {stride_bytes(seq_stride, seqlen), stride_bytes(head_stride, heads),
-                               stride_bytes(batch_stride, batch)};
-  const uint32_t box[4] = {64, static_cast<uint32_t>(box_rows), 1, 1};
-  return tile::encode_tma_map_16bit_sw128(map, bf16, base, dims, strides, box);
-}
-
 template <int HD>
 cudaError_t run(const FlashParams& p, int variant, cudaStream_t stream) {
   using T = flash_detail::FwdTraits<HD>;
@@ -218,12 +213,12 @@ cudaError_t run(const FlashParams& p, int variant, cudaStream_t stream) {
     k_batch_stride = p.k_seq_stride * p.page_size;
     v_batch_stride = p.v_seq_stride * p.page_size;
   }
-  if (encode_map(&a.tm_q, bf16, p.q, HD, q_rows, p.n_head, q_batches, p.q_seq_stride, p.q_head_stride,
-                 p.q_batch_stride, T::kBlockM) != nullptr ||
-      encode_map(&a.tm_k, bf16, p.k, HD, k_rows, p.n_head_kv, k_batches, p.k_seq_stride, p.k_head_stride,
-                 k_batch_stride, kv_box) != nullptr ||
-      encode_map(&a.tm_v, bf16, p.v, HD, k_rows, p.n_head_kv, k_batches, p.v_seq_stride, p.v_head_stride,
-                 v_batch_stride, kv_box) != nullptr) {
+  if (tile::encode_tma_map_bshd(&a.tm_q, 2, bf16, p.q, HD, q_rows, p.n_head, q_batches, p.q_seq_stride, p.q_head_stride,
+                                p.q_batch_stride, T::kBlockM) != nullptr ||
+      tile::encode_tma_map_bshd(&a.tm_k, 2, bf16, p.k, HD, k_rows, p.n_head_kv, k_batches, p.k_seq_stride,
+                                p.k_head_stride, k_batch_stride, kv_box) != nullptr ||
+      tile::encode_tma_map_bshd(&a.tm_v, 2, bf16, p.v, HD, k_rows, p.n_head_kv, k_batches, p.v_seq_stride,
+                                p.v_head_stride, v_batch_stride, kv_box) != nullptr) {
     return cudaErrorInvalidValue;
   }
   a.varlen = varlen ? 1 : 0;
@@ -240,24 +235,9 @@ cudaError_t run(const FlashParams& p, int variant, cudaStream_t stream) {
   a.kv_boxes = T::kBlockN / kv_box;
   a.total_q = static_cast<int>(p.total_q);
   a.out_f32 = p.o_f32 ? 1 : 0;
-  a.o = p.o;
-  a.lse = p.lse;
-  a.o_batch_stride = p.o_batch_stride;
-  a.o_seq_stride = p.o_seq_stride;
-  a.o_head_stride = p.o_head_stride;
-  a.seqlen_q = p.seqlen_q;
-  a.seqlen_k = p.seqlen_k;
-  a.n_head = p.n_head;
-  a.group = p.n_head / p.n_head_kv;
-  a.m_blocks = (p.seqlen_q + T::kBlockM - 1) / T::kBlockM;
-  a.causal = p.causal ? 1 : 0;
-  a.batch = p.batch;
-  a.total_tiles = a.m_blocks * p.n_head * p.batch;
-  int dev = 0, num_sms = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || num_sms < 1) {
-    return cudaErrorInvalidDevice;
-  }
+  flash_detail::set_fwd_problem(a, p, T::kBlockM);
+  const int num_sms = current_sm_count();
+  if (num_sms < 1) return cudaErrorInvalidDevice;
   a.scale = p.softmax_scale;
   a.scale_log2 = p.softmax_scale * 1.4426950408889634f;
   return flash_detail::launch_fwd<HD>(a, bf16, variant, num_sms, stream);
@@ -322,11 +302,8 @@ cudaError_t flash_forward_with_schedule(const FlashParams& p, int sched, void* w
     if (workspace_bytes < flash_detail::fp8_workspace_bytes(p) || workspace == nullptr || !aligned16(workspace)) {
       return cudaErrorInvalidValue;  // V^T needs flash_plan(p).workspace_bytes, 16-byte aligned
     }
-    int dev = 0, num_sms = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || num_sms < 1) {
-      return cudaErrorInvalidDevice;
-    }
+    const int num_sms = current_sm_count();
+    if (num_sms < 1) return cudaErrorInvalidDevice;
     return flash_detail::forward_fp8(p, sched, workspace, workspace_bytes, num_sms, stream);
   }
   switch (p.head_dim) {

@@ -107,20 +107,6 @@ __global__ void __launch_bounds__(HD) fp8_transpose_v_kernel(const uint8_t* __re
   }
 }
 
-uint64_t stride8(int64_t stride_elems, int extent) {  // 1-byte elements; unused strides still need 16
-  return (extent == 1 || stride_elems == 0) ? uint64_t{16} : static_cast<uint64_t>(stride_elems);
-}
-
-const char* encode_qk_map(CUtensorMap* map, const void* base, int hd, int seqlen, int heads, int batch,
-                          int64_t seq_stride, int64_t head_stride, int64_t batch_stride, int box_rows) {
-  const uint64_t dims[4] = {static_cast<uint64_t>(hd), static_cast<uint64_t>(seqlen), static_cast<uint64_t>(heads),
-                            static_cast<uint64_t>(batch)};
-  const uint64_t strides[3] = {stride8(seq_stride, seqlen), stride8(head_stride, heads),
-                               stride8(batch_stride, batch)};
-  const uint32_t box[4] = {128, static_cast<uint32_t>(box_rows), 1, 1};
-  return tile::encode_tma_map_8bit_sw128(map, base, dims, strides, box);
-}
-
 template <int HD>
 cudaError_t launch_transpose_v(const FlashParams& p, uint8_t* vt, cudaStream_t stream) {
   const int64_t pad = seq_pad(p.seqlen_k);
@@ -142,27 +128,15 @@ cudaError_t run_fp8(const FlashParams& p, int variant, uint8_t* vt, int num_sms,
   const uint64_t vt_strides[3] = {static_cast<uint64_t>(pad), static_cast<uint64_t>(HD * pad),
                                   static_cast<uint64_t>(p.n_head_kv) * HD * static_cast<uint64_t>(pad)};
   const uint32_t vt_box[4] = {T::kBlockN, HD, 1, 1};  // one V^T tile: HD rows of kBlockN (= 128) keys
-  if (encode_qk_map(&a.tm_q, p.q, HD, p.seqlen_q, p.n_head, p.batch, p.q_seq_stride, p.q_head_stride,
-                    p.q_batch_stride, T::kBlockM) != nullptr ||
-      encode_qk_map(&a.tm_k, p.k, HD, p.seqlen_k, p.n_head_kv, p.batch, p.k_seq_stride, p.k_head_stride,
-                    p.k_batch_stride, T::kBlockN) != nullptr ||
+  if (tile::encode_tma_map_bshd(&a.tm_q, 1, false, p.q, HD, p.seqlen_q, p.n_head, p.batch, p.q_seq_stride,
+                                p.q_head_stride, p.q_batch_stride, T::kBlockM) != nullptr ||
+      tile::encode_tma_map_bshd(&a.tm_k, 1, false, p.k, HD, p.seqlen_k, p.n_head_kv, p.batch, p.k_seq_stride,
+                                p.k_head_stride, p.k_batch_stride, T::kBlockN) != nullptr ||
       tile::encode_tma_map_8bit_sw128(&a.tm_v, vt, vt_dims, vt_strides, vt_box) != nullptr) {
     return cudaErrorInvalidValue;
   }
   if (const cudaError_t e = launch_transpose_v<HD>(p, vt, stream); e != cudaSuccess) return e;
-  a.o = p.o;
-  a.lse = p.lse;
-  a.o_batch_stride = p.o_batch_stride;
-  a.o_seq_stride = p.o_seq_stride;
-  a.o_head_stride = p.o_head_stride;
-  a.seqlen_q = p.seqlen_q;
-  a.seqlen_k = p.seqlen_k;
-  a.n_head = p.n_head;
-  a.group = p.n_head / p.n_head_kv;
-  a.m_blocks = (p.seqlen_q + T::kBlockM - 1) / T::kBlockM;
-  a.causal = p.causal ? 1 : 0;
-  a.batch = p.batch;
-  a.total_tiles = a.m_blocks * p.n_head * p.batch;
+  set_fwd_problem(a, p, T::kBlockM);
   a.scale = p.softmax_scale * p.descale_q * p.descale_k;  // S in real units = raw Q K^T * descale_q * descale_k
   a.scale_log2 = a.scale * 1.4426950408889634f;
   a.o_scale = p.descale_v;

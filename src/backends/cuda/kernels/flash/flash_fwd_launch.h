@@ -5,6 +5,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "backends/cuda/kernels/flash/flash_attention.h"
 #include "backends/cuda/kernels/flash/flash_fwd_sm90.cuh"
 
 namespace ga::cuda::flash_detail {
@@ -72,6 +73,24 @@ constexpr bool fp8_variant_compiled(int head_dim, int variant) {
     return variant == 0 || variant == 3 || (GA_FLASH_FP8_ALL_VARIANTS && (variant == 7 || variant == 8));
   }
   return false;
+}
+
+// The problem fields every forward launch fills alike (16-bit and FP8): o and its strides, the LSE, the lengths,
+// the heads and GQA group, and the tile count for query tiles of block_m rows.
+inline void set_fwd_problem(FwdArgs& a, const FlashParams& p, int block_m) {
+  a.o = p.o;
+  a.lse = p.lse;
+  a.o_batch_stride = p.o_batch_stride;
+  a.o_seq_stride = p.o_seq_stride;
+  a.o_head_stride = p.o_head_stride;
+  a.seqlen_q = p.seqlen_q;
+  a.seqlen_k = p.seqlen_k;
+  a.n_head = p.n_head;
+  a.group = p.n_head / p.n_head_kv;
+  a.m_blocks = (p.seqlen_q + block_m - 1) / block_m;
+  a.causal = p.causal ? 1 : 0;
+  a.batch = p.batch;
+  a.total_tiles = a.m_blocks * p.n_head * p.batch;
 }
 
 // Launches the forward of head dim HD; num_sms sizes the persistent grid.

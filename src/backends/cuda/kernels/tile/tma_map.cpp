@@ -60,4 +60,18 @@ const char* encode_tma_map_8bit_sw128(CUtensorMap* map, const void* base, const 
   return encode_sw128(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, base, dims, strides_bytes, box);
 }
 
+const char* encode_tma_map_bshd(CUtensorMap* map, int elem_bytes, bool is_bf16, const void* base, int head_dim,
+                                int seqlen, int heads, int batch, int64_t seq_stride, int64_t head_stride,
+                                int64_t batch_stride, int box_rows) {
+  const auto bytes = [elem_bytes](int64_t stride_elems, int extent) {
+    return (extent == 1 || stride_elems == 0) ? uint64_t{16} : static_cast<uint64_t>(stride_elems * elem_bytes);
+  };
+  const uint64_t dims[4] = {static_cast<uint64_t>(head_dim), static_cast<uint64_t>(seqlen),
+                            static_cast<uint64_t>(heads), static_cast<uint64_t>(batch)};
+  const uint64_t strides[3] = {bytes(seq_stride, seqlen), bytes(head_stride, heads), bytes(batch_stride, batch)};
+  const uint32_t box[4] = {static_cast<uint32_t>(128 / elem_bytes), static_cast<uint32_t>(box_rows), 1, 1};
+  return elem_bytes == 1 ? encode_tma_map_8bit_sw128(map, base, dims, strides, box)
+                         : encode_tma_map_16bit_sw128(map, is_bf16, base, dims, strides, box);
+}
+
 }  // namespace ga::cuda::tile

@@ -22,4 +22,12 @@ const char* encode_tma_map_16bit_sw128(CUtensorMap* map, bool is_bf16, const voi
 const char* encode_tma_map_8bit_sw128(CUtensorMap* map, const void* base, const uint64_t dims[4],
                                       const uint64_t strides_bytes[3], const uint32_t box[4]);
 
+// The attention kernels' Q/K/V/dO maps: a [batch][heads][seqlen][head_dim] view over a tensor with element
+// strides (BSHD and BHSD both work), boxes of {one 128-byte swizzle row, box_rows, 1, 1}. elem_bytes 2: bf16 or
+// fp16 (is_bf16); 1: e4m3 as bytes. A stride of an extent-1 dimension is never stepped, but TMA still wants a
+// valid multiple of 16 bytes, so it gets 16.
+const char* encode_tma_map_bshd(CUtensorMap* map, int elem_bytes, bool is_bf16, const void* base, int head_dim,
+                                int seqlen, int heads, int batch, int64_t seq_stride, int64_t head_stride,
+                                int64_t batch_stride, int box_rows);
+
 }  // namespace ga::cuda::tile
