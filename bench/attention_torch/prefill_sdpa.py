@@ -6,17 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-
-def time_us(fn, iters=20, warmup=3):
-    for _ in range(warmup):
-        fn()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(iters):
-        fn()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) * 1e3 / iters
+from compare import time_ms  # the same CUDA-event timer as the flash comparison (this folder)
 
 
 def main():
@@ -31,7 +21,7 @@ def main():
         for backend in (SDPBackend.FLASH_ATTENTION, SDPBackend.CUDNN_ATTENTION):
             try:
                 with sdpa_kernel([backend]):
-                    us = time_us(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True))
+                    us = 1e3 * time_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True), 20)
                 cells += [f"{us:.1f}", f"{flops / us / 1e6:.1f}"]
             except RuntimeError as e:  # a backend this torch/GPU lacks
                 cells += ["n/a", str(e).splitlines()[0][:40]]
