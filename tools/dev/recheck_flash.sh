@@ -1,3 +1,6 @@
+#!/usr/bin/env bash
+# Device re-check after a host-side refactor of the flash library: builds the attention tests and the PyTorch
+# harness, runs the flash/engine attention tests and a short compare.py (bf16 hd128, FP8 hd256) for speed.
 set -uo pipefail
 B=/tmp/b-integ
 cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DGA_CUDA=ON -DGA_CUDA_ARCHS=90a -DGA_BUILD_SERVER=OFF -DGA_BUILD_TESTS=ON > /tmp/cfg.log 2>&1
