@@ -118,6 +118,21 @@ TEST(Session, TruncateAndReEvalMatchesFreshSession) {
   EXPECT_THROW(s.truncate(-1), ga::Error);
 }
 
+// The warm-up evaluates throw-away tokens and forgets them: the session is empty after it, and what it
+// computes next equals a session that never warmed up (the same thread count, so the same arithmetic).
+TEST(Session, WarmUpLeavesNoTrace) {
+  const ga::LoadedModel& model = stories();
+  const size_t n_vocab = static_cast<size_t>(model.config.n_vocab);
+  ga::Session warmed = make_session(model, 2);
+  warmed.warm_up();
+  EXPECT_EQ(warmed.n_past(), 0);
+  const std::vector<float> got = warmed.eval(kTokens, true);
+  const std::vector<float> want = make_session(model, 2).eval(kTokens, true);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < kTokens.size(); ++i) EXPECT_EQ(row_rel(got, i, want, i, n_vocab), 0.0) << i;
+  EXPECT_THROW(warmed.warm_up(), ga::Error);  // only on an empty session
+}
+
 TEST(Session, ContextOverflowThrowsOutOfRangeAndKeepsSessionUsable) {
   const ga::LoadedModel& model = stories();
   const size_t n_vocab = static_cast<size_t>(model.config.n_vocab);
