@@ -13,6 +13,7 @@
 
 #include "server/api_error.h"
 #include "server/chat_prompt.h"
+#include "server/connection_probe.h"
 #include "server/responses.h"
 #include "server/sse.h"
 
@@ -23,6 +24,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 // How often waiting threads look at ServerContext::stopping.
 constexpr auto kPollInterval = std::chrono::milliseconds(100);
+// How often a whole answer's wait looks at its connection (a recv(MSG_PEEK) each time).
+constexpr auto kProbeInterval = std::chrono::milliseconds(20);
 // Idle time after which a stream writes a comment line (to notice a client that went away).
 constexpr auto kKeepAliveInterval = std::chrono::seconds(1);
 
@@ -123,12 +126,19 @@ bool failed(const RequestChannel& channel) {
   return channel.error || channel.result.finish == FinishReason::Cancelled;
 }
 
-// A whole answer: wait for the result, then answer once.
+// A whole answer: wait for the result, then answer once. Meanwhile, every kProbeInterval, a client that
+// hung up (connection_probe.h) or a stopping server cancels the request (done follows, Cancelled).
 void answer_whole(ServerContext& ctx, uint64_t id, const ResponseHeader& header,
-                  const std::shared_ptr<RequestChannel>& channel, httplib::Response& res) {
+                  const std::shared_ptr<RequestChannel>& channel, const ConnectionProbe& probe,
+                  httplib::Response& res) {
   std::unique_lock<std::mutex> lock(channel->mutex);
-  while (!channel->cv.wait_for(lock, kPollInterval, [&] { return channel->done; })) {
-    if (ctx.stopping.load()) ctx.scheduler.cancel(id);  // done follows (Cancelled)
+  while (!channel->cv.wait_for(lock, kProbeInterval, [&] { return channel->done; })) {
+    if (ctx.stopping.load()) {
+      ctx.scheduler.cancel(id);
+    } else if (!channel->client_gone.load() && probe.peer_closed()) {
+      channel->client_gone = true;
+      ctx.scheduler.cancel(id);
+    }
   }
   if (failed(*channel)) throw finished_with_error(*channel);
   res.status = http_status::kOk;
@@ -260,7 +270,8 @@ int64_t resolve_max_tokens(const ParsedRequest& request, int64_t n_prompt, int64
   return std::min(kCompletionsDefaultMaxTokens, room);
 }
 
-void handle_completion(ServerContext& ctx, Endpoint endpoint, const std::string& body, httplib::Response& res) {
+void handle_completion(ServerContext& ctx, Endpoint endpoint, const httplib::Request& req, const std::string& body,
+                       httplib::Response& res) {
   const ParsedRequest request = parse_request(endpoint, body);
   if (!request.model.empty() && request.model != ctx.options.model_id) {
     throw ApiError(http_status::kNotFound,
@@ -295,7 +306,8 @@ void handle_completion(ServerContext& ctx, Endpoint endpoint, const std::string&
   if (request.stream) {
     answer_stream(ctx, id, header, channel, res);
   } else {
-    answer_whole(ctx, id, header, channel, res);
+    const ConnectionProbe probe(req.remote_addr, req.remote_port, req.local_addr, req.local_port);
+    answer_whole(ctx, id, header, channel, probe, res);
   }
 }
 

@@ -6,7 +6,8 @@
 // channel: for a whole answer until the result arrives, for a stream it writes each batch of new
 // tokens as an SSE chunk. A failed write (the client went away) cancels the request at once, and
 // a comment line every second while nothing else is written notices departures during queueing and
-// prefill too, so a gone client never keeps KV blocks. On shutdown (ServerContext::stopping) waiting
+// prefill too; a whole answer peeks at its connection every poll interval instead (connection_probe.h),
+// so a gone client never keeps KV blocks. On shutdown (ServerContext::stopping) waiting
 // routes cancel their requests, so the server can stop without waiting for long generations.
 #pragma once
 
@@ -18,13 +19,16 @@
 #include "server/server_context.h"
 
 namespace httplib {
+struct Request;
 struct Response;
 }  // namespace httplib
 
 namespace ga::server {
 
-// body: the request body, already read (and bounded) by the caller, whose Content-Type was checked.
-void handle_completion(ServerContext& ctx, Endpoint endpoint, const std::string& body, httplib::Response& res);
+// body: the request body, already read (and bounded) by the caller, whose Content-Type was checked; req for
+// the connection's addresses (a whole answer watches its client: connection_probe.h).
+void handle_completion(ServerContext& ctx, Endpoint endpoint, const httplib::Request& req, const std::string& body,
+                       httplib::Response& res);
 
 // Pieces, for tests.
 

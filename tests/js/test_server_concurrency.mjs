@@ -1,6 +1,7 @@
 // Continuous batching seen from clients: 16 concurrent streams (greedy) each produce exactly what the
-// same request produces alone, and what llama2.c produces; a client that disconnects mid-stream gets
-// its request cancelled and its KV blocks freed (seen in /metrics).
+// same request produces alone, and what llama2.c produces; a client that disconnects mid-stream, or hangs
+// up while it waits for a whole (non-streaming) answer, gets its request cancelled and its KV blocks freed
+// (seen in /metrics).
 import test, { after, before } from 'node:test';
 import assert from 'node:assert/strict';
 import http from 'node:http';
@@ -81,6 +82,31 @@ test('a client that disconnects mid-stream is cancelled and its KV blocks freed'
   }, 10000, 'the cancelled request to free its KV blocks');
   assert.equal(afterDisconnect.gpu_accel_requests_cancelled_total - before.gpu_accel_requests_cancelled_total, 1);
   // Far fewer tokens than asked for were generated: the request really stopped.
+  assert.ok(afterDisconnect.gpu_accel_generated_tokens_total - before.gpu_accel_generated_tokens_total < 1900);
+});
+
+test('a client that hangs up on a non-streaming request is cancelled and its KV blocks freed', { skip }, async () => {
+  const before = await metrics(server.url);
+  assert.equal(before.gpu_accel_kv_blocks_used, 0);
+  const body = JSON.stringify({ prompt: 'Once upon a time', max_tokens: 1900, ignore_eos: true });
+  let answered = false;
+  const req = http.request({
+    host: '127.0.0.1', port: server.port, method: 'POST', path: '/v1/completions', agent: false,
+    headers: { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(body) },
+  });
+  req.on('error', () => {});  // the hang-up below
+  req.on('response', (res) => { answered = true; res.resume(); });
+  req.end(body);
+  // Admitted (nothing is written until the answer is whole): the sequence holds KV blocks. Then hang up.
+  await waitFor(async () => (await metrics(server.url)).gpu_accel_kv_blocks_used > 0, 10000,
+    'the request to hold KV blocks');
+  req.destroy();
+  const afterDisconnect = await waitFor(async () => {
+    const m = await metrics(server.url);
+    return m.gpu_accel_kv_blocks_used === 0 && m.gpu_accel_requests_running === 0 ? m : null;
+  }, 10000, 'the abandoned request to free its KV blocks');
+  assert.ok(!answered, 'the whole answer came before the client hung up (the test raced the generation)');
+  assert.equal(afterDisconnect.gpu_accel_requests_cancelled_total - before.gpu_accel_requests_cancelled_total, 1);
   assert.ok(afterDisconnect.gpu_accel_generated_tokens_total - before.gpu_accel_generated_tokens_total < 1900);
 });
 
