@@ -67,6 +67,16 @@ def time_ms(fn, iters, warmup=3):
     return start.elapsed_time(end) / iters
 
 
+def fa3_problems(args):
+    """The FA3 paper's problems for --head-dims x --seqlens, full then causal: 16k tokens per batch (batch =
+    16384 / seqlen, at least 1) and hidden 2048 (n_head = 2048 / head_dim). Yields (head_dim, n_head, seqlen,
+    batch, causal)."""
+    for d in [int(x) for x in args.head_dims.split(",")]:
+        for s in [int(x) for x in args.seqlens.split(",")]:
+            for causal in (False, True):
+                yield d, 2048 // d, s, max(1, 16384 // s), causal
+
+
 def arg_parser():
     """The options compare.py and compare_bwd.py share: the library, a JSON file, iterations and the grid."""
     ap = argparse.ArgumentParser()
@@ -167,53 +177,49 @@ class FlashFp8:
 
 def fp8_main(args, lib, dev):
     rows = []
-    for d in [int(x) for x in args.head_dims.split(",")]:
-        h = 2048 // d
-        for s in [int(x) for x in args.seqlens.split(",")]:
-            b = 16384 // s
-            for causal in (False, True):
-                q8, dq = quantize_e4m3(torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16))
-                k8, dk = quantize_e4m3(torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16))
-                v8, dv = quantize_e4m3(torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16))
-                qd, kd, vd = [(t.float() * sc).to(torch.bfloat16) for t, sc in ((q8, dq), (k8, dk), (v8, dv))]
-                o = torch.full((b, s, h, d), float("nan"), device="cuda", dtype=torch.bfloat16)
-                lse = torch.full((b, h, s), float("nan"), device="cuda", dtype=torch.float32)
-                scale = 1.0 / math.sqrt(d)
-                flops = 4 * b * h * s * s * d / (2 if causal else 1)
-                row = {"head_dim": d, "seqlen": s, "batch": b, "n_head": h, "causal": causal, "dtype": "fp8"}
-                ref = sdpa(qd, kd, vd, causal, SDPBackend.FLASH_ATTENTION)
-                try:
-                    row["cudnn"] = flops / time_ms(lambda: sdpa(qd, kd, vd, causal, SDPBackend.CUDNN_ATTENTION),
-                                                   args.iters) / 1e9
-                except RuntimeError as e:
-                    row["cudnn"] = None
-                    print(f"  cudnn unavailable: {str(e).splitlines()[0]}")
-                fl = FlashFp8(lib, q8, k8, v8, o, lse, causal, scale, (dq, dk, dv))
-                row["vt_us"] = time_ms(lambda: fl.run(-2), args.iters) * 1e3  # V^T pre-pass alone
-                for sc in FP8_VARIANTS:
-                    o.fill_(float("nan"))
-                    err = fl.try_run(sc)
-                    if err == CUDA_ERROR_NOT_SUPPORTED and sc >= 0:
-                        continue  # not compiled in this build
-                    if err != 0:
-                        raise RuntimeError(f"ga_flash_forward_fp8 variant {sc} returned cudaError {err}")
-                    torch.cuda.synchronize()
-                    err = rel_l2(o, ref)
-                    nan = torch.isnan(o).any().item()
-                    ms = time_ms(lambda: fl.run(sc), args.iters)
-                    key = "fp8_default" if sc < 0 else f"fp8_v{sc}"
-                    row[key] = flops / ms / 1e9
-                    row[key + "_err"] = err
-                    if sc < 0:
-                        row["fp8_default_ms"] = ms
-                    if nan or not err <= 5e-2:
-                        row[key + "_bad"] = True
-                        print(f"  MISMATCH fp8 variant {sc}: rel L2 {err:.3e} nan {nan}")
-                rows.append(row)
-                print(json.dumps({k_: (round(v_, 4) if isinstance(v_, float) else v_) for k_, v_ in row.items()}))
-                sys.stdout.flush()
-                del q8, k8, v8, qd, kd, vd, o, lse, ref, fl
-                torch.cuda.empty_cache()
+    for d, h, s, b, causal in fa3_problems(args):
+        q8, dq = quantize_e4m3(torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16))
+        k8, dk = quantize_e4m3(torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16))
+        v8, dv = quantize_e4m3(torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16))
+        qd, kd, vd = [(t.float() * sc).to(torch.bfloat16) for t, sc in ((q8, dq), (k8, dk), (v8, dv))]
+        o = torch.full((b, s, h, d), float("nan"), device="cuda", dtype=torch.bfloat16)
+        lse = torch.full((b, h, s), float("nan"), device="cuda", dtype=torch.float32)
+        scale = 1.0 / math.sqrt(d)
+        flops = 4 * b * h * s * s * d / (2 if causal else 1)
+        row = {"head_dim": d, "seqlen": s, "batch": b, "n_head": h, "causal": causal, "dtype": "fp8"}
+        ref = sdpa(qd, kd, vd, causal, SDPBackend.FLASH_ATTENTION)
+        try:
+            row["cudnn"] = flops / time_ms(lambda: sdpa(qd, kd, vd, causal, SDPBackend.CUDNN_ATTENTION),
+                                           args.iters) / 1e9
+        except RuntimeError as e:
+            row["cudnn"] = None
+            print(f"  cudnn unavailable: {str(e).splitlines()[0]}")
+        fl = FlashFp8(lib, q8, k8, v8, o, lse, causal, scale, (dq, dk, dv))
+        row["vt_us"] = time_ms(lambda: fl.run(-2), args.iters) * 1e3  # V^T pre-pass alone
+        for sc in FP8_VARIANTS:
+            o.fill_(float("nan"))
+            err = fl.try_run(sc)
+            if err == CUDA_ERROR_NOT_SUPPORTED and sc >= 0:
+                continue  # not compiled in this build
+            if err != 0:
+                raise RuntimeError(f"ga_flash_forward_fp8 variant {sc} returned cudaError {err}")
+            torch.cuda.synchronize()
+            err = rel_l2(o, ref)
+            nan = torch.isnan(o).any().item()
+            ms = time_ms(lambda: fl.run(sc), args.iters)
+            key = "fp8_default" if sc < 0 else f"fp8_v{sc}"
+            row[key] = flops / ms / 1e9
+            row[key + "_err"] = err
+            if sc < 0:
+                row["fp8_default_ms"] = ms
+            if nan or not err <= 5e-2:
+                row[key + "_bad"] = True
+                print(f"  MISMATCH fp8 variant {sc}: rel L2 {err:.3e} nan {nan}")
+        rows.append(row)
+        print(json.dumps({k_: (round(v_, 4) if isinstance(v_, float) else v_) for k_, v_ in row.items()}))
+        sys.stdout.flush()
+        del q8, k8, v8, qd, kd, vd, o, lse, ref, fl
+        torch.cuda.empty_cache()
     write_json(args.json, dev, rows)
     print("\n| hd | seq | mask | ours fp8 (default) | variants | V^T pass us (% of default) | cuDNN bf16 | ours/cuDNN"
           " | >= 1000 | max rel L2 |")
@@ -256,72 +262,68 @@ def main():
         return fp8_main(args, lib, dev)
     scheds = [int(x) for x in args.schedules.split(",")]
     rows = []
-    for d in [int(x) for x in args.head_dims.split(",")]:
-        h = 2048 // d
-        for s in [int(x) for x in args.seqlens.split(",")]:
-            b = 16384 // s
-            for causal in (False, True):
-                q = torch.randn(b, s, h, d, device="cuda", dtype=dtype)
-                k = torch.randn(b, s, h, d, device="cuda", dtype=dtype)
-                v = torch.randn(b, s, h, d, device="cuda", dtype=dtype)
-                o = torch.full_like(q, float("nan"))
-                lse = torch.full((b, h, s), float("nan"), device="cuda", dtype=torch.float32)
-                scale = 1.0 / math.sqrt(d)
-                flops = 4 * b * h * s * s * d / (2 if causal else 1)
-                row = {"head_dim": d, "seqlen": s, "batch": b, "n_head": h, "causal": causal, "dtype": args.dtype}
-                ref = sdpa(q, k, v, causal, SDPBackend.FLASH_ATTENTION)
-                for name, backend in (("fa2", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
-                    try:
-                        ms = time_ms(lambda: sdpa(q, k, v, causal, backend), args.iters)
-                        row[name] = flops / ms / 1e9
-                    except RuntimeError as e:
-                        row[name] = None
-                        print(f"  {name} unavailable: {str(e).splitlines()[0]}")
-                fl = Flash(lib, q, k, v, o, lse, causal, scale)
-                reason = fl.reason()
-                if reason is not None:
-                    print(f"flash refused: {reason}")
-                else:
-                    for sc in scheds:
-                        o.fill_(float("nan"))
-                        fl.run(sc)
-                        torch.cuda.synchronize()
-                        err = rel_l2(o, ref)
-                        nan = torch.isnan(o).any().item()
-                        ms = time_ms(lambda: fl.run(sc), args.iters)
-                        row[f"flash{sc}"] = flops / ms / 1e9
-                        row[f"flash{sc}_err"] = err
-                        if nan or not err <= 1e-2:
-                            row[f"flash{sc}_bad"] = True
-                            print(f"  MISMATCH flash sched {sc}: rel L2 {err:.3e} nan {nan}")
-                if args.mma and causal and d <= 128:
-                    q16, k16, v16 = q.half(), k.half(), v.half()
-                    q32 = q16.float()
-                    out32 = torch.full_like(q32, float("nan"))
-                    ws_bytes = lib.ga_mma_prefill_workspace_bytes(s, h, h, d)
-                    ws = torch.zeros(max(ws_bytes, 16), device="cuda", dtype=torch.uint8)
-                    stream = torch.cuda.current_stream().cuda_stream
+    for d, h, s, b, causal in fa3_problems(args):
+        q = torch.randn(b, s, h, d, device="cuda", dtype=dtype)
+        k = torch.randn(b, s, h, d, device="cuda", dtype=dtype)
+        v = torch.randn(b, s, h, d, device="cuda", dtype=dtype)
+        o = torch.full_like(q, float("nan"))
+        lse = torch.full((b, h, s), float("nan"), device="cuda", dtype=torch.float32)
+        scale = 1.0 / math.sqrt(d)
+        flops = 4 * b * h * s * s * d / (2 if causal else 1)
+        row = {"head_dim": d, "seqlen": s, "batch": b, "n_head": h, "causal": causal, "dtype": args.dtype}
+        ref = sdpa(q, k, v, causal, SDPBackend.FLASH_ATTENTION)
+        for name, backend in (("fa2", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
+            try:
+                ms = time_ms(lambda: sdpa(q, k, v, causal, backend), args.iters)
+                row[name] = flops / ms / 1e9
+            except RuntimeError as e:
+                row[name] = None
+                print(f"  {name} unavailable: {str(e).splitlines()[0]}")
+        fl = Flash(lib, q, k, v, o, lse, causal, scale)
+        reason = fl.reason()
+        if reason is not None:
+            print(f"flash refused: {reason}")
+        else:
+            for sc in scheds:
+                o.fill_(float("nan"))
+                fl.run(sc)
+                torch.cuda.synchronize()
+                err = rel_l2(o, ref)
+                nan = torch.isnan(o).any().item()
+                ms = time_ms(lambda: fl.run(sc), args.iters)
+                row[f"flash{sc}"] = flops / ms / 1e9
+                row[f"flash{sc}_err"] = err
+                if nan or not err <= 1e-2:
+                    row[f"flash{sc}_bad"] = True
+                    print(f"  MISMATCH flash sched {sc}: rel L2 {err:.3e} nan {nan}")
+        if args.mma and causal and d <= 128:
+            q16, k16, v16 = q.half(), k.half(), v.half()
+            q32 = q16.float()
+            out32 = torch.full_like(q32, float("nan"))
+            ws_bytes = lib.ga_mma_prefill_workspace_bytes(s, h, h, d)
+            ws = torch.zeros(max(ws_bytes, 16), device="cuda", dtype=torch.uint8)
+            stream = torch.cuda.current_stream().cuda_stream
 
-                    def mma_all():
-                        for bi in range(b):
-                            e = lib.ga_mma_prefill(q32[bi].data_ptr(), k16[bi].data_ptr(), v16[bi].data_ptr(),
-                                                   out32[bi].data_ptr(), ws.data_ptr(), ws_bytes, s, h, h, d,
-                                                   scale, stream)
-                            if e != 0:
-                                raise RuntimeError(f"ga_mma_prefill returned cudaError {e}")
-                    mma_all()
-                    ref16 = sdpa(q16, k16, v16, True, SDPBackend.FLASH_ATTENTION)
-                    row["mma_err"] = rel_l2(out32, ref16)
-                    row["mma"] = flops / time_ms(mma_all, args.iters) / 1e9
-                    row["fa2_f16"] = flops / time_ms(lambda: sdpa(q16, k16, v16, True, SDPBackend.FLASH_ATTENTION),
-                                                     args.iters) / 1e9
-                rows.append(row)
-                best = max((row.get(f"flash{sc}") or 0) for sc in scheds)
-                print(json.dumps({k_: (round(v_, 4) if isinstance(v_, float) else v_) for k_, v_ in row.items()}),
-                      f"best/cudnn {best / row['cudnn']:.3f}" if row.get("cudnn") else "")
-                sys.stdout.flush()
-                del q, k, v, o, lse, ref
-                torch.cuda.empty_cache()
+            def mma_all():
+                for bi in range(b):
+                    e = lib.ga_mma_prefill(q32[bi].data_ptr(), k16[bi].data_ptr(), v16[bi].data_ptr(),
+                                           out32[bi].data_ptr(), ws.data_ptr(), ws_bytes, s, h, h, d,
+                                           scale, stream)
+                    if e != 0:
+                        raise RuntimeError(f"ga_mma_prefill returned cudaError {e}")
+            mma_all()
+            ref16 = sdpa(q16, k16, v16, True, SDPBackend.FLASH_ATTENTION)
+            row["mma_err"] = rel_l2(out32, ref16)
+            row["mma"] = flops / time_ms(mma_all, args.iters) / 1e9
+            row["fa2_f16"] = flops / time_ms(lambda: sdpa(q16, k16, v16, True, SDPBackend.FLASH_ATTENTION),
+                                             args.iters) / 1e9
+        rows.append(row)
+        best = max((row.get(f"flash{sc}") or 0) for sc in scheds)
+        print(json.dumps({k_: (round(v_, 4) if isinstance(v_, float) else v_) for k_, v_ in row.items()}),
+              f"best/cudnn {best / row['cudnn']:.3f}" if row.get("cudnn") else "")
+        sys.stdout.flush()
+        del q, k, v, o, lse, ref
+        torch.cuda.empty_cache()
     write_json(args.json, dev, rows)
     # Summary table last (TFLOP/s)
     print(f"\n| hd | seq | mask | " + " | ".join(f"ours s{sc}" for sc in scheds) +

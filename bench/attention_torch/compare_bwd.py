@@ -25,7 +25,7 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 import torch.nn.functional as F
 
-from compare import Flash, arg_parser, open_run, rel_l2, time_ms, write_json
+from compare import Flash, arg_parser, fa3_problems, open_run, rel_l2, time_ms, write_json
 
 
 def bind_backward(lib):
@@ -81,75 +81,71 @@ def main():
     lib, dev, dtype = open_run(args)
     bind_backward(lib)
     rows = []
-    for d in [int(x) for x in args.head_dims.split(",")]:
-        h = 2048 // d
-        for s in [int(x) for x in args.seqlens.split(",")]:
-            b = max(1, 16384 // s)
-            for causal in (False, True):
-                q, k, v, dout = (torch.randn(b, s, h, d, device="cuda", dtype=dtype) for _ in range(4))
-                scale = 1.0 / math.sqrt(d)
-                flops = 2.5 * 4 * b * h * s * s * d / (2 if causal else 1)
-                row = {"head_dim": d, "seqlen": s, "batch": b, "n_head": h, "causal": causal, "dtype": args.dtype}
-                grads = {}
-                for name, backend in (("fa2", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
+    for d, h, s, b, causal in fa3_problems(args):
+        q, k, v, dout = (torch.randn(b, s, h, d, device="cuda", dtype=dtype) for _ in range(4))
+        scale = 1.0 / math.sqrt(d)
+        flops = 2.5 * 4 * b * h * s * s * d / (2 if causal else 1)
+        row = {"head_dim": d, "seqlen": s, "batch": b, "n_head": h, "causal": causal, "dtype": args.dtype}
+        grads = {}
+        for name, backend in (("fa2", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
+            try:
+                fn, grads[name] = torch_backward(q, k, v, dout, causal, backend)
+                row[name] = flops / time_ms(fn, args.iters) / 1e9
+                del fn
+            except RuntimeError as e:
+                row[name] = None
+                print(f"  {name} unavailable: {str(e).splitlines()[0]}")
+        o = torch.full_like(q, float("nan"))
+        lse = torch.full((b, h, s), float("nan"), device="cuda", dtype=torch.float32)
+        fwd = Flash(lib, q, k, v, o, lse, causal, scale)
+        reason = fwd.reason()
+        if reason is not None:
+            print(f"flash forward refused ({reason}): no O/LSE for our backward")
+        else:
+            fwd.run(-1)
+            dq, dk, dv = (torch.full_like(t, float("nan")) for t in (q, k, v))
+            bwd = FlashBwd(lib, q, k, v, o, lse, dout, dq, dk, dv, causal, scale)
+            bwd.run()
+            torch.cuda.synchronize()
+            ref = grads.get("fa2")
+            if ref is not None:
+                errs = [rel_l2(ours, theirs) for ours, theirs in zip((dq, dk, dv), ref)]
+                row["ours_err"] = max(errs)
+                nan = any(torch.isnan(t).any().item() for t in (dq, dk, dv))
+                if nan or not row["ours_err"] <= 2e-2:
+                    row["ours_bad"] = True
+                    print(f"  MISMATCH ours vs FA2: rel L2 dq/dk/dv {errs} nan {nan}")
+            if ref is not None and grads.get("cudnn") is not None:
+                row["cudnn_err"] = max(rel_l2(a, r) for a, r in zip(grads["cudnn"], ref))
+            row["ours"] = flops / time_ms(bwd.run, args.iters) / 1e9
+            del bwd
+            if d == 128 and hasattr(lib, "ga_flash_backward_set_kernel"):
+                # Each of our kernels forced on the same tensors (flash_backward picks one Hopper variant).
+                for kernel, key in ((1, "ours_sm80"), (2, "ours_hopper")):
+                    lib.ga_flash_backward_set_kernel(kernel)
                     try:
-                        fn, grads[name] = torch_backward(q, k, v, dout, causal, backend)
-                        row[name] = flops / time_ms(fn, args.iters) / 1e9
-                        del fn
-                    except RuntimeError as e:
-                        row[name] = None
-                        print(f"  {name} unavailable: {str(e).splitlines()[0]}")
-                o = torch.full_like(q, float("nan"))
-                lse = torch.full((b, h, s), float("nan"), device="cuda", dtype=torch.float32)
-                fwd = Flash(lib, q, k, v, o, lse, causal, scale)
-                reason = fwd.reason()
-                if reason is not None:
-                    print(f"flash forward refused ({reason}): no O/LSE for our backward")
-                else:
-                    fwd.run(-1)
-                    dq, dk, dv = (torch.full_like(t, float("nan")) for t in (q, k, v))
-                    bwd = FlashBwd(lib, q, k, v, o, lse, dout, dq, dk, dv, causal, scale)
-                    bwd.run()
-                    torch.cuda.synchronize()
-                    ref = grads.get("fa2")
-                    if ref is not None:
-                        errs = [rel_l2(ours, theirs) for ours, theirs in zip((dq, dk, dv), ref)]
-                        row["ours_err"] = max(errs)
-                        nan = any(torch.isnan(t).any().item() for t in (dq, dk, dv))
-                        if nan or not row["ours_err"] <= 2e-2:
-                            row["ours_bad"] = True
-                            print(f"  MISMATCH ours vs FA2: rel L2 dq/dk/dv {errs} nan {nan}")
-                    if ref is not None and grads.get("cudnn") is not None:
-                        row["cudnn_err"] = max(rel_l2(a, r) for a, r in zip(grads["cudnn"], ref))
-                    row["ours"] = flops / time_ms(bwd.run, args.iters) / 1e9
-                    del bwd
-                    if d == 128 and hasattr(lib, "ga_flash_backward_set_kernel"):
-                        # Each of our kernels forced on the same tensors (flash_backward picks one Hopper variant).
-                        for kernel, key in ((1, "ours_sm80"), (2, "ours_hopper")):
-                            lib.ga_flash_backward_set_kernel(kernel)
-                            try:
-                                for t in (dq, dk, dv):
-                                    t.fill_(float("nan"))
-                                bwd = FlashBwd(lib, q, k, v, o, lse, dout, dq, dk, dv, causal, scale)
-                                bwd.run()
-                                torch.cuda.synchronize()
-                                if ref is not None:
-                                    err = max(rel_l2(ours, theirs) for ours, theirs in zip((dq, dk, dv), ref))
-                                    nan = any(torch.isnan(t).any().item() for t in (dq, dk, dv))
-                                    row[key + "_err"] = err
-                                    if nan or not err <= 2e-2:
-                                        row["ours_bad"] = True
-                                        print(f"  MISMATCH ours ({key}) vs FA2: rel L2 {err} nan {nan}")
-                                row[key] = flops / time_ms(bwd.run, args.iters) / 1e9
-                                del bwd
-                            finally:
-                                lib.ga_flash_backward_set_kernel(0)
-                    del dq, dk, dv
-                rows.append(row)
-                print(json.dumps({k_: (round(v_, 4) if isinstance(v_, float) else v_) for k_, v_ in row.items()}))
-                sys.stdout.flush()
-                del q, k, v, dout, o, lse, grads
-                torch.cuda.empty_cache()
+                        for t in (dq, dk, dv):
+                            t.fill_(float("nan"))
+                        bwd = FlashBwd(lib, q, k, v, o, lse, dout, dq, dk, dv, causal, scale)
+                        bwd.run()
+                        torch.cuda.synchronize()
+                        if ref is not None:
+                            err = max(rel_l2(ours, theirs) for ours, theirs in zip((dq, dk, dv), ref))
+                            nan = any(torch.isnan(t).any().item() for t in (dq, dk, dv))
+                            row[key + "_err"] = err
+                            if nan or not err <= 2e-2:
+                                row["ours_bad"] = True
+                                print(f"  MISMATCH ours ({key}) vs FA2: rel L2 {err} nan {nan}")
+                        row[key] = flops / time_ms(bwd.run, args.iters) / 1e9
+                        del bwd
+                    finally:
+                        lib.ga_flash_backward_set_kernel(0)
+            del dq, dk, dv
+        rows.append(row)
+        print(json.dumps({k_: (round(v_, 4) if isinstance(v_, float) else v_) for k_, v_ in row.items()}))
+        sys.stdout.flush()
+        del q, k, v, dout, o, lse, grads
+        torch.cuda.empty_cache()
     write_json(args.json, dev, rows)
     fmt = lambda x: "-" if x is None else f"{x:.0f}"
     print("\nbackward, TFLOP/s (2.5 x forward FLOPs)")
