@@ -240,9 +240,7 @@ struct ProfileForward {
     p.max_seqs = max_n;
     p.max_seq_positions = n_ctx;
     p.use_cuda_graph = graphs;
-    if (model.find_weight("rope_freqs.weight") == nullptr && model.config.rope_scaling.type == RopeScalingType::Llama3) {
-      p.rope_freq_factors = arch::llama3_rope_freq_factors(model.config);
-    }
+    p.rope_freq_factors = arch::rope_freq_factors_for_forward(model);
     fwd = cuda::make_cuda_llama_batch_forward(model, p);
     tables.resize(static_cast<size_t>(max_n));
     for (int s = 0; s < max_n; ++s) {

@@ -59,6 +59,10 @@ void check_llama_model(const LoadedModel& model, const std::function<void(uint64
 // config (not a rope_freqs.weight tensor) can store these as rope_freqs.weight.
 std::vector<float> llama3_rope_freq_factors(const ModelConfig& config);
 
+// The rope divisors a forward that takes them as a parameter (the CUDA ones) must be given: none when the
+// file has rope_freqs.weight (the forward reads that tensor), Llama-3 scaling's when the config asks for it.
+std::vector<float> rope_freq_factors_for_forward(const LoadedModel& model);
+
 // K and V of every layer for a pool of fixed-size blocks: per layer, K then V, each
 // [n_blocks][block_size][n_head_kv][head_dim] of kv_type. Memory only; no bookkeeping.
 struct KvPoolParams {

@@ -101,6 +101,13 @@ void check_llama_model(const LoadedModel& model, const std::function<void(uint64
   }
 }
 
+std::vector<float> rope_freq_factors_for_forward(const LoadedModel& model) {
+  if (model.find_weight("rope_freqs.weight") != nullptr || model.config.rope_scaling.type != RopeScalingType::Llama3) {
+    return {};
+  }
+  return llama3_rope_freq_factors(model.config);
+}
+
 std::vector<float> llama3_rope_freq_factors(const ModelConfig& c) {
   const RopeScaling& rs = c.rope_scaling;
   GA_CHECK(rs.high_freq_factor > rs.low_freq_factor && rs.original_context > 0, InvalidFormat,

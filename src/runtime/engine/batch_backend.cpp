@@ -153,9 +153,7 @@ std::unique_ptr<BatchBackend> make_batch_backend(const LoadedModel& model, const
     params.max_seqs = options.max_seqs;
     params.max_seq_positions = options.n_ctx;
     params.use_cuda_graph = options.cuda_graphs;
-    if (model.find_weight("rope_freqs.weight") == nullptr && model.config.rope_scaling.type == RopeScalingType::Llama3) {
-      params.rope_freq_factors = arch::llama3_rope_freq_factors(model.config);
-    }
+    params.rope_freq_factors = arch::rope_freq_factors_for_forward(model);
     try {
       return std::make_unique<CudaBatchBackend>(cuda::make_cuda_llama_batch_forward(model, params), gpu_index,
                                                 options.max_seqs, options.gpu_sampling);
@@ -166,10 +164,6 @@ std::unique_ptr<BatchBackend> make_batch_backend(const LoadedModel& model, const
   }
   return std::make_unique<CpuBatchBackend>(model, options);
 }
-
-}  // namespace ga::engine
-
-namespace ga::engine {
 
 void warm_up_backend(BatchBackend& backend, int64_t n_ctx, int64_t block_size, int64_t max_batch_tokens,
                      int max_seqs) {

@@ -70,9 +70,7 @@ Session::Session(const LoadedModel& model, const SessionOptions& options) : impl
     params.device = gpu_index;
     params.n_ctx = n_ctx;
     params.use_cuda_graph = options.cuda_graphs;
-    if (model.find_weight("rope_freqs.weight") == nullptr && model.config.rope_scaling.type == RopeScalingType::Llama3) {
-      params.rope_freq_factors = arch::llama3_rope_freq_factors(model.config);
-    }
+    params.rope_freq_factors = arch::rope_freq_factors_for_forward(model);
     try {
       impl_->gpu = cuda::make_cuda_llama_forward(model, params);
       impl_->device = "cuda:" + std::to_string(gpu_index);
