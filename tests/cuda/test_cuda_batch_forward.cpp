@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <numeric>
@@ -27,6 +28,7 @@
 #include "common/test_data.h"
 #include "core/thread_pool.h"
 #include "cuda/cuda_harness.h"
+#include "cuda/logits_check.h"
 #include "gpu_accel/error.h"
 #include "gpu_accel/model.h"
 #include "model/arch/llama.h"
@@ -129,36 +131,34 @@ size_t check_model(const std::string& tag, const ga::LoadedModel& model, int64_t
     std::vector<float> want(n_out * static_cast<size_t>(n_vocab));
     cpu.forward(batch, step_tables, cpu_kv, want.data());
     const std::span<const float> got = gpu->forward(entries, step_tables);
-    EXPECT_EQ(got.size(), want.size()) << tag << " step " << step;
-    const size_t n_rows = std::min(got.size(), want.size()) / static_cast<size_t>(n_vocab);
-    for (size_t r = 0; r < n_rows; ++r) {
-      const double e =
-          ga::test::rel_l2(got.data() + r * n_vocab, want.data() + r * n_vocab, static_cast<size_t>(n_vocab));
-      worst = std::max(worst, std::isnan(e) ? 1e9 : e);
-      EXPECT_LE(e, kMaxRelL2) << tag << " step " << step << " logits row " << r;
-      ++rows;
-    }
+    rows += ga::test::cuda::expect_logit_rows_close(tag + " step " + std::to_string(step) + " logits", got, want, n_vocab,
+                                                    kMaxRelL2, worst);
   }
   std::printf("%-20s block_size %2lld, graphs %-3s: worst rel L2 %.2e over %zu logits rows\n", tag.c_str(),
               static_cast<long long>(block_size), graphs ? "on" : "off", worst, rows);
   return rows;
 }
 
+// A random model (make_random_model over stories260K's vocabulary), written to a temporary file named after
+// `file_tag` and the process, loaded, and the file removed: the loader keeps what it needs (mapped pages stay valid).
+ga::LoadedModel random_model(const std::string& file_tag, const std::string& preset, const std::string& type,
+                             uint64_t seed) {
+  const std::string path =
+      (std::filesystem::temp_directory_path() / (file_tag + std::to_string(::getpid()) + ".gguf")).string();
+  ga::tools::MakeModelOptions o;
+  o.preset = preset;
+  o.type = type;
+  o.vocab_path = ga::test::shared_path("models/tinyllamas/stories260K.gguf");
+  o.seed = seed;
+  o.n_threads = 2;
+  ga::tools::make_random_model(path, o);
+  ga::LoadedModel m = ga::load_model(path);
+  std::filesystem::remove(path);
+  return m;
+}
+
 const ga::LoadedModel& tiny_hd64() {
-  static const ga::LoadedModel model = [] {
-    const std::string path =
-        (std::filesystem::temp_directory_path() / ("ga-tiny-hd64-" + std::to_string(::getpid()) + ".gguf")).string();
-    ga::tools::MakeModelOptions o;
-    o.preset = "tiny-hd64";
-    o.type = "F16";
-    o.vocab_path = ga::test::shared_path("models/tinyllamas/stories260K.gguf");
-    o.seed = 3;
-    o.n_threads = 2;
-    ga::tools::make_random_model(path, o);
-    ga::LoadedModel m = ga::load_model(path);
-    std::filesystem::remove(path);  // the loader keeps what it needs (mapped pages stay valid)
-    return m;
-  }();
+  static const ga::LoadedModel model = random_model("ga-tiny-hd64-", "tiny-hd64", "F16", 3);
   return model;
 }
 
@@ -167,20 +167,7 @@ const ga::LoadedModel& tiny_hd64() {
 // the Q4_K ffn_down / attn_o GEMVs read x rounded once by SwiGLU / the pre-pass, the others round it themselves
 // and the Q6_K ones read x in float.
 const ga::LoadedModel& tiny_q4_k_m() {
-  static const ga::LoadedModel model = [] {
-    const std::string path =
-        (std::filesystem::temp_directory_path() / ("ga-tiny-q4km-" + std::to_string(::getpid()) + ".gguf")).string();
-    ga::tools::MakeModelOptions o;
-    o.preset = "tiny";
-    o.type = "Q4_K_M";
-    o.vocab_path = ga::test::shared_path("models/tinyllamas/stories260K.gguf");
-    o.seed = 5;
-    o.n_threads = 2;
-    ga::tools::make_random_model(path, o);
-    ga::LoadedModel m = ga::load_model(path);
-    std::filesystem::remove(path);
-    return m;
-  }();
+  static const ga::LoadedModel model = random_model("ga-tiny-q4km-", "tiny", "Q4_K_M", 5);
   return model;
 }
 

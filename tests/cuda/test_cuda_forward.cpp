@@ -27,11 +27,14 @@
 #include "backends/cuda/cuda_forward.h"
 #include "common/test_data.h"
 #include "cuda/cuda_harness.h"
+#include "cuda/logits_check.h"
 #include "gpu_accel/error.h"
 #include "gpu_accel/model.h"
 #include "gpu_accel/session.h"
 
 namespace {
+
+using ga::test::cuda::expect_logit_rows_close;
 
 constexpr double kMaxRelL2 = 1e-2;
 const char* const kPrompts[] = {"once_upon_a_time", "the_little_dog"};
@@ -60,21 +63,6 @@ int32_t argmax(const std::vector<float>& logits) {  // lowest id wins ties
   return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
 }
 
-// Compares n_rows rows of n_vocab logits; returns the worst rel L2.
-double compare_rows(const std::string& what, const std::vector<float>& gpu, const std::vector<float>& cpu,
-                    int64_t n_vocab, size_t& rows_compared) {
-  EXPECT_EQ(gpu.size(), cpu.size()) << what;
-  double worst = 0.0;
-  const size_t n_rows = std::min(gpu.size(), cpu.size()) / static_cast<size_t>(n_vocab);
-  for (size_t r = 0; r < n_rows; ++r) {
-    const double e = ga::test::rel_l2(gpu.data() + r * n_vocab, cpu.data() + r * n_vocab, static_cast<size_t>(n_vocab));
-    worst = std::max(worst, std::isnan(e) ? 1e9 : e);
-    EXPECT_LE(e, kMaxRelL2) << what << " row " << r;
-    ++rows_compared;
-  }
-  return worst;
-}
-
 // Runs the three feeding patterns on both devices; returns the rows compared.
 size_t check_model(const std::string& model_name, const std::string& path) {
   const ga::LoadedModel model = ga::load_model(path);
@@ -88,19 +76,20 @@ size_t check_model(const std::string& model_name, const std::string& path) {
     const std::string tag = model_name + "/" + prompt;
     cpu.reset();
     gpu.reset();
-    double worst = compare_rows(tag + " prompt batch", gpu.eval(seq.prompt, true), cpu.eval(seq.prompt, true),
-                                n_vocab, rows);
+    double worst = 0.0;
+    rows += expect_logit_rows_close(tag + " prompt batch", gpu.eval(seq.prompt, true), cpu.eval(seq.prompt, true),
+                                    n_vocab, kMaxRelL2, worst);
     for (size_t i = 0; i < seq.generated.size(); ++i) {
       const std::span<const int32_t> one(&seq.generated[i], 1);
-      worst = std::max(worst, compare_rows(tag + " decode step " + std::to_string(i), gpu.eval(one), cpu.eval(one),
-                                           n_vocab, rows));
+      rows += expect_logit_rows_close(tag + " decode step " + std::to_string(i), gpu.eval(one), cpu.eval(one), n_vocab,
+                                      kMaxRelL2, worst);
     }
     std::vector<int32_t> all = seq.prompt;
     all.insert(all.end(), seq.generated.begin(), seq.generated.end());
     cpu.reset();
     gpu.reset();
-    worst = std::max(worst, compare_rows(tag + " GEMM prefill of " + std::to_string(all.size()),
-                                         gpu.eval(all, true), cpu.eval(all, true), n_vocab, rows));
+    rows += expect_logit_rows_close(tag + " GEMM prefill of " + std::to_string(all.size()), gpu.eval(all, true),
+                                    cpu.eval(all, true), n_vocab, kMaxRelL2, worst);
     std::printf("%-36s worst rel L2 %.2e over %zu tokens\n", tag.c_str(), worst, all.size());
   }
   return rows;
@@ -188,9 +177,10 @@ TEST_P(CudaForwardInt8, ModesAgreeBitForBit) {
       gpu->eval(std::span<const int32_t>(&id, 1), pos++, false, row.data());
       logits.insert(logits.end(), row.begin(), row.end());
     }
-    size_t rows = 0;
-    const double worst = compare_rows(fixture + " int8 activations mode " + std::to_string(static_cast<int>(mode)),
-                                      logits, want, n_vocab, rows);
+    double worst = 0.0;
+    const size_t rows = expect_logit_rows_close(
+        fixture + " int8 activations mode " + std::to_string(static_cast<int>(mode)), logits, want, n_vocab, kMaxRelL2,
+        worst);
     std::printf("%s int8 activations mode %d: worst rel L2 %.2e over %zu rows\n", fixture.c_str(),
                 static_cast<int>(mode), worst, rows);
     EXPECT_GT(rows, 0u);

@@ -21,11 +21,14 @@
 
 #include "common/test_data.h"
 #include "cuda/cuda_harness.h"
+#include "cuda/logits_check.h"
 #include "gpu_accel/dtype.h"
 #include "gpu_accel/model.h"
 #include "gpu_accel/session.h"
 
 namespace {
+
+using ga::test::cuda::expect_logit_rows_close;
 
 constexpr double kMaxRelL2 = 1e-2;
 
@@ -126,18 +129,6 @@ ga::SessionOptions options(const std::string& device) {
   return o;
 }
 
-size_t compare(const std::string& what, const std::vector<float>& gpu, const std::vector<float>& cpu, int64_t n_vocab,
-               double& worst) {
-  EXPECT_EQ(gpu.size(), cpu.size()) << what;
-  const size_t rows = std::min(gpu.size(), cpu.size()) / static_cast<size_t>(n_vocab);
-  for (size_t r = 0; r < rows; ++r) {
-    const double e = ga::test::rel_l2(gpu.data() + r * n_vocab, cpu.data() + r * n_vocab, static_cast<size_t>(n_vocab));
-    worst = std::max(worst, std::isnan(e) ? 1e9 : e);
-    EXPECT_LE(e, kMaxRelL2) << what << " row " << r;
-  }
-  return rows;
-}
-
 TEST(CudaForwardShapes, TunedAttentionShapesMatchCpuSession) {
   GA_REQUIRE_CUDA_DEVICE();
   const ShapeCase cases[] = {
@@ -157,12 +148,14 @@ TEST(CudaForwardShapes, TunedAttentionShapesMatchCpuSession) {
     for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>((7 + 37 * i) % n_vocab);
     for (size_t i = 0; i < batch.size(); ++i) batch[i] = static_cast<int32_t>((11 + 53 * i) % n_vocab);
     double worst = 0.0;
-    rows += compare("prompt", gpu.eval(prompt, true), cpu.eval(prompt, true), n_vocab, worst);
-    rows += compare("batch of 5", gpu.eval(batch, true), cpu.eval(batch, true), n_vocab, worst);
+    rows += expect_logit_rows_close("prompt", gpu.eval(prompt, true), cpu.eval(prompt, true), n_vocab, kMaxRelL2, worst);
+    rows += expect_logit_rows_close("batch of 5", gpu.eval(batch, true), cpu.eval(batch, true), n_vocab, kMaxRelL2,
+                                    worst);
     for (int32_t i = 0; i < 12; ++i) {
       const int32_t id = (3 + 29 * i) % static_cast<int32_t>(n_vocab);
       const std::span<const int32_t> one(&id, 1);
-      rows += compare("decode " + std::to_string(i), gpu.eval(one), cpu.eval(one), n_vocab, worst);
+      rows += expect_logit_rows_close("decode " + std::to_string(i), gpu.eval(one), cpu.eval(one), n_vocab, kMaxRelL2,
+                                      worst);
     }
     std::printf("%-30s worst rel L2 %.2e (%s)\n", s.name, worst, gpu.device_description().c_str());
   }

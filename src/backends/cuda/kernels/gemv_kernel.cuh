@@ -181,6 +181,23 @@ __device__ __forceinline__ float gemv_block_dot(const float* q, const float* sca
   return acc;
 }
 
+// The CTA's R rows from row0. Rows past the end are clamped to the last row: read and decoded like the
+// others (no per-row branch, so the compiler interleaves the R rows) and never stored.
+template <int R>
+__device__ __forceinline__ void gemv_clamped_rows(const GemvArgs& a, int64_t row0, const uint8_t* (&row_ptr)[R]) {
+#pragma unroll
+  for (int i = 0; i < R; ++i) row_ptr[i] = a.w + min(row0 + i, a.rows - 1) * a.row_stride;
+}
+
+template <int R, int NT>
+__device__ __forceinline__ void gemv_zero_acc(float (&acc)[R][NT]) {
+#pragma unroll
+  for (int i = 0; i < R; ++i) {
+#pragma unroll
+    for (int t = 0; t < NT; ++t) acc[i][t] = 0.0f;
+  }
+}
+
 // Sums acc over the CTA's warps and writes y (rows row0.., tokens < n_tokens).
 template <int R, int NT>
 __device__ __forceinline__ void gemv_reduce_store(const GemvArgs& a, int64_t row0, float (&acc)[R][NT],
@@ -225,11 +242,8 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_staged_kernel(const Gemv
   uint4* my_stages = gemv_dynamic_smem + warp * P * kStageSetChunks;
   const uint32_t my_stages_offset = static_cast<uint32_t>(warp * P * kStageSetChunks * kChunkBytes);
 
-  // rows past the end are clamped to the last row: read and decoded like the others (no per-row
-  // branch, so the compiler interleaves the R rows) and never stored
   const uint8_t* row_ptr[R];
-#pragma unroll
-  for (int i = 0; i < R; ++i) row_ptr[i] = a.w + min(row0 + i, a.rows - 1) * a.row_stride;
+  gemv_clamped_rows(a, row0, row_ptr);
 
   const int part = lane % D::kLanesPerBlock;
   const int64_t n_seg = (a.blocks_per_row + G::kBlocksPerSeg - 1) / G::kBlocksPerSeg;
@@ -237,11 +251,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_staged_kernel(const Gemv
   const int n_mine = n_seg > warp ? static_cast<int>((n_seg - warp + kGemvWarps - 1) / kGemvWarps) : 0;
 
   float acc[R][NT];
-#pragma unroll
-  for (int i = 0; i < R; ++i) {
-#pragma unroll
-    for (int t = 0; t < NT; ++t) acc[i][t] = 0.0f;
-  }
+  gemv_zero_acc(acc);
 
   // prologue: the first P-1 segments in flight (one commit group each, empty ones included, so that
   // copy_wait<P-1> below always means "segment j has landed")
@@ -332,15 +342,10 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_direct_kernel(const Gemv
   const int warp = threadIdx.x >> 5;
   const int64_t row0 = static_cast<int64_t>(blockIdx.x) * R;
   const uint8_t* row_ptr[R];
-#pragma unroll
-  for (int i = 0; i < R; ++i) row_ptr[i] = a.w + min(row0 + i, a.rows - 1) * a.row_stride;  // clamped: read, not used
+  gemv_clamped_rows(a, row0, row_ptr);
 
   float acc[R][NT];
-#pragma unroll
-  for (int i = 0; i < R; ++i) {
-#pragma unroll
-    for (int t = 0; t < NT; ++t) acc[i][t] = 0.0f;
-  }
+  gemv_zero_acc(acc);
 
   const int64_t n_chunks = a.blocks_per_row;
   for (int64_t g0 = int64_t{32} * U * warp; g0 < n_chunks; g0 += int64_t{32} * U * kGemvWarps) {

@@ -83,17 +83,12 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_split_kernel(const GemvA
   const int warp = threadIdx.x >> 5;
   const int64_t row0 = static_cast<int64_t>(blockIdx.x) * R;
   const uint8_t* row_ptr[R];
-#pragma unroll
-  for (int i = 0; i < R; ++i) row_ptr[i] = a.w + min(row0 + i, a.rows - 1) * a.row_stride;  // clamped: read, not used
+  gemv_clamped_rows(a, row0, row_ptr);
   const int64_t scales = split_scales_offset<D>(a.blocks_per_row);
   const int64_t n_chunks = a.blocks_per_row * kChunksPerBlock;
 
   float acc[R][NT];
-#pragma unroll
-  for (int i = 0; i < R; ++i) {
-#pragma unroll
-    for (int t = 0; t < NT; ++t) acc[i][t] = 0.0f;
-  }
+  gemv_zero_acc(acc);
 
   for (int64_t g0 = int64_t{32} * U * warp; g0 < n_chunks; g0 += int64_t{32} * U * kGemvWarps) {
     uint4 c[R][U];
@@ -198,6 +193,20 @@ __device__ __forceinline__ void split_int8_load(const GemvArgs& a, int64_t row0,
   }
 }
 
+// The group just loaded (c, d) becomes the one computed (cur, dcur), freeing c and d for the next loads.
+template <int R, int U>
+__device__ __forceinline__ void split_int8_take(const uint4 (&c)[R][U], const float (&d)[R][U], uint4 (&cur)[R][U],
+                                                float (&dcur)[R][U]) {
+#pragma unroll
+  for (int i = 0; i < R; ++i) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      cur[i][u] = c[i][u];
+      dcur[i][u] = d[i][u];
+    }
+  }
+}
+
 // kPreQuantX: x comes quantized in a.x_int8 (x_int8.cuh layout), read from global memory; else each CTA
 // quantizes a.x into shared memory first.
 template <int NT, bool kPreQuantX>
@@ -235,25 +244,14 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_split_int8_kernel(const 
   for (int64_t tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
     const int64_t row0 = tile * R;
     float acc[R][NT];
-#pragma unroll
-    for (int i = 0; i < R; ++i) {
-#pragma unroll
-      for (int t = 0; t < NT; ++t) acc[i][t] = 0.0f;
-    }
+    gemv_zero_acc(acc);
     for (int64_t g0 = g_first; g0 < n_chunks; g0 += int64_t{32} * U * kGemvWarps) {
       uint4 cur[R][U];
       float dcur[R][U];
       if constexpr (kPrefetch) {
         // c holds group (tile, g0); issue this warp's next group (of this tile, else the next tile's
         // first) before computing, so two groups per warp are in flight
-#pragma unroll
-        for (int i = 0; i < R; ++i) {
-#pragma unroll
-          for (int u = 0; u < U; ++u) {
-            cur[i][u] = c[i][u];
-            dcur[i][u] = d[i][u];
-          }
-        }
+        split_int8_take(c, d, cur, dcur);
         int64_t next_g = g0 + int64_t{32} * U * kGemvWarps;
         int64_t next_tile = tile;
         if (next_g >= n_chunks) {
@@ -263,14 +261,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_split_int8_kernel(const 
         if (next_tile < n_tiles) split_int8_load<R, U>(a, next_tile * R, next_g, n_chunks, scales, lane, c, d);
       } else {
         if (g0 != g_first) split_int8_load<R, U>(a, row0, g0, n_chunks, scales, lane, c, d);
-#pragma unroll
-        for (int i = 0; i < R; ++i) {
-#pragma unroll
-          for (int u = 0; u < U; ++u) {
-            cur[i][u] = c[i][u];
-            dcur[i][u] = d[i][u];
-          }
-        }
+        split_int8_take(c, d, cur, dcur);
       }
 #pragma unroll
       for (int u = 0; u < U; ++u) {

@@ -404,45 +404,31 @@ void CudaLlamaForward::allocate_state() {
   // The tuned attention's split-KV workspace, for the largest step it will see. Contiguous: the
   // decode path takes batches of 1..8 tokens (its split count, hence the workspace, varies with the
   // batch); the prefill path above 8 needs none. Paged: decode-only steps of 1..max_seqs sequences
-  // and the largest mixed step.
-  AttentionParams ap;
-  ap.q = qkv_.as<float>();
-  ap.q_token_stride = ld_qkv_;
-  ap.k = layers_[0].k_cache;
-  ap.v = layers_[0].v_cache;
-  ap.kv_pos_stride = kv_dim_;
-  ap.out = attn_.as<float>();
-  ap.out_token_stride = ld_q_;
-  ap.n_head = static_cast<int>(c_.n_head);
-  ap.n_head_kv = static_cast<int>(c_.n_head_kv);
-  ap.head_dim = static_cast<int>(c_.head_dim);
+  // and the largest mixed step. Every size is asked of the parameters the launches use
+  // (attention_params, layer 0: every layer's cache has the same layout) with the paged bound on
+  // positions the steps carry (decode_shape, validate_batch: at most max_seq_positions).
+  const auto bounds = [&](int64_t n_tokens, int64_t n_seqs, int64_t max_seq_tokens) {
+    StepShape shape;
+    shape.n_tokens = n_tokens;
+    shape.paged = layout_.paged;
+    shape.n_seqs = static_cast<int>(n_seqs);
+    shape.max_seq_tokens = max_seq_tokens;
+    shape.max_kv_positions = layout_.max_seq_positions;  // the paged form's bound (contiguous: n_slots_)
+    return shape;
+  };
   std::vector<std::pair<int64_t, int64_t>> shapes;  // (n_tokens, n_seqs)
   if (layout_.paged) {
-    ap.n_seqs = 1;
-    ap.seq_q_start = meta(off_q_start());
-    ap.seq_pos0 = meta(off_pos0());
-    ap.block_table = meta(off_tables());
-    ap.block_table_stride = table_stride_;
-    ap.block_size = static_cast<int>(layout_.block_size);
-    ap.n_kv_blocks = layout_.n_blocks;
-    ap.max_kv_positions = layout_.max_seq_positions;
     // The paged workspace for the largest bounds covers every smaller call (attention.h); the
     // decode-only shapes are asked too in case the largest one is refused.
     for (int64_t n = 1; n <= layout_.max_seqs; ++n) shapes.emplace_back(n, n);
     shapes.emplace_back(B, layout_.max_seqs);
   } else {
-    ap.pos0_device = positions();
-    ap.max_kv_positions = n_slots_;
     for (int64_t n = 1; n <= std::min<int64_t>({B, n_slots_, kGemvMaxTokens}); ++n) shapes.emplace_back(n, 1);
   }
   // Sized before asking attention_unsupported_reason: that check also wants the workspace, so asking
   // it first left the workspace empty and sent every decode step to the simple attention.
   for (const auto& [n, n_seqs] : shapes) {
-    ap.n_tokens = static_cast<int>(n);
-    if (layout_.paged) {
-      ap.n_seqs = static_cast<int>(n_seqs);
-      ap.max_seq_tokens = static_cast<int>(n == n_seqs ? 1 : n);
-    }
+    AttentionParams ap = attention_params(layers_[0], bounds(n, n_seqs, n == n_seqs ? 1 : n));
     ap.workspace = nullptr;
     ap.workspace_bytes = 0;
     const size_t bytes = attention_workspace_bytes(ap);
@@ -462,13 +448,9 @@ void CudaLlamaForward::allocate_state() {
   // when the Hopper kernel takes that step's prefill (attention_hopper_prefill_reason).
   const char* mma_only = std::getenv("GA_ATTN_PREFILL");
   if (!(mma_only != nullptr && std::strcmp(mma_only, "mma") == 0)) {
-    ap.n_tokens = static_cast<int>(layout_.paged ? B : std::min<int64_t>(B, n_slots_));
-    if (layout_.paged) {
-      ap.n_seqs = static_cast<int>(layout_.max_seqs);
-      ap.max_seq_tokens = static_cast<int>(std::min<int64_t>(B, layout_.max_seq_positions));
-    }
-    ap.workspace = attn_workspace_.data();
-    ap.workspace_bytes = attn_workspace_bytes_;
+    const int64_t n = layout_.paged ? B : std::min<int64_t>(B, n_slots_);
+    AttentionParams ap = attention_params(
+        layers_[0], bounds(n, layout_.max_seqs, std::min<int64_t>(B, layout_.max_seq_positions)));
     const size_t staging = attention_prefill_staging_bytes(ap);
     if (staging > 0) {
       prefill_staging_ = DeviceBuffer(allocator_, staging);

@@ -50,6 +50,7 @@
 #include "backends/cuda/allocator.h"
 #include "backends/cuda/cuda_forward.h"
 #include "backends/cuda/gemm.h"
+#include "backends/cuda/kernels/attention.h"
 #include "backends/cuda/kernels/gemv.h"
 #include "backends/cuda/kernels/weight_layout.h"
 #include "backends/cuda/stream.h"
@@ -150,6 +151,10 @@ class CudaLlamaForward final : public CudaForward, public CudaBatchForward {
   void enqueue_step(const StepShape& shape);
   void enqueue_layer(const DeviceLayer& L, const StepShape& shape, bool first);
   void enqueue_attention(const DeviceLayer& L, const StepShape& shape);
+  // The tuned attention's parameters for layer L and a step of `shape`, with the workspace and the prefill
+  // staging as they are allocated now: what enqueue_attention launches and what allocate_state sizes those two
+  // buffers by (for the largest shapes), so the sizing cannot drift from the launches.
+  AttentionParams attention_params(const DeviceLayer& L, const StepShape& shape) const;
   void enqueue_qkv_rope_store(const DeviceLayer& L, const StepShape& shape);
   // y[n][w.rows] (ld ldy) = x[n][w.cols] (ld ldx) * W^T: GEMV for n <= 8, else GEMM.
   // x_int8: x already rounded for the int8 GEMV (gemv.h, GemvParams::x_int8), or null.

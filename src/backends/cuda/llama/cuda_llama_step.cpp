@@ -105,9 +105,7 @@ void CudaLlamaForward::matmul(const DeviceMatrix& w, const float* x, int64_t ldx
   gemm_->run(p);
 }
 
-void CudaLlamaForward::enqueue_attention(const DeviceLayer& L, const StepShape& shape) {
-  cudaStream_t s = stream_.get();
-  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c_.head_dim)));
+AttentionParams CudaLlamaForward::attention_params(const DeviceLayer& L, const StepShape& shape) const {
   AttentionParams ap;
   ap.q = qkv_.as<float>();  // the q slice of [n][q | k | v]
   ap.q_token_stride = ld_qkv_;
@@ -120,7 +118,7 @@ void CudaLlamaForward::enqueue_attention(const DeviceLayer& L, const StepShape& 
   ap.n_head = static_cast<int>(c_.n_head);
   ap.n_head_kv = static_cast<int>(c_.n_head_kv);
   ap.head_dim = static_cast<int>(c_.head_dim);
-  ap.scale = scale;
+  ap.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c_.head_dim)));
   ap.workspace = attn_workspace_.data();
   ap.workspace_bytes = attn_workspace_bytes_;
   ap.prefill_staging = prefill_staging_.data();  // the Hopper flash prefill where the device runs it
@@ -139,6 +137,12 @@ void CudaLlamaForward::enqueue_attention(const DeviceLayer& L, const StepShape& 
     ap.pos0_device = positions();  // positions()[0] is the step's first position
     ap.max_kv_positions = n_slots_;
   }
+  return ap;
+}
+
+void CudaLlamaForward::enqueue_attention(const DeviceLayer& L, const StepShape& shape) {
+  cudaStream_t s = stream_.get();
+  const AttentionParams ap = attention_params(L, shape);
   if (attention_unsupported_reason(ap) == nullptr && attention_workspace_bytes(ap) <= attn_workspace_bytes_) {
     GA_CUDA_CHECK(attention(ap, s));
     return;
@@ -155,7 +159,7 @@ void CudaLlamaForward::enqueue_attention(const DeviceLayer& L, const StepShape& 
   sp.n_head = ap.n_head;
   sp.n_head_kv = ap.n_head_kv;
   sp.head_dim = ap.head_dim;
-  sp.scale = scale;
+  sp.scale = ap.scale;
   if (shape.paged) {
     sp.n_seqs = shape.n_seqs;
     sp.seq_q_start = ap.seq_q_start;
@@ -571,8 +575,12 @@ int64_t CudaLlamaForward::run_paged(std::span<const BatchEntry> batch,
 }  // namespace ga::cuda::llama
 
 namespace ga::cuda {
+namespace {
 
-std::unique_ptr<CudaForward> make_cuda_llama_forward(const LoadedModel& model, const CudaForwardParams& params) {
+// What both factories check and fill alike: the device must exist; the device, the RoPE factors, the graph
+// switch and the int8 mode go into the layout as given. Each factory adds the shape of its KV pool.
+template <class Params>
+llama::EngineLayout layout_from_common_params(const Params& params) {
   std::string reason;
   const int count = device_count(&reason);
   GA_CHECK(count > 0, Unsupported, "no CUDA device (", reason, ")");
@@ -580,29 +588,30 @@ std::unique_ptr<CudaForward> make_cuda_llama_forward(const LoadedModel& model, c
            " does not exist (", count, " devices)");
   llama::EngineLayout layout;
   layout.device = params.device;
+  layout.rope_freq_factors = params.rope_freq_factors;
+  layout.use_cuda_graph = params.use_cuda_graph;
+  layout.int8_activations = params.int8_activations;
+  return layout;
+}
+
+}  // namespace
+
+std::unique_ptr<CudaForward> make_cuda_llama_forward(const LoadedModel& model, const CudaForwardParams& params) {
+  llama::EngineLayout layout = layout_from_common_params(params);
   layout.paged = false;
   layout.block_size = params.n_ctx;
   layout.n_blocks = 1;
   layout.max_batch = params.max_batch;
   layout.max_seqs = 1;
   layout.max_seq_positions = params.n_ctx;
-  layout.rope_freq_factors = params.rope_freq_factors;
-  layout.use_cuda_graph = params.use_cuda_graph;
-  layout.int8_activations = params.int8_activations;
   return std::make_unique<llama::CudaLlamaForward>(model, layout);
 }
 
 std::unique_ptr<CudaBatchForward> make_cuda_llama_batch_forward(const LoadedModel& model,
                                                                 const CudaBatchForwardParams& params) {
-  std::string reason;
-  const int count = device_count(&reason);
-  GA_CHECK(count > 0, Unsupported, "no CUDA device (", reason, ")");
-  GA_CHECK(params.device >= 0 && params.device < count, InvalidArgument, "CUDA device ", params.device,
-           " does not exist (", count, " devices)");
+  llama::EngineLayout layout = layout_from_common_params(params);
   GA_CHECK(params.kv_memory_fraction > 0.0 && params.kv_memory_fraction <= 1.0, InvalidArgument,
            "kv_memory_fraction ", params.kv_memory_fraction, " is outside (0, 1]");
-  llama::EngineLayout layout;
-  layout.device = params.device;
   layout.paged = true;
   layout.block_size = params.block_size;
   layout.n_blocks = params.n_blocks;
@@ -611,9 +620,6 @@ std::unique_ptr<CudaBatchForward> make_cuda_llama_batch_forward(const LoadedMode
   layout.max_batch = params.max_batch_tokens;
   layout.max_seqs = params.max_seqs;
   layout.max_seq_positions = params.max_seq_positions;
-  layout.rope_freq_factors = params.rope_freq_factors;
-  layout.use_cuda_graph = params.use_cuda_graph;
-  layout.int8_activations = params.int8_activations;
   return std::make_unique<llama::CudaLlamaForward>(model, layout);
 }
 
