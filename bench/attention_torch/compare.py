@@ -3,13 +3,21 @@
 
 Methodology of the FlashAttention-3 paper (arXiv 2407.08608, section 4.1): 16k tokens per batch
 (batch = 16384 / seqlen), hidden 2048 (n_head = 2048 / head_dim), seqlen 512..16k, causal and not;
-FLOPs = 4 * batch * n_head * seqlen^2 * head_dim, halved for causal. Each kernel is timed with CUDA events
-over `--iters` launches after warm-up, on the same q, k, v tensors ([batch][seq][head][dim] memory, viewed
-as [batch][head][seq][dim] for SDPA). Our output is checked against torch's (FA2 backend) every time.
+FLOPs = 4 * batch * n_head * seqlen^2 * head_dim, halved for causal. All kernels of one problem run on the same
+q, k, v tensors ([batch][seq][head][dim] memory, viewed as [batch][head][seq][dim] for SDPA). Our output is
+checked against torch's (FA2 backend) every time.
+
+Timing (time_rounds): one timing = CUDA events around `--iters` back-to-back launches. Single timings move 5-10%
+within a run, and the first timing of a kernel after a pause tends to be the fast one (a cooler GPU runs higher
+clocks), so the backends of one problem are interleaved over `--rounds` rounds (ours, cuDNN, FA2, ours, ...), the
+order rotated by one each round so no backend is always first; each backend's figure is the MEDIAN of its rounds
+and ratios are ratios of medians. The per-round ratio best-ours / cuDNN is also reported as a min..max range, and
+the SM clock (torch.cuda.clock_rate, i.e. NVML, when available) is sampled after each round.
 
 Our kernels come from libga_attention_c.so (bench/attention_torch/ga_attention_c_api.cu; build target
 `ga_attention_c`), loaded with ctypes and called on the tensors' device pointers:
-  * flash: the Hopper forward (kernels/flash), variants 0-6 (7-10: FP8 only; kernels/flash/flash_fwd_launch.h),
+  * flash: the Hopper forward (kernels/flash), variants 0-6 (7-10: FP8 only; 12-17: FA3's wide key tiles and
+           the lazy O rescale; -1: flash_forward's default; kernels/flash/flash_fwd_launch.h),
            and variant 11, the mma.sync forward (kernels/flash/flash_fwd_sm80.cuh: what sm_80/86/89 GPUs run;
            --sm80 times only it, against FA2 = the issue's bar >= 0.9x);
   * mma:   the mma.sync prefill (kernels/attention*.cu; fp16 K/V, f32 q/out, causal, one sequence per
@@ -29,6 +37,7 @@ import argparse
 import ctypes
 import json
 import math
+import statistics
 import sys
 
 import torch
@@ -67,6 +76,63 @@ def time_ms(fn, iters, warmup=3):
     return start.elapsed_time(end) / iters
 
 
+def sm_clock_mhz():
+    """The SM clock now in MHz (torch.cuda.clock_rate reads it through NVML), or None when it cannot be read."""
+    try:
+        return float(torch.cuda.clock_rate())
+    except Exception:  # no pynvml / NVML on this machine: the clock column stays empty
+        return None
+
+
+LEGACY_TIMING = False  # --legacy-timing: the sessions 1-3 method, to measure what the interleaving changes
+
+
+def time_rounds(fns, iters, rounds, warmup=3):
+    """Interleaved timing of the backends of one problem: ({name: [ms of each round]}, [SM MHz after each round]).
+
+    Every fn is warmed up first; then `rounds` rounds each time every fn once (`iters` launches), starting one
+    name later each round (round r: names[r:] + names[:r]), so a backend's median is not biased by always being
+    timed first (or right after a heavier kernel)."""
+    names = list(fns)
+    if LEGACY_TIMING:  # one timing each, torch's backends first, each right after its own warm-up
+        names = [n for n in ("fa2", "cudnn") if n in fns] + [n for n in names if n not in ("fa2", "cudnn")]
+        return {name: [time_ms(fns[name], iters, warmup)] for name in names}, []
+    for name in names:
+        for _ in range(warmup):
+            fns[name]()
+    torch.cuda.synchronize()
+    times = {name: [] for name in names}
+    clocks = []
+    for r in range(rounds):
+        k = r % len(names)
+        for name in names[k:] + names[:k]:
+            times[name].append(time_ms(fns[name], iters, warmup=0))
+        mhz = sm_clock_mhz()
+        if mhz is not None:
+            clocks.append(mhz)
+    return times, clocks
+
+
+def median(xs):
+    return statistics.median(xs) if xs else None
+
+
+def round_stats(row, times, flops, clocks, ours=()):
+    """Fills row[name] = TFLOP/s of the median round for each timed name, row["rounds"], row["mhz"] (median SM
+    clock) and, when cuDNN and some of `ours` were timed, row["ratio_min"] / row["ratio_max"]: the per-round
+    ratio of our best variant to cuDNN (the spread the medians hide). Returns the medians in ms."""
+    med = {name: median(ts) for name, ts in times.items()}
+    for name, ms in med.items():
+        row[name] = flops / ms / 1e9
+        row[name + "_spread"] = max(times[name]) / min(times[name]) - 1.0  # slowest / fastest round - 1
+    row["rounds"] = len(next(iter(times.values()))) if times else 0
+    row["mhz"] = median(clocks)
+    ours = [o for o in ours if o in times]
+    if "cudnn" in times and ours:
+        per_round = [max(times["cudnn"][r] / times[o][r] for o in ours) for r in range(row["rounds"])]
+        row["ratio_min"], row["ratio_max"] = min(per_round), max(per_round)
+    return med
+
 def fa3_problems(args):
     """The FA3 paper's problems for --head-dims x --seqlens, full then causal: 16k tokens per batch (batch =
     16384 / seqlen, at least 1) and hidden 2048 (n_head = 2048 / head_dim). Yields (head_dim, n_head, seqlen,
@@ -82,7 +148,10 @@ def arg_parser():
     ap = argparse.ArgumentParser()
     ap.add_argument("--lib", required=True)
     ap.add_argument("--json")
-    ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--iters", type=int, default=10, help="launches per timing")
+    ap.add_argument("--rounds", type=int, default=5, help="interleaved timings per backend (median reported)")
+    ap.add_argument("--legacy-timing", action="store_true",
+                    help="time as sessions 1-3 did (one timing per backend, torch first) for comparison")
     ap.add_argument("--head-dims", default="64,128,256")
     ap.add_argument("--seqlens", default="512,1024,2048,4096,8192,16384")
     ap.add_argument("--dtype", default="bf16")
@@ -91,6 +160,10 @@ def arg_parser():
 
 def open_run(args):
     """(lib, device name, torch dtype): the library loaded, torch seeded, the versions printed."""
+    global LEGACY_TIMING
+    LEGACY_TIMING = args.legacy_timing
+    if LEGACY_TIMING:
+        args.rounds = 1
     lib = load_lib(args.lib)
     torch.manual_seed(0)
     dev = torch.cuda.get_device_name()
@@ -125,8 +198,12 @@ class Flash:
         r = self.lib.ga_flash_unsupported_reason(*self.args)
         return None if r is None else r.decode()
 
+    def try_run(self, sched):
+        """cudaError of one call (CUDA_ERROR_NOT_SUPPORTED: variant not compiled in this build)."""
+        return self.lib.ga_flash_forward(*self.args, sched, torch.cuda.current_stream().cuda_stream)
+
     def run(self, sched):
-        err = self.lib.ga_flash_forward(*self.args, sched, torch.cuda.current_stream().cuda_stream)
+        err = self.try_run(sched)
         if err != 0:
             raise RuntimeError(f"ga_flash_forward returned cudaError {err}")
 
@@ -188,14 +265,15 @@ def fp8_main(args, lib, dev):
         flops = 4 * b * h * s * s * d / (2 if causal else 1)
         row = {"head_dim": d, "seqlen": s, "batch": b, "n_head": h, "causal": causal, "dtype": "fp8"}
         ref = sdpa(qd, kd, vd, causal, SDPBackend.FLASH_ATTENTION)
+        fns = {}
         try:
-            row["cudnn"] = flops / time_ms(lambda: sdpa(qd, kd, vd, causal, SDPBackend.CUDNN_ATTENTION),
-                                           args.iters) / 1e9
+            sdpa(qd, kd, vd, causal, SDPBackend.CUDNN_ATTENTION)
+            fns["cudnn"] = lambda: sdpa(qd, kd, vd, causal, SDPBackend.CUDNN_ATTENTION)
         except RuntimeError as e:
             row["cudnn"] = None
             print(f"  cudnn unavailable: {str(e).splitlines()[0]}")
         fl = FlashFp8(lib, q8, k8, v8, o, lse, causal, scale, (dq, dk, dv))
-        row["vt_us"] = time_ms(lambda: fl.run(-2), args.iters) * 1e3  # V^T pre-pass alone
+        fns["vt"] = lambda: fl.run(-2)  # V^T pre-pass alone
         for sc in FP8_VARIANTS:
             o.fill_(float("nan"))
             err = fl.try_run(sc)
@@ -206,24 +284,27 @@ def fp8_main(args, lib, dev):
             torch.cuda.synchronize()
             err = rel_l2(o, ref)
             nan = torch.isnan(o).any().item()
-            ms = time_ms(lambda: fl.run(sc), args.iters)
             key = "fp8_default" if sc < 0 else f"fp8_v{sc}"
-            row[key] = flops / ms / 1e9
+            fns[key] = lambda sc=sc: fl.run(sc)
             row[key + "_err"] = err
-            if sc < 0:
-                row["fp8_default_ms"] = ms
             if nan or not err <= 5e-2:
                 row[key + "_bad"] = True
                 print(f"  MISMATCH fp8 variant {sc}: rel L2 {err:.3e} nan {nan}")
+        times, clocks = time_rounds(fns, args.iters, args.rounds)
+        med = round_stats(row, times, flops, clocks, ours=[k_ for k_ in fns if k_.startswith("fp8_")])
+        del row["vt"], row["vt_spread"]  # a pass, not attention: its time in us instead
+        row["vt_us"] = med["vt"] * 1e3
+        row["fp8_default_ms"] = med["fp8_default"]
         rows.append(row)
         print(json.dumps({k_: (round(v_, 4) if isinstance(v_, float) else v_) for k_, v_ in row.items()}))
         sys.stdout.flush()
         del q8, k8, v8, qd, kd, vd, o, lse, ref, fl
         torch.cuda.empty_cache()
     write_json(args.json, dev, rows)
+    print(f"\nmedians of {args.rounds} interleaved rounds of {args.iters} launches; range = per-round best fp8 / cuDNN")
     print("\n| hd | seq | mask | ours fp8 (default) | variants | V^T pass us (% of default) | cuDNN bf16 | ours/cuDNN"
-          " | >= 1000 | max rel L2 |")
-    print("|---|---:|---|---:|---|---:|---:|---:|---|---:|")
+          " | >= 1000 | max rel L2 | range | MHz |")
+    print("|---|---:|---|---:|---|---:|---:|---:|---|---:|---|---:|")
     for r in rows:
         ours = r.get("fp8_default") or 0
         var = ", ".join(f"v{sc} {r[f'fp8_v{sc}']:.0f}" for sc in FP8_VARIANTS if sc >= 0 and f"fp8_v{sc}" in r)
@@ -232,10 +313,18 @@ def fp8_main(args, lib, dev):
         vt = f"{r['vt_us']:.1f} ({100 * r['vt_us'] / (1e3 * r['fp8_default_ms']):.1f}%)"
         print(f"| {r['head_dim']} | {r['seqlen']} | {'causal' if r['causal'] else 'full'} | {ours:.0f} | {var} | "
               f"{vt} | {'-' if cud is None else f'{cud:.0f}'} | {'-' if not cud else f'{ours / cud:.2f}'} | "
-              f"{'yes' if ours >= 1000 else 'no'} | {max(errs):.1e} |")
+              f"{'yes' if ours >= 1000 else 'no'} | {max(errs):.1e} | {ratio_range(r)} | {fmt_mhz(r)} |")
     bad = [r for r in rows if any(k_.endswith("_bad") for k_ in r)]
     print(f"\n{len(rows)} FP8 configurations, {len(bad)} with a mismatch against torch (bar 5e-2)")
     return 1 if bad else 0
+
+
+def ratio_range(r):
+    return f"{r['ratio_min']:.2f}-{r['ratio_max']:.2f}" if "ratio_min" in r else "-"
+
+
+def fmt_mhz(r):
+    return "-" if r.get("mhz") is None else f"{r['mhz']:.0f}"
 
 
 def sdpa(q, k, v, causal, backend):
@@ -246,7 +335,9 @@ def sdpa(q, k, v, causal, backend):
 
 def main():
     ap = arg_parser()
-    ap.add_argument("--schedules", default="1,4")  # all of 0-6 need -DGA_FLASH_ALL_VARIANTS=ON
+    # -1 = flash_forward's default; the lean build compiles 1, 4, 12, 13 (0-6 need -DGA_FLASH_ALL_VARIANTS=ON,
+    # 14-17 -DGA_FLASH_FWD_CANDIDATES=1); uncompiled ones are skipped. Pass "--schedules=-1,..." (leading minus).
+    ap.add_argument("--schedules", default="-1,1,4,12,13")
     ap.add_argument("--mma", action="store_true", help="also time the mma.sync prefill (fp16, causal)")
     ap.add_argument("--fp8", action="store_true", help="the FP8 e4m3 forward instead (head dims 128, 256)")
     ap.add_argument("--sm80", action="store_true",
@@ -272,13 +363,7 @@ def main():
         flops = 4 * b * h * s * s * d / (2 if causal else 1)
         row = {"head_dim": d, "seqlen": s, "batch": b, "n_head": h, "causal": causal, "dtype": args.dtype}
         ref = sdpa(q, k, v, causal, SDPBackend.FLASH_ATTENTION)
-        for name, backend in (("fa2", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
-            try:
-                ms = time_ms(lambda: sdpa(q, k, v, causal, backend), args.iters)
-                row[name] = flops / ms / 1e9
-            except RuntimeError as e:
-                row[name] = None
-                print(f"  {name} unavailable: {str(e).splitlines()[0]}")
+        fns = {}
         fl = Flash(lib, q, k, v, o, lse, causal, scale)
         reason = fl.reason()
         if reason is not None:
@@ -286,16 +371,28 @@ def main():
         else:
             for sc in scheds:
                 o.fill_(float("nan"))
-                fl.run(sc)
+                e = fl.try_run(sc)
+                if e == CUDA_ERROR_NOT_SUPPORTED:
+                    continue  # not compiled in this build
+                if e != 0:
+                    raise RuntimeError(f"ga_flash_forward variant {sc} returned cudaError {e}")
                 torch.cuda.synchronize()
                 err = rel_l2(o, ref)
                 nan = torch.isnan(o).any().item()
-                ms = time_ms(lambda: fl.run(sc), args.iters)
-                row[f"flash{sc}"] = flops / ms / 1e9
+                fns[f"flash{sc}"] = lambda sc=sc: fl.run(sc)
                 row[f"flash{sc}_err"] = err
                 if nan or not err <= 1e-2:
                     row[f"flash{sc}_bad"] = True
                     print(f"  MISMATCH flash sched {sc}: rel L2 {err:.3e} nan {nan}")
+        for name, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("fa2", SDPBackend.FLASH_ATTENTION)):
+            try:
+                sdpa(q, k, v, causal, backend)
+                fns[name] = lambda backend=backend: sdpa(q, k, v, causal, backend)
+            except RuntimeError as e:
+                row[name] = None
+                print(f"  {name} unavailable: {str(e).splitlines()[0]}")
+        times, clocks = time_rounds(fns, args.iters, args.rounds)
+        round_stats(row, times, flops, clocks, ours=[f"flash{sc}" for sc in scheds])
         if args.mma and causal and d <= 128:
             q16, k16, v16 = q.half(), k.half(), v.half()
             q32 = q16.float()
@@ -314,9 +411,11 @@ def main():
             mma_all()
             ref16 = sdpa(q16, k16, v16, True, SDPBackend.FLASH_ATTENTION)
             row["mma_err"] = rel_l2(out32, ref16)
-            row["mma"] = flops / time_ms(mma_all, args.iters) / 1e9
-            row["fa2_f16"] = flops / time_ms(lambda: sdpa(q16, k16, v16, True, SDPBackend.FLASH_ATTENTION),
-                                             args.iters) / 1e9
+            mma_times, _ = time_rounds({"mma": mma_all, "fa2_f16": lambda: sdpa(q16, k16, v16, True,
+                                                                                 SDPBackend.FLASH_ATTENTION)},
+                                       args.iters, args.rounds)
+            for name, ts in mma_times.items():
+                row[name] = flops / median(ts) / 1e9
         rows.append(row)
         best = max((row.get(f"flash{sc}") or 0) for sc in scheds)
         print(json.dumps({k_: (round(v_, 4) if isinstance(v_, float) else v_) for k_, v_ in row.items()}),
@@ -326,9 +425,10 @@ def main():
         torch.cuda.empty_cache()
     write_json(args.json, dev, rows)
     # Summary table last (TFLOP/s)
+    print(f"\nmedians of {args.rounds} interleaved rounds of {args.iters} launches; range = per-round best / cuDNN")
     print(f"\n| hd | seq | mask | " + " | ".join(f"ours s{sc}" for sc in scheds) +
-          " | cuDNN | FA2 | best/cuDNN | best/FA2 | max rel L2 |")
-    print("|---" * (7 + len(scheds)) + "|")
+          " | cuDNN | FA2 | best/cuDNN | best/FA2 | max rel L2 | range | MHz |")
+    print("|---" * (9 + len(scheds)) + "|")
     for r in rows:
         ours = [r.get(f"flash{sc}") for sc in scheds]
         best = max((x or 0) for x in ours)
@@ -337,7 +437,8 @@ def main():
         print(f"| {r['head_dim']} | {r['seqlen']} | {'causal' if r['causal'] else 'full'} | " +
               " | ".join(fmt(x) for x in ours) + f" | {fmt(r.get('cudnn'))} | {fmt(r.get('fa2'))} | " +
               (f"{best / r['cudnn']:.2f}" if r.get("cudnn") else "-") + " | " +
-              (f"{best / r['fa2']:.2f}" if r.get("fa2") else "-") + f" | {max(errs):.1e} |")
+              (f"{best / r['fa2']:.2f}" if r.get("fa2") else "-") + f" | {max(errs):.1e} | {ratio_range(r)} | "
+              f"{fmt_mhz(r)} |")
     if any("mma" in r for r in rows):
         print("\n| hd | seq | mma.sync prefill (fp16 causal) | FA2 fp16 causal | ratio | rel L2 |")
         print("|---|---|---|---|---|---|")

@@ -6,8 +6,9 @@ batch (batch = 16384 / seqlen), hidden 2048 (n_head = 2048 / head_dim), bf16; FL
 forward's (4 * batch * n_head * seqlen^2 * head_dim, halved for causal), the FlashAttention papers' convention.
 
 At head dim 128 each of our kernels is also forced and timed (mma.sync and Hopper, through
-ga_flash_backward_set_kernel) and each is checked against FA2; "ours" (flash_backward's pick, the Hopper kernel there)
-is the first of our timings after torch's, the forced Hopper one the last: their spread is the run-to-run noise.
+ga_flash_backward_set_kernel) and each is checked against FA2; "ours" is flash_backward's pick (the Hopper kernel
+there), so "ours" and the forced Hopper one time the same kernel: their difference is the noise left.
+Timing: compare.py's time_rounds (every backend of a problem interleaved over --rounds rounds, median reported).
 
 Only the backward is timed: torch's through torch.autograd.grad(out, (q, k, v), dout, retain_graph=True) on a
 graph built once per backend (the forward is not re-run); ours through ga_flash_backward on the O and LSE of our
@@ -25,7 +26,8 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 import torch.nn.functional as F
 
-from compare import Flash, arg_parser, fa3_problems, open_run, rel_l2, time_ms, write_json
+from compare import (Flash, arg_parser, fa3_problems, fmt_mhz, open_run, ratio_range, rel_l2, round_stats,
+                     time_rounds, write_json)
 
 
 def bind_backward(lib):
@@ -65,6 +67,18 @@ class FlashBwd:
             raise RuntimeError(f"ga_flash_backward returned cudaError {err}")
 
 
+def forced_run(lib, kernel, bwd):
+    """bwd.run with flash_backward forced to `kernel` for the call (1 mma.sync, 2 Hopper), then the default again,
+    so the forced timings can be interleaved with the others."""
+    def run():
+        lib.ga_flash_backward_set_kernel(kernel)
+        try:
+            bwd.run()
+        finally:
+            lib.ga_flash_backward_set_kernel(0)
+    return run
+
+
 def torch_backward(q, k, v, dout, causal, backend):
     """(time_fn, grads): the backward of SDPA on `backend`, graph built once, grads in [b][s][h][d]."""
     qs, ks, vs = (t.detach().clone().requires_grad_(True) for t in (q, k, v))
@@ -87,11 +101,10 @@ def main():
         flops = 2.5 * 4 * b * h * s * s * d / (2 if causal else 1)
         row = {"head_dim": d, "seqlen": s, "batch": b, "n_head": h, "causal": causal, "dtype": args.dtype}
         grads = {}
+        fns = {}  # timed together at the end (time_rounds)
         for name, backend in (("fa2", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
             try:
-                fn, grads[name] = torch_backward(q, k, v, dout, causal, backend)
-                row[name] = flops / time_ms(fn, args.iters) / 1e9
-                del fn
+                fns[name], grads[name] = torch_backward(q, k, v, dout, causal, backend)
             except RuntimeError as e:
                 row[name] = None
                 print(f"  {name} unavailable: {str(e).splitlines()[0]}")
@@ -117,8 +130,7 @@ def main():
                     print(f"  MISMATCH ours vs FA2: rel L2 dq/dk/dv {errs} nan {nan}")
             if ref is not None and grads.get("cudnn") is not None:
                 row["cudnn_err"] = max(rel_l2(a, r) for a, r in zip(grads["cudnn"], ref))
-            row["ours"] = flops / time_ms(bwd.run, args.iters) / 1e9
-            del bwd
+            fns["ours"] = bwd.run
             if d == 128 and hasattr(lib, "ga_flash_backward_set_kernel"):
                 # Each of our kernels forced on the same tensors (flash_backward picks one Hopper variant).
                 for kernel, key in ((1, "ours_sm80"), (2, "ours_hopper")):
@@ -126,8 +138,8 @@ def main():
                     try:
                         for t in (dq, dk, dv):
                             t.fill_(float("nan"))
-                        bwd = FlashBwd(lib, q, k, v, o, lse, dout, dq, dk, dv, causal, scale)
-                        bwd.run()
+                        forced = FlashBwd(lib, q, k, v, o, lse, dout, dq, dk, dv, causal, scale)
+                        forced.run()
                         torch.cuda.synchronize()
                         if ref is not None:
                             err = max(rel_l2(ours, theirs) for ours, theirs in zip((dq, dk, dv), ref))
@@ -136,29 +148,33 @@ def main():
                             if nan or not err <= 2e-2:
                                 row["ours_bad"] = True
                                 print(f"  MISMATCH ours ({key}) vs FA2: rel L2 {err} nan {nan}")
-                        row[key] = flops / time_ms(bwd.run, args.iters) / 1e9
-                        del bwd
+                        fns[key] = forced_run(lib, kernel, forced)
                     finally:
                         lib.ga_flash_backward_set_kernel(0)
-            del dq, dk, dv
+        times, clocks = time_rounds(fns, args.iters, args.rounds)
+        round_stats(row, times, flops, clocks, ours=[k_ for k_ in ("ours", "ours_hopper") if k_ in fns])
+        del fns
         rows.append(row)
         print(json.dumps({k_: (round(v_, 4) if isinstance(v_, float) else v_) for k_, v_ in row.items()}))
         sys.stdout.flush()
         del q, k, v, dout, o, lse, grads
+        if reason is None:
+            del dq, dk, dv
         torch.cuda.empty_cache()
     write_json(args.json, dev, rows)
     fmt = lambda x: "-" if x is None else f"{x:.0f}"
-    print("\nbackward, TFLOP/s (2.5 x forward FLOPs)")
+    print(f"\nbackward, TFLOP/s (2.5 x forward FLOPs); medians of {args.rounds} interleaved rounds of {args.iters} "
+          "calls; range = per-round best of ours / cuDNN")
     print("| hd | seq | mask | ours | mma.sync | Hopper (forced, timed again) | cuDNN | FA2 | ours/cuDNN | "
-          "ours/FA2 | rel L2 ours-FA2 | cuDNN-FA2 |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "ours/FA2 | rel L2 ours-FA2 | cuDNN-FA2 | range | MHz |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         o_, c_, f_ = r.get("ours"), r.get("cudnn"), r.get("fa2")
         print(f"| {r['head_dim']} | {r['seqlen']} | {'causal' if r['causal'] else 'full'} | {fmt(o_)} | "
               f"{fmt(r.get('ours_sm80'))} | {fmt(r.get('ours_hopper'))} | {fmt(c_)} | "
               f"{fmt(f_)} | " + (f"{o_ / c_:.2f}" if o_ and c_ else "-") + " | " +
               (f"{o_ / f_:.2f}" if o_ and f_ else "-") + f" | {r.get('ours_err', float('nan')):.1e} | "
-              f"{r.get('cudnn_err', float('nan')):.1e} |")
+              f"{r.get('cudnn_err', float('nan')):.1e} | {ratio_range(r)} | {fmt_mhz(r)} |")
     bad = [r for r in rows if r.get("ours_bad") or r.get("ours") is None]
     print(f"\n{len(rows)} configurations, {len(bad)} with a mismatch against torch or not run")
     return 1 if bad else 0

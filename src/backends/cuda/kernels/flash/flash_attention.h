@@ -110,7 +110,8 @@ cudaError_t flash_forward(const FlashParams& p, void* workspace, size_t workspac
 // flash_forward with an explicit kernel variant in [0, flash_variant_count()): 0-10 are the Hopper kernel's
 // consumer schedule (serial, intra-warpgroup overlap, overlap + ping-pong; 7-10 FP8 only), persistent or not,
 // K/V ring depth (kernels/flash/flash_fwd_launch.h lists them); kFlashSm80Variant (11, after them) is the
-// mma.sync forward (any sm_80+ GPU, Hopper included; bf16/fp16). For the tests and benchmarks that compare them.
+// mma.sync forward (any sm_80+ GPU, Hopper included; bf16/fp16); 12-17 (bf16/fp16, Hopper) are FlashAttention-3's
+// wide key tiles and the lazy O rescale on the overlap schedule. For the tests and benchmarks that compare them.
 inline constexpr int kFlashSm80Variant = 11;
 int flash_variant_count();
 // Whether this build compiled `variant` (the default build: only the ones flash_forward picks; configure

@@ -198,10 +198,13 @@ cudaError_t run(const FlashParams& p, int variant, cudaStream_t stream) {
   const bool bf16 = p.dtype == FlashDtype::kBf16;
   flash_detail::FwdArgs a{};
   const bool varlen = p.cu_seqlens_q != nullptr, paged = p.block_table != nullptr;
+  if (paged) variant = flash_detail::paged_variant(variant);  // pages divide the default key tile only
+  // Keys per tile of this variant (the wide ones: FA3's 176 / 80 / 192; paged KV keeps T::kBlockN).
+  const int block_n = flash_detail::variant_block_n<HD>(variant, paged);
   // Dense: 4-D [batch][head][seq][dim] views. Varlen: one batch of total rows (tiles offset their row
   // coordinate by cu_seqlens). Paged: K/V as [page][head][row in page][dim], one page per box.
   const int q_rows = varlen ? static_cast<int>(p.total_q) : p.seqlen_q, q_batches = varlen ? 1 : p.batch;
-  int k_rows = p.seqlen_k, k_batches = p.batch, kv_box = T::kBlockN;
+  int k_rows = p.seqlen_k, k_batches = p.batch, kv_box = block_n;
   int64_t k_batch_stride = p.k_batch_stride, v_batch_stride = p.v_batch_stride;
   if (varlen && !paged) {
     k_rows = static_cast<int>(p.total_k);
@@ -232,7 +235,7 @@ cudaError_t run(const FlashParams& p, int variant, cudaStream_t stream) {
   a.page_size = p.page_size;
   a.n_pages = static_cast<int>(p.n_pages);
   a.kv_box_rows = kv_box;
-  a.kv_boxes = T::kBlockN / kv_box;
+  a.kv_boxes = block_n / kv_box;
   a.total_q = static_cast<int>(p.total_q);
   a.out_f32 = p.o_f32 ? 1 : 0;
   flash_detail::set_fwd_problem(a, p, T::kBlockM);
@@ -266,7 +269,7 @@ FlashPlan flash_plan(const FlashParams& p) {
 }
 
 static_assert(kFlashSm80Variant == flash_detail::kFwdVariants, "the mma.sync variant follows the Hopper ones");
-int flash_variant_count() { return flash_detail::kFwdVariants + 1; }
+int flash_variant_count() { return flash_detail::kFwdVariantsEnd; }
 bool flash_variant_compiled(int variant) {
   return variant == kFlashSm80Variant || flash_detail::variant_compiled(variant);
 }

@@ -15,14 +15,22 @@ namespace ga::cuda::flash_detail {
 // scheduler or one tile per CTA, default or deep K/V ring. Measured against each other in
 // docs/results/2026-11-22-h200-flash.md. Variants 7-10 exist for FP8 only: serial + ping-pong (7, 8) and
 // overlap + ping-pong with a quarter of the exp2 on the FMA pipes (9, 10: flash_fwd_sm90.cuh poly_exp2).
+// Variants 12-17 (16-bit only, after the mma.sync forward's 11 so its number stays): FlashAttention-3's wide key
+// tiles (wide_block_n: 176 keys at hd 128, 80 at hd 256, 192 at hd 64) and/or the lazy O rescale
+// (kSchedLazyRescale), on the overlap schedule. Paged KV keeps the default key tile (pages must divide it): a
+// wide variant given paged KV runs its narrow counterpart (paged_variant). 12 and 13 are in every build (the
+// defaults at head dims 64 and 256); 14-17 only in benchmark builds.
 struct FwdVariant {
   int sched;
   bool persistent;
   bool deep;
   bool poly_exp = false;
+  bool wide = false;
+  bool lazy = false;
 };
-constexpr int kFwdVariants = 11;
+constexpr int kFwdVariants = 11;   // 0-10; kFlashSm80Variant (11) follows them
 constexpr int k16BitVariants = 7;  // 0-6: the 16-bit kernels' variants
+constexpr int kFirstTileVariant = 12, kFwdVariantsEnd = 18;  // 12-17: wide tiles / lazy rescale
 // The default build compiles only the variants default_variant picks (1 and 4): every instantiation is a
 // heavy wgmma kernel and CI compiles them on two cores. -DGA_FLASH_ALL_VARIANTS=ON adds the others for
 // benchmarking them against each other.
@@ -34,26 +42,52 @@ constexpr int k16BitVariants = 7;  // 0-6: the 16-bit kernels' variants
 #ifndef GA_FLASH_FP8_ALL_VARIANTS
 #define GA_FLASH_FP8_ALL_VARIANTS GA_FLASH_ALL_VARIANTS
 #endif
+// GA_FLASH_FWD_CANDIDATES adds the variants 14-17 that are not defaults (benchmark builds: CMAKE_CUDA_FLAGS
+// -DGA_FLASH_FWD_CANDIDATES=1, as tools/dev/flash_fwd4.sh does).
+#ifndef GA_FLASH_FWD_CANDIDATES
+#define GA_FLASH_FWD_CANDIDATES GA_FLASH_ALL_VARIANTS
+#endif
 constexpr bool variant_compiled(int variant) {
-  return variant == 1 || variant == 4 || (GA_FLASH_ALL_VARIANTS && variant >= 0 && variant < k16BitVariants);
+  return variant == 1 || variant == 4 || variant == 12 || variant == 13 ||
+         (GA_FLASH_ALL_VARIANTS && variant >= 0 && variant < k16BitVariants) ||
+         (GA_FLASH_FWD_CANDIDATES && variant >= kFirstTileVariant && variant < kFwdVariantsEnd);
 }
-constexpr FwdVariant kFwdVariantTable[kFwdVariants] = {
+constexpr FwdVariant kFwdVariantTable[kFwdVariantsEnd] = {
     {0, false, false}, {1, false, false}, {2, false, false},  // 0-2: the first version's schedules
     {0, true, false},  {1, true, false},  {2, true, false},   // 3-5: persistent
     {2, true, true},                                          // 6: persistent ping-pong, deep ring
     {3, false, false}, {3, true, false},                      // 7-8: serial + ping-pong (FP8)
     {2, false, false, true}, {2, true, false, true},          // 9-10: 2 and 5 with poly_exp2 (FP8)
+    {-1, false, false},                                       // 11: kFlashSm80Variant (not a Hopper kernel)
+    {1, false, false, false, true},  {1, true, false, false, true},   // 12-13: wide key tile
+    {1, false, false, false, false, true},                            // 14: lazy rescale
+    {1, false, false, false, true, true}, {1, true, false, false, true, true},  // 15-16: wide + lazy
+    {1, true, false, false, false, true},                             // 17: lazy rescale, persistent
 };
+// What a variant runs with paged KV: the wide ones their narrow counterpart (pages divide the default tile).
+constexpr int paged_variant(int variant) {
+  return variant == 12 ? 1 : variant == 13 ? 4 : variant == 15 ? 14 : variant == 16 ? 17 : variant;
+}
+// Keys per tile of a 16-bit variant (the TMA boxes of K and V are this many rows); paged: of paged_variant.
+template <int HD>
+constexpr int variant_block_n(int variant, bool paged) {
+  return variant >= kFirstTileVariant && variant < kFwdVariantsEnd && kFwdVariantTable[variant].wide && !paged
+             ? wide_block_n<HD>()
+             : FwdTraits<HD>::kBlockN;
+}
 
-// What flash_forward runs: the fastest variant of the H200 measurement (docs/results/2026-11-22-h200-flash.md,
-// FA3 methodology). Short key ranges: persistent overlap (4): the per-tile prologue/epilogue is a large
-// share of a short tile and the persistent CTA hides it. Long ones: one tile per CTA with overlap (1):
-// the static persistent split of long causal tiles is uneven (up to 30% slower at 16k) and the hardware
-// block scheduler balances them; for full attention at >= 8k the two are within 1-3%. Ping-pong (2, 5,
-// 6) was never more than 2% ahead of overlap alone here and often behind.
+// What flash_forward runs: the fastest variant of the H200 measurements (docs/results/2026-11-22-h200-flash.md,
+// FA3 methodology; session 4: medians of interleaved rounds). Short key ranges: persistent (4, 13): the per-tile
+// prologue/epilogue is a large share of a short tile and the persistent CTA hides it. Long ones: one tile per
+// CTA (1, 12): the static persistent split of long causal tiles is uneven (up to 35% slower at 16k) and the
+// hardware block scheduler balances them. Head dim 256: FA3's 80-key tile (13 / 12: +4-18% over 64 keys);
+// head dim 64: the 192-key tile above 4k keys (+2-5%; at <= 4k it lost). Head dim 128 keeps 128 keys (176 was
+// within noise). Ping-pong (2, 5, 6) was never more than 2% ahead of overlap alone and often behind; the lazy
+// rescale (14-17) within noise.
 constexpr int default_variant(int head_dim, bool causal, int seqlen_k) {
-  const int persistent_up_to = (head_dim == 256 && !causal) ? 2048 : 4096;
-  return seqlen_k <= persistent_up_to ? 4 : 1;
+  if (head_dim == 256) return seqlen_k <= (causal ? 4096 : 8192) ? 13 : 12;
+  if (head_dim == 64) return seqlen_k <= 4096 ? 4 : 12;
+  return seqlen_k <= (causal ? 8192 : 4096) ? 4 : 1;
 }
 
 // FP8 variants (flash_fwd_fp8_hd*.cu compile only these; GA_FLASH_FP8_ALL_VARIANTS adds the candidates that lost,
@@ -101,10 +135,14 @@ cudaError_t launch_fwd(const FwdArgs& args, bool bf16, int variant, int num_sms,
 template <int HD>
 cudaError_t launch_fwd_fp8(const FwdArgs& args, int variant, int num_sms, cudaStream_t stream);
 
-template <ElemKind E, int HD, int kSched, bool kPersistent, int kStages>
+// The variants 12-17 (flash_fwd_wide_hd*.cu: their own translation units, compiled in parallel).
+template <int HD>
+cudaError_t launch_fwd_tiles(const FwdArgs& args, bool bf16, int variant, int num_sms, cudaStream_t stream);
+
+template <ElemKind E, int HD, int kSched, bool kPersistent, int kStages, int kBN = 0>
 cudaError_t launch_fwd_instance(const FwdArgs& args, int num_sms, cudaStream_t stream) {
-  const auto kernel = flash_fwd_sm90_kernel<E, HD, kSched, kPersistent, kStages>;
-  constexpr size_t smem = FwdTraits<HD, kStages, elem_bytes<E>()>::kSmemBytes;
+  const auto kernel = flash_fwd_sm90_kernel<E, HD, kSched, kPersistent, kStages, kBN>;
+  constexpr size_t smem = FwdTraits<HD, kStages, elem_bytes<E>(), kBN>::kSmemBytes;
   static_assert(smem <= 227 * 1024, "shared memory per CTA");
   static const cudaError_t attr_status =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
@@ -118,6 +156,7 @@ template <ElemKind E, int HD>
 cudaError_t launch_fwd_variant(const FwdArgs& args, int variant, int num_sms, cudaStream_t stream) {
   constexpr int kDefault = default_stages<HD>(), kDeep = deep_stages<HD>();
   (void)kDeep;
+  if (variant >= kFirstTileVariant) return launch_fwd_tiles<HD>(args, E == ElemKind::kBf16, variant, num_sms, stream);
   switch (variant) {
     case 1: return launch_fwd_instance<E, HD, 1, false, kDefault>(args, num_sms, stream);
     case 4: return launch_fwd_instance<E, HD, 1, true, kDefault>(args, num_sms, stream);
@@ -129,6 +168,26 @@ cudaError_t launch_fwd_variant(const FwdArgs& args, int variant, int num_sms, cu
     case 6: return launch_fwd_instance<E, HD, 2, true, kDeep>(args, num_sms, stream);
 #endif
     default: return cudaErrorNotSupported;  // not compiled in this build (flash_variant_compiled)
+  }
+}
+
+// Variants 12-17 of one element type (flash_fwd_wide_hd*.cu instantiate it; each kernel lives only there).
+// Paged KV never reaches the wide kernels: flash_forward.cu maps the variant through paged_variant first.
+template <ElemKind E, int HD>
+cudaError_t launch_fwd_tiles_of(const FwdArgs& args, int variant, int num_sms, cudaStream_t stream) {
+  constexpr int kS = default_stages<HD>(), kW = wide_block_n<HD>(), kLazy = 1 | kSchedLazyRescale;
+  if (!variant_compiled(variant)) return cudaErrorNotSupported;
+  if (args.paged && kFwdVariantTable[variant].wide) return cudaErrorInvalidValue;
+  switch (variant) {
+    case 12: return launch_fwd_instance<E, HD, 1, false, kS, kW>(args, num_sms, stream);
+    case 13: return launch_fwd_instance<E, HD, 1, true, kS, kW>(args, num_sms, stream);
+#if GA_FLASH_FWD_CANDIDATES
+    case 14: return launch_fwd_instance<E, HD, kLazy, false, kS>(args, num_sms, stream);
+    case 15: return launch_fwd_instance<E, HD, kLazy, false, kS, kW>(args, num_sms, stream);
+    case 16: return launch_fwd_instance<E, HD, kLazy, true, kS, kW>(args, num_sms, stream);
+    case 17: return launch_fwd_instance<E, HD, kLazy, true, kS>(args, num_sms, stream);
+#endif
+    default: (void)kLazy; return cudaErrorNotSupported;
   }
 }
 

@@ -72,6 +72,7 @@
 #include <type_traits>
 
 #include "backends/cuda/kernels/tile/hopper.cuh"
+#include "backends/cuda/kernels/tile/hopper_wide.cuh"
 
 namespace ga::cuda::flash_detail {
 
@@ -86,13 +87,22 @@ constexpr int deep_stages() { return HD == 64 ? 6 : HD == 128 ? 3 : 2; }
 template <ElemKind E>
 __host__ __device__ constexpr int elem_bytes() { return E == ElemKind::kE4m3 ? 1 : 2; }
 
+// The wide key tile of the 16-bit "wide" variants (FlashAttention-3's choices, tile_size_fwd_sm90): 176 keys at
+// head dim 128 and 80 at 256 (fewer online-softmax steps per FLOP: the O rescale, the row max/sum shuffles and
+// the barrier/wgmma-wait round trips are paid per key tile), 192 at head dim 64. Shared memory: hd 256 x 80
+// keys x 2 stages = 225 KB of the 227 KB.
+template <int HD>
+constexpr int wide_block_n() { return HD == 64 ? 192 : HD == 128 ? 176 : 80; }
+
 // kElemBytes 2: bf16/fp16; 1: FP8 e4m3 (V given as V^T: one tile is [HD][kBlockN] bytes, one column block).
-template <int HD, int kStagesT = default_stages<HD>(), int kElemBytes = 2>
+// kBlockNT: keys per tile, 0 = the default below (a multiple of 16; the wide variants pass wide_block_n).
+template <int HD, int kStagesT = default_stages<HD>(), int kElemBytes = 2, int kBlockNT = 0>
 struct FwdTraits {
   static constexpr int kBlockM = 128;                       // 2 consumer warpgroups x 64 rows
   // keys per tile (registers: S is 64 x kBlockN). FP8 keeps 128 at HD 256: V^T's tile rows are 128 keys of
   // one byte = one swizzle row, and its P fragments are half the registers of a 16-bit P.
-  static constexpr int kBlockN = (HD == 256 && kElemBytes == 2) ? 64 : 128;
+  static constexpr int kBlockN = kBlockNT > 0 ? kBlockNT : (HD == 256 && kElemBytes == 2) ? 64 : 128;
+  static_assert(kBlockN % 16 == 0 && (kElemBytes == 2 || kBlockN == 128), "key tile: k16 steps; FP8 128 keys");
   static constexpr int kStages = kStagesT;
   static constexpr int kColElems = 128 / kElemBytes;        // elements per 128-byte swizzle row
   static constexpr int kColBlocks = HD / kColElems;         // 128-byte swizzle column blocks of Q and K
@@ -184,9 +194,9 @@ __host__ __device__ constexpr int fp8_key_of_column(int l) { return 2 * (l / 4) 
 
 // One consumer warpgroup's state and steps. Register fragments follow the wgmma accumulator layout
 // (tile/hopper.cuh): s[4j + e] is row (g + 8 * (e / 2)) of this warp's 16, key 8j + 2c + (e % 2).
-template <ElemKind E, int HD, bool kPolyExp = false>
+template <ElemKind E, int HD, bool kPolyExp = false, int kBN = 0>
 struct Consumer {
-  using T = FwdTraits<HD, default_stages<HD>(), elem_bytes<E>()>;
+  using T = FwdTraits<HD, default_stages<HD>(), elem_bytes<E>(), kBN>;
   static constexpr bool kFp8 = E == ElemKind::kE4m3;
   static constexpr int N = T::kBlockN;
 
@@ -286,6 +296,12 @@ struct Consumer {
       }
       l_run[r] = l_run[r] * corr[r] + sum;  // per-thread partial; the quad is summed in the epilogue
     }
+  }
+
+  // The lazy form (kSchedLazyRescale): skipped when no row of this warp changed its max (corr is exactly 1
+  // then, so skipping is exact); on long rows the running max settles after a few tiles. Warp-uniform branch.
+  __device__ __forceinline__ void rescale_o_lazy(const float (&corr)[2]) {
+    if (__any_sync(0xffffffffu, corr[0] != 1.0f || corr[1] != 1.0f)) rescale_o(corr);
   }
 
   __device__ __forceinline__ void rescale_o(const float (&corr)[2]) {
@@ -426,13 +442,17 @@ __device__ __forceinline__ FwdTile decode_tile(const FwdArgs& a, int t) {
   return f;
 }
 
-// kSched: the schedule (0-3, above), plus kSchedPolyExp for a quarter of the exp2 by poly_exp2.
+// kSched: the schedule (0-3, above), plus kSchedPolyExp for a quarter of the exp2 by poly_exp2, plus
+// kSchedLazyRescale (overlap schedule, 16-bit) for FlashAttention-3's order of the O rescale: O *= corr_{j-1}
+// right after S_j is issued (the tensor cores are busy with S_j meanwhile) instead of after PV_{j-1} is waited
+// (where it delays the next issue), and skipped when this warp's row maxima did not move (rescale_o_lazy).
 constexpr int kSchedPolyExp = 16;
+constexpr int kSchedLazyRescale = 32;
 
-template <ElemKind E, int HD, int kSched, bool kPersistent, int kStages>
+template <ElemKind E, int HD, int kSched, bool kPersistent, int kStages, int kBN = 0>
 __device__ __forceinline__ void consumer_main(const FwdArgs& a, unsigned char* sq, unsigned char* sk,
                                               unsigned char* sv, FwdBarriers<kStages> bars) {
-  using T = FwdTraits<HD, kStages, elem_bytes<E>()>;
+  using T = FwdTraits<HD, kStages, elem_bytes<E>(), kBN>;
   const int cwg = static_cast<int>(threadIdx.x) / 128 - 1;  // consumer warpgroup 0 or 1
   const int wtid = static_cast<int>(threadIdx.x) % 128;
   const int warp = wtid / 32, lane = wtid % 32, g = lane / 4, c = lane % 4;
@@ -445,7 +465,9 @@ __device__ __forceinline__ void consumer_main(const FwdArgs& a, unsigned char* s
   constexpr int kBase = kSched & (kSchedPolyExp - 1);
   constexpr bool kPingPong = kBase == 2 || kBase == 3;
   constexpr bool kSerial = kBase == 0 || kBase == 3;
-  using C = Consumer<E, HD, (kSched & kSchedPolyExp) != 0>;
+  constexpr bool kLazy = (kSched & kSchedLazyRescale) != 0;
+  static_assert(!kLazy || (!kSerial && E != ElemKind::kE4m3), "lazy rescale: 16-bit overlap schedules");
+  using C = Consumer<E, HD, (kSched & kSchedPolyExp) != 0, kBN>;
   bool first_turn = true;
   auto turn_begin = [&]() {
     if constexpr (kPingPong) {
@@ -549,9 +571,13 @@ __device__ __forceinline__ void consumer_main(const FwdArgs& a, unsigned char* s
         for (int j = 1; j < n; ++j) {
           const int stage = stage_of(j), prev = stage_of(j - 1);
           tile::mbar_wait(bars.k_full(stage), parity_of(j));
-          tile::mbar_wait(bars.v_full(prev), parity_of(j - 1));
+          if constexpr (!kLazy) tile::mbar_wait(bars.v_full(prev), parity_of(j - 1));
           turn_begin();
           st.issue_s(s, k_base + stage * T::kTileBytes);
+          if constexpr (kLazy) {  // O (PV_{j-2} waited) to the max of tile j-1 while S_j runs
+            st.rescale_o_lazy(corr);
+            tile::mbar_wait(bars.v_full(prev), parity_of(j - 1));
+          }
           st.issue_pv(pa, v_base + prev * T::kTileBytes);
           turn_end();
           tile::wgmma_wait<1>();  // S_j done; PV_{j-1} may still run (it reads pa and writes O)
@@ -563,9 +589,10 @@ __device__ __forceinline__ void consumer_main(const FwdArgs& a, unsigned char* s
           st.fence_o();
           tile::fence_regs(pa);  // PV_{j-1} read pa until here
           arrive(bars.v_empty(prev));
-          st.rescale_o(corr);
+          if constexpr (!kLazy) st.rescale_o(corr);
           C::to_a_fragments(s, pa);
         }
+        if constexpr (kLazy) st.rescale_o_lazy(corr);  // (n == 1: O is zero, corr 0 or 1: harmless)
         const int last = stage_of(n - 1);
         tile::mbar_wait(bars.v_full(last), parity_of(n - 1));
         zero_v_tail(last, f.seqlen_k - (n - 1) * T::kBlockN);
@@ -592,10 +619,10 @@ __device__ __forceinline__ void consumer_main(const FwdArgs& a, unsigned char* s
 // work and the dense copies; with paged KV lane i < kv_boxes also reads the i-th page id of each key tile and
 // issues that page's copies (the page ids of K_j are kept for V_j one step later). FP8 reads V^T (tm_v over the
 // workspace, [batch][n_head_kv][HD][keys]): one box of HD rows x 128 keys per tile.
-template <ElemKind E, int HD, bool kPersistent, int kStages>
+template <ElemKind E, int HD, bool kPersistent, int kStages, int kBN = 0>
 __device__ __forceinline__ void producer_main(const FwdArgs& a, unsigned char* sq, unsigned char* sk,
                                               unsigned char* sv, FwdBarriers<kStages> bars) {
-  using T = FwdTraits<HD, kStages, elem_bytes<E>()>;
+  using T = FwdTraits<HD, kStages, elem_bytes<E>(), kBN>;
   constexpr int N = T::kBlockN;
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const bool leader = lane == 0;
@@ -701,10 +728,11 @@ __device__ __forceinline__ void producer_main(const FwdArgs& a, unsigned char* s
   }
 }
 
-template <ElemKind E, int HD, int kSched, bool kPersistent, int kStages>
+// kBN: keys per tile (0 = FwdTraits' default; the wide variants pass wide_block_n<HD>()).
+template <ElemKind E, int HD, int kSched, bool kPersistent, int kStages, int kBN = 0>
 __global__ void __launch_bounds__(384, 1) flash_fwd_sm90_kernel(const __grid_constant__ FwdArgs a) {
 #if GA_SM90A_DEVICE
-  using T = FwdTraits<HD, kStages, elem_bytes<E>()>;
+  using T = FwdTraits<HD, kStages, elem_bytes<E>(), kBN>;
   extern __shared__ unsigned char flash_smem_raw[];
   // 128-byte swizzled tiles must start on 1024-byte boundaries.
   unsigned char* smem = flash_smem_raw + ((1024 - (tile::smem_u32(flash_smem_raw) & 1023)) & 1023);
@@ -728,10 +756,10 @@ __global__ void __launch_bounds__(384, 1) flash_fwd_sm90_kernel(const __grid_con
 
   if (threadIdx.x < 128) {
     tile::regs_release<24>();
-    if (threadIdx.x < 32) producer_main<E, HD, kPersistent, kStages>(a, sq, sk, sv, bars);
+    if (threadIdx.x < 32) producer_main<E, HD, kPersistent, kStages, kBN>(a, sq, sk, sv, bars);
   } else {
     tile::regs_acquire<240>();
-    consumer_main<E, HD, kSched, kPersistent, kStages>(a, sq, sk, sv, bars);
+    consumer_main<E, HD, kSched, kPersistent, kStages, kBN>(a, sq, sk, sv, bars);
   }
 #else
   (void)a;
