@@ -6,6 +6,10 @@
 // except -n: llama-cli's default (-1, until the context is full) can run for a very long time, so
 // gpu-accel generates 128 tokens unless told otherwise (-n -1 restores llama-cli's behaviour).
 // Without --seed the seed comes from the clock and is printed, so any run can be reproduced.
+// The start-up (session creation, warm-up) is timed on stderr; --time-prompt-again N repeats the prompt's
+// prefill N times afterwards and prints the median, the warm reference for the first prompt time (after
+// the warm-up the two agree: docs/results/2026-11-22-h200-serving.md, "First prefill of a new length").
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -40,6 +44,7 @@ struct RunArgs {
   bool parse_special = false;
   bool host_sampling = false;
   bool no_warmup = false;
+  int64_t prompt_repeats = 0;
 };
 
 uint64_t clock_seed() {
@@ -61,6 +66,7 @@ void validate(const ArgParser& parser, const RunArgs& a) {
   require(parser.given("-p"), "missing -p PROMPT");
   require(a.n_predict >= -1, "-n must be -1 (until the context is full) or >= 0, got " + std::to_string(a.n_predict));
   require(a.n_ctx >= 0, "--ctx must be >= 0 (0: the model's context), got " + std::to_string(a.n_ctx));
+  require(a.prompt_repeats >= 0, "--time-prompt-again must be >= 0, got " + std::to_string(a.prompt_repeats));
   require(a.threads >= 0, "--threads must be >= 0 (0: all cores), got " + std::to_string(a.threads));
   const SamplerParams& s = a.sampling;
   require(s.temperature >= 0.0f, "--temp must be >= 0 (0: greedy), got " + number_text(s.temperature));
@@ -75,6 +81,25 @@ void validate(const ArgParser& parser, const RunArgs& a) {
 }
 
 double per_second(size_t n, double seconds) { return seconds > 0 ? static_cast<double>(n) / seconds : 0.0; }
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// --time-prompt-again: the same prompt's prefill `repeats` more times on the emptied session, as
+// generate() timed the first one; the median is the warm reference for the first one's time (a first
+// prefill much slower than it paid one-time costs the warm-up should have taken).
+double median_prompt_seconds(Session& session, const std::vector<int32_t>& prompt, int64_t repeats) {
+  std::vector<double> times;
+  for (int64_t i = 0; i < repeats; ++i) {
+    session.reset();
+    const auto t0 = std::chrono::steady_clock::now();
+    session.eval_for_sampling(prompt);
+    times.push_back(seconds_since(t0));
+  }
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
 
 }  // namespace
 
@@ -103,6 +128,9 @@ int cmd_run(int argc, char** argv) {
   parser.flag("--no-bos", &a.no_bos, "do not add BOS/EOS to the prompt");
   parser.flag("--parse-special", &a.parse_special, "text spelling a special token becomes that token");
   parser.flag("--host-sampling", &a.host_sampling, "CUDA: copy the logits to the host and sample there (comparison)");
+  parser.option("--time-prompt-again", &a.prompt_repeats, "N",
+                "after generating, time the prompt's prefill N more times and print the median (the warm "
+                "reference for the first prompt time)");
   parser.flag("--no-warmup", &a.no_warmup, "skip the warm-up forward before the prompt (as llama.cpp's; the prompt "
               "time then includes the device's one-time costs)");
   if (!parser.parse(argc, argv)) return 0;
@@ -116,8 +144,14 @@ int cmd_run(int argc, char** argv) {
   session_options.n_threads = a.threads;
   session_options.device = a.device;
   session_options.gpu_sampling = !a.host_sampling;
+  const auto session_start = std::chrono::steady_clock::now();
   Session session(model, session_options);
+  const double setup_seconds = seconds_since(session_start);
+  const auto warm_up_start = std::chrono::steady_clock::now();
   if (!a.no_warmup) session.warm_up();
+  const double warm_up_seconds = a.no_warmup ? 0.0 : seconds_since(warm_up_start);
+  std::fprintf(stderr, "start-up: session %.1f ms (upload, allocation), warm-up %.1f ms%s\n", setup_seconds * 1e3,
+               warm_up_seconds * 1e3, a.no_warmup ? " (skipped)" : "");
   std::fprintf(stderr, "device: %s, context: %lld\n", session.device_description().c_str(),
                static_cast<long long>(session.n_ctx()));
   std::fprintf(stderr, "seed: %llu\n", static_cast<unsigned long long>(a.sampling.seed));
@@ -143,10 +177,16 @@ int cmd_run(int argc, char** argv) {
   std::fflush(stdout);
 
   if (stderr_is_tty()) std::fprintf(stderr, "\n");  // the text has no final newline; keep the log readable
-  std::fprintf(stderr, "prompt: %zu tokens in %.1f ms (%.1f tok/s)\n", r.prompt_tokens.size(),
+  std::fprintf(stderr, "prompt: %zu tokens in %.2f ms (%.1f tok/s)\n", r.prompt_tokens.size(),
                r.prompt_seconds * 1e3, per_second(r.prompt_tokens.size(), r.prompt_seconds));
   std::fprintf(stderr, "generated: %zu tokens in %.1f ms (%.1f tok/s), finish: %s\n", r.tokens.size(),
                r.gen_seconds * 1e3, per_second(r.tokens.size(), r.gen_seconds), finish_reason_name(r.finish));
+  if (a.prompt_repeats > 0) {
+    const double warm = median_prompt_seconds(session, r.prompt_tokens, a.prompt_repeats);
+    std::fprintf(stderr, "prompt again: %zu tokens in %.2f ms (median of %lld); first / again = %.3f\n",
+                 r.prompt_tokens.size(), warm * 1e3, static_cast<long long>(a.prompt_repeats),
+                 warm > 0 ? r.prompt_seconds / warm : 0.0);
+  }
   if (write_errno != 0 && write_errno != EPIPE) {
     std::fprintf(stderr, "error: writing the generated text to stdout failed: %s\n", std::strerror(write_errno));
     return 1;

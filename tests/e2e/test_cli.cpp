@@ -124,6 +124,26 @@ TEST(Cli, SeededSamplingIsReproducible) {
   EXPECT_NE(r.err.find("seed: "), std::string::npos) << r.err;
 }
 
+// --time-prompt-again times the same prompt's prefill again on the emptied session (the warm reference
+// of the first prompt time) without changing the generated text; start-up times are printed too.
+TEST(Cli, TimePromptAgainReportsTheRepeatedPrefill) {
+  const auto c = reference_cases()[0];
+  const std::vector<std::string> base = {"run",     "-m", model_path(), "--temp", "0", "-p",
+                                         c.prompt, "-n", "8",          "-t",     "2"};
+  std::vector<std::string> again = base;
+  again.insert(again.end(), {"--time-prompt-again", "3"});
+  const CliResult plain = run_cli(base), timed = run_cli(again);
+  ASSERT_EQ(timed.exit_code, 0) << describe(timed);
+  EXPECT_EQ(timed.out, plain.out);
+  const std::string want = "prompt again: " + std::to_string(c.prompt_ids.size()) + " tokens in ";
+  EXPECT_NE(timed.err.find(want), std::string::npos) << timed.err;
+  EXPECT_NE(timed.err.find("(median of 3); first / again = "), std::string::npos) << timed.err;
+  EXPECT_EQ(plain.err.find("prompt again:"), std::string::npos) << plain.err;
+  EXPECT_NE(plain.err.find("start-up: session "), std::string::npos) << plain.err;
+  expect_one_line_error(run_cli({"run", "-m", model_path(), "-p", "x", "--time-prompt-again", "-1"}), 2,
+                        "--time-prompt-again");
+}
+
 TEST(Cli, TokenizeMatchesTheReferenceIds) {
   for (const auto& c : reference_cases()) {
     if (c.prompt.empty()) continue;

@@ -66,6 +66,11 @@ class CudaForward {
   // "cuda:0 NVIDIA H200 (sm_90), kernels sm_90a"-style description for logs.
   virtual std::string description() const = 0;
   virtual uint64_t device_bytes() const = 0;  // weights + KV cache + scratch held on the device
+  // Runs every prefill matrix product of the model once per GEMM algorithm bucket up to the largest step
+  // (backends/cuda/gemm.h), on the forward's scratch, so that every prompt length finds its algorithm
+  // chosen and its kernel loaded. Touches neither the KV cache nor any state a later eval reads. Part of
+  // the warm-up (Session::warm_up).
+  virtual void warm_up_matmuls() = 0;
 };
 
 // Uploads the weights (native types) and allocates the KV cache and scratch. Throws Unsupported for
@@ -127,12 +132,21 @@ class CudaBatchForward {
   virtual std::string description() const = 0;
   virtual uint64_t device_bytes() const = 0;  // weights + KV pool + scratch
   virtual uint64_t kv_bytes() const = 0;      // the KV pool alone
+  virtual void warm_up_matmuls() = 0;         // CudaForward::warm_up_matmuls (engine::warm_up_backend)
 };
 
 // Uploads the weights and allocates the pool and scratch. Unsupported without CUDA / a device / for
 // unreadable weight types; OutOfMemory (with the byte counts) when the pool does not fit.
 std::unique_ptr<CudaBatchForward> make_cuda_llama_batch_forward(const LoadedModel& model,
                                                                 const CudaBatchForwardParams& params);
+
+// The step sizes (tokens per step, at most max_step_tokens, ascending) whose first forward step loads
+// kernels of ours that no other size in the list does: 1..8 (the GEMV instantiations and the decode
+// attention of up to 8 tokens), the smallest GEMM step (9) and the largest step (the prefill kernels).
+// With warm_up_matmuls() (the GEMM's algorithms, one per bucket) a step of each leaves no one-time
+// cost to the first prompt of any length (Session::warm_up, engine::warm_up_backend). A build without
+// CUDA answers {max_step_tokens}.
+std::vector<int64_t> warm_up_step_tokens(int64_t max_step_tokens);
 
 // The ceilings a GPU benchmark reports against, measured on `device` now.
 struct CudaCeilings {

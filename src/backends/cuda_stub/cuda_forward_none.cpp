@@ -18,6 +18,11 @@ std::unique_ptr<CudaBatchForward> make_cuda_llama_batch_forward(const LoadedMode
   GA_THROW(Unsupported, "the CUDA backend is not available in this build (configure with -DGA_CUDA=ON)");
 }
 
+std::vector<int64_t> warm_up_step_tokens(int64_t max_step_tokens) {
+  if (max_step_tokens < 1) return {};
+  return {max_step_tokens};
+}
+
 CudaCeilings measure_cuda_ceilings(int /*device*/) {
   GA_THROW(Unsupported, "the CUDA backend is not available in this build (configure with -DGA_CUDA=ON)");
 }

@@ -14,6 +14,8 @@
 #include "runtime/engine/batch_backend.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #include "backends/cuda/cuda_forward.h"
@@ -74,6 +76,7 @@ class CudaBatchBackend final : public BatchBackend {
     return forward_->forward(entries(batch), block_tables);
   }
   bool samples_on_device() const override { return sampler_max_rows_ > 0; }
+  void warm_up_matmuls() override { forward_->warm_up_matmuls(); }
   int64_t forward_for_sampling(std::span<const arch::BatchToken> batch,
                                std::span<const std::span<const int32_t>> block_tables) override {
     GA_CHECK(samples_on_device(), Unsupported, "this CUDA backend samples on the host (gpu_sampling off)");
@@ -165,23 +168,46 @@ std::unique_ptr<BatchBackend> make_batch_backend(const LoadedModel& model, const
   return std::make_unique<CpuBatchBackend>(model, options);
 }
 
+WarmUpPlan warm_up_plan(bool gpu, int64_t max_tokens) {
+  WarmUpPlan plan;
+  if (max_tokens < 1) return plan;
+  if (!gpu) {
+    plan.prefill_lengths = {1};
+    return plan;
+  }
+  const char* mode = std::getenv("GA_WARMUP");
+  if (mode != nullptr && std::strcmp(mode, "prefill512") == 0) {
+    plan.prefill_lengths = {std::min(kWarmUpPrefillTokens, max_tokens)};
+    return plan;
+  }
+  plan.matmuls = true;
+  plan.prefill_lengths = cuda::warm_up_step_tokens(max_tokens);
+  return plan;
+}
+
 void warm_up_backend(BatchBackend& backend, int64_t n_ctx, int64_t block_size, int64_t max_batch_tokens,
                      int max_seqs) {
   const bool gpu = cuda_device_index(backend.device()) >= 0;
   const int64_t pool_positions = backend.n_blocks() * block_size;
   // Positions of sequence 0: n prompt tokens + 1 decoded; sequence 1 (device sampling) one more block.
-  int64_t n = std::min({gpu ? kWarmUpPrefillTokens : int64_t{1}, max_batch_tokens, n_ctx - 1,
-                        pool_positions - 2 * block_size});
-  if (n < 1) return;  // a pool or context too small to bother
+  const int64_t max_n = std::min({kWarmUpPrefillTokens, max_batch_tokens, n_ctx - 1, pool_positions - 2 * block_size});
+  const WarmUpPlan plan = warm_up_plan(gpu, max_n);
+  const std::vector<int64_t>& lengths = plan.prefill_lengths;
+  if (lengths.empty()) return;  // a pool or context too small to bother
+  if (plan.matmuls) backend.warm_up_matmuls();
+  const int64_t n = lengths.back();
   const int64_t seq0_blocks = (n + 1 + block_size - 1) / block_size;
   std::vector<int32_t> table0(static_cast<size_t>(seq0_blocks)), table1{static_cast<int32_t>(seq0_blocks)};
   for (int64_t b = 0; b < seq0_blocks; ++b) table0[static_cast<size_t>(b)] = static_cast<int32_t>(b);
 
   std::vector<arch::BatchToken> batch;
-  for (int64_t t = 0; t < n; ++t) batch.push_back(arch::BatchToken{0, t, 0, t == n - 1});
   std::vector<std::span<const int32_t>> tables{table0};
-  backend.forward(batch, tables);
-  batch.assign(1, arch::BatchToken{0, n, 0, true});  // one decode step (a graph capture on a GPU)
+  for (const int64_t len : lengths) {  // each a fresh prompt at position 0 (its K/V overwrite the last one's)
+    batch.clear();
+    for (int64_t t = 0; t < len; ++t) batch.push_back(arch::BatchToken{0, t, 0, t == len - 1});
+    backend.forward(batch, tables);
+  }
+  batch.assign(1, arch::BatchToken{0, n, 0, true});  // one decode step (a graph replay on a GPU)
   backend.forward(batch, tables);
 
   if (backend.samples_on_device() && max_seqs >= 2 && max_batch_tokens >= 2) {

@@ -58,6 +58,8 @@ class BatchBackend {
   // The Scheduler calls forward() instead when samples_on_device() is false; the base versions
   // answer Unsupported.
   virtual bool samples_on_device() const { return false; }
+  // The device's GEMM warm-up (cuda::CudaBatchForward::warm_up_matmuls); nothing on the CPU.
+  virtual void warm_up_matmuls() {}
   virtual int64_t forward_for_sampling(std::span<const arch::BatchToken> batch,
                                        std::span<const std::span<const int32_t>> block_tables);
   virtual std::vector<GpuSampleResult> sample_rows(int64_t first_row, std::span<const GpuSampleRow> rows);
@@ -67,16 +69,30 @@ class BatchBackend {
   virtual std::string description() const = 0;     // for logs
 };
 
-// Tokens of the warm-up prefill on a GPU (Session::warm_up, warm_up_backend): the prefill path's
-// largest step (the default max batch), so its matrix shapes are chosen and its scratch is allocated.
+// Largest warm-up prefill on a GPU (Session::warm_up, warm_up_backend): the prefill path's largest
+// step (the default max batch).
 inline constexpr int64_t kWarmUpPrefillTokens = 512;
 
+// What the warm-up runs for steps of at most max_tokens tokens. GPU: the forward's warm_up_matmuls()
+// (every GEMM algorithm bucket's algorithm chosen and kernel loaded) and one prefill of each length of
+// cuda::warm_up_step_tokens (1..8, 9 and the largest step: the kernels of ours whose choice depends on
+// the step size), so that after the warm-up a prompt of any length finds its kernels loaded and its
+// matrix algorithms chosen (docs/results/2026-11-22-h200-serving.md, "First prefill of a new length").
+// CPU: one 1-token prefill. GA_WARMUP=prefill512 (a diagnostic switch, for before/after runs in one
+// build) restores the warm-up before that change: one prefill of min(kWarmUpPrefillTokens, max_tokens).
+struct WarmUpPlan {
+  bool matmuls = false;
+  std::vector<int64_t> prefill_lengths;  // each a fresh prompt; the decode step follows the last
+};
+WarmUpPlan warm_up_plan(bool gpu, int64_t max_tokens);
+
 // The backend's one-time costs paid before the first request (Session::warm_up's reason): one
-// sequence prefills min(kWarmUpPrefillTokens, max_batch_tokens, n_ctx - 1, the pool) throw-away
-// tokens (1 on the CPU) into blocks 0.., then decodes one token, and on a device that samples there
-// (samples_on_device) two sequences decode a step sampled on the device. The blocks are not handed
-// out by anyone yet and every sequence writes a position's K/V before reading it, so the pool needs
-// no cleaning afterwards.
+// sequence prefills each of warm_up_plan(gpu, min(kWarmUpPrefillTokens, max_batch_tokens, n_ctx - 1,
+// the pool)).prefill_lengths throw-away prompts into blocks 0.. (after warm_up_matmuls() where the plan
+// says so), then decodes one token after the last, and
+// on a device that samples there (samples_on_device) two sequences decode a step sampled on the
+// device. The blocks are not handed out by anyone yet and every sequence writes a position's K/V
+// before reading it, so the pool needs no cleaning afterwards.
 void warm_up_backend(BatchBackend& backend, int64_t n_ctx, int64_t block_size, int64_t max_batch_tokens,
                      int max_seqs);
 

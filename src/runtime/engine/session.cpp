@@ -23,6 +23,7 @@
 #include "gpu_accel/session.h"
 
 #include <algorithm>
+#include <vector>
 
 #include "backends/cuda/cuda_forward.h"
 #include "core/log.h"
@@ -145,15 +146,27 @@ void Session::warm_up() {
   GA_CHECK(n_past() == 0, InvalidArgument, "warm_up() needs an empty session (n_past is ", n_past(), ")");
   if (n_ctx() < 2) return;
   const bool gpu = engine::cuda_device_index(device()) >= 0;
-  const int64_t n = std::min<int64_t>(gpu ? engine::kWarmUpPrefillTokens : 1, n_ctx() - 1);
-  const std::vector<int32_t> prompt(static_cast<size_t>(n), 0);  // any id of the vocabulary will do
+  // GPU: every GEMM algorithm bucket, then a prompt of each length that loads kernels of its own
+  // (engine::warm_up_plan), so a later prompt of any length pays none of the one-time costs; then a
+  // decode step and a sample.
+  const engine::WarmUpPlan plan =
+      engine::warm_up_plan(gpu, std::min<int64_t>(engine::kWarmUpPrefillTokens, n_ctx() - 1));
+  if (plan.matmuls && impl_->gpu) impl_->gpu->warm_up_matmuls();
+  const std::vector<int64_t>& lengths = plan.prefill_lengths;
   SamplerParams params;
   params.temperature = 0.0f;
   Sampler greedy(params);
-  eval_for_sampling(prompt);
-  const int32_t next = sample_next(greedy, prompt);
-  eval_for_sampling(std::vector<int32_t>{next});  // the decode step (captured as a graph on a GPU)
-  sample_next(greedy, prompt);
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    const std::vector<int32_t> prompt(static_cast<size_t>(lengths[i]), 0);  // any id of the vocabulary will do
+    eval_for_sampling(prompt);
+    if (i + 1 < lengths.size()) {
+      reset();
+      continue;
+    }
+    const int32_t next = sample_next(greedy, prompt);
+    eval_for_sampling(std::vector<int32_t>{next});  // the decode step (captured as a graph on a GPU)
+    sample_next(greedy, prompt);
+  }
   reset();
 }
 

@@ -462,4 +462,62 @@ void CudaLlamaForward::allocate_state() {
   stream_.synchronize();
 }
 
+// The matmul() calls of a layer's projections and of the classifier exactly as enqueue_layer /
+// enqueue_step make them (same matrices, input and output buffers, strides, hence the same GEMM cache
+// keys), at the smallest n of every GEMM bucket up to max_batch. Inputs are the zeroed scratch; outputs
+// land in scratch that every step writes before reading. Layer 0 stands for all: every layer has the
+// same shapes and the buffers are shared.
+void CudaLlamaForward::warm_up_matmuls() {
+  if (layout_.max_batch <= kGemvMaxTokens || layers_.empty()) return;
+  DeviceGuard guard(layout_.device);
+  cudaStream_t s = stream_.get();
+  const int64_t B = layout_.max_batch;
+  for (DeviceBuffer* b : {&xn_, &attn_, &gu_, &tmp_}) GA_CUDA_CHECK(cudaMemsetAsync(b->data(), 0, b->size(), s));
+  const DeviceLayer& L = layers_[0];
+  float* const qkv = qkv_.as<float>();
+  const float* const h = xn_.as<float>();
+  for (const int64_t n : gemm_bucket_warm_up_tokens(kGemvMaxTokens + 1, B)) {
+    if (L.wqkv.rows > 0) {
+      matmul(L.wqkv, h, ld_embd_, n, qkv, ld_qkv_);
+    } else {
+      if (L.wqk.rows > 0) {
+        matmul(L.wqk, h, ld_embd_, n, qkv, ld_qkv_);
+      } else {
+        matmul(L.wq, h, ld_embd_, n, qkv, ld_qkv_);
+        matmul(L.wk, h, ld_embd_, n, qkv + q_dim_, ld_qkv_);
+      }
+      matmul(L.wv, h, ld_embd_, n, qkv + q_dim_ + kv_dim_, ld_qkv_);
+    }
+    matmul(L.wo, attn_.as<float>(), ld_q_, n, tmp_.as<float>(), ld_embd_);
+    float* const gate = gu_.as<float>();
+    if (L.w_gate_up.rows > 0) {
+      matmul(L.w_gate_up, h, ld_embd_, n, gate, ld_gu_);
+    } else {
+      matmul(L.w_gate, h, ld_embd_, n, gate, ld_gu_);
+      matmul(L.w_up, h, ld_embd_, n, gate + c_.n_ff, ld_gu_);
+    }
+    matmul(L.w_down, gate, ld_gu_, n, tmp_.as<float>(), ld_embd_);
+    // the classifier of more than 8 rows: contiguous rows of xn_ or gathered rows of tmp_ (same strides)
+    matmul(output_, h, ld_embd_, n, logits_.as<float>(), c_.n_vocab);
+    matmul(output_, tmp_.as<float>(), ld_embd_, n, logits_.as<float>(), c_.n_vocab);
+  }
+  stream_.synchronize();
+}
+
 }  // namespace ga::cuda::llama
+
+namespace ga::cuda {
+
+// matmul() sends steps of up to kGemvMaxTokens tokens to the GEMV (one instantiation per token count
+// class) and attention takes its decode kernel up to the same bound: every n up to it. Longer steps run
+// the same kernels of ours at any n (the GEMM's algorithms are warm_up_matmuls'): the smallest and the
+// largest step.
+std::vector<int64_t> warm_up_step_tokens(int64_t max_step_tokens) {
+  std::vector<int64_t> out;
+  for (int64_t n = 1; n <= std::min<int64_t>(max_step_tokens, kGemvMaxTokens); ++n) out.push_back(n);
+  if (max_step_tokens > kGemvMaxTokens) out.push_back(kGemvMaxTokens + 1);
+  if (max_step_tokens > kGemvMaxTokens + 1) out.push_back(max_step_tokens);
+  return out;
+}
+
+}  // namespace ga::cuda

@@ -133,6 +133,7 @@ class CudaLlamaForward final : public CudaForward, public CudaBatchForward {
   int64_t n_vocab() const override { return c_.n_vocab; }
   std::string description() const override { return description_; }
   uint64_t device_bytes() const override { return device_bytes_; }
+  void warm_up_matmuls() override;
 
  private:
   struct Sizes;
