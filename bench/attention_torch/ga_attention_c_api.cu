@@ -7,6 +7,7 @@
 
 #include "backends/cuda/kernels/attention.h"
 #include "backends/cuda/kernels/flash/flash_attention.h"
+#include "backends/cuda/kernels/flash/flash_bwd_variants.h"
 
 namespace {
 
@@ -116,8 +117,9 @@ int ga_flash_forward_fp8(const void* q, const void* k, const void* v, void* o, f
                                     : ga::cuda::flash_forward_with_schedule(p, sched, workspace, workspace_bytes, st));
 }
 
-// Which backward kernel ga_flash_backward runs (ga::cuda::FlashBwdKernel: 0 auto, 1 mma.sync, 2 Hopper), so the
-// benchmark can time both in one run. Process-wide: the benchmark is single-threaded.
+// Which backward kernel ga_flash_backward runs (ga::cuda::FlashBwdKernel: 0 auto, 1 mma.sync, 2 Hopper; 10 + v: the
+// Hopper kernel's schedule v, flash_bwd_variants.h), so the benchmark can time them all in one run. Process-wide: the
+// benchmark is single-threaded.
 static int g_bwd_kernel = 0;
 void ga_flash_backward_set_kernel(int kernel) { g_bwd_kernel = kernel; }
 
@@ -147,14 +149,19 @@ int ga_flash_backward(const void* q, const void* k, const void* v, const void* o
   p.dv_batch_stride = strides24[21];
   p.dv_seq_stride = strides24[22];
   p.dv_head_stride = strides24[23];
-  const auto kernel = static_cast<ga::cuda::FlashBwdKernel>(g_bwd_kernel);
+  const int variant = g_bwd_kernel >= 10 ? g_bwd_kernel - 10 : -1;
+  const auto kernel =
+      variant >= 0 ? ga::cuda::FlashBwdKernel::kHopper : static_cast<ga::cuda::FlashBwdKernel>(g_bwd_kernel);
   if (ga::cuda::flash_backward_unsupported_reason(p, kernel) != nullptr) {
     return static_cast<int>(cudaErrorInvalidValue);
   }
   if (bytes_needed != nullptr) *bytes_needed = ga::cuda::flash_backward_plan(p).workspace_bytes;
   if (workspace == nullptr && workspace_bytes == 0) return 0;
-  return static_cast<int>(
-      ga::cuda::flash_backward_with_kernel(p, kernel, workspace, workspace_bytes, static_cast<cudaStream_t>(stream)));
+  const auto st = static_cast<cudaStream_t>(stream);
+  if (variant >= 0) {
+    return static_cast<int>(ga::cuda::flash_backward_hopper_variant(p, variant, workspace, workspace_bytes, st));
+  }
+  return static_cast<int>(ga::cuda::flash_backward_with_kernel(p, kernel, workspace, workspace_bytes, st));
 }
 
 // The existing mma.sync prefill (kernels/attention.h): one sequence, causal from position 0,

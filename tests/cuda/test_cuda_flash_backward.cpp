@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "backends/cuda/kernels/flash/flash_attention.h"
+#include "backends/cuda/kernels/flash/flash_bwd_variants.h"
 #include "cuda_harness.h"
 #include "flash_check.h"
 
@@ -100,7 +101,8 @@ Reference reference(const Shape& s, double scale, const std::vector<double>& q, 
 }
 
 double g_worst_rel_l2 = 0.0, g_worst_elem_over_rms = 0.0;  // over all checks, printed by each test
-int g_runs[2] = {0, 0};  // cases run per kernel (mma.sync, Hopper), printed by each test
+constexpr int kHopperSchedules = 3;  // flash_bwd_variants.h: schedules 0-2
+int g_runs[3] = {0, 0, 0};  // cases run per kernel (mma.sync, Hopper, Hopper's other schedules), printed by each test
 
 // One gradient: poisoned padding untouched, relative L2, per-element bar. got_bits has rows of `pitch`
 // elements (`width` of them data), ref is dense.
@@ -123,8 +125,8 @@ void check_gradient(Parity& parity, const std::string& name, const std::vector<u
 
 void print_worst(const char* what) {
   std::printf("%s: worst relative L2 %.3e, worst element error %.3f x its gradient's RMS; cases run: %d mma.sync, "
-              "%d Hopper\n",
-              what, g_worst_rel_l2, g_worst_elem_over_rms, g_runs[0], g_runs[1]);
+              "%d Hopper, %d Hopper other schedules\n",
+              what, g_worst_rel_l2, g_worst_elem_over_rms, g_runs[0], g_runs[1], g_runs[2]);
 }
 
 void run_and_check(Parity& parity, CachingAllocator& alloc, const Shape& s, std::mt19937& rng) {
@@ -193,13 +195,16 @@ void run_and_check(Parity& parity, CachingAllocator& alloc, const Shape& s, std:
   p.dk_seq_stride = p.dv_seq_stride = k_pitch + pad;
   p.dk_batch_stride = p.dv_batch_stride = (k_pitch + pad) * s.seqlen_k;
   const size_t ws_bytes = ::ga::cuda::flash_backward_plan(p).workspace_bytes;
+  // Runs 0, 1: mma.sync and the Hopper kernel (flash_backward_with_kernel); 2..: every other Hopper schedule the
+  // build compiled (flash_bwd_variants.h; -DGA_FLASH_ALL_VARIANTS=ON), so a benchmark's candidates are checked too.
   const FlashBwdKernel kernels[] = {FlashBwdKernel::kMmaSync, FlashBwdKernel::kHopper};
   const char* const kernel_names[] = {" [mma.sync]", " [hopper]"};
-  for (int ki = 0; ki < 2; ++ki) {
-    const FlashBwdKernel kernel = kernels[ki];
-    const std::string kname = name + kernel_names[ki];
+  for (int ki = 0; ki < 2 + kHopperSchedules; ++ki) {
+    const bool variant = ki >= 2;
+    const FlashBwdKernel kernel = kernels[variant ? 1 : ki];
+    const std::string kname = name + (variant ? " [hopper schedule " + std::to_string(ki - 2) + "]" : kernel_names[ki]);
     if (const char* reason = ::ga::cuda::flash_backward_unsupported_reason(p, kernel)) {
-      parity.skip(kname, reason);
+      if (!variant) parity.skip(kname, reason);
       continue;
     }
     ASSERT_GT(ws_bytes, 0u) << kname;
@@ -208,9 +213,15 @@ void run_and_check(Parity& parity, CachingAllocator& alloc, const Shape& s, std:
     d_dq.poison();
     d_dk.poison();
     d_dv.poison();
-    ASSERT_EQ(::ga::cuda::flash_backward_with_kernel(p, kernel, ws.get(), ws_bytes, nullptr), cudaSuccess) << kname;
+    if (variant) {
+      const cudaError_t e = ::ga::cuda::flash_backward_hopper_variant(p, ki - 2, ws.get(), ws_bytes, nullptr);
+      if (e == cudaErrorNotSupported) continue;  // this schedule is not compiled into this build
+      ASSERT_EQ(e, cudaSuccess) << kname;
+    } else {
+      ASSERT_EQ(::ga::cuda::flash_backward_with_kernel(p, kernel, ws.get(), ws_bytes, nullptr), cudaSuccess) << kname;
+    }
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << kname;
-    ++g_runs[ki];
+    ++g_runs[variant ? 2 : ki];
     check_gradient(parity, kname + " dq", d_dq.download(), ref.dq, q_rows, q_pitch, q_pitch + pad, s.dtype);
     check_gradient(parity, kname + " dk", d_dk.download(), ref.dk, k_rows, k_pitch, k_pitch + pad, s.dtype);
     check_gradient(parity, kname + " dv", d_dv.download(), ref.dv, k_rows, k_pitch, k_pitch + pad, s.dtype);
@@ -222,7 +233,7 @@ TEST(CudaFlashBackward, GradientsMatchFloat64Reference) {
   CachingAllocator alloc(0);
   Parity parity("flash backward");
   g_worst_rel_l2 = g_worst_elem_over_rms = 0.0;
-  g_runs[0] = g_runs[1] = 0;
+  g_runs[0] = g_runs[1] = g_runs[2] = 0;
   std::mt19937 rng(20261123);
   const int lengths[][2] = {{1, 1}, {7, 7}, {129, 129}, {7, 129}, {129, 7}, {1000, 1000}};
   const int gqa[][2] = {{2, 2}, {4, 2}, {4, 1}};
@@ -250,7 +261,7 @@ TEST(CudaFlashBackward, SmallShapesForSanitizer) {
   CachingAllocator alloc(0);
   Parity parity("flash backward small");
   g_worst_rel_l2 = g_worst_elem_over_rms = 0.0;
-  g_runs[0] = g_runs[1] = 0;
+  g_runs[0] = g_runs[1] = g_runs[2] = 0;
   std::mt19937 rng(8);
   const Shape shapes[] = {
       {FlashDtype::kBf16, 128, 2, 1, 1, 129, 200, true, true},

@@ -12,6 +12,7 @@
 #include "backends/cuda/kernels/flash/flash_attention.h"
 #include "backends/cuda/kernels/flash/flash_bwd_sm80.cuh"
 #include "backends/cuda/kernels/flash/flash_bwd_sm90.cuh"
+#include "backends/cuda/kernels/flash/flash_bwd_variants.h"
 #include "backends/cuda/kernels/flash/flash_common.h"
 #include "backends/cuda/kernels/tile/tma_map.h"
 
@@ -119,7 +120,8 @@ const char* resolve(const FlashBwdParams& p, FlashBwdKernel want, FlashBwdKernel
 
 flash_bwd::Strides strides(int64_t batch, int64_t seq, int64_t head) { return flash_bwd::Strides{batch, seq, head}; }
 
-cudaError_t run_hopper(const FlashBwdParams& p, flash_bwd::BwdArgs a, void* workspace, cudaStream_t stream) {
+cudaError_t run_hopper(const FlashBwdParams& p, flash_bwd::BwdArgs a, void* workspace, int sched,
+                       cudaStream_t stream) {
   const FlashParams& f = p.fwd;
   const bool bf16 = f.dtype == FlashDtype::kBf16;
   using T = flash_bwd_sm90::Traits<128>;
@@ -153,7 +155,7 @@ cudaError_t run_hopper(const FlashBwdParams& p, flash_bwd::BwdArgs a, void* work
   m.causal = a.causal;
   m.scale = a.scale;
   m.scale_log2 = a.scale_log2;
-  return flash_bwd_sm90::launch<128>(a, m, lse_log2, bf16, stream);
+  return flash_bwd_sm90::launch<128>(a, m, lse_log2, bf16, sched, stream);
 }
 
 }  // namespace
@@ -182,8 +184,11 @@ cudaError_t flash_backward(const FlashBwdParams& p, void* workspace, size_t work
   return flash_backward_with_kernel(p, FlashBwdKernel::kAuto, workspace, workspace_bytes, stream);
 }
 
-cudaError_t flash_backward_with_kernel(const FlashBwdParams& p, FlashBwdKernel kernel, void* workspace,
-                                       size_t workspace_bytes, cudaStream_t stream) {
+namespace {
+
+// flash_backward_with_kernel, with the Hopper kernel's schedule (-1: its default) for flash_backward_hopper_variant.
+cudaError_t run_backward(const FlashBwdParams& p, FlashBwdKernel kernel, int sched, void* workspace,
+                         size_t workspace_bytes, cudaStream_t stream) {
   if (params_reason(p) != nullptr) return cudaErrorInvalidValue;
   FlashBwdKernel got{};
   if (resolve(p, kernel, &got) != nullptr) return cudaErrorNoKernelImageForDevice;
@@ -221,7 +226,7 @@ cudaError_t flash_backward_with_kernel(const FlashBwdParams& p, FlashBwdKernel k
   a.causal = f.causal ? 1 : 0;
   a.scale = f.softmax_scale;
   a.scale_log2 = f.softmax_scale * detail::kLog2e;
-  if (got == FlashBwdKernel::kHopper) return run_hopper(p, a, workspace, stream);
+  if (got == FlashBwdKernel::kHopper) return run_hopper(p, a, workspace, sched, stream);
   const bool bf16 = f.dtype == FlashDtype::kBf16;
   switch (f.head_dim) {
     case 64: return flash_bwd::launch_bwd<64>(a, bf16, stream);
@@ -229,6 +234,18 @@ cudaError_t flash_backward_with_kernel(const FlashBwdParams& p, FlashBwdKernel k
     case 256: return flash_bwd::launch_bwd<256>(a, bf16, stream);
     default: return cudaErrorInvalidValue;
   }
+}
+
+}  // namespace
+
+cudaError_t flash_backward_with_kernel(const FlashBwdParams& p, FlashBwdKernel kernel, void* workspace,
+                                       size_t workspace_bytes, cudaStream_t stream) {
+  return run_backward(p, kernel, -1, workspace, workspace_bytes, stream);
+}
+
+cudaError_t flash_backward_hopper_variant(const FlashBwdParams& p, int variant, void* workspace,
+                                          size_t workspace_bytes, cudaStream_t stream) {
+  return run_backward(p, FlashBwdKernel::kHopper, variant, workspace, workspace_bytes, stream);
 }
 
 }  // namespace ga::cuda

@@ -6,7 +6,8 @@
 // Three launches (as the mma.sync fallback, flash_bwd_sm80.cuh, whose workspace layout differs):
 //  1. preprocess: per query row (padded to whole 64-row blocks) D = rowsum(dO * O), LSE * log2(e) (+inf for rows
 //     past seqlen_q and rows that see no key, so P = exp2(s - lse) is exactly 0 there without a mask), and zeroes
-//     the row's share of the dQ accumulator.
+//     the row's share of the dQ accumulator. (One CTA per 64-row tile with 16-byte loads and stores was 25% slower
+//     for preprocess + convert together: session 4, run 2.)
 //  2. main: one CTA per (128-key block, KV head, batch); K and V of the block stay in shared memory. It walks every
 //     query head of the GQA group and every 64-row query block that can see its keys (causal: from the first that
 //     reaches key n0). Warpgroup 0 is the producer (setmaxnreg 24): one thread loads K/V once, then per step Q and
@@ -15,11 +16,13 @@
 //     (setmaxnreg 240) and per step:
 //       S^T = K_w Q^T, dP^T = V_w dO^T   (SS wgmma m64n64, K-major operands: [64 keys][64 queries] f32 each);
 //       P^T = exp2(S^T * scale log2 e - LSE log2 e), masked by select; dS^T = P^T (dP^T - D) (f32 P^T);
-//       dV_w += P^T dO, dK_w += dS^T Q   (RS wgmma m64n128: P^T/dS^T in registers as A, dO/Q read N-major with
-//                                         the transpose bit; the accumulators live across the whole CTA);
+//       dV_w += P^T dO                   (RS wgmma m64n128: P^T in registers as A, dO read N-major with the
+//                                         transpose bit; the accumulators live across the whole CTA);
 //       dS^T -> shared memory (16-bit, 128-byte swizzle, [128 keys][64 queries]; both warpgroups' halves);
 //       dQ[:, 64w..64w+63] = dS K        (SS wgmma m64n64 over all 128 keys, dS read M-major (transpose-A bit),
-//                                         K read N-major) -> shared memory -> one bulk add-reduce of 16 KB.
+//                                         K read N-major) -> shared memory -> one bulk add-reduce of 16 KB;
+//       dK_w += dS^T Q                   (RS wgmma as dV, issued behind dQ: FA3's order, so the dQ staging runs
+//                                         while the tensor cores do dK; schedule 1 of consumer_main).
 //     Computing S^T (keys as rows) rather than S is what lets P^T and dS^T feed the dV/dK GEMMs straight from the
 //     accumulator registers (the A-fragment layout of a k16 step is two accumulator n8 blocks), so only dS makes
 //     the round trip through shared memory, which dQ needs anyway (it sums over both warpgroups' keys).
@@ -33,12 +36,13 @@
 // writing their dS^T half (fence.proxy.async first: wgmma reads shared memory through the async proxy); dS^T is
 // double-buffered so the next step's write never races the other warpgroup's dQ GEMM; the dQ staging buffer is
 // single (each warpgroup's reducing thread waits for the previous bulk read before the barrier of the next step);
-// q_empty[stage] gets one arrival per consumer warp once the step's GEMMs are waited for; the warpgroup's
+// q_empty[stage] gets one arrival per consumer warp once the step's GEMMs (dK last) are waited for; the warpgroup's
 // 128-thread named barrier that ends the step also publishes the next step's LSE/D (shared-memory vectors ordered
 // only by mbarriers were correct but flagged by compute-sanitizer's racecheck, and an L2 read of them in the step's
 // critical path was slower: docs/results/2026-11-22-h200-flash.md, "Hopper backward").
 //
-// Measured on an H200 (same file): 0.75-0.85x cuDNN's backward at head dim 128, 1.6-2.4x the mma.sync kernel.
+// Measured on an H200 (same file, "Session 4: backward"): schedule 1 0.78-0.87x cuDNN's backward at head dim 128
+// (schedule 0, v4, 0.74-0.83x in the same run), 1.6-2.4x the mma.sync kernel.
 // Numerics as the sm80 path: f32 accumulation, P and dS rounded to the input dtype for the tensor cores, dK and dQ
 // scaled by softmax_scale at the end. Keys past seqlen_k arrive as zeros from TMA and are masked; query rows past
 // seqlen_q arrive as zeros and have LSE = +inf (P = 0).
@@ -226,7 +230,10 @@ __device__ __forceinline__ void to_a_fragments(const float (&s)[32], uint32_t (&
   }
 }
 
-template <ElemKind E, int HD>
+// kSched: 0 = v4 (dV and dK issued together before the dS^T barrier, everything waited for before the dQ staging);
+// 1 = FA3's order (dV before the barrier, then dQ, then dK, the dQ staging under dK); 2 = 1 with dK waited for only
+// behind the next step's S^T and dP^T (the tensor cores get the next step's work before this one's dK ends).
+template <ElemKind E, int HD, int kSched>
 __device__ __forceinline__ void consumer_main(const Args& a, unsigned char* smem, Bars bars) {
   using T = Traits<HD>;
   const Work w(a);
@@ -254,6 +261,16 @@ __device__ __forceinline__ void consumer_main(const Args& a, unsigned char* smem
   float dv[64], dk[64];
 #pragma unroll
   for (int i = 0; i < 64; ++i) dv[i] = dk[i] = 0.0f;
+  // P^T and dS^T as 16-bit A fragments, declared outside the loop: release_after_dk pins dS^T until dK is done.
+  uint32_t pa[4][4], dsa[4][4];
+  // Once a step's dK GEMM (the last reader of its Q and dO) has been waited for: pin its registers and free the stage.
+  const auto release_after_dk = [&](int stage) {
+    if constexpr (kSched == 1) tile::wgmma_wait<0>();
+    tile::fence_regs(dk);
+    if constexpr (kSched != 2) tile::fence_regs(dsa);
+    __syncwarp();
+    if (lane == 0) tile::mbar_arrive(bars.q_empty(stage));  // Q and dO of this stage are free
+  };
   tile::mbar_wait(bars.kv_full(), 0);
 
   for (int s = 0; s < w.steps; ++s) {
@@ -278,6 +295,12 @@ __device__ __forceinline__ void consumer_main(const Args& a, unsigned char* smem
       tile::Wgmma<64, E>::template ss<0>(st, da, db, kk > 0 ? 1 : 0);
     }
     tile::wgmma_commit();
+    if constexpr (kSched == 2) {  // the previous step's dK ran under this S^T; dP^T's registers only after it
+      if (s > 0) {
+        tile::wgmma_wait<1>();
+        release_after_dk((s - 1) % T::kStages);
+      }
+    }
 #pragma unroll
     for (int kk = 0; kk < HD / 16; ++kk) {
       const int cb = kk / 4, kin = kk % 4;
@@ -313,22 +336,35 @@ __device__ __forceinline__ void consumer_main(const Args& a, unsigned char* smem
 #pragma unroll
       for (int e = 0; e < 4; ++e) dpt[4 * j + e] = st[4 * j + e] * (dpt[4 * j + e] - (e % 2 ? d.y : d.x));
     }
-    uint32_t pa[4][4], dsa[4][4];
     to_a_fragments<E>(st, pa);
-    to_a_fragments<E>(dpt, dsa);
+    if constexpr (kSched != 2) to_a_fragments<E>(dpt, dsa);
 
     // dV_w += P^T dO, dK_w += dS^T Q: k = the step's 64 queries (16 per wgmma = two 8-row groups of dO / Q). (Issuing
     // dV before dS^T exists, computing dS from the 16-bit P to stay inside the registers, was 3-8% slower and
     // tripled the error against FA2: run 2.)
+    const auto issue_dv = [&] {
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk)
+        tile::Wgmma<128, E>::template rs<1>(dv, pa[kk], tile::desc_mn_major(do_addr + kk * 2048, T::kBlockM * 128), 1);
+    };
+    // kSched 2 reads dS^T for dK from shared memory (this warpgroup's 64 rows of the tile the dQ GEMM reads), so no
+    // A fragments stay live across the loop's back edge (with them ptxas serialized the wgmmas: too few registers).
+    const auto issue_dk = [&](uint32_t ds_addr) {
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        const uint64_t db = tile::desc_mn_major(q_addr + kk * 2048, T::kBlockM * 128);
+        if constexpr (kSched == 2) {
+          tile::Wgmma<128, E>::template ss<1>(dk, tile::desc_k_major(ds_addr + cwg * (64 * 128) + kk * 32), db, 1);
+        } else {
+          tile::Wgmma<128, E>::template rs<1>(dk, dsa[kk], db, 1);
+        }
+      }
+    };
     tile::fence_regs(dv);
     tile::fence_regs(dk);
     tile::wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk)
-      tile::Wgmma<128, E>::template rs<1>(dv, pa[kk], tile::desc_mn_major(do_addr + kk * 2048, T::kBlockM * 128), 1);
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk)
-      tile::Wgmma<128, E>::template rs<1>(dk, dsa[kk], tile::desc_mn_major(q_addr + kk * 2048, T::kBlockM * 128), 1);
+    issue_dv();
+    if constexpr (kSched == 0) issue_dk(0);
     tile::wgmma_commit();
 
     // dS^T (16-bit) into buffer s % 2: row = key (128 bytes = 64 queries), 16-byte chunk j ^ (row % 8).
@@ -358,14 +394,24 @@ __device__ __forceinline__ void consumer_main(const Args& a, unsigned char* smem
       tile::Wgmma<64, E>::template ss<1, 1>(dq, da, db, kk > 0 ? 1 : 0);
     }
     tile::wgmma_commit();
-    tile::wgmma_wait<0>();
-    tile::fence_regs(dq);
-    tile::fence_regs(pa);
-    tile::fence_regs(dsa);
-#pragma unroll
-    for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(dv[i]), "+f"(dk[i])::"memory");
-    __syncwarp();
-    if (lane == 0) tile::mbar_arrive(bars.q_empty(stage));  // Q and dO of this stage are free
+    if constexpr (kSched == 0) {
+      tile::wgmma_wait<0>();
+      tile::fence_regs(dq);
+      tile::fence_regs(pa);
+      tile::fence_regs(dsa);
+      tile::fence_regs(dv);
+      tile::fence_regs(dk);
+      __syncwarp();
+      if (lane == 0) tile::mbar_arrive(bars.q_empty(stage));  // Q and dO of this stage are free
+    } else {
+      // FA3's order: dK behind dQ, so the dQ staging below runs while the tensor cores do dK.
+      issue_dk(ds_addr);
+      tile::wgmma_commit();
+      tile::wgmma_wait<1>();  // dV and dQ done, dK running
+      tile::fence_regs(dq);
+      tile::fence_regs(pa);
+      tile::fence_regs(dv);
+    }
 
     // dQ fragments -> staging (float4 j of thread wtid = its accumulators 4j..4j+3) -> one bulk add into the tile.
     float* stage_dq = reinterpret_cast<float*>(smem + T::kOffDq + cwg * T::kDqHalfBytes);
@@ -374,6 +420,7 @@ __device__ __forceinline__ void consumer_main(const Args& a, unsigned char* smem
       *reinterpret_cast<float4*>(stage_dq + (j * 128 + wtid) * 4) =
           make_float4(dq[4 * j], dq[4 * j + 1], dq[4 * j + 2], dq[4 * j + 3]);
     tile::fence_async_shared();
+    if constexpr (kSched == 1) release_after_dk(stage);  // kSched 2: at the next step, behind its S^T and dP^T
     if (s + 1 < w.steps) vecs[((s + 1) % 2) * (2 * T::kBlockM) + wtid] = vec_next;
     tile::named_barrier_sync(2 + cwg, 128);
     if (wtid == 0) {
@@ -381,6 +428,10 @@ __device__ __forceinline__ void consumer_main(const Args& a, unsigned char* smem
       tile::bulk_reduce_add_f32(dst, stage_dq, T::kDqHalfBytes);
       tile::bulk_commit();
     }
+  }
+  if constexpr (kSched == 2) {  // the last step's dK
+    tile::wgmma_wait<0>();
+    if (w.steps > 0) release_after_dk((w.steps - 1) % T::kStages);
   }
   if (wtid == 0) tile::bulk_wait<0>();  // the reductions are done before the CTA's shared memory goes away
 
@@ -400,7 +451,7 @@ __device__ __forceinline__ void consumer_main(const Args& a, unsigned char* smem
   }
 }
 
-template <ElemKind E, int HD>
+template <ElemKind E, int HD, int kSched>
 __global__ void __launch_bounds__(384, 1) main_kernel(const __grid_constant__ Args a) {
 #if GA_SM90A_DEVICE
   using T = Traits<HD>;
@@ -421,7 +472,7 @@ __global__ void __launch_bounds__(384, 1) main_kernel(const __grid_constant__ Ar
     if (threadIdx.x == 0) producer_main<HD>(a, smem, bars);
   } else {
     tile::regs_acquire<240>();
-    consumer_main<E, HD>(a, smem, bars);
+    consumer_main<E, HD, kSched>(a, smem, bars);
   }
 #else
   (void)a;
@@ -429,29 +480,39 @@ __global__ void __launch_bounds__(384, 1) main_kernel(const __grid_constant__ Ar
 #endif
 }
 
+// The schedule flash_backward runs (see consumer_main); -DGA_FLASH_ALL_VARIANTS=ON compiles the others too, for
+// benchmarks (flash_backward_hopper_variant in flash_bwd_variants.h). kPrePostOnly runs the preprocess and convert
+// kernels alone (wrong gradients; a benchmark's measure of their share of the time).
+constexpr int kDefaultSched = 1;  // 3.5-7% faster than 0 at every size, 2 in between (session 4, run 1)
+constexpr int kPrePostOnly = 9;
+
 // Runs the three kernels (flash_bwd_sm90_hd*.cu instantiate it); `args` carries the pointers and strides the
 // preprocess and convert kernels read (its dq_accum/dsum point into the Hopper workspace layout), `m` the rest.
+// cudaErrorNotSupported for a schedule this build did not compile.
 template <int HD>
-cudaError_t launch(const flash_bwd::BwdArgs& args, const Args& m, float* lse_log2, bool bf16, cudaStream_t stream);
+cudaError_t launch(const flash_bwd::BwdArgs& args, const Args& m, float* lse_log2, bool bf16, int sched,
+                   cudaStream_t stream);
 
-template <bool kBf16, int HD>
+template <bool kBf16, int HD, int kSched>
 cudaError_t launch_instance(const flash_bwd::BwdArgs& args, const Args& m, float* lse_log2, cudaStream_t stream) {
   using T = Traits<HD>;
   static_assert(T::kSmemBytes <= 227 * 1024, "shared memory per CTA");
   constexpr ElemKind E = kBf16 ? ElemKind::kBf16 : ElemKind::kF16;
-  const auto kernel = main_kernel<E, HD>;
-  static const cudaError_t attr_status =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(T::kSmemBytes));
-  if (attr_status != cudaSuccess) return attr_status;
   const int64_t pad_rows = int64_t{args.batch} * args.n_head * m.m_blocks * 64;
   preprocess<kBf16, HD><<<static_cast<unsigned>((pad_rows + 7) / 8), 256, 0, stream>>>(args, lse_log2, m.m_blocks);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return e;
-  const dim3 grid(static_cast<unsigned>((args.seqlen_k + T::kBlockN - 1) / T::kBlockN),
-                  static_cast<unsigned>(args.n_head_kv), static_cast<unsigned>(args.batch));
-  kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(m);
-  e = cudaGetLastError();
-  if (e != cudaSuccess) return e;
+  if constexpr (kSched != kPrePostOnly) {
+    const auto kernel = main_kernel<E, HD, kSched>;
+    static const cudaError_t attr_status =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(T::kSmemBytes));
+    if (attr_status != cudaSuccess) return attr_status;
+    const dim3 grid(static_cast<unsigned>((args.seqlen_k + T::kBlockN - 1) / T::kBlockN),
+                    static_cast<unsigned>(args.n_head_kv), static_cast<unsigned>(args.batch));
+    kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(m);
+    e = cudaGetLastError();
+    if (e != cudaSuccess) return e;
+  }
   const int64_t rows = int64_t{args.batch} * args.seqlen_q * args.n_head;
   convert_dq<kBf16, HD><<<static_cast<unsigned>((rows + 7) / 8), 256, 0, stream>>>(args, m.m_blocks);
   return cudaGetLastError();

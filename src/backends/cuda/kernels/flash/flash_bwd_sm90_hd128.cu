@@ -1,14 +1,43 @@
 // Instantiations of the Hopper flash backward for head dim 128 (bf16, fp16): see flash_bwd_sm90.cuh. The only head
 // dim the Hopper backward is built for; flash_backward sends the others to the mma.sync kernels (flash_bwd_hd*.cu).
+// CI builds only the default schedule (each instantiation is a heavy wgmma kernel); -DGA_FLASH_ALL_VARIANTS=ON (or
+// GA_FLASH_BWD_VARIANTS=1 alone, without the forward's variants) adds the others and the preprocess/convert-only
+// timing run, for benchmarks.
 #include "backends/cuda/kernels/flash/flash_bwd_sm90.cuh"
 
+#ifndef GA_FLASH_ALL_VARIANTS
+#define GA_FLASH_ALL_VARIANTS 0
+#endif
+#ifndef GA_FLASH_BWD_VARIANTS
+#define GA_FLASH_BWD_VARIANTS GA_FLASH_ALL_VARIANTS
+#endif
+
 namespace ga::cuda::flash_bwd_sm90 {
+namespace {
+
+template <int kSched>
+cudaError_t launch_sched(const flash_bwd::BwdArgs& args, const Args& m, float* lse_log2, bool bf16,
+                         cudaStream_t stream) {
+  return bf16 ? launch_instance<true, 128, kSched>(args, m, lse_log2, stream)
+              : launch_instance<false, 128, kSched>(args, m, lse_log2, stream);
+}
+
+}  // namespace
 
 template <>
-cudaError_t launch<128>(const flash_bwd::BwdArgs& args, const Args& m, float* lse_log2, bool bf16,
+cudaError_t launch<128>(const flash_bwd::BwdArgs& args, const Args& m, float* lse_log2, bool bf16, int sched,
                         cudaStream_t stream) {
-  return bf16 ? launch_instance<true, 128>(args, m, lse_log2, stream)
-              : launch_instance<false, 128>(args, m, lse_log2, stream);
+  if (sched < 0 || sched == kDefaultSched) return launch_sched<kDefaultSched>(args, m, lse_log2, bf16, stream);
+#if GA_FLASH_BWD_VARIANTS
+  switch (sched) {
+    case 0: return launch_sched<0>(args, m, lse_log2, bf16, stream);
+    case 1: return launch_sched<1>(args, m, lse_log2, bf16, stream);
+    case 2: return launch_sched<2>(args, m, lse_log2, bf16, stream);
+    case kPrePostOnly: return launch_sched<kPrePostOnly>(args, m, lse_log2, bf16, stream);
+    default: break;
+  }
+#endif
+  return cudaErrorNotSupported;
 }
 
 }  // namespace ga::cuda::flash_bwd_sm90
