@@ -16,7 +16,8 @@
 // 25% of the output RMS plus 2^-4 of its own magnitude (P's e4m3 rounding); the V^T workspace is poisoned with 0xFF (e4m3 NaN) so a column the pre-pass misses
 // turns the output NaN.
 // Without a GPU the tests SKIP; on a non-Hopper GPU the Hopper variants SKIP with the kernel's reason (the
-// mma.sync one runs on compute capability >= 8.0). The shape, the random inputs, the softmax of the reference and the output unpacking are flash_check.h (shared with
+// mma.sync one runs on compute capability >= 8.0, its sm_75 build, variant kFlashSm75Variant, on >= 7.5 with fp16;
+// the Sm75* tests below). The shape, the random inputs, the softmax of the reference and the output unpacking are flash_check.h (shared with
 // test_cuda_flash_backward.cpp).
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
@@ -155,17 +156,22 @@ void run_and_check(Parity& parity, CachingAllocator& alloc, const Shape& s, std:
     parity.skip(name, reason);
     return;
   }
+  // The lean default build has two Hopper variants and the mma.sync ones (sm_80 and its sm_75 build).
+  std::vector<int> runnable;
+  for (int sched = 0; sched < ::ga::cuda::flash_variant_count(); ++sched) {
+    if (!::ga::cuda::flash_variant_compiled(sched) || !variant_selected(sched)) continue;
+    if (const char* why = ::ga::cuda::flash_variant_unsupported_reason(p, sched)) {
+      parity.skip(name + " sched" + std::to_string(sched), why);  // a Hopper variant on another GPU; bf16 on sm75
+      continue;
+    }
+    runnable.push_back(sched);
+  }
+  if (runnable.empty()) return;  // no float64 reference for nothing to compare
   std::vector<double> ref, ref_lse;
   reference(s, p.softmax_scale, qf, kf, vf, &ref, &ref_lse);
 
-  for (int sched = 0; sched < ::ga::cuda::flash_variant_count(); ++sched) {
-    // The lean default build has two Hopper variants and the mma.sync one.
-    if (!::ga::cuda::flash_variant_compiled(sched) || !variant_selected(sched)) continue;
+  for (int sched : runnable) {
     const std::string cname = name + " sched" + std::to_string(sched);
-    if (const char* why = ::ga::cuda::flash_variant_unsupported_reason(p, sched)) {
-      parity.skip(cname, why);  // a Hopper variant on another GPU
-      continue;
-    }
     dout.poison();
     dlse.poison();
     ASSERT_EQ(::ga::cuda::flash_forward_with_schedule(p, sched, nullptr), cudaSuccess) << cname;
@@ -301,6 +307,90 @@ TEST(CudaFlashAttention, UnsupportedParamsAreRejectedWithAReason) {
   if (const char* device = ::ga::cuda::flash_unsupported_reason(good)) {
     GTEST_SKIP() << device;  // no flash forward for this GPU: the parameter checks above still ran
   }
+}
+
+// ---- sm_75 (Turing) build of the mma.sync forward: variant kFlashSm75Variant, fp16 only ----
+// The parity grids above already run it on every fp16 case (the variant loop of run_and_check; bf16 cases SKIP it
+// with its reason). These add what is particular to it: its smaller tiles (64 query rows; 64 / 32 / 32 keys) at
+// lengths around their edges, 4097 at head dims 128 and 256, shapes small enough for compute-sanitizer
+// (GA_FLASH_TEST_VARIANT=12), and its refusals. On the H200 this is the evidence that code built only from sm_75
+// instructions (register-staged loads, m16n8k8, <= 64 KB of shared memory) is right.
+
+TEST(CudaFlashAttention, Sm75SmallShapesForSanitizer) {
+  GA_REQUIRE_CUDA_DEVICE();
+  CachingAllocator alloc(0);
+  Parity parity("flash forward sm75 small");
+  std::mt19937 rng(75);
+  const Shape shapes[] = {
+      {FlashDtype::kF16, 128, 2, 1, 1, 129, 129, true, true},
+      {FlashDtype::kF16, 256, 2, 2, 2, 7, 300, false, false},
+      {FlashDtype::kF16, 256, 4, 1, 1, 129, 7, true, true},   // rows that see no key: zeros, lse -inf
+      {FlashDtype::kF16, 64, 16, 4, 3, 65, 97, true, false},  // 2 query blocks of 64, a partial key block
+      {FlashDtype::kF16, 128, 4, 2, 2, 33, 31, false, true},  // one key short of the 32-key block
+  };
+  for (const Shape& s : shapes) {
+    run_and_check(parity, alloc, s, rng);
+    if (testing::Test::HasFatalFailure()) return;
+  }
+  parity.finish();
+}
+
+TEST(CudaFlashAttention, Sm75LongSequences4097) {
+  GA_REQUIRE_CUDA_DEVICE();
+  if (!variant_selected(::ga::cuda::kFlashSm75Variant)) GTEST_SKIP() << "GA_FLASH_TEST_VARIANT selects another variant";
+  CachingAllocator alloc(0);
+  Parity parity("flash forward sm75 4097");
+  std::mt19937 rng(754097);
+  run_and_check(parity, alloc, Shape{FlashDtype::kF16, 128, 2, 1, 1, 4097, 4097, true, false}, rng);
+  if (testing::Test::HasFatalFailure()) return;
+  run_and_check(parity, alloc, Shape{FlashDtype::kF16, 256, 2, 2, 1, 4097, 4097, false, true}, rng);
+  parity.finish();
+}
+
+// bf16 (no bf16 mma.sync on Turing), FP8, varlen and o_f32 are refused by the sm_75 variant with a reason, and the
+// launcher then touches nothing.
+TEST(CudaFlashAttention, Sm75RefusesWhatTuringCannotRun) {
+  GA_REQUIRE_CUDA_DEVICE();
+  CachingAllocator alloc(0);
+  const Shape s{FlashDtype::kF16, 128, 4, 2, 1, 64, 64, false, false};
+  DeviceArray<uint16_t> buf(alloc, 4 * 64 * 128 + 64);
+  DeviceArray<uint16_t> out(alloc, 4 * 64 * 128);
+  const FlashParams good = make_params(s, buf.get(), buf.get(), buf.get(), out.get(), nullptr, 4 * 128);
+  constexpr int kSm75 = ::ga::cuda::kFlashSm75Variant;
+  ASSERT_TRUE(::ga::cuda::flash_variant_compiled(kSm75));
+  auto expect_refused = [&](FlashParams p, const char* what, const char* reason_mentions) {
+    const char* reason = ::ga::cuda::flash_variant_unsupported_reason(p, kSm75);
+    ASSERT_NE(reason, nullptr) << what;
+    EXPECT_NE(std::string(reason).find(reason_mentions), std::string::npos) << what << ": " << reason;
+    std::printf("sm75 refused (%s): %s\n", what, reason);
+    out.poison();
+    EXPECT_NE(::ga::cuda::flash_forward_with_schedule(p, kSm75, nullptr), cudaSuccess) << what;
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    for (uint16_t x : out.download()) {
+      if (x != 0xFFFF) {
+        ADD_FAILURE() << what << ": output touched although refused";
+        break;
+      }
+    }
+  };
+  FlashParams p = good;
+  p.dtype = FlashDtype::kBf16;
+  expect_refused(p, "bf16", "bf16");
+  p = good;
+  int32_t fake_offsets[2] = {0, 64};
+  p.cu_seqlens_q = fake_offsets;  // host pointer is fine: refused before any use
+  p.total_q = 64;
+  p.total_k = 64;
+  p.cu_seqlens_k = fake_offsets;
+  expect_refused(p, "varlen", "variable-length");
+  p = good;
+  p.o_f32 = true;
+  expect_refused(p, "o_f32", "o_f32");
+  p = good;
+  p.head_dim = 96;
+  expect_refused(p, "head_dim 96", "head_dim");
+  // fp16 is accepted wherever compute capability >= 7.5 (every GPU this build can run on).
+  EXPECT_EQ(::ga::cuda::flash_variant_unsupported_reason(good, kSm75), nullptr);
 }
 
 // ---- FP8 e4m3 forward ----

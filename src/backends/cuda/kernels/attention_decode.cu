@@ -56,24 +56,33 @@ __device__ __forceinline__ void merge_if_last(const AttnArgs& a, int64_t tok0, i
   if (!is_last) return;
   __threadfence();
 
-  float* const sm_w = reinterpret_cast<float*>(smem_bytes);  // [kMmaRows][n_splits] split weights
-  float* const sm_l = sm_w + kMmaRows * kMaxSplits;          // [kMmaRows] sum of the weighted sums
+  // The (max, sum) pairs are read from L2 once, as float2, and parked in shared memory by the lane that then turns
+  // them into weights: one L2 round trip on the tail of the call instead of two (session 3, Turing engineer).
+  float* const sm_w = reinterpret_cast<float*>(smem_bytes);  // [kMmaRows][kMaxSplits] split max, then weight
+  float* const sm_ls = sm_w + kMmaRows * kMaxSplits;         // [kMmaRows][kMaxSplits] split sums
+  float* const sm_l = sm_ls + kMmaRows * kMaxSplits;         // [kMmaRows] sum of the weighted sums
   const int64_t rows_total = a.ws_rows_total;
   const int tile_row0 = row_tile * kMmaRows;
   const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
+  const float2* const ws_ml2 = reinterpret_cast<const float2*>(a.ws_ml);  // [n_splits][rows_total] (max, sum)
   for (int row = warp; row < kMmaRows; row += kAttnWarps) {
     const int r = tile_row0 + row;
     if (r >= rows) break;
     const int64_t ws_row = (ws_tok0 + r / a.group) * a.n_head + kv_head * a.group + r % a.group;
     float m = -INFINITY;
-    for (int sp = lane; sp < a.n_splits; sp += 32) m = fmaxf(m, __ldcg(&a.ws_ml[2 * (sp * rows_total + ws_row)]));
+    for (int sp = lane; sp < a.n_splits; sp += 32) {
+      const float2 ml = __ldcg(ws_ml2 + sp * rows_total + ws_row);
+      sm_w[row * kMaxSplits + sp] = ml.x;
+      sm_ls[row * kMaxSplits + sp] = ml.y;
+      m = fmaxf(m, ml.x);
+    }
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));  // finite: split 0 saw key 0
     float l = 0.0f;
-    for (int sp = lane; sp < a.n_splits; sp += 32) {
-      const float w = exp2f(__ldcg(&a.ws_ml[2 * (sp * rows_total + ws_row)]) - m);
+    for (int sp = lane; sp < a.n_splits; sp += 32) {  // the entries this lane wrote above
+      const float w = exp2f(sm_w[row * kMaxSplits + sp] - m);
       sm_w[row * kMaxSplits + sp] = w;
-      l += w * __ldcg(&a.ws_ml[2 * (sp * rows_total + ws_row) + 1]);
+      l += w * sm_ls[row * kMaxSplits + sp];
     }
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1) l += __shfl_xor_sync(0xffffffffu, l, off);
@@ -177,18 +186,10 @@ __global__ void __launch_bounds__(kAttnThreads, HD <= 128 ? (kStages == 2 ? 3 : 
   const int64_t min_lim = min(pos0 + tile_row0 / a.group, end - 1);  // the smallest limit of a valid row
 
   // The first tile's copies go out before the q loads, whose latency they then hide.
-  pipe.smem = smem;
-  pipe.k_head = a.k + int64_t{kv_head} * HD;
-  pipe.v_head = a.v + int64_t{kv_head} * HD;
-  pipe.kv_stride = a.kv_stride;
-  pipe.first = begin;
-  pipe.valid_end = end;
   const int n_tiles = static_cast<int>((end - begin + kAttnTileKeys - 1) / kAttnTileKeys);
-  pipe.start(n_tiles);
   uint32_t qf[HD / 16][4];
-  load_q_fragments<HD>(qf, q_row[0], q_row[1], a.q_scale);
   WarpRows<HD> st;
-  st.init();
+  start_kv_and_q(pipe, smem, a, kv_head, begin, end, n_tiles, q_row, qf, st);
   for (int i = 0; i < n_tiles; ++i) {
     pipe.issue_next(i, n_tiles);
     __syncthreads();
@@ -260,7 +261,7 @@ template <int HD, bool kPaged, int kStages>
 cudaError_t launch_decode_kernel(const AttnArgs& a, int row_tiles, cudaStream_t stream) {
   constexpr size_t smem = attn_smem_bytes<HD, kStages>();
   static_assert(smem >= (kAttnWarps * kMmaRows * (HD + 2)) * sizeof(float), "the warp merge reuses the stages");
-  static_assert(smem >= (kMmaRows * (kMaxSplits + 1)) * sizeof(float), "the split merge reuses the stages");
+  static_assert(smem >= (kMmaRows * (2 * kMaxSplits + 1)) * sizeof(float), "the split merge reuses the stages");
   auto* kernel = attention_decode_kernel<HD, kPaged, kStages>;
   cudaError_t status = set_attention_smem(kernel, smem);
   if (status != cudaSuccess) return status;

@@ -1,5 +1,6 @@
 // The building blocks shared by the decode and prefill attention kernels (attention_decode.cu,
-// attention_prefill.cu): the PTX wrappers (cp.async, ldmatrix, mma.sync m16n8k16), the staging of a
+// attention_prefill.cu): the PTX wrappers (cp.async, ldmatrix, mma.sync m16n8k16 and the sm_75 m16n8k8 the Turing
+// flash forward uses), the staging of a
 // K/V tile into shared memory, and the per-warp step of flash attention on one tile.
 //
 // Why one warp step for both paths: both kernels are "16 query rows of one warp against a run of
@@ -107,7 +108,7 @@ __device__ __forceinline__ int64_t attn_pos0(const AttnArgs& a) {
   return p < 0 ? 0 : (p > a.max_kv - a.n_tokens ? a.max_kv - a.n_tokens : p);
 }
 
-// ---- PTX wrappers (sm_80+) ----
+// ---- PTX wrappers (sm_80+, except ldmatrix and mma_1688: sm_75+) ----
 //
 // cp.async and mma.sync m16n8k16 exist from sm_80 on. The default arch list also builds sm_75
 // (Turing), where these kernels must still compile: there the wrappers trap, and the host side
@@ -155,32 +156,36 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* 
                : "r"(smem_addr(p)));
 }
 
-// d[16x8] += a[16x16] * b[16x8], f16 inputs, f32 accumulators.
+// d[16x8] += a[16x16] * b[16x8], f32 accumulators; f16 inputs (kBf16 = false: the engine's kernels) or bf16
+// (the flash kernels' bf16 instantiations). One asm template for both: only the type names differ.
+#define GA_MMA_M16N8K16(TYPE)                                                                              \
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." TYPE "." TYPE ".f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, " \
+               "{%8,%9}, {%0,%1,%2,%3};\n"                                                               \
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                                          \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1))
+template <bool kBf16 = false>
 __device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
 #if GA_ATTN_SM80
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  if constexpr (kBf16) {
+    GA_MMA_M16N8K16("bf16");
+  } else {
+    GA_MMA_M16N8K16("f16");
+  }
 #else
   (void)d, (void)a, (void)b0, (void)b1;
   __trap();
 #endif
 }
+#undef GA_MMA_M16N8K16
 
-// The same product with bf16 inputs (the flash backward's bf16 instantiation).
-__device__ __forceinline__ void mma_16816_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-#if GA_ATTN_SM80
+// d[16x8] += a[16x8] * b[8x8], f16 inputs, f32 accumulators: the Turing (sm_75) tensor-core shape, half the k of
+// m16n8k16 (a0: row g, a1: row g + 8, k 2c..2c+1; b0: k 2c..2c+1 of column g). The sm_75 flash forward issues two
+// of these per m16n8k16 step (flash_mma_sm80.cuh). Compiled for every arch of the list (sm_75 included).
+__device__ __forceinline__ void mma_1688(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t b0) {
   asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
+      "mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-#else
-  (void)d, (void)a, (void)b0, (void)b1;
-  __trap();
-#endif
+      : "r"(a0), "r"(a1), "r"(b0));
 }
 
 __device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
@@ -190,12 +195,13 @@ __device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
 
 // ---- staging ----
 
-// Copies keys [tile_start, tile_start + kAttnTileKeys) of one KV head into shared memory
-// ([kAttnTileKeys][smem_row_halves] for K, then the same for V); keys at or past valid_end become
-// zeros. All kAttnThreads threads take part; the caller commits the group.
-template <int HD>
-__device__ __forceinline__ void stage_kv_tile(__half* sk, __half* sv, const __half* k_head, const __half* v_head,
-                                              int64_t kv_stride, int64_t tile_start, int64_t valid_end) {
+// Copies the kAttnTileKeys keys of one KV head's tile into shared memory ([kAttnTileKeys][smem_row_halves] for K,
+// then the same for V): key i of the tile is cache row row_of(i) (rows kv_stride elements apart), or zeros when
+// row_of(i) < 0. All kAttnThreads threads take part; the caller commits the group. The contiguous and paged forms
+// below differ only in row_of.
+template <int HD, class RowOf>
+__device__ __forceinline__ void stage_kv_rows(__half* sk, __half* sv, const __half* k_head, const __half* v_head,
+                                              int64_t kv_stride, RowOf row_of) {
   constexpr int kChunksPerKey = HD / 8;  // 16-byte chunks
   constexpr int kChunks = kAttnTileKeys * kChunksPerKey;
   static_assert(kChunks % kAttnThreads == 0, "every thread copies the same number of chunks");
@@ -204,13 +210,20 @@ __device__ __forceinline__ void stage_kv_tile(__half* sk, __half* sv, const __ha
     const int chunk = i * kAttnThreads + static_cast<int>(threadIdx.x);
     const int key = chunk / kChunksPerKey;
     const int col = (chunk % kChunksPerKey) * 8;
-    const int64_t pos = tile_start + key;
-    const bool valid = pos < valid_end;
-    const int64_t offset = valid ? pos * kv_stride + col : 0;  // a valid address even when zero-filling
+    const int64_t row = row_of(key);
+    const int64_t offset = row >= 0 ? row * kv_stride + col : 0;  // a valid address even when zero-filling
     const int smem_off = key * smem_row_halves<HD>() + col;
-    cp_async_16(sk + smem_off, k_head + offset, valid ? 16 : 0);
-    cp_async_16(sv + smem_off, v_head + offset, valid ? 16 : 0);
+    cp_async_16(sk + smem_off, k_head + offset, row >= 0 ? 16 : 0);
+    cp_async_16(sv + smem_off, v_head + offset, row >= 0 ? 16 : 0);
   }
+}
+
+// Contiguous form: keys [tile_start, tile_start + kAttnTileKeys) are cache rows; keys at or past valid_end are zeros.
+template <int HD>
+__device__ __forceinline__ void stage_kv_tile(__half* sk, __half* sv, const __half* k_head, const __half* v_head,
+                                              int64_t kv_stride, int64_t tile_start, int64_t valid_end) {
+  stage_kv_rows<HD>(sk, sv, k_head, v_head, kv_stride,
+                    [=](int key) { return tile_start + key < valid_end ? tile_start + key : int64_t{-1}; });
 }
 
 // The paged form's key -> slot map, one tile ahead of the copies (a block-table load on the copy
@@ -239,25 +252,11 @@ struct PagedKeyMap {
   }
 };
 
-// stage_kv_tile through a row list (PagedKeyMap): key i of the tile is cache row rows[i], or zeros
-// when rows[i] < 0.
+// Paged form, through a row list (PagedKeyMap): key i of the tile is cache row rows[i], or zeros when rows[i] < 0.
 template <int HD>
 __device__ __forceinline__ void stage_kv_tile_paged(__half* sk, __half* sv, const __half* k_head, const __half* v_head,
                                                     int64_t kv_stride, const int32_t* rows) {
-  constexpr int kChunksPerKey = HD / 8;
-  constexpr int kChunks = kAttnTileKeys * kChunksPerKey;
-  static_assert(kChunks % kAttnThreads == 0, "every thread copies the same number of chunks");
-#pragma unroll
-  for (int i = 0; i < kChunks / kAttnThreads; ++i) {
-    const int chunk = i * kAttnThreads + static_cast<int>(threadIdx.x);
-    const int key = chunk / kChunksPerKey;
-    const int col = (chunk % kChunksPerKey) * 8;
-    const int32_t row = rows[key];
-    const int64_t offset = row >= 0 ? int64_t{row} * kv_stride + col : 0;
-    const int smem_off = key * smem_row_halves<HD>() + col;
-    cp_async_16(sk + smem_off, k_head + offset, row >= 0 ? 16 : 0);
-    cp_async_16(sv + smem_off, v_head + offset, row >= 0 ? 16 : 0);
-  }
+  stage_kv_rows<HD>(sk, sv, k_head, v_head, kv_stride, [=](int key) { return int64_t{rows[key]}; });
 }
 
 // The K/V copy pipeline of one CTA over keys [first, valid_end) of one KV head, tile i holding keys
@@ -388,6 +387,26 @@ __device__ __forceinline__ void load_q_fragments(uint32_t (&qf)[HD / 16][4], con
       qf[kk][half * 2 + 1] = pack_half2(x1.x * q_scale, x1.y * q_scale);
     }
   }
+}
+
+// The start both kernels share: the pipeline pointed at KV head kv_head's keys [first, valid_end) of the cache
+// (a.k / a.v, rows a.kv_stride apart) with stages in `smem`, its first tiles' copies issued, then the warp's q
+// fragments (their loads run while the copies are in flight) and a fresh softmax state. Paged pipelines have
+// their block-table fields set by the caller first.
+template <int HD, bool kPaged, int kStages>
+__device__ __forceinline__ void start_kv_and_q(KvPipeline<HD, kPaged, kStages>& pipe, __half* smem, const AttnArgs& a,
+                                               int kv_head, int64_t first, int64_t valid_end, int n_tiles,
+                                               const float* const (&q_row)[2], uint32_t (&qf)[HD / 16][4],
+                                               WarpRows<HD>& st) {
+  pipe.smem = smem;
+  pipe.k_head = a.k + int64_t{kv_head} * HD;
+  pipe.v_head = a.v + int64_t{kv_head} * HD;
+  pipe.kv_stride = a.kv_stride;
+  pipe.first = first;
+  pipe.valid_end = valid_end;
+  pipe.start(n_tiles);
+  load_q_fragments<HD>(qf, q_row[0], q_row[1], a.q_scale);
+  st.init();
 }
 
 // One flash step: the warp's 16 rows against NK keys in shared memory (sk, sv point at the first

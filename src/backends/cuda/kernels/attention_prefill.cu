@@ -93,17 +93,9 @@ __global__ void __launch_bounds__(kAttnThreads) attention_prefill_kernel(const A
   }
 
   // The first tile's copies go out before the q loads, whose latency they then hide.
-  pipe.smem = smem;
-  pipe.k_head = a.k + int64_t{kv_head} * HD;
-  pipe.v_head = a.v + int64_t{kv_head} * HD;
-  pipe.kv_stride = a.kv_stride;
-  pipe.first = 0;
-  pipe.valid_end = cta_kv_end;
-  pipe.start(n_tiles);
   uint32_t qf[HD / 16][4];
-  load_q_fragments<HD>(qf, q_row[0], q_row[1], a.q_scale);
   WarpRows<HD> st;
-  st.init();
+  start_kv_and_q(pipe, smem, a, kv_head, 0, cta_kv_end, n_tiles, q_row, qf, st);
   for (int i = 0; i < n_tiles; ++i) {
     pipe.issue_next(i, n_tiles);
     __syncthreads();

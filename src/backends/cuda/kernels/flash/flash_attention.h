@@ -29,9 +29,11 @@
 // Implementations: kernels/flash/flash_fwd_sm90.cuh on Hopper (sm_90a: TMA + wgmma + warp specialization; the
 // only one with FP8), kernels/flash/flash_fwd_sm80.cuh (FlashAttention-2 style mma.sync + ldmatrix + cp.async)
 // on every other GPU of compute capability >= 8.0 (sm_80/86/89), bf16/fp16 dense batches with the same
-// parameters and results (no varlen / paged KV / o_f32: those get a reason there).
-// flash_forward picks by device; the mma.sync one also runs on Hopper as variant kFlashSm80Variant (tests,
-// benchmarks). Turing (sm_75) and older get a reason.
+// parameters and results (no varlen / paged KV / o_f32: those get a reason there); on Turing (compute capability
+// 7.5) the same kernel built from sm_75 instructions only (register-staged loads, mma.sync m16n8k8, <= 64 KB of
+// shared memory), fp16 only (bf16 gets a reason: Turing tensor cores have no bf16).
+// flash_forward picks by device; the mma.sync ones also run on Hopper as variants kFlashSm80Variant and
+// kFlashSm75Variant (tests, benchmarks). Older GPUs get a reason.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -111,8 +113,11 @@ cudaError_t flash_forward(const FlashParams& p, void* workspace, size_t workspac
 // consumer schedule (serial, intra-warpgroup overlap, overlap + ping-pong; 7-10 FP8 only), persistent or not,
 // K/V ring depth (kernels/flash/flash_fwd_launch.h lists them); kFlashSm80Variant (11, after them) is the
 // mma.sync forward (any sm_80+ GPU, Hopper included; bf16/fp16); 12-17 (bf16/fp16, Hopper) are FlashAttention-3's
-// wide key tiles and the lazy O rescale on the overlap schedule. For the tests and benchmarks that compare them.
+// wide key tiles and the lazy O rescale on the overlap schedule; kFlashSm75Variant (18, the last) is the mma.sync
+// forward's sm_75 build (any GPU of compute capability >= 7.5; fp16 only). For the tests and benchmarks that compare
+// them.
 inline constexpr int kFlashSm80Variant = 11;
+inline constexpr int kFlashSm75Variant = 18;
 int flash_variant_count();
 // Whether this build compiled `variant` (the default build: only the ones flash_forward picks; configure
 // with -DGA_FLASH_ALL_VARIANTS=ON for all). An uncompiled variant answers cudaErrorNotSupported.
@@ -121,7 +126,7 @@ bool flash_variant_compiled(int variant);
 bool flash_variant_compiled(const FlashParams& p, int variant);
 // nullptr when flash_forward_with_schedule(p, variant, ...) can run on the current device, else why not (the
 // parameters, an uncompiled variant, or the device: the Hopper variants need compute capability 9.0 and an
-// sm_90a build, kFlashSm80Variant needs >= 8.0).
+// sm_90a build, kFlashSm80Variant needs >= 8.0, kFlashSm75Variant >= 7.5 and fp16).
 const char* flash_variant_unsupported_reason(const FlashParams& p, int variant);
 cudaError_t flash_forward_with_schedule(const FlashParams& p, int sched, cudaStream_t stream);
 // With a workspace (FP8 needs one: flash_plan); the 3-argument form passes none.

@@ -3,11 +3,12 @@
 // as 4-D [batch][head][seq][head_dim] views over the caller's strides) and dispatches on head dim to the
 // per-head-dim instantiation files; FP8 inputs are checked here too and then handed to flash_fp8.cu (V^T
 // pre-pass, 8-bit maps). Any other GPU of compute capability >= 8.0: the mma.sync forward (flash_fwd_sm80.cuh,
-// variant kFlashSm80Variant), which Hopper can also be asked to run.
+// variant kFlashSm80Variant); compute capability 7.5 (Turing): its sm_75 build (variant kFlashSm75Variant, fp16
+// only). Hopper can be asked to run either.
 //
 // Device support is decided here, not in the kernels: wgmma/setmaxnreg need sm_90a (a device other than 9.0, or
 // a build whose arch list has no 90a, is refused for the Hopper variants); cp.async and bf16 mma.sync need
-// sm_80, so Turing (sm_75) is refused with a reason before anything is launched.
+// sm_80; the sm_75 variant needs 7.5 and fp16, so bf16 on Turing is refused with a reason before anything runs.
 #include "backends/cuda/kernels/flash/flash_attention.h"
 
 #include <climits>
@@ -59,10 +60,34 @@ const char* sm80_device_reason() {
     return "cannot read the device's compute capability";
   }
   if (major < 8) {
-    return "the flash forward needs compute capability >= 8.0 (cp.async, bf16/f16 mma.sync m16n8k16); Turing "
-           "(sm_75) is not supported: use the engine's mma.sync prefill (kernels/attention.h)";
+    return "the mma.sync flash forward (variant kFlashSm80Variant) needs compute capability >= 8.0 (cp.async, "
+           "bf16/f16 mma.sync m16n8k16); Turing (sm_75) runs the fp16 variant kFlashSm75Variant";
   }
   return nullptr;
+}
+
+// Why the sm_75 build of the mma.sync forward (kFlashSm75Variant) cannot run on the current device, or nullptr.
+const char* sm75_device_reason() {
+  int dev = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return "no current CUDA device";
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
+    return "cannot read the device's compute capability";
+  }
+  if (major * 10 + minor < 75) {
+    return "the flash forward needs compute capability >= 7.5 (ldmatrix, mma.sync m16n8k8: Turing or newer)";
+  }
+  return nullptr;
+}
+
+// The variant a GPU without the Hopper kernel runs: the mma.sync forward, or its sm_75 build on Turing.
+int fallback_variant() {
+  int dev = 0, major = 0;
+  if (cudaGetDevice(&dev) == cudaSuccess &&
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess && major < 8) {
+    return kFlashSm75Variant;
+  }
+  return kFlashSm80Variant;
 }
 
 // The key tile of head dim hd (FwdTraits::kBlockN for 16-bit inputs): paged KV assembles it from pages.
@@ -102,18 +127,24 @@ const char* varlen_reason(const FlashParams& p) {
   return nullptr;
 }
 
-// What the mma.sync forward refuses among parameters params_reason accepts, then its device reason.
-const char* sm80_reason(const FlashParams& p) {
+// What the mma.sync forward (turing: its sm_75 build, kFlashSm75Variant, fp16 only) refuses among parameters
+// params_reason accepts, then its device reason.
+const char* mma_sync_reason(const FlashParams& p, bool turing) {
+  if (turing && p.dtype == FlashDtype::kBf16) {
+    return "the sm_75 (Turing) flash forward is fp16 only: Turing tensor cores have no bf16 mma.sync (use fp16 "
+           "inputs, or a GPU of compute capability >= 8.0 for bf16)";
+  }
   if (p.dtype == FlashDtype::kFp8E4m3) return "the FP8 forward needs a Hopper GPU (the mma.sync path is bf16/fp16)";
   if (p.cu_seqlens_q != nullptr) {
     return "variable-length batches and paged KV run on the Hopper kernel only (not the mma.sync path)";
   }
   if (p.o_f32) return "o_f32 runs on the Hopper kernel only (the mma.sync path writes bf16/fp16)";
   if (p.n_head > 65535 || p.batch > 65535) return "n_head and batch must be <= 65535 (grid dimensions)";
-  return sm80_device_reason();
+  return turing ? sm75_device_reason() : sm80_device_reason();
 }
 
-cudaError_t run_sm80(const FlashParams& p, cudaStream_t stream) {
+// turing: the sm_75 build (fp16; the caller checked mma_sync_reason's parameter part).
+cudaError_t run_sm80(const FlashParams& p, bool turing, cudaStream_t stream) {
   flash_sm80::FwdSm80Args a{};
   a.q = static_cast<const uint16_t*>(p.q);
   a.k = static_cast<const uint16_t*>(p.k);
@@ -132,6 +163,14 @@ cudaError_t run_sm80(const FlashParams& p, cudaStream_t stream) {
   a.scale = p.softmax_scale;
   a.scale_log2 = p.softmax_scale * 1.4426950408889634f;
   const bool bf16 = p.dtype == FlashDtype::kBf16;
+  if (turing) {
+    switch (p.head_dim) {
+      case 64: return flash_sm80::launch_fwd_sm75<64>(a, p.batch, stream);
+      case 128: return flash_sm80::launch_fwd_sm75<128>(a, p.batch, stream);
+      case 256: return flash_sm80::launch_fwd_sm75<256>(a, p.batch, stream);
+      default: return cudaErrorInvalidValue;
+    }
+  }
   switch (p.head_dim) {
     case 64: return flash_sm80::launch_fwd_sm80<64>(a, bf16, p.batch, stream);
     case 128: return flash_sm80::launch_fwd_sm80<128>(a, bf16, p.batch, stream);
@@ -252,11 +291,14 @@ namespace flash_detail {
 const char* shared_params_reason(const FlashParams& p) { return params_reason(p); }
 }  // namespace flash_detail
 
-// Hopper runs everything params_reason accepts; other GPUs run 16-bit inputs on the mma.sync forward.
+// Hopper runs everything params_reason accepts; other GPUs run 16-bit inputs on the mma.sync forward (Turing: fp16
+// on its sm_75 build).
 const char* flash_unsupported_reason(const FlashParams& p) {
   if (const char* r = params_reason(p)) return r;
   const char* hopper = device_reason();
-  return hopper == nullptr ? nullptr : p.dtype == FlashDtype::kFp8E4m3 ? hopper : sm80_reason(p);
+  if (hopper == nullptr) return nullptr;
+  if (p.dtype == FlashDtype::kFp8E4m3) return hopper;
+  return mma_sync_reason(p, fallback_variant() == kFlashSm75Variant);
 }
 
 // 16-bit: none (the softmax state lives in registers). FP8: V^T for the second GEMM.
@@ -269,9 +311,10 @@ FlashPlan flash_plan(const FlashParams& p) {
 }
 
 static_assert(kFlashSm80Variant == flash_detail::kFwdVariants, "the mma.sync variant follows the Hopper ones");
-int flash_variant_count() { return flash_detail::kFwdVariantsEnd; }
+static_assert(kFlashSm75Variant == flash_detail::kFwdVariantsEnd, "the sm_75 variant is the last one");
+int flash_variant_count() { return kFlashSm75Variant + 1; }
 bool flash_variant_compiled(int variant) {
-  return variant == kFlashSm80Variant || flash_detail::variant_compiled(variant);
+  return variant == kFlashSm80Variant || variant == kFlashSm75Variant || flash_detail::variant_compiled(variant);
 }
 bool flash_variant_compiled(const FlashParams& p, int variant) {
   if (p.dtype == FlashDtype::kFp8E4m3) return flash_detail::fp8_variant_compiled(p.head_dim, variant);
@@ -283,7 +326,10 @@ const char* flash_variant_unsupported_reason(const FlashParams& p, int variant) 
   if (!flash_variant_compiled(p, variant)) {
     return "this build did not compile the variant for these parameters (-DGA_FLASH_ALL_VARIANTS=ON adds them)";
   }
-  return variant == kFlashSm80Variant ? sm80_reason(p) : device_reason();
+  if (variant == kFlashSm80Variant || variant == kFlashSm75Variant) {
+    return mma_sync_reason(p, variant == kFlashSm75Variant);
+  }
+  return device_reason();
 }
 
 cudaError_t flash_forward_with_schedule(const FlashParams& p, int sched, cudaStream_t stream) {
@@ -297,7 +343,13 @@ cudaError_t flash_forward_with_schedule(const FlashParams& p, int sched, void* w
     if (p.dtype == FlashDtype::kFp8E4m3 || p.cu_seqlens_q != nullptr || p.o_f32) return cudaErrorNotSupported;
     if (p.n_head > 65535 || p.batch > 65535) return cudaErrorInvalidValue;
     if (sm80_device_reason() != nullptr) return cudaErrorNoKernelImageForDevice;
-    return run_sm80(p, stream);
+    return run_sm80(p, false, stream);
+  }
+  if (sched == kFlashSm75Variant) {
+    if (p.dtype != FlashDtype::kF16 || p.cu_seqlens_q != nullptr || p.o_f32) return cudaErrorNotSupported;
+    if (p.n_head > 65535 || p.batch > 65535) return cudaErrorInvalidValue;
+    if (sm75_device_reason() != nullptr) return cudaErrorNoKernelImageForDevice;
+    return run_sm80(p, true, stream);
   }
   if (device_reason() != nullptr) return cudaErrorNoKernelImageForDevice;
   if (!flash_variant_compiled(p, sched)) return cudaErrorNotSupported;
@@ -332,7 +384,7 @@ cudaError_t flash_forward(const FlashParams& p, void* workspace, size_t workspac
   if (p.dtype == FlashDtype::kFp8E4m3) {
     variant = flash_detail::fp8_default_variant(p.head_dim, p.causal, p.seqlen_k);
   } else if (device_reason() != nullptr) {
-    variant = kFlashSm80Variant;  // not Hopper (or no sm_90a code): the mma.sync forward
+    variant = fallback_variant();  // not Hopper (or no sm_90a code): the mma.sync forward (Turing: its sm_75 build)
   }
   return flash_forward_with_schedule(p, variant, workspace, workspace_bytes, stream);
 }

@@ -27,8 +27,19 @@
 // that warp ever read them) so the global stores are whole 16-byte chunks of a row; LSE = m scale + ln(sum).
 // A row that sees no key (causal, seqlen_q > seqlen_k) keeps m = -inf and sum = 0: zeros and LSE = -inf.
 //
-// Arch: cp.async and bf16 mma.sync need sm_80. The arch list also builds sm_75 (Turing), where the kernel body
-// compiles to a trap; the host (flash_forward.cu) refuses those devices with a reason first.
+// Arch: cp.async and bf16 mma.sync need sm_80; the kTuring instantiation (below) is the same kernel with only
+// sm_75 instructions. The sm_80 instantiations' bodies compile to a trap in the sm_75 build; the host
+// (flash_forward.cu) never launches them there.
+//
+// Turing (sm_75, kTuring = true; variant kFlashSm75Variant, fp16 only): three template-selected differences, the
+// rest of the kernel is shared. (1) Load path: no cp.async, so TileCopy stages a tile through registers: fetch()
+// issues the 16-byte global loads of the NEXT tile into registers before the current tile's math, land() stores
+// them to the swizzled shared tile after it (the same two points in the loop where the sm_80 build issues and
+// waits for its cp.async groups; the loads' latency hides behind the math in both). (2) MMA shape: Turing has
+// m16n8k8 only: every m16n8k16 becomes two m16n8k8 on the two halves of the same fragments (flash_mma_sm80.cuh).
+// (3) Tiles: at most 64 KB of shared memory per block (and per SM): 64 query rows (4 warps x one m16 tile) and
+// 64 / 32 / 32 keys at head dim 64 / 128 / 256 (24 / 32 / 64 KB: 2, 2, 1 CTAs per SM); one m16 tile per warp also
+// leaves room in the registers for the staged tile (4-8 chunks of 16 bytes per thread).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -55,21 +66,25 @@ struct FwdSm80Args {
   float scale, scale_log2;  // softmax scale, and times log2(e)
 };
 
-template <int HD>
+// Tile shapes. kTuring: the sm_75 build (64 KB of shared memory per block, m16n8k8, no cp.async; see the top).
+template <int HD, bool kTuring = false>
 struct FwdSm80Traits {
-  static constexpr int kBlockM = 128;                  // query rows per CTA
-  static constexpr int kBlockN = HD == 64 ? 128 : 64;  // keys per block
-  static constexpr int kWarps = HD == 256 ? 8 : 4;
+  static constexpr int kBlockM = kTuring ? 64 : 128;  // query rows per CTA
+  static constexpr int kBlockN = kTuring ? (HD == 64 ? 64 : 32) : (HD == 64 ? 128 : 64);  // keys per block
+  static constexpr int kWarps = (HD == 256 && !kTuring) ? 8 : 4;
   static constexpr int kThreads = kWarps * 32;
   static constexpr int kWarpRows = kBlockM / kWarps;  // 32 or 16
   static constexpr int kMTiles = kWarpRows / 16;      // m16 tiles per warp
   static constexpr int kMinBlocks = HD == 256 ? 1 : 2;  // CTAs per SM the registers must allow
+  static constexpr bool kRegisterStaged = kTuring;      // global -> registers -> shared (no cp.async)
+  static constexpr bool kMmaK8 = kTuring;               // m16n8k8 pairs instead of m16n8k16
   // Shared memory (halves): Q [kBlockM][HD], K [kBlockN][HD], V [kBlockN][HD], each swizzled.
   static constexpr int kOffK = kBlockM * HD;
   static constexpr int kOffV = kOffK + kBlockN * HD;
   static constexpr size_t kSmemBytes = size_t{kOffV + kBlockN * HD} * 2;
   static_assert(HD % 64 == 0, "the swizzle permutes 16-byte chunks within 128-byte groups");
   static_assert(kMTiles >= 1 && kWarpRows % 16 == 0, "whole m16 tiles per warp");
+  static_assert(!kTuring || kSmemBytes <= 64 * 1024, "sm_75: at most 64 KB of shared memory per block");
 };
 
 // Offset (halves) of element (row, col) of a swizzled [rows][HD] tile.
@@ -98,6 +113,49 @@ __device__ __forceinline__ void load_tile(uint16_t* dst, const uint16_t* src, in
     s += step;
   }
 }
+
+// A [kRows][HD] tile from global to a swizzled shared tile `dst` in two steps around the math of the current
+// tile: fetch() starts the reads (rows at or past `valid` become zeros), land() makes the tile complete in shared
+// memory for this thread's part (the caller's barrier then publishes it to the CTA).
+//   cp.async (sm_80+): fetch issues and commits a group straight into shared memory; land waits for it.
+//   register-staged (sm_75): fetch loads this thread's 16-byte chunks into registers; land stores them.
+template <int HD, int kRows, int kThreads, bool kRegisterStaged>
+struct TileCopy;
+
+template <int HD, int kRows, int kThreads>
+struct TileCopy<HD, kRows, kThreads, false> {
+  uint16_t* dst;
+  __device__ __forceinline__ void fetch(const uint16_t* src, int64_t row_stride, int valid) {
+    load_tile<HD, kRows, kThreads>(dst, src, row_stride, valid);
+    detail::cp_async_commit();
+  }
+  __device__ __forceinline__ void land() { detail::cp_async_wait<0>(); }
+};
+
+template <int HD, int kRows, int kThreads>
+struct TileCopy<HD, kRows, kThreads, true> {
+  static constexpr int kChunksPerRow = HD / 8;
+  static constexpr int kRowStep = kThreads / kChunksPerRow;  // 4 at head dim 256: the swizzle varies per row
+  static constexpr int kPerThread = kRows / kRowStep;
+  static_assert(kThreads % kChunksPerRow == 0 && kRows % kRowStep == 0, "copy tiling");
+  uint16_t* dst;
+  uint4 chunk[kPerThread];
+  __device__ __forceinline__ void fetch(const uint16_t* src, int64_t row_stride, int valid) {
+    const int r0 = static_cast<int>(threadIdx.x) / kChunksPerRow, col = static_cast<int>(threadIdx.x) % kChunksPerRow * 8;
+    const uint16_t* s = src + r0 * row_stride + col;
+#pragma unroll
+    for (int n = 0; n < kPerThread; ++n) {
+      // Rows past the end are zeros, never loaded: finite values keep 0 * x out of P V (see the top).
+      chunk[n] = r0 + n * kRowStep < valid ? __ldg(reinterpret_cast<const uint4*>(s)) : make_uint4(0, 0, 0, 0);
+      s += kRowStep * row_stride;
+    }
+  }
+  __device__ __forceinline__ void land() {
+    const int r0 = static_cast<int>(threadIdx.x) / kChunksPerRow, col = static_cast<int>(threadIdx.x) % kChunksPerRow * 8;
+#pragma unroll
+    for (int n = 0; n < kPerThread; ++n) *reinterpret_cast<uint4*>(dst + swz<HD>(r0 + n * kRowStep, col)) = chunk[n];
+  }
+};
 
 // ldmatrix on a shared-memory byte address (the fragment loops below add only immediates to a few of these).
 __device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t addr) {
@@ -129,14 +187,18 @@ struct FragAddr {
   }
 };
 
-template <bool kBf16, int HD>
-__global__ void __launch_bounds__(FwdSm80Traits<HD>::kThreads, FwdSm80Traits<HD>::kMinBlocks)
-    flash_fwd_sm80_kernel(FwdSm80Args a) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
-  (void)a;
-  __trap();  // sm_75 build: the host never launches it there (flash_forward.cu refuses the device)
+// The arch this compilation pass targets (the host pass: above every device arch, like the kernels' #if tests).
+#if defined(__CUDA_ARCH__)
+#define GA_FLASH_SM80_PASS_ARCH __CUDA_ARCH__
 #else
-  using T = FwdSm80Traits<HD>;
+#define GA_FLASH_SM80_PASS_ARCH 1000
+#endif
+
+// The whole forward of one CTA (the kernel below calls it where the pass's arch has the instructions).
+template <bool kBf16, int HD, bool kTuring>
+__device__ __forceinline__ void flash_fwd_sm80_cta(const FwdSm80Args& a) {
+  using T = FwdSm80Traits<HD, kTuring>;
+  constexpr bool kK8 = T::kMmaK8;
   constexpr int kBlockM = T::kBlockM, kBlockN = T::kBlockN, kMT = T::kMTiles;
   constexpr int kSN = kBlockN / 8;  // n8 tiles of S per m16 tile
   constexpr int kON = HD / 8;       // n8 tiles of O per m16 tile
@@ -172,18 +234,19 @@ __global__ void __launch_bounds__(FwdSm80Traits<HD>::kThreads, FwdSm80Traits<HD>
 
   const uint16_t* const k_head = a.k + b * a.k_st.batch + hk * a.k_st.head;
   const uint16_t* const v_head = a.v + b * a.v_st.batch + hk * a.v_st.head;
-  auto load_k = [&](int n) {
-    load_tile<HD, kBlockN, T::kThreads>(sK, k_head + int64_t{n} * kBlockN * a.k_st.seq, a.k_st.seq,
-                                        a.seqlen_k - n * kBlockN);
+  TileCopy<HD, kBlockN, T::kThreads, T::kRegisterStaged> k_copy{sK}, v_copy{sV};
+  auto fetch_k = [&](int n) {
+    k_copy.fetch(k_head + int64_t{n} * kBlockN * a.k_st.seq, a.k_st.seq, a.seqlen_k - n * kBlockN);
   };
-  auto load_v = [&](int n) {
-    load_tile<HD, kBlockN, T::kThreads>(sV, v_head + int64_t{n} * kBlockN * a.v_st.seq, a.v_st.seq,
-                                        a.seqlen_k - n * kBlockN);
+  auto fetch_v = [&](int n) {
+    v_copy.fetch(v_head + int64_t{n} * kBlockN * a.v_st.seq, a.v_st.seq, a.seqlen_k - n * kBlockN);
   };
-  load_tile<HD, kBlockM, T::kThreads>(sQ, a.q + b * a.q_st.batch + int64_t{m0} * a.q_st.seq + h * a.q_st.head,
-                                      a.q_st.seq, rows_valid);
-  load_k(n_blocks - 1);
-  detail::cp_async_commit();
+  {
+    TileCopy<HD, kBlockM, T::kThreads, T::kRegisterStaged> q_copy{sQ};
+    q_copy.fetch(a.q + b * a.q_st.batch + int64_t{m0} * a.q_st.seq + h * a.q_st.head, a.q_st.seq, rows_valid);
+    fetch_k(n_blocks - 1);
+    q_copy.land();  // cp.async: waits for Q and K[last] together; registers: Q's stores (K lands in the loop)
+  }
 
   // Thread's rows: warp * kWarpRows + mt * 16 + g + 8 * half (half 0 holds accumulator elements 0/1, half 1: 2/3).
   const int warp_row0 = warp * T::kWarpRows;
@@ -207,10 +270,9 @@ __global__ void __launch_bounds__(FwdSm80Traits<HD>::kThreads, FwdSm80Traits<HD>
   const FragAddr<HD> v_frag(sV, ((lane / 8) % 2) * 8 + (lane % 8), lane / 16);
 
   for (int n = n_blocks - 1; n >= 0; --n) {
-    detail::cp_async_wait<0>();
+    k_copy.land();  // K[n], fetched before the previous block's softmax (or in the prologue)
     __syncthreads();  // K[n] (and Q) landed; every warp is done with V[n + 1]
-    load_v(n);
-    detail::cp_async_commit();
+    fetch_v(n);
 
     // S = Q K^T: [kMT x 16 rows][kBlockN keys] per warp.
     float s[kMT][kSN][4];
@@ -231,18 +293,15 @@ __global__ void __launch_bounds__(FwdSm80Traits<HD>::kThreads, FwdSm80Traits<HD>
         ldsm_x4(kb, k_frag.at(kk, j * 16));
 #pragma unroll
         for (int mt = 0; mt < kMT; ++mt) {
-          mma<kBf16>(s[mt][2 * j], qa[mt], kb[0], kb[1]);
-          mma<kBf16>(s[mt][2 * j + 1], qa[mt], kb[2], kb[3]);
+          mma<kBf16, kK8>(s[mt][2 * j], qa[mt], kb[0], kb[1]);
+          mma<kBf16, kK8>(s[mt][2 * j + 1], qa[mt], kb[2], kb[3]);
         }
       }
     }
 
-    detail::cp_async_wait<0>();
+    v_copy.land();
     __syncthreads();  // V[n] landed; every warp is done with K[n]
-    if (n > 0) {
-      load_k(n - 1);
-      detail::cp_async_commit();
-    }
+    if (n > 0) fetch_k(n - 1);  // lands at the top of the next block, after this block's softmax and P V
 
     const int key0 = n * kBlockN;
     const bool need_mask = key0 + kBlockN > a.seqlen_k || (a.causal && key0 + kBlockN - 1 > m0 + diag);
@@ -308,8 +367,8 @@ __global__ void __launch_bounds__(FwdSm80Traits<HD>::kThreads, FwdSm80Traits<HD>
         ldsm_x4_trans(vb, v_frag.at(jd, kk * 16));
 #pragma unroll
         for (int mt = 0; mt < kMT; ++mt) {
-          mma<kBf16>(o[mt][2 * jd], pa[mt], vb[0], vb[1]);
-          mma<kBf16>(o[mt][2 * jd + 1], pa[mt], vb[2], vb[3]);
+          mma<kBf16, kK8>(o[mt][2 * jd], pa[mt], vb[0], vb[1]);
+          mma<kBf16, kK8>(o[mt][2 * jd + 1], pa[mt], vb[2], vb[3]);
         }
       }
     }
@@ -344,18 +403,35 @@ __global__ void __launch_bounds__(FwdSm80Traits<HD>::kThreads, FwdSm80Traits<HD>
       *reinterpret_cast<uint4*>(o_tile + r * a.o_st.seq + col) = *reinterpret_cast<const uint4*>(sQ + swz<HD>(r, col));
     }
   }
-#endif
+}
+
+template <bool kBf16, int HD, bool kTuring = false>
+__global__ void __launch_bounds__(FwdSm80Traits<HD, kTuring>::kThreads, FwdSm80Traits<HD, kTuring>::kMinBlocks)
+    flash_fwd_sm80_kernel(FwdSm80Args a) {
+  static_assert(!(kTuring && kBf16), "sm_75 tensor cores have no bf16 mma: the Turing forward is fp16 only");
+  // A pass below the instantiation's arch (sm_75 for the cp.async build) compiles a trap only: the host never
+  // launches it there (flash_forward.cu), and the build stays lean. A template-dependent `if constexpr`, since the
+  // preprocessor cannot see kTuring.
+  if constexpr (GA_FLASH_SM80_PASS_ARCH < (kTuring ? 750 : 800)) {
+    (void)a;
+    __trap();
+  } else {
+    flash_fwd_sm80_cta<kBf16, HD, kTuring>(a);
+  }
 }
 
 // Launches the forward of head dim HD (flash_fwd_sm80_hd*.cu instantiate it).
 template <int HD>
 cudaError_t launch_fwd_sm80(const FwdSm80Args& args, bool bf16, int batch, cudaStream_t stream);
+// The sm_75 (Turing) build of the same kernel, fp16 only (flash_fwd_sm75.cu instantiates it).
+template <int HD>
+cudaError_t launch_fwd_sm75(const FwdSm80Args& args, int batch, cudaStream_t stream);
 
-template <bool kBf16, int HD>
+template <bool kBf16, int HD, bool kTuring = false>
 cudaError_t launch_fwd_sm80_instance(const FwdSm80Args& args, int batch, cudaStream_t stream) {
-  using T = FwdSm80Traits<HD>;
+  using T = FwdSm80Traits<HD, kTuring>;
   static_assert(T::kSmemBytes <= 227 * 1024, "shared memory per CTA");
-  const auto kernel = flash_fwd_sm80_kernel<kBf16, HD>;
+  const auto kernel = flash_fwd_sm80_kernel<kBf16, HD, kTuring>;
   static const cudaError_t attr_status =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(T::kSmemBytes));
   if (attr_status != cudaSuccess) return attr_status;
