@@ -9,6 +9,7 @@
 // head sizes the tuned attention does not instantiate, not for speed.
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 
@@ -24,7 +25,7 @@ constexpr int kAttnThreads = 128;
 constexpr int kMaxGridBlocks = 65535;
 constexpr int kMaxSimpleHeadDim = 256;
 constexpr size_t kDefaultSharedBytes = 48 * 1024;
-constexpr size_t kMaxSharedBytes = 220 * 1024;  // below Hopper's 227 KB opt-in limit
+constexpr size_t kMaxSharedBytes = 220 * 1024;  // below Hopper's 227 KB opt-in limit; less where the GPU allows less
 
 unsigned grid_for(int64_t n) {
   const int64_t blocks = (n + kThreads - 1) / kThreads;
@@ -228,6 +229,20 @@ cudaError_t gather_rows(const float* src, int64_t ld_src, const int32_t* rows, i
   return cudaGetLastError();
 }
 
+// The dynamic shared memory the simple attention may use on the current device: Hopper lets a block opt into
+// 227 KB, Ampere 163 KB, Ada 99 KB, Turing only 64 KB, so a context that fits on one GPU must be refused (with a
+// reason, before the launch) on another. The kernel's static arrays (red, partial) count against the same limit.
+static size_t simple_attention_max_shared_bytes() {
+  constexpr size_t kStaticBytes = (kAttnThreads / 32 + kAttnThreads) * sizeof(float);
+  int device = 0, optin = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess ||
+      static_cast<size_t>(optin) <= kStaticBytes) {
+    return kDefaultSharedBytes;
+  }
+  return std::min(kMaxSharedBytes, static_cast<size_t>(optin) - kStaticBytes);
+}
+
 const char* simple_attention_unsupported_reason(const SimpleAttentionParams& p) {
   if (p.q == nullptr || p.k == nullptr || p.v == nullptr || p.out == nullptr) {
     return "q, k, v and out must be device pointers";
@@ -242,7 +257,10 @@ const char* simple_attention_unsupported_reason(const SimpleAttentionParams& p) 
   if (p.n_head % p.n_head_kv != 0) return "n_head must be a multiple of n_head_kv";
   if (p.head_dim > kMaxSimpleHeadDim) return "head_dim above 256";
   if (p.n_head > kMaxGridBlocks) return "more than 65535 heads";
-  if (simple_attention_shared_bytes(p) > kMaxSharedBytes) return "context too long for the simple attention";
+  if (simple_attention_shared_bytes(p) > simple_attention_max_shared_bytes()) {
+    return "context too long for the simple attention on this GPU (its scores row exceeds the shared memory a block "
+           "may opt into)";
+  }
   return nullptr;
 }
 
