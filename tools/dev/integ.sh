@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Device run of the merged tree: builds everything for sm_90a, runs every CUDA test binary, memcheck on a
 # short generation and on the batched forward, then (stage bench) the decode/prefill table and bench-serve.
-# Usage on the device machine, from the repository copy: GA_SHARED=... OUT=... tools/dev/integ.sh tests|bench|final
-# (final = bench + the attention kernels vs PyTorch SDPA + serving over HTTP with the carried ../.httplib)
+# Usage on the device machine, from the repository copy: GA_SHARED=... OUT=... tools/dev/integ.sh STAGE, STAGE one of
+#   tests  every CUDA test binary + memcheck;   attn   the attention kernels vs PyTorch SDPA (same process);
+#   bench  decode/prefill table + bench-serve;  serve  HTTP serving (tools/dev/serve_http.sh, carried ../.httplib);
+#   final  bench + attn + serve (more than one 600 s call holds once the attention comparison runs interleaved rounds:
+#          run tests, attn and bench+serve as separate calls on a warm machine instead).
 set -uo pipefail
 stage=${1:-tests}
 B=/tmp/b-integ
@@ -64,7 +67,7 @@ if [[ $stage == tests || $stage == all ]]; then
   [[ $stage == all ]] || finish 0
 fi
 
-# ---- bench: random-weight models of the ANCHORS shapes ----
+run_bench() {  # ---- random-weight models of the ANCHORS shapes ----
 mkdir -p /tmp/models
 models=()
 for spec in llama2-7b:q4_0 llama2-7b:q4_k_m llama2-7b:q8_0 llama2-7b:f16 llama3-1b:f16; do
@@ -81,16 +84,21 @@ timeout 150 $B/bin/gpu-accel bench-serve -m /tmp/models/llama3-1b-f16.gguf --dev
   --prompt-tokens 128 --max-tokens 128 > "$OUT/bench_serve.md" 2>> "$OUT/bench.err"
 note "bench-serve rc=$?"
 cat "$OUT/bench.md" "$OUT/bench_serve.md"
-[[ $stage == final ]] || finish 0
+}
 
-# ---- final: the attention kernels against PyTorch SDPA (same run), then serving over HTTP ----
+run_attn() {  # ---- the attention kernels against PyTorch SDPA (same run) ----
 ninja -C $B -j16 ga_attention_c >> "$OUT/build.log" 2>&1
 note "ga_attention_c build rc=$?"
 LIB=$B/bench/attention_torch/libga_attention_c.so
 export PYTHONUNBUFFERED=1
-timeout 150 python3 bench/attention_torch/compare.py --lib $LIB --seqlens 2048,4096,8192,16384 \
+timeout 200 python3 bench/attention_torch/compare.py --lib $LIB --seqlens 2048,4096,8192,16384 \
   > "$OUT/flash_bf16.md" 2>&1
 note "compare.py bf16 rc=$?"
+# The sessions 1-3 timing (one timing each, torch first) next to the interleaved rounds, same process: what the
+# harness change moves.
+timeout 60 python3 bench/attention_torch/compare.py --lib $LIB --head-dims 128 --seqlens 4096,16384 --legacy-timing \
+  > "$OUT/flash_bf16_legacy.md" 2>&1
+note "compare.py bf16 --legacy-timing rc=$?"
 timeout 90 python3 bench/attention_torch/compare.py --lib $LIB --sm80 --head-dims 64,128 --seqlens 4096,16384 \
   > "$OUT/flash_sm80.md" 2>&1
 note "compare.py --sm80 rc=$?"
@@ -101,10 +109,24 @@ if [[ -f bench/attention_torch/compare_bwd.py ]]; then
     > "$OUT/flash_bwd.md" 2>&1
   note "compare_bwd.py rc=$?"
 fi
-for f in flash_bf16 flash_sm80 flash_fp8 flash_bwd; do [[ -f "$OUT/$f.md" ]] && tail -32 "$OUT/$f.md"; done
+for f in flash_bf16 flash_bf16_legacy flash_sm80 flash_fp8 flash_bwd; do [[ -f "$OUT/$f.md" ]] && tail -32 "$OUT/$f.md"; done
+}
+
+run_serve() {  # ---- serving over HTTP ----
+$B/bin/test_cuda_scheduler --gtest_brief=1 > "$OUT/test_cuda_scheduler.log" 2>&1
+note "test_cuda_scheduler rc=$?: $(grep -E '^\[  (PASSED|FAILED)' "$OUT/test_cuda_scheduler.log" | head -2 | tr '\n' ' ')"
 if [[ -d ../.httplib ]]; then
   B=$B OUT=$OUT/http GA_HTTPLIB=$PWD/../.httplib bash tools/dev/serve_http.sh cuda > "$OUT/serve_http.log" 2>&1
   note "serve_http.sh rc=$?"
   cat "$OUT/http/table.md"
 fi
+}
+
+case $stage in
+  bench|all) run_bench ;;
+  attn) run_attn ;;
+  serve) run_serve ;;
+  bench+serve) run_bench; run_serve ;;
+  final) run_bench; run_attn; run_serve ;;
+esac
 finish 0
