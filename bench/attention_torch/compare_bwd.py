@@ -160,7 +160,7 @@ def main():
                     finally:
                         lib.ga_flash_backward_set_kernel(0)
         times, clocks = time_rounds(fns, args.iters, args.rounds)
-        round_stats(row, times, flops, clocks, ours=[k_ for k_ in ("ours", "ours_hopper") if k_ in fns])
+        round_stats(row, times, flops, clocks, ours=["ours"])
         del fns
         rows.append(row)
         print(json.dumps({k_: (round(v_, 4) if isinstance(v_, float) else v_) for k_, v_ in row.items()}))
@@ -171,8 +171,8 @@ def main():
         torch.cuda.empty_cache()
     write_json(args.json, dev, rows)
     fmt = lambda x: "-" if x is None else f"{x:.0f}"
-    print(f"\nbackward, TFLOP/s (2.5 x forward FLOPs); medians of {args.rounds} interleaved rounds of {args.iters} "
-          "calls; range = per-round best of ours / cuDNN")
+    print(f"\nbackward, TFLOP/s (2.5 x forward FLOPs); medians of {args.rounds} rounds in random order, >= "
+          f"{args.iters} calls and >= {args.min_timing_ms:g} ms per timing; range = per-round ours / cuDNN")
     print("| hd | seq | mask | ours | mma.sync | Hopper (forced, timed again) | cuDNN | FA2 | ours/cuDNN | "
           "ours/FA2 | rel L2 ours-FA2 | cuDNN-FA2 | range | MHz |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
