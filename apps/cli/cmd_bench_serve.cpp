@@ -48,6 +48,14 @@ using Clock = std::chrono::steady_clock;
 
 constexpr int kRefRepetitions = 3;
 constexpr auto kIdleGap = std::chrono::milliseconds(20);
+constexpr auto kWakeSpin = std::chrono::microseconds(300);
+constexpr int kIdleRepetitions = 7;
+
+void busy_wait(std::chrono::steady_clock::duration d) {
+  const auto until = Clock::now() + d;
+  while (Clock::now() < until) {
+  }
+}
 constexpr int kMaxClients = 4096;
 
 double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
@@ -83,6 +91,12 @@ std::vector<int32_t> random_prompt(const Tokenizer& tok, int64_t n_vocab, int64_
 struct ReferenceFigures {
   double prefill_seconds = 0;  // median, back to back
   double idle_prefill_seconds = 0;  // median, each after kIdleGap without GPU work (a lone request's case)
+  // Where the idle prefill's extra time comes from (medians, each after kIdleGap without GPU work): the
+  // calling thread busy the whole gap (a host that stayed awake), asleep then busy for kWakeSpin (what the
+  // server's busy-wait on a request's arrival gives), asleep then one decode step on the GPU just before.
+  double idle_spinning_prefill_seconds = 0;
+  double idle_then_spin_prefill_seconds = 0;
+  double idle_then_step_prefill_seconds = 0;
   double decode_tok_s = 0;
   std::string device;
 };
@@ -108,16 +122,30 @@ ReferenceFigures measure_reference(const LoadedModel& model, const std::string& 
   r.prefill_seconds = times[times.size() / 2];
   // A lone request finds the GPU idle (and `gpu-accel run` prefills once, after the upload): the same
   // prefill after a pause, which may find the GPU's clocks lowered.
-  times.clear();
-  for (int i = 0; i < kRefRepetitions; ++i) {
-    session.reset();
+  // Each pause is followed by the timed prefill of the reset session.
+  const auto after_pause = [&](const auto& pause) {
+    times.clear();
+    for (int i = 0; i < kIdleRepetitions; ++i) {
+      session.reset();
+      pause();
+      session.reset();
+      const auto t0 = Clock::now();
+      logits = session.eval(prompt);
+      times.push_back(seconds(t0, Clock::now()));
+    }
+    std::sort(times.begin(), times.end());
+    return times[times.size() / 2];
+  };
+  r.idle_prefill_seconds = after_pause([] { std::this_thread::sleep_for(kIdleGap); });
+  r.idle_spinning_prefill_seconds = after_pause([] { busy_wait(kIdleGap); });
+  r.idle_then_spin_prefill_seconds = after_pause([] {
     std::this_thread::sleep_for(kIdleGap);
-    const auto t0 = Clock::now();
-    logits = session.eval(prompt);
-    times.push_back(seconds(t0, Clock::now()));
-  }
-  std::sort(times.begin(), times.end());
-  r.idle_prefill_seconds = times[times.size() / 2];
+    busy_wait(kWakeSpin);
+  });
+  r.idle_then_step_prefill_seconds = after_pause([&] {
+    std::this_thread::sleep_for(kIdleGap);
+    session.eval(std::vector<int32_t>{prompt[0]});  // one token's forward: the GPU and the host both work
+  });
   int32_t next = argmax(logits);
   session.eval(std::vector<int32_t>{next});  // the graph capture is not timed
   const auto t0 = Clock::now();
@@ -386,8 +414,13 @@ int cmd_bench_serve(int argc, char** argv) {
   if (!skip_reference) {
     std::printf("reference Session (%s): prefill %.2f ms (%.0f tok/s), decode %.1f tok/s\n", ref.device.c_str(),
                 ref.prefill_seconds * 1e3, static_cast<double>(prompt_tokens) / ref.prefill_seconds, ref.decode_tok_s);
-    std::printf("reference Session prefill after %lld ms idle: %.2f ms\n\n", static_cast<long long>(kIdleGap.count()),
+    std::printf("reference Session prefill after %lld ms idle: %.2f ms\n", static_cast<long long>(kIdleGap.count()),
                 ref.idle_prefill_seconds * 1e3);
+    std::printf("idle prefill, where the extra time is (median of %d each): the thread busy-waiting through the gap "
+                "(GPU idle) %.3f ms; asleep, then %lld us busy %.3f ms; asleep, then one decode step %.3f ms\n\n",
+                kIdleRepetitions, ref.idle_spinning_prefill_seconds * 1e3,
+                static_cast<long long>(std::chrono::duration_cast<std::chrono::microseconds>(kWakeSpin).count()),
+                ref.idle_then_spin_prefill_seconds * 1e3, ref.idle_then_step_prefill_seconds * 1e3);
   }
   std::printf("| clients | generated | wall s | aggregate tok/s | steady decode tok/s | TTFT mean ms | TTFT max ms | "
               "failed | steps | ms/step | forward ms | sample ms |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"

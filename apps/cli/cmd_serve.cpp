@@ -46,6 +46,9 @@ struct ServeArgs {
   int64_t max_body = 1 << 20;
   bool quiet = false;
   bool no_warmup = false;
+  int64_t poll_us = SchedulerOptions{}.poll_us;
+  int32_t first_token_poll_ms = server::ServerOptions{}.first_token_poll_ms;
+  bool trace_timing = false;
 };
 
 // The id clients name the model by: the file or folder name ("stories260K.gguf", "Qwen2-0.5B").
@@ -91,6 +94,15 @@ int cmd_serve(int argc, char** argv) {
                 "KV cache blocks (16 tokens each); 0: max-batch full contexts (cpu), free GPU memory (cuda)");
   parser.option("--http-threads", &a.http_threads, "N", "connections served at once (a stream holds one)");
   parser.option("--max-body", &a.max_body, "BYTES", "largest request body; larger ones get 413");
+  parser.option("--poll-us", &a.poll_us, "US",
+                "when a completion request arrives, the idle scheduler thread busy-waits up to US microseconds for "
+                "its submit instead of sleeping (a lone request's time to first token); 0: never; -1: " +
+                    std::to_string(SchedulerOptions::kAutoPollMicroseconds) + " on a GPU, 0 on the CPU");
+  parser.option("--first-token-poll-ms", &a.first_token_poll_ms, "MS",
+                "a stream's thread busy-waits up to MS ms for its first token (at most 2 streams at once); 0: never; "
+                "-1: " + std::to_string(server::ServerOptions::kAutoFirstTokenPollMs) + " on a GPU, 0 on the CPU");
+  parser.flag("--trace-timing", &a.trace_timing,
+              "per stream, one stderr line with the monotonic times of its head, submit, first token and its write");
   parser.flag("-q,--quiet", &a.quiet, "do not log requests");
   parser.flag("--no-warmup", &a.no_warmup, "skip the warm-up forward at start (the first request pays the device's "
               "one-time costs then)");
@@ -106,6 +118,9 @@ int cmd_serve(int argc, char** argv) {
   require(a.kv_blocks >= 0, "--kv-blocks must be >= 0 (0: automatic), got " + std::to_string(a.kv_blocks));
   require(a.http_threads >= 1, "--http-threads must be >= 1, got " + std::to_string(a.http_threads));
   require(a.max_body >= 1, "--max-body must be >= 1, got " + std::to_string(a.max_body));
+  require(a.poll_us >= -1 && a.poll_us <= 1000000, "--poll-us must be in [-1, 1000000], got " + std::to_string(a.poll_us));
+  require(a.first_token_poll_ms >= -1 && a.first_token_poll_ms <= 1000,
+          "--first-token-poll-ms must be in [-1, 1000], got " + std::to_string(a.first_token_poll_ms));
   if (!parser.given("--api-key")) {
     if (const char* key = std::getenv(kApiKeyEnv)) a.api_key = key;
   }
@@ -127,6 +142,7 @@ int cmd_serve(int argc, char** argv) {
   scheduler_options.n_threads = a.threads;
   scheduler_options.device = a.device;
   scheduler_options.warm_up = !a.no_warmup;
+  scheduler_options.poll_us = a.poll_us;
   Scheduler scheduler(model, tokenizer, scheduler_options);
 
   server::ServerOptions options;
@@ -136,6 +152,8 @@ int cmd_serve(int argc, char** argv) {
   options.max_body_bytes = static_cast<size_t>(a.max_body);
   options.max_running = a.max_batch;
   options.log_requests = !a.quiet;
+  options.first_token_poll_ms = a.first_token_poll_ms;
+  options.trace_timing = a.trace_timing;
   server::ApiServer api(scheduler, options);
   const int port = api.bind(a.host, static_cast<int>(a.port));
   const SchedulerStats stats = scheduler.stats();

@@ -224,8 +224,16 @@ json scheduler_stats_json(const SchedulerStats& s, int max_running) {
           {"max_running", max_running}};
 }
 
+std::chrono::steady_clock::time_point request_head_time() {
+  return t_request_started ? t_request_start : Clock::now();
+}
+
 ApiServer::ApiServer(Scheduler& scheduler, ServerOptions options)
     : ctx_(std::make_unique<ServerContext>(scheduler, std::move(options))), http_(std::make_unique<httplib::Server>()) {
+  ServerOptions& o = ctx_->options;
+  if (o.first_token_poll_ms < 0) {
+    o.first_token_poll_ms = scheduler.stats().device.rfind("cuda", 0) == 0 ? ServerOptions::kAutoFirstTokenPollMs : 0;
+  }
   configure();
   register_routes();
 }
@@ -247,9 +255,16 @@ void ApiServer::configure() {
   http_->set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
     send_error(res, internal_error("unexpected error while handling the request"));
   });
-  http_->set_pre_routing_handler([](const httplib::Request&, httplib::Response&) {
+  http_->set_pre_routing_handler([&ctx](const httplib::Request& req, httplib::Response&) {
     t_request_start = Clock::now();
     t_request_started = true;
+    // httplib calls this once the request head is parsed, before the body is read: a completion is on
+    // its way, so the scheduler thread gets up now (SchedulerOptions::poll_us) and its wake-up overlaps
+    // the body, the JSON parsing and the tokenization instead of following the submit. Only a hint: a
+    // request refused later (key, JSON, limits) just ends the scheduler's short busy-wait.
+    if (req.method == "POST" && (req.path == "/v1/completions" || req.path == "/v1/chat/completions")) {
+      ctx.scheduler.expect_request();
+    }
     return httplib::Server::HandlerResponse::Unhandled;
   });
   http_->set_logger([&ctx](const httplib::Request& req, const httplib::Response& res) {

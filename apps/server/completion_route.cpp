@@ -2,15 +2,17 @@
 #include "server/completion_route.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <exception>
 #include <memory>
 #include <mutex>
-#include <random>
 
 #include <httplib.h>
 
+#include "core/spin_wait.h"
 #include "server/api_error.h"
 #include "server/chat_prompt.h"
 #include "server/connection_probe.h"
@@ -34,6 +36,10 @@ struct RequestChannel {
   std::mutex mutex;
   std::condition_variable cv;
   std::vector<TokenEvent> events;  // not yet taken by the HTTP thread
+  // Bumped (under the mutex) with every event and with done: a thread busy-waiting for the first token
+  // watches it without the mutex (spin_for_first_token).
+  std::atomic<uint64_t> posted{0};
+  Clock::time_point first_posted{};  // the first event's arrival (ServerOptions::trace_timing)
   bool done = false;
   CompletionResult result;
   std::exception_ptr error;
@@ -48,17 +54,12 @@ std::string lowercase_trimmed(std::string s) {
   return s;
 }
 
-uint64_t random_seed() {
-  thread_local std::mt19937_64 rng{std::random_device{}()};
-  return rng();
-}
-
 CompletionRequest scheduler_request(const ParsedRequest& p, std::vector<int32_t> prompt, int64_t max_tokens) {
   CompletionRequest r;
   r.prompt_tokens = std::move(prompt);
   r.max_tokens = max_tokens;
   r.sampling = p.sampling;
-  if (!p.seed_given) r.sampling.seed = random_seed();
+  if (!p.seed_given) r.sampling.seed = random_u64();
   r.stop = p.stop;
   r.ignore_eos = p.ignore_eos;
   r.logprobs = p.logprobs;
@@ -72,11 +73,12 @@ uint64_t submit(ServerContext& ctx, CompletionRequest request, const std::shared
                 bool keep_events, const std::string& response_id) {
   auto on_token = [channel, keep_events](const TokenEvent& event) {
     if (channel->client_gone.load()) return false;
-    if (keep_events) {
+    {
       std::lock_guard<std::mutex> lock(channel->mutex);
-      channel->events.push_back(event);
+      if (keep_events) channel->events.push_back(event);
+      if (channel->posted.fetch_add(1, std::memory_order_release) == 0) channel->first_posted = Clock::now();
     }
-    channel->cv.notify_all();
+    channel->cv.notify_all();  // no system call when the HTTP thread is busy-waiting rather than sleeping
     return true;
   };
   ServerContext* context = &ctx;
@@ -90,6 +92,7 @@ uint64_t submit(ServerContext& ctx, CompletionRequest request, const std::shared
       channel->result = result;
       channel->error = error;
       channel->done = true;
+      channel->posted.fetch_add(1, std::memory_order_release);
     }
     channel->cv.notify_all();
   };
@@ -154,7 +157,48 @@ struct StreamState {
   bool started = false;
   size_t text_offset = 0;  // completion bytes sent so far (legacy logprobs' text_offset)
   Clock::time_point last_write = Clock::now();
+  // Until the first event is taken, the wait for it may busy-wait until this time (spin_for_first_token).
+  bool first_taken = false;
+  Clock::time_point spin_deadline;
+  uint64_t seen_posted = 0;  // channel->posted when events were last taken
+  // ServerOptions::trace_timing: the request's head and submit times; traced once its first token is written.
+  Clock::time_point head, submitted;
+  bool traced = false;
 };
+
+double monotonic_seconds(Clock::time_point t) { return std::chrono::duration<double>(t.time_since_epoch()).count(); }
+
+// One line per stream (ServerOptions::trace_timing), once its first token is written.
+void trace_first_token(StreamState& s) {
+  s.traced = true;
+  Clock::time_point first_token;
+  {
+    std::lock_guard<std::mutex> lock(s.channel->mutex);
+    first_token = s.channel->first_posted;
+  }
+  std::fprintf(stderr, "timing %s: head %.6f submit %.6f first_token %.6f written %.6f\n", s.header.id.c_str(),
+               monotonic_seconds(s.head), monotonic_seconds(s.submitted), monotonic_seconds(first_token),
+               monotonic_seconds(Clock::now()));
+}
+
+// The first token's hand-off without a wake-up. A lone request's first token is what its client waits
+// for longest, and each thread hand-off on its way costs a wake-up (tens of microseconds to ~0.1 ms on a
+// VM); this thread would sleep on the channel's condition variable while the prompt is processed, so the
+// scheduler's notify would wake it. Instead, for at most first_token_poll_ms after the submit, it watches
+// channel->posted and writes the event as soon as it exists. At most max_first_token_spinners streams
+// spin at once (the others sleep as before: with many clients the first tokens come in batches anyway,
+// and 64 clients must not take 64 cores); no thread spins once its first token was taken.
+void spin_for_first_token(StreamState& s) {
+  std::atomic<int>& spinners = s.ctx->first_token_spinners;
+  int n = spinners.load(std::memory_order_relaxed);
+  do {
+    if (n >= s.ctx->options.max_first_token_spinners) return;
+  } while (!spinners.compare_exchange_weak(n, n + 1, std::memory_order_acq_rel));
+  const uint64_t seen = s.seen_posted;
+  const RequestChannel& channel = *s.channel;
+  spin_until([&] { return channel.posted.load(std::memory_order_acquire) != seen; }, s.spin_deadline);
+  spinners.fetch_sub(1, std::memory_order_acq_rel);
+}
 
 // One call of the content provider: write what is new; false ends the response (the client is gone).
 bool stream_step(StreamState& s, httplib::DataSink& sink) {
@@ -176,18 +220,22 @@ bool stream_step(StreamState& s, httplib::DataSink& sink) {
   }
   std::vector<TokenEvent> batch;
   bool done = false;
+  if (!s.first_taken && Clock::now() < s.spin_deadline) spin_for_first_token(s);
   {
     std::unique_lock<std::mutex> lock(s.channel->mutex);
     s.channel->cv.wait_for(lock, kPollInterval, [&] { return !s.channel->events.empty() || s.channel->done; });
     batch.swap(s.channel->events);
     done = s.channel->done;  // taken with the events: after done, no event is left behind
+    s.seen_posted = s.channel->posted.load(std::memory_order_relaxed);
   }
+  if (!batch.empty() || done) s.first_taken = true;
   if (!done && s.ctx->stopping.load()) s.ctx->scheduler.cancel(s.id);
   if (!batch.empty()) {
     std::string text;
     for (const TokenEvent& e : batch) text += e.text;
     if (!text.empty() || s.header.logprobs) {
       if (!write(sse_data(delta_chunk(s.header, text, batch, s.text_offset)))) return false;
+      if (s.ctx->options.trace_timing && !s.traced) trace_first_token(s);
     }
     for (const TokenEvent& e : batch) s.text_offset += e.chosen.text.size();
   } else if (!done && Clock::now() - s.last_write > kKeepAliveInterval) {
@@ -206,12 +254,16 @@ bool stream_step(StreamState& s, httplib::DataSink& sink) {
 }
 
 void answer_stream(ServerContext& ctx, uint64_t id, const ResponseHeader& header,
-                   const std::shared_ptr<RequestChannel>& channel, httplib::Response& res) {
+                   const std::shared_ptr<RequestChannel>& channel, Clock::time_point submitted,
+                   httplib::Response& res) {
   auto state = std::make_shared<StreamState>();
+  state->head = request_head_time();
+  state->submitted = submitted;
   state->ctx = &ctx;
   state->id = id;
   state->header = header;
   state->channel = channel;
+  state->spin_deadline = Clock::now() + std::chrono::milliseconds(ctx.options.first_token_poll_ms);
   ++ctx.open_streams;
   res.status = http_status::kOk;
   res.set_header("Cache-Control", "no-cache");
@@ -301,10 +353,11 @@ void handle_completion(ServerContext& ctx, Endpoint endpoint, const httplib::Req
 
   auto channel = std::make_shared<RequestChannel>();
   const bool keep_events = request.stream || request.logprobs;
-  const uint64_t id =
-      submit(ctx, scheduler_request(request, std::move(prompt), max_tokens), channel, keep_events, header.id);
+  CompletionRequest scheduled = scheduler_request(request, std::move(prompt), max_tokens);
+  const Clock::time_point submitted = Clock::now();
+  const uint64_t id = submit(ctx, std::move(scheduled), channel, keep_events, header.id);
   if (request.stream) {
-    answer_stream(ctx, id, header, channel, res);
+    answer_stream(ctx, id, header, channel, submitted, res);
   } else {
     const ConnectionProbe probe(req.remote_addr, req.remote_port, req.local_addr, req.local_port);
     answer_whole(ctx, id, header, channel, probe, res);

@@ -4,7 +4,9 @@
 // The scheduler calls back on its own thread; the callbacks only append to a per-request channel
 // (mutex + condition variable) and return, as scheduler.h asks. The HTTP worker thread waits on the
 // channel: for a whole answer until the result arrives, for a stream it writes each batch of new
-// tokens as an SSE chunk. A failed write (the client went away) cancels the request at once, and
+// tokens as an SSE chunk; until a stream's first token it busy-waits on the channel's event counter instead
+// of sleeping (bounded: ServerOptions::first_token_poll_ms, at most max_first_token_spinners streams), so the
+// first token is written without a thread wake-up. A failed write (the client went away) cancels the request at once, and
 // a comment line every second while nothing else is written notices departures during queueing and
 // prefill too; a whole answer peeks at its connection every poll interval instead (connection_probe.h),
 // so a gone client never keeps KV blocks. On shutdown (ServerContext::stopping) waiting

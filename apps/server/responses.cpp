@@ -1,6 +1,7 @@
 // See responses.h.
 #include "server/responses.h"
 
+#include <atomic>
 #include <random>
 
 namespace ga::server {
@@ -44,14 +45,26 @@ void add_stream_usage_placeholder(const ResponseHeader& h, json& chunk) {
 
 }  // namespace
 
+uint64_t random_u64() {
+  static const uint64_t base = [] {
+    std::random_device device;
+    return (static_cast<uint64_t>(device()) << 32) ^ device();
+  }();
+  static std::atomic<uint64_t> counter{0};
+  // splitmix64 (Steele, Lea, Flood 2014): a bijection of its input, so distinct counters give distinct outputs.
+  uint64_t z = base + 0x9e3779b97f4a7c15ull * (counter.fetch_add(1, std::memory_order_relaxed) + 1);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
 std::string new_completion_id(Endpoint endpoint) {
-  thread_local std::mt19937_64 rng{std::random_device{}()};
   static constexpr char kHex[] = "0123456789abcdef";
   constexpr int kIdHexDigits = 24;
   std::string id = endpoint == Endpoint::ChatCompletions ? "chatcmpl-" : "cmpl-";
   uint64_t bits = 0;
   for (int i = 0; i < kIdHexDigits; ++i) {
-    if (i % 16 == 0) bits = rng();
+    if (i % 16 == 0) bits = random_u64();
     id += kHex[bits & 0xf];
     bits >>= 4;
   }

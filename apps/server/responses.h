@@ -33,7 +33,13 @@ struct ResponseHeader {
   bool include_usage = false;  // streams: "usage": null in every chunk but the last
 };
 
-std::string new_completion_id(Endpoint endpoint);  // random, unique enough to correlate logs
+std::string new_completion_id(Endpoint endpoint);  // random, unique within the process, to correlate logs
+
+// 64 random-looking bits, distinct on every call within the process: splitmix64 of a per-process random base
+// plus a counter. Cheap on any thread: a std::random_device + mt19937_64 per HTTP thread cost ~40 us on each
+// thread's first request (random_device opens an entropy source), which a lone request's time to first token
+// paid twice (its id, its sampling seed) whenever it landed on a fresh connection thread.
+uint64_t random_u64();
 const char* openai_finish_reason(FinishReason reason);  // "stop" (EOS or stop string) / "length" / "cancelled"
 std::string system_fingerprint();                       // "gpu-accel-<version>"
 

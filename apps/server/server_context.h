@@ -3,6 +3,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -23,7 +24,22 @@ struct ServerOptions {
   int http_threads = 64;  // connections served at once (each stream holds one for its duration)
   int max_running = 16;   // the scheduler's batch size, for the stats
   bool log_requests = true;  // one line per request on stderr
+  // A stream's HTTP thread busy-waits for its first token for at most this long after the submit
+  // (then sleeps on the channel as for every later token), so the first token is written without a
+  // thread wake-up; at most max_first_token_spinners streams spin at once (64 clients must not take 64
+  // cores). 0: never busy-wait; -1 (automatic): kAutoFirstTokenPollMs when the scheduler runs on a GPU, 0 on
+  // the CPU (whose forward needs every core). completion_route.cpp says why.
+  int first_token_poll_ms = -1;
+  static constexpr int kAutoFirstTokenPollMs = 20;
+  int max_first_token_spinners = 2;
+  // One stderr line per stream with the CLOCK_MONOTONIC times (s) of its way to the first token: request head
+  // parsed, submit, first token from the scheduler, first token written (`serve --trace-timing`; a client on the
+  // same machine can add its send and receive times: bench/serve/bench_http.py, tools/dev/serve_http.sh).
+  bool trace_timing = false;
 };
+
+// When the request being served on this HTTP thread had its head parsed (httplib's pre-routing handler).
+std::chrono::steady_clock::time_point request_head_time();
 
 struct ServerContext {
   ServerContext(Scheduler& s, ServerOptions o);
@@ -36,6 +52,7 @@ struct ServerContext {
   RecentRequests recent;
   std::atomic<bool> stopping{false};  // set by ApiServer::stop(): waiting routes cancel their requests
   std::atomic<int> open_streams{0};   // SSE responses not yet ended (stop() lets them say goodbye)
+  std::atomic<int> first_token_spinners{0};  // streams busy-waiting for their first token now
 };
 
 }  // namespace ga::server

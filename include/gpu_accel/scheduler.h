@@ -61,6 +61,15 @@ struct SchedulerOptions {
   // Pay the device's one-time costs (kernel loading, algorithm choices, the first decode graph) at
   // construction rather than in the first request (engine::warm_up_backend; Session::warm_up's reason).
   bool warm_up = true;
+  // After expect_request() (a request is on its way: the HTTP server calls it when a completion's
+  // request head has arrived, before its body is read and parsed), the idle scheduler thread
+  // busy-waits for the submit for at most this long instead of sleeping, so that the submit finds it
+  // running: the thread's wake-up (tens of microseconds to ~0.1 ms on a VM) overlaps the request's
+  // parsing instead of following it. 0: never busy-wait; -1 (automatic): kAutoPollMicroseconds on a GPU,
+  // 0 on the CPU (whose forward needs every core: a spinning thread would take one from it). An idle
+  // server without requests never spins.
+  int64_t poll_us = -1;
+  static constexpr int64_t kAutoPollMicroseconds = 2000;
 };
 
 struct CompletionRequest {
@@ -134,6 +143,9 @@ class Scheduler {
   // Unavailable) and enqueues. Returns the request id. on_done is called exactly once.
   uint64_t submit(CompletionRequest request, TokenCallback on_token, DoneCallback on_done);
   void cancel(uint64_t id);  // no-op for finished/unknown ids
+  // A hint that a submit() is coming soon (see SchedulerOptions::poll_us); cheap, any thread, may be
+  // called without a submit following (the busy-wait then ends at its time limit).
+  void expect_request();
 
   SchedulerStats stats() const;
   int64_t n_ctx() const;

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <condition_variable>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -476,6 +477,43 @@ TEST(Scheduler, DestructorCancelsPendingRequestsOnce) {
     cancelled += c.get(i).result.finish == FinishReason::Cancelled;
   }
   EXPECT_GE(cancelled, 2);
+}
+
+// expect_request() opens a busy-wait window (poll_us): requests submitted inside it, after it ended, or
+// without any hint are served the same; a stop during the window ends the loop at once (not at its end);
+// -1 is automatic (0 on the CPU) and anything below is refused.
+TEST(Scheduler, BusyWaitAfterExpectRequestChangesNothingButTiming) {
+  SchedulerOptions opt;
+  opt.n_ctx = 96;
+  opt.n_threads = 1;
+  opt.max_running = 2;
+  opt.poll_us = -2;
+  EXPECT_THROW(Scheduler(stories(), tokenizer(), opt), Error);
+  for (const int64_t poll_us : {int64_t{-1}, int64_t{0}, int64_t{1000}, int64_t{2000000}}) {
+    SCOPED_TRACE(poll_us);
+    opt.poll_us = poll_us;
+    auto sched = std::make_unique<Scheduler>(stories(), tokenizer(), opt);
+    Collector c;
+    std::vector<CompletionRequest> reqs;
+    for (int i = 0; i < 3; ++i) {
+      CompletionRequest r = request(kPrompts[static_cast<size_t>(i)], 12);
+      r.ignore_eos = true;
+      reqs.push_back(r);
+      if (i == 0) sched->expect_request();  // submitted inside the window
+      if (i == 1) {                          // after a 1 ms window ended (inside the 2 s one)
+        sched->expect_request();
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+      c.submit(*sched, i, r);  // i == 2: no hint
+      c.wait(i + 1);
+    }
+    for (int i = 0; i < 3; ++i) expect_same_as_alone(c.get(i), reqs[static_cast<size_t>(i)], opt.n_ctx);
+    EXPECT_EQ(wait_idle(*sched).kv_blocks_used, 0);
+    sched->expect_request();  // a hint with no request: the destructor must not wait for the window's end
+    const auto t0 = std::chrono::steady_clock::now();
+    sched.reset();
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(1000));
+  }
 }
 
 TEST(Scheduler, PicksItsDeviceOnce) {

@@ -3,6 +3,8 @@
 // error kind, and the request checks that need no model (Content-Type, context arithmetic, API key).
 #include <gtest/gtest.h>
 
+#include <set>
+#include <thread>
 #include <vector>
 
 #include "server/api_error.h"
@@ -55,6 +57,32 @@ TEST(Responses, Ids) {
   EXPECT_EQ(chat.rfind("chatcmpl-", 0), 0u);
   EXPECT_EQ(new_completion_id(Endpoint::Completions).rfind("cmpl-", 0), 0u);
   EXPECT_NE(chat, new_completion_id(Endpoint::ChatCompletions));
+}
+
+// Ids and default sampling seeds: distinct across calls and threads, and every bit set about half the time
+// (a counter or a constant would fail both).
+TEST(Responses, RandomBitsAreDistinctAcrossThreadsAndLookUniform) {
+  constexpr int kThreads = 4, kPerThread = 5000;
+  std::vector<std::vector<uint64_t>> drawn(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&drawn, t] {
+      for (int i = 0; i < kPerThread; ++i) drawn[static_cast<size_t>(t)].push_back(random_u64());
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  std::set<uint64_t> all;
+  std::vector<int> ones(64, 0);
+  for (const auto& v : drawn) {
+    for (const uint64_t x : v) {
+      all.insert(x);
+      for (int b = 0; b < 64; ++b) ones[static_cast<size_t>(b)] += static_cast<int>((x >> b) & 1u);
+    }
+  }
+  EXPECT_EQ(all.size(), static_cast<size_t>(kThreads * kPerThread));
+  for (int b = 0; b < 64; ++b) {  // binomial(20000, 0.5): sd ~71, so +-500 is 7 sd
+    EXPECT_NEAR(ones[static_cast<size_t>(b)], kThreads * kPerThread / 2, 500) << "bit " << b;
+  }
 }
 
 TEST(Responses, FinishReasons) {

@@ -6,17 +6,23 @@
 # Why it is built this way: the GPU machine (Ubuntu 24.04, no network) has OpenSSL's headers but no
 # cpp-httplib, so the server is built against Debian's library carried in a folder (tools/dev/pack_httplib.sh
 # makes it: httplib.h, libcpp-httplib.so + the brotli libraries it links, a relocatable cpp-httplib.pc
-# whose Libs carry an rpath to the folder, and pkgconf for a machine without pkg-config). The HTTP rounds run
-# first, with the server alone on the GPU; the server stops (its KV pool is sized from free memory) before
-# bench-serve builds its own Scheduler with the same shape: max running = the largest client count, context
-# = prompt + max tokens, 2048 KV blocks of 16, 512 tokens per step, CUDA graphs, GPU sampling.
+# whose Libs carry an rpath to the folder, and pkgconf for a machine without pkg-config). The in-process
+# references run first (per prompt length, `gpu-accel bench-serve`: the Session prefill back to back and after
+# 20 ms idle, with variants that say where the idle prefill's extra time is, and 5 lone requests through the
+# Scheduler), each process alone on the GPU; then one `gpu-accel serve` per server variant (VARIANTS: A/B of
+# serving options on the same build), driven by bench_http.py: the first variant serves the CLIENTS rounds and
+# 9 lone requests per length, the others the lone requests only; last, `gpu-accel run`'s own prompt time.
+# Server shape: max running = the largest client count, context = longest prompt + max tokens, 2048 KV blocks
+# of 16, 512 tokens per step, CUDA graphs, GPU sampling.
 #
 # Usage (device; from the worktree copy, .httplib carried beside it):
 #   cd .dev-http && export GA_SHARED=$PWD/../.fwdshared && OUT=$OUT bash tools/dev/serve_http.sh cuda
 # Local check on the CPU (stories260K, small rounds; reuses a build folder when B names one):
 #   B=build-http GA_HTTPLIB=/work/main/.httplib bash tools/dev/serve_http.sh cpu
 # Environment: GA_HTTPLIB (the carried folder; default ../.httplib), B (build folder; default /tmp/b), OUT,
-#   CLIENTS / PROMPT / MAXTOK (the rounds), JOBS (build parallelism).
+#   CLIENTS / PROMPT / MAXTOK (the rounds), TTFT_PROMPTS (more lone-request lengths; cuda: 512), JOBS (build
+#   parallelism), QUICK=1 (fits a 300 s call: no in-process rounds, `run` x3), VARIANTS ("name=serve flags;...",
+#   default "default="), TTFT_REPEATS (lone requests per length and variant, default 9), BUDGET (seconds after which the server variants and `run` timings are skipped).
 set -uo pipefail
 mode=${1:-cuda}
 [[ $mode == cuda || $mode == cpu ]] || { echo "usage: serve_http.sh [cuda|cpu]" >&2; exit 2; }
@@ -26,6 +32,10 @@ B=${B:-/tmp/b}
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 summary=()
+t_start=$(date +%s)
+# BUDGET (seconds since the start): later steps are skipped once it is spent, so a device call's time limit
+# still leaves the table.
+over_budget() { [[ -n ${BUDGET:-} ]] && (( $(date +%s) - t_start > BUDGET )); }
 note() { summary+=("$1"); echo "== $1"; }
 finish() {
   echo "================ SUMMARY"
@@ -94,111 +104,208 @@ for p in $TTFT_PROMPTS; do (( p > longest )) && longest=$p; done
 ctx=$(( longest + MAXTOK ))
 profile=()
 [[ $mode == cuda ]] && profile=(--profile-steps)
+# QUICK=1 (fits a 300 s device call): no 16-client round unless CLIENTS names it, no in-process rounds
+# (bench-serve only for the references and 5 lone requests per length), `gpu-accel run` 3 times per length.
+QUICK=${QUICK:-0}
+RUNS=$([[ $QUICK == 1 ]] && echo 3 || echo 5)
+# Server variants, "name=extra serve flags" separated by ';': the first serves the CLIENTS rounds and the lone
+# requests, the others only the lone requests (A/B of serving options on the same build, one server each).
+VARIANTS=${VARIANTS:-default=}
+TTFT_REPEATS=${TTFT_REPEATS:-9}
 
-# HTTP: the server on the device alone; bench_http.py starts it (--port 0), waits for /health, stops it.
-serve_cmd="$GA serve -m $M --device $device --port 0 --quiet --max-batch $max_clients --ctx $ctx --kv-blocks 2048 \
---http-threads $(( max_clients + 16 ))"
-echo "\$ $serve_cmd" > "$OUT/http.md"
-timeout 240 python3 bench/serve/bench_http.py --server-cmd "$serve_cmd" --server-log "$OUT/server.log" --timeout 120 \
-  --clients "$CLIENTS" --prompt-tokens "$PROMPT" --max-tokens "$MAXTOK" --ttft-repeats 9 --json "$OUT/http.json" --check \
-  >> "$OUT/http.md" 2>> "$OUT/http.err"
-note "bench_http.py --clients $CLIENTS --prompt-tokens $PROMPT --max-tokens $MAXTOK rc=$?"
-for p in $TTFT_PROMPTS; do
-  timeout 120 python3 bench/serve/bench_http.py --server-cmd "$serve_cmd" --server-log "$OUT/server-$p.log" \
-    --timeout 60 --clients 1 --prompt-tokens "$p" --max-tokens 8 --ttft-repeats 9 --json "$OUT/http-$p.json" --check \
-    >> "$OUT/http.md" 2>> "$OUT/http.err"
-  note "bench_http.py TTFT at $p prompt tokens rc=$?"
-done
+# The GPU's clocks while the in-process references run (sleeps of 20 ms between prefills): does an idle GPU
+# lower its clocks? nvidia-smi samples every 100 ms in the background.
+smi_start() {
+  [[ $mode == cuda ]] || return 0
+  nvidia-smi --query-gpu=timestamp,pstate,clocks.sm,clocks.mem,power.draw --format=csv,noheader -lms 100 \
+    > "$OUT/smi-$1.csv" 2>&1 &
+  smi_pid=$!
+}
+smi_stop() {
+  [[ $mode == cuda ]] || return 0
+  kill "$smi_pid" 2> /dev/null; wait "$smi_pid" 2> /dev/null
+  note "GPU clocks during $1 (nvidia-smi every 100 ms; pstate, SM MHz: count): $(awk -F', ' '{print $2 " " $3}' \
+    "$OUT/smi-$1.csv" | sort | uniq -c | sort -rn | head -6 | awk '{printf "%s %s %s: %s; ", $2, $3, $4, $1}')"
+}
 
-# In process, the same rounds (and the Session prefill / decode references `gpu-accel run` uses).
-echo "\$ gpu-accel bench-serve -m $(basename "$M") --device $device --clients $CLIENTS --prompt-tokens $PROMPT --max-tokens $MAXTOK ${profile[*]}" \
-  > "$OUT/bench-serve.md"
-timeout 200 "$GA" bench-serve -m "$M" --device $device --clients "$CLIENTS" --prompt-tokens "$PROMPT" \
-  --max-tokens "$MAXTOK" "${profile[@]}" >> "$OUT/bench-serve.md" 2>> "$OUT/bench-serve.err"
-note "bench-serve rc=$?"
-for p in $TTFT_PROMPTS; do
-  echo "\$ gpu-accel bench-serve --clients 1,1,1,1,1 --prompt-tokens $p --max-tokens 8 ${profile[*]}" > "$OUT/bench-serve-$p.md"
+# In process: per length, the Session references (back to back, after 20 ms idle and its variants) and 5 lone
+# requests through the Scheduler; unless QUICK, the CLIENTS rounds too (with --profile-steps on a GPU).
+smi_start idle-session
+if [[ $QUICK != 1 ]]; then
+  echo "\$ gpu-accel bench-serve -m $(basename "$M") --device $device --clients $CLIENTS --prompt-tokens $PROMPT --max-tokens $MAXTOK ${profile[*]}" \
+    > "$OUT/bench-serve.md"
+  timeout 200 "$GA" bench-serve -m "$M" --device $device --clients "$CLIENTS" --prompt-tokens "$PROMPT" \
+    --max-tokens "$MAXTOK" "${profile[@]}" >> "$OUT/bench-serve.md" 2>> "$OUT/bench-serve.err"
+  note "bench-serve rc=$?"
+fi
+for p in $PROMPT $TTFT_PROMPTS; do
+  echo "\$ gpu-accel bench-serve --clients 1,1,1,1,1 --prompt-tokens $p --max-tokens 8" > "$OUT/bench-serve-$p.md"
   timeout 120 "$GA" bench-serve -m "$M" --device $device --clients 1,1,1,1,1 --prompt-tokens "$p" --max-tokens 8 \
-    "${profile[@]}" >> "$OUT/bench-serve-$p.md" 2>> "$OUT/bench-serve.err"
-  note "bench-serve TTFT at $p prompt tokens rc=$?"
+    >> "$OUT/bench-serve-$p.md" 2>> "$OUT/bench-serve.err"
+  note "bench-serve references + 5 lone requests at $p prompt tokens rc=$?"
+done
+smi_stop idle-session
+
+# HTTP: one server per variant, on the device alone (bench-serve has exited); bench_http.py drives it.
+IFS=';' read -ra variant_list <<< "$VARIANTS"
+first=1
+for v in "${variant_list[@]}"; do
+  name=${v%%=*}
+  extra=${v#*=}
+  if over_budget; then note "server variant $name skipped: BUDGET spent"; continue; fi
+  # shellcheck disable=SC2086
+  "$GA" serve -m "$M" --device $device --port 0 --quiet --max-batch "$max_clients" --ctx "$ctx" --kv-blocks 2048 \
+    --http-threads $(( max_clients + 16 )) --trace-timing $extra > /dev/null 2> "$OUT/server-$name.log" &
+  server=$!
+  url=
+  for _ in $(seq 1200); do
+    url=$(grep -oE "listening on http://[^ ]+" "$OUT/server-$name.log" | head -1 | awk '{print $3}')
+    [[ -n $url ]] && break
+    kill -0 $server 2> /dev/null || break
+    sleep 0.1
+  done
+  if [[ -z $url ]]; then
+    note "server variant $name did not start: $(tail -3 "$OUT/server-$name.log" | tr '\n' ' ')"
+    kill $server 2> /dev/null; wait $server 2> /dev/null
+    continue
+  fi
+  echo "\$ gpu-accel serve -m $(basename "$M") --device $device --max-batch $max_clients --ctx $ctx --kv-blocks 2048 $extra  [variant $name]" >> "$OUT/http.md"
+  for p in $PROMPT $TTFT_PROMPTS; do
+    if [[ $first == 1 && $p == "$PROMPT" ]]; then
+      rounds=$CLIENTS; tokens=$MAXTOK
+    else
+      rounds=0; tokens=8
+    fi
+    timeout 150 python3 bench/serve/bench_http.py --url "$url" --timeout 60 --clients "$rounds" --prompt-tokens "$p" \
+      --max-tokens "$tokens" --ttft-repeats "$TTFT_REPEATS" --json "$OUT/http-$name-$p.json" --check \
+      >> "$OUT/http.md" 2>> "$OUT/http.err"
+    note "bench_http.py variant $name, rounds $rounds, lone requests at $p prompt tokens rc=$?"
+  done
+  # The server's CPU use while idle (no request for 2 s): busy-waits must end with the requests.
+  ticks() { awk '{print $14 + $15}' "/proc/$server/stat"; }
+  t0=$(ticks); sleep 2; t1=$(ticks)
+  note "server variant $name idle CPU over 2 s: $(awk -v d=$(( t1 - t0 )) -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.1f", 100 * d / hz / 2 }')% of one core"
+  kill -TERM $server 2> /dev/null; wait $server 2> /dev/null
+  first=0
 done
 
 # The issue's reference literally: `gpu-accel run`'s own "prompt: N tokens in X ms" (one prefill per process, after
-# the upload), 5 processes per length, with a text of about the same number of tokens (the model's vocabulary is
+# the upload), RUNS processes per length, with a text of about the same number of tokens (the model's vocabulary is
 # the real Llama SPM one; ~17.5 tokens per repetition of the sentence below).
 for p in $PROMPT $TTFT_PROMPTS; do
+  if over_budget; then note "gpu-accel run at $p tokens skipped: BUDGET spent"; continue; fi
   text=$(python3 -c "import sys; print(' '.join(['the cat sat on the mat and looked at the dog by the door'] * max(1, round(int(sys.argv[1]) / 17.5))))" "$p")
   : > "$OUT/run-$p.txt"
-  for k in 1 2 3 4 5; do
+  for _ in $(seq "$RUNS"); do
     timeout 60 "$GA" run -m "$M" --device $device -p "$text" -n 1 --temp 0 2>&1 | grep -oE "prompt: [0-9]+ tokens in [0-9.]+ ms" >> "$OUT/run-$p.txt"
   done
-  note "gpu-accel run x5 at ~$p tokens: $(head -1 "$OUT/run-$p.txt")"
+  note "gpu-accel run x$RUNS at ~$p tokens: $(tr '\n' ' ' < "$OUT/run-$p.txt")"
   cold=$(timeout 60 "$GA" run -m "$M" --device $device -p "$text" -n 1 --temp 0 --no-warmup 2>&1 |
     grep -oE "prompt: [0-9]+ tokens in [0-9.]+ ms")
   note "gpu-accel run --no-warmup at ~$p tokens (the cold first prefill): $cold"
 done
 
-python3 - "$OUT" "$PROMPT" $TTFT_PROMPTS > "$OUT/table.md" <<'PYEOF'
+python3 - "$OUT" "$PROMPT" "$VARIANTS" $TTFT_PROMPTS > "$OUT/table.md" <<'PYEOF'
 import json, os, re, statistics, sys
-out, main_prompt, extra = sys.argv[1], int(sys.argv[2]), [int(p) for p in sys.argv[3:]]
-def load_http(path):
+out, main_prompt, variants = sys.argv[1], int(sys.argv[2]), [v.split("=", 1)[0] for v in sys.argv[3].split(";") if v]
+prompts = [main_prompt] + [int(p) for p in sys.argv[4:]]
+def load_json(path):
     try:
         return json.load(open(path))
     except (OSError, ValueError):
         return {}
+def num(pattern, text):
+    m = re.search(pattern, text)
+    return float(m.group(1)) if m else None
 def load_inproc(path):
-    rounds, prefill_ms, profile = {}, None, None
+    """bench-serve's output: rounds by client count, the Session references."""
+    rounds, ref = {}, {}
     if not os.path.exists(path):
-        return rounds, prefill_ms, profile
-    for line in open(path):
-        m = re.search(r"reference Session .*\): prefill ([0-9.]+) ms", line)
-        if m: prefill_ms = float(m.group(1))
-        if line.startswith("prefill of the"): profile = line.strip()
+        return rounds, ref
+    text = open(path).read()
+    ref["prefill"] = num(r"reference Session .*\): prefill ([0-9.]+) ms", text)
+    ref["idle"] = num(r"prefill after \d+ ms idle: ([0-9.]+) ms", text)
+    ref["idle_spinning"] = num(r"busy-waiting through the gap \(GPU idle\) ([0-9.]+) ms", text)
+    ref["idle_then_spin"] = num(r"us busy ([0-9.]+) ms", text)
+    ref["idle_then_step"] = num(r"then one decode step ([0-9.]+) ms", text)
+    for line in text.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if len(cells) >= 8 and cells[0].isdigit():  # | clients | generated | wall | aggregate | steady | TTFT mean | TTFT max | failed |
             rounds.setdefault(int(cells[0]), []).append({"aggregate_tok_s": float(cells[3]), "ttft_mean_ms": float(cells[5]),
                                                           "failed": int(cells[7])})
-    return rounds, prefill_ms, profile
+    return rounds, ref
 def f(v, spec): return "-" if v is None else format(v, spec)
+med = lambda v: statistics.median(v) if v else None
 
-results = load_http(f"{out}/http.json")
+# Throughput rounds (the first variant's server; in process too unless QUICK).
+results = load_json(f"{out}/http-{variants[0]}-{main_prompt}.json")
 http = {r["clients"]: r for r in results.get("rounds", [])}
-inproc_all, prefill_ms, profile = load_inproc(f"{out}/bench-serve.md")
+inproc_all, _ = load_inproc(f"{out}/bench-serve.md")
 inproc = {n: rs[0] for n, rs in inproc_all.items()}
-print("| clients | HTTP tok/s | in-process tok/s | HTTP / in-process | HTTP TTFT mean ms | HTTP TTFT max ms | HTTP server-side TTFT mean ms | in-process TTFT mean ms | HTTP failed | max client CPU % |")
-print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-for n in sorted(set(http) | set(inproc)):
-    h, p = http.get(n, {}), inproc.get(n, {})
-    ht, pt = h.get("aggregate_tok_s"), p.get("aggregate_tok_s")
-    print(f"| {n} | {f(ht, '.1f')} | {f(pt, '.1f')} | {f(ht / pt if ht and pt else None, '.3f')} | {f(h.get('ttft_mean_ms'), '.2f')} "
-          f"| {f(h.get('ttft_max_ms'), '.2f')} | {f(h.get('server_ttft_mean_ms'), '.2f')} | {f(p.get('ttft_mean_ms'), '.2f')} | {f(h.get('failed'), 'd')} | {f(h.get('client_cpu_pct'), '.0f')} |")
-for name, rounds in (("HTTP", http), ("in-process", inproc)):
-    if 1 in rounds and len(rounds) > 1 and rounds[1]["aggregate_tok_s"]:
-        most = max(rounds)
-        print(f"{name}: aggregate {most} clients / 1 client = {rounds[most]['aggregate_tok_s'] / rounds[1]['aggregate_tok_s']:.2f}x (target >= 20x)")
+if http:
+    print(f"Rounds over HTTP (server variant '{variants[0]}'), {main_prompt} prompt tokens:")
+    print("| clients | HTTP tok/s | in-process tok/s | HTTP / in-process | HTTP TTFT mean ms | HTTP TTFT max ms | HTTP server-side TTFT mean ms | in-process TTFT mean ms | HTTP failed | max client CPU % |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for n in sorted(set(http) | set(inproc)):
+        h, p = http.get(n, {}), inproc.get(n, {})
+        ht, pt = h.get("aggregate_tok_s"), p.get("aggregate_tok_s")
+        print(f"| {n} | {f(ht, '.1f')} | {f(pt, '.1f')} | {f(ht / pt if ht and pt else None, '.3f')} | {f(h.get('ttft_mean_ms'), '.2f')} "
+              f"| {f(h.get('ttft_max_ms'), '.2f')} | {f(h.get('server_ttft_mean_ms'), '.2f')} | {f(p.get('ttft_mean_ms'), '.2f')} | {f(h.get('failed'), 'd')} | {f(h.get('client_cpu_pct'), '.0f')} |")
+    for name, rounds in (("HTTP", http), ("in-process", inproc)):
+        if 1 in rounds and len(rounds) > 1 and rounds[1]["aggregate_tok_s"]:
+            most = max(rounds)
+            print(f"{name}: aggregate {most} clients / 1 client = {rounds[most]['aggregate_tok_s'] / rounds[1]['aggregate_tok_s']:.2f}x (target >= 20x)")
+    print()
 
-# TTFT at 1 client against the Session prefill of the same length (target: within 10%).
-print()
-print("| prompt tokens | Session prefill ms | HTTP TTFT median ms (lone, client) | / prefill | server-side median ms | / prefill | headers (TTFB) median ms | in-process TTFT median ms | / prefill | gpu-accel run prompt ms (median of 5; tokens) | HTTP TTFT / run |")
-print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-for p in [main_prompt] + extra:
-    h = results if p == main_prompt else load_http(f"{out}/http-{p}.json")
-    rounds, pre, prof = (inproc_all, prefill_ms, profile) if p == main_prompt else load_inproc(f"{out}/bench-serve-{p}.md")
-    lone, srv, ttfb = h.get("lone_ttft_ms", []), h.get("lone_server_ttft_ms", []), h.get("lone_ttfb_ms", [])
-    med = lambda v: statistics.median(v) if v else None
-    ratio = lambda v: v / pre if v is not None and pre else None
+# Session prefill references: back to back (strict) and after 20 ms idle with its variants; `gpu-accel run`'s own.
+print("| prompt tokens | Session prefill ms (back to back) | after 20 ms idle | idle, thread busy-waiting | idle, then 300 us busy | idle, then 1 decode step | in-process TTFT median of 5 | gpu-accel run prompt ms (median; tokens) |")
+print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+refs, runs = {}, {}
+for p in prompts:
+    rounds, ref = load_inproc(f"{out}/bench-serve-{p}.md")
+    refs[p] = ref
+    lines = open(f"{out}/run-{p}.txt").read().splitlines() if os.path.exists(f"{out}/run-{p}.txt") else []
+    rs = [(int(m.group(1)), float(m.group(2))) for m in (re.search(r"prompt: (\d+) tokens in ([0-9.]+) ms", l) for l in lines) if m]
+    runs[p] = (med([r[1] for r in rs]), rs[0][0] if rs else None)
     inp = med([r["ttft_mean_ms"] for r in rounds.get(1, [])])
-    runs = [(int(m.group(1)), float(m.group(2))) for m in
-            (re.search(r"prompt: (\d+) tokens in ([0-9.]+) ms", l) for l in open(f"{out}/run-{p}.txt")
-             if os.path.exists(f"{out}/run-{p}.txt")) if m] if os.path.exists(f"{out}/run-{p}.txt") else []
-    run_ms = med([r[1] for r in runs])
-    # run's prompt time per token, scaled to exactly p tokens (its text tokenizes to about p)
-    run_at_p = run_ms * p / runs[0][0] if runs else None
-    print(f"| {p} | {f(pre, '.3f')} | {f(med(lone), '.3f')} | {f(ratio(med(lone)), '.3f')} | {f(med(srv), '.3f')} "
-          f"| {f(ratio(med(srv)), '.3f')} | {f(med(ttfb), '.3f')} | {f(inp, '.3f')} | {f(ratio(inp), '.3f')} "
-          f"| {f(run_ms, '.3f')}; {runs[0][0] if runs else '-'} | {f(med(lone) / run_at_p if run_at_p and lone else None, '.3f')} |")
-    if prof:
-        print(f"  {p} tokens: {prof}")
+    print(f"| {p} | {f(ref.get('prefill'), '.3f')} | {f(ref.get('idle'), '.3f')} | {f(ref.get('idle_spinning'), '.3f')} "
+          f"| {f(ref.get('idle_then_spin'), '.3f')} | {f(ref.get('idle_then_step'), '.3f')} | {f(inp, '.3f')} "
+          f"| {f(runs[p][0], '.3f')}; {f(runs[p][1], 'd')} |")
+print()
+
+# Lone requests over HTTP, per server variant (median of 9): TTFT at the client against both references.
+print("| prompt tokens | server variant | HTTP TTFT median ms (client) | / Session prefill | / run's prompt time (scaled to the tokens) | server-side median ms | / prefill | headers (TTFB) median ms | HTTP TTFT min ms |")
+print("|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+for p in prompts:
+    pre = refs[p].get("prefill")
+    run_ms, run_tokens = runs[p]
+    run_at_p = run_ms * p / run_tokens if run_ms and run_tokens else None
+    for v in variants:
+        h = load_json(f"{out}/http-{v}-{p}.json")
+        lone, srv, ttfb = h.get("lone_ttft_ms", []), h.get("lone_server_ttft_ms", []), h.get("lone_ttfb_ms", [])
+        ratio = lambda x, ref: x / ref if x is not None and ref else None
+        print(f"| {p} | {v} | {f(med(lone), '.3f')} | {f(ratio(med(lone), pre), '.3f')} | {f(ratio(med(lone), run_at_p), '.3f')} "
+              f"| {f(med(srv), '.3f')} | {f(ratio(med(srv), pre), '.3f')} | {f(med(ttfb), '.3f')} | {f(min(lone) if lone else None, '.3f')} |")
+print()
+
+# Where a lone request's time goes: the client's send and first-data times (CLOCK_MONOTONIC) matched with the
+# server's `--trace-timing` line of the same request (its head time lies between them). Medians, ms.
+print("| prompt tokens | server variant | matched | send -> head parsed (socket, wake-up, httplib) | head -> submit (body, JSON, checks) | submit -> first token (scheduler, prefill) | first token -> written (hand-off, SSE) | written -> client has it (client wake-up, read) | client TTFT |")
+print("|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+trace = re.compile(r"timing \S+: head ([0-9.]+) submit ([0-9.]+) first_token ([0-9.]+) written ([0-9.]+)")
+for p in prompts:
+    for v in variants:
+        lines = open(f"{out}/server-{v}.log", errors="replace").read() if os.path.exists(f"{out}/server-{v}.log") else ""
+        traces = [tuple(float(x) for x in m.groups()) for m in trace.finditer(lines)]
+        rows = []
+        for t in load_json(f"{out}/http-{v}-{p}.json").get("lone_request_times", []):
+            sent, arrived = t["sent_s"], t["sent_s"] + t["ttft_ms"] / 1e3
+            hits = [tr for tr in traces if sent <= tr[0] <= arrived]
+            if len(hits) == 1:
+                head, submit, first, written = hits[0]
+                rows.append([head - sent, submit - head, first - submit, written - first, arrived - written, arrived - sent])
+        cols = [med([r[k] * 1e3 for r in rows]) for k in range(6)] if rows else [None] * 6
+        print(f"| {p} | {v} | {len(rows)} | " + " | ".join(f(c, '.3f') for c in cols) + " |")
 PYEOF
-cat "$OUT/http.md" "$OUT"/bench-serve*.md > "$OUT/all.md"
+cat "$OUT/http.md" "$OUT"/bench-serve*.md > "$OUT/all.md" 2> /dev/null
 finish 0

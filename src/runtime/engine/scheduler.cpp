@@ -8,6 +8,14 @@
 // parallel on the thread pool (sample_step; each task touches only its own sequence's sampler and
 // reads the shared logits), then events are delivered in order on the scheduler thread.
 //
+// Waiting for work: the thread sleeps on `wake` while nothing is queued or running. A lone request's
+// submit would then pay the thread's wake-up (a futex call, an interrupt to a halted CPU: tens of
+// microseconds to ~0.1 ms on a VM) before its prefill starts. expect_request() (the HTTP server calls it
+// when a completion's request head arrives) wakes the thread early and opens a busy-wait window of
+// poll_us: the thread watches `signals` (bumped by submit, cancel and stop) instead of sleeping, so its
+// wake-up overlaps the request's body read, JSON parsing and tokenization, and the submit finds it
+// running. The window is bounded and only opened by arriving requests: an idle server never spins.
+//
 // Device: the step's forward pass is an engine::BatchBackend (batch_backend.h), the CPU reference or
 // the CUDA forward over a device KV pool, chosen once from options.device. The one place that looks
 // at it is sampling: a backend that samples on the device (CUDA, gpu_sampling) keeps the step's
@@ -39,6 +47,7 @@
 #include "gpu_accel/scheduler.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
@@ -48,6 +57,7 @@
 #include <unordered_set>
 
 #include "core/log.h"
+#include "core/spin_wait.h"
 #include "core/thread_pool.h"
 #include "gpu_accel/error.h"
 #include "model/arch/llama.h"
@@ -134,6 +144,10 @@ struct Scheduler::Impl {
   std::unordered_set<uint64_t> cancel_requests;
   bool stop = false;
   uint64_t next_id = 1;
+  Clock::time_point poll_until{};  // end of the busy-wait window expect_request() opened
+  // Bumped (after the change, under mu) by everything a waiting loop must see: submit, cancel, stop;
+  // a busy-waiting loop watches it instead of the mutex.
+  std::atomic<uint64_t> signals{0};
   SchedulerStats snapshot;  // refreshed after every step
   std::deque<RateSample> window;
 
@@ -175,6 +189,7 @@ struct Scheduler::Impl {
   }
 
   void loop();
+  bool wait_for_work();
   void take_cancellations();
   void admit();
   bool try_admit(Sequence& s);
@@ -207,10 +222,16 @@ Scheduler::Scheduler(const LoadedModel& model, const Tokenizer& tokenizer, const
            options.max_batch_tokens, ") must be >= max_running (", options.max_running,
            "): every running sequence decodes one token per step");
   GA_CHECK(options.kv_blocks >= 0, InvalidArgument, "kv_blocks must be >= 0 (0: automatic), got ", options.kv_blocks);
+  GA_CHECK(options.poll_us >= -1, InvalidArgument, "poll_us must be >= 0 (0: never busy-wait) or -1 (automatic), got ",
+           options.poll_us);
   GA_CHECK(options.n_threads >= 0, InvalidArgument, "n_threads must be >= 0 (0: all), got ", options.n_threads);
   const int64_t n_ctx = engine::resolve_n_ctx(model.config, options.n_ctx);
   impl_ = std::make_unique<Impl>(model, tokenizer, options, n_ctx);  // picks the device (batch_backend.h)
   GA_LOG(Info, "scheduler on ", impl_->backend->description());
+  if (impl_->opt.poll_us < 0) {
+    impl_->opt.poll_us =
+        engine::cuda_device_index(impl_->backend->device()) >= 0 ? SchedulerOptions::kAutoPollMicroseconds : 0;
+  }
   if (options.warm_up) {
     engine::warm_up_backend(*impl_->backend, n_ctx, options.block_size, options.max_batch_tokens, options.max_running);
   }
@@ -224,6 +245,7 @@ Scheduler::~Scheduler() {
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
     impl_->stop = true;
+    impl_->signals.fetch_add(1, std::memory_order_release);
   }
   impl_->wake.notify_all();
   if (impl_->thread.joinable()) impl_->thread.join();
@@ -261,6 +283,7 @@ uint64_t Scheduler::submit(CompletionRequest request, TokenCallback on_token, Do
              m.opt.max_queued, " waiting)");
     id = seq->id = m.next_id++;
     m.waiting.push_back(std::move(seq));
+    m.signals.fetch_add(1, std::memory_order_release);
   }
   m.wake.notify_all();
   return id;
@@ -271,8 +294,19 @@ void Scheduler::cancel(uint64_t id) {
     std::lock_guard<std::mutex> lock(impl_->mu);
     if (id == 0 || id >= impl_->next_id) return;
     impl_->cancel_requests.insert(id);
+    impl_->signals.fetch_add(1, std::memory_order_release);
   }
   impl_->wake.notify_all();
+}
+
+void Scheduler::expect_request() {
+  Impl& m = *impl_;
+  if (m.opt.poll_us <= 0) return;
+  {
+    std::lock_guard<std::mutex> lock(m.mu);
+    m.poll_until = std::max(m.poll_until, Clock::now() + std::chrono::microseconds(m.opt.poll_us));
+  }
+  m.wake.notify_all();  // no system call when the thread is not sleeping (busy, or already spinning)
 }
 
 SchedulerStats Scheduler::stats() const {
@@ -303,14 +337,7 @@ const Tokenizer& Scheduler::tokenizer() const { return impl_->tokenizer; }
 // The scheduler thread
 
 void Scheduler::Impl::loop() {
-  while (true) {
-    {
-      std::unique_lock<std::mutex> lock(mu);
-      wake.wait(lock, [this] {
-        return stop || !cancel_requests.empty() || !waiting.empty() || !running.empty() || !preempted.empty();
-      });
-      if (stop) break;
-    }
+  while (wait_for_work()) {
     const Clock::time_point t0 = Clock::now();
     take_cancellations();
     admit();
@@ -319,6 +346,27 @@ void Scheduler::Impl::loop() {
     publish_stats();
   }
   shutdown();
+}
+
+// Returns when there is something to do (true) or the scheduler stops (false). Sleeps on `wake`,
+// except inside a busy-wait window (expect_request), where it spins on `signals` without the lock.
+bool Scheduler::Impl::wait_for_work() {
+  std::unique_lock<std::mutex> lock(mu);
+  const auto has_work = [this] {
+    return stop || !cancel_requests.empty() || !waiting.empty() || !running.empty() || !preempted.empty();
+  };
+  while (!has_work()) {
+    const Clock::time_point until = poll_until;
+    if (Clock::now() < until) {
+      const uint64_t seen = signals.load(std::memory_order_acquire);
+      lock.unlock();
+      spin_until([&] { return signals.load(std::memory_order_acquire) != seen; }, until);
+      lock.lock();
+    } else {
+      wake.wait(lock);  // woken by submit, cancel, stop and expect_request; spurious wake-ups loop
+    }
+  }
+  return !stop;
 }
 
 void Scheduler::Impl::take_cancellations() {
