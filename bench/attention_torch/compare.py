@@ -42,6 +42,7 @@ import argparse
 import ctypes
 import json
 import math
+import random
 import statistics
 import sys
 
