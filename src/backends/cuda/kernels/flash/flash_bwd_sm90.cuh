@@ -26,7 +26,9 @@
 //     Computing S^T (keys as rows) rather than S is what lets P^T and dS^T feed the dV/dK GEMMs straight from the
 //     accumulator registers (the A-fragment layout of a k16 step is two accumulator n8 blocks), so only dS makes
 //     the round trip through shared memory, which dQ needs anyway (it sums over both warpgroups' keys).
-//  3. convert: dq = scale * accumulator in the caller's dtype and strides.
+//  3. convert: dq = scale * accumulator in the caller's dtype and strides, one warp per row pair (r, r + 8) of a tile
+//     so every accumulator sector read is used whole (convert_dq_pairs; session 5, run 2: the convert 32% faster
+//     than one row per warp, the whole backward +3-5% at 512-1k tokens, within noise from 4k).
 //
 // dQ accumulator layout: per (batch, head, 64-row query block) a contiguous 32 KB tile, [warpgroup w][n8 block j]
 // [thread t][4] f32, i.e. the wgmma accumulator fragments as they lie (float4 j of thread t = its acc[4j..4j+3]):
@@ -41,8 +43,8 @@
 // only by mbarriers were correct but flagged by compute-sanitizer's racecheck, and an L2 read of them in the step's
 // critical path was slower: docs/results/2026-11-22-h200-flash.md, "Hopper backward").
 //
-// Measured on an H200 (same file, "Session 4: backward"): schedule 1 0.78-0.87x cuDNN's backward at head dim 128
-// (schedule 0, v4, 0.74-0.83x in the same run), 1.6-2.4x the mma.sync kernel.
+// Measured on an H200 (same file, "Session 4: backward", "Session 5"): schedule 1 0.84-0.90x cuDNN's backward at
+// head dim 128 (session 5, run 2; schedule 0, v4, 0.74-0.83x in session 4), 1.6-2.4x the mma.sync kernel.
 // Numerics as the sm80 path: f32 accumulation, P and dS rounded to the input dtype for the tensor cores, dK and dQ
 // scaled by softmax_scale at the end. Keys past seqlen_k arrive as zeros from TMA and are masked; query rows past
 // seqlen_q arrive as zeros and have LSE = +inf (P = 0).
@@ -146,6 +148,37 @@ __global__ void __launch_bounds__(256) preprocess(flash_bwd::BwdArgs a, float* l
 
 // ---- 3. dq = scale * accumulator ----
 
+// One warp per pair of rows (r, r + 8) of a 64-row accumulator tile (r % 16 < 8): in the fragment order the two
+// rows' values share each float4 (thread t's accumulators 4j..4j+3 = rows r, r + 8 x columns 8j + 2c, +1), so lane
+// (j, c) reads whole float4s, 4 lanes 64 contiguous bytes (every sector fully used), and stores 4 bytes of each row:
+// 128 contiguous bytes per row and warp store. Warps walk [batch][n_head][m_blocks][32 pairs], the tile's order.
+// (convert_dq below, one warp per row with float2 loads, uses half of each sector it reads.)
+template <bool kBf16, int HD>
+__global__ void __launch_bounds__(256) convert_dq_pairs(flash_bwd::BwdArgs a, int m_blocks) {
+  const int64_t pair = (int64_t{blockIdx.x} * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32, j = lane / 4, c = lane % 4;
+  if (pair >= int64_t{a.batch} * a.n_head * m_blocks * 32) return;
+  const int64_t tile_index = pair / 32;
+  const int k = static_cast<int>(pair % 32), r = (k / 8) * 16 + k % 8;
+  const int mb = static_cast<int>(tile_index % m_blocks);
+  const int h = static_cast<int>((tile_index / m_blocks) % a.n_head);
+  const int b = static_cast<int>(tile_index / (int64_t{m_blocks} * a.n_head));
+  const int i = mb * 64 + r;
+  if (i >= a.seqlen_q) return;
+  const bool second = i + 8 < a.seqlen_q;
+  const float* tile = a.dq_accum + tile_index * (64 * HD);
+  uint16_t* dq = a.dq + b * a.dq_st.batch + int64_t{i} * a.dq_st.seq + h * a.dq_st.head;
+  const int thread = (r / 16) * 32 + (r % 8) * 4 + c;
+#pragma unroll
+  for (int w = 0; w < HD / 64; ++w) {
+    const float4 g = *reinterpret_cast<const float4*>(tile + w * 4096 + j * 512 + thread * 4);
+    const int d = 64 * w + 8 * j + 2 * c;
+    *reinterpret_cast<uint32_t*>(dq + d) = flash_bwd::pack2<kBf16>(g.x * a.scale, g.y * a.scale);
+    if (second) *reinterpret_cast<uint32_t*>(dq + 8 * a.dq_st.seq + d) = flash_bwd::pack2<kBf16>(g.z * a.scale,
+                                                                                                  g.w * a.scale);
+  }
+}
+
 template <bool kBf16, int HD>
 __global__ void __launch_bounds__(256) convert_dq(flash_bwd::BwdArgs a, int m_blocks) {
   const int64_t row = (int64_t{blockIdx.x} * blockDim.x + threadIdx.x) / 32;  // [batch][seqlen_q][n_head]
@@ -233,9 +266,34 @@ __device__ __forceinline__ void to_a_fragments(const float (&s)[32], uint32_t (&
 // kSched: 0 = v4 (dV and dK issued together before the dS^T barrier, everything waited for before the dQ staging);
 // 1 = FA3's order (dV before the barrier, then dQ, then dK, the dQ staging under dK); 2 = 1 with dK waited for only
 // behind the next step's S^T and dP^T (the tensor cores get the next step's work before this one's dK ends).
+// Session 5 (shared-memory traffic per step is the bound: docs/results/2026-11-22-h200-flash.md): 3 = 1 with dQ
+// added into the workspace by red.global.add.v4.f32 straight from the accumulator registers once dK is done (no
+// 16 KB staging write and bulk read per warpgroup and step, no bulk bookkeeping); 4 = 3 with the reductions issued
+// while dK runs (as 1's staging). Measured (session 5, run 1): 3 5-9% and 4 2-3% slower than 1 at every size (both
+// spill 40 bytes; the L2 takes register vector reductions more slowly than the copy engine's bulk add), kept in the
+// variants build only. (K_w held in registers as the S^T GEMM's A operand, 32 more registers, made ptxas spill 100
+// bytes and serialize the wgmmas: not run.)
+template <int kSched>
+struct Sched {
+  static constexpr bool kFa3Order = kSched == 1 || kSched >= 3;  // dK issued behind dQ, waited for in the step
+  static constexpr bool kRedDq = kSched == 3 || kSched == 4;
+  static constexpr bool kRedUnderDk = kSched == 4;
+};
+
+// dst[0..3] += v (16-byte aligned global f32): one vector reduction at L2, no return value (sm_90).
+__device__ __forceinline__ void red_add_v4(float* dst, float x, float y, float z, float w) {
+#if GA_SM90A_DEVICE
+  asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(dst), "f"(x), "f"(y), "f"(z), "f"(w)
+);
+#else
+  (void)dst, (void)x, (void)y, (void)z, (void)w;
+#endif
+}
+
 template <ElemKind E, int HD, int kSched>
 __device__ __forceinline__ void consumer_main(const Args& a, unsigned char* smem, Bars bars) {
   using T = Traits<HD>;
+  using S = Sched<kSched>;
   const Work w(a);
   const int cwg = static_cast<int>(threadIdx.x) / 128 - 1;  // consumer warpgroup: keys [64 cwg, 64 cwg + 64)
   const int wtid = static_cast<int>(threadIdx.x) % 128;
@@ -265,7 +323,7 @@ __device__ __forceinline__ void consumer_main(const Args& a, unsigned char* smem
   uint32_t pa[4][4], dsa[4][4];
   // Once a step's dK GEMM (the last reader of its Q and dO) has been waited for: pin its registers and free the stage.
   const auto release_after_dk = [&](int stage) {
-    if constexpr (kSched == 1) tile::wgmma_wait<0>();
+    if constexpr (S::kFa3Order) tile::wgmma_wait<0>();
     tile::fence_regs(dk);
     if constexpr (kSched != 2) tile::fence_regs(dsa);
     __syncwarp();
@@ -378,7 +436,7 @@ __device__ __forceinline__ void consumer_main(const Args& a, unsigned char* smem
             flash_detail::pack2<E>(dpt[4 * j + 2 * half], dpt[4 * j + 2 * half + 1]);
       }
     tile::fence_async_shared();
-    if (wtid == 0 && s > 0) tile::bulk_wait_read<0>();  // the previous step's dQ staging buffer was read
+    if (!S::kRedDq && wtid == 0 && s > 0) tile::bulk_wait_read<0>();  // the previous step's dQ staging was read
     tile::named_barrier_sync(1, 256);  // both halves of dS^T written
 
     // dQ[64 queries][64 cwg .. +64] = dS[64][128 keys] K[128 keys][64 cwg .. +64]. (Splitting by keys instead, each
@@ -413,19 +471,32 @@ __device__ __forceinline__ void consumer_main(const Args& a, unsigned char* smem
       tile::fence_regs(dv);
     }
 
-    // dQ fragments -> staging (float4 j of thread wtid = its accumulators 4j..4j+3) -> one bulk add into the tile.
+    // dQ fragments -> the tile (float4 j of thread wtid = its accumulators 4j..4j+3): schedules 3, 4 add them from
+    // the registers (a warp's vector reduction covers 512 contiguous bytes); the others stage them in shared memory
+    // for one bulk add per warpgroup.
+    float* const dq_tile =
+        a.dq_accum + ((int64_t{w.b} * a.n_head + h) * a.m_blocks + m0 / 64) * T::kDqTileFloats + cwg * 4096;
     float* stage_dq = reinterpret_cast<float*>(smem + T::kOffDq + cwg * T::kDqHalfBytes);
+    const auto reduce_dq_from_registers = [&] {
 #pragma unroll
-    for (int j = 0; j < 8; ++j)
-      *reinterpret_cast<float4*>(stage_dq + (j * 128 + wtid) * 4) =
-          make_float4(dq[4 * j], dq[4 * j + 1], dq[4 * j + 2], dq[4 * j + 3]);
-    tile::fence_async_shared();
-    if constexpr (kSched == 1) release_after_dk(stage);  // kSched 2: at the next step, behind its S^T and dP^T
+      for (int j = 0; j < 8; ++j)
+        red_add_v4(dq_tile + (j * 128 + wtid) * 4, dq[4 * j], dq[4 * j + 1], dq[4 * j + 2], dq[4 * j + 3]);
+    };
+    if constexpr (S::kRedUnderDk) {
+      reduce_dq_from_registers();
+    } else if constexpr (!S::kRedDq) {
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+        *reinterpret_cast<float4*>(stage_dq + (j * 128 + wtid) * 4) =
+            make_float4(dq[4 * j], dq[4 * j + 1], dq[4 * j + 2], dq[4 * j + 3]);
+      tile::fence_async_shared();
+    }
+    if constexpr (S::kFa3Order) release_after_dk(stage);  // kSched 2: at the next step, behind its S^T and dP^T
+    if constexpr (S::kRedDq && !S::kRedUnderDk) reduce_dq_from_registers();
     if (s + 1 < w.steps) vecs[((s + 1) % 2) * (2 * T::kBlockM) + wtid] = vec_next;
     tile::named_barrier_sync(2 + cwg, 128);
-    if (wtid == 0) {
-      float* dst = a.dq_accum + ((int64_t{w.b} * a.n_head + h) * a.m_blocks + m0 / 64) * T::kDqTileFloats + cwg * 4096;
-      tile::bulk_reduce_add_f32(dst, stage_dq, T::kDqHalfBytes);
+    if (!S::kRedDq && wtid == 0) {
+      tile::bulk_reduce_add_f32(dq_tile, stage_dq, T::kDqHalfBytes);
       tile::bulk_commit();
     }
   }
@@ -433,7 +504,7 @@ __device__ __forceinline__ void consumer_main(const Args& a, unsigned char* smem
     tile::wgmma_wait<0>();
     if (w.steps > 0) release_after_dk((w.steps - 1) % T::kStages);
   }
-  if (wtid == 0) tile::bulk_wait<0>();  // the reductions are done before the CTA's shared memory goes away
+  if (!S::kRedDq && wtid == 0) tile::bulk_wait<0>();  // the reductions end before the shared memory goes away
 
   // dK = scale * sum dS^T Q, dV = sum P^T dO: accumulator i = key key_lo + 8 ((i / 2) % 2), dim 8 (i / 4) + 2c + i % 2.
 #pragma unroll
@@ -485,6 +556,9 @@ __global__ void __launch_bounds__(384, 1) main_kernel(const __grid_constant__ Ar
 // kernels alone (wrong gradients; a benchmark's measure of their share of the time).
 constexpr int kDefaultSched = 1;  // 3.5-7% faster than 0 at every size, 2 in between (session 4, run 1)
 constexpr int kPrePostOnly = 9;
+constexpr int kPreOnly = 8;  // the preprocess kernel alone (its share; s9 - s8 = the convert's)
+constexpr int kPreRowConvertOnly = 6;  // as 9 with the one-row-per-warp convert_dq (session 5's A/B of the convert)
+constexpr int kRowConvert = 7;         // schedule 1 with the one-row-per-warp convert_dq (same A/B, whole backward)
 
 // Runs the three kernels (flash_bwd_sm90_hd*.cu instantiate it); `args` carries the pointers and strides the
 // preprocess and convert kernels read (its dq_accum/dsum point into the Hopper workspace layout), `m` the rest.
@@ -502,8 +576,9 @@ cudaError_t launch_instance(const flash_bwd::BwdArgs& args, const Args& m, float
   preprocess<kBf16, HD><<<static_cast<unsigned>((pad_rows + 7) / 8), 256, 0, stream>>>(args, lse_log2, m.m_blocks);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return e;
-  if constexpr (kSched != kPrePostOnly) {
-    const auto kernel = main_kernel<E, HD, kSched>;
+  constexpr bool kMain = kSched != kPrePostOnly && kSched != kPreOnly && kSched != kPreRowConvertOnly;
+  if constexpr (kMain) {
+    const auto kernel = main_kernel<E, HD, kSched == kRowConvert ? 1 : kSched>;
     static const cudaError_t attr_status =
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(T::kSmemBytes));
     if (attr_status != cudaSuccess) return attr_status;
@@ -513,8 +588,14 @@ cudaError_t launch_instance(const flash_bwd::BwdArgs& args, const Args& m, float
     e = cudaGetLastError();
     if (e != cudaSuccess) return e;
   }
-  const int64_t rows = int64_t{args.batch} * args.seqlen_q * args.n_head;
-  convert_dq<kBf16, HD><<<static_cast<unsigned>((rows + 7) / 8), 256, 0, stream>>>(args, m.m_blocks);
+  if constexpr (kSched == kPreOnly) return cudaSuccess;
+  if constexpr (kSched == kRowConvert || kSched == kPreRowConvertOnly) {
+    const int64_t rows = int64_t{args.batch} * args.seqlen_q * args.n_head;
+    convert_dq<kBf16, HD><<<static_cast<unsigned>((rows + 7) / 8), 256, 0, stream>>>(args, m.m_blocks);
+  } else {
+    const int64_t pairs = int64_t{args.batch} * args.n_head * m.m_blocks * 32;
+    convert_dq_pairs<kBf16, HD><<<static_cast<unsigned>((pairs + 7) / 8), 256, 0, stream>>>(args, m.m_blocks);
+  }
   return cudaGetLastError();
 }
 

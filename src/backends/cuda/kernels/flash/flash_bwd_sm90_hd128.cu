@@ -33,6 +33,11 @@ cudaError_t launch<128>(const flash_bwd::BwdArgs& args, const Args& m, float* ls
     case 0: return launch_sched<0>(args, m, lse_log2, bf16, stream);
     case 1: return launch_sched<1>(args, m, lse_log2, bf16, stream);
     case 2: return launch_sched<2>(args, m, lse_log2, bf16, stream);
+    case 3: return launch_sched<3>(args, m, lse_log2, bf16, stream);
+    case 4: return launch_sched<4>(args, m, lse_log2, bf16, stream);
+    case kPreOnly: return launch_sched<kPreOnly>(args, m, lse_log2, bf16, stream);
+    case kPreRowConvertOnly: return launch_sched<kPreRowConvertOnly>(args, m, lse_log2, bf16, stream);
+    case kRowConvert: return launch_sched<kRowConvert>(args, m, lse_log2, bf16, stream);
     case kPrePostOnly: return launch_sched<kPrePostOnly>(args, m, lse_log2, bf16, stream);
     default: break;
   }
