@@ -22,7 +22,7 @@ min..max range, and the SM clock (torch.cuda.clock_rate, i.e. NVML, when availab
 Our kernels come from libga_attention_c.so (bench/attention_torch/ga_attention_c_api.cu; build target
 `ga_attention_c`), loaded with ctypes and called on the tensors' device pointers:
   * flash: the Hopper forward (kernels/flash), variants 0-6 (7-10: FP8 only; 12-17: FA3's wide key tiles and
-           the lazy O rescale; -1: flash_forward's default; kernels/flash/flash_fwd_launch.h),
+           the lazy O rescale; 19-20: Q in registers; -1: flash_forward's default; kernels/flash/flash_fwd_launch.h),
            and variant 11, the mma.sync forward (kernels/flash/flash_fwd_sm80.cuh: what sm_80/86/89 GPUs run;
            --sm80 times only it, against FA2 = the issue's bar >= 0.9x);
   * mma:   the mma.sync prefill (kernels/attention*.cu; fp16 K/V, f32 q/out, causal, one sequence per
@@ -137,6 +137,10 @@ def round_stats(row, times, flops, clocks, ours=()):
         row[name + "_spread"] = max(times[name]) / min(times[name]) - 1.0  # slowest / fastest round - 1
     row["rounds"] = len(next(iter(times.values()))) if times else 0
     row["mhz"] = median(clocks)
+    if "cudnn" in times:  # paired: the median over rounds of cuDNN / this backend in the same round
+        for name in times:
+            if name.startswith("flash"):
+                row[name + "_paired"] = median([times["cudnn"][r] / t for r, t in enumerate(times[name])])
     ours = [o for o in ours if o in times]
     if "cudnn" in times and ours:
         per_round = [max(times["cudnn"][r] / times[o][r] for o in ours) for r in range(row["rounds"])]
@@ -147,9 +151,10 @@ def fa3_problems(args):
     """The FA3 paper's problems for --head-dims x --seqlens, full then causal: 16k tokens per batch (batch =
     16384 / seqlen, at least 1) and hidden 2048 (n_head = 2048 / head_dim). Yields (head_dim, n_head, seqlen,
     batch, causal)."""
+    masks = [m for m in getattr(args, "masks", "full,causal").split(",") if m]
     for d in [int(x) for x in args.head_dims.split(",")]:
         for s in [int(x) for x in args.seqlens.split(",")]:
-            for causal in (False, True):
+            for causal in [m == "causal" for m in masks]:
                 yield d, 2048 // d, s, max(1, 16384 // s), causal
 
 
@@ -168,6 +173,7 @@ def arg_parser():
     ap.add_argument("--head-dims", default="64,128,256")
     ap.add_argument("--seqlens", default="512,1024,2048,4096,8192,16384")
     ap.add_argument("--dtype", default="bf16")
+    ap.add_argument("--masks", default="full,causal", help="which of full / causal to time (e.g. --masks full)")
     return ap
 
 
@@ -352,7 +358,8 @@ def sdpa(q, k, v, causal, backend):
 def main():
     ap = arg_parser()
     # -1 = flash_forward's default; the lean build compiles 1, 4, 12, 13 (0-6 need -DGA_FLASH_ALL_VARIANTS=ON,
-    # 14-17 -DGA_FLASH_FWD_CANDIDATES=1); uncompiled ones are skipped. Pass "--schedules=-1,..." (leading minus).
+    # 14-17 -DGA_FLASH_FWD_CANDIDATES=1, 19-20 -DGA_FLASH_FWD_QREG=1); uncompiled ones are skipped. Pass
+    # "--schedules=-1,..." (leading minus).
     ap.add_argument("--schedules", default="-1,1,4,12,13")
     ap.add_argument("--mma", action="store_true", help="also time the mma.sync prefill (fp16, causal)")
     ap.add_argument("--fp8", action="store_true", help="the FP8 e4m3 forward instead (head dims 128, 256)")
@@ -461,6 +468,16 @@ def main():
               (f"{best / r['cudnn']:.2f}" if r.get("cudnn") else "-") + " | " +
               (f"{best / r['fa2']:.2f}" if r.get("fa2") else "-") + f" | {max(errs):.1e} | {ratio_range(r)} | "
               f"{fmt_mhz(r)} |")
+    if any(f"flash{sc}_paired" in r for r in rows for sc in scheds):
+        # The same rounds paired: per round cuDNN time / our time, median over the rounds (less spread than the ratio
+        # of medians when the clock drifts between rounds; both are in the JSON).
+        print("\npaired: median over rounds of (cuDNN / ours in the same round)\n")
+        print("| hd | seq | mask | " + " | ".join(f"s{sc}/cuDNN" for sc in scheds) + " |")
+        print("|---" * (3 + len(scheds)) + "|")
+        for r in rows:
+            cells = [r.get(f"flash{sc}_paired") for sc in scheds]
+            print(f"| {r['head_dim']} | {r['seqlen']} | {'causal' if r['causal'] else 'full'} | " +
+                  " | ".join("-" if x is None else f"{x:.3f}" for x in cells) + " |")
     if any("mma" in r for r in rows):
         print("\n| hd | seq | mma.sync prefill (fp16 causal) | FA2 fp16 causal | ratio | rel L2 |")
         print("|---|---|---|---|---|---|")

@@ -113,8 +113,9 @@ cudaError_t flash_forward(const FlashParams& p, void* workspace, size_t workspac
 // consumer schedule (serial, intra-warpgroup overlap, overlap + ping-pong; 7-10 FP8 only), persistent or not,
 // K/V ring depth (kernels/flash/flash_fwd_launch.h lists them); kFlashSm80Variant (11, after them) is the
 // mma.sync forward (any sm_80+ GPU, Hopper included; bf16/fp16); 12-17 (bf16/fp16, Hopper) are FlashAttention-3's
-// wide key tiles and the lazy O rescale on the overlap schedule; kFlashSm75Variant (18, the last) is the mma.sync
-// forward's sm_75 build (any GPU of compute capability >= 7.5; fp16 only). For the tests and benchmarks that compare
+// wide key tiles and the lazy O rescale on the overlap schedule; kFlashSm75Variant (18) is the mma.sync
+// forward's sm_75 build (any GPU of compute capability >= 7.5; fp16 only); 19-20 (bf16/fp16, Hopper, benchmark
+// builds) keep Q in registers (head dim 128; other head dims run 1 / 4). For the tests and benchmarks that compare
 // them.
 inline constexpr int kFlashSm80Variant = 11;
 inline constexpr int kFlashSm75Variant = 18;

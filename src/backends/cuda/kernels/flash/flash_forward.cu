@@ -238,6 +238,7 @@ cudaError_t run(const FlashParams& p, int variant, cudaStream_t stream) {
   flash_detail::FwdArgs a{};
   const bool varlen = p.cu_seqlens_q != nullptr, paged = p.block_table != nullptr;
   if (paged) variant = flash_detail::paged_variant(variant);  // pages divide the default key tile only
+  variant = flash_detail::qreg_variant<HD>(variant);            // Q in registers: head dim 128 only
   // Keys per tile of this variant (the wide ones: FA3's 176 / 80 / 192; paged KV keeps T::kBlockN).
   const int block_n = flash_detail::variant_block_n<HD>(variant, paged);
   // Dense: 4-D [batch][head][seq][dim] views. Varlen: one batch of total rows (tiles offset their row
@@ -311,8 +312,9 @@ FlashPlan flash_plan(const FlashParams& p) {
 }
 
 static_assert(kFlashSm80Variant == flash_detail::kFwdVariants, "the mma.sync variant follows the Hopper ones");
-static_assert(kFlashSm75Variant == flash_detail::kFwdVariantsEnd, "the sm_75 variant is the last one");
-int flash_variant_count() { return kFlashSm75Variant + 1; }
+static_assert(kFlashSm75Variant == flash_detail::kFwdVariantsEnd, "the sm_75 variant follows the tile variants");
+static_assert(flash_detail::kFirstQRegVariant == kFlashSm75Variant + 1, "the Q-in-registers variants follow it");
+int flash_variant_count() { return flash_detail::kQRegVariantsEnd; }
 bool flash_variant_compiled(int variant) {
   return variant == kFlashSm80Variant || variant == kFlashSm75Variant || flash_detail::variant_compiled(variant);
 }

@@ -19,7 +19,9 @@ namespace ga::cuda::flash_detail {
 // tiles (wide_block_n: 176 keys at hd 128, 80 at hd 256, 192 at hd 64) and/or the lazy O rescale
 // (kSchedLazyRescale), on the overlap schedule. Paged KV keeps the default key tile (pages must divide it): a
 // wide variant given paged KV runs its narrow counterpart (paged_variant). 12 and 13 are in every build (the
-// defaults at head dims 64 and 256); 14-17 only in benchmark builds.
+// defaults at head dims 64 and 256); 14-17 only in benchmark builds. Variants 19-20 (after the sm_75 build's 18, so
+// its number stays; benchmark builds only): Q kept in registers (kSchedQReg) on the overlap schedule, one tile per
+// CTA / persistent; head dim 128 only (64 and 256 run their counterpart 1 / 4: qreg_variant).
 struct FwdVariant {
   int sched;
   bool persistent;
@@ -31,6 +33,7 @@ struct FwdVariant {
 constexpr int kFwdVariants = 11;   // 0-10; kFlashSm80Variant (11) follows them
 constexpr int k16BitVariants = 7;  // 0-6: the 16-bit kernels' variants
 constexpr int kFirstTileVariant = 12, kFwdVariantsEnd = 18;  // 12-17: wide tiles / lazy rescale
+constexpr int kFirstQRegVariant = 19, kQRegVariantsEnd = 21;  // 19-20: Q in registers (18: the sm_75 build)
 // The default build compiles only the variants default_variant picks (1 and 4): every instantiation is a
 // heavy wgmma kernel and CI compiles them on two cores. -DGA_FLASH_ALL_VARIANTS=ON adds the others for
 // benchmarking them against each other.
@@ -47,10 +50,23 @@ constexpr int kFirstTileVariant = 12, kFwdVariantsEnd = 18;  // 12-17: wide tile
 #ifndef GA_FLASH_FWD_CANDIDATES
 #define GA_FLASH_FWD_CANDIDATES GA_FLASH_ALL_VARIANTS
 #endif
+// GA_FLASH_FWD_QREG adds the Q-in-registers variants 19-20 (default: with the other candidates; alone, a benchmark
+// build compiles 2 kernels per 16-bit dtype more instead of 10).
+#ifndef GA_FLASH_FWD_QREG
+#define GA_FLASH_FWD_QREG GA_FLASH_FWD_CANDIDATES
+#endif
 constexpr bool variant_compiled(int variant) {
   return variant == 1 || variant == 4 || variant == 12 || variant == 13 ||
          (GA_FLASH_ALL_VARIANTS && variant >= 0 && variant < k16BitVariants) ||
-         (GA_FLASH_FWD_CANDIDATES && variant >= kFirstTileVariant && variant < kFwdVariantsEnd);
+         (GA_FLASH_FWD_CANDIDATES && variant >= kFirstTileVariant && variant < kFwdVariantsEnd) ||
+         (GA_FLASH_FWD_QREG && variant >= kFirstQRegVariant && variant < kQRegVariantsEnd);
+}
+// What a Q-in-registers variant runs at head dim HD: itself at 128; elsewhere its counterpart with Q in shared
+// memory (hd 64: the 128-key tile would fit too but is not the target; hd 256: O alone is 128 registers).
+template <int HD>
+constexpr int qreg_variant(int variant) {
+  if (variant < kFirstQRegVariant || variant >= kQRegVariantsEnd || HD == 128) return variant;
+  return variant == kFirstQRegVariant ? 1 : 4;
 }
 constexpr FwdVariant kFwdVariantTable[kFwdVariantsEnd] = {
     {0, false, false}, {1, false, false}, {2, false, false},  // 0-2: the first version's schedules
@@ -78,16 +94,17 @@ constexpr int variant_block_n(int variant, bool paged) {
 
 // What flash_forward runs: the fastest variant of the H200 measurements (docs/results/2026-11-22-h200-flash.md,
 // FA3 methodology; session 4: medians of interleaved rounds). Short key ranges: persistent (4, 13): the per-tile
-// prologue/epilogue is a large share of a short tile and the persistent CTA hides it. Long ones: one tile per
-// CTA (1, 12): the static persistent split of long causal tiles is uneven (up to 35% slower at 16k) and the
+// prologue/epilogue is a large share of a short tile and the persistent CTA hides it. Long causal ones: one tile
+// per CTA (1, 12): the static persistent split of long causal tiles is uneven (up to 35% slower at 16k) and the
 // hardware block scheduler balances them. Head dim 256: FA3's 80-key tile (13 / 12: +4-18% over 64 keys);
 // head dim 64: the 192-key tile above 4k keys (+2-5%; at <= 4k it lost). Head dim 128 keeps 128 keys (176 was
-// within noise). Ping-pong (2, 5, 6) was never more than 2% ahead of overlap alone and often behind; the lazy
-// rescale (14-17) within noise.
+// within noise); non-causal: persistent at every length (session 4b, 15 paired rounds: 4 ahead of 1 by 1-4% at
+// 4k-16k, and of 13 by 0-2%; equal tiles, so the static split is even). Ping-pong (2, 5, 6) was never more than
+// 2% ahead of overlap alone and often behind; the lazy rescale (14-17) and Q in registers (19-20) within noise.
 constexpr int default_variant(int head_dim, bool causal, int seqlen_k) {
   if (head_dim == 256) return seqlen_k <= (causal ? 4096 : 8192) ? 13 : 12;
   if (head_dim == 64) return seqlen_k <= 4096 ? 4 : 12;
-  return seqlen_k <= (causal ? 8192 : 4096) ? 4 : 1;
+  return !causal || seqlen_k <= 8192 ? 4 : 1;
 }
 
 // FP8 variants (flash_fwd_fp8_hd*.cu compile only these; GA_FLASH_FP8_ALL_VARIANTS adds the candidates that lost,
@@ -171,12 +188,22 @@ cudaError_t launch_fwd_variant(const FwdArgs& args, int variant, int num_sms, cu
   }
 }
 
-// Variants 12-17 of one element type (flash_fwd_wide_hd*.cu instantiate it; each kernel lives only there).
+// Variants 12-17 and 19-20 of one element type (flash_fwd_wide_hd*.cu instantiate it; each kernel lives only there).
 // Paged KV never reaches the wide kernels: flash_forward.cu maps the variant through paged_variant first.
 template <ElemKind E, int HD>
 cudaError_t launch_fwd_tiles_of(const FwdArgs& args, int variant, int num_sms, cudaStream_t stream) {
   constexpr int kS = default_stages<HD>(), kW = wide_block_n<HD>(), kLazy = 1 | kSchedLazyRescale;
   if (!variant_compiled(variant)) return cudaErrorNotSupported;
+  if (variant >= kFirstQRegVariant) {  // Q in registers: head dim 128 only (flash_forward.cu maps the others)
+#if GA_FLASH_FWD_QREG
+    if constexpr (HD == 128) {
+      constexpr int kQReg = 1 | kSchedQReg;
+      if (variant == kFirstQRegVariant) return launch_fwd_instance<E, HD, kQReg, false, kS>(args, num_sms, stream);
+      return launch_fwd_instance<E, HD, kQReg, true, kS>(args, num_sms, stream);
+    }
+#endif
+    return cudaErrorNotSupported;
+  }
   if (args.paged && kFwdVariantTable[variant].wide) return cudaErrorInvalidValue;
   switch (variant) {
     case 12: return launch_fwd_instance<E, HD, 1, false, kS, kW>(args, num_sms, stream);

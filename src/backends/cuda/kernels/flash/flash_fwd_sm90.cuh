@@ -27,6 +27,9 @@
 //     and each warpgroup's softmax sits under the other's GEMM. For FP8 at head dim 256, where the
 //     overlapped consumer does not fit in registers (O 128 + S 64 + P 16) but serial does.
 //   + kSchedPolyExp (16): a quarter of the softmax exp2 on the FMA pipes (poly_exp2), for FP8 at hd 128.
+//   + kSchedLazyRescale (32), kSchedQReg (64; Q as register A fragments: S = Q K^T reads only K from shared
+//     memory, 16 KB less shared-memory traffic per warpgroup and key tile; 32 registers at hd 128): 16-bit
+//     overlap-schedule candidates (flash_fwd_launch.h variants 14-17, 19-20).
 // Tile scheduler (kPersistent): grid = min(#SMs, tiles); 16-bit: rounds of `grid` tiles dealt in snake order
 // (cta_tile). FP8: dynamic (dynamic_tiles): CTA b starts with tile b, then the producer takes the next tile
 // number from a global counter (in the FP8 workspace, zeroed by the V^T pre-pass) and passes it to the
@@ -194,16 +197,44 @@ __host__ __device__ constexpr int fp8_key_of_column(int l) { return 2 * (l / 4) 
 
 // One consumer warpgroup's state and steps. Register fragments follow the wgmma accumulator layout
 // (tile/hopper.cuh): s[4j + e] is row (g + 8 * (e / 2)) of this warp's 16, key 8j + 2c + (e % 2).
-template <ElemKind E, int HD, bool kPolyExp = false, int kBN = 0>
+// kQReg (kSchedQReg, 16-bit, 128-key tiles): this warpgroup's 64 Q rows live in registers as wgmma A fragments
+// (qa, HD / 16 k steps x 4 registers) and S = Q K^T is the register-A form: Q is read from shared memory once per
+// tile instead of once per key tile, and its slot is released to the producer right away.
+template <ElemKind E, int HD, bool kPolyExp = false, int kBN = 0, bool kQReg = false>
 struct Consumer {
   using T = FwdTraits<HD, default_stages<HD>(), elem_bytes<E>(), kBN>;
   static constexpr bool kFp8 = E == ElemKind::kE4m3;
   static constexpr int N = T::kBlockN;
+  static constexpr int kQSteps = HD * elem_bytes<E>() / 32;  // k steps of S = Q K^T
+  static_assert(!kQReg || (!kFp8 && N == 128), "Q in registers: 16-bit, 128-key tiles (Wgmma<128>::rs)");
 
   float o[T::kPvParts][T::kPvN / 2];
   float m_run[2], l_run[2];
   int lim[2];  // last visible key of each of this thread's two rows (inclusive)
   uint32_t q_addr;
+  uint32_t qa[kQReg ? kQSteps : 1][4];  // kQReg: Q's A fragments (row g / g + 8 of this warp's 16, k 2c.. / 8+2c..)
+
+  // kQReg: Q's A fragments from the 128-byte-swizzled tile (the TMA layout: 16-byte chunk ch of row r at chunk
+  // ch ^ (r % 8)) by ldmatrix.x4: lane l addresses row (l % 8) + 8 * ((l / 8) % 2) of this warp's 16 and the k
+  // step's chunk 2 * kin + l / 16, so the four matrices are exactly the A registers (rows 0-7 / 8-15, k 0-7 /
+  // 8-15). After Q's barrier wait; the caller releases Q's slot after it.
+  __device__ __forceinline__ void load_q_regs(int warp, int lane) {
+    if constexpr (kQReg) {
+      const int r = warp * 16 + (lane % 8) + 8 * ((lane / 8) % 2);  // row within this warpgroup's 64
+      const uint32_t row_addr = q_addr + static_cast<uint32_t>(r) * 128u;
+#pragma unroll
+      for (int kk = 0; kk < kQSteps; ++kk) {
+        const int cb = kk / 4, chunk = 2 * (kk % 4) + lane / 16;
+        const uint32_t addr = row_addr + cb * (T::kBlockM * 128) + ((chunk ^ (r % 8)) * 16);
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(qa[kk][0]), "=r"(qa[kk][1]), "=r"(qa[kk][2]), "=r"(qa[kk][3])
+                     : "r"(addr));
+      }
+    } else {
+      (void)warp;
+      (void)lane;
+    }
+  }
 
   __device__ __forceinline__ void init(const FwdArgs& a, int row0, int wg_row_base, const unsigned char* sq,
                                        int seqlen_q, int seqlen_k) {
@@ -226,11 +257,15 @@ struct Consumer {
     tile::fence_regs(s);
     tile::wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < HD * elem_bytes<E>() / 32; ++kk) {
+    for (int kk = 0; kk < kQSteps; ++kk) {
       const int cb = kk / 4, kin = kk % 4;
-      const uint64_t da = tile::desc_k_major(q_addr + cb * (T::kBlockM * 128) + kin * 32);
       const uint64_t db = tile::desc_k_major(k_addr + cb * (N * 128) + kin * 32);
-      tile::Wgmma<N, E>::template ss<0>(s, da, db, kk > 0 ? 1 : 0);
+      if constexpr (kQReg) {
+        tile::Wgmma<N, E>::template rs<0>(s, qa[kk], db, kk > 0 ? 1 : 0);
+      } else {
+        const uint64_t da = tile::desc_k_major(q_addr + cb * (T::kBlockM * 128) + kin * 32);
+        tile::Wgmma<N, E>::template ss<0>(s, da, db, kk > 0 ? 1 : 0);
+      }
     }
     tile::wgmma_commit();
   }
@@ -448,6 +483,8 @@ __device__ __forceinline__ FwdTile decode_tile(const FwdArgs& a, int t) {
 // (where it delays the next issue), and skipped when this warp's row maxima did not move (rescale_o_lazy).
 constexpr int kSchedPolyExp = 16;
 constexpr int kSchedLazyRescale = 32;
+// + kSchedQReg (16-bit, 128-key tiles): Q in registers (Consumer::kQReg), its slot released once they are loaded.
+constexpr int kSchedQReg = 64;
 
 template <ElemKind E, int HD, int kSched, bool kPersistent, int kStages, int kBN = 0>
 __device__ __forceinline__ void consumer_main(const FwdArgs& a, unsigned char* sq, unsigned char* sk,
@@ -467,7 +504,8 @@ __device__ __forceinline__ void consumer_main(const FwdArgs& a, unsigned char* s
   constexpr bool kSerial = kBase == 0 || kBase == 3;
   constexpr bool kLazy = (kSched & kSchedLazyRescale) != 0;
   static_assert(!kLazy || (!kSerial && E != ElemKind::kE4m3), "lazy rescale: 16-bit overlap schedules");
-  using C = Consumer<E, HD, (kSched & kSchedPolyExp) != 0, kBN>;
+  constexpr bool kQReg = (kSched & kSchedQReg) != 0;
+  using C = Consumer<E, HD, (kSched & kSchedPolyExp) != 0, kBN, kQReg>;
   bool first_turn = true;
   auto turn_begin = [&]() {
     if constexpr (kPingPong) {
@@ -482,6 +520,10 @@ __device__ __forceinline__ void consumer_main(const FwdArgs& a, unsigned char* s
   auto arrive = [&](uint64_t* bar) {
     __syncwarp();
     if (lane == 0) tile::mbar_arrive(bar);
+  };
+  // Q's slot goes back to the producer after the tile's last S GEMM, or (kQReg) once Q is in registers.
+  auto release_q_after_s = [&]() {
+    if constexpr (!kQReg) arrive(bars.q_empty());
   };
 
   // Varlen: rows [valid, N) of the V tile in `stage` hold keys past the sequence's end (the next sequence's,
@@ -529,6 +571,10 @@ __device__ __forceinline__ void consumer_main(const FwdArgs& a, unsigned char* s
     C st;
     st.init(a, row0, wg_row_base, sq, f.seqlen_q, f.seqlen_k);
     if constexpr (!kDynamic) tile::mbar_wait(bars.q_full(), q_count & 1);
+    if constexpr (kQReg) {
+      st.load_q_regs(warp, lane);
+      arrive(bars.q_empty());  // the ldmatrix reads are done before lane 0's release (__syncwarp in arrive)
+    }
     auto stage_of = [&](int j) { return (kv_count + j) % kStages; };
     auto parity_of = [&](int j) { return static_cast<uint32_t>(((kv_count + j) / kStages) & 1); };
 
@@ -542,7 +588,7 @@ __device__ __forceinline__ void consumer_main(const FwdArgs& a, unsigned char* s
         tile::wgmma_wait<0>();
         tile::fence_regs(s);
         arrive(bars.k_empty(stage));
-        if (j == n - 1) arrive(bars.q_empty());
+        if (j == n - 1) release_q_after_s();
         st.softmax(s, j * T::kBlockN, c, a.scale_log2, corr);
         st.rescale_o(corr);
         C::to_a_fragments(s, pa);
@@ -555,7 +601,7 @@ __device__ __forceinline__ void consumer_main(const FwdArgs& a, unsigned char* s
         st.fence_o();
         arrive(bars.v_empty(stage));
       }
-      if (n == 0) arrive(bars.q_empty());
+      if (n == 0) release_q_after_s();
     } else {
       if (n > 0) {
         tile::mbar_wait(bars.k_full(stage_of(0)), parity_of(0));
@@ -565,7 +611,7 @@ __device__ __forceinline__ void consumer_main(const FwdArgs& a, unsigned char* s
         tile::wgmma_wait<0>();
         tile::fence_regs(s);
         arrive(bars.k_empty(stage_of(0)));
-        if (n == 1) arrive(bars.q_empty());
+        if (n == 1) release_q_after_s();
         st.softmax(s, 0, c, a.scale_log2, corr);  // O is zero: no rescale needed
         C::to_a_fragments(s, pa);
         for (int j = 1; j < n; ++j) {
@@ -583,7 +629,7 @@ __device__ __forceinline__ void consumer_main(const FwdArgs& a, unsigned char* s
           tile::wgmma_wait<1>();  // S_j done; PV_{j-1} may still run (it reads pa and writes O)
           tile::fence_regs(s);
           arrive(bars.k_empty(stage));
-          if (j == n - 1) arrive(bars.q_empty());
+          if (j == n - 1) release_q_after_s();
           st.softmax(s, j * T::kBlockN, c, a.scale_log2, corr);
           tile::wgmma_wait<0>();
           st.fence_o();
@@ -603,7 +649,7 @@ __device__ __forceinline__ void consumer_main(const FwdArgs& a, unsigned char* s
         st.fence_o();
         arrive(bars.v_empty(last));
       } else {
-        arrive(bars.q_empty());
+        release_q_after_s();
       }
     }
     st.store(a, f.batch, f.head, row0, c, f.seqlen_q, f.q_off);
