@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Device run for the Hopper flash backward's schedules (session 5: flash_bwd_sm90_s4.sh with this session's schedules
-# and sizes as defaults; kernels/flash/flash_bwd_sm90.cuh, consumer_main): one build (Release, sm_90a,
+# Device run for the Hopper flash backward's schedules (kernels/flash/flash_bwd_sm90.cuh, consumer_main; defaults =
+# session 5's schedules and sizes; session 4's runs were COMPARE_ARGS="--no-sm80 --hopper-schedules 0,1,2,9",
+# every length of compare_bwd.py's default list): one build (Release, sm_90a,
 # GA_FLASH_BWD_VARIANTS=1: every schedule of the Hopper backward, not the forward's variants), ptxas report per
 # schedule, test_cuda_flash_backward (every case on mma.sync, the default Hopper schedule
 # and each other schedule), optionally compute-sanitizer memcheck + racecheck on the small shapes (SAN=1), and
