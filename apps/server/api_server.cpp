@@ -10,6 +10,7 @@
 #include <httplib.h>
 
 #include "gpu_accel/dtype.h"
+#include "runtime/engine/batch_backend.h"
 #include "server/api_error.h"
 #include "server/chat_prompt.h"
 #include "server/completion_route.h"
@@ -232,7 +233,9 @@ ApiServer::ApiServer(Scheduler& scheduler, ServerOptions options)
     : ctx_(std::make_unique<ServerContext>(scheduler, std::move(options))), http_(std::make_unique<httplib::Server>()) {
   ServerOptions& o = ctx_->options;
   if (o.first_token_poll_ms < 0) {
-    o.first_token_poll_ms = scheduler.stats().device.rfind("cuda", 0) == 0 ? ServerOptions::kAutoFirstTokenPollMs : 0;
+    // The scheduler's own rule for "on a GPU" (SchedulerOptions::poll_us's automatic value uses the same).
+    o.first_token_poll_ms =
+        engine::cuda_device_index(scheduler.stats().device) >= 0 ? ServerOptions::kAutoFirstTokenPollMs : 0;
   }
   configure();
   register_routes();
