@@ -129,8 +129,8 @@ __global__ void __launch_bounds__(kNormThreads) rms_norm_vec_kernel(const RmsNor
   if (p.out_int8 != nullptr) {  // uniform branch: the rounded row for the int8 GEMVs that read it
     __syncthreads();            // the row's other blocks were written by other threads
     const int64_t nb = p.n / 32;
-    auto* qx = static_cast<int8_t*>(p.out_int8);                           // [n_rows][nb][64]
-    auto* ds = reinterpret_cast<float2*>(qx + p.n_rows * nb * kXBlockBytes);  // [n_rows][nb]
+    auto* qx = static_cast<int8_t*>(p.out_int8);    // [n_rows][nb][64]
+    float2* ds = x_int8_scales(qx, p.n_rows * nb);  // [n_rows][nb]
     const float* out_row = p.out + row * p.ld_out;
     for (int64_t b = threadIdx.x; b < nb; b += kNormThreads) {
       gemv_quantize_x_block<false>(out_row + 32 * b, qx + (row * nb + b) * kXBlockBytes, ds + row * nb + b);

@@ -41,14 +41,9 @@ constexpr int kSwigluInt8Threads = 64;  // one thread per 32 outputs: small CTAs
 __global__ void __launch_bounds__(kSwigluInt8Threads) swiglu_int8_kernel(const SwigluParams p) {
   pdl_wait_prior_grid();
   pdl_allow_dependents();
-  const int64_t nb = p.n / 32;
-  const int64_t total = p.n_rows * nb;
-  auto* qx = static_cast<int8_t*>(p.out_int8);                      // [n_rows][nb][64]
-  auto* ds = reinterpret_cast<float2*>(qx + total * kXBlockBytes);  // [n_rows][nb]
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * kSwigluInt8Threads + threadIdx.x; i < total;
-       i += static_cast<int64_t>(gridDim.x) * kSwigluInt8Threads) {
-    const int64_t r = i / nb;
-    const int64_t i0 = 32 * (i - r * nb);
+  auto* qx = static_cast<int8_t*>(p.out_int8);            // [n_rows][nb][64]
+  float2* ds = x_int8_scales(qx, p.n_rows * (p.n / 32));  // [n_rows][nb]
+  for_each_x_block<kSwigluInt8Threads>(p.n_rows, p.n, [&](int64_t i, int64_t r, int64_t i0) {
     const float* gate = p.gate + r * p.ld_gate + i0;
     const float* up = p.up + r * p.ld_up + i0;
     float v[32];
@@ -65,7 +60,7 @@ __global__ void __launch_bounds__(kSwigluInt8Threads) swiglu_int8_kernel(const S
 #pragma unroll
     for (int k = 0; k < 8; ++k) out[k] = make_float4(v[4 * k], v[4 * k + 1], v[4 * k + 2], v[4 * k + 3]);
     gemv_quantize_x_values(v, qx + i * kXBlockBytes, ds + i);
-  }
+  });
 }
 
 }  // namespace
@@ -93,10 +88,8 @@ cudaError_t swiglu(const SwigluParams& p, cudaStream_t stream) {
   const int64_t total = p.n_rows * p.n;
   if (total == 0) return cudaSuccess;
   if (p.out_int8 != nullptr) {
-    const int64_t n_blocks = total / 32;
-    int64_t ctas = (n_blocks + detail::kSwigluInt8Threads - 1) / detail::kSwigluInt8Threads;
-    if (ctas > detail::kSwigluMaxBlocks) ctas = detail::kSwigluMaxBlocks;
-    return detail::launch_after_prior(detail::swiglu_int8_kernel, dim3(static_cast<unsigned>(ctas)),
+    return detail::launch_after_prior(detail::swiglu_int8_kernel,
+                                      dim3(detail::x_block_ctas(total / 32, detail::kSwigluInt8Threads)),
                                       dim3(detail::kSwigluInt8Threads), 0, stream, p);
   }
   int64_t blocks = (total + detail::kSwigluThreads - 1) / detail::kSwigluThreads;

@@ -18,15 +18,11 @@ constexpr int kQuantizeThreads = 64;
 __global__ void __launch_bounds__(kQuantizeThreads) quantize_x_int8_kernel(const QuantizeXInt8Params p) {
   pdl_wait_prior_grid();  // x is the previous kernel's output
   pdl_allow_dependents();
-  const int64_t nb = p.cols / 32;
-  const int64_t total = p.n_tokens * nb;
-  auto* qx = static_cast<int8_t*>(p.out);                          // [n_tokens][nb][64]
-  auto* ds = reinterpret_cast<float2*>(qx + total * kXBlockBytes);  // [n_tokens][nb]
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * kQuantizeThreads + threadIdx.x; i < total;
-       i += static_cast<int64_t>(gridDim.x) * kQuantizeThreads) {
-    const int64_t t = i / nb;
-    gemv_quantize_x_block<false>(p.x + t * p.ldx + 32 * (i - t * nb), qx + i * kXBlockBytes, ds + i);
-  }
+  auto* qx = static_cast<int8_t*>(p.out);                        // [n_tokens][nb][64]
+  float2* ds = x_int8_scales(qx, p.n_tokens * (p.cols / 32));  // [n_tokens][nb]
+  for_each_x_block<kQuantizeThreads>(p.n_tokens, p.cols, [&](int64_t i, int64_t t, int64_t c0) {
+    gemv_quantize_x_block<false>(p.x + t * p.ldx + c0, qx + i * kXBlockBytes, ds + i);
+  });
 }
 
 }  // namespace
@@ -48,9 +44,8 @@ cudaError_t quantize_x_int8(const QuantizeXInt8Params& p, cudaStream_t stream) {
   if (quantize_x_int8_unsupported_reason(p) != nullptr) return cudaErrorInvalidValue;
   const int64_t total = p.n_tokens * (p.cols / 32);
   if (total == 0) return cudaSuccess;
-  int64_t blocks = (total + detail::kQuantizeThreads - 1) / detail::kQuantizeThreads;
-  if (blocks > 65535) blocks = 65535;
-  return detail::launch_after_prior(detail::quantize_x_int8_kernel, dim3(static_cast<unsigned>(blocks)),
+  return detail::launch_after_prior(detail::quantize_x_int8_kernel,
+                                    dim3(detail::x_block_ctas(total, detail::kQuantizeThreads)),
                                     dim3(detail::kQuantizeThreads), 0, stream, p);
 }
 

@@ -82,4 +82,28 @@ __device__ __forceinline__ void gemv_quantize_x_block(const float* src, int8_t* 
   gemv_quantize_x_values(v, qx, ds);
 }
 
+// Where the (d_x, sum) pairs of a buffer of n_blocks blocks start: right after all the blocks' digits.
+__host__ __device__ __forceinline__ float2* x_int8_scales(int8_t* qx, int64_t n_blocks) {
+  return reinterpret_cast<float2*>(qx + n_blocks * kXBlockBytes);
+}
+
+// The pre-pass kernels' loop (quantize_x_int8, the fused SwiGLU): one thread per block of 32 of an [n_rows][cols]
+// matrix, grid-stride, kThreads per CTA; calls f(block index, row, first column of the block).
+template <int kThreads, class F>
+__device__ __forceinline__ void for_each_x_block(int64_t n_rows, int64_t cols, F&& f) {
+  const int64_t nb = cols / 32;
+  const int64_t total = n_rows * nb;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * kThreads) {
+    const int64_t r = i / nb;
+    f(i, r, 32 * (i - r * nb));
+  }
+}
+
+// The grid for_each_x_block runs on: enough CTAs for every block, at most the 1-D grid limit (the loop strides).
+inline unsigned x_block_ctas(int64_t n_blocks, int threads) {
+  const int64_t ctas = (n_blocks + threads - 1) / threads;
+  return static_cast<unsigned>(ctas < 65535 ? ctas : 65535);
+}
+
 }  // namespace ga::cuda::detail

@@ -10,6 +10,7 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cfloat>
 #include <cmath>
 
@@ -232,16 +233,33 @@ cudaError_t gather_rows(const float* src, int64_t ld_src, const int32_t* rows, i
 // The dynamic shared memory the simple attention may use on the current device: Hopper lets a block opt into
 // 227 KB, Ampere 163 KB, Ada 99 KB, Turing only 64 KB, so a context that fits on one GPU must be refused (with a
 // reason, before the launch) on another. The kernel's static arrays (red, partial) count against the same limit.
-static size_t simple_attention_max_shared_bytes() {
+// The answer is a property of the device, so the driver is asked once per device (the check runs at every
+// layer's launch), not per call; 0 in the cache means "not asked yet".
+namespace {
+
+constexpr int kCachedDevices = 64;
+std::atomic<size_t> g_max_shared_by_device[kCachedDevices];
+
+size_t simple_attention_max_shared_bytes() {
   constexpr size_t kStaticBytes = (kAttnThreads / 32 + kAttnThreads) * sizeof(float);
-  int device = 0, optin = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess ||
-      static_cast<size_t>(optin) <= kStaticBytes) {
-    return kDefaultSharedBytes;
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return kDefaultSharedBytes;
+  const bool cacheable = device >= 0 && device < kCachedDevices;
+  if (cacheable) {
+    const size_t known = g_max_shared_by_device[device].load(std::memory_order_relaxed);
+    if (known != 0) return known;
   }
-  return std::min(kMaxSharedBytes, static_cast<size_t>(optin) - kStaticBytes);
+  int optin = 0;
+  if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess ||
+      static_cast<size_t>(optin) <= kStaticBytes) {
+    return kDefaultSharedBytes;  // not cached: asked again next time
+  }
+  const size_t bytes = std::min(kMaxSharedBytes, static_cast<size_t>(optin) - kStaticBytes);
+  if (cacheable) g_max_shared_by_device[device].store(bytes, std::memory_order_relaxed);
+  return bytes;
 }
+
+}  // namespace
 
 const char* simple_attention_unsupported_reason(const SimpleAttentionParams& p) {
   if (p.q == nullptr || p.k == nullptr || p.v == nullptr || p.out == nullptr) {
