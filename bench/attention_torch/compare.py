@@ -60,6 +60,8 @@ def load_lib(path):
     lib.ga_flash_unsupported_reason.restype = ctypes.c_char_p
     lib.ga_flash_forward.argtypes = common + [i, vp]
     lib.ga_flash_forward.restype = i
+    lib.ga_flash_forward_ws.argtypes = common + [i, vp, ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t), vp]
+    lib.ga_flash_forward_ws.restype = i
     lib.ga_flash_forward_fp8.argtypes = common[:14] + [f, f, f, f, i, vp, ctypes.c_size_t,
                                                        ctypes.POINTER(ctypes.c_size_t), vp]
     lib.ga_flash_forward_fp8.restype = i
@@ -135,6 +137,7 @@ def round_stats(row, times, flops, clocks, ours=()):
     for name, ms in med.items():
         row[name] = flops / ms / 1e9
         row[name + "_spread"] = max(times[name]) / min(times[name]) - 1.0  # slowest / fastest round - 1
+        row[name + "_rounds_ms"] = list(times[name])  # per round, for paired comparisons after the run
     row["rounds"] = len(next(iter(times.values()))) if times else 0
     row["mhz"] = median(clocks)
     if "cudnn" in times:  # paired: the median over rounds of cuDNN / this backend in the same round
@@ -213,6 +216,11 @@ class Flash:
         self.strides = (ctypes.c_int64 * 12)(*st)
         self.args = [q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr(), self.strides,
                      0 if q.dtype == torch.bfloat16 else 1, d, h, k.shape[2], b, s, k.shape[1], int(causal), scale]
+        # flash_plan's workspace (the split-tail variant's partials; none for the others), allocated once per problem
+        need = ctypes.c_size_t(0)
+        lib.ga_flash_forward_ws(*self.args, -1, None, 0, ctypes.byref(need), None)
+        self.ws_bytes = need.value
+        self.ws = torch.empty(max(self.ws_bytes, 16), device=q.device, dtype=torch.uint8)
 
     def reason(self):
         r = self.lib.ga_flash_unsupported_reason(*self.args)
@@ -220,7 +228,8 @@ class Flash:
 
     def try_run(self, sched):
         """cudaError of one call (CUDA_ERROR_NOT_SUPPORTED: variant not compiled in this build)."""
-        return self.lib.ga_flash_forward(*self.args, sched, torch.cuda.current_stream().cuda_stream)
+        return self.lib.ga_flash_forward_ws(*self.args, sched, self.ws.data_ptr(), self.ws_bytes, None,
+                                            torch.cuda.current_stream().cuda_stream)
 
     def run(self, sched):
         err = self.try_run(sched)

@@ -93,6 +93,21 @@ int ga_flash_forward(const void* q, const void* k, const void* v, void* o, float
                                     : ga::cuda::flash_forward_with_schedule(p, sched, s));
 }
 
+// ga_flash_forward with the caller's workspace (16-bit: flash_plan's, which the split-tail variant 21 uses; the
+// others ignore it). workspace_bytes 0 with a null workspace returns its size through *bytes_needed.
+int ga_flash_forward_ws(const void* q, const void* k, const void* v, void* o, float* lse, const int64_t* strides12,
+                        int dtype, int head_dim, int n_head, int n_head_kv, int batch, int seqlen_q, int seqlen_k,
+                        int causal, float scale, int sched, void* workspace, size_t workspace_bytes,
+                        size_t* bytes_needed, void* stream) {
+  const ga::cuda::FlashParams p = flash_params(q, k, v, o, lse, strides12, dtype, head_dim, n_head, n_head_kv, batch,
+                                               seqlen_q, seqlen_k, causal, scale);
+  if (bytes_needed != nullptr) *bytes_needed = ga::cuda::flash_plan(p).workspace_bytes;
+  if (workspace == nullptr && workspace_bytes == 0 && bytes_needed != nullptr) return 0;
+  const auto s = static_cast<cudaStream_t>(stream);
+  return static_cast<int>(sched < 0 ? ga::cuda::flash_forward(p, workspace, workspace_bytes, s)
+                                    : ga::cuda::flash_forward_with_schedule(p, sched, workspace, workspace_bytes, s));
+}
+
 // FP8 e4m3 forward: q, k, v e4m3 bytes (strides12 in elements = bytes, multiples of 16), o bf16 (out_dtype 0)
 // or fp16 (1), per-tensor descales. workspace_bytes 0 with a null workspace asks for the V^T workspace size
 // (returned through *bytes_needed, with cudaSuccess). sched -1 = the default FP8 variant; -2 = only the V^T

@@ -2,7 +2,7 @@
 //
 // Pure entry point (DESIGN.md, FlashInfer's plan/run split): device pointers with explicit strides in
 // elements, a params struct, the stream last; never allocates; returns a cudaError_t. flash_plan() sizes
-// the workspace (none today: the forward keeps its softmax state in registers), and
+// the workspace (FP8: V^T; 16-bit: none, or the split tail's partials where that variant applies), and
 // flash_unsupported_reason() says in a sentence why parameters are refused (the launcher then returns
 // cudaErrorInvalidValue / cudaErrorNoKernelImageForDevice and touches nothing).
 //
@@ -106,7 +106,7 @@ struct FlashPlan {
 const char* flash_unsupported_reason(const FlashParams& p);
 FlashPlan flash_plan(const FlashParams& p);
 // workspace: flash_plan(p).workspace_bytes bytes of device memory, 16-byte aligned (may be null when that is 0;
-// FP8 needs it for V^T).
+// FP8 needs it for V^T; a 16-bit forward given none where flash_plan asks for one runs without the split tail).
 cudaError_t flash_forward(const FlashParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream);
 
 // flash_forward with an explicit kernel variant in [0, flash_variant_count()): 0-10 are the Hopper kernel's
@@ -115,8 +115,10 @@ cudaError_t flash_forward(const FlashParams& p, void* workspace, size_t workspac
 // mma.sync forward (any sm_80+ GPU, Hopper included; bf16/fp16); 12-17 (bf16/fp16, Hopper) are FlashAttention-3's
 // wide key tiles and the lazy O rescale on the overlap schedule; kFlashSm75Variant (18) is the mma.sync
 // forward's sm_75 build (any GPU of compute capability >= 7.5; fp16 only); 19-20 (bf16/fp16, Hopper, benchmark
-// builds) keep Q in registers (head dim 128; other head dims run 1 / 4). For the tests and benchmarks that compare
-// them.
+// builds) keep Q in registers (head dim 128; other head dims run 1 / 4); 21 (bf16/fp16, Hopper; the head dim 128
+// non-causal default) is 4 with the split tail (the last round of query tiles cut in key blocks between all CTAs
+// and merged by LSE; head dim 128 dense non-causal, with flash_plan's workspace; otherwise it runs as 4). For the
+// tests and benchmarks that compare them.
 inline constexpr int kFlashSm80Variant = 11;
 inline constexpr int kFlashSm75Variant = 18;
 int flash_variant_count();

@@ -231,14 +231,17 @@ const char* params_reason(const FlashParams& p) {
   return nullptr;
 }
 
+// workspace: the caller's (flash_plan); the split-tail variant uses it when its schedule applies and it is large
+// enough, and otherwise runs as its persistent counterpart (the kernel's split_tail flag off).
 template <int HD>
-cudaError_t run(const FlashParams& p, int variant, cudaStream_t stream) {
+cudaError_t run(const FlashParams& p, int variant, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
   using T = flash_detail::FwdTraits<HD>;
   const bool bf16 = p.dtype == FlashDtype::kBf16;
   flash_detail::FwdArgs a{};
   const bool varlen = p.cu_seqlens_q != nullptr, paged = p.block_table != nullptr;
   if (paged) variant = flash_detail::paged_variant(variant);  // pages divide the default key tile only
   variant = flash_detail::qreg_variant<HD>(variant);            // Q in registers: head dim 128 only
+  if (HD != 128 && variant == flash_detail::kSplitTailVariant) variant = 4;  // split tail: head dim 128 only
   // Keys per tile of this variant (the wide ones: FA3's 176 / 80 / 192; paged KV keeps T::kBlockN).
   const int block_n = flash_detail::variant_block_n<HD>(variant, paged);
   // Dense: 4-D [batch][head][seq][dim] views. Varlen: one batch of total rows (tiles offset their row
@@ -283,6 +286,21 @@ cudaError_t run(const FlashParams& p, int variant, cudaStream_t stream) {
   if (num_sms < 1) return cudaErrorInvalidDevice;
   a.scale = p.softmax_scale;
   a.scale_log2 = p.softmax_scale * 1.4426950408889634f;
+  if (variant == flash_detail::kSplitTailVariant) {
+    const flash_detail::SplitTailPlan sp = flash_detail::split_tail_plan(p, num_sms);
+    if (sp.on && workspace != nullptr && workspace_bytes >= sp.bytes && aligned16(workspace)) {
+      a.split_tail = 1;
+      a.full_rounds = sp.full_rounds;
+      a.tail_first_tile = sp.first_tile;
+      a.tail_units = sp.units;
+      a.kv_blocks = sp.kv_blocks;
+      a.split_flags = static_cast<int*>(workspace);
+      a.split_partials = reinterpret_cast<float4*>(static_cast<unsigned char*>(workspace) +
+                                                   flash_detail::split_flag_bytes(num_sms));
+      const cudaError_t e = cudaMemsetAsync(workspace, 0, size_t(num_sms) * sizeof(int), stream);
+      if (e != cudaSuccess) return e;
+    }
+  }
   return flash_detail::launch_fwd<HD>(a, bf16, variant, num_sms, stream);
 }
 
@@ -302,11 +320,15 @@ const char* flash_unsupported_reason(const FlashParams& p) {
   return mma_sync_reason(p, fallback_variant() == kFlashSm75Variant);
 }
 
-// 16-bit: none (the softmax state lives in registers). FP8: V^T for the second GEMM.
+// 16-bit: none (the softmax state lives in registers), except for the split-tail variant where it applies (its
+// partials and flags: flash_fwd_split_tail.cuh) when the build has it. FP8: V^T for the second GEMM.
 FlashPlan flash_plan(const FlashParams& p) {
   FlashPlan plan;
-  if (p.dtype == FlashDtype::kFp8E4m3 && params_reason(p) == nullptr) {
+  if (params_reason(p) != nullptr) return plan;
+  if (p.dtype == FlashDtype::kFp8E4m3) {
     plan.workspace_bytes = flash_detail::fp8_workspace_bytes(p);
+  } else if (flash_detail::variant_compiled(flash_detail::kSplitTailVariant)) {
+    plan.workspace_bytes = flash_detail::split_tail_plan(p, current_sm_count()).bytes;
   }
   return plan;
 }
@@ -314,7 +336,8 @@ FlashPlan flash_plan(const FlashParams& p) {
 static_assert(kFlashSm80Variant == flash_detail::kFwdVariants, "the mma.sync variant follows the Hopper ones");
 static_assert(kFlashSm75Variant == flash_detail::kFwdVariantsEnd, "the sm_75 variant follows the tile variants");
 static_assert(flash_detail::kFirstQRegVariant == kFlashSm75Variant + 1, "the Q-in-registers variants follow it");
-int flash_variant_count() { return flash_detail::kQRegVariantsEnd; }
+static_assert(flash_detail::kSplitTailVariant == flash_detail::kQRegVariantsEnd, "the split tail follows them");
+int flash_variant_count() { return flash_detail::kFwdAllVariantsEnd; }
 bool flash_variant_compiled(int variant) {
   return variant == kFlashSm80Variant || variant == kFlashSm75Variant || flash_detail::variant_compiled(variant);
 }
@@ -364,9 +387,9 @@ cudaError_t flash_forward_with_schedule(const FlashParams& p, int sched, void* w
     return flash_detail::forward_fp8(p, sched, workspace, workspace_bytes, num_sms, stream);
   }
   switch (p.head_dim) {
-    case 64: return run<64>(p, sched, stream);
-    case 128: return run<128>(p, sched, stream);
-    case 256: return run<256>(p, sched, stream);
+    case 64: return run<64>(p, sched, workspace, workspace_bytes, stream);
+    case 128: return run<128>(p, sched, workspace, workspace_bytes, stream);
+    case 256: return run<256>(p, sched, workspace, workspace_bytes, stream);
     default: return cudaErrorInvalidValue;
   }
 }

@@ -21,7 +21,10 @@ namespace ga::cuda::flash_detail {
 // wide variant given paged KV runs its narrow counterpart (paged_variant). 12 and 13 are in every build (the
 // defaults at head dims 64 and 256); 14-17 only in benchmark builds. Variants 19-20 (after the sm_75 build's 18, so
 // its number stays; benchmark builds only): Q kept in registers (kSchedQReg) on the overlap schedule, one tile per
-// CTA / persistent; head dim 128 only (64 and 256 run their counterpart 1 / 4: qreg_variant).
+// CTA / persistent; head dim 128 only (64 and 256 run their counterpart 1 / 4: qreg_variant). Variant 21
+// (kSplitTailVariant): variant 4 with the split tail (flash_fwd_split_tail.cuh: the last round of tiles cut in key
+// blocks between all CTAs, merged by LSE), head dim 128, dense non-causal, with flash_plan's workspace; anything
+// else runs it as variant 4.
 struct FwdVariant {
   int sched;
   bool persistent;
@@ -34,7 +37,8 @@ constexpr int kFwdVariants = 11;   // 0-10; kFlashSm80Variant (11) follows them
 constexpr int k16BitVariants = 7;  // 0-6: the 16-bit kernels' variants
 constexpr int kFirstTileVariant = 12, kFwdVariantsEnd = 18;  // 12-17: wide tiles / lazy rescale
 constexpr int kFirstQRegVariant = 19, kQRegVariantsEnd = 21;  // 19-20: Q in registers (18: the sm_75 build)
-// The default build compiles only the variants default_variant picks (1 and 4): every instantiation is a
+constexpr int kSplitTailVariant = 21, kFwdAllVariantsEnd = 22;   // 21: split tail
+// The default build compiles only the variants default_variant picks (1, 4, 12, 13, 21): every instantiation is a
 // heavy wgmma kernel and CI compiles them on two cores. -DGA_FLASH_ALL_VARIANTS=ON adds the others for
 // benchmarking them against each other.
 #ifndef GA_FLASH_ALL_VARIANTS
@@ -55,11 +59,17 @@ constexpr int kFirstQRegVariant = 19, kQRegVariantsEnd = 21;  // 19-20: Q in reg
 #ifndef GA_FLASH_FWD_QREG
 #define GA_FLASH_FWD_QREG GA_FLASH_FWD_CANDIDATES
 #endif
+// GA_FLASH_FWD_SPLIT: the split-tail variant 21 (2 kernels: hd 128 bf16 / fp16), in every build since it is the hd
+// 128 non-causal default (-DGA_FLASH_FWD_SPLIT=0 leaves it out; default_variant then picks 4).
+#ifndef GA_FLASH_FWD_SPLIT
+#define GA_FLASH_FWD_SPLIT 1
+#endif
 constexpr bool variant_compiled(int variant) {
   return variant == 1 || variant == 4 || variant == 12 || variant == 13 ||
          (GA_FLASH_ALL_VARIANTS && variant >= 0 && variant < k16BitVariants) ||
          (GA_FLASH_FWD_CANDIDATES && variant >= kFirstTileVariant && variant < kFwdVariantsEnd) ||
-         (GA_FLASH_FWD_QREG && variant >= kFirstQRegVariant && variant < kQRegVariantsEnd);
+         (GA_FLASH_FWD_QREG && variant >= kFirstQRegVariant && variant < kQRegVariantsEnd) ||
+         (GA_FLASH_FWD_SPLIT && variant == kSplitTailVariant);
 }
 // What a Q-in-registers variant runs at head dim HD: itself at 128; elsewhere its counterpart with Q in shared
 // memory (hd 64: the 128-key tile would fit too but is not the target; hd 256: O alone is 128 registers).
@@ -68,6 +78,37 @@ constexpr int qreg_variant(int variant) {
   if (variant < kFirstQRegVariant || variant >= kQRegVariantsEnd || HD == 128) return variant;
   return variant == kFirstQRegVariant ? 1 : 4;
 }
+// The split tail's schedule for these parameters (flash_fwd_split_tail.cuh) on a grid of num_sms CTAs: on only for
+// 16-bit dense non-causal head dim 128 with more tiles than CTAs, a partial last round, at least one key block of it
+// per CTA (every CTA's range is then non-empty, which the merge's partner walk relies on), and a gain worth the
+// merge: each CTA's share at most 3/4 of a tile (a last round that is nearly full would only add pieces). bytes: the
+// workspace it needs.
+struct SplitTailPlan {
+  bool on = false;
+  int full_rounds = 0, first_tile = 0, units = 0, kv_blocks = 0;
+  size_t bytes = 0;
+};
+inline SplitTailPlan split_tail_plan(const FlashParams& p, int num_sms) {
+  SplitTailPlan sp;
+  if (p.head_dim != 128 || p.dtype == FlashDtype::kFp8E4m3 || p.causal || p.cu_seqlens_q != nullptr ||
+      num_sms < 1) {
+    return sp;
+  }
+  constexpr int kBlockM = FwdTraits<128>::kBlockM, kBlockN = FwdTraits<128>::kBlockN;
+  const int64_t tiles = int64_t{(p.seqlen_q + kBlockM - 1) / kBlockM} * p.n_head * p.batch;
+  const int64_t n = (p.seqlen_k + kBlockN - 1) / kBlockN, rem = tiles % num_sms;
+  // (the kernel computes b * units / grid in 32 bits)
+  if (tiles <= num_sms || rem == 0 || rem * n < num_sms || rem * n * (num_sms + 1) > INT32_MAX) return sp;
+  if ((rem * n + num_sms - 1) / num_sms * 4 > 3 * n) return sp;
+  sp.on = true;
+  sp.full_rounds = static_cast<int>(tiles / num_sms);
+  sp.first_tile = static_cast<int>(tiles - rem);
+  sp.units = static_cast<int>(rem * n);
+  sp.kv_blocks = static_cast<int>(n);
+  sp.bytes = split_flag_bytes(num_sms) + size_t(num_sms) * split_slot_float4s(128) * 16;
+  return sp;
+}
+
 constexpr FwdVariant kFwdVariantTable[kFwdVariantsEnd] = {
     {0, false, false}, {1, false, false}, {2, false, false},  // 0-2: the first version's schedules
     {0, true, false},  {1, true, false},  {2, true, false},   // 3-5: persistent
@@ -101,10 +142,13 @@ constexpr int variant_block_n(int variant, bool paged) {
 // within noise); non-causal: persistent at every length (session 4b, 15 paired rounds: 4 ahead of 1 by 1-4% at
 // 4k-16k, and of 13 by 0-2%; equal tiles, so the static split is even). Ping-pong (2, 5, 6) was never more than
 // 2% ahead of overlap alone and often behind; the lazy rescale (14-17) and Q in registers (19-20) within noise.
+// Session 6: hd 128 non-causal runs 21 (= 4 plus the split tail, where split_tail_plan turns it on and the caller
+// gives flash_plan's workspace; otherwise it is 4): paired per round ahead of 4 by 0.5 / 2.0 / 1.0% at 4k / 8k / 16k.
 constexpr int default_variant(int head_dim, bool causal, int seqlen_k) {
   if (head_dim == 256) return seqlen_k <= (causal ? 4096 : 8192) ? 13 : 12;
   if (head_dim == 64) return seqlen_k <= 4096 ? 4 : 12;
-  return !causal || seqlen_k <= 8192 ? 4 : 1;
+  if (!causal) return GA_FLASH_FWD_SPLIT ? kSplitTailVariant : 4;
+  return seqlen_k <= 8192 ? 4 : 1;
 }
 
 // FP8 variants (flash_fwd_fp8_hd*.cu compile only these; GA_FLASH_FP8_ALL_VARIANTS adds the candidates that lost,
@@ -188,12 +232,19 @@ cudaError_t launch_fwd_variant(const FwdArgs& args, int variant, int num_sms, cu
   }
 }
 
-// Variants 12-17 and 19-20 of one element type (flash_fwd_wide_hd*.cu instantiate it; each kernel lives only there).
+// Variants 12-17, 19-20 and 21 of one element type (flash_fwd_wide_hd*.cu instantiate it; each kernel lives only
+// there).
 // Paged KV never reaches the wide kernels: flash_forward.cu maps the variant through paged_variant first.
 template <ElemKind E, int HD>
 cudaError_t launch_fwd_tiles_of(const FwdArgs& args, int variant, int num_sms, cudaStream_t stream) {
   constexpr int kS = default_stages<HD>(), kW = wide_block_n<HD>(), kLazy = 1 | kSchedLazyRescale;
   if (!variant_compiled(variant)) return cudaErrorNotSupported;
+  if (variant == kSplitTailVariant) {  // head dim 128 only (flash_forward.cu maps the others to 4)
+#if GA_FLASH_FWD_SPLIT
+    if constexpr (HD == 128) return launch_fwd_instance<E, HD, 1 | kSchedSplitTail, true, kS>(args, num_sms, stream);
+#endif
+    return cudaErrorNotSupported;
+  }
   if (variant >= kFirstQRegVariant) {  // Q in registers: head dim 128 only (flash_forward.cu maps the others)
 #if GA_FLASH_FWD_QREG
     if constexpr (HD == 128) {

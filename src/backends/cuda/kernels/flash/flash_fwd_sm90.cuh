@@ -63,7 +63,7 @@
 // issues of one tile go out in parallel instead of one after another. Keys past the sequence read page
 // n_pages (out of bounds: zeros).
 //
-// Not yet: TMA stores of O.
+// Split tail (kSchedSplitTail): flash_fwd_split_tail.cuh. Not yet: TMA stores of O.
 #pragma once
 
 #include <cuda.h>
@@ -76,6 +76,7 @@
 
 #include "backends/cuda/kernels/tile/hopper.cuh"
 #include "backends/cuda/kernels/tile/hopper_wide.cuh"
+#include "backends/cuda/kernels/flash/flash_fwd_split_tail.cuh"
 
 namespace ga::cuda::flash_detail {
 
@@ -146,6 +147,12 @@ struct FwdArgs {
   int page_size, n_pages, kv_boxes, kv_box_rows;  // kv_boxes pages of kv_box_rows keys per key tile
   int total_q;             // varlen: rows of q and o
   int* tile_counter;  // FP8 persistent: tiles taken so far past the first gridDim.x (zero at launch)
+  // Split tail (kSchedSplitTail, flash_fwd_split_tail.cuh): split_tail 0 = off (the kernel runs as its persistent
+  // counterpart). full_rounds rounds of gridDim.x whole tiles, then tail_units key blocks of the tiles from
+  // tail_first_tile on (kv_blocks per tile) cut evenly between the CTAs.
+  int split_tail, full_rounds, tail_first_tile, tail_units, kv_blocks;
+  float4* split_partials;  // [gridDim.x][split_slot_float4s(HD)]
+  int* split_flags;        // [gridDim.x], zero at launch
 };
 
 // FP8's persistent kernels schedule tiles dynamically (see the top of this file); the 16-bit ones statically.
@@ -299,6 +306,12 @@ struct Consumer {
     for (int p = 0; p < T::kPvParts; ++p) tile::fence_regs(o[p]);
   }
 
+  // Split tail pieces: keys are counted from the piece's first key (the softmax offsets start at 0).
+  __device__ __forceinline__ void shift_keys(int first_key) {
+    lim[0] -= first_key;
+    lim[1] -= first_key;
+  }
+
   // Masks S (keys past each row's limit), updates the running max/sum, turns S into P (in place) and
   // returns the factor the previous O must be scaled by.
   __device__ __forceinline__ void softmax(float (&s)[T::kSAcc], int n0, int c, float scale_log2, float (&corr)[2]) {
@@ -363,6 +376,43 @@ struct Consumer {
         pa[kk][1] = pack2<E>(s[8 * kk + 2], s[8 * kk + 3]);
         pa[kk][2] = pack2<E>(s[8 * kk + 4], s[8 * kk + 5]);
         pa[kk][3] = pack2<E>(s[8 * kk + 6], s[8 * kk + 7]);
+      }
+    }
+  }
+
+  // Split tail: this thread's unnormalized O, row maxima and partial row sums into a workspace slot (`ctid`: the
+  // thread's index among the 256 consumer threads; thread-fastest float4s), and folded back in by the thread of
+  // the same index of the CTA that owns the tile (same fragment layout: no exchange between threads).
+  static constexpr int kO4 = HD / 8;  // float4 chunks of this thread's O
+  __device__ __forceinline__ void save_partial(float4* slot, int ctid) const {
+#pragma unroll
+    for (int k = 0; k < kO4; ++k) {
+      const int q = 4 * k, p = q / (T::kPvN / 2), i = q % (T::kPvN / 2);
+      __stcg(slot + k * 256 + ctid, make_float4(o[p][i], o[p][i + 1], o[p][i + 2], o[p][i + 3]));
+    }
+    __stcg(slot + kO4 * 256 + ctid, make_float4(m_run[0], m_run[1], l_run[0], l_run[1]));
+  }
+  __device__ __forceinline__ void merge_partial(const float4* slot, int ctid, float scale_log2) {
+    const float4 ml = __ldcg(slot + kO4 * 256 + ctid);
+    const float m_other[2] = {ml.x, ml.y}, l_other[2] = {ml.z, ml.w};
+    float f_own[2], f_other[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const float mx = fmaxf(m_run[r], m_other[r]);
+      const float m_scaled = mx == -INFINITY ? 0.0f : mx * scale_log2;  // both empty: factors 0, l stays 0
+      f_own[r] = fast_exp2(m_run[r] * scale_log2 - m_scaled);
+      f_other[r] = fast_exp2(m_other[r] * scale_log2 - m_scaled);
+      l_run[r] = l_run[r] * f_own[r] + l_other[r] * f_other[r];
+      m_run[r] = mx;
+    }
+#pragma unroll
+    for (int k = 0; k < kO4; ++k) {
+      const float4 x = __ldcg(slot + k * 256 + ctid);
+      const float xs[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int q = 4 * k + e, p = q / (T::kPvN / 2), i = q % (T::kPvN / 2), r = (i / 2) % 2;
+        o[p][i] = o[p][i] * f_own[r] + xs[e] * f_other[r];
       }
     }
   }
@@ -441,8 +491,19 @@ __device__ __forceinline__ int cta_tile(const FwdArgs& a, int k) {
   return t < a.total_tiles ? static_cast<int>(t) : -1;
 }
 
+// The k-th work item of this CTA: a whole tile (cta_tile), or with the split tail on (kSplit and a.split_tail)
+// after the full rounds a piece of a tail tile (flash_fwd_split_tail.cuh).
+template <bool kPersistent, bool kSplit>
+__device__ __forceinline__ WorkItem cta_work(const FwdArgs& a, int k) {
+  if constexpr (kSplit) {
+    if (a.split_tail && k >= a.full_rounds) return split_tail_piece(a, k - a.full_rounds);
+  }
+  return {cta_tile<kPersistent>(a, k), 0, -1};
+}
+
 struct FwdTile {
-  int m0, head, batch, n_tiles;  // n_tiles: key tiles of kBlockN some row of the block can see
+  int m0, head, batch, n_tiles;  // n_tiles: key tiles of kBlockN this work item covers (from key tile j0 on)
+  int j0;                        // the first key tile (split tail pieces; else 0)
   int seqlen_q, seqlen_k;        // this sequence's (varlen: from cu_seqlens / seqused)
   int q_off, k_off;              // varlen: its first row in the packed q/o and k/v (0 dense and paged)
   bool skip;                     // varlen: the query block lies past the sequence's end (no work at all)
@@ -452,7 +513,7 @@ struct FwdTile {
 // same K/V from L2), heaviest first for causal. (Heaviest-first across all heads measured 3-10% slower
 // at 16k causal: the concurrently running CTAs then stream every head's K/V at once.)
 template <class T>
-__device__ __forceinline__ FwdTile decode_tile(const FwdArgs& a, int t) {
+__device__ __forceinline__ FwdTile decode_tile(const FwdArgs& a, int t, int jb = 0, int je = -1) {
   const int bh = t / a.m_blocks;
   const int m_block = a.causal ? a.m_blocks - 1 - t % a.m_blocks : t % a.m_blocks;
   FwdTile f;
@@ -474,6 +535,11 @@ __device__ __forceinline__ FwdTile decode_tile(const FwdArgs& a, int t) {
   int kv_end = f.seqlen_k;  // keys [0, kv_end) are visible to some row of the block
   if (a.causal) kv_end = min(kv_end, f.m0 + T::kBlockM + f.seqlen_k - f.seqlen_q);
   f.n_tiles = kv_end > 0 && !f.skip ? (kv_end + T::kBlockN - 1) / T::kBlockN : 0;
+  f.j0 = 0;
+  if (je >= 0) {  // a split tail piece (dense non-causal only: every tile has kv_blocks key tiles)
+    f.j0 = jb;
+    f.n_tiles = je - jb;
+  }
   return f;
 }
 
@@ -485,6 +551,9 @@ constexpr int kSchedPolyExp = 16;
 constexpr int kSchedLazyRescale = 32;
 // + kSchedQReg (16-bit, 128-key tiles): Q in registers (Consumer::kQReg), its slot released once they are loaded.
 constexpr int kSchedQReg = 64;
+// + kSchedSplitTail (16-bit, persistent): the last round's key blocks cut evenly between all CTAs when the host
+// turns it on (FwdArgs::split_tail; flash_fwd_split_tail.cuh).
+constexpr int kSchedSplitTail = 128;
 
 template <ElemKind E, int HD, int kSched, bool kPersistent, int kStages, int kBN = 0>
 __device__ __forceinline__ void consumer_main(const FwdArgs& a, unsigned char* sq, unsigned char* sk,
@@ -505,6 +574,8 @@ __device__ __forceinline__ void consumer_main(const FwdArgs& a, unsigned char* s
   constexpr bool kLazy = (kSched & kSchedLazyRescale) != 0;
   static_assert(!kLazy || (!kSerial && E != ElemKind::kE4m3), "lazy rescale: 16-bit overlap schedules");
   constexpr bool kQReg = (kSched & kSchedQReg) != 0;
+  constexpr bool kSplit = (kSched & kSchedSplitTail) != 0 && kPersistent;
+  static_assert(!kSplit || E != ElemKind::kE4m3, "split tail: 16-bit");
   using C = Consumer<E, HD, (kSched & kSchedPolyExp) != 0, kBN, kQReg>;
   bool first_turn = true;
   auto turn_begin = [&]() {
@@ -550,7 +621,7 @@ __device__ __forceinline__ void consumer_main(const FwdArgs& a, unsigned char* s
   int kv_count = 0;  // K/V tiles consumed by this CTA so far (ring position)
   int q_count = 0;   // tiles with a Q load (skipped varlen tiles have none): the Q barriers' phase
   for (int local = 0;; ++local) {
-    int t;
+    int t, jb = 0, je = -1;
     if constexpr (kDynamic) {  // the producer wrote the tile number before this phase of Q's barrier (FP8 only:
                                // no varlen, so no skipped tile and q_count == local)
       tile::mbar_wait(bars.q_full(), q_count & 1);
@@ -561,15 +632,22 @@ __device__ __forceinline__ void consumer_main(const FwdArgs& a, unsigned char* s
       if (lane == 0) slot = *bars.tile_slot();
       t = __shfl_sync(0xffffffffu, slot, 0);
     } else {
-      t = cta_tile<kPersistent>(a, local);
+      const WorkItem w = cta_work<kPersistent, kSplit>(a, local);
+      t = w.t;
+      jb = w.jb;
+      je = w.je;
     }
     if (t < 0) break;
-    const FwdTile f = decode_tile<T>(a, t);
+    const FwdTile f = decode_tile<T>(a, t, jb, je);
     if (f.skip) continue;
+    // Keys are counted from this work item's first key (f.j0 key tiles in: split tail pieces; else 0): the row
+    // limits shift instead of every softmax offset, so nothing more stays live across the key loop.
+    const int kv_left = f.seqlen_k - f.j0 * T::kBlockN;
     const int row0 = f.m0 + wg_row_base + warp * 16 + g;
     const int n = f.n_tiles;
     C st;
     st.init(a, row0, wg_row_base, sq, f.seqlen_q, f.seqlen_k);
+    if constexpr (kSplit) st.shift_keys(f.j0 * T::kBlockN);
     if constexpr (!kDynamic) tile::mbar_wait(bars.q_full(), q_count & 1);
     if constexpr (kQReg) {
       st.load_q_regs(warp, lane);
@@ -593,7 +671,7 @@ __device__ __forceinline__ void consumer_main(const FwdArgs& a, unsigned char* s
         st.rescale_o(corr);
         C::to_a_fragments(s, pa);
         tile::mbar_wait(bars.v_full(stage), parity_of(j));
-        if (j == n - 1) zero_v_tail(stage, f.seqlen_k - j * T::kBlockN);
+        if (j == n - 1) zero_v_tail(stage, kv_left - j * T::kBlockN);
         turn_begin();
         st.issue_pv(pa, v_base + stage * T::kTileBytes);
         turn_end();
@@ -641,7 +719,7 @@ __device__ __forceinline__ void consumer_main(const FwdArgs& a, unsigned char* s
         if constexpr (kLazy) st.rescale_o_lazy(corr);  // (n == 1: O is zero, corr 0 or 1: harmless)
         const int last = stage_of(n - 1);
         tile::mbar_wait(bars.v_full(last), parity_of(n - 1));
-        zero_v_tail(last, f.seqlen_k - (n - 1) * T::kBlockN);
+        zero_v_tail(last, kv_left - (n - 1) * T::kBlockN);
         turn_begin();
         st.issue_pv(pa, v_base + last * T::kTileBytes);
         turn_end();
@@ -652,9 +730,30 @@ __device__ __forceinline__ void consumer_main(const FwdArgs& a, unsigned char* s
         release_q_after_s();
       }
     }
-    st.store(a, f.batch, f.head, row0, c, f.seqlen_q, f.q_off);
     kv_count += n;
     ++q_count;
+    if constexpr (kSplit) {
+      const int ctid = cwg * 128 + wtid;
+      const WorkItem w = cta_work<kPersistent, kSplit>(a, local);  // again: cheaper than keeping it in registers
+      if (w.jb > 0) {  // a later piece of a split tile: partial to this CTA's slot, flag, no store
+        st.save_partial(a.split_partials + size_t{blockIdx.x} * split_slot_float4s(HD), ctid);
+        __threadfence();
+        tile::named_barrier_sync(5, 256);  // every consumer thread's partial is out
+        if (ctid == 0) st_release_gpu(a.split_flags + blockIdx.x, 1);
+        continue;
+      }
+      if (w.je >= 0 && w.je < a.kv_blocks) {  // the first piece of a split tile: fold in the later ones (higher CTAs)
+        const int g = static_cast<int>(gridDim.x);
+        const int tile_end = (w.t - a.tail_first_tile + 1) * a.kv_blocks;  // in the tail's key-block units
+        for (int b2 = static_cast<int>(blockIdx.x) + 1; b2 < g && split_range_start(b2, a.tail_units, g) < tile_end;
+             ++b2) {
+          while (ld_acquire_gpu(a.split_flags + b2) == 0) {
+          }
+          st.merge_partial(a.split_partials + size_t(b2) * split_slot_float4s(HD), ctid, a.scale_log2);
+        }
+      }
+    }
+    st.store(a, f.batch, f.head, row0, c, f.seqlen_q, f.q_off);
   }
   if constexpr (kPingPong) {
     if (cwg == 0 && !first_turn) tile::named_barrier_sync(1, 256);  // warpgroup 1's final arrival
@@ -665,7 +764,7 @@ __device__ __forceinline__ void consumer_main(const FwdArgs& a, unsigned char* s
 // work and the dense copies; with paged KV lane i < kv_boxes also reads the i-th page id of each key tile and
 // issues that page's copies (the page ids of K_j are kept for V_j one step later). FP8 reads V^T (tm_v over the
 // workspace, [batch][n_head_kv][HD][keys]): one box of HD rows x 128 keys per tile.
-template <ElemKind E, int HD, bool kPersistent, int kStages, int kBN = 0>
+template <ElemKind E, int HD, int kSched, bool kPersistent, int kStages, int kBN = 0>
 __device__ __forceinline__ void producer_main(const FwdArgs& a, unsigned char* sq, unsigned char* sk,
                                               unsigned char* sv, FwdBarriers<kStages> bars) {
   using T = FwdTraits<HD, kStages, elem_bytes<E>(), kBN>;
@@ -697,7 +796,7 @@ __device__ __forceinline__ void producer_main(const FwdArgs& a, unsigned char* s
   constexpr bool kDynamic = dynamic_tiles<E, kPersistent>();
   int kv_count = 0, q_count = 0;
   for (int local = 0;; ++local) {
-    int t;
+    int t, jb = 0, je = -1;
     if constexpr (kDynamic) {  // FP8 only: no varlen, every tile has a Q load
       // The next tile is taken once this CTA's previous one is fully queued (its last V load issued), and the
       // atomic's latency overlaps the wait for the consumers to release Q. The leader takes it for the warp.
@@ -718,13 +817,19 @@ __device__ __forceinline__ void producer_main(const FwdArgs& a, unsigned char* s
       // published by the leader's arrival on Q's barrier below (release), read after its wait
       if (leader) *bars.tile_slot() = t;
     } else {
-      t = cta_tile<kPersistent>(a, local);
+      const WorkItem w = cta_work<kPersistent, (kSched & kSchedSplitTail) != 0 && kPersistent>(a, local);
+      t = w.t;
+      jb = w.jb;
+      je = w.je;
       if (t < 0) break;
     }
-    const FwdTile f = decode_tile<T>(a, t);
+    const FwdTile f = decode_tile<T>(a, t, jb, je);
     if (f.skip) continue;
     const int kv_head = f.head / a.group;
     const int q_row = a.varlen ? f.q_off + f.m0 : f.m0, z = a.varlen ? 0 : f.batch;
+    // K/V row of this work item's first key (k_off is 0 unless packed varlen, so paged and FP8 count keys from it
+    // too; f.j0: split tail pieces). One register: the producer keeps 24.
+    const int k_row0 = f.k_off + f.j0 * N;
     if (!kDynamic && q_count > 0) tile::mbar_wait(bars.q_empty(), (q_count - 1) & 1);
     if (leader) {
       tile::mbar_arrive_expect_tx(bars.q_full(), T::kQBytes);
@@ -737,7 +842,7 @@ __device__ __forceinline__ void producer_main(const FwdArgs& a, unsigned char* s
       if (j < f.n_tiles) {
         if constexpr (E != ElemKind::kE4m3) {
           if (a.paged && lane < a.kv_boxes) {
-            const int key = j * N + lane * a.kv_box_rows, logical = key / a.page_size;
+            const int key = k_row0 + j * N + lane * a.kv_box_rows, logical = key / a.page_size;
             page = key < f.seqlen_k && logical < a.block_table_stride
                        ? __ldg(a.block_table + f.batch * a.block_table_stride + logical)
                        : a.n_pages;  // past the sequence: out of the map's bounds, zeros
@@ -748,7 +853,7 @@ __device__ __forceinline__ void producer_main(const FwdArgs& a, unsigned char* s
         if (idx >= kStages) tile::mbar_wait(bars.k_empty(stage), ((idx / kStages) + 1) & 1);
         if (leader) tile::mbar_arrive_expect_tx(bars.k_full(stage), T::kTileBytes);
         __syncwarp();
-        load_kv(sk + stage * T::kTileBytes, &a.tm_k, bars.k_full(stage), f.k_off + j * N, z, kv_head, page,
+        load_kv(sk + stage * T::kTileBytes, &a.tm_k, bars.k_full(stage), k_row0 + j * N, z, kv_head, page,
                 row_in_page);
       }
       if (j > 0) {
@@ -758,11 +863,11 @@ __device__ __forceinline__ void producer_main(const FwdArgs& a, unsigned char* s
         __syncwarp();
         if constexpr (E == ElemKind::kE4m3) {
           if (leader) {
-            tile::tma_load_4d(sv + stage * T::kTileBytes, &a.tm_v, bars.v_full(stage), (j - 1) * N, 0, kv_head,
+            tile::tma_load_4d(sv + stage * T::kTileBytes, &a.tm_v, bars.v_full(stage), k_row0 + (j - 1) * N, 0, kv_head,
                               f.batch);
           }
         } else {
-          load_kv(sv + stage * T::kTileBytes, &a.tm_v, bars.v_full(stage), f.k_off + (j - 1) * N, z, kv_head,
+          load_kv(sv + stage * T::kTileBytes, &a.tm_v, bars.v_full(stage), k_row0 + (j - 1) * N, z, kv_head,
                   prev_page, prev_row);
         }
       }
@@ -802,7 +907,7 @@ __global__ void __launch_bounds__(384, 1) flash_fwd_sm90_kernel(const __grid_con
 
   if (threadIdx.x < 128) {
     tile::regs_release<24>();
-    if (threadIdx.x < 32) producer_main<E, HD, kPersistent, kStages, kBN>(a, sq, sk, sv, bars);
+    if (threadIdx.x < 32) producer_main<E, HD, kSched, kPersistent, kStages, kBN>(a, sq, sk, sv, bars);
   } else {
     tile::regs_acquire<240>();
     consumer_main<E, HD, kSched, kPersistent, kStages, kBN>(a, sq, sk, sv, bars);
