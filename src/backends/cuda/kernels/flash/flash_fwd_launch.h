@@ -209,6 +209,29 @@ cudaError_t launch_fwd_instance(const FwdArgs& args, int num_sms, cudaStream_t s
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (attr_status != cudaSuccess) return attr_status;
   const int ctas = kPersistent ? (args.total_tiles < num_sms ? args.total_tiles : num_sms) : args.total_tiles;
+  if (args.split_tail) {
+    // The split tail's merge has CTAs wait on flags set by higher-numbered CTAs (flash_fwd_split_tail.cuh), which
+    // is only safe when every CTA of the grid is resident at once. A cooperative launch guarantees that or fails
+    // (MPS / green-context limits, another context holding SMs): then the same kernel runs without the split, as
+    // its persistent counterpart.
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(static_cast<unsigned>(ctas));
+    cfg.blockDim = dim3(FwdTraits<HD>::kThreads);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cudaLaunchAttribute cooperative{};
+    cooperative.id = cudaLaunchAttributeCooperative;
+    cooperative.val.cooperative = 1;
+    cfg.attrs = &cooperative;
+    cfg.numAttrs = 1;
+    const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, args);
+    if (e != cudaErrorCooperativeLaunchTooLarge) return e;
+    (void)cudaGetLastError();  // not sticky: clear it and run unsplit
+    FwdArgs unsplit = args;
+    unsplit.split_tail = 0;
+    kernel<<<dim3(static_cast<unsigned>(ctas)), FwdTraits<HD>::kThreads, smem, stream>>>(unsplit);
+    return cudaGetLastError();
+  }
   kernel<<<dim3(static_cast<unsigned>(ctas)), FwdTraits<HD>::kThreads, smem, stream>>>(args);
   return cudaGetLastError();
 }

@@ -17,7 +17,8 @@
 // the pieces it waits for were each their CTA's first work of the tail and are usually done: its CTA waits on the
 // flags of CTAs b + 1, b + 2, ... whose ranges start inside the tile (acquire), folds their partials into its
 // registers and stores O and the LSE as usual. The waits only point to higher CTA indices and to work that waits
-// on nothing, so there is no cycle; the grid is at most one CTA per SM (all resident on an idle GPU).
+// on nothing, so there is no cycle; the grid is at most one CTA per SM and is launched cooperatively
+// (launch_fwd_instance), so all of it is resident or the launch runs unsplit.
 //
 // Workspace (flash_plan, 16-byte aligned): flags [G] int (zeroed by flash_forward before each launch, in the
 // stream), padded to 256 bytes, then G slots of (HD / 8 + 1) x 256 float4: 256 consumer threads x (HD / 2 O values
