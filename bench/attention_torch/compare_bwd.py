@@ -92,8 +92,10 @@ def torch_backward(q, k, v, dout, causal, backend):
 def main():
     ap = arg_parser()
     ap.add_argument("--hopper-schedules", default="",
-                    help="also time these schedules of the Hopper kernel (flash_bwd_variants.h: 0-4 and 7, 9 = "
-                         "preprocess and convert alone, 8 = preprocess alone, 6 = 9 with the row-per-warp convert); needs a library built with -DGA_FLASH_ALL_VARIANTS=ON")
+                    help="also time these schedules of the Hopper kernel (flash_bwd_variants.h: 1, 12; 9 = "
+                         "preprocess and convert alone, 10 = the (default, wide) preprocess alone, 8 = the "
+                         "one-warp-per-row preprocess alone; 0, 2-4, 6, 7 need -DGA_FLASH_BWD_OLD_SCHEDULES=1); needs "
+                         "a library built with -DGA_FLASH_ALL_VARIANTS=ON")
     ap.add_argument("--no-sm80", action="store_true", help="do not time the mma.sync kernel at head dim 128")
     args = ap.parse_args()
     schedules = [int(x) for x in args.hopper_schedules.split(",") if x]
@@ -149,7 +151,7 @@ def main():
                         forced = FlashBwd(lib, q, k, v, o, lse, dout, dq, dk, dv, causal, scale)
                         forced.run()
                         torch.cuda.synchronize()
-                        if ref is not None and key not in ("hopper_s6", "hopper_s8", "hopper_s9"):  # timings only
+                        if ref is not None and key not in ("hopper_s6", "hopper_s8", "hopper_s9", "hopper_s10"):  # timings only
                             err = max(rel_l2(ours, theirs) for ours, theirs in zip((dq, dk, dv), ref))
                             nan = any(torch.isnan(t).any().item() for t in (dq, dk, dv))
                             row[key + "_err"] = err
@@ -184,14 +186,14 @@ def main():
               (f"{o_ / f_:.2f}" if o_ and f_ else "-") + f" | {r.get('ours_err', float('nan')):.1e} | "
               f"{r.get('cudnn_err', float('nan')):.1e} | {ratio_range(r)} | {fmt_mhz(r)} |")
     if schedules:
-        print("\nHopper schedules (forced), TFLOP/s; s6/s8/s9 = preprocess (+ convert) alone, as shares of ours' time")
+        print("\nHopper schedules (forced), TFLOP/s; s6/s8/s9/s10 = preprocess (+ convert) alone, as shares of ours' time")
         print("| hd | seq | mask | " + " | ".join(f"s{v}" for v in schedules) + " | cuDNN | best/cuDNN |")
         print("|---|---|---|" + "---|" * len(schedules) + "---|---|")
         for r in rows:
             cells, best = [], None
             for v in schedules:
                 t = r.get(f"hopper_s{v}")
-                if v in (6, 8, 9):
+                if v in (6, 8, 9, 10):
                     cells.append("-" if t is None or not r.get("ours") else f"{r['ours'] / t:.0%}")
                     continue
                 cells.append(fmt(t))

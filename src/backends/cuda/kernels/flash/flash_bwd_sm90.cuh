@@ -6,8 +6,10 @@
 // Three launches (as the mma.sync fallback, flash_bwd_sm80.cuh, whose workspace layout differs):
 //  1. preprocess: per query row (padded to whole 64-row blocks) D = rowsum(dO * O), LSE * log2(e) (+inf for rows
 //     past seqlen_q and rows that see no key, so P = exp2(s - lse) is exactly 0 there without a mask), and zeroes
-//     the row's share of the dQ accumulator. (One CTA per 64-row tile with 16-byte loads and stores was 25% slower
-//     for preprocess + convert together: session 4, run 2.)
+//     the row's share of the dQ accumulator (in the same launch: no memset pass). preprocess_wide, 8 threads per
+//     row with 16-byte accesses, is 12-20% faster than one warp per row with 4-byte ones (session 6; the backward
+//     +1.4-3.7% at 512 tokens, within the harness's noise from 2k). (Session 4's one CTA per 64-row tile,
+//     changed together with the convert, was slower.)
 //  2. main: one CTA per (128-key block, KV head, batch); K and V of the block stay in shared memory. It walks every
 //     query head of the GQA group and every 64-row query block that can see its keys (causal: from the first that
 //     reaches key n0). Warpgroup 0 is the producer (setmaxnreg 24): one thread loads K/V once, then per step Q and
@@ -43,8 +45,10 @@
 // only by mbarriers were correct but flagged by compute-sanitizer's racecheck, and an L2 read of them in the step's
 // critical path was slower: docs/results/2026-11-22-h200-flash.md, "Hopper backward").
 //
-// Measured on an H200 (same file, "Session 4: backward", "Session 5"): schedule 1 0.84-0.90x cuDNN's backward at
-// head dim 128 (session 5, run 2; schedule 0, v4, 0.74-0.83x in session 4), 1.6-2.4x the mma.sync kernel.
+// Measured on an H200 (same file, "Session 4: backward", "Session 5", "Session 6"): schedule 1 with preprocess_wide
+// 0.85-0.89x cuDNN's backward at head dim 128 (session 6, run 3; schedule 0, v4, 0.74-0.83x in session 4), 1.6-2.4x
+// the mma.sync kernel. Converting dQ inside the main kernel (a dQ writer warp counting each tile's finished
+// contributions, the last CTA converting it from L2) was 8-30% slower at every length (session 6): not kept.
 // Numerics as the sm80 path: f32 accumulation, P and dS rounded to the input dtype for the tensor cores, dK and dQ
 // scaled by softmax_scale at the end. Keys past seqlen_k arrive as zeros from TMA and are masked; query rows past
 // seqlen_q arrive as zeros and have LSE = +inf (P = 0).
@@ -136,6 +140,50 @@ __global__ void __launch_bounds__(256) preprocess(flash_bwd::BwdArgs a, float* l
 #pragma unroll
   for (int off = 16; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
   if (lane == 0) {
+    a.dsum[row] = sum;
+    float l = INFINITY;  // padding rows and rows that see no key (lse = -inf): P = 0
+    if (i < a.seqlen_q) {
+      const float lse = a.lse[(int64_t{b} * a.n_head + h) * a.seqlen_q + i];
+      if (lse != -INFINITY) l = lse * detail::kLog2e;
+    }
+    lse_log2[row] = l;
+  }
+}
+
+// The same work with 8 threads per row and 16-byte accesses (4 rows per warp): each thread has 64 bytes of O and dO
+// in flight (the one-warp-per-row kernel above 16), and the CTA zeroes its 32 rows' 16 KB of the accumulator with
+// float4 stores, 512 contiguous bytes per warp store. Session 6: 12-20% faster alone (schedule 10 vs 8, runs 1-3), the
+// whole backward +1.4-3.7% at 512 tokens, within the harness's +-4% noise from 2k; the default since. Head dim 128.
+template <bool kBf16, int HD>
+__global__ void __launch_bounds__(256) preprocess_wide(flash_bwd::BwdArgs a, float* lse_log2, int m_blocks) {
+  static_assert(HD == 128, "8 threads x 16 elements per row");
+  // Padded rows are a multiple of 64 and a CTA takes 32: every thread has a row, so the shuffles see whole groups.
+  const int64_t row = (int64_t{blockIdx.x} * blockDim.x + threadIdx.x) / 8;  // [batch][n_head][m_blocks * 64]
+  const int sub = threadIdx.x % 8;
+  const int seq_pad = m_blocks * 64;
+  const int i = static_cast<int>(row % seq_pad);
+  const int h = static_cast<int>((row / seq_pad) % a.n_head);
+  const int b = static_cast<int>(row / (int64_t{seq_pad} * a.n_head));
+  float sum = 0.0f;
+  if (i < a.seqlen_q) {
+    const uint16_t* o = a.o + b * a.o_st.batch + i * a.o_st.seq + h * a.o_st.head + 8 * sub;
+    const uint16_t* dout = a.dout + b * a.do_st.batch + i * a.do_st.seq + h * a.do_st.head + 8 * sub;
+    const uint4 o0 = *reinterpret_cast<const uint4*>(o), o1 = *reinterpret_cast<const uint4*>(o + 64);
+    const uint4 g0 = *reinterpret_cast<const uint4*>(dout), g1 = *reinterpret_cast<const uint4*>(dout + 64);
+    const uint32_t ov[8] = {o0.x, o0.y, o0.z, o0.w, o1.x, o1.y, o1.z, o1.w};
+    const uint32_t gv[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      const float2 x = flash_bwd::unpack2<kBf16>(ov[e]), y = flash_bwd::unpack2<kBf16>(gv[e]);
+      sum += x.x * y.x + x.y * y.y;
+    }
+  }
+  float4* acc = reinterpret_cast<float4*>(a.dq_accum + int64_t{blockIdx.x} * 32 * HD);  // the CTA's 32 rows
+#pragma unroll
+  for (int k = 0; k < 32 * HD / 4 / 256; ++k) acc[threadIdx.x + 256 * k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+  for (int off = 4; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+  if (sub == 0) {
     a.dsum[row] = sum;
     float l = INFINITY;  // padding rows and rows that see no key (lse = -inf): P = 0
     if (i < a.seqlen_q) {
@@ -553,12 +601,15 @@ __global__ void __launch_bounds__(384, 1) main_kernel(const __grid_constant__ Ar
 
 // The schedule flash_backward runs (see consumer_main); -DGA_FLASH_ALL_VARIANTS=ON compiles the others too, for
 // benchmarks (flash_backward_hopper_variant in flash_bwd_variants.h). kPrePostOnly runs the preprocess and convert
-// kernels alone (wrong gradients; a benchmark's measure of their share of the time).
+// kernels alone (wrong gradients; a benchmark's measure of their share of the time). Every schedule but kPreOnly,
+// kRowPre and kPreRowConvertOnly runs preprocess_wide.
 constexpr int kDefaultSched = 1;  // 3.5-7% faster than 0 at every size, 2 in between (session 4, run 1)
 constexpr int kPrePostOnly = 9;
 constexpr int kPreOnly = 8;  // the preprocess kernel alone (its share; s9 - s8 = the convert's)
 constexpr int kPreRowConvertOnly = 6;  // as 9 with the one-row-per-warp convert_dq (session 5's A/B of the convert)
 constexpr int kRowConvert = 7;         // schedule 1 with the one-row-per-warp convert_dq (same A/B, whole backward)
+constexpr int kWidePreOnly = 10;       // preprocess_wide alone (kPreOnly times the one-warp-per-row preprocess)
+constexpr int kRowPre = 12;            // schedule 1 with the one-warp-per-row preprocess (session 6's A/B)
 
 // Runs the three kernels (flash_bwd_sm90_hd*.cu instantiate it); `args` carries the pointers and strides the
 // preprocess and convert kernels read (its dq_accum/dsum point into the Hopper workspace layout), `m` the rest.
@@ -573,12 +624,17 @@ cudaError_t launch_instance(const flash_bwd::BwdArgs& args, const Args& m, float
   static_assert(T::kSmemBytes <= 227 * 1024, "shared memory per CTA");
   constexpr ElemKind E = kBf16 ? ElemKind::kBf16 : ElemKind::kF16;
   const int64_t pad_rows = int64_t{args.batch} * args.n_head * m.m_blocks * 64;
-  preprocess<kBf16, HD><<<static_cast<unsigned>((pad_rows + 7) / 8), 256, 0, stream>>>(args, lse_log2, m.m_blocks);
+  if constexpr (kSched == kPreOnly || kSched == kRowPre || kSched == kPreRowConvertOnly) {
+    preprocess<kBf16, HD><<<static_cast<unsigned>((pad_rows + 7) / 8), 256, 0, stream>>>(args, lse_log2, m.m_blocks);
+  } else {  // 32 rows per CTA; pad_rows is a multiple of 64
+    preprocess_wide<kBf16, HD><<<static_cast<unsigned>(pad_rows / 32), 256, 0, stream>>>(args, lse_log2, m.m_blocks);
+  }
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return e;
-  constexpr bool kMain = kSched != kPrePostOnly && kSched != kPreOnly && kSched != kPreRowConvertOnly;
+  constexpr bool kMain =
+      kSched != kPrePostOnly && kSched != kPreOnly && kSched != kPreRowConvertOnly && kSched != kWidePreOnly;
   if constexpr (kMain) {
-    const auto kernel = main_kernel<E, HD, kSched == kRowConvert ? 1 : kSched>;
+    const auto kernel = main_kernel<E, HD, kSched == kRowConvert || kSched == kRowPre ? 1 : kSched>;
     static const cudaError_t attr_status =
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(T::kSmemBytes));
     if (attr_status != cudaSuccess) return attr_status;
@@ -588,7 +644,7 @@ cudaError_t launch_instance(const flash_bwd::BwdArgs& args, const Args& m, float
     e = cudaGetLastError();
     if (e != cudaSuccess) return e;
   }
-  if constexpr (kSched == kPreOnly) return cudaSuccess;
+  if constexpr (kSched == kPreOnly || kSched == kWidePreOnly) return cudaSuccess;
   if constexpr (kSched == kRowConvert || kSched == kPreRowConvertOnly) {
     const int64_t rows = int64_t{args.batch} * args.seqlen_q * args.n_head;
     convert_dq<kBf16, HD><<<static_cast<unsigned>((rows + 7) / 8), 256, 0, stream>>>(args, m.m_blocks);

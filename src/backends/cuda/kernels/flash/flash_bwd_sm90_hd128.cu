@@ -1,8 +1,9 @@
 // Instantiations of the Hopper flash backward for head dim 128 (bf16, fp16): see flash_bwd_sm90.cuh. The only head
 // dim the Hopper backward is built for; flash_backward sends the others to the mma.sync kernels (flash_bwd_hd*.cu).
 // CI builds only the default schedule (each instantiation is a heavy wgmma kernel); -DGA_FLASH_ALL_VARIANTS=ON (or
-// GA_FLASH_BWD_VARIANTS=1 alone, without the forward's variants) adds the others and the preprocess/convert-only
-// timing run, for benchmarks.
+// GA_FLASH_BWD_VARIANTS=1 alone, without the forward's variants) adds session 6's A/B of the preprocess (12) and the
+// preprocess/convert-only timing runs (8, 9, 10), for benchmarks; -DGA_FLASH_BWD_OLD_SCHEDULES=1 the schedules
+// sessions 4-5 measured and dropped (0, 2, 3, 4, 6, 7: their code stays in consumer_main for a rerun).
 #include "backends/cuda/kernels/flash/flash_bwd_sm90.cuh"
 
 #ifndef GA_FLASH_ALL_VARIANTS
@@ -10,6 +11,9 @@
 #endif
 #ifndef GA_FLASH_BWD_VARIANTS
 #define GA_FLASH_BWD_VARIANTS GA_FLASH_ALL_VARIANTS
+#endif
+#ifndef GA_FLASH_BWD_OLD_SCHEDULES
+#define GA_FLASH_BWD_OLD_SCHEDULES 0
 #endif
 
 namespace ga::cuda::flash_bwd_sm90 {
@@ -30,15 +34,21 @@ cudaError_t launch<128>(const flash_bwd::BwdArgs& args, const Args& m, float* ls
   if (sched < 0 || sched == kDefaultSched) return launch_sched<kDefaultSched>(args, m, lse_log2, bf16, stream);
 #if GA_FLASH_BWD_VARIANTS
   switch (sched) {
+    case kRowPre: return launch_sched<kRowPre>(args, m, lse_log2, bf16, stream);
+    case kPreOnly: return launch_sched<kPreOnly>(args, m, lse_log2, bf16, stream);
+    case kWidePreOnly: return launch_sched<kWidePreOnly>(args, m, lse_log2, bf16, stream);
+    case kPrePostOnly: return launch_sched<kPrePostOnly>(args, m, lse_log2, bf16, stream);
+    default: break;
+  }
+#endif
+#if GA_FLASH_BWD_OLD_SCHEDULES  // measured and dropped in sessions 4-5 (docs/results/2026-11-22-h200-flash.md)
+  switch (sched) {
     case 0: return launch_sched<0>(args, m, lse_log2, bf16, stream);
-    case 1: return launch_sched<1>(args, m, lse_log2, bf16, stream);
     case 2: return launch_sched<2>(args, m, lse_log2, bf16, stream);
     case 3: return launch_sched<3>(args, m, lse_log2, bf16, stream);
     case 4: return launch_sched<4>(args, m, lse_log2, bf16, stream);
-    case kPreOnly: return launch_sched<kPreOnly>(args, m, lse_log2, bf16, stream);
     case kPreRowConvertOnly: return launch_sched<kPreRowConvertOnly>(args, m, lse_log2, bf16, stream);
     case kRowConvert: return launch_sched<kRowConvert>(args, m, lse_log2, bf16, stream);
-    case kPrePostOnly: return launch_sched<kPrePostOnly>(args, m, lse_log2, bf16, stream);
     default: break;
   }
 #endif

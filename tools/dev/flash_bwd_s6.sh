@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Session 6 device run for the Hopper flash backward (kernels/flash/flash_bwd_sm90.cuh): one build (Release, sm_90a,
+# GA_FLASH_BWD_VARIANTS=1: schedules 1, 12 and the timing-only 8, 9, 10; not the forward's variants), ptxas
+# report per schedule, test_cuda_flash_backward (every case on mma.sync, the default Hopper schedule and each
+# other compiled schedule), optionally compute-sanitizer memcheck + racecheck on the small shapes (SAN=1), and
+# bench/attention_torch/compare_bwd.py at head dim 128 with --hopper-schedules (cuDNN and FA2 timed in the same
+# process). Fits a 300 s device call (BUDGET): each phase gets what is left. Logs in $OUT, the summary last.
+# (tools/dev/flash_bwd_schedules.sh is the session 4-5 script.)
+set -uo pipefail
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+T0=$(date +%s)
+left() { echo $(( ${BUDGET:-290} - ($(date +%s) - T0) )); }
+B=/tmp/b-bwd; rm -rf $B
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv > "$OUT/gpu.txt" 2>&1
+cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DGA_CUDA=ON -DGA_CUDA_ARCHS=90a -DGA_BUILD_SERVER=OFF \
+  -DGA_BUILD_TESTS=ON -DCMAKE_CUDA_FLAGS="-Xptxas -v -DGA_FLASH_BWD_VARIANTS=${VARIANTS:-1}" > "$OUT/build.log" 2>&1
+ninja -C $B -j16 test_cuda_flash_backward ga_attention_c >> "$OUT/build.log" 2>&1 \
+  || { grep -E "error" -A3 "$OUT/build.log" | head -60; exit 1; }
+echo "build done at $(( $(date +%s) - T0 )) s"
+grep -A3 "Compiling entry function.*flash_bwd_sm9011main_kernel" "$OUT/build.log" | grep -E "entry|spill|Used" \
+  | sed -E 's/.*main_kernelILNS0_4tile8ElemKindE([0-9])ELi128ELi([0-9])E.*/kind \1 sched \2/' | paste - - - \
+  | sort | uniq -c > "$OUT/ptxas.txt"
+grep -c "Potential Performance Loss.*flash_bwd_sm90" "$OUT/build.log" >> "$OUT/ptxas.txt"
+export PYTHONUNBUFFERED=1
+timeout $(( $(left) - 100 )) $B/bin/test_cuda_flash_backward > "$OUT/test_bwd.log" 2>&1
+bwd_rc=$?
+echo "backward tests done at $(( $(date +%s) - T0 )) s"
+mem_rc=skipped; race_rc=skipped
+if [ "${SAN:-0}" = 1 ]; then
+  SAN_BIN=compute-sanitizer; command -v $SAN_BIN >/dev/null || SAN_BIN=/usr/local/cuda/bin/compute-sanitizer
+  timeout 30 $SAN_BIN --tool memcheck --error-exitcode 9 $B/bin/test_cuda_flash_backward \
+    --gtest_filter='*SmallShapesForSanitizer*:*Unsupported*' > "$OUT/memcheck.log" 2>&1
+  mem_rc=$?
+  echo "memcheck done at $(( $(date +%s) - T0 )) s"
+  timeout 50 $SAN_BIN --tool racecheck --error-exitcode 9 $B/bin/test_cuda_flash_backward \
+    --gtest_filter='*SmallShapesForSanitizer*' > "$OUT/racecheck.log" 2>&1
+  race_rc=$?
+  echo "racecheck done at $(( $(date +%s) - T0 )) s"
+fi
+(cd bench/attention_torch && timeout $(( $(left) - 4 )) python3 compare_bwd.py \
+  --lib $B/bench/attention_torch/libga_attention_c.so --json "$OUT/compare_bwd.json" --head-dims 128 \
+  ${COMPARE_ARGS:---no-sm80 --seqlens 512,1024,2048,4096,8192,16384 --rounds 9 \
+  --hopper-schedules 1,12,8,10,9}) > "$OUT/compare_bwd.log" 2>&1
+cmp_rc=$?
+echo "compare done at $(( $(date +%s) - T0 )) s"
+echo "=== gpu"; cat "$OUT/gpu.txt"
+echo "=== ptxas Hopper backward main_kernel (count, kind, schedule, spills, registers; then serialization warnings)"
+cat "$OUT/ptxas.txt"
+echo "=== backward tests rc $bwd_rc"
+grep -E "^\[  (PASSED|FAILED|SKIPPED)|FAILED|worst relative|Failure|refused" "$OUT/test_bwd.log" | head -20
+echo "=== memcheck rc $mem_rc"; [ -f "$OUT/memcheck.log" ] && grep -E "ERROR SUMMARY|PASSED|FAILED" "$OUT/memcheck.log" | head -4
+echo "=== racecheck rc $race_rc"
+[ -f "$OUT/racecheck.log" ] && grep -E "RACECHECK SUMMARY|ERROR SUMMARY|PASSED|FAILED" "$OUT/racecheck.log" | head -4
+echo "=== compare_bwd rc $cmp_rc"; grep -E "MISMATCH|unavailable|Error|error" "$OUT/compare_bwd.log" | head -5
+tail -30 "$OUT/compare_bwd.log"
