@@ -45,6 +45,7 @@ struct RunArgs {
   bool host_sampling = false;
   bool no_warmup = false;
   int64_t prompt_repeats = 0;
+  int64_t prefill_graphs = SessionOptions{}.prefill_graph_max_tokens;
 };
 
 uint64_t clock_seed() {
@@ -133,7 +134,10 @@ int cmd_run(int argc, char** argv) {
                 "reference for the first prompt time)");
   parser.flag("--no-warmup", &a.no_warmup, "skip the warm-up forward before the prompt (as llama.cpp's; the prompt "
               "time then includes the device's one-time costs)");
+  parser.option("--prefill-graphs", &a.prefill_graphs, "N",
+                "CUDA: prompts of 9..N tokens replay a graph captured per length bucket at the warm-up; 0: off");
   if (!parser.parse(argc, argv)) return 0;
+  require(a.prefill_graphs >= 0, "--prefill-graphs must be >= 0 (0: off), got " + std::to_string(a.prefill_graphs));
   validate(parser, a);
   if (!parser.given("--seed") && !parser.given("-s")) a.sampling.seed = clock_seed();
 
@@ -144,6 +148,7 @@ int cmd_run(int argc, char** argv) {
   session_options.n_threads = a.threads;
   session_options.device = a.device;
   session_options.gpu_sampling = !a.host_sampling;
+  session_options.prefill_graph_max_tokens = a.prefill_graphs;
   const auto session_start = std::chrono::steady_clock::now();
   Session session(model, session_options);
   const double setup_seconds = seconds_since(session_start);

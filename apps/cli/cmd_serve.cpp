@@ -49,6 +49,7 @@ struct ServeArgs {
   int64_t poll_us = SchedulerOptions{}.poll_us;
   int32_t first_token_poll_ms = server::ServerOptions{}.first_token_poll_ms;
   bool trace_timing = false;
+  int64_t prefill_graphs = SchedulerOptions{}.prefill_graph_max_tokens;
 };
 
 // The id clients name the model by: the file or folder name ("stories260K.gguf", "Qwen2-0.5B").
@@ -103,6 +104,8 @@ int cmd_serve(int argc, char** argv) {
                 "-1: " + std::to_string(server::ServerOptions::kAutoFirstTokenPollMs) + " on a GPU, 0 on the CPU");
   parser.flag("--trace-timing", &a.trace_timing,
               "per stream, one stderr line with the monotonic times of its head, submit, first token and its write");
+  parser.option("--prefill-graphs", &a.prefill_graphs, "N",
+                "CUDA: a lone prompt of 9..N tokens replays a graph captured per length bucket at the warm-up; 0: off");
   parser.flag("-q,--quiet", &a.quiet, "do not log requests");
   parser.flag("--no-warmup", &a.no_warmup, "skip the warm-up forward at start (the first request pays the device's "
               "one-time costs then)");
@@ -117,6 +120,7 @@ int cmd_serve(int argc, char** argv) {
   require(a.max_queue >= 0, "--max-queue must be >= 0, got " + std::to_string(a.max_queue));
   require(a.kv_blocks >= 0, "--kv-blocks must be >= 0 (0: automatic), got " + std::to_string(a.kv_blocks));
   require(a.http_threads >= 1, "--http-threads must be >= 1, got " + std::to_string(a.http_threads));
+  require(a.prefill_graphs >= 0, "--prefill-graphs must be >= 0 (0: off), got " + std::to_string(a.prefill_graphs));
   require(a.max_body >= 1, "--max-body must be >= 1, got " + std::to_string(a.max_body));
   require(a.poll_us >= -1 && a.poll_us <= 1000000, "--poll-us must be in [-1, 1000000], got " + std::to_string(a.poll_us));
   require(a.first_token_poll_ms >= -1 && a.first_token_poll_ms <= 1000,
@@ -143,6 +147,7 @@ int cmd_serve(int argc, char** argv) {
   scheduler_options.device = a.device;
   scheduler_options.warm_up = !a.no_warmup;
   scheduler_options.poll_us = a.poll_us;
+  scheduler_options.prefill_graph_max_tokens = a.prefill_graphs;
   Scheduler scheduler(model, tokenizer, scheduler_options);
 
   server::ServerOptions options;

@@ -26,6 +26,9 @@ struct SessionOptions {
   // device exists and the model's types run there, else cpu).
   std::string device = "cpu";
   bool cuda_graphs = true;  // CUDA: replay the one-token decode step as a captured graph
+  // CUDA (with cuda_graphs): prompts of 9 .. this many tokens replay a graph captured per length bucket at
+  // warm_up() (the launch-bound short prefill); 0: every prefill enqueued kernel by kernel.
+  int64_t prefill_graph_max_tokens = 512;
   // CUDA: sample_next() samples on the GPU (the logits stay on the device; the same token, PRNG state
   // and errors as the host sampler). false: copy the row to the host and sample there.
   bool gpu_sampling = true;

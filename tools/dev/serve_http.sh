@@ -22,7 +22,8 @@
 # Environment: GA_HTTPLIB (the carried folder; default ../.httplib), B (build folder; default /tmp/b), OUT,
 #   CLIENTS / PROMPT / MAXTOK (the rounds), TTFT_PROMPTS (more lone-request lengths; cuda: 512), JOBS (build
 #   parallelism), QUICK=1 (fits a 300 s call: no in-process rounds, `run` x3), VARIANTS ("name=serve flags;...",
-#   default "default="), TTFT_REPEATS (lone requests per length and variant, default 9), BUDGET (seconds after which the server variants and `run` timings are skipped).
+#   default "default="), TTFT_REPEATS (lone requests per length and variant, default 9), BUDGET (seconds after which
+#   the server variants and `run` timings are skipped), RUN_FLAGS_B (`run` timed once more with these flags, e.g. "--prefill-graphs 0").
 set -uo pipefail
 mode=${1:-cuda}
 [[ $mode == cuda || $mode == cpu ]] || { echo "usage: serve_http.sh [cuda|cpu]" >&2; exit 2; }
@@ -204,6 +205,16 @@ for p in $PROMPT $TTFT_PROMPTS; do
   cold=$(timeout 60 "$GA" run -m "$M" --device $device -p "$text" -n 1 --temp 0 --no-warmup 2>&1 |
     grep -oE "prompt: [0-9]+ tokens in [0-9.]+ ms")
   note "gpu-accel run --no-warmup at ~$p tokens (the cold first prefill): $cold"
+  # RUN_FLAGS_B (e.g. "--prefill-graphs 0"): the same reference once more with other run flags, for comparison.
+  if [[ -n ${RUN_FLAGS_B:-} ]]; then
+    : > "$OUT/run-b-$p.txt"
+    for _ in $(seq "$RUNS"); do
+      # shellcheck disable=SC2086
+      timeout 60 "$GA" run -m "$M" --device $device -p "$text" -n 1 --temp 0 $RUN_FLAGS_B 2>&1 |
+        grep -oE "prompt: [0-9]+ tokens in [0-9.]+ ms" >> "$OUT/run-b-$p.txt"
+    done
+    note "gpu-accel run $RUN_FLAGS_B x$RUNS at ~$p tokens: $(tr '\n' ' ' < "$OUT/run-b-$p.txt")"
+  fi
 done
 
 python3 - "$OUT" "$PROMPT" "$VARIANTS" $TTFT_PROMPTS > "$OUT/table.md" <<'PYEOF'

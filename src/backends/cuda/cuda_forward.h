@@ -41,6 +41,23 @@ enum class Int8Activations {
                      // rows (default; 7B Q8_0 tg128 334.6 vs 328.0 tok/s in mode 2, same run, H200)
 };
 
+// Prefill CUDA graphs (cuda_llama_step.cpp, "prefill graphs"): a lone prompt step of L tokens, 8 < L <= this bound,
+// replays the graph captured for the GEMM bucket of L (backends/cuda/gemm.h: 16, 20, 24, ..., 448, 512) with the
+// rows past L padded: ~200 kernel launches (16 layers of a 1B model) become one, which is what a short prefill
+// is bound by. 0: never (every prefill enqueued kernel by kernel, as before). The graphs are captured by
+// warm_up_matmuls() (or on first use).
+inline constexpr int64_t kPrefillGraphMaxTokens = 512;
+
+// What the prefill graphs cost and did (CudaForward / CudaBatchForward::prefill_graph_stats).
+struct PrefillGraphStats {
+  int64_t max_tokens = 0;        // the bound in force (0: off)
+  int64_t captured = 0;          // graphs captured (one per bucket used or warmed)
+  double capture_seconds = 0;    // host time of their captures, instantiations and uploads
+  int64_t device_bytes = 0;      // device memory their instantiation took (cudaMemGetInfo around it; >= 0)
+  int64_t replays = 0;           // prefill steps that replayed a graph
+  int64_t padded_rows = 0;       // rows computed past the prompts' ends by those replays
+};
+
 struct CudaForwardParams {
   int device = 0;
   int64_t n_ctx = 0;         // positions the device KV cache (f16) holds
@@ -49,6 +66,9 @@ struct CudaForwardParams {
   std::vector<float> rope_freq_factors;
   bool use_cuda_graph = true;  // capture the one-token decode step once and replay it
   Int8Activations int8_activations = Int8Activations::kOnceAll;
+  // Prefill steps (without all_logits) of up to this many tokens replay a graph per bucket; 0: off. Needs
+  // use_cuda_graph. GA_PREFILL_GRAPHS=N in the environment overrides it (a diagnostic switch: A/B in one build).
+  int64_t prefill_graph_max_tokens = kPrefillGraphMaxTokens;
 };
 
 // One sequence of a Llama-family model on one GPU. Not thread-safe.
@@ -69,8 +89,10 @@ class CudaForward {
   // Runs every prefill matrix product of the model once per GEMM algorithm bucket up to the largest step
   // (backends/cuda/gemm.h), on the forward's scratch, so that every prompt length finds its algorithm
   // chosen and its kernel loaded. Touches neither the KV cache nor any state a later eval reads. Part of
-  // the warm-up (Session::warm_up).
+  // the warm-up (Session::warm_up). Also captures the prefill graphs of every bucket (params'
+  // prefill_graph_max_tokens), so no prompt pays a capture.
   virtual void warm_up_matmuls() = 0;
+  virtual PrefillGraphStats prefill_graph_stats() const { return {}; }
 };
 
 // Uploads the weights (native types) and allocates the KV cache and scratch. Throws Unsupported for
@@ -105,6 +127,9 @@ struct CudaBatchForwardParams {
   std::vector<float> rope_freq_factors;
   bool use_cuda_graph = true;  // replay decode-only steps (n one-token runs) as graphs captured per n
   Int8Activations int8_activations = Int8Activations::kOnceAll;
+  // A step that is one prompt run alone (one sequence, one logits row; a lone request's prefill) of up to
+  // this many tokens replays a graph per bucket; 0: off. As CudaForwardParams::prefill_graph_max_tokens.
+  int64_t prefill_graph_max_tokens = kPrefillGraphMaxTokens;
 };
 
 // The forward pass of a batch of entries from many sequences over a paged f16 KV pool on one GPU:
@@ -133,6 +158,7 @@ class CudaBatchForward {
   virtual uint64_t device_bytes() const = 0;  // weights + KV pool + scratch
   virtual uint64_t kv_bytes() const = 0;      // the KV pool alone
   virtual void warm_up_matmuls() = 0;         // CudaForward::warm_up_matmuls (engine::warm_up_backend)
+  virtual PrefillGraphStats prefill_graph_stats() const { return {}; }
 };
 
 // Uploads the weights and allocates the pool and scratch. Unsupported without CUDA / a device / for

@@ -156,6 +156,7 @@ std::unique_ptr<BatchBackend> make_batch_backend(const LoadedModel& model, const
     params.max_seqs = options.max_seqs;
     params.max_seq_positions = options.n_ctx;
     params.use_cuda_graph = options.cuda_graphs;
+    params.prefill_graph_max_tokens = options.prefill_graph_max_tokens;
     params.rope_freq_factors = arch::rope_freq_factors_for_forward(model);
     try {
       return std::make_unique<CudaBatchBackend>(cuda::make_cuda_llama_batch_forward(model, params), gpu_index,

@@ -184,6 +184,7 @@ struct Scheduler::Impl {
     b.kv_type = o.kv_type;
     b.pool = p;
     b.cuda_graphs = o.cuda_graphs;
+    b.prefill_graph_max_tokens = o.prefill_graph_max_tokens;
     b.gpu_sampling = o.gpu_sampling;
     return b;
   }
@@ -234,6 +235,7 @@ Scheduler::Scheduler(const LoadedModel& model, const Tokenizer& tokenizer, const
   }
   if (options.warm_up) {
     engine::warm_up_backend(*impl_->backend, n_ctx, options.block_size, options.max_batch_tokens, options.max_running);
+    GA_LOG(Info, "warmed up: ", impl_->backend->description());  // what the warm-up captured (CUDA graphs)
   }
   impl_->snapshot.device = impl_->backend->device();
   impl_->snapshot.weight_bytes = model.weight_bytes();

@@ -71,6 +71,7 @@ Session::Session(const LoadedModel& model, const SessionOptions& options) : impl
     params.device = gpu_index;
     params.n_ctx = n_ctx;
     params.use_cuda_graph = options.cuda_graphs;
+    params.prefill_graph_max_tokens = options.prefill_graph_max_tokens;
     params.rope_freq_factors = arch::rope_freq_factors_for_forward(model);
     try {
       impl_->gpu = cuda::make_cuda_llama_forward(model, params);

@@ -234,10 +234,18 @@ CudaLlamaForward::CudaLlamaForward(const LoadedModel& model, const EngineLayout&
                      " (built for ", GA_CUDA_ARCHS_STR, "), ", static_cast<double>(needed) / kMiB, " MiB on device");
   description_ += prefill_staging_.data() != nullptr ? ", prefill attention: Hopper flash (sm_90a)"
                                                      : ", prefill attention: mma.sync";
+  prefill_stats_.max_tokens = layout_.prefill_graph_max_tokens;
   if (layout_.paged) {
     description_ += str(", KV pool ", layout_.n_blocks, " x ", layout_.block_size, " positions (",
                         static_cast<double>(s.kv) / kMiB, " MiB)");
   }
+}
+
+std::string CudaLlamaForward::description() const {
+  const PrefillGraphStats& g = prefill_stats_;
+  if (g.max_tokens <= 0) return description_ + ", prefill graphs off";
+  return description_ + str(", prefill graphs <= ", g.max_tokens, " tokens: ", g.captured, " captured in ",
+                            g.capture_seconds * 1e3, " ms, ", static_cast<double>(g.device_bytes) / kMiB, " MiB");
 }
 
 CudaLlamaForward::~CudaLlamaForward() {
@@ -466,42 +474,46 @@ void CudaLlamaForward::allocate_state() {
 // enqueue_step make them (same matrices, input and output buffers, strides, hence the same GEMM cache
 // keys), at the smallest n of every GEMM bucket up to max_batch. Inputs are the zeroed scratch; outputs
 // land in scratch that every step writes before reading. Layer 0 stands for all: every layer has the
-// same shapes and the buffers are shared.
+// same shapes and the buffers are shared. Then the prefill graphs of every bucket are captured
+// (cuda_llama_prefill_graph.cpp), with every algorithm they launch already chosen.
 void CudaLlamaForward::warm_up_matmuls() {
   if (layout_.max_batch <= kGemvMaxTokens || layers_.empty()) return;
   DeviceGuard guard(layout_.device);
   cudaStream_t s = stream_.get();
-  const int64_t B = layout_.max_batch;
   for (DeviceBuffer* b : {&xn_, &attn_, &gu_, &tmp_}) GA_CUDA_CHECK(cudaMemsetAsync(b->data(), 0, b->size(), s));
+  for (const int64_t n : gemm_bucket_warm_up_tokens(kGemvMaxTokens + 1, layout_.max_batch)) warm_up_matmuls_at(n);
+  stream_.synchronize();
+  gemms_warm_ = true;
+  for (const int64_t bucket : prefill_graph_buckets()) capture_prefill_graph(bucket);
+}
+
+void CudaLlamaForward::warm_up_matmuls_at(int64_t n) {
   const DeviceLayer& L = layers_[0];
   float* const qkv = qkv_.as<float>();
   const float* const h = xn_.as<float>();
-  for (const int64_t n : gemm_bucket_warm_up_tokens(kGemvMaxTokens + 1, B)) {
-    if (L.wqkv.rows > 0) {
-      matmul(L.wqkv, h, ld_embd_, n, qkv, ld_qkv_);
+  if (L.wqkv.rows > 0) {
+    matmul(L.wqkv, h, ld_embd_, n, qkv, ld_qkv_);
+  } else {
+    if (L.wqk.rows > 0) {
+      matmul(L.wqk, h, ld_embd_, n, qkv, ld_qkv_);
     } else {
-      if (L.wqk.rows > 0) {
-        matmul(L.wqk, h, ld_embd_, n, qkv, ld_qkv_);
-      } else {
-        matmul(L.wq, h, ld_embd_, n, qkv, ld_qkv_);
-        matmul(L.wk, h, ld_embd_, n, qkv + q_dim_, ld_qkv_);
-      }
-      matmul(L.wv, h, ld_embd_, n, qkv + q_dim_ + kv_dim_, ld_qkv_);
+      matmul(L.wq, h, ld_embd_, n, qkv, ld_qkv_);
+      matmul(L.wk, h, ld_embd_, n, qkv + q_dim_, ld_qkv_);
     }
-    matmul(L.wo, attn_.as<float>(), ld_q_, n, tmp_.as<float>(), ld_embd_);
-    float* const gate = gu_.as<float>();
-    if (L.w_gate_up.rows > 0) {
-      matmul(L.w_gate_up, h, ld_embd_, n, gate, ld_gu_);
-    } else {
-      matmul(L.w_gate, h, ld_embd_, n, gate, ld_gu_);
-      matmul(L.w_up, h, ld_embd_, n, gate + c_.n_ff, ld_gu_);
-    }
-    matmul(L.w_down, gate, ld_gu_, n, tmp_.as<float>(), ld_embd_);
-    // the classifier of more than 8 rows: contiguous rows of xn_ or gathered rows of tmp_ (same strides)
-    matmul(output_, h, ld_embd_, n, logits_.as<float>(), c_.n_vocab);
-    matmul(output_, tmp_.as<float>(), ld_embd_, n, logits_.as<float>(), c_.n_vocab);
+    matmul(L.wv, h, ld_embd_, n, qkv + q_dim_ + kv_dim_, ld_qkv_);
   }
-  stream_.synchronize();
+  matmul(L.wo, attn_.as<float>(), ld_q_, n, tmp_.as<float>(), ld_embd_);
+  float* const gate = gu_.as<float>();
+  if (L.w_gate_up.rows > 0) {
+    matmul(L.w_gate_up, h, ld_embd_, n, gate, ld_gu_);
+  } else {
+    matmul(L.w_gate, h, ld_embd_, n, gate, ld_gu_);
+    matmul(L.w_up, h, ld_embd_, n, gate + c_.n_ff, ld_gu_);
+  }
+  matmul(L.w_down, gate, ld_gu_, n, tmp_.as<float>(), ld_embd_);
+  // the classifier of more than 8 rows: contiguous rows of xn_ or gathered rows of tmp_ (same strides)
+  matmul(output_, h, ld_embd_, n, logits_.as<float>(), c_.n_vocab);
+  matmul(output_, tmp_.as<float>(), ld_embd_, n, logits_.as<float>(), c_.n_vocab);
 }
 
 }  // namespace ga::cuda::llama

@@ -17,6 +17,9 @@
 //     n = 1 .. max_seqs are captured at construction (as vLLM does at startup): a capture costs
 //     milliseconds, and a server meets every batch size as sequences finish at different steps, so
 //     capturing on first use put one capture into most steps of a batch's tail.
+// A prompt step of 9..prefill_graph_max_tokens tokens alone (contiguous: any eval without all_logits; paged: one
+// run, one logits row: a lone request) replays a graph captured per GEMM length bucket with the rows past the
+// prompt padded (cuda_llama_prefill_graph.cpp: the short prefill is launch-bound).
 // Everything a step reads from the host (ids, positions, slots, logits rows, sequence runs, block
 // tables) is in one int32 device buffer filled by one host->device copy per step.
 //
@@ -42,6 +45,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -94,6 +98,7 @@ struct EngineLayout {
   int64_t max_seq_positions = 0;    // positions one sequence may reach
   std::vector<float> rope_freq_factors;
   bool use_cuda_graph = true;       // capture decode steps (contiguous: 1 token; paged: n one-token runs)
+  int64_t prefill_graph_max_tokens = 0;  // prefill graphs per bucket up to this step size; 0: none
   Int8Activations int8_activations = Int8Activations::kOnceAll;  // cuda_forward.h
 };
 
@@ -109,6 +114,9 @@ struct StepShape {
   int64_t first_logit_row = 0;
   int64_t n_logits = 0;
   bool gather_logits = false;
+  // Rows past the real ones are padding (a prefill graph's bucket): every K/V store goes through the
+  // metadata's slots (a pad row's is -1: no store), in the contiguous layout too.
+  bool pad_rows = false;
 };
 
 class CudaLlamaForward final : public CudaForward, public CudaBatchForward {
@@ -131,9 +139,10 @@ class CudaLlamaForward final : public CudaForward, public CudaBatchForward {
   // both
   int device() const override { return layout_.device; }
   int64_t n_vocab() const override { return c_.n_vocab; }
-  std::string description() const override { return description_; }
+  std::string description() const override;  // with the prefill graphs captured so far
   uint64_t device_bytes() const override { return device_bytes_; }
   void warm_up_matmuls() override;
+  PrefillGraphStats prefill_graph_stats() const override { return prefill_stats_; }
 
  private:
   struct Sizes;
@@ -243,6 +252,27 @@ class CudaLlamaForward final : public CudaForward, public CudaBatchForward {
     cudaGraphExec_t exec = nullptr;
   };
   std::vector<CapturedStep> graphs_;  // [max_seqs + 1], by tokens in the step
+  void capture_into(CapturedStep& g, const StepShape& shape);
+
+  // ---- prefill graphs (cuda_llama_prefill_graph.cpp) ----
+  // The bucket whose graph serves a prompt step of n tokens at pos0 (gemm_bucket(n)), or 0 when it runs
+  // enqueued: graphs off, n <= kGemvMaxTokens, the bucket above the bound or max_batch, or the padded rows
+  // would pass the cache's end.
+  int64_t prefill_graph_bucket(int64_t n, int64_t pos0) const;
+  std::vector<int64_t> prefill_graph_buckets() const;  // every bucket a step may use, ascending
+  StepShape prefill_shape(int64_t bucket) const;        // the shape its graph is captured with
+  // Pads the metadata in host_staging_ of a step of n real tokens (ids, positions, and for the
+  // contiguous layout the slots and the logits row already written up to n) to `bucket` rows: pad ids 0,
+  // positions continuing, slots -1; paged: the single run spans the bucket.
+  void pad_prefill_metadata(int64_t n, int64_t bucket);
+  // Replays the bucket's graph (capturing it first if warm_up_matmuls() has not).
+  void launch_prefill_graph(int64_t n, int64_t bucket);
+  void capture_prefill_graph(int64_t bucket);
+  // The GEMMs of a step of n tokens on the scratch (warm_up_matmuls' body for one n).
+  void warm_up_matmuls_at(int64_t n);
+  std::map<int64_t, CapturedStep> prefill_graphs_;  // by bucket
+  PrefillGraphStats prefill_stats_;
+  bool gemms_warm_ = false;  // warm_up_matmuls() has chosen every GEMM bucket's algorithm
 };
 
 }  // namespace ga::cuda::llama

@@ -189,7 +189,8 @@ void CudaLlamaForward::enqueue_qkv_rope_store(const DeviceLayer& L, const StepSh
   r.k_cache = L.k_cache;
   r.v_cache = L.v_cache;
   r.positions = positions();
-  r.slots = shape.paged ? meta(off_slots()) : nullptr;  // paged: the cache row is the slot, not the position
+  // paged (and padded steps): the cache row is the slot, not the position; a pad row's slot is -1 (no store)
+  r.slots = shape.paged || shape.pad_rows ? meta(off_slots()) : nullptr;
   r.n_tokens = shape.n_tokens;
   r.n_head = static_cast<int>(c_.n_head);
   r.n_head_kv = static_cast<int>(c_.n_head_kv);
@@ -350,11 +351,14 @@ void CudaLlamaForward::enqueue_step(const StepShape& shape) {
 }
 
 void CudaLlamaForward::destroy_graphs() noexcept {
-  for (CapturedStep& g : graphs_) {
+  const auto destroy = [](CapturedStep& g) {
     if (g.exec != nullptr) (void)cudaGraphExecDestroy(g.exec);
     if (g.graph != nullptr) (void)cudaGraphDestroy(g.graph);
     g = CapturedStep{};
-  }
+  };
+  for (CapturedStep& g : graphs_) destroy(g);
+  for (auto& [bucket, g] : prefill_graphs_) destroy(g);
+  prefill_graphs_.clear();
 }
 
 // The shape every decode step of n tokens is captured with: contiguous, one token at the position in
@@ -372,22 +376,30 @@ StepShape CudaLlamaForward::decode_shape(int64_t n) const {
 }
 
 void CudaLlamaForward::capture_graph(const StepShape& shape) {
-  cudaStream_t s = stream_.get();
   if (graphs_.empty()) graphs_.resize(static_cast<size_t>(layout_.max_seqs + 1));
   CapturedStep& g = graphs_[static_cast<size_t>(shape.n_tokens)];
-  if (g.exec == nullptr) {
-    GA_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-    try {
-      enqueue_step(shape);
-    } catch (...) {
-      cudaGraph_t broken = nullptr;
-      (void)cudaStreamEndCapture(s, &broken);  // leave the stream usable
-      if (broken != nullptr) (void)cudaGraphDestroy(broken);
-      (void)cudaGetLastError();
-      throw;
-    }
-    GA_CUDA_CHECK(cudaStreamEndCapture(s, &g.graph));
-    GA_CUDA_CHECK(cudaGraphInstantiate(&g.exec, g.graph, 0));
+  if (g.exec == nullptr) capture_into(g, shape);
+}
+
+// The step of `shape` captured (nothing runs) and instantiated into g.
+void CudaLlamaForward::capture_into(CapturedStep& g, const StepShape& shape) {
+  cudaStream_t s = stream_.get();
+  GA_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  try {
+    enqueue_step(shape);
+  } catch (...) {
+    cudaGraph_t broken = nullptr;
+    (void)cudaStreamEndCapture(s, &broken);  // leave the stream usable
+    if (broken != nullptr) (void)cudaGraphDestroy(broken);
+    (void)cudaGetLastError();
+    throw;
+  }
+  GA_CUDA_CHECK(cudaStreamEndCapture(s, &g.graph));
+  const cudaError_t status = cudaGraphInstantiate(&g.exec, g.graph, 0);
+  if (status != cudaSuccess) {  // g stays empty: nothing leaks, a later step may try again
+    (void)cudaGraphDestroy(g.graph);
+    g = CapturedStep{};
+    GA_CUDA_CHECK(status);
   }
 }
 
@@ -432,9 +444,20 @@ void CudaLlamaForward::run_contiguous(std::span<const int32_t> tokens, int64_t p
       host_staging_[t] = tokens[static_cast<size_t>(done + t)];
       host_staging_[off_positions() + t] = static_cast<int32_t>(pos0 + done + t);
     }
-    GA_CUDA_CHECK(cudaMemcpyAsync(step_in_.data(), host_staging_, static_cast<size_t>(off_positions() + step_n) * 4,
+    // A prefill of a graph's bucket: the slots and the logits row come from the metadata too, and the rows
+    // past step_n are padding (pad_prefill_metadata), so the copy spans up to the logits row.
+    const int64_t bucket = all_logits ? 0 : prefill_graph_bucket(step_n, pos0 + done);
+    if (bucket > 0) {
+      for (int64_t t = 0; t < step_n; ++t) host_staging_[off_slots() + t] = host_staging_[off_positions() + t];
+      host_staging_[off_logit_rows()] = static_cast<int32_t>(step_n - 1);
+      pad_prefill_metadata(step_n, bucket);
+    }
+    const int64_t copy_ints = bucket > 0 ? off_logit_rows() + 1 : off_positions() + step_n;
+    GA_CUDA_CHECK(cudaMemcpyAsync(step_in_.data(), host_staging_, static_cast<size_t>(copy_ints) * 4,
                                   cudaMemcpyHostToDevice, s));
-    if (step_n == 1 && layout_.use_cuda_graph) {
+    if (bucket > 0) {
+      launch_prefill_graph(step_n, bucket);
+    } else if (step_n == 1 && layout_.use_cuda_graph) {
       launch_graph(decode_shape(1));
     } else {
       StepShape shape;
@@ -553,10 +576,17 @@ int64_t CudaLlamaForward::run_paged(std::span<const BatchEntry> batch,
   cudaStream_t s = stream_.get();
   // One copy: everything up to the last run's block table (host_staging_ is free again: the
   // previous call ended with a synchronize).
+  // A prompt run alone with one logits row (a lone request's prefill) replays its bucket's prefill graph.
+  const int64_t bucket = shape.n_seqs == 1 && shape.n_logits == 1
+                             ? prefill_graph_bucket(shape.n_tokens, host_staging_[off_pos0()])
+                             : 0;
+  if (bucket > 0) pad_prefill_metadata(shape.n_tokens, bucket);
   const size_t ints = static_cast<size_t>(off_tables() + shape.n_seqs * table_stride_);
   GA_CUDA_CHECK(cudaMemcpyAsync(step_in_.data(), host_staging_, ints * 4, cudaMemcpyHostToDevice, s));
   // Decode-only steps (every run one token, every token sampling) replay a captured graph.
-  if (layout_.use_cuda_graph && shape.max_seq_tokens == 1 && shape.n_logits == shape.n_tokens) {
+  if (bucket > 0) {
+    launch_prefill_graph(shape.n_tokens, bucket);
+  } else if (layout_.use_cuda_graph && shape.max_seq_tokens == 1 && shape.n_logits == shape.n_tokens) {
     launch_graph(decode_shape(shape.n_tokens));
   } else {
     enqueue_step(shape);
@@ -591,6 +621,11 @@ llama::EngineLayout layout_from_common_params(const Params& params) {
   layout.rope_freq_factors = params.rope_freq_factors;
   layout.use_cuda_graph = params.use_cuda_graph;
   layout.int8_activations = params.int8_activations;
+  layout.prefill_graph_max_tokens = params.use_cuda_graph ? std::max<int64_t>(params.prefill_graph_max_tokens, 0) : 0;
+  // GA_PREFILL_GRAPHS=N (0: off): a diagnostic switch for before/after measurements in one build.
+  if (const char* env = std::getenv("GA_PREFILL_GRAPHS"); env != nullptr && *env != '\0' && params.use_cuda_graph) {
+    layout.prefill_graph_max_tokens = std::max<long long>(std::atoll(env), 0);
+  }
   return layout;
 }
 
