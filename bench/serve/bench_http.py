@@ -133,6 +133,9 @@ class StreamClient:
         if self.sock is not None:
             self.sock.close()
 
+    def send_get(self, path):
+        self.sock.sendall(f"GET {path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\n\r\n".encode())
+
     def send_post(self, path, body, headers):
         data = body.encode() if isinstance(body, str) else body
         head = f"POST {path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\nContent-Length: {len(data)}\r\n"
@@ -316,6 +319,30 @@ class ClientPool:
                 vars(res).update(fields)
                 results[k + j * len(self.workers)] = res  # undo the i::P split
         return results, t0, [a["cpu_s"] for a in per_worker]
+
+
+def http_round_trips_ms(url, timeout, repeats, idle_s=0.02):
+    """The HTTP floor a lone request's TTFT includes: GET /health (the server does next to nothing) on a connection
+    opened beforehand, as the lone requests' are, after the same kind of idle gap, timed from the send to the whole
+    answer with the same socket reader as the streams. The way in and out of a completion (socket, HTTP thread
+    wake-ups, the client's own wake-up) costs about this much on top of the server's own work. A fresh connection
+    each time: the server closes a keep-alive connection after a few requests."""
+    times = []
+    for _ in range(repeats):
+        c = StreamClient(url, timeout)
+        c.connect()
+        try:
+            time.sleep(idle_s)
+            t0 = time.perf_counter()
+            c.send_get("/health")
+            status, headers = c.read_head()
+            c.body(headers)
+            times.append((time.perf_counter() - t0) * 1e3)
+        finally:
+            c.close()
+        if status != 200:
+            raise http.client.HTTPException(f"/health answered {status}")
+    return times
 
 
 def run_round(args, pool, n_vocab, model, clients, round_index, max_tokens=None):
@@ -504,6 +531,7 @@ def main():
         raise SystemExit("--clients >= 1, --prompt-tokens >= 1, --max-tokens >= 2 and --processes >= 1")
 
     proc, pool = None, None
+    round_trips = []
     if args.server_cmd:
         proc, args.url = start_server(args.server_cmd, args.timeout, args.server_log)
     try:
@@ -523,6 +551,7 @@ def main():
         rounds = [run_round(args, pool, n_vocab, model, n, i + 1) for i, n in enumerate(counts)]
         lone = [run_round(args, pool, n_vocab, model, 1, 1000 + k, max_tokens=min(args.max_tokens, 8))
                 for k in range(args.ttft_repeats)]
+        round_trips = http_round_trips_ms(args.url, args.timeout, 15) if args.ttft_repeats else []
     finally:
         if pool is not None:
             pool.close()
@@ -544,11 +573,14 @@ def main():
               f"{fmt(min(lone_ttft) if lone_ttft else None, '.2f')} ms; server-side median "
               f"{fmt(statistics.median(lone_server) if lone_server else None, '.2f')} ms; response headers (TTFB) median "
               f"{fmt(statistics.median(lone_ttfb) if lone_ttfb else None, '.2f')} ms")
+        print(f"HTTP round trip (GET /health on an open connection after 20 ms idle, {len(round_trips)} times): "
+              f"median {fmt(statistics.median(round_trips) if round_trips else None, '.3f')} ms, min "
+              f"{fmt(min(round_trips) if round_trips else None, '.3f')} ms")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"url": args.url, "prompt_tokens": args.prompt_tokens, "max_tokens": args.max_tokens,
                        "rounds": rounds, "lone_ttft_ms": lone_ttft, "lone_server_ttft_ms": lone_server,
-                       "lone_ttfb_ms": lone_ttfb,
+                       "lone_ttfb_ms": lone_ttfb, "http_round_trip_ms": round_trips,
                        "lone_request_times": [t for r in lone if r["failed"] == 0 for t in r["request_times"]]},
                       f, indent=1)
     failed = sum(r["failed"] for r in rounds + lone)

@@ -286,8 +286,8 @@ for p in prompts:
 print()
 
 # Lone requests over HTTP, per server variant (median of 9): TTFT at the client against both references.
-print("| prompt tokens | server variant | HTTP TTFT median ms (client) | / Session prefill | / run's prompt time (same length; scaled linearly if run's count differs) | server-side median ms | / prefill | headers (TTFB) median ms | HTTP TTFT min ms |")
-print("|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+print("| prompt tokens | server variant | HTTP TTFT median ms (client) | / Session prefill | / run's prompt time (same length; scaled linearly if run's count differs) | server-side median ms | / prefill | headers (TTFB) median ms | HTTP TTFT min ms | HTTP round trip (GET /health) median ms | TTFT - round trip, / run |")
+print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 for p in prompts:
     pre = refs[p].get("prefill")
     run_ms, run_tokens = runs[p]
@@ -296,8 +296,11 @@ for p in prompts:
         h = load_json(f"{out}/http-{v}-{p}.json")
         lone, srv, ttfb = h.get("lone_ttft_ms", []), h.get("lone_server_ttft_ms", []), h.get("lone_ttfb_ms", [])
         ratio = lambda x, ref: x / ref if x is not None and ref else None
+        rtt = h.get("http_round_trip_ms", [])
+        beyond = med(lone) - med(rtt) if lone and rtt else None
         print(f"| {p} | {v} | {f(med(lone), '.3f')} | {f(ratio(med(lone), pre), '.3f')} | {f(ratio(med(lone), run_at_p), '.3f')} "
-              f"| {f(med(srv), '.3f')} | {f(ratio(med(srv), pre), '.3f')} | {f(med(ttfb), '.3f')} | {f(min(lone) if lone else None, '.3f')} |")
+              f"| {f(med(srv), '.3f')} | {f(ratio(med(srv), pre), '.3f')} | {f(med(ttfb), '.3f')} | {f(min(lone) if lone else None, '.3f')} "
+              f"| {f(med(rtt), '.3f')} | {f(ratio(beyond, run_at_p), '.3f')} |")
 print()
 
 # Where a lone request's time goes: the client's send and first-data times (CLOCK_MONOTONIC) matched with the
