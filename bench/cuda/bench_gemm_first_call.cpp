@@ -31,6 +31,7 @@
 #include "backends/cuda/gemm.h"
 #include "backends/cuda/stream.h"
 #include "gpu_accel/dtype.h"
+#include "bench_util.cuh"
 
 namespace {
 
@@ -40,19 +41,6 @@ struct Shape {
   const char* name;
   int64_t rows, k;
 };
-
-std::vector<int64_t> parse_list(const char* text) {
-  std::vector<int64_t> out;
-  std::string s(text);
-  size_t at = 0;
-  while (at < s.size()) {
-    const size_t comma = s.find(',', at);
-    out.push_back(std::stoll(s.substr(at, comma == std::string::npos ? std::string::npos : comma - at)));
-    if (comma == std::string::npos) break;
-    at = comma + 1;
-  }
-  return out;
-}
 
 // Fills `bytes` of device memory with random normal f16 (a 1 MiB random block, repeated).
 void fill_random_f16(void* dst, size_t bytes, std::mt19937& rng) {
@@ -77,8 +65,8 @@ int main(int argc, char** argv) {
     const std::string a = argv[i];
     if (a == "--shapes" && i + 1 < argc) shapes_name = argv[++i];
     else if (a == "--prewarm") prewarm = true;
-    else if (a == "--first" && i + 1 < argc) first = parse_list(argv[++i]);
-    else if (a == "--sweep" && i + 1 < argc) sweep = parse_list(argv[++i]);
+    else if (a == "--first" && i + 1 < argc) first = ga::bench::parse_int_list(argv[++i]);
+    else if (a == "--sweep" && i + 1 < argc) sweep = ga::bench::parse_int_list(argv[++i]);
     else {
       std::fprintf(stderr, "usage: %s [--shapes 1b|7b] [--prewarm] [--first LIST] [--sweep LIST]\n", argv[0]);
       return 2;

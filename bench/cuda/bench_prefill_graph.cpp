@@ -28,22 +28,11 @@
 #include "backends/cuda/cuda_forward.h"
 #include "gpu_accel/model.h"
 #include "model/arch/llama.h"
+#include "bench_util.cuh"
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-std::vector<int64_t> parse_list(const std::string& s) {
-  std::vector<int64_t> out;
-  size_t at = 0;
-  while (at < s.size()) {
-    const size_t comma = s.find(',', at);
-    out.push_back(std::stoll(s.substr(at, comma == std::string::npos ? std::string::npos : comma - at)));
-    if (comma == std::string::npos) break;
-    at = comma + 1;
-  }
-  return out;
-}
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -106,7 +95,7 @@ int main(int argc, char** argv) {
   }
   try {
     const ga::LoadedModel model = ga::load_model(model_path);
-    const std::vector<int64_t> lengths = parse_list(tokens_arg);
+    const std::vector<int64_t> lengths = ga::bench::parse_int_list(tokens_arg);
     const int64_t longest = *std::max_element(lengths.begin(), lengths.end());
     const int64_t n_ctx = longest + 128, block = 16;
     std::mt19937 rng(1);

@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <string>
 #include <type_traits>
@@ -30,6 +31,19 @@ inline bool open_bench_device() {
   }
   std::printf("%s\n", ga::cuda_device_summary().c_str());
   return true;
+}
+
+// "1,2,512" -> {1, 2, 512}: the benchmarks' list arguments (token counts, lengths).
+inline std::vector<int64_t> parse_int_list(const std::string& s) {
+  std::vector<int64_t> out;
+  size_t at = 0;
+  while (at < s.size()) {
+    const size_t comma = s.find(',', at);
+    out.push_back(std::stoll(s.substr(at, comma == std::string::npos ? std::string::npos : comma - at)));
+    if (comma == std::string::npos) break;
+    at = comma + 1;
+  }
+  return out;
 }
 
 inline double median(std::vector<double> v) {

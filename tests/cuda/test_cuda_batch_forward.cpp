@@ -29,6 +29,7 @@
 #include "core/thread_pool.h"
 #include "cuda/cuda_harness.h"
 #include "cuda/logits_check.h"
+#include "cuda/random_test_model.h"
 #include "gpu_accel/error.h"
 #include "gpu_accel/model.h"
 #include "model/arch/llama.h"
@@ -139,26 +140,8 @@ size_t check_model(const std::string& tag, const ga::LoadedModel& model, int64_t
   return rows;
 }
 
-// A random model (make_random_model over stories260K's vocabulary), written to a temporary file named after
-// `file_tag` and the process, loaded, and the file removed: the loader keeps what it needs (mapped pages stay valid).
-ga::LoadedModel random_model(const std::string& file_tag, const std::string& preset, const std::string& type,
-                             uint64_t seed) {
-  const std::string path =
-      (std::filesystem::temp_directory_path() / (file_tag + std::to_string(::getpid()) + ".gguf")).string();
-  ga::tools::MakeModelOptions o;
-  o.preset = preset;
-  o.type = type;
-  o.vocab_path = ga::test::shared_path("models/tinyllamas/stories260K.gguf");
-  o.seed = seed;
-  o.n_threads = 2;
-  ga::tools::make_random_model(path, o);
-  ga::LoadedModel m = ga::load_model(path);
-  std::filesystem::remove(path);
-  return m;
-}
-
 const ga::LoadedModel& tiny_hd64() {
-  static const ga::LoadedModel model = random_model("ga-tiny-hd64-", "tiny-hd64", "F16", 3);
+  static const ga::LoadedModel model = ga::test::cuda::load_random_test_model("ga-tiny-hd64-", "tiny-hd64", "F16", 3);
   return model;
 }
 
@@ -167,7 +150,7 @@ const ga::LoadedModel& tiny_hd64() {
 // the Q4_K ffn_down / attn_o GEMVs read x rounded once by SwiGLU / the pre-pass, the others round it themselves
 // and the Q6_K ones read x in float.
 const ga::LoadedModel& tiny_q4_k_m() {
-  static const ga::LoadedModel model = random_model("ga-tiny-q4km-", "tiny", "Q4_K_M", 5);
+  static const ga::LoadedModel model = ga::test::cuda::load_random_test_model("ga-tiny-q4km-", "tiny", "Q4_K_M", 5);
   return model;
 }
 

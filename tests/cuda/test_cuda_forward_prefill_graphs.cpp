@@ -32,6 +32,7 @@
 #include "core/thread_pool.h"
 #include "cuda/cuda_harness.h"
 #include "cuda/logits_check.h"
+#include "cuda/random_test_model.h"
 #include "gpu_accel/model.h"
 #include "gpu_accel/session.h"
 #include "model/arch/llama.h"
@@ -45,23 +46,8 @@ constexpr double kCpuRelL2 = 1e-2;    // the CUDA forward's whole-model toleranc
 constexpr double kEagerRelL2 = 1e-4;  // graph vs eager: the same kernels on more rows
 constexpr int64_t kGraphMax = 64;     // the forwards' max_batch too: buckets 16, 20, 24, 28, 32, 40, 48, 56, 64
 
-ga::LoadedModel random_model(const std::string& preset, uint64_t seed) {
-  const std::string path =
-      (std::filesystem::temp_directory_path() / ("ga-pgraph-" + std::to_string(::getpid()) + ".gguf")).string();
-  ga::tools::MakeModelOptions o;
-  o.preset = preset;
-  o.type = "F16";
-  o.vocab_path = ga::test::shared_path("models/tinyllamas/stories260K.gguf");
-  o.seed = seed;
-  o.n_threads = 2;
-  ga::tools::make_random_model(path, o);
-  ga::LoadedModel m = ga::load_model(path);
-  std::filesystem::remove(path);
-  return m;
-}
-
 const ga::LoadedModel& tiny_hd64() {
-  static const ga::LoadedModel model = random_model("tiny-hd64", 7);
+  static const ga::LoadedModel model = ga::test::cuda::load_random_test_model("ga-pgraph-", "tiny-hd64", "F16", 7);
   return model;
 }
 
