@@ -114,15 +114,36 @@ __host__ __device__ constexpr int dq_tile_offset(int r, int d) {
 
 // ---- 1. preprocess: D, LSE * log2 e (padded), zero the dQ accumulator ----
 
+// A row of the preprocess's padded [batch][n_head][m_blocks * 64] order: its query position i, head h and batch b.
+struct PaddedRow {
+  int i, h, b;
+};
+__device__ __forceinline__ PaddedRow padded_row(const flash_bwd::BwdArgs& a, int64_t row, int m_blocks) {
+  const int seq_pad = m_blocks * 64;
+  return {static_cast<int>(row % seq_pad), static_cast<int>((row / seq_pad) % a.n_head),
+          static_cast<int>(row / (int64_t{seq_pad} * a.n_head))};
+}
+
+// The preprocess's per-row outputs: D = rowsum(dO * O) (`sum`) and LSE * log2 e, +inf for padding rows and rows that
+// see no key (lse = -inf): P = 0 there.
+__device__ __forceinline__ void store_row_stats(const flash_bwd::BwdArgs& a, float* lse_log2, int64_t row,
+                                                PaddedRow r, float sum) {
+  a.dsum[row] = sum;
+  float l = INFINITY;
+  if (r.i < a.seqlen_q) {
+    const float lse = a.lse[(int64_t{r.b} * a.n_head + r.h) * a.seqlen_q + r.i];
+    if (lse != -INFINITY) l = lse * detail::kLog2e;
+  }
+  lse_log2[row] = l;
+}
+
 template <bool kBf16, int HD>
 __global__ void __launch_bounds__(256) preprocess(flash_bwd::BwdArgs a, float* lse_log2, int m_blocks) {
   const int64_t row = (int64_t{blockIdx.x} * blockDim.x + threadIdx.x) / 32;  // [batch][n_head][m_blocks * 64]
   const int lane = threadIdx.x % 32;
-  const int seq_pad = m_blocks * 64;
-  if (row >= int64_t{a.batch} * a.n_head * seq_pad) return;
-  const int i = static_cast<int>(row % seq_pad);
-  const int h = static_cast<int>((row / seq_pad) % a.n_head);
-  const int b = static_cast<int>(row / (int64_t{seq_pad} * a.n_head));
+  if (row >= int64_t{a.batch} * a.n_head * m_blocks * 64) return;
+  const PaddedRow r = padded_row(a, row, m_blocks);
+  const int i = r.i, h = r.h, b = r.b;
   float* acc = a.dq_accum + row * HD;  // any HD floats of the row's block: the tile is zeroed as a whole
   float sum = 0.0f;
 #pragma unroll
@@ -139,15 +160,7 @@ __global__ void __launch_bounds__(256) preprocess(flash_bwd::BwdArgs a, float* l
   }
 #pragma unroll
   for (int off = 16; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-  if (lane == 0) {
-    a.dsum[row] = sum;
-    float l = INFINITY;  // padding rows and rows that see no key (lse = -inf): P = 0
-    if (i < a.seqlen_q) {
-      const float lse = a.lse[(int64_t{b} * a.n_head + h) * a.seqlen_q + i];
-      if (lse != -INFINITY) l = lse * detail::kLog2e;
-    }
-    lse_log2[row] = l;
-  }
+  if (lane == 0) store_row_stats(a, lse_log2, row, r, sum);
 }
 
 // The same work with 8 threads per row and 16-byte accesses (4 rows per warp): each thread has 64 bytes of O and dO
@@ -160,10 +173,8 @@ __global__ void __launch_bounds__(256) preprocess_wide(flash_bwd::BwdArgs a, flo
   // Padded rows are a multiple of 64 and a CTA takes 32: every thread has a row, so the shuffles see whole groups.
   const int64_t row = (int64_t{blockIdx.x} * blockDim.x + threadIdx.x) / 8;  // [batch][n_head][m_blocks * 64]
   const int sub = threadIdx.x % 8;
-  const int seq_pad = m_blocks * 64;
-  const int i = static_cast<int>(row % seq_pad);
-  const int h = static_cast<int>((row / seq_pad) % a.n_head);
-  const int b = static_cast<int>(row / (int64_t{seq_pad} * a.n_head));
+  const PaddedRow r = padded_row(a, row, m_blocks);
+  const int i = r.i, h = r.h, b = r.b;
   float sum = 0.0f;
   if (i < a.seqlen_q) {
     const uint16_t* o = a.o + b * a.o_st.batch + i * a.o_st.seq + h * a.o_st.head + 8 * sub;
@@ -183,15 +194,7 @@ __global__ void __launch_bounds__(256) preprocess_wide(flash_bwd::BwdArgs a, flo
   for (int k = 0; k < 32 * HD / 4 / 256; ++k) acc[threadIdx.x + 256 * k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
   for (int off = 4; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-  if (sub == 0) {
-    a.dsum[row] = sum;
-    float l = INFINITY;  // padding rows and rows that see no key (lse = -inf): P = 0
-    if (i < a.seqlen_q) {
-      const float lse = a.lse[(int64_t{b} * a.n_head + h) * a.seqlen_q + i];
-      if (lse != -INFINITY) l = lse * detail::kLog2e;
-    }
-    lse_log2[row] = l;
-  }
+  if (sub == 0) store_row_stats(a, lse_log2, row, r, sum);
 }
 
 // ---- 3. dq = scale * accumulator ----

@@ -240,8 +240,7 @@ cudaError_t run(const FlashParams& p, int variant, void* workspace, size_t works
   flash_detail::FwdArgs a{};
   const bool varlen = p.cu_seqlens_q != nullptr, paged = p.block_table != nullptr;
   if (paged) variant = flash_detail::paged_variant(variant);  // pages divide the default key tile only
-  variant = flash_detail::qreg_variant<HD>(variant);            // Q in registers: head dim 128 only
-  if (HD != 128 && variant == flash_detail::kSplitTailVariant) variant = 4;  // split tail: head dim 128 only
+  variant = flash_detail::head_dim_variant<HD>(variant);        // Q in registers, split tail: head dim 128 only
   // Keys per tile of this variant (the wide ones: FA3's 176 / 80 / 192; paged KV keeps T::kBlockN).
   const int block_n = flash_detail::variant_block_n<HD>(variant, paged);
   // Dense: 4-D [batch][head][seq][dim] views. Varlen: one batch of total rows (tiles offset their row

@@ -21,7 +21,7 @@ namespace ga::cuda::flash_detail {
 // wide variant given paged KV runs its narrow counterpart (paged_variant). 12 and 13 are in every build (the
 // defaults at head dims 64 and 256); 14-17 only in benchmark builds. Variants 19-20 (after the sm_75 build's 18, so
 // its number stays; benchmark builds only): Q kept in registers (kSchedQReg) on the overlap schedule, one tile per
-// CTA / persistent; head dim 128 only (64 and 256 run their counterpart 1 / 4: qreg_variant). Variant 21
+// CTA / persistent; head dim 128 only (64 and 256 run their counterpart 1 / 4: head_dim_variant). Variant 21
 // (kSplitTailVariant): variant 4 with the split tail (flash_fwd_split_tail.cuh: the last round of tiles cut in key
 // blocks between all CTAs, merged by LSE), head dim 128, dense non-causal, with flash_plan's workspace; anything
 // else runs it as variant 4.
@@ -71,11 +71,14 @@ constexpr bool variant_compiled(int variant) {
          (GA_FLASH_FWD_QREG && variant >= kFirstQRegVariant && variant < kQRegVariantsEnd) ||
          (GA_FLASH_FWD_SPLIT && variant == kSplitTailVariant);
 }
-// What a Q-in-registers variant runs at head dim HD: itself at 128; elsewhere its counterpart with Q in shared
-// memory (hd 64: the 128-key tile would fit too but is not the target; hd 256: O alone is 128 registers).
+// What a head-dim-128-only variant runs at head dim HD: itself at 128; elsewhere its plain counterpart. Q in
+// registers (19 / 20) -> 1 / 4 (hd 64: the 128-key tile would fit too but is not the target; hd 256: O alone is 128
+// registers); the split tail (21) -> 4 (its workspace slots are sized for head dim 128's O fragments).
 template <int HD>
-constexpr int qreg_variant(int variant) {
-  if (variant < kFirstQRegVariant || variant >= kQRegVariantsEnd || HD == 128) return variant;
+constexpr int head_dim_variant(int variant) {
+  if (HD == 128) return variant;
+  if (variant == kSplitTailVariant) return 4;
+  if (variant < kFirstQRegVariant || variant >= kQRegVariantsEnd) return variant;
   return variant == kFirstQRegVariant ? 1 : 4;
 }
 // The split tail's schedule for these parameters (flash_fwd_split_tail.cuh) on a grid of num_sms CTAs: on only for

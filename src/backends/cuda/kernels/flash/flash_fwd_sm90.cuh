@@ -554,6 +554,10 @@ constexpr int kSchedQReg = 64;
 // + kSchedSplitTail (16-bit, persistent): the last round's key blocks cut evenly between all CTAs when the host
 // turns it on (FwdArgs::split_tail; flash_fwd_split_tail.cuh).
 constexpr int kSchedSplitTail = 128;
+// Whether a kernel runs the split tail (consumer and producer must agree on every work item).
+__host__ __device__ constexpr bool split_tail_sched(int sched, bool persistent) {
+  return (sched & kSchedSplitTail) != 0 && persistent;
+}
 
 template <ElemKind E, int HD, int kSched, bool kPersistent, int kStages, int kBN = 0>
 __device__ __forceinline__ void consumer_main(const FwdArgs& a, unsigned char* sq, unsigned char* sk,
@@ -574,7 +578,7 @@ __device__ __forceinline__ void consumer_main(const FwdArgs& a, unsigned char* s
   constexpr bool kLazy = (kSched & kSchedLazyRescale) != 0;
   static_assert(!kLazy || (!kSerial && E != ElemKind::kE4m3), "lazy rescale: 16-bit overlap schedules");
   constexpr bool kQReg = (kSched & kSchedQReg) != 0;
-  constexpr bool kSplit = (kSched & kSchedSplitTail) != 0 && kPersistent;
+  constexpr bool kSplit = split_tail_sched(kSched, kPersistent);
   static_assert(!kSplit || E != ElemKind::kE4m3, "split tail: 16-bit");
   using C = Consumer<E, HD, (kSched & kSchedPolyExp) != 0, kBN, kQReg>;
   bool first_turn = true;
@@ -817,7 +821,7 @@ __device__ __forceinline__ void producer_main(const FwdArgs& a, unsigned char* s
       // published by the leader's arrival on Q's barrier below (release), read after its wait
       if (leader) *bars.tile_slot() = t;
     } else {
-      const WorkItem w = cta_work<kPersistent, (kSched & kSchedSplitTail) != 0 && kPersistent>(a, local);
+      const WorkItem w = cta_work<kPersistent, split_tail_sched(kSched, kPersistent)>(a, local);
       t = w.t;
       jb = w.jb;
       je = w.je;
