@@ -57,7 +57,7 @@ struct SchedulerOptions {
   bool cuda_graphs = true;  // CUDA: replay decode-only steps as graphs captured per batch size
   // CUDA (with cuda_graphs): a step that is one prompt alone (a lone request's prefill, 9 .. this many
   // tokens) replays a graph captured per length bucket at the warm-up; 0: never.
-  int64_t prefill_graph_max_tokens = 512;
+  int64_t prefill_graph_max_tokens = kDefaultPrefillGraphMaxTokens;
   // CUDA: sample on the GPU (the logits stay on the device; same tokens, PRNG states and logprobs as
   // the host sampler). false: copy the rows to the host and sample there, for comparison.
   bool gpu_sampling = true;

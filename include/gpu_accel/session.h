@@ -18,6 +18,10 @@ namespace ga {
 
 enum class KvType { F32, F16 };
 
+// The largest prompt (tokens) that replays a prefill CUDA graph by default (SessionOptions, SchedulerOptions): the
+// launch-bound short prefills; longer ones are bound by their GEMMs.
+inline constexpr int64_t kDefaultPrefillGraphMaxTokens = 512;
+
 struct SessionOptions {
   int64_t n_ctx = 0;    // 0: the model's training context, capped at 4096
   int n_threads = 0;    // 0: all hardware threads
@@ -28,7 +32,7 @@ struct SessionOptions {
   bool cuda_graphs = true;  // CUDA: replay the one-token decode step as a captured graph
   // CUDA (with cuda_graphs): prompts of 9 .. this many tokens replay a graph captured per length bucket at
   // warm_up() (the launch-bound short prefill); 0: every prefill enqueued kernel by kernel.
-  int64_t prefill_graph_max_tokens = 512;
+  int64_t prefill_graph_max_tokens = kDefaultPrefillGraphMaxTokens;
   // CUDA: sample_next() samples on the GPU (the logits stay on the device; the same token, PRNG state
   // and errors as the host sampler). false: copy the row to the host and sample there.
   bool gpu_sampling = true;

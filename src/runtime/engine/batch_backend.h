@@ -40,7 +40,8 @@ struct BatchBackendOptions {
   KvType kv_type = KvType::F32;   // CPU only; the CUDA pool is f16
   ThreadPool* pool = nullptr;     // CPU forward threads (not owned)
   bool cuda_graphs = true;        // CUDA: decode-only steps replay captured graphs
-  int64_t prefill_graph_max_tokens = 512;  // CUDA: a lone prompt step replays its bucket's graph; 0: never
+  // CUDA: a lone prompt step replays its bucket's graph; 0: never
+  int64_t prefill_graph_max_tokens = kDefaultPrefillGraphMaxTokens;
   bool gpu_sampling = true;       // CUDA: the step's logits stay on the device and are sampled there
 };
 
