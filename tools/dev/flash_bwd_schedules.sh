@@ -1,21 +1,26 @@
 #!/usr/bin/env bash
-# Device run for the Hopper flash backward's schedules (kernels/flash/flash_bwd_sm90.cuh, consumer_main; defaults =
-# session 5's schedules and sizes; session 4's runs were COMPARE_ARGS="--no-sm80 --hopper-schedules 0,1,2,9",
-# every length of compare_bwd.py's default list): one build (Release, sm_90a,
-# GA_FLASH_BWD_VARIANTS=1: every schedule of the Hopper backward, not the forward's variants), ptxas report per
-# schedule, test_cuda_flash_backward (every case on mma.sync, the default Hopper schedule
-# and each other schedule), optionally compute-sanitizer memcheck + racecheck on the small shapes (SAN=1), and
+# Device run for the Hopper flash backward's schedules (kernels/flash/flash_bwd_sm90.cuh): one build (Release,
+# sm_90a, GA_FLASH_BWD_VARIANTS=1: the benchmark schedules of the Hopper backward, not the forward's variants), ptxas
+# report per schedule, test_cuda_flash_backward (every case on mma.sync, the default Hopper schedule and each other
+# compiled schedule), optionally compute-sanitizer memcheck + racecheck on the small shapes (SAN=1), and
 # bench/attention_torch/compare_bwd.py at head dim 128 with --hopper-schedules (cuDNN and FA2 timed in the same
-# process). Fits a 240 s device call: each phase gets what is left. Logs in $OUT, the summary last.
+# process). Each phase gets what is left of BUDGET seconds. Logs in $OUT, the summary last.
+# Defaults = session 6's run (schedules 1, 12 and the timing-only 8, 10, 9; every length 512-16k, 9 rounds). Earlier
+# sessions' runs, whose schedules 0, 2, 3, 4, 6, 7 now build only with -DGA_FLASH_BWD_OLD_SCHEDULES=1:
+#   session 5: EXTRA_CUDA_FLAGS=-DGA_FLASH_BWD_OLD_SCHEDULES=1 BUDGET=232 COMPARE_ARGS="--no-sm80 --seqlens
+#              512,1024,4096,16384 --rounds 11 --hopper-schedules 1,7,6,8,9"
+#   session 4: EXTRA_CUDA_FLAGS=-DGA_FLASH_BWD_OLD_SCHEDULES=1 BUDGET=232 COMPARE_ARGS="--no-sm80 --hopper-schedules
+#              0,1,2,9" (every length of compare_bwd.py's default list)
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 T0=$(date +%s)
-left() { echo $(( ${BUDGET:-232} - ($(date +%s) - T0) )); }
+left() { echo $(( ${BUDGET:-290} - ($(date +%s) - T0) )); }
 B=/tmp/b-bwd; rm -rf $B
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv > "$OUT/gpu.txt" 2>&1
 cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DGA_CUDA=ON -DGA_CUDA_ARCHS=90a -DGA_BUILD_SERVER=OFF \
-  -DGA_BUILD_TESTS=ON -DCMAKE_CUDA_FLAGS="-Xptxas -v -DGA_FLASH_BWD_VARIANTS=${VARIANTS:-1}" > "$OUT/build.log" 2>&1
+  -DGA_BUILD_TESTS=ON -DCMAKE_CUDA_FLAGS="-Xptxas -v -DGA_FLASH_BWD_VARIANTS=${VARIANTS:-1} ${EXTRA_CUDA_FLAGS:-}" \
+  > "$OUT/build.log" 2>&1
 ninja -C $B -j16 test_cuda_flash_backward ga_attention_c >> "$OUT/build.log" 2>&1 \
   || { grep -E "error" -A3 "$OUT/build.log" | head -60; exit 1; }
 echo "build done at $(( $(date +%s) - T0 )) s"
@@ -41,8 +46,8 @@ if [ "${SAN:-0}" = 1 ]; then
 fi
 (cd bench/attention_torch && timeout $(( $(left) - 4 )) python3 compare_bwd.py \
   --lib $B/bench/attention_torch/libga_attention_c.so --json "$OUT/compare_bwd.json" --head-dims 128 \
-  ${COMPARE_ARGS:---no-sm80 --seqlens 512,1024,4096,16384 --rounds 11 \
-  --hopper-schedules 1,7,6,8,9}) > "$OUT/compare_bwd.log" 2>&1
+  ${COMPARE_ARGS:---no-sm80 --seqlens 512,1024,2048,4096,8192,16384 --rounds 9 \
+  --hopper-schedules 1,12,8,10,9}) > "$OUT/compare_bwd.log" 2>&1
 cmp_rc=$?
 echo "compare done at $(( $(date +%s) - T0 )) s"
 echo "=== gpu"; cat "$OUT/gpu.txt"

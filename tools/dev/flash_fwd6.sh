@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Device run for issue 4's hd 128 non-causal bf16 forward (session 6, engineer fwd5; session 4b's flash_fwd4b.sh
-# with the split-tail variant 21): one Release sm_90a build (BUILD_FLAGS, default -DGA_FLASH_FWD_SPLIT=1: variant
-# 21 besides the lean build's 1, 4, 12, 13), ptxas spills, then
+# Device run for issue 4's hd 128 non-causal bf16 forward (session 6, engineer fwd5; it also serves session 4b's runs,
+# whose script flash_fwd4b.sh had these defaults and no paired-vs-s4 report: BUILD_FLAGS=-DGA_FLASH_FWD_QREG=1
+# SCHEDS=-1,1,4,12,13,19,20 TEST_VARIANTS="19 20" SAN_VARIANT=20): one Release sm_90a build (BUILD_FLAGS, default
+# -DGA_FLASH_FWD_SPLIT=1: variant 21 besides the lean build's 1, 4, 12, 13), ptxas spills, then
 #   1. CLAIM: compare.py on the claim rows (hd 128 full 4k/8k/16k) with CLAIM_ROUNDS (15) interleaved rounds, plus
 #      the paired ratio of every variant to variant 4 (per round, median over rounds) from its JSON,
 #   2. TABLE=1: the full compare.py table (hd 64/128/256, 2k-16k, full + causal, 7 rounds),
