@@ -8,10 +8,12 @@
 //    (8192^3, f32 accumulate) measured in the same run, a practical mma ceiling;
 //  * paged (the multi-sequence form the Scheduler uses): batches of 1, 16, 32, 64 one-token decode
 //    runs over 4096 positions each, Llama-3 heads (32/8), block_size 16 with shuffled block tables,
-//    as KV-read GB/s and % of the copy bandwidth (issue 4's target: >= 80% at batch >= 16); a sweep
-//    of decode stage counts x forced split counts (the data behind the split and stage policy; a
-//    stage count the build lacks, see GA_ATTN_DECODE_VARIANTS, leaves its rows out); a mixed step (63
-//    decode runs + one 512-token prompt chunk) and a paged 2048-token prefill next to its contiguous twin.
+//    as KV-read GB/s and % of the copy bandwidth (issue 4's target: >= 80% at batch >= 16), the default
+//    next to the workspace merge (the A/B of the cluster merge, AttentionParams::decode_merge), each with
+//    a per-CTA timeline of one call (AttentionParams::decode_trace: entry, first tile, loop end, exit;
+//    GA_BENCH_TRACE_DIR=dir also writes the raw records as CSV); a sweep of merge x forced split counts
+//    (the data behind the split policy); a mixed step (63 decode runs + one 512-token prompt chunk) and a
+//    paged 2048-token prefill next to its contiguous twin.
 //
 // Method (as bench_gemv.cu): decode rotates over enough KV caches (>= 4x the L2 size in total) that
 // no launch finds its cache in L2; the launches are captured in one CUDA graph (the decode loop's
@@ -25,6 +27,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -233,13 +236,77 @@ double time_graph_steady(cudaGraphExec_t graph, cudaStream_t stream) {
 struct PagedTime {
   double us = 0.0;         // time_graph: the method of the earlier runs (host launch latency included)
   double steady_us = 0.0;  // time_graph_steady: launches back to back
+  bool cluster = false;    // the decode merged its splits in a cluster (AttentionParams::decode_merge)
+  std::string timeline;    // PagedOptions::trace: the per-CTA timeline's summary (decode_timeline)
 };
 
+using DecodeMerge = ga::cuda::AttentionParams::DecodeMerge;
+struct PagedOptions {
+  int splits = 0;                       // forced decode split count (0: the policy's)
+  int stages = 0;                       // forced decode stage count (0: the default)
+  DecodeMerge merge = DecodeMerge::kAuto;
+  bool trace = false;                   // also replay the graph once with AttentionParams::decode_trace set
+  std::string trace_csv;                // with trace: where to write the raw per-CTA records (empty: nowhere)
+};
+
+// Summary of one call's per-CTA records ([ctas][8]: globaltimer at entry, after the PDL wait, first tile
+// landed, last tile done, exit; SM id; tiles; see AttentionParams::decode_trace), in us from the first
+// CTA's release from the PDL wait (the call's own start: CTAs enter while the previous kernel still runs):
+// where the call's time goes. CTAs without tile marks (empty splits) count for release / exit only.
+std::string decode_timeline(const std::vector<unsigned long long>& rec, const std::string& csv_path) {
+  const size_t n = rec.size() / 8;
+  unsigned long long base = ~0ull, t_end = 0, last_loop_end = 0;
+  std::vector<double> early, release, first, loop_end, tail;
+  for (size_t i = 0; i < n; ++i) {
+    if (rec[8 * i + 4] != 0) base = std::min(base, rec[8 * i + 1]);
+  }
+  for (size_t i = 0; i < n; ++i) {
+    const unsigned long long* r = &rec[8 * i];
+    if (r[4] == 0) continue;  // left early (not a decode run)
+    t_end = std::max(t_end, r[4]);
+    early.push_back((double(r[1]) - double(r[0])) * 1e-3);
+    release.push_back((double(r[1]) - double(base)) * 1e-3);
+    if (r[2] != 0 && r[3] != 0) {
+      first.push_back((double(r[2]) - double(r[1])) * 1e-3);
+      loop_end.push_back((double(r[3]) - double(base)) * 1e-3);
+      last_loop_end = std::max(last_loop_end, r[3]);
+    }
+    if (r[3] != 0) tail.push_back((double(r[4]) - double(r[3])) * 1e-3);
+  }
+  if (!csv_path.empty()) {
+    if (FILE* f = std::fopen(csv_path.c_str(), "w")) {
+      std::fprintf(f, "cta,entry,after_wait,first_tile,loop_end,exit,sm,tiles\n");
+      for (size_t i = 0; i < n; ++i) {
+        const unsigned long long* r = &rec[8 * i];
+        std::fprintf(f, "%zu,%llu,%llu,%llu,%llu,%llu,%llu,%llu\n", i, r[0], r[1], r[2], r[3], r[4], r[5], r[6]);
+      }
+      std::fclose(f);
+    }
+  }
+  if (release.empty()) return "no records";
+  auto q = [](std::vector<double> v, double f) {
+    if (v.empty()) return 0.0;
+    std::sort(v.begin(), v.end());
+    return v[static_cast<size_t>(f * double(v.size() - 1))];
+  };
+  char buf[640];
+  std::snprintf(buf, sizeof(buf),
+                "release -> last exit %.1f us | entered before release p50 %.1f | release spread max %.1f | "
+                "first tile after release p50 %.1f max %.1f | loop end min %.1f p10 %.1f p50 %.1f p90 %.1f max %.1f | "
+                "exit - loop end p50 %.1f max %.1f | last exit - last loop end %.1f (%zu CTAs)",
+                (double(t_end) - double(base)) * 1e-3, q(early, 0.5), q(release, 1.0), q(first, 0.5), q(first, 1.0),
+                q(loop_end, 0.0), q(loop_end, 0.1), q(loop_end, 0.5), q(loop_end, 0.9), q(loop_end, 1.0), q(tail, 0.5),
+                q(tail, 1.0), last_loop_end != 0 ? (double(t_end) - double(last_loop_end)) * 1e-3 : 0.0,
+                release.size());
+  return buf;
+}
+
 // Times one paged call: runs (n_q, pos0) over the pool (one sequence per run, kPagedKv positions),
-// with forced split / stage counts (0: the defaults). Returns microseconds per call.
+// with forced split / stage counts and merge (0 / kAuto: the defaults). Returns microseconds per call.
 PagedTime time_paged(CachingAllocator& alloc, cudaStream_t stream, const Heads& h, const PagedPool& pool,
-                     const std::vector<std::pair<int, int64_t>>& runs, int forced_splits, int* splits_used = nullptr,
-                     int stages = 0) {
+                     const std::vector<std::pair<int, int64_t>>& runs, const PagedOptions& opt,
+                     int* splits_used = nullptr) {
+  const int forced_splits = opt.splits, stages = opt.stages;
   std::vector<int32_t> q_start{0}, pos0;
   int max_q = 0;
   int64_t max_kv = 0;
@@ -268,6 +335,7 @@ PagedTime time_paged(CachingAllocator& alloc, cudaStream_t stream, const Heads& 
   p.max_seq_tokens = max_q;
   p.decode_splits = forced_splits;
   p.decode_stages = stages;
+  p.decode_merge = opt.merge;
   p.k = pool.k;
   p.v = pool.v;
   p.q = q.as<float>();
@@ -277,16 +345,39 @@ PagedTime time_paged(CachingAllocator& alloc, cudaStream_t stream, const Heads& 
   GA_CUDA_CHECK(cudaMemsetAsync(ws.data(), 0, ws.size(), stream));
   p.workspace = ws.data();
   p.workspace_bytes = ws.size();
-  if (const char* why = ga::cuda::attention_unsupported_reason(p)) GA_THROW(Internal, "paged bench case rejected: ", why);
+  if (const char* why = ga::cuda::attention_unsupported_reason(p)) {
+    if (opt.merge == DecodeMerge::kCluster) return PagedTime{};  // e.g. more than 8 splits: the sweep prints "-"
+    GA_THROW(Internal, "paged bench case rejected: ", why);
+  }
   if (splits_used != nullptr) *splits_used = ga::cuda::attention_decode_splits(p);
+  PagedTime t;
+  t.cluster = ga::cuda::attention_decode_merges_in_cluster(p);
   cudaGraphExec_t graph = capture(stream, pool.n_sets, [&](int i) {
     p.block_table = pool.table_set(i);
     return ga::cuda::attention(p, stream);
   });
-  PagedTime t;
   t.us = time_graph(graph, stream) * 1e3 / pool.n_sets;
   t.steady_us = time_graph_steady(graph, stream) * 1e3 / pool.n_sets;
   GA_CUDA_CHECK(cudaGraphExecDestroy(graph));
+  if (opt.trace) {  // the same graph with the timeline recorded; the last launch's records are kept
+    const int splits = ga::cuda::attention_decode_splits(p);
+    const size_t ctas = static_cast<size_t>(splits) * h.n_head_kv * runs.size() * 4;  // z <= n_seqs * row tiles
+    DeviceBuffer rec(alloc, ctas * 8 * sizeof(unsigned long long));
+    GA_CUDA_CHECK(cudaMemsetAsync(rec.data(), 0, rec.size(), stream));
+    p.decode_trace = rec.as<unsigned long long>();
+    cudaGraphExec_t traced = capture(stream, pool.n_sets, [&](int i) {
+      p.block_table = pool.table_set(i);
+      return ga::cuda::attention(p, stream);
+    });
+    for (int r = 0; r < 3; ++r) GA_CUDA_CHECK(cudaGraphLaunch(traced, stream));
+    GA_CUDA_CHECK(cudaStreamSynchronize(stream));
+    GA_CUDA_CHECK(cudaGraphExecDestroy(traced));
+    const size_t used = static_cast<size_t>(splits) * h.n_head_kv * runs.size();  // one row tile: 1-token runs
+    std::vector<unsigned long long> host(used * 8);
+    GA_CUDA_CHECK(
+        cudaMemcpy(host.data(), rec.data(), host.size() * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
+    t.timeline = decode_timeline(host, opt.trace_csv);
+  }
   return t;
 }
 
@@ -344,22 +435,46 @@ int main() try {
   const bool stages3 = have_decode_stages3(llama3);
   const size_t seq_kv_bytes = size_t{kPagedKv} * llama3.n_head_kv * kHeadDim * 2 * sizeof(__half);
   auto pct = [&](double bytes, double us) { return 100.0 * bytes / (us * 1e-6) / kGB / copy_gbs; };
+  std::vector<std::string> timelines;
+  const char* trace_dir = std::getenv("GA_BENCH_TRACE_DIR");  // where the raw per-CTA records go (optional)
   for (int batch : {1, 16, 32, 64}) {
     PagedPool pool(alloc, stream.get(), llama3, batch, kPagedKv, dev.l2_bytes);
     const std::vector<std::pair<int, int64_t>> runs(static_cast<size_t>(batch), {1, kPagedKv - 1});
     const double bytes = double(seq_kv_bytes) * batch;
-    int auto_splits = 0;
-    const PagedTime t = time_paged(alloc, stream.get(), llama3, pool, runs, 0, &auto_splits);
-    paged_rows.push_back({"paged decode b" + std::to_string(batch) + " kv 4096 bs 16 (default: " +
-                              std::to_string(auto_splits) + " splits)", t, bytes});
-    std::printf("%s: %.2f us (steady %.2f us)\n", paged_rows.back().what.c_str(), t.us, t.steady_us);
-    // the sweep: stage counts x forced split counts (0 = the policy's), both timing methods per cell
-    for (int stages : {2, 3}) {
-      if (stages == 3 && !stages3) continue;
-      std::string line = "| b" + std::to_string(batch) + " | " + std::to_string(stages) + " |";
+    // the default, then the same with the workspace merge (the A/B of the cluster merge, same run), each
+    // once more with the per-CTA timeline recorded
+    for (DecodeMerge merge : {DecodeMerge::kAuto, DecodeMerge::kWorkspace}) {
+      PagedOptions opt;
+      opt.merge = merge;
+      opt.trace = true;
+      const std::string tag = "b" + std::to_string(batch) + (merge == DecodeMerge::kAuto ? "_default" : "_workspace");
+      if (trace_dir != nullptr) opt.trace_csv = std::string(trace_dir) + "/trace_" + tag + ".csv";
+      int auto_splits = 0;
+      const PagedTime t = time_paged(alloc, stream.get(), llama3, pool, runs, opt, &auto_splits);
+      paged_rows.push_back({"paged decode b" + std::to_string(batch) + " kv 4096 bs 16 (" +
+                                (merge == DecodeMerge::kAuto ? "default: " : "workspace merge: ") +
+                                std::to_string(auto_splits) + " splits" +
+                                (auto_splits > 1 ? (t.cluster ? ", cluster merge)" : ", workspace merge)") : ")"),
+                            t, bytes});
+      std::printf("%s: %.2f us (steady %.2f us)\n", paged_rows.back().what.c_str(), t.us, t.steady_us);
+      timelines.push_back("b" + std::to_string(batch) + " " + paged_rows.back().what + ": " + t.timeline);
+      std::printf("  timeline: %s\n", t.timeline.c_str());
+    }
+    // the sweep: forced split counts (0 = the policy's) x merge, at the default stage count (the 2-stage
+    // rows are in session 2's table), both timing methods per cell
+    for (DecodeMerge merge : {DecodeMerge::kWorkspace, DecodeMerge::kCluster}) {
+      std::string line = "| b" + std::to_string(batch) + " | " + (stages3 ? "3" : "2") + " | " +
+                         (merge == DecodeMerge::kCluster ? "cluster" : "workspace") + " |";
       for (int splits : {0, 1, 2, 3, 4, 6, 8, 16}) {
+        PagedOptions opt;
+        opt.splits = splits;
+        opt.merge = merge;
         int used = 0;
-        const PagedTime st = time_paged(alloc, stream.get(), llama3, pool, runs, splits, &used, stages);
+        const PagedTime st = time_paged(alloc, stream.get(), llama3, pool, runs, opt, &used);
+        if (st.us <= 0.0) {  // refused (the cluster merge takes 1..8 splits)
+          line += " - |";
+          continue;
+        }
         char policy[16] = "";
         if (splits == 0) std::snprintf(policy, sizeof(policy), "(%d) ", used);
         char cell[96];
@@ -373,7 +488,7 @@ int main() try {
     if (batch == 64) {  // the Scheduler's mixed step: 63 decode runs + one 512-token chunk from position 0
       std::vector<std::pair<int, int64_t>> mixed(63, {1, kPagedKv - 1});
       mixed.insert(mixed.begin() + 31, {512, 0});
-      const PagedTime mt = time_paged(alloc, stream.get(), llama3, pool, mixed, 0);
+      const PagedTime mt = time_paged(alloc, stream.get(), llama3, pool, mixed, PagedOptions{});
       paged_rows.push_back({"paged mixed: 63 decode runs (kv 4096) + 512-token chunk (GB/s of the decode KV)", mt,
                             double(seq_kv_bytes) * 63});
       std::printf("%s: %.2f us\n", paged_rows.back().what.c_str(), mt.us);
@@ -383,7 +498,7 @@ int main() try {
   PagedTime paged_prefill;
   {
     PagedPool pool(alloc, stream.get(), llama3, 1, 2048, dev.l2_bytes);
-    paged_prefill = time_paged(alloc, stream.get(), llama3, pool, {{2048, 0}}, 0);
+    paged_prefill = time_paged(alloc, stream.get(), llama3, pool, {{2048, 0}}, PagedOptions{});
     alloc.release_cached();
   }
   const double paged_prefill_us = paged_prefill.us;
@@ -405,10 +520,14 @@ int main() try {
     std::printf("| Llama-3-8B (32/8) %s, steady | %.2f | %.0f GB/s | %.0f%% of copy |\n", r.what.c_str(), r.t.steady_us,
                 r.bytes / (r.t.steady_us * 1e-6) / kGB, pct(r.bytes, r.t.steady_us));
   }
-  std::printf("\nPaged decode (32/8, kv 4096 per run, bs 16): stages x forced split counts ((n) = the policy's "
+  std::printf("\nPaged decode (32/8, kv 4096 per run, bs 16): merge x forced split counts ((n) = the policy's "
               "count); per cell time and %% of copy, time_graph / steady (launches back to back)\n\n");
-  std::printf("| batch | stages | policy | 1 | 2 | 3 | 4 | 6 | 8 | 16 |\n|---|---|---|---|---|---|---|---|---|---|\n");
+  std::printf("| batch | stages | merge | policy | 1 | 2 | 3 | 4 | 6 | 8 | 16 |\n"
+              "|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const std::string& line : sweep_lines) std::printf("%s\n", line.c_str());
+  std::printf("\nPer-CTA timelines (globaltimer, us from the first CTA's release from the PDL wait; one call "
+              "replayed in its graph):\n");
+  for (const std::string& line : timelines) std::printf("%s\n", line.c_str());
   return 0;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "ga_bench_attention: %s\n", e.what());

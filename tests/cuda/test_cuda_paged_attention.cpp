@@ -11,8 +11,9 @@
 // batches (64 one-token runs: the Scheduler's steady state), multi-token decode runs (<= 8 tokens),
 // mixed batches of decode runs and prompt chunks (two launches of one call), a single long prompt
 // chunk, block sizes 1, 7, 16, 32, GQA 32/8, 8/8 and 8/1, head dims 64/128/256 and the awkward
-// lengths 1, 7, 129, 1000, 4097. One workspace sized for the largest batch serves every smaller call
-// (the zero-filled-counter contract) and a captured graph replays with new device-side positions.
+// lengths 1, 7, 17, 129, 1000, 4097, and both split merges (workspace, cluster; decode_merge). One
+// workspace sized for the largest batch serves every smaller call (the zero-filled-counter contract)
+// and a captured graph replays with new device-side positions.
 // Tolerance: as test_cuda_attention.cpp (relative L2 1e-3 per case, 2e-2 of the row RMS per element;
 // the check, the f16 helpers and the float64 softmax are attention_check.h, shared with it).
 #include <cuda_fp16.h>
@@ -51,7 +52,10 @@ struct Case {
   bool padded;  // q/out/kv strides with padding
   int decode_splits = 0;
   int decode_stages = 0;  // 0: the default; 3: the 3-stage decode kernel (hd 128, when built)
+  ::ga::cuda::AttentionParams::DecodeMerge merge = ::ga::cuda::AttentionParams::DecodeMerge::kAuto;
 };
+
+using DecodeMerge = ::ga::cuda::AttentionParams::DecodeMerge;
 
 std::string name_of(const Case& c) {
   std::string runs;
@@ -59,7 +63,10 @@ std::string name_of(const Case& c) {
   if (c.runs.size() > 6) runs += str(" ... (", c.runs.size(), " runs)");
   return str("hd ", c.head_dim, " heads ", c.n_head, "/", c.n_head_kv, " bs ", c.block_size, runs,
              c.padded ? " padded" : "", c.decode_splits > 0 ? str(" splits ", c.decode_splits) : std::string(),
-             c.decode_stages > 0 ? str(" stages ", c.decode_stages) : std::string());
+             c.decode_stages > 0 ? str(" stages ", c.decode_stages) : std::string(),
+             c.merge == DecodeMerge::kCluster     ? " cluster merge"
+             : c.merge == DecodeMerge::kWorkspace ? " workspace merge"
+                                                  : "");
 }
 
 // Host copies of one batch: q as floats, the pool as f16 bits, the run and table arrays.
@@ -171,6 +178,7 @@ std::vector<double> reference(const Problem& pr) {
   p.max_seq_tokens = pr.max_seq_tokens;
   p.decode_splits = pr.c.decode_splits;
   p.decode_stages = pr.c.decode_stages;
+  p.decode_merge = pr.c.merge;
   p.block_table = reinterpret_cast<const int32_t*>(16);  // only its presence matters until uploaded
   return p;
 }
@@ -311,6 +319,106 @@ TEST(CudaPagedAttention, DecodeStageCountsMatchFloat64Reference) {
     run_case(parity, alloc, Case{128, 8, 2, 7, decode_runs(9, lens, rng), true, 0, stages}, rng);
     run_case(parity, alloc, Case{128, 32, 8, 16, {{2, 999}, {8, 121}, {7, 0}, {1, 4096}, {5, 40}}, false, 2, stages},
              rng);
+  }
+  parity.finish();
+}
+
+// Whether this device runs the cluster merge (AttentionParams::decode_merge = kCluster): an sm_90
+// device must (this build has sm_90a code); elsewhere the refusal must name decode_merge.
+bool cluster_merge_runs(CachingAllocator& alloc, std::mt19937& rng) {
+  const Problem probe = make_problem(Case{128, 8, 2, 16, {{1, 600}}, false, 2, 0, DecodeMerge::kCluster}, rng);
+  DeviceProblem dev(alloc, probe);
+  DeviceArray<uint8_t> workspace(alloc, ::ga::cuda::attention_workspace_bytes(dev.p) + 1);
+  dev.p.workspace = workspace.get();
+  dev.p.workspace_bytes = workspace.size();
+  const char* why = ::ga::cuda::attention_unsupported_reason(dev.p);
+  int device = 0, major = 0;
+  GA_CUDA_CHECK(cudaGetDevice(&device));
+  GA_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  if (major >= 9) {
+    EXPECT_EQ(why, nullptr) << "an sm_90 device runs the cluster merge: " << why;
+    EXPECT_TRUE(::ga::cuda::attention_decode_merges_in_cluster(dev.p));
+  } else if (why != nullptr) {
+    EXPECT_NE(std::string(why).find("decode_merge"), std::string::npos) << why;
+    std::printf("decode_merge kCluster refused here (%s): the cluster cases are left out\n", why);
+  }
+  return why == nullptr;
+}
+
+// The two split merges (AttentionParams::decode_merge: workspace counters + last CTA, or a cluster of
+// the splits merging in distributed shared memory; session 7) on small shapes for compute-sanitizer
+// (filter *Small*): empty trailing splits, 2..8 splits, multi-token runs, both kernels of hd 128.
+TEST(CudaPagedAttention, SmallMergeShapesMatchFloat64Reference) {
+  GA_REQUIRE_CUDA_DEVICE();
+  CachingAllocator alloc(0);
+  Parity parity("paged attention merges small");
+  std::mt19937 rng(17);
+  const bool cluster = cluster_merge_runs(alloc, rng);
+  for (DecodeMerge merge : {DecodeMerge::kWorkspace, DecodeMerge::kCluster}) {
+    if (merge == DecodeMerge::kCluster && !cluster) continue;
+    // 8 splits need >= 7 * 256 + 1 positions of bound (decode_splits_for); the 17-position run leaves 6 empty
+    run_case(parity, alloc, Case{128, 8, 2, 16, {{1, 16}, {1, 2000}, {3, 0}}, false, 8, 0, merge}, rng);
+    run_case(parity, alloc, Case{64, 8, 8, 7, {{2, 700}, {1, 0}}, true, 3, 0, merge}, rng);
+    run_case(parity, alloc, Case{128, 8, 1, 16, {{8, 300}}, false, 2, 2, merge}, rng);
+  }
+  parity.finish();
+}
+
+// Both merges over the grid of session 7: split counts 2..8 incl. uneven ones (3, 5, 7) and the
+// policy's, scattered block tables (every case's), GQA ratios 1, 4 and 8, 1..8 query tokens per run,
+// caches of 1, 17 (most of 8 splits empty) and 4097 positions, head dims 64/128/256, both stage counts
+// at hd 128; and the default (kAuto) picks the cluster merge on sm_90 for 2..8 splits in one wave only.
+TEST(CudaPagedAttention, DecodeMergesMatchFloat64Reference) {
+  GA_REQUIRE_CUDA_DEVICE();
+  CachingAllocator alloc(0);
+  Parity parity("paged attention decode merges");
+  std::mt19937 rng(4242);
+  const bool cluster = cluster_merge_runs(alloc, rng);
+  const std::vector<int64_t> lens = {1, 17, 4097};
+  for (DecodeMerge merge : {DecodeMerge::kWorkspace, DecodeMerge::kCluster}) {
+    if (merge == DecodeMerge::kCluster && !cluster) continue;
+    // (split count, GQA ratio) pairs: every split count once, every ratio twice (the float64 reference of
+    // 4097-position caches is the test's cost)
+    const int pairs[][2] = {{0, 4}, {2, 1}, {3, 8}, {5, 4}, {7, 1}, {8, 8}};
+    for (const auto& pair : pairs) {
+      const int splits = pair[0], ratio = pair[1];
+      const int heads_kv = ratio == 8 ? 2 : 4;
+      std::vector<QueryRun> runs;
+      for (int i = 0; i < 3; ++i) {
+        const int n_q = 1 + static_cast<int>(rng() % 8);  // 1..8 query tokens
+        runs.push_back({n_q, std::max<int64_t>(0, lens[rng() % lens.size()] - n_q)});
+      }
+      runs.push_back({1, 0});     // a cache of exactly 1
+      runs.push_back({1, 16});    // 17
+      runs.push_back({1, 4096});  // 4097
+      run_case(parity, alloc, Case{128, heads_kv * ratio, heads_kv, 16, runs, splits == 5, splits, 0, merge}, rng);
+    }
+    for (int hd : {64, 256}) {
+      run_case(parity, alloc, Case{hd, 8, 2, 7, {{1, 4096}, {4, 16}, {8, 1000}, {1, 0}}, hd == 64, 4, 0, merge}, rng);
+    }
+    run_case(parity, alloc, Case{128, 8, 2, 16, decode_runs(6, {17, 4097}, rng), false, 6, 2, merge}, rng);
+  }
+  // kAuto: the cluster merge exactly where it runs and the split count is 2..8
+  if (cluster) {
+    for (int splits : {1, 2, 8, 9, 64}) {
+      const Problem pr = make_problem(Case{128, 32, 8, 16, decode_runs(3, {4097}, rng), false, splits}, rng);
+      DeviceProblem dev(alloc, pr);
+      DeviceArray<uint8_t> workspace(alloc, ::ga::cuda::attention_workspace_bytes(dev.p) + 1);
+      dev.p.workspace = workspace.get();
+      dev.p.workspace_bytes = workspace.size();
+      EXPECT_EQ(::ga::cuda::attention_decode_merges_in_cluster(dev.p), splits >= 2 && splits <= 8) << splits;
+    }
+    // ... and only when the grid fits in one wave (48 runs x 8 KV heads x 2 splits = 768 CTAs: two waves or
+    // more on any GPU of this decade), while kCluster still forces it
+    const Problem pr = make_problem(Case{64, 8, 8, 16, decode_runs(48, {300}, rng), false, 2}, rng);
+    DeviceProblem dev(alloc, pr);
+    DeviceArray<uint8_t> workspace(alloc, ::ga::cuda::attention_workspace_bytes(dev.p) + 1);
+    dev.p.workspace = workspace.get();
+    dev.p.workspace_bytes = workspace.size();
+    ASSERT_EQ(::ga::cuda::attention_decode_splits(dev.p), 2);
+    EXPECT_FALSE(::ga::cuda::attention_decode_merges_in_cluster(dev.p));
+    dev.p.decode_merge = DecodeMerge::kCluster;
+    EXPECT_TRUE(::ga::cuda::attention_decode_merges_in_cluster(dev.p));
   }
   parity.finish();
 }
@@ -488,6 +596,16 @@ TEST(CudaPagedAttention, UnsupportedParamsAreRejectedWithAReason) {
   p = dev.p;
   p.decode_stages = 4;
   expect_rejected(p, "decode_stages");
+  // the cluster merge: at most 8 splits (a portable cluster), and on sm_90 only (a cache long enough for 9)
+  const Problem long_pr = make_problem(Case{128, 8, 2, 16, {{1, 4000}}, false, 9, 0, DecodeMerge::kCluster}, rng);
+  DeviceProblem long_dev(alloc, long_pr);
+  DeviceArray<uint8_t> long_ws(alloc, ::ga::cuda::attention_workspace_bytes(long_dev.p) + 1);
+  long_dev.p.workspace = long_ws.get();
+  long_dev.p.workspace_bytes = long_ws.size();
+  ASSERT_EQ(::ga::cuda::attention_decode_splits(long_dev.p), 1) << "a refused call reports 1 split";
+  expect_attention_rejected(long_dev.out, long_dev.p, "decode_merge");
+  long_dev.p.decode_merge = DecodeMerge::kWorkspace;
+  EXPECT_EQ(::ga::cuda::attention_decode_splits(long_dev.p), 9);
 }
 
 }  // namespace

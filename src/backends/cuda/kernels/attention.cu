@@ -69,6 +69,32 @@ const char* paged_unsupported_reason(const AttentionParams& p) {
   return nullptr;
 }
 
+// Why p's paged decode cannot merge n_splits splits in a cluster (AttentionParams::decode_merge), or
+// nullptr when it can: the paged form, at most kMaxClusterSplits splits, an sm_90 device and binary.
+const char* cluster_merge_unavailable(const AttentionParams& p, int n_splits) {
+  if (!detail::attention_is_paged(p)) return "decode_merge kCluster: the paged form only";
+  if (n_splits > detail::kMaxClusterSplits) return "decode_merge kCluster: more than 8 decode splits";
+  bool built = false;
+  (void)detail::visit_head_dim(p.head_dim, [&](auto hd) {
+    built = detail::decode_cluster_merge_supported<decltype(hd)::value>(detail::decode_stages(p));
+    return cudaSuccess;
+  });
+  return built ? nullptr : "decode_merge kCluster: needs an sm_90 device and a build for it";
+}
+
+// Whether the decode launch of p (n_splits splits) merges them in a cluster. kAuto: only when the grid
+// fits in one wave of resident CTAs. A cluster's CTAs must be resident together in one GPC, and with a
+// second wave that costs more than the merge saves (session 7's sweep, b16: 4 splits = 512 CTAs on 264
+// slots, 98.3 us with clusters vs 81.7 us with the workspace merge; one wave, 2 splits: 74.3 vs 76.1 us).
+bool decode_cluster_merge(const AttentionParams& p, int n_splits) {
+  if (n_splits < 2 || p.decode_merge == AttentionParams::DecodeMerge::kWorkspace) return false;
+  if (p.decode_merge == AttentionParams::DecodeMerge::kAuto) {
+    const int64_t columns = int64_t{p.n_seqs} * p.n_head_kv * detail::decode_row_tiles(p);
+    if (columns * n_splits > resident_decode_ctas(p)) return false;
+  }
+  return cluster_merge_unavailable(p, n_splits) == nullptr;
+}
+
 }  // namespace
 
 const char* attention_unsupported_reason(const AttentionParams& p) {
@@ -111,6 +137,12 @@ const char* attention_unsupported_reason(const AttentionParams& p) {
     return "q_token_stride or out_token_stride is smaller than n_head * head_dim";
   }
   if (!std::isfinite(p.scale)) return "scale must be finite";
+  if (p.decode_merge == AttentionParams::DecodeMerge::kCluster && detail::attention_uses_decode(p)) {
+    if (const char* why = cluster_merge_unavailable(p, detail::decode_splits(p, kv_len_bound(p, false),
+                                                                             resident_decode_ctas(p)))) {
+      return why;
+    }
+  }
   const size_t ws = attention_workspace_bytes(p);
   if (ws > 0 && (p.workspace == nullptr || p.workspace_bytes < ws)) {
     return "workspace is smaller than attention_workspace_bytes(params) (the split-KV partials)";
@@ -133,6 +165,11 @@ size_t attention_workspace_bytes(const AttentionParams& p) {
 int attention_decode_splits(const AttentionParams& p) {
   if (attention_unsupported_reason(p) != nullptr || !detail::attention_uses_decode(p)) return 1;
   return detail::decode_splits(p, kv_len_bound(p, false), resident_decode_ctas(p));
+}
+
+bool attention_decode_merges_in_cluster(const AttentionParams& p) {
+  if (attention_unsupported_reason(p) != nullptr || !detail::attention_uses_decode(p)) return false;
+  return detail::attention_is_paged(p) && decode_cluster_merge(p, attention_decode_splits(p));
 }
 
 cudaError_t attention(const AttentionParams& p, cudaStream_t stream) {
@@ -175,6 +212,8 @@ cudaError_t attention(const AttentionParams& p, cudaStream_t stream) {
   a.decode_stages = detail::decode_stages(p);
   if (decode) {
     a.n_splits = detail::decode_splits(p, kv_len_bound(p, false), resident_decode_ctas(p));
+    a.cluster_merge = paged && decode_cluster_merge(p, a.n_splits) ? 1 : 0;
+    a.trace = paged ? p.decode_trace : nullptr;
     if (a.n_splits > 1 && !paged) {  // counters, [n_splits][rows][head_dim] accumulators, [n_splits][rows][2] max/sum
       a.done = static_cast<unsigned*>(p.workspace);
       a.done_stride = detail::decode_done_stride(p);

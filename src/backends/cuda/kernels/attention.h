@@ -26,6 +26,13 @@
 //          + j % block_size.
 // One call handles a mixed batch: runs of <= 8 tokens (decode) take the split-KV decode kernel, longer
 // runs (prompt chunks) the prefill kernel; a batch with both kinds costs two launches of one call.
+// Launch order (PDL, kernels/pdl.cuh): the paged decode kernel starts while the kernel before it in the
+// stream still runs and, before it waits for that kernel, reads seq_q_start, seq_pos0, block_table and
+// the cache rows of positions below each run's seq_pos0 (its first tiles). Those must not be written by
+// kernels of the same stream that may still be in flight (a chain of PDL launches): write them with
+// host copies (the engine uploads the step's metadata with one copy per step) or in an earlier graph
+// launch; the kernel right before may write q and the cache rows of the new tokens (positions seq_pos0
+// onwards), which are read only after the wait.
 // The device-side values cannot be checked on the host; they are clamped so a bad value gives a
 // wrong answer, never a fault: run bounds to [0, n_tokens], seq_pos0 to [0, max_kv_positions -
 // run length], block ids to [0, n_kv_blocks); a run longer than max_seq_tokens is skipped (its
@@ -83,6 +90,18 @@ struct AttentionParams {
   // default. 2 always exists; 3 only for the paged form at head_dim 128 in builds that compile it
   // (the default there, or CMake GA_ATTN_DECODE_VARIANTS=ON); attention_unsupported_reason says so.
   int decode_stages = 0;
+  // How the split-KV decode combines its splits (paged form). kAuto: on sm_90 devices, a call of 2..8
+  // splits whose grid fits in one wave of resident CTAs runs each (run, KV head, row tile)'s splits as
+  // one thread-block cluster and merges them in distributed shared memory (no workspace round trip on
+  // the tail of the call); elsewhere the last CTA to finish merges the partials through the workspace. kWorkspace /
+  // kCluster force one (benchmarks, tests; kCluster is refused where it cannot run, with a reason).
+  enum class DecodeMerge { kAuto, kWorkspace, kCluster };
+  DecodeMerge decode_merge = DecodeMerge::kAuto;
+  // Benchmarks only (paged decode): when set, device memory for 8 uint64 per decode CTA ([grid x * grid
+  // y * grid z][8], x fastest) where each CTA records %globaltimer at its entry, after the wait for the
+  // previous kernel, when its first tile has landed, after its last tile, at its exit, and its SM id and
+  // tile count (attention_decode.cu); the benchmark turns them into the call's time budget.
+  unsigned long long* decode_trace = nullptr;
 
   // ---- the prefill part on the Hopper flash kernel (kernels/flash, sm_90a; attention_hopper.cu) ----
   // With attention_prefill_staging_bytes(params) bytes of device memory here (nothing to zero; 256-byte
@@ -102,6 +121,9 @@ size_t attention_workspace_bytes(const AttentionParams& p);
 // The split count along the KV range the decode launch of this call uses (1: no split, or no decode
 // launch); for benchmarks and logs.
 int attention_decode_splits(const AttentionParams& p);
+// Whether the decode launch of this call merges its splits in a thread-block cluster
+// (AttentionParams::decode_merge); for benchmarks, tests and logs.
+bool attention_decode_merges_in_cluster(const AttentionParams& p);
 cudaError_t attention(const AttentionParams& p, cudaStream_t stream);
 
 // Bytes of AttentionParams::prefill_staging the Hopper prefill needs for these bounds (n_tokens, n_heads,

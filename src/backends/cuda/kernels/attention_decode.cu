@@ -29,6 +29,22 @@
 // of more than 8 tokens (the prefill launch's) and copies K/V through the run's block table
 // (KvPipeline, attention_detail.cuh). Splits are sized from n_seqs * n_head_kv * row tiles, so with
 // many sequences (64 x 8 KV heads = 512 CTAs) the grid is already full and the splits shrink to 1-2.
+//
+// Cluster merge (paged, sm_90, 2..8 splits; session 7): the splits of one (run, KV head, row tile) are
+// launched as one thread-block cluster. Each CTA leaves its partial (o, max, sum) in its own shared
+// memory, a cluster barrier publishes them, and every CTA of the cluster finishes a slice of the tile's
+// outputs reading its peers' partials through distributed shared memory (cluster_merge). That takes
+// the workspace round trip (partial stores, __threadfence, the counter's atomic, two dependent L2 reads
+// by the last CTA) off the tail of a one-wave call, where nothing overlaps it: at batch 16 (2 splits,
+// 256 CTAs, all starting and ending together) the tail is part of the ~15 us per call that does not
+// scale with the keys (docs/results/2026-11-22-h200-paged-attention.md, sessions 3 and 7).
+//
+// Start of a paged CTA (session 7): the run's bounds, the block-table loads of its first three tiles
+// and the copies of its first tiles that hold only keys below pos0 go out BEFORE the wait for the
+// previous kernel (attention.h states what callers guarantee for that), so a CTA that the PDL launch
+// made resident while the previous kernel drains has its first tiles in flight when it is released;
+// q (written by the previous kernel) is loaded after the wait. In session 7's timeline the release ->
+// first tile latency was 4.6 us at b1 with everything after the wait.
 #include "backends/cuda/kernels/attention_impl.cuh"
 #include "backends/cuda/kernels/pdl.cuh"
 
@@ -89,29 +105,132 @@ __device__ __forceinline__ void merge_if_last(const AttnArgs& a, int64_t tok0, i
     if (lane == 0) sm_l[row] = l;
   }
   __syncthreads();
-  for (int idx = static_cast<int>(threadIdx.x); idx < kMmaRows * HD; idx += kAttnThreads) {
+  // The accumulators: each thread takes kElems of the tile's valid (row, dim) elements at a time and
+  // issues the loads of kSplitBatch splits for all of them before the first use (32 independent L2
+  // reads in flight). One element and 8 splits at a time, as before session 7, cost a dependent round
+  // trip per 8 splits per element: 6.8 us from the last tile to the last exit at b1 (16 splits, 4 rows).
+  // The sums run over the splits in the same order as before (bit-identical results).
+  constexpr int kElems = 4, kSplitBatch = 8;
+  const int n_elems = min(kMmaRows, rows - tile_row0) * HD;  // valid rows first, in idx order
+  for (int e0 = static_cast<int>(threadIdx.x); e0 < n_elems; e0 += kElems * kAttnThreads) {
+    int64_t ws_off[kElems];  // the element's offset in split 0's accumulators
+    int row_of[kElems];
+    bool valid[kElems];
+    float o[kElems];
+#pragma unroll
+    for (int k = 0; k < kElems; ++k) {
+      const int idx = e0 + k * kAttnThreads;
+      valid[k] = idx < n_elems;
+      row_of[k] = valid[k] ? idx / HD : 0;
+      const int r = tile_row0 + row_of[k];
+      ws_off[k] = ((ws_tok0 + r / a.group) * a.n_head + kv_head * a.group + r % a.group) * HD + idx % HD;
+      o[k] = 0.0f;
+    }
+    for (int sp0 = 0; sp0 < a.n_splits; sp0 += kSplitBatch) {
+      float x[kSplitBatch][kElems];
+#pragma unroll
+      for (int b = 0; b < kSplitBatch; ++b) {
+#pragma unroll
+        for (int k = 0; k < kElems; ++k) {
+          x[b][k] = valid[k] && sp0 + b < a.n_splits ? __ldcg(&a.ws_o[(sp0 + b) * rows_total * HD + ws_off[k]]) : 0.0f;
+        }
+      }
+#pragma unroll
+      for (int b = 0; b < kSplitBatch; ++b) {
+        if (sp0 + b >= a.n_splits) break;
+#pragma unroll
+        for (int k = 0; k < kElems; ++k) o[k] += sm_w[row_of[k] * kMaxSplits + sp0 + b] * x[b][k];
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < kElems; ++k) {
+      if (!valid[k]) break;  // valid elements come first
+      const int idx = e0 + k * kAttnThreads;
+      const int r = tile_row0 + row_of[k];
+      const int64_t t = tok0 + r / a.group;
+      const int head = kv_head * a.group + r % a.group;
+      a.out[t * a.out_stride + int64_t{head} * HD + idx % HD] = o[k] / sm_l[row_of[k]];
+    }
+  }
+}
+
+// The cluster form of the split merge (paged, sm_90): the n_splits CTAs of one (run, KV head, row tile)
+// form one cluster, rank = split. Each has written its partial for the tile's valid rows into its own
+// shared memory: sm_o [kMmaRows][HD] (unnormalized output), sm_ml [kMmaRows][2] (max in log2 units,
+// sum). After the barrier, rank k finishes elements [k * share, (k + 1) * share) of the tile's
+// [kMmaRows][HD] outputs from every rank's partial (distributed shared memory), the arithmetic of
+// merge_if_last; the second barrier keeps every CTA's shared memory alive until its peers are done.
+template <int HD>
+__device__ __forceinline__ void cluster_merge(const AttnArgs& a, int64_t tok0, int kv_head, int row_tile, int rows,
+                                              const float* sm_o, const float* sm_ml) {
+  cluster_barrier();
+  const int n = a.n_splits;  // 2..kMaxClusterSplits: the cluster size
+  const int share = (kMmaRows * HD + n - 1) / n;
+  const int first = static_cast<int>(cluster_rank()) * share;
+  const int last = min(first + share, kMmaRows * HD);
+  const int tile_row0 = row_tile * kMmaRows;
+  for (int idx = first + static_cast<int>(threadIdx.x); idx < last; idx += kAttnThreads) {
     const int row = idx / HD, d = idx % HD;
     const int r = tile_row0 + row;
     if (r >= rows) break;  // rows ascend with idx
+    float ms[kMaxClusterSplits], ls[kMaxClusterSplits], os[kMaxClusterSplits];
+    float m = -INFINITY;
+#pragma unroll
+    for (int sp = 0; sp < kMaxClusterSplits; ++sp) {  // every load issued before the first use
+      ms[sp] = -INFINITY;
+      ls[sp] = os[sp] = 0.0f;
+      if (sp < n) {
+        ms[sp] = ld_cluster_f32(cluster_peer_addr(sm_ml + 2 * row, static_cast<unsigned>(sp)));
+        ls[sp] = ld_cluster_f32(cluster_peer_addr(sm_ml + 2 * row + 1, static_cast<unsigned>(sp)));
+        os[sp] = ld_cluster_f32(cluster_peer_addr(sm_o + idx, static_cast<unsigned>(sp)));
+      }
+    }
+#pragma unroll
+    for (int sp = 0; sp < kMaxClusterSplits; ++sp) m = fmaxf(m, ms[sp]);  // finite: split 0 saw key 0
+    float l = 0.0f, o = 0.0f;
+#pragma unroll
+    for (int sp = 0; sp < kMaxClusterSplits; ++sp) {
+      const float w = exp2f(ms[sp] - m);  // 0 for a split that saw no key of this row
+      l += w * ls[sp];
+      o += w * os[sp];
+    }
     const int64_t t = tok0 + r / a.group;
     const int head = kv_head * a.group + r % a.group;
-    const int64_t ws_row = (ws_tok0 + r / a.group) * a.n_head + head;
-    float o = 0.0f;
-#pragma unroll 8
-    for (int sp = 0; sp < a.n_splits; ++sp) {
-      o += sm_w[row * kMaxSplits + sp] * __ldcg(&a.ws_o[(sp * rows_total + ws_row) * HD + d]);
-    }
-    a.out[t * a.out_stride + int64_t{head} * HD + d] = o / sm_l[row];
+    a.out[t * a.out_stride + int64_t{head} * HD + d] = o / l;
   }
+  cluster_barrier();
 }
+
+// The benchmark's per-CTA timeline (AttentionParams::decode_trace): thread 0 of each CTA writes
+// slot[k] = %globaltimer at mark k (0 entry, 1 after the wait for the previous kernel, 2 first tile
+// landed, 3 last tile done, 4 exit), slot[5] = SM id, slot[6] = tiles. Null (the engine): nothing.
+struct DecodeTrace {
+  unsigned long long* slot = nullptr;
+  __device__ __forceinline__ void mark(int k) const {
+    if (slot != nullptr && threadIdx.x == 0) slot[k] = global_timer_ns();
+  }
+  __device__ __forceinline__ void note(int k, unsigned long long value) const {
+    if (slot != nullptr && threadIdx.x == 0) slot[k] = value;
+  }
+};
 
 // 3 CTAs per SM for head_dim <= 128 with 2 stages (registers capped at 170): more cache bytes in
 // flight per SM; 2 CTAs per SM with 3 stages (104 KB of stages each).
 template <int HD, bool kPaged, int kStages>
 __global__ void __launch_bounds__(kAttnThreads, HD <= 128 ? (kStages == 2 ? 3 : 2) : 1)
     attention_decode_kernel(const AttnArgs a) {
-  pdl_wait_prior_grid();  // launched after the previous kernel (pdl.cuh): its outputs are ready from here
-  pdl_allow_dependents();  // after the wait: triggering first measured slower (session 3, run 2)
+  DecodeTrace trace;
+  if constexpr (kPaged) {
+    if (a.trace != nullptr) {
+      trace.slot = a.trace + 8 * (blockIdx.x + gridDim.x * (blockIdx.y + int64_t{gridDim.y} * blockIdx.z));
+    }
+  }
+  trace.mark(0);
+  if constexpr (!kPaged) {
+    pdl_wait_prior_grid();  // launched after the previous kernel (pdl.cuh): its outputs are ready from here
+    pdl_allow_dependents();  // after the wait: triggering first measured slower (session 3, run 2)
+    trace.mark(1);
+  }
   extern __shared__ __align__(16) unsigned char attn_smem[];
   constexpr int kKeysPerWarp = kAttnTileKeys / kAttnWarps;
   __half* const smem = reinterpret_cast<__half*>(attn_smem);  // [K stages][V stages] of [64][HD + 8]
@@ -131,8 +250,10 @@ __global__ void __launch_bounds__(kAttnThreads, HD <= 128 ? (kStages == 2 ? 3 : 
     row_tile = static_cast<int>(blockIdx.z) % a.seq_row_tiles;
     run = paged_run(a, seq);
     // a run for the prefill launch (or skipped), or a row tile past this run's rows: every split of
-    // this (run, KV head, row tile) leaves here, so its merge counter is never touched
+    // this (run, KV head, row tile) leaves here (before the PDL wait: it writes nothing), so its merge
+    // counter is never touched
     if (run.n_q < 1 || run.n_q > kDecodeMaxTokens || row_tile * kMmaRows >= run.n_q * a.group) return;
+    // (a whole cluster leaves here together: its CTAs differ only in the split)
     done_base += int64_t{seq} * a.n_head_kv * a.done_stride;
     ws_tok0 = int64_t{seq} * a.ws_q_per_seq;
     pipe.block_size = a.block_size;
@@ -156,7 +277,39 @@ __global__ void __launch_bounds__(kAttnThreads, HD <= 128 ? (kStages == 2 ? 3 : 
   const int64_t end = min(begin + chunk, kv_len);
 
   const int tile_row0 = row_tile * kMmaRows;
+  const int n_tiles = static_cast<int>((end - begin + kAttnTileKeys - 1) / kAttnTileKeys);
+  if constexpr (kPaged) {
+    // Before the wait for the previous kernel (attention.h's contract): the run's metadata above, the
+    // block-table loads of the first tiles and the copies of the first tiles whose keys all lie below
+    // pos0 (cache rows of earlier steps; the kernel before writes only the rows of the new tokens).
+    int issued = 0;
+    if (begin < kv_len) {
+      point_kv_pipeline(pipe, smem, a, kv_head, begin, end);
+      issued = pipe.start_stable(n_tiles, pos0);
+    }
+    pdl_wait_prior_grid();
+    pdl_allow_dependents();
+    trace.mark(1);
+    if (begin < kv_len) pipe.start_rest(n_tiles, issued);
+  }
+  const bool cluster = kPaged && a.cluster_merge != 0;  // (the contiguous kernel compiles without it)
+  // The cluster merge's partial of this CTA, after the warp-merge buffers below (the stages are free then).
+  float* const sm_part_o = reinterpret_cast<float*>(attn_smem) + kAttnWarps * kMmaRows * (HD + 2);  // [16][HD]
+  float* const sm_part_ml = sm_part_o + kMmaRows * HD;                                             // [16][2]
   if (begin >= kv_len) {  // an empty trailing split: max -inf, sum 0 and zero accumulators
+    if (cluster) {
+      for (int idx = static_cast<int>(threadIdx.x); idx < kMmaRows * HD; idx += kAttnThreads) {
+        sm_part_o[idx] = 0.0f;
+        if (idx < kMmaRows) {
+          sm_part_ml[2 * idx] = -INFINITY;
+          sm_part_ml[2 * idx + 1] = 0.0f;
+        }
+      }
+      trace.mark(3);
+      cluster_merge<HD>(a, run.tok0, kv_head, row_tile, rows, sm_part_o, sm_part_ml);
+      trace.mark(4);
+      return;
+    }
     for (int idx = static_cast<int>(threadIdx.x); idx < kMmaRows * HD; idx += kAttnThreads) {
       const int r = tile_row0 + idx / HD, d = idx % HD;
       if (r >= rows) break;
@@ -185,14 +338,21 @@ __global__ void __launch_bounds__(kAttnThreads, HD <= 128 ? (kStages == 2 ? 3 : 
   }
   const int64_t min_lim = min(pos0 + tile_row0 / a.group, end - 1);  // the smallest limit of a valid row
 
-  // The first tile's copies go out before the q loads, whose latency they then hide.
-  const int n_tiles = static_cast<int>((end - begin + kAttnTileKeys - 1) / kAttnTileKeys);
+  // The first tile's copies go out before the q loads, whose latency they then hide (paged: above).
   uint32_t qf[HD / 16][4];
   WarpRows<HD> st;
-  start_kv_and_q(pipe, smem, a, kv_head, begin, end, n_tiles, q_row, qf, st);
+  if constexpr (kPaged) {
+    load_q_fragments<HD>(qf, q_row[0], q_row[1], a.q_scale);
+    st.init();
+  } else {
+    start_kv_and_q(pipe, smem, a, kv_head, begin, end, n_tiles, q_row, qf, st);
+  }
+  trace.note(6, static_cast<unsigned long long>(n_tiles));
+  trace.note(5, sm_id());
   for (int i = 0; i < n_tiles; ++i) {
     pipe.issue_next(i, n_tiles);
     __syncthreads();
+    if (i == 0) trace.mark(2);
     const int64_t key0 = pipe.tile_start(i) + warp * kKeysPerWarp;
     if (key0 < end) {  // a slice wholly past the chunk would be fully masked: skip it
       const int slice = warp * kKeysPerWarp * smem_row_halves<HD>();
@@ -203,6 +363,7 @@ __global__ void __launch_bounds__(kAttnThreads, HD <= 128 ? (kStages == 2 ? 3 : 
     __syncthreads();
   }
   reduce_row_sums<HD>(st);
+  trace.mark(3);
 
   // Merge the 4 warps' states through shared memory (the K/V stages are free now).
   float* const sm_acc = reinterpret_cast<float*>(attn_smem);  // [warps][16 rows][HD]
@@ -242,6 +403,12 @@ __global__ void __launch_bounds__(kAttnThreads, HD <= 128 ? (kStages == 2 ? 3 : 
     const int head = kv_head * a.group + r % a.group;
     if (a.n_splits == 1) {
       a.out[t * a.out_stride + int64_t{head} * HD + d] = o / l;  // one split saw key 0: l > 0
+    } else if (cluster) {
+      sm_part_o[idx] = o;
+      if (d == 0) {
+        sm_part_ml[2 * row] = m;
+        sm_part_ml[2 * row + 1] = l;
+      }
     } else {
       const int64_t ws_row = int64_t{split} * rows_total + (ws_tok0 + r / a.group) * a.n_head + head;
       a.ws_o[ws_row * HD + d] = o;
@@ -251,10 +418,13 @@ __global__ void __launch_bounds__(kAttnThreads, HD <= 128 ? (kStages == 2 ? 3 : 
       }
     }
   }
-  if (a.n_splits > 1) {
+  if (a.n_splits > 1 && cluster) {
+    cluster_merge<HD>(a, run.tok0, kv_head, row_tile, rows, sm_part_o, sm_part_ml);  // its barrier orders the above
+  } else if (a.n_splits > 1) {
     __syncthreads();  // the warp-merge buffers in shared memory are read above; merge_if_last reuses them
     merge_if_last<HD>(a, run.tok0, ws_tok0, done_base, kv_head, row_tile, rows, attn_smem);
   }
+  trace.mark(4);
 }
 
 template <int HD, bool kPaged, int kStages>
@@ -262,13 +432,32 @@ cudaError_t launch_decode_kernel(const AttnArgs& a, int row_tiles, cudaStream_t 
   constexpr size_t smem = attn_smem_bytes<HD, kStages>();
   static_assert(smem >= (kAttnWarps * kMmaRows * (HD + 2)) * sizeof(float), "the warp merge reuses the stages");
   static_assert(smem >= (kMmaRows * (2 * kMaxSplits + 1)) * sizeof(float), "the split merge reuses the stages");
+  static_assert(smem >= (kAttnWarps * kMmaRows * (HD + 2) + kMmaRows * (HD + 2)) * sizeof(float),
+                "the cluster merge's partial sits after the warp-merge buffers");
   auto* kernel = attention_decode_kernel<HD, kPaged, kStages>;
   cudaError_t status = set_attention_smem(kernel, smem);
   if (status != cudaSuccess) return status;
   const unsigned z = kPaged ? static_cast<unsigned>(a.n_seqs) * static_cast<unsigned>(a.seq_row_tiles)
                             : static_cast<unsigned>(row_tiles);
   const dim3 grid(static_cast<unsigned>(a.n_splits), static_cast<unsigned>(a.n_head_kv), z);
-  return launch_after_prior(kernel, grid, dim3(kAttnThreads), smem, stream, a);
+  if (!a.cluster_merge) return launch_after_prior(kernel, grid, dim3(kAttnThreads), smem, stream, a);
+  // the splits of one (run, KV head, row tile) as one cluster (cluster_merge), after the previous kernel (pdl.cuh)
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = dim3(kAttnThreads);
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  cudaLaunchAttribute attribute[2] = {};
+  attribute[0].id = cudaLaunchAttributeClusterDimension;
+  attribute[0].val.clusterDim.x = static_cast<unsigned>(a.n_splits);
+  attribute[0].val.clusterDim.y = 1;
+  attribute[0].val.clusterDim.z = 1;
+  attribute[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[1].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attribute;
+  config.numAttrs = 2;
+  status = cudaLaunchKernelEx(&config, kernel, a);
+  return status != cudaSuccess ? status : cudaGetLastError();
 }
 
 bool decode_stages_supported(int head_dim, bool paged, int stages) {
@@ -315,6 +504,41 @@ int decode_ctas_per_sm(int stages) {
   return occupancy_of_decode_kernel<HD, false, 2>();
 }
 
+// Whether the paged decode kernel of `stages` stages can merge its splits in a cluster on the current
+// device: compute capability 9.0 or newer, and a kernel binary built for sm_90+ (a build for older
+// archs only would run its sm_80 code on a Hopper device, where cluster_merge is a trap). The binary
+// version is asked once (a process's devices of one generation load the same cubin); the device's
+// compute capability per call, as attention.cu asks it.
+template <int HD, int kStages>
+bool cluster_merge_runs_here() {
+  int device = 0, major = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess || major < 9) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  static const int binary_version = [] {
+    cudaFuncAttributes attr{};
+    if (cudaFuncGetAttributes(&attr, attention_decode_kernel<HD, true, kStages>) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return 0;
+    }
+    return attr.binaryVersion;
+  }();
+  return binary_version >= 90;
+}
+
+template <int HD>
+bool decode_cluster_merge_supported(int stages) {
+  if constexpr (HD == 128 && kPagedDecode3StagesBuilt) {
+    if (stages == 3) return cluster_merge_runs_here<HD, 3>();
+  }
+  return stages == 2 && cluster_merge_runs_here<HD, 2>();
+}
+
+template bool decode_cluster_merge_supported<64>(int);
+template bool decode_cluster_merge_supported<128>(int);
+template bool decode_cluster_merge_supported<256>(int);
 template int decode_ctas_per_sm<64>(int);
 template int decode_ctas_per_sm<128>(int);
 template int decode_ctas_per_sm<256>(int);

@@ -75,6 +75,8 @@ struct AttnArgs {
   int64_t ws_rows_total;        // decode: workspace rows per split (n_head per token)
   int prefill_min_q;            // prefill: runs of <= this many tokens belong to the decode launch
   int decode_stages;            // decode: cp.async stages of the decode kernel (2, or 3: attention_impl.cuh)
+  int cluster_merge;            // decode, paged, sm_90: the n_splits CTAs of a column are one cluster (DSMEM merge)
+  unsigned long long* trace;    // decode, paged, benchmarks: [CTAs][8] timestamps (AttentionParams::decode_trace)
 };
 
 // One run of query tokens of the paged form (or the single sequence of the contiguous form): tokens
@@ -143,6 +145,65 @@ __device__ __forceinline__ void cp_async_wait() {
 #if GA_ATTN_SM80
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 #endif
+}
+
+// ---- thread-block clusters (sm_90): the decode's split merge in distributed shared memory ----
+// Compiled to a trap below sm_90; the host selects the cluster merge only for a kernel binary built for
+// sm_90 or newer on such a device (attention_decode.cu), so the trap is never reached.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define GA_ATTN_SM90 1
+#else
+#define GA_ATTN_SM90 0
+#endif
+
+// Every thread of every CTA of the cluster: shared-memory writes before it are visible to the
+// cluster's reads after it (release / acquire).
+__device__ __forceinline__ void cluster_barrier() {
+#if GA_ATTN_SM90
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+#else
+  __trap();
+#endif
+}
+// The shared::cluster address of `p` (this CTA's shared memory) in the CTA of cluster rank `rank`.
+__device__ __forceinline__ uint32_t cluster_peer_addr(const void* p, unsigned rank) {
+  uint32_t out = 0;
+#if GA_ATTN_SM90
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(out) : "r"(smem_addr(p)), "r"(rank));
+#else
+  (void)p, (void)rank;
+  __trap();
+#endif
+  return out;
+}
+__device__ __forceinline__ float ld_cluster_f32(uint32_t addr) {
+  float v = 0.0f;
+#if GA_ATTN_SM90
+  asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(addr) : "memory");
+#else
+  (void)addr;
+  __trap();
+#endif
+  return v;
+}
+__device__ __forceinline__ unsigned cluster_rank() {
+  unsigned r = 0;
+#if GA_ATTN_SM90
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+#endif
+  return r;
+}
+
+// Nanoseconds of the GPU's global timer (coarse: the benchmark's decode trace, not timing of short spans).
+__device__ __forceinline__ unsigned long long global_timer_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+__device__ __forceinline__ unsigned sm_id() {
+  unsigned id;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(id));
+  return id;
 }
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
@@ -298,34 +359,56 @@ struct KvPipeline {
     cp_async_commit();
   }
 
-  // Maps tiles 0 and 1 (paged) and issues the copies of tiles 0 .. kStages - 2 (3 stages: maps tile 2
-  // into list 0 once tile 0's copies are issued).
-  __device__ __forceinline__ void start(int n_tiles) {
+  // The copies of tiles 0 .. kStages - 2 are issued in two phases, so that a paged decode CTA can do
+  // the part that reads nothing the previous kernel writes before it waits for that kernel (PDL,
+  // pdl.cuh): start_stable maps tiles 0..2 (paged: their table loads go out together, one round trip)
+  // and issues the leading tiles whose keys all lie below stable_end; start_rest (after the wait)
+  // issues the others, then maps tile 2 into list 0 (3 stages). Copies go out in tile order either way
+  // (cp.async groups are counted in issue order). start() is both at once (stable_end 0: nothing early).
+  // The start of a CTA is a chain of dependent round trips (run bounds -> table -> first tiles) that no
+  // other work hides when every CTA of a one-wave grid starts at once: 4.6 us from the wait to the
+  // first tile at b1 in session 7's timeline.
+  __device__ __forceinline__ int start_stable(int n_tiles, int64_t stable_end) {
+    int issued = 0;
     if constexpr (kPaged) {
       PagedKeyMap m0, m1;
       m0.fetch(block_size, table, tile_start(0), valid_end);
       m1.fetch(block_size, table, tile_start(1), valid_end);  // past valid_end when n_tiles == 1: all invalid
+      if constexpr (kStages == 3) ahead.fetch(block_size, table, tile_start(2), valid_end);  // published in start_rest
       m0.publish(block_size, max_block, rows);
       m1.publish(block_size, max_block, rows + kAttnTileKeys);
       __syncthreads();
+      if (tile_start(0) + kAttnTileKeys <= stable_end) {
+        stage(0);
+        issued = 1;
+        if (kStages == 3 && n_tiles > 1 && tile_start(1) + kAttnTileKeys <= stable_end) {
+          stage(1);
+          issued = 2;
+        }
+      }
     }
-    stage(0);
-    (void)n_tiles;
+    (void)n_tiles, (void)stable_end;
+    return issued;
+  }
+  __device__ __forceinline__ void start_rest(int n_tiles, int issued) {
+    if (issued < 1) stage(0);
     if constexpr (kStages == 3) {
-      if (n_tiles > 1) {
-        stage(1);
-      } else {
-        cp_async_commit();  // an empty group: issue_next waits on group counts
+      if (issued < 2) {
+        if (n_tiles > 1) {
+          stage(1);
+        } else {
+          cp_async_commit();  // an empty group: issue_next waits on group counts
+        }
       }
       if constexpr (kPaged) {
-        PagedKeyMap m2;
-        m2.fetch(block_size, table, tile_start(2), valid_end);
         __syncthreads();  // every thread has read list 0 (tile 0's copies)
-        m2.publish(block_size, max_block, rows);
+        ahead.publish(block_size, max_block, rows);  // tile 2's slots
         __syncthreads();  // issue_next(0) copies tile 2 through list 0
       }
     }
+    (void)n_tiles;
   }
+  __device__ __forceinline__ void start(int n_tiles) { start_rest(n_tiles, start_stable(n_tiles, 0)); }
   // Issues tile i + kStages - 1 and waits for tile i (the caller's barrier then publishes it); paged:
   // fetches the slots of tile i + kStages.
   __device__ __forceinline__ void issue_next(int i, int n_tiles) {
@@ -394,16 +477,21 @@ __device__ __forceinline__ void load_q_fragments(uint32_t (&qf)[HD / 16][4], con
 // fragments (their loads run while the copies are in flight) and a fresh softmax state. Paged pipelines have
 // their block-table fields set by the caller first.
 template <int HD, bool kPaged, int kStages>
-__device__ __forceinline__ void start_kv_and_q(KvPipeline<HD, kPaged, kStages>& pipe, __half* smem, const AttnArgs& a,
-                                               int kv_head, int64_t first, int64_t valid_end, int n_tiles,
-                                               const float* const (&q_row)[2], uint32_t (&qf)[HD / 16][4],
-                                               WarpRows<HD>& st) {
+__device__ __forceinline__ void point_kv_pipeline(KvPipeline<HD, kPaged, kStages>& pipe, __half* smem,
+                                                  const AttnArgs& a, int kv_head, int64_t first, int64_t valid_end) {
   pipe.smem = smem;
   pipe.k_head = a.k + int64_t{kv_head} * HD;
   pipe.v_head = a.v + int64_t{kv_head} * HD;
   pipe.kv_stride = a.kv_stride;
   pipe.first = first;
   pipe.valid_end = valid_end;
+}
+template <int HD, bool kPaged, int kStages>
+__device__ __forceinline__ void start_kv_and_q(KvPipeline<HD, kPaged, kStages>& pipe, __half* smem, const AttnArgs& a,
+                                               int kv_head, int64_t first, int64_t valid_end, int n_tiles,
+                                               const float* const (&q_row)[2], uint32_t (&qf)[HD / 16][4],
+                                               WarpRows<HD>& st) {
+  point_kv_pipeline(pipe, smem, a, kv_head, first, valid_end);
   pipe.start(n_tiles);
   load_q_fragments<HD>(qf, q_row[0], q_row[1], a.q_scale);
   st.init();

@@ -23,6 +23,7 @@ inline constexpr int kPrefillRows = kAttnWarps * kMmaRows;  // query rows per pr
 inline constexpr int64_t kMinKeysPerSplit = 128;  // below this, another split costs more than it saves
 inline constexpr int kSplitKeyGranule = 16;       // chunks are whole warp slices (kAttnTileKeys / kAttnWarps)
 inline constexpr int kMaxSplits = 256;
+inline constexpr int kMaxClusterSplits = 8;       // the cluster merge's largest split count (portable cluster size)
 
 // cp.async stages of the paged decode kernel at head_dim 128 when AttentionParams::decode_stages is
 // 0: 3 (2 CTAs per SM, two tiles in flight per CTA) beat 2 (3 CTAs per SM, one tile in flight) at
@@ -190,11 +191,16 @@ cudaError_t launch_attention_prefill(const AttnArgs& a, cudaStream_t stream);
 // Decode CTAs (of the `stages`-stage kernel) one SM holds at once (the occupancy calculator; 1 if it fails).
 template <int HD>
 int decode_ctas_per_sm(int stages);
+// Whether the paged decode kernel of `stages` stages can run its splits as clusters on the current
+// device (sm_90 device and binary; AttentionParams::decode_merge).
+template <int HD>
+bool decode_cluster_merge_supported(int stages);
 
 #define GA_ATTN_EXTERN(HD)                                                                   \
   extern template cudaError_t launch_attention_decode<HD>(const AttnArgs&, int, cudaStream_t); \
   extern template cudaError_t launch_attention_prefill<HD>(const AttnArgs&, cudaStream_t);   \
-  extern template int decode_ctas_per_sm<HD>(int);
+  extern template int decode_ctas_per_sm<HD>(int);                                            \
+  extern template bool decode_cluster_merge_supported<HD>(int);
 GA_ATTN_EXTERN(64)
 GA_ATTN_EXTERN(128)
 GA_ATTN_EXTERN(256)
