@@ -285,7 +285,16 @@ cudaError_t run(const FlashParams& p, int variant, void* workspace, size_t works
   if (num_sms < 1) return cudaErrorInvalidDevice;
   a.scale = p.softmax_scale;
   a.scale_log2 = p.softmax_scale * 1.4426950408889634f;
-  if (variant == flash_detail::kSplitTailVariant) {
+  // The TMA-store epilogue (variant 22): dense O of the input dtype only (varlen / paged: a 64-row box would run
+  // into the next sequence's rows; f32 O: another element size). Otherwise, or if the driver refuses the map, the
+  // same kernel stores O from registers.
+  if (variant == flash_detail::kTmaStoreVariant && !varlen && !p.o_f32) {
+    a.o_tma = tile::encode_tma_map_bshd(&a.tm_o, 2, bf16, p.o, HD, p.seqlen_q, p.n_head, p.batch, p.o_seq_stride,
+                                        p.o_head_stride, p.o_batch_stride, T::kBlockM / 2) == nullptr
+                  ? 1
+                  : 0;
+  }
+  if (HD == 128 && split_kernel) {
     const flash_detail::SplitTailPlan sp = flash_detail::split_tail_plan(p, num_sms);
     if (sp.on && workspace != nullptr && workspace_bytes >= sp.bytes && aligned16(workspace)) {
       a.split_tail = 1;
@@ -326,7 +335,8 @@ FlashPlan flash_plan(const FlashParams& p) {
   if (params_reason(p) != nullptr) return plan;
   if (p.dtype == FlashDtype::kFp8E4m3) {
     plan.workspace_bytes = flash_detail::fp8_workspace_bytes(p);
-  } else if (flash_detail::variant_compiled(flash_detail::kSplitTailVariant)) {
+  } else if (flash_detail::variant_compiled(flash_detail::kSplitTailVariant) ||
+             flash_detail::variant_compiled(flash_detail::kTmaStoreVariant)) {
     plan.workspace_bytes = flash_detail::split_tail_plan(p, current_sm_count()).bytes;
   }
   return plan;
@@ -336,6 +346,8 @@ static_assert(kFlashSm80Variant == flash_detail::kFwdVariants, "the mma.sync var
 static_assert(kFlashSm75Variant == flash_detail::kFwdVariantsEnd, "the sm_75 variant follows the tile variants");
 static_assert(flash_detail::kFirstQRegVariant == kFlashSm75Variant + 1, "the Q-in-registers variants follow it");
 static_assert(flash_detail::kSplitTailVariant == flash_detail::kQRegVariantsEnd, "the split tail follows them");
+static_assert(flash_detail::kTmaStoreVariant == flash_detail::kSplitTailVariant + 1, "the TMA-store epilogue follows");
+static_assert(flash_detail::kTmaStoreOffVariant == flash_detail::kTmaStoreVariant + 1, "and its diagnostic twin");
 int flash_variant_count() { return flash_detail::kFwdAllVariantsEnd; }
 bool flash_variant_compiled(int variant) {
   return variant == kFlashSm80Variant || variant == kFlashSm75Variant || flash_detail::variant_compiled(variant);

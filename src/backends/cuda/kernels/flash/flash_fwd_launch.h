@@ -24,7 +24,11 @@ namespace ga::cuda::flash_detail {
 // CTA / persistent; head dim 128 only (64 and 256 run their counterpart 1 / 4: head_dim_variant). Variant 21
 // (kSplitTailVariant): variant 4 with the split tail (flash_fwd_split_tail.cuh: the last round of tiles cut in key
 // blocks between all CTAs, merged by LSE), head dim 128, dense non-causal, with flash_plan's workspace; anything
-// else runs it as variant 4.
+// else runs it as variant 4. Variant 22 (kTmaStoreVariant; benchmark builds only, GA_FLASH_FWD_TMA_STORE): 21 with the
+// TMA-store epilogue (kSchedTmaStore: O staged in shared memory, written by TMA stores) where O is dense 16-bit (the
+// others keep the register store inside the same kernel); head dim 128 (64 and 256 run 4). Variant 23
+// (kTmaStoreOffVariant, same builds): a diagnostic, variant 22's kernel (its shared memory and code) told to store O
+// from registers, so a benchmark can tell the epilogue's effect from the kernel's larger footprint.
 struct FwdVariant {
   int sched;
   bool persistent;
@@ -37,7 +41,9 @@ constexpr int kFwdVariants = 11;   // 0-10; kFlashSm80Variant (11) follows them
 constexpr int k16BitVariants = 7;  // 0-6: the 16-bit kernels' variants
 constexpr int kFirstTileVariant = 12, kFwdVariantsEnd = 18;  // 12-17: wide tiles / lazy rescale
 constexpr int kFirstQRegVariant = 19, kQRegVariantsEnd = 21;  // 19-20: Q in registers (18: the sm_75 build)
-constexpr int kSplitTailVariant = 21, kFwdAllVariantsEnd = 22;   // 21: split tail
+constexpr int kSplitTailVariant = 21;                             // 21: split tail
+constexpr int kTmaStoreVariant = 22;                              // 22: split tail + TMA-store epilogue
+constexpr int kTmaStoreOffVariant = 23, kFwdAllVariantsEnd = 24;  // 23: 22's kernel, register store (diagnostic)
 // The default build compiles only the variants default_variant picks (1, 4, 12, 13, 21): every instantiation is a
 // heavy wgmma kernel and CI compiles them on two cores. -DGA_FLASH_ALL_VARIANTS=ON adds the others for
 // benchmarking them against each other.
@@ -64,12 +70,18 @@ constexpr int kSplitTailVariant = 21, kFwdAllVariantsEnd = 22;   // 21: split ta
 #ifndef GA_FLASH_FWD_SPLIT
 #define GA_FLASH_FWD_SPLIT 1
 #endif
+// GA_FLASH_FWD_TMA_STORE adds variants 22 and 23 (2 kernels: hd 128 bf16 / fp16; benchmark builds,
+// tools/dev/flash_fwd6b.sh).
+#ifndef GA_FLASH_FWD_TMA_STORE
+#define GA_FLASH_FWD_TMA_STORE 0
+#endif
 constexpr bool variant_compiled(int variant) {
   return variant == 1 || variant == 4 || variant == 12 || variant == 13 ||
          (GA_FLASH_ALL_VARIANTS && variant >= 0 && variant < k16BitVariants) ||
          (GA_FLASH_FWD_CANDIDATES && variant >= kFirstTileVariant && variant < kFwdVariantsEnd) ||
          (GA_FLASH_FWD_QREG && variant >= kFirstQRegVariant && variant < kQRegVariantsEnd) ||
-         (GA_FLASH_FWD_SPLIT && variant == kSplitTailVariant);
+         (GA_FLASH_FWD_SPLIT && variant == kSplitTailVariant) ||
+         (GA_FLASH_FWD_TMA_STORE && (variant == kTmaStoreVariant || variant == kTmaStoreOffVariant));
 }
 // What a head-dim-128-only variant runs at head dim HD: itself at 128; elsewhere its plain counterpart. Q in
 // registers (19 / 20) -> 1 / 4 (hd 64: the 128-key tile would fit too but is not the target; hd 256: O alone is 128
@@ -77,7 +89,7 @@ constexpr bool variant_compiled(int variant) {
 template <int HD>
 constexpr int head_dim_variant(int variant) {
   if (HD == 128) return variant;
-  if (variant == kSplitTailVariant) return 4;
+  if (variant == kSplitTailVariant || variant == kTmaStoreVariant || variant == kTmaStoreOffVariant) return 4;
   if (variant < kFirstQRegVariant || variant >= kQRegVariantsEnd) return variant;
   return variant == kFirstQRegVariant ? 1 : 4;
 }
@@ -206,7 +218,7 @@ cudaError_t launch_fwd_tiles(const FwdArgs& args, bool bf16, int variant, int nu
 template <ElemKind E, int HD, int kSched, bool kPersistent, int kStages, int kBN = 0>
 cudaError_t launch_fwd_instance(const FwdArgs& args, int num_sms, cudaStream_t stream) {
   const auto kernel = flash_fwd_sm90_kernel<E, HD, kSched, kPersistent, kStages, kBN>;
-  constexpr size_t smem = FwdTraits<HD, kStages, elem_bytes<E>(), kBN>::kSmemBytes;
+  constexpr size_t smem = fwd_smem_bytes<HD, kStages, elem_bytes<E>(), kBN, kSched>();
   static_assert(smem <= 227 * 1024, "shared memory per CTA");
   static const cudaError_t attr_status =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
@@ -258,7 +270,7 @@ cudaError_t launch_fwd_variant(const FwdArgs& args, int variant, int num_sms, cu
   }
 }
 
-// Variants 12-17, 19-20 and 21 of one element type (flash_fwd_wide_hd*.cu instantiate it; each kernel lives only
+// Variants 12-17, 19-20, 21 and 22 of one element type (flash_fwd_wide_hd*.cu instantiate it; each kernel lives only
 // there).
 // Paged KV never reaches the wide kernels: flash_forward.cu maps the variant through paged_variant first.
 template <ElemKind E, int HD>
@@ -268,6 +280,13 @@ cudaError_t launch_fwd_tiles_of(const FwdArgs& args, int variant, int num_sms, c
   if (variant == kSplitTailVariant) {  // head dim 128 only (flash_forward.cu maps the others to 4)
 #if GA_FLASH_FWD_SPLIT
     if constexpr (HD == 128) return launch_fwd_instance<E, HD, 1 | kSchedSplitTail, true, kS>(args, num_sms, stream);
+#endif
+    return cudaErrorNotSupported;
+  }
+  if (variant == kTmaStoreVariant || variant == kTmaStoreOffVariant) {  // hd 128 only (flash_forward.cu maps others)
+#if GA_FLASH_FWD_TMA_STORE
+    constexpr int kSched = 1 | kSchedSplitTail | kSchedTmaStore;
+    if constexpr (HD == 128) return launch_fwd_instance<E, HD, kSched, true, kS>(args, num_sms, stream);
 #endif
     return cudaErrorNotSupported;
   }

@@ -63,7 +63,22 @@
 // issues of one tile go out in parallel instead of one after another. Keys past the sequence read page
 // n_pages (out of bounds: zeros).
 //
-// Split tail (kSchedSplitTail): flash_fwd_split_tail.cuh. Not yet: TMA stores of O.
+// Split tail (kSchedSplitTail): flash_fwd_split_tail.cuh.
+//
+// TMA-store epilogue (kSchedTmaStore, 16-bit dense, FwdArgs::o_tma): the register epilogue has every consumer
+// thread issue 32 4-byte global stores per tile (16-byte row pieces, half a 32-byte sector each) while the tensor
+// cores wait for the next tile; at 4k keys a tile is only 32 key blocks, so that is a visible share. Instead each
+// warpgroup writes its normalized 64 x HD rows into its own half of a dedicated staging tile (32 KB at hd 128; the
+// 227 KB budget has room, so neither Q's slot nor the K/V ring is touched and the producer's next-Q prefetch is not
+// delayed), in the 128-byte swizzle of the O map (conflict-free st.shared: a warp's 8 rows hit 8 different chunks),
+// and its first thread issues one TMA store per 64-column block and commits it; the warpgroup goes on to the next
+// tile while the copy engine drains it. That thread waits for the group's reads (bulk_wait_read) only before the
+// next tile's rows overwrite the staging rows, a whole tile later. TMA clips rows past seqlen_q and never writes
+// past head_dim, so partial query blocks and padded O rows work as before. Varlen/paged (a box would run into the
+// next sequence's rows), f32 O and an O map the driver refuses keep the register store (o_tma = 0). The LSE still
+// goes out from registers. Named barriers 6 + wg (staging rows free) and 8 + wg (rows written). Measured (session
+// 6b): +1.5-3% against the same kernel storing from registers (variant 23), but that kernel is ~3% slower than the
+// split tail alone (21) before any epilogue difference (the 32 KB staging tile or the code), so 22 is not a default.
 #pragma once
 
 #include <cuda.h>
@@ -126,6 +141,7 @@ struct FwdArgs {
   CUtensorMap tm_q;  // [batch][n_head][seqlen_q][HD] as 4-D boxes {64, kBlockM, 1, 1}
   CUtensorMap tm_k;  // [batch][n_head_kv][seqlen_k][HD], boxes {64, kBlockN, 1, 1}
   CUtensorMap tm_v;
+  CUtensorMap tm_o;  // kSchedTmaStore with o_tma: [batch][n_head][seqlen_q][HD], boxes {64, 64, 1, 1}
   void* o;
   float* lse;
   int64_t o_batch_stride, o_seq_stride, o_head_stride;
@@ -153,6 +169,7 @@ struct FwdArgs {
   int split_tail, full_rounds, tail_first_tile, tail_units, kv_blocks;
   float4* split_partials;  // [gridDim.x][split_slot_float4s(HD)]
   int* split_flags;        // [gridDim.x], zero at launch
+  int o_tma;               // kSchedTmaStore: O goes out through shared memory and tm_o (else the register store)
 };
 
 // FP8's persistent kernels schedule tiles dynamically (see the top of this file); the 16-bit ones statically.
@@ -465,6 +482,47 @@ struct Consumer {
       }
     }
   }
+
+  // kSchedTmaStore (dense 16-bit): O / l as E into this warpgroup's 64 rows of the staging tile (rows past seqlen_q
+  // too: TMA clips them; the LSE follows in store_lse_dense once the copy is issued). so_wg: this
+  // warpgroup's first row in column block 0; column blocks kBlockM rows of 128 bytes apart, 128-byte swizzle (16-byte
+  // chunk ch of row r at ch ^ (r % 8); r % 8 == g for every row of this thread). A warp's store writes 8 rows x 16
+  // bytes into 8 different chunks: all 32 banks, no conflict. The caller fences, synchronizes and issues the copies.
+  __device__ __forceinline__ void stage_o(uint32_t so_wg, int warp, int g, int c) {
+    static_assert(!kFp8, "the TMA-store epilogue is 16-bit");
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float l = l_run[r];
+      l += __shfl_xor_sync(0xffffffffu, l, 1);
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+      const uint32_t row_addr = so_wg + static_cast<uint32_t>(warp * 16 + g + 8 * r) * 128u + 4u * c;
+#pragma unroll
+      for (int p = 0; p < T::kPvParts; ++p)
+#pragma unroll
+        for (int i = 0; i < T::kPvN / 2; i += 4) {
+          const int col = p * T::kPvN + 8 * (i / 4);  // this n8 block's first column (the thread's pair: + 2c)
+          const uint32_t addr = row_addr + (col / 64) * (T::kBlockM * 128) + (((col % 64) / 8) ^ g) * 16;
+          const uint32_t v = pack2<E>(o[p][i + 2 * r] * inv, o[p][i + 2 * r + 1] * inv);
+          asm volatile("st.shared.u32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
+        }
+    }
+  }
+  // The LSE of the staged rows, after the copy is on its way (as store_as writes it; dense rows < seqlen_q).
+  __device__ __forceinline__ void store_lse_dense(const FwdArgs& a, int c, int batch, int head, int row0,
+                                                  int seqlen_q) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float l = l_run[r];
+      l += __shfl_xor_sync(0xffffffffu, l, 1);
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      const int row = row0 + 8 * r;
+      if (a.lse != nullptr && c == 0 && row < seqlen_q) {
+        a.lse[(int64_t{batch} * a.n_head + head) * a.seqlen_q + row] = l > 0.0f ? m_run[r] * a.scale + logf(l)
+                                                                                : -INFINITY;
+      }
+    }
+  }
 };
 
 // Barrier layout in shared memory (FwdTraits::kBarriers slots of 8 bytes).
@@ -558,10 +616,20 @@ constexpr int kSchedSplitTail = 128;
 __host__ __device__ constexpr bool split_tail_sched(int sched, bool persistent) {
   return (sched & kSchedSplitTail) != 0 && persistent;
 }
+// + kSchedTmaStore (16-bit): O staged in shared memory and written by TMA stores (top of this file).
+constexpr int kSchedTmaStore = 256;
+
+// Dynamic shared memory of a kernel: FwdTraits' tiles plus, for kSchedTmaStore, the O staging tile (kQBytes: the
+// same [HD / 64][kBlockM][64] shape as Q), placed after the K/V ring so every tile stays 1024-byte aligned.
+template <int HD, int kStages, int kElemBytes, int kBN, int kSched>
+constexpr size_t fwd_smem_bytes() {
+  using T = FwdTraits<HD, kStages, kElemBytes, kBN>;
+  return T::kSmemBytes + ((kSched & kSchedTmaStore) != 0 ? size_t{T::kQBytes} : 0);
+}
 
 template <ElemKind E, int HD, int kSched, bool kPersistent, int kStages, int kBN = 0>
 __device__ __forceinline__ void consumer_main(const FwdArgs& a, unsigned char* sq, unsigned char* sk,
-                                              unsigned char* sv, FwdBarriers<kStages> bars) {
+                                              unsigned char* sv, unsigned char* so, FwdBarriers<kStages> bars) {
   using T = FwdTraits<HD, kStages, elem_bytes<E>(), kBN>;
   const int cwg = static_cast<int>(threadIdx.x) / 128 - 1;  // consumer warpgroup 0 or 1
   const int wtid = static_cast<int>(threadIdx.x) % 128;
@@ -580,6 +648,9 @@ __device__ __forceinline__ void consumer_main(const FwdArgs& a, unsigned char* s
   constexpr bool kQReg = (kSched & kSchedQReg) != 0;
   constexpr bool kSplit = split_tail_sched(kSched, kPersistent);
   static_assert(!kSplit || E != ElemKind::kE4m3, "split tail: 16-bit");
+  constexpr bool kTmaStore = (kSched & kSchedTmaStore) != 0;
+  static_assert(!kTmaStore || E != ElemKind::kE4m3, "TMA-store epilogue: 16-bit");
+  (void)so;
   using C = Consumer<E, HD, (kSched & kSchedPolyExp) != 0, kBN, kQReg>;
   bool first_turn = true;
   auto turn_begin = [&]() {
@@ -757,7 +828,34 @@ __device__ __forceinline__ void consumer_main(const FwdArgs& a, unsigned char* s
         }
       }
     }
+    if constexpr (kTmaStore) {
+      if (a.o_tma) {  // dense 16-bit O (top of this file): stage, then one thread of the warpgroup stores by TMA
+        const uint32_t so_wg = tile::smem_u32(so) + static_cast<uint32_t>(wg_row_base) * 128u;
+        if (wtid == 0) tile::bulk_wait_read<0>();  // this warpgroup's previous store has read the staging rows
+        tile::named_barrier_sync(6 + cwg, 128);
+        st.stage_o(so_wg, warp, g, c);
+        tile::fence_proxy_async_smem();  // the st.shared above before the copy engine's reads
+        if (warp == 0) {
+          tile::named_barrier_sync(8 + cwg, 128);  // every row of the warpgroup is staged
+          if (lane == 0 && f.m0 + wg_row_base < f.seqlen_q) {  // (a box wholly past seqlen_q: nothing to write)
+#pragma unroll
+            for (int cb = 0; cb < T::kColBlocks; ++cb) {
+              tile::tma_store_4d(&a.tm_o, so + cb * (T::kBlockM * 128) + wg_row_base * 128, cb * T::kColElems,
+                                 f.m0 + wg_row_base, f.head, f.batch);
+            }
+            tile::bulk_commit();
+          }
+        } else {
+          tile::named_barrier_arrive(8 + cwg, 128);  // warps 1-3 go on at once
+        }
+        st.store_lse_dense(a, c, f.batch, f.head, row0, f.seqlen_q);  // (FA3's order: after the copy is issued)
+        continue;
+      }
+    }
     st.store(a, f.batch, f.head, row0, c, f.seqlen_q, f.q_off);
+  }
+  if constexpr (kTmaStore) {
+    if (wtid == 0) tile::bulk_wait_read<0>();  // the staging tile stays valid until the last store has read it
   }
   if constexpr (kPingPong) {
     if (cwg == 0 && !first_turn) tile::named_barrier_sync(1, 256);  // warpgroup 1's final arrival
@@ -779,6 +877,7 @@ __device__ __forceinline__ void producer_main(const FwdArgs& a, unsigned char* s
     tile::tma_prefetch_map(&a.tm_q);
     tile::tma_prefetch_map(&a.tm_k);
     tile::tma_prefetch_map(&a.tm_v);
+    if ((kSched & kSchedTmaStore) != 0 && a.o_tma) tile::tma_prefetch_map(&a.tm_o);
   }
   // One key tile of K or V into `dst`: dense/packed = one box column per 128-byte block at row k_row; paged =
   // this lane's page (page id `page`, rows from `row_in_page`) when it has one.
@@ -894,7 +993,10 @@ __global__ void __launch_bounds__(384, 1) flash_fwd_sm90_kernel(const __grid_con
   unsigned char* sq = smem;                              // [kColBlocks][kBlockM][64]
   unsigned char* sk = sq + T::kQBytes;                   // [kStages][kColBlocks][kBlockN][64]
   unsigned char* sv = sk + kStages * T::kTileBytes;      // same
-  const FwdBarriers<kStages> bars{reinterpret_cast<uint64_t*>(sv + kStages * T::kTileBytes)};
+  // kSchedTmaStore: the O staging tile [kColBlocks][kBlockM][64] (fwd_smem_bytes), else nothing
+  unsigned char* so = sv + kStages * T::kTileBytes;
+  constexpr uint32_t kOBytes = (kSched & kSchedTmaStore) != 0 ? T::kQBytes : 0;
+  const FwdBarriers<kStages> bars{reinterpret_cast<uint64_t*>(so + kOBytes)};
 
   if (threadIdx.x == 0) {
     tile::mbar_init(bars.q_full(), 1);
@@ -914,7 +1016,7 @@ __global__ void __launch_bounds__(384, 1) flash_fwd_sm90_kernel(const __grid_con
     if (threadIdx.x < 32) producer_main<E, HD, kSched, kPersistent, kStages, kBN>(a, sq, sk, sv, bars);
   } else {
     tile::regs_acquire<240>();
-    consumer_main<E, HD, kSched, kPersistent, kStages, kBN>(a, sq, sk, sv, bars);
+    consumer_main<E, HD, kSched, kPersistent, kStages, kBN>(a, sq, sk, sv, so, bars);
   }
 #else
   (void)a;
