@@ -22,7 +22,9 @@ min..max range, and the SM clock (torch.cuda.clock_rate, i.e. NVML, when availab
 Our kernels come from libga_attention_c.so (bench/attention_torch/ga_attention_c_api.cu; build target
 `ga_attention_c`), loaded with ctypes and called on the tensors' device pointers:
   * flash: the Hopper forward (kernels/flash), variants 0-6 (7-10: FP8 only; 12-17: FA3's wide key tiles and
-           the lazy O rescale; 19-20: Q in registers; -1: flash_forward's default; kernels/flash/flash_fwd_launch.h),
+           the lazy O rescale; 19-20: Q in registers; 21: split tail; 24: 21 + the TMA-store epilogue staged in
+           the last V slot, the hd 128 non-causal default; 22, 23, 25 retired; -1: flash_forward's default;
+           kernels/flash/flash_fwd_launch.h),
            and variant 11, the mma.sync forward (kernels/flash/flash_fwd_sm80.cuh: what sm_80/86/89 GPUs run;
            --sm80 times only it, against FA2 = the issue's bar >= 0.9x);
   * mma:   the mma.sync prefill (kernels/attention*.cu; fp16 K/V, f32 q/out, causal, one sequence per

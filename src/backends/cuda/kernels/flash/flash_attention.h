@@ -115,10 +115,11 @@ cudaError_t flash_forward(const FlashParams& p, void* workspace, size_t workspac
 // mma.sync forward (any sm_80+ GPU, Hopper included; bf16/fp16); 12-17 (bf16/fp16, Hopper) are FlashAttention-3's
 // wide key tiles and the lazy O rescale on the overlap schedule; kFlashSm75Variant (18) is the mma.sync
 // forward's sm_75 build (any GPU of compute capability >= 7.5; fp16 only); 19-20 (bf16/fp16, Hopper, benchmark
-// builds) keep Q in registers (head dim 128; other head dims run 1 / 4); 21 (bf16/fp16, Hopper; the head dim 128
-// non-causal default) is 4 with the split tail (the last round of query tiles cut in key blocks between all CTAs
-// and merged by LSE; head dim 128 dense non-causal, with flash_plan's workspace; otherwise it runs as 4). For the
-// tests and benchmarks that compare them.
+// builds) keep Q in registers (head dim 128; other head dims run 1 / 4); 21 (bf16/fp16, Hopper) is 4 with the split
+// tail (the last round of query tiles cut in key blocks between all CTAs and merged by LSE; head dim 128 dense
+// non-causal, with flash_plan's workspace; otherwise it runs as 4); 24 (bf16/fp16, Hopper; the head dim 128
+// non-causal default) is 21 with O written by TMA stores from shared memory (dense O of the input dtype, non-causal;
+// otherwise it runs 21); 22, 23 are retired numbers (not compiled). For the tests and benchmarks that compare them.
 inline constexpr int kFlashSm80Variant = 11;
 inline constexpr int kFlashSm75Variant = 18;
 int flash_variant_count();

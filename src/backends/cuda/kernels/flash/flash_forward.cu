@@ -241,6 +241,7 @@ cudaError_t run(const FlashParams& p, int variant, void* workspace, size_t works
   const bool varlen = p.cu_seqlens_q != nullptr, paged = p.block_table != nullptr;
   if (paged) variant = flash_detail::paged_variant(variant);  // pages divide the default key tile only
   variant = flash_detail::head_dim_variant<HD>(variant);        // Q in registers, split tail: head dim 128 only
+  const bool split_kernel = flash_detail::split_tail_kernel(variant);  // 21, 24 (hd 128: head_dim_variant)
   // Keys per tile of this variant (the wide ones: FA3's 176 / 80 / 192; paged KV keeps T::kBlockN).
   const int block_n = flash_detail::variant_block_n<HD>(variant, paged);
   // Dense: 4-D [batch][head][seq][dim] views. Varlen: one batch of total rows (tiles offset their row
@@ -285,7 +286,21 @@ cudaError_t run(const FlashParams& p, int variant, void* workspace, size_t works
   if (num_sms < 1) return cudaErrorInvalidDevice;
   a.scale = p.softmax_scale;
   a.scale_log2 = p.softmax_scale * 1.4426950408889634f;
-  if (variant == flash_detail::kSplitTailVariant) {
+  // The TMA-store epilogue (variant 24): dense non-causal O of the input dtype only (varlen / paged: a box would run
+  // into the next sequence's rows; f32 O: another element size; causal: a tile may have no key block, hence no V
+  // slot to stage O in). The kernel has no register store: those cases, and an O map the driver refuses, run 21.
+  if (variant == flash_detail::kStageInVVariant) {
+    const bool usable = !varlen && !paged && !p.o_f32 && !p.causal;
+    a.o_tma = usable && tile::encode_tma_map_bshd(&a.tm_o, 2, bf16, p.o, HD, p.seqlen_q, p.n_head, p.batch,
+                                                  p.o_seq_stride, p.o_head_stride, p.o_batch_stride,
+                                                  T::kBlockM) == nullptr
+                  ? 1
+                  : 0;
+    if (!a.o_tma) {
+      variant = flash_detail::variant_compiled(flash_detail::kSplitTailVariant) ? flash_detail::kSplitTailVariant : 4;
+    }
+  }
+  if (HD == 128 && split_kernel) {
     const flash_detail::SplitTailPlan sp = flash_detail::split_tail_plan(p, num_sms);
     if (sp.on && workspace != nullptr && workspace_bytes >= sp.bytes && aligned16(workspace)) {
       a.split_tail = 1;
@@ -326,7 +341,8 @@ FlashPlan flash_plan(const FlashParams& p) {
   if (params_reason(p) != nullptr) return plan;
   if (p.dtype == FlashDtype::kFp8E4m3) {
     plan.workspace_bytes = flash_detail::fp8_workspace_bytes(p);
-  } else if (flash_detail::variant_compiled(flash_detail::kSplitTailVariant)) {
+  } else if (flash_detail::variant_compiled(flash_detail::kSplitTailVariant) ||
+             flash_detail::variant_compiled(flash_detail::kStageInVVariant)) {
     plan.workspace_bytes = flash_detail::split_tail_plan(p, current_sm_count()).bytes;
   }
   return plan;
@@ -336,6 +352,7 @@ static_assert(kFlashSm80Variant == flash_detail::kFwdVariants, "the mma.sync var
 static_assert(kFlashSm75Variant == flash_detail::kFwdVariantsEnd, "the sm_75 variant follows the tile variants");
 static_assert(flash_detail::kFirstQRegVariant == kFlashSm75Variant + 1, "the Q-in-registers variants follow it");
 static_assert(flash_detail::kSplitTailVariant == flash_detail::kQRegVariantsEnd, "the split tail follows them");
+static_assert(flash_detail::kStageInVVariant == flash_detail::kSplitTailVariant + 3, "22, 23 retired (session 6b)");
 int flash_variant_count() { return flash_detail::kFwdAllVariantsEnd; }
 bool flash_variant_compiled(int variant) {
   return variant == kFlashSm80Variant || variant == kFlashSm75Variant || flash_detail::variant_compiled(variant);

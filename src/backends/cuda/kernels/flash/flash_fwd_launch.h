@@ -24,7 +24,12 @@ namespace ga::cuda::flash_detail {
 // CTA / persistent; head dim 128 only (64 and 256 run their counterpart 1 / 4: head_dim_variant). Variant 21
 // (kSplitTailVariant): variant 4 with the split tail (flash_fwd_split_tail.cuh: the last round of tiles cut in key
 // blocks between all CTAs, merged by LSE), head dim 128, dense non-causal, with flash_plan's workspace; anything
-// else runs it as variant 4.
+// else runs it as variant 4. Variant 24 (kStageInVVariant): 21 with the TMA-store epilogue (kSchedTmaStore: O
+// staged in the last key block's V slot and written by the producer's TMA stores; flash_fwd_epilogue.cuh), for dense
+// non-causal 16-bit O of the input dtype at head dim 128; elsewhere (varlen, paged, f32 O, causal, a refused O map)
+// it runs 21, and off head dim 128 it runs 4. Numbers 22, 23 and 25 are retired (session 6b / 7 diagnostics: a
+// dedicated 32 KB staging tile, its register-store twin, 21 with that tile's shared memory; measured in
+// docs/results/2026-11-22-h200-flash.md); they answer "not compiled".
 struct FwdVariant {
   int sched;
   bool persistent;
@@ -37,10 +42,13 @@ constexpr int kFwdVariants = 11;   // 0-10; kFlashSm80Variant (11) follows them
 constexpr int k16BitVariants = 7;  // 0-6: the 16-bit kernels' variants
 constexpr int kFirstTileVariant = 12, kFwdVariantsEnd = 18;  // 12-17: wide tiles / lazy rescale
 constexpr int kFirstQRegVariant = 19, kQRegVariantsEnd = 21;  // 19-20: Q in registers (18: the sm_75 build)
-constexpr int kSplitTailVariant = 21, kFwdAllVariantsEnd = 22;   // 21: split tail
-// The default build compiles only the variants default_variant picks (1, 4, 12, 13, 21): every instantiation is a
-// heavy wgmma kernel and CI compiles them on two cores. -DGA_FLASH_ALL_VARIANTS=ON adds the others for
-// benchmarking them against each other.
+constexpr int kSplitTailVariant = 21;                          // 21: split tail
+constexpr int kStageInVVariant = 24, kFwdAllVariantsEnd = 25;  // 24: 21 + TMA store staged in V (22, 23: retired)
+// The kernels built on the split tail (21, 24): they take its plan and workspace, and run 4 off head dim 128.
+constexpr bool split_tail_kernel(int variant) { return variant == kSplitTailVariant || variant == kStageInVVariant; }
+// The default build compiles only the variants default_variant picks (1, 4, 12, 13, 24) and 24's fallback 21: every
+// instantiation is a heavy wgmma kernel and CI compiles them on two cores. -DGA_FLASH_ALL_VARIANTS=ON adds the others
+// for benchmarking them against each other.
 #ifndef GA_FLASH_ALL_VARIANTS
 #define GA_FLASH_ALL_VARIANTS 0
 #endif
@@ -64,20 +72,27 @@ constexpr int kSplitTailVariant = 21, kFwdAllVariantsEnd = 22;   // 21: split ta
 #ifndef GA_FLASH_FWD_SPLIT
 #define GA_FLASH_FWD_SPLIT 1
 #endif
+// GA_FLASH_FWD_STAGE_IN_V: variant 24 (2 kernels: hd 128 bf16 / fp16), in every build since it is the hd 128
+// non-causal default (-DGA_FLASH_FWD_STAGE_IN_V=0 leaves it out; default_variant then picks 21).
+#ifndef GA_FLASH_FWD_STAGE_IN_V
+#define GA_FLASH_FWD_STAGE_IN_V 1
+#endif
 constexpr bool variant_compiled(int variant) {
   return variant == 1 || variant == 4 || variant == 12 || variant == 13 ||
          (GA_FLASH_ALL_VARIANTS && variant >= 0 && variant < k16BitVariants) ||
          (GA_FLASH_FWD_CANDIDATES && variant >= kFirstTileVariant && variant < kFwdVariantsEnd) ||
          (GA_FLASH_FWD_QREG && variant >= kFirstQRegVariant && variant < kQRegVariantsEnd) ||
-         (GA_FLASH_FWD_SPLIT && variant == kSplitTailVariant);
+         (GA_FLASH_FWD_SPLIT && variant == kSplitTailVariant) ||
+         (GA_FLASH_FWD_STAGE_IN_V && variant == kStageInVVariant);
 }
 // What a head-dim-128-only variant runs at head dim HD: itself at 128; elsewhere its plain counterpart. Q in
 // registers (19 / 20) -> 1 / 4 (hd 64: the 128-key tile would fit too but is not the target; hd 256: O alone is 128
-// registers); the split tail (21) -> 4 (its workspace slots are sized for head dim 128's O fragments).
+// registers); the split tail (21) and 24 built on it -> 4 (its workspace slots are sized for head dim 128's O
+// fragments).
 template <int HD>
 constexpr int head_dim_variant(int variant) {
   if (HD == 128) return variant;
-  if (variant == kSplitTailVariant) return 4;
+  if (split_tail_kernel(variant)) return 4;
   if (variant < kFirstQRegVariant || variant >= kQRegVariantsEnd) return variant;
   return variant == kFirstQRegVariant ? 1 : 4;
 }
@@ -147,10 +162,12 @@ constexpr int variant_block_n(int variant, bool paged) {
 // 2% ahead of overlap alone and often behind; the lazy rescale (14-17) and Q in registers (19-20) within noise.
 // Session 6: hd 128 non-causal runs 21 (= 4 plus the split tail, where split_tail_plan turns it on and the caller
 // gives flash_plan's workspace; otherwise it is 4): paired per round ahead of 4 by 0.5 / 2.0 / 1.0% at 4k / 8k / 16k.
+// Session 7: 24 (21 + the TMA-store epilogue staged in V), paired per round ahead of 21 by 1.2 / 0.5 / 1.9% at
+// 4k / 8k / 16k (25 rounds; 7 rounds: 1.0 / 0.1 / 1.6 / 2.4% at 2k-16k); where it cannot store by TMA it runs 21.
 constexpr int default_variant(int head_dim, bool causal, int seqlen_k) {
   if (head_dim == 256) return seqlen_k <= (causal ? 4096 : 8192) ? 13 : 12;
   if (head_dim == 64) return seqlen_k <= 4096 ? 4 : 12;
-  if (!causal) return GA_FLASH_FWD_SPLIT ? kSplitTailVariant : 4;
+  if (!causal) return GA_FLASH_FWD_STAGE_IN_V ? kStageInVVariant : GA_FLASH_FWD_SPLIT ? kSplitTailVariant : 4;
   return seqlen_k <= 8192 ? 4 : 1;
 }
 
@@ -258,7 +275,7 @@ cudaError_t launch_fwd_variant(const FwdArgs& args, int variant, int num_sms, cu
   }
 }
 
-// Variants 12-17, 19-20 and 21 of one element type (flash_fwd_wide_hd*.cu instantiate it; each kernel lives only
+// Variants 12-17, 19-20, 21 and 24 of one element type (flash_fwd_wide_hd*.cu instantiate it; each kernel lives only
 // there).
 // Paged KV never reaches the wide kernels: flash_forward.cu maps the variant through paged_variant first.
 template <ElemKind E, int HD>
@@ -268,6 +285,13 @@ cudaError_t launch_fwd_tiles_of(const FwdArgs& args, int variant, int num_sms, c
   if (variant == kSplitTailVariant) {  // head dim 128 only (flash_forward.cu maps the others to 4)
 #if GA_FLASH_FWD_SPLIT
     if constexpr (HD == 128) return launch_fwd_instance<E, HD, 1 | kSchedSplitTail, true, kS>(args, num_sms, stream);
+#endif
+    return cudaErrorNotSupported;
+  }
+  if (variant == kStageInVVariant) {  // head dim 128 only (flash_forward.cu maps the others)
+#if GA_FLASH_FWD_STAGE_IN_V
+    constexpr int kSched = 1 | kSchedSplitTail | kSchedTmaStore;
+    if constexpr (HD == 128) return launch_fwd_instance<E, HD, kSched, true, kS>(args, num_sms, stream);
 #endif
     return cudaErrorNotSupported;
   }

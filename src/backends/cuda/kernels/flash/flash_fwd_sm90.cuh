@@ -63,7 +63,9 @@
 // issues of one tile go out in parallel instead of one after another. Keys past the sequence read page
 // n_pages (out of bounds: zeros).
 //
-// Split tail (kSchedSplitTail): flash_fwd_split_tail.cuh. Not yet: TMA stores of O.
+// Split tail (kSchedSplitTail): flash_fwd_split_tail.cuh.
+//
+// Epilogue (the register store, and kSchedTmaStore's TMA store staged in the last V slot): flash_fwd_epilogue.cuh.
 #pragma once
 
 #include <cuda.h>
@@ -76,6 +78,8 @@
 
 #include "backends/cuda/kernels/tile/hopper.cuh"
 #include "backends/cuda/kernels/tile/hopper_wide.cuh"
+#include "backends/cuda/kernels/flash/flash_fwd_args.h"
+#include "backends/cuda/kernels/flash/flash_fwd_epilogue.cuh"
 #include "backends/cuda/kernels/flash/flash_fwd_split_tail.cuh"
 
 namespace ga::cuda::flash_detail {
@@ -122,39 +126,6 @@ struct FwdTraits {
   static constexpr size_t kSmemBytes = 1024 + kQBytes + 2 * size_t{kStages} * kTileBytes + 8 * kBarriers + 16;
 };
 
-struct FwdArgs {
-  CUtensorMap tm_q;  // [batch][n_head][seqlen_q][HD] as 4-D boxes {64, kBlockM, 1, 1}
-  CUtensorMap tm_k;  // [batch][n_head_kv][seqlen_k][HD], boxes {64, kBlockN, 1, 1}
-  CUtensorMap tm_v;
-  void* o;
-  float* lse;
-  int64_t o_batch_stride, o_seq_stride, o_head_stride;
-  int seqlen_q, seqlen_k, n_head, group, m_blocks, causal;
-  int batch, total_tiles;  // tiles = m_blocks * n_head * batch
-  float scale_log2;  // softmax_scale * log2(e) (FP8: times descale_q * descale_k)
-  float scale;       // softmax_scale (FP8: times descale_q * descale_k), for the LSE
-  float o_scale;     // FP8: descale_v, applied with 1 / l in the epilogue; 1 otherwise
-  int out_bf16;      // FP8: output dtype bf16 (1) or fp16 (0); 16-bit inputs write their own dtype
-  int out_f32;       // 16-bit inputs: o is f32 (FlashParams::o_f32)
-  // Variable-length batches and paged KV (flash_attention.h): device arrays, null when unused.
-  int varlen, paged;
-  const int32_t* cu_q;     // [batch + 1]
-  const int32_t* cu_k;     // [batch + 1] (packed keys)
-  const int32_t* used_q;   // [batch] or null
-  const int32_t* used_k;   // [batch] or null
-  const int32_t* block_table;
-  int64_t block_table_stride;
-  int page_size, n_pages, kv_boxes, kv_box_rows;  // kv_boxes pages of kv_box_rows keys per key tile
-  int total_q;             // varlen: rows of q and o
-  int* tile_counter;  // FP8 persistent: tiles taken so far past the first gridDim.x (zero at launch)
-  // Split tail (kSchedSplitTail, flash_fwd_split_tail.cuh): split_tail 0 = off (the kernel runs as its persistent
-  // counterpart). full_rounds rounds of gridDim.x whole tiles, then tail_units key blocks of the tiles from
-  // tail_first_tile on (kv_blocks per tile) cut evenly between the CTAs.
-  int split_tail, full_rounds, tail_first_tile, tail_units, kv_blocks;
-  float4* split_partials;  // [gridDim.x][split_slot_float4s(HD)]
-  int* split_flags;        // [gridDim.x], zero at launch
-};
-
 // FP8's persistent kernels schedule tiles dynamically (see the top of this file); the 16-bit ones statically.
 template <ElemKind E, bool kPersistent>
 __host__ __device__ constexpr bool dynamic_tiles() { return kPersistent && E == ElemKind::kE4m3; }
@@ -179,17 +150,6 @@ __device__ __forceinline__ float poly_exp2(float x) {
   return __int_as_float(__float_as_int(p) + (__float_as_int(t) << 23));
 }
 
-template <ElemKind E>
-__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
-  if constexpr (E == ElemKind::kBf16) {
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<uint32_t*>(&v);
-  } else {
-    __half2 v = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<uint32_t*>(&v);
-  }
-}
-
 // Packs four floats into four e4m3 bytes (x0 in the lowest byte), rounding to nearest, saturating to +-448.
 __device__ __forceinline__ uint32_t pack4_e4m3(float x0, float x1, float x2, float x3) {
   const uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(x0, x1), __NV_SATFINITE, __NV_E4M3);
@@ -210,6 +170,7 @@ __host__ __device__ constexpr int fp8_key_of_column(int l) { return 2 * (l / 4) 
 template <ElemKind E, int HD, bool kPolyExp = false, int kBN = 0, bool kQReg = false>
 struct Consumer {
   using T = FwdTraits<HD, default_stages<HD>(), elem_bytes<E>(), kBN>;
+  static constexpr ElemKind kElem = E;
   static constexpr bool kFp8 = E == ElemKind::kE4m3;
   static constexpr int N = T::kBlockN;
   static constexpr int kQSteps = HD * elem_bytes<E>() / 32;  // k steps of S = Q K^T
@@ -416,55 +377,6 @@ struct Consumer {
       }
     }
   }
-
-  // Rows [0, seqlen_q) of this tile's sequence; q_off: the sequence's first row in the packed o (varlen).
-  __device__ __forceinline__ void store(const FwdArgs& a, int batch, int head, int row0, int c, int seqlen_q,
-                                        int q_off) {
-    if constexpr (kFp8) {
-      if (a.out_bf16) store_as<ElemKind::kBf16>(a, batch, head, row0, c, a.o_scale, seqlen_q, q_off);
-      else store_as<ElemKind::kF16>(a, batch, head, row0, c, a.o_scale, seqlen_q, q_off);
-    } else {
-      if (a.out_f32) store_as<ElemKind::kBf16, true>(a, batch, head, row0, c, 1.0f, seqlen_q, q_off);
-      else store_as<E>(a, batch, head, row0, c, 1.0f, seqlen_q, q_off);
-    }
-  }
-
-  // O / l * o_scale as OutE (16-bit) or f32 (kF32) straight from registers; the LSE by the quad's first thread.
-  template <ElemKind OutE, bool kF32 = false>
-  __device__ __forceinline__ void store_as(const FwdArgs& a, int batch, int head, int row0, int c, float o_scale,
-                                           int seqlen_q, int q_off) {
-    using Elem = std::conditional_t<kF32, float, std::conditional_t<OutE == ElemKind::kBf16, __nv_bfloat16, __half>>;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float l = l_run[r];
-      l += __shfl_xor_sync(0xffffffffu, l, 1);
-      l += __shfl_xor_sync(0xffffffffu, l, 2);
-      const float inv = l > 0.0f ? o_scale / l : 0.0f;
-      const int row = row0 + 8 * r;
-      if (row >= seqlen_q || (a.varlen && q_off + row >= a.total_q)) continue;
-      // Varlen: row q_off + row of the packed o (no batch stride); dense: row `row` of batch `batch`.
-      const int64_t o_row = a.varlen ? int64_t{q_off} + row : row;
-      Elem* out = static_cast<Elem*>(a.o) + (a.varlen ? 0 : batch * a.o_batch_stride) + o_row * a.o_seq_stride +
-                  head * a.o_head_stride;
-#pragma unroll
-      for (int p = 0; p < T::kPvParts; ++p)
-#pragma unroll
-        for (int i = 0; i < T::kPvN / 2; i += 4) {
-          const int col = p * T::kPvN + 8 * (i / 4) + 2 * c;
-          if constexpr (kF32) {
-            *reinterpret_cast<float2*>(out + col) = make_float2(o[p][i + 2 * r] * inv, o[p][i + 2 * r + 1] * inv);
-          } else {
-            *reinterpret_cast<uint32_t*>(out + col) = pack2<OutE>(o[p][i + 2 * r] * inv, o[p][i + 2 * r + 1] * inv);
-          }
-        }
-      if (a.lse != nullptr && c == 0) {
-        // dense [batch][n_head][seqlen_q]; varlen [n_head][total_q]
-        const int64_t idx = a.varlen ? int64_t{head} * a.total_q + o_row
-                                     : (int64_t{batch} * a.n_head + head) * a.seqlen_q + row;
-        a.lse[idx] = l > 0.0f ? m_run[r] * a.scale + logf(l) : -INFINITY;
-      }
-    }
-  }
 };
 
 // Barrier layout in shared memory (FwdTraits::kBarriers slots of 8 bytes).
@@ -558,6 +470,9 @@ constexpr int kSchedSplitTail = 128;
 __host__ __device__ constexpr bool split_tail_sched(int sched, bool persistent) {
   return (sched & kSchedSplitTail) != 0 && persistent;
 }
+// + kSchedTmaStore (16-bit dense, overlap schedule): O staged in the V slot of the tile's last key block and written
+// by the producer's TMA stores (flash_fwd_epilogue.cuh); such a kernel has no register store for O.
+constexpr int kSchedTmaStore = 256;
 
 template <ElemKind E, int HD, int kSched, bool kPersistent, int kStages, int kBN = 0>
 __device__ __forceinline__ void consumer_main(const FwdArgs& a, unsigned char* sq, unsigned char* sk,
@@ -580,6 +495,9 @@ __device__ __forceinline__ void consumer_main(const FwdArgs& a, unsigned char* s
   constexpr bool kQReg = (kSched & kSchedQReg) != 0;
   constexpr bool kSplit = split_tail_sched(kSched, kPersistent);
   static_assert(!kSplit || E != ElemKind::kE4m3, "split tail: 16-bit");
+  constexpr bool kTmaStore = (kSched & kSchedTmaStore) != 0;
+  static_assert(!kTmaStore || (E != ElemKind::kE4m3 && kBase == 1 && T::kBlockN == T::kBlockM),
+                "O staged in V: 16-bit, overlap schedule, 128 x HD V slots");
   using C = Consumer<E, HD, (kSched & kSchedPolyExp) != 0, kBN, kQReg>;
   bool first_turn = true;
   auto turn_begin = [&]() {
@@ -729,7 +647,8 @@ __device__ __forceinline__ void consumer_main(const FwdArgs& a, unsigned char* s
         turn_end();
         tile::wgmma_wait<0>();
         st.fence_o();
-        arrive(bars.v_empty(last));
+        // kTmaStore: a tile whose O is stored (split tail: not a later piece) releases the slot once O is staged in it.
+        if (!kTmaStore || (kSplit && jb > 0)) arrive(bars.v_empty(last));
       } else {
         release_q_after_s();
       }
@@ -757,7 +676,19 @@ __device__ __forceinline__ void consumer_main(const FwdArgs& a, unsigned char* s
         }
       }
     }
-    st.store(a, f.batch, f.head, row0, c, f.seqlen_q, f.q_off);
+    if constexpr (kTmaStore) {  // (dense non-causal 16-bit: the host runs these kernels nowhere else; n > 0)
+      // O into the V slot of the tile's last key block once both warpgroups' last PV GEMMs have read all of it; its
+      // release tells the producer O is staged there (the producer stores it: flash_fwd_epilogue.cuh).
+      const int last = (kv_count - 1) % kStages;
+      tile::named_barrier_sync(10, 256);
+      const uint32_t so_wg = tile::smem_u32(sv + last * T::kTileBytes) + static_cast<uint32_t>(wg_row_base) * 128u;
+      stage_o_smem(st, so_wg, warp, g, c);
+      tile::fence_proxy_async_smem();  // the st.shared above before the copy engine's reads
+      arrive(bars.v_empty(last));
+      store_lse_dense(st, a, c, f.batch, f.head, row0, f.seqlen_q);
+      continue;
+    }
+    store_o_regs(st, a, f.batch, f.head, row0, c, f.seqlen_q, f.q_off);
   }
   if constexpr (kPingPong) {
     if (cwg == 0 && !first_turn) tile::named_barrier_sync(1, 256);  // warpgroup 1's final arrival
@@ -779,6 +710,7 @@ __device__ __forceinline__ void producer_main(const FwdArgs& a, unsigned char* s
     tile::tma_prefetch_map(&a.tm_q);
     tile::tma_prefetch_map(&a.tm_k);
     tile::tma_prefetch_map(&a.tm_v);
+    if ((kSched & kSchedTmaStore) != 0 && a.o_tma) tile::tma_prefetch_map(&a.tm_o);
   }
   // One key tile of K or V into `dst`: dense/packed = one box column per 128-byte block at row k_row; paged =
   // this lane's page (page id `page`, rows from `row_in_page`) when it has one.
@@ -798,7 +730,24 @@ __device__ __forceinline__ void producer_main(const FwdArgs& a, unsigned char* s
     }
   };
   constexpr bool kDynamic = dynamic_tiles<E, kPersistent>();
+  constexpr bool kTmaStore = (kSched & kSchedTmaStore) != 0;
   int kv_count = 0, q_count = 0;
+  // kTmaStore: the last work item whose O the consumers stage in the V slot of its last key block (ring position
+  // kv_count - 1 until the next item's loads are counted), not stored yet; its slot's release means "staged".
+  int o_tile = -1;
+  auto store_staged_o = [&]() {
+    if constexpr (kTmaStore) {
+      if (o_tile >= 0) {
+        const int idx = kv_count - 1, stage = idx % kStages;
+        tile::mbar_wait(bars.v_empty(stage), (idx / kStages) & 1);
+        if (leader) {
+          const FwdTile p = decode_tile<T>(a, o_tile);
+          store_staged_o_tile<T>(a, sv + stage * T::kTileBytes, p.m0, p.head, p.batch);
+        }
+        o_tile = -1;
+      }
+    }
+  };
   for (int local = 0;; ++local) {
     int t, jb = 0, je = -1;
     if constexpr (kDynamic) {  // FP8 only: no varlen, every tile has a Q load
@@ -843,6 +792,9 @@ __device__ __forceinline__ void producer_main(const FwdArgs& a, unsigned char* s
     }
     int page = 0, row_in_page = 0, prev_page = 0, prev_row = 0;
     for (int j = 0; j <= f.n_tiles; ++j) {
+      // The previous item's O goes out before K_2 (whose slot waits for S_0, so the consumers have staged O by then),
+      // and its slot is refilled with V_1 just after (n == 1: before V_0).
+      if (kTmaStore && j == min(2, f.n_tiles)) store_staged_o();
       if (j < f.n_tiles) {
         if constexpr (E != ElemKind::kE4m3) {
           if (a.paged && lane < a.kv_boxes) {
@@ -863,6 +815,7 @@ __device__ __forceinline__ void producer_main(const FwdArgs& a, unsigned char* s
       if (j > 0) {
         const int idx = kv_count + j - 1, stage = idx % kStages;
         if (idx >= kStages) tile::mbar_wait(bars.v_empty(stage), ((idx / kStages) + 1) & 1);
+        if (kTmaStore && leader) tile::bulk_wait_read<0>();  // a staged O's store has read the slot
         if (leader) tile::mbar_arrive_expect_tx(bars.v_full(stage), T::kTileBytes);
         __syncwarp();
         if constexpr (E == ElemKind::kE4m3) {
@@ -880,6 +833,11 @@ __device__ __forceinline__ void producer_main(const FwdArgs& a, unsigned char* s
     }
     kv_count += f.n_tiles;
     ++q_count;
+    if constexpr (kTmaStore) o_tile = jb == 0 ? t : -1;  // (split tail: only the piece that starts a tile stores)
+  }
+  if constexpr (kTmaStore) {
+    store_staged_o();
+    if (leader) tile::bulk_wait<0>();  // shared memory stays valid (and O written) until the last store is done
   }
 }
 

@@ -111,6 +111,22 @@ __device__ __forceinline__ void tma_load_4d(void* dst, const void* tensor_map, u
 #endif
 }
 
+// ---- TMA store: one 4-D box from shared memory (the map's swizzle, 1024-byte aligned) into the tensor ----
+// Tracked by bulk groups (bulk_commit, then bulk_wait_read before the source is rewritten); elements of the box
+// outside the tensor's extent are not written (partial last query blocks, padded rows stay untouched).
+__device__ __forceinline__ void tma_store_4d(const void* tensor_map, const void* src, int c0, int c1, int c2,
+                                             int c3) {
+#if GA_SM90A_DEVICE
+  asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%1, %2, %3, %4}], [%5];" ::"l"(
+                   reinterpret_cast<uint64_t>(tensor_map)),
+               "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(smem_u32(src))
+               : "memory");
+#else
+  (void)tensor_map; (void)src; (void)c0; (void)c1; (void)c2; (void)c3;
+  __trap();
+#endif
+}
+
 __device__ __forceinline__ void tma_prefetch_map(const void* tensor_map) {
 #if GA_SM90A_DEVICE
   asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(tensor_map)) : "memory");
