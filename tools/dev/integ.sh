@@ -109,6 +109,11 @@ if [[ -f bench/attention_torch/compare_bwd.py ]]; then
     > "$OUT/flash_bwd.md" 2>&1
   note "compare_bwd.py rc=$?"
 fi
+# Decode attention (paged, GQA 32/8, hd 128, 4k positions) against the same run's device copy.
+ninja -C $B -j16 ga_bench_attention >> "$OUT/build.log" 2>&1 && timeout 100 $B/bin/ga_bench_attention > "$OUT/decode.md" 2>&1
+note "ga_bench_attention rc=$?"
+grep -E "^Attention, head_dim|copy" "$OUT/decode.md" | head -4
+grep -E "paged decode" "$OUT/decode.md" | grep "^|" | head -12
 for f in flash_bf16 flash_bf16_legacy flash_sm80 flash_fp8 flash_bwd; do [[ -f "$OUT/$f.md" ]] && tail -32 "$OUT/$f.md"; done
 }
 
