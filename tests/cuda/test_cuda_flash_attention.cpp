@@ -625,7 +625,10 @@ TEST(CudaFlashAttention, Fp8UnsupportedParamsAreRejectedWithAReason) {
   p = good;
   p.k_seq_stride += 8;  // 8 bytes: a multiple of 8 elements but not of 16 bytes
   expect_refused(p, "fp8 stride of 8 bytes", true);
-  // The mma.sync forward is 16-bit only: asked for FP8 it says why and touches nothing.
+  // The mma.sync forward is 16-bit only: asked for FP8 it says so and touches nothing.
+  const char* mma_sync_fp8 = ::ga::cuda::flash_variant_unsupported_reason(good, ::ga::cuda::kFlashSm80Variant);
+  ASSERT_NE(mma_sync_fp8, nullptr);
+  EXPECT_NE(std::string(mma_sync_fp8).find("16-bit only"), std::string::npos) << mma_sync_fp8;
   expect_refusal_leaves_output_alone(
       out, "fp8 on the mma.sync variant",
       ::ga::cuda::flash_variant_unsupported_reason(good, ::ga::cuda::kFlashSm80Variant),

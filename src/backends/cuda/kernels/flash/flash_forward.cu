@@ -364,12 +364,15 @@ bool flash_variant_compiled(const FlashParams& p, int variant) {
 const char* flash_variant_unsupported_reason(const FlashParams& p, int variant) {
   if (const char* r = params_reason(p)) return r;
   if (variant < 0 || variant >= flash_variant_count()) return "no such variant";
+  const bool mma_sync = variant == kFlashSm80Variant || variant == kFlashSm75Variant;
+  if (mma_sync && p.dtype == FlashDtype::kFp8E4m3) {
+    return "the mma.sync flash forward (variants kFlashSm80Variant / kFlashSm75Variant) is 16-bit only; FP8 e4m3 runs "
+           "on the Hopper (sm_90a) kernels";
+  }
   if (!flash_variant_compiled(p, variant)) {
     return "this build did not compile the variant for these parameters (-DGA_FLASH_ALL_VARIANTS=ON adds them)";
   }
-  if (variant == kFlashSm80Variant || variant == kFlashSm75Variant) {
-    return mma_sync_reason(p, variant == kFlashSm75Variant);
-  }
+  if (mma_sync) return mma_sync_reason(p, variant == kFlashSm75Variant);
   return device_reason();
 }
 
