@@ -184,6 +184,12 @@ int cmd_run(int argc, char** argv) {
   if (stderr_is_tty()) std::fprintf(stderr, "\n");  // the text has no final newline; keep the log readable
   std::fprintf(stderr, "prompt: %zu tokens in %.2f ms (%.1f tok/s)\n", r.prompt_tokens.size(),
                r.prompt_seconds * 1e3, per_second(r.prompt_tokens.size(), r.prompt_seconds));
+  // The prompt time above is the forward alone; a server's time to first token also covers the first token's
+  // sampling, so this is the like-for-like reference for it (bench/serve, tools/dev/serve_http.sh).
+  if (r.first_token_seconds > 0) {
+    std::fprintf(stderr, "first token: %.2f ms after the prompt's start (prefill + first sample)\n",
+                 r.first_token_seconds * 1e3);
+  }
   std::fprintf(stderr, "generated: %zu tokens in %.1f ms (%.1f tok/s), finish: %s\n", r.tokens.size(),
                r.gen_seconds * 1e3, per_second(r.tokens.size(), r.gen_seconds), finish_reason_name(r.finish));
   if (a.prompt_repeats > 0) {

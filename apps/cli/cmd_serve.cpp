@@ -48,6 +48,7 @@ struct ServeArgs {
   bool no_warmup = false;
   int64_t poll_us = SchedulerOptions{}.poll_us;
   int32_t first_token_poll_ms = server::ServerOptions{}.first_token_poll_ms;
+  int32_t keep_alive_poll_us = server::ServerOptions{}.keep_alive_poll_us;
   bool trace_timing = false;
   int64_t prefill_graphs = SchedulerOptions{}.prefill_graph_max_tokens;
 };
@@ -102,6 +103,10 @@ int cmd_serve(int argc, char** argv) {
   parser.option("--first-token-poll-ms", &a.first_token_poll_ms, "MS",
                 "a stream's thread busy-waits up to MS ms for its first token (at most 2 streams at once); 0: never; "
                 "-1: " + std::to_string(server::ServerOptions::kAutoFirstTokenPollMs) + " on a GPU, 0 on the CPU");
+  parser.option("--keep-alive-poll-us", &a.keep_alive_poll_us, "US",
+                "a connection's thread busy-waits up to US microseconds for the connection's next request (after "
+                "the accept and after each response; at most 2 connections at once) before sleeping; 0: never; -1: " +
+                    std::to_string(server::ServerOptions::kAutoKeepAlivePollUs) + " on a GPU, 0 on the CPU");
   parser.flag("--trace-timing", &a.trace_timing,
               "per stream, one stderr line with the monotonic times of its head, submit, first token and its write");
   parser.option("--prefill-graphs", &a.prefill_graphs, "N",
@@ -125,6 +130,8 @@ int cmd_serve(int argc, char** argv) {
   require(a.poll_us >= -1 && a.poll_us <= 1000000, "--poll-us must be in [-1, 1000000], got " + std::to_string(a.poll_us));
   require(a.first_token_poll_ms >= -1 && a.first_token_poll_ms <= 1000,
           "--first-token-poll-ms must be in [-1, 1000], got " + std::to_string(a.first_token_poll_ms));
+  require(a.keep_alive_poll_us >= -1 && a.keep_alive_poll_us <= 1000000,
+          "--keep-alive-poll-us must be in [-1, 1000000], got " + std::to_string(a.keep_alive_poll_us));
   if (!parser.given("--api-key")) {
     if (const char* key = std::getenv(kApiKeyEnv)) a.api_key = key;
   }
@@ -158,6 +165,7 @@ int cmd_serve(int argc, char** argv) {
   options.max_running = a.max_batch;
   options.log_requests = !a.quiet;
   options.first_token_poll_ms = a.first_token_poll_ms;
+  options.keep_alive_poll_us = a.keep_alive_poll_us;
   options.trace_timing = a.trace_timing;
   server::ApiServer api(scheduler, options);
   const int port = api.bind(a.host, static_cast<int>(a.port));

@@ -15,6 +15,7 @@
 #include "server/chat_prompt.h"
 #include "server/completion_route.h"
 #include "server/dashboard_routes.h"
+#include "server/http_connection.h"
 
 namespace ga::server {
 
@@ -33,6 +34,7 @@ constexpr auto kStopPollInterval = std::chrono::milliseconds(10);
 // time of the request being served can live in a thread_local (set by the pre-routing handler).
 thread_local Clock::time_point t_request_start;
 thread_local bool t_request_started = false;
+thread_local RequestTimes t_request_times;  // ServerOptions::trace_timing
 
 void send_error(httplib::Response& res, const ApiError& e) {
   res.status = e.status();
@@ -97,6 +99,7 @@ ApiError body_too_large(size_t max_body_bytes) {
 httplib::Server::HandlerWithContentReader guarded_post(ServerContext& ctx, PostRoute route) {
   return [&ctx, route = std::move(route)](const httplib::Request& req, httplib::Response& res,
                                           const httplib::ContentReader& read_content) {
+    if (ctx.options.trace_timing) t_request_times.routed = Clock::now();
     run_guarded(res, [&] {
       const size_t limit = ctx.options.max_body_bytes;
       if (req.is_multipart_form_data()) {
@@ -121,6 +124,7 @@ httplib::Server::HandlerWithContentReader guarded_post(ServerContext& ctx, PostR
         res.set_header("Connection", "close");
         throw invalid_request("The request body could not be read (malformed chunked encoding or a short body).");
       }
+      if (ctx.options.trace_timing) t_request_times.body_read = Clock::now();
       check_api_key(ctx, req);
       check_content_type(req.get_header_value("Content-Type"));
       route(req, body, res);
@@ -229,14 +233,31 @@ std::chrono::steady_clock::time_point request_head_time() {
   return t_request_started ? t_request_start : Clock::now();
 }
 
+const RequestTimes& request_times() { return t_request_times; }
+
+namespace {
+
+// The automatic (-1) busy-wait settings: on when the scheduler runs on a GPU (the scheduler's own rule, as
+// SchedulerOptions::poll_us's automatic value), off on the CPU, whose forward needs every core.
+ServerOptions resolve_automatic(ServerOptions o, Scheduler& scheduler) {
+  const bool gpu = engine::cuda_device_index(scheduler.stats().device) >= 0;
+  if (o.first_token_poll_ms < 0) o.first_token_poll_ms = gpu ? ServerOptions::kAutoFirstTokenPollMs : 0;
+  if (o.keep_alive_poll_us < 0) o.keep_alive_poll_us = gpu ? ServerOptions::kAutoKeepAlivePollUs : 0;
+  return o;
+}
+
+std::unique_ptr<ConnectionServer> make_http_server(const ServerOptions& o) {
+  ConnectionWaitOptions wait;
+  wait.spin_us = o.keep_alive_poll_us;
+  wait.max_spinners = o.max_keep_alive_spinners;
+  return std::make_unique<ConnectionServer>(wait);
+}
+
+}  // namespace
+
 ApiServer::ApiServer(Scheduler& scheduler, ServerOptions options)
-    : ctx_(std::make_unique<ServerContext>(scheduler, std::move(options))), http_(std::make_unique<httplib::Server>()) {
-  ServerOptions& o = ctx_->options;
-  if (o.first_token_poll_ms < 0) {
-    // The scheduler's own rule for "on a GPU" (SchedulerOptions::poll_us's automatic value uses the same).
-    o.first_token_poll_ms =
-        engine::cuda_device_index(scheduler.stats().device) >= 0 ? ServerOptions::kAutoFirstTokenPollMs : 0;
-  }
+    : ctx_(std::make_unique<ServerContext>(scheduler, resolve_automatic(std::move(options), scheduler))),
+      http_(make_http_server(ctx_->options)) {
   configure();
   register_routes();
 }
@@ -246,7 +267,7 @@ ApiServer::~ApiServer() { stop(); }
 void ApiServer::configure() {
   ServerContext& ctx = *ctx_;
   const int threads = ctx.options.http_threads;
-  http_->new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+  http_->new_task_queue = [threads] { return new LifoThreadPool(static_cast<size_t>(threads)); };
   http_->set_payload_max_length(ctx.options.max_body_bytes);
   http_->set_keep_alive_timeout(kKeepAliveSeconds);
   // A streamed token is one small write: Nagle's algorithm would hold it until the previous one is
@@ -258,9 +279,19 @@ void ApiServer::configure() {
   http_->set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
     send_error(res, internal_error("unexpected error while handling the request"));
   });
+  // A completion's first bytes ("POST /v1/completions ...") wake the scheduler before httplib parses the head:
+  // its wake-up (tens of microseconds on a VM) then overlaps the head, the body, the JSON and the checks. The
+  // pre-routing handler below gives the same hint once the head is parsed (for requests whose first bytes
+  // came with an earlier one); a second hint within the window costs no system call.
+  http_->on_request_bytes = [&ctx](std::string_view first) {
+    if (first.rfind("POST /v1/completions ", 0) == 0 || first.rfind("POST /v1/chat/completions ", 0) == 0) {
+      ctx.scheduler.expect_request();
+    }
+  };
   http_->set_pre_routing_handler([&ctx](const httplib::Request& req, httplib::Response&) {
     t_request_start = Clock::now();
     t_request_started = true;
+    if (ctx.options.trace_timing) t_request_times = {connection_readable_time(), t_request_start, {}, {}};
     // httplib calls this once the request head is parsed, before the body is read: a completion is on
     // its way, so the scheduler thread gets up now (SchedulerOptions::poll_us) and its wake-up overlaps
     // the body, the JSON parsing and the tokenization instead of following the submit. Only a hint: a

@@ -1,6 +1,7 @@
 // The OpenAI-compatible HTTP server: routes, authentication, limits, logging, lifecycle.
 //
-// Built on cpp-httplib's thread-per-connection server. Every route runs inside one guard that
+// Built on cpp-httplib's thread-per-connection server, with our own wait for a connection's next request
+// (http_connection.h: httplib's sleeps between polls cost a lone request its latency). Every route runs inside one guard that
 // checks the API key and turns any exception into an OpenAI-style error object, so no input can
 // take the process down; httplib's own refusals (404 route, 413 body too large, 400 unparsable
 // request) get the same JSON error shape from the error handler. POST routes read their bodies
@@ -20,11 +21,10 @@
 #include "gpu_accel/scheduler.h"
 #include "server/server_context.h"
 
-namespace httplib {
-class Server;
-}
 
 namespace ga::server {
+
+class ConnectionServer;  // httplib's server with our connection loop (http_connection.h)
 
 class ApiServer {
  public:
@@ -44,7 +44,7 @@ class ApiServer {
 
  private:
   std::unique_ptr<ServerContext> ctx_;
-  std::unique_ptr<httplib::Server> http_;
+  std::unique_ptr<ConnectionServer> http_;
   void configure();
   void register_routes();
 };

@@ -9,6 +9,7 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <optional>
 
 #include <httplib.h>
 
@@ -153,6 +154,7 @@ struct StreamState {
   ServerContext* ctx = nullptr;
   uint64_t id = 0;
   ResponseHeader header;
+  std::optional<DeltaEventTemplate> deltas;  // the text deltas' events, when they carry no logprobs
   std::shared_ptr<RequestChannel> channel;
   bool started = false;
   size_t text_offset = 0;  // completion bytes sent so far (legacy logprobs' text_offset)
@@ -161,8 +163,11 @@ struct StreamState {
   bool first_taken = false;
   Clock::time_point spin_deadline;
   uint64_t seen_posted = 0;  // channel->posted when events were last taken
-  // ServerOptions::trace_timing: the request's head and submit times; traced once its first token is written.
-  Clock::time_point head, submitted;
+  // ServerOptions::trace_timing: the request's way in (request_times(), its JSON parsed, its submit); traced
+  // once its first token is written.
+  RequestTimes way_in;
+  Clock::time_point head, parsed, submitted;
+  Clock::time_point taken, built;  // the first token's event taken from the channel, its SSE chunk built
   bool traced = false;
 };
 
@@ -176,9 +181,14 @@ void trace_first_token(StreamState& s) {
     std::lock_guard<std::mutex> lock(s.channel->mutex);
     first_token = s.channel->first_posted;
   }
-  std::fprintf(stderr, "timing %s: head %.6f submit %.6f first_token %.6f written %.6f\n", s.header.id.c_str(),
-               monotonic_seconds(s.head), monotonic_seconds(s.submitted), monotonic_seconds(first_token),
-               monotonic_seconds(Clock::now()));
+  // The four first fields are the format tools/dev/serve_http.sh reads; the rest split the way in further.
+  std::fprintf(stderr,
+               "timing %s: head %.6f submit %.6f first_token %.6f written %.6f readable %.6f routed %.6f body %.6f "
+               "parsed %.6f taken %.6f built %.6f\n",
+               s.header.id.c_str(), monotonic_seconds(s.head), monotonic_seconds(s.submitted),
+               monotonic_seconds(first_token), monotonic_seconds(Clock::now()), monotonic_seconds(s.way_in.readable),
+               monotonic_seconds(s.way_in.routed), monotonic_seconds(s.way_in.body_read),
+               monotonic_seconds(s.parsed), monotonic_seconds(s.taken), monotonic_seconds(s.built));
 }
 
 // The first token's hand-off without a wake-up. A lone request's first token is what its client waits
@@ -229,13 +239,18 @@ bool stream_step(StreamState& s, httplib::DataSink& sink) {
     s.seen_posted = s.channel->posted.load(std::memory_order_relaxed);
   }
   if (!batch.empty() || done) s.first_taken = true;
+  const bool tracing = s.ctx->options.trace_timing && !s.traced;
+  if (tracing) s.taken = Clock::now();
   if (!done && s.ctx->stopping.load()) s.ctx->scheduler.cancel(s.id);
   if (!batch.empty()) {
     std::string text;
     for (const TokenEvent& e : batch) text += e.text;
     if (!text.empty() || s.header.logprobs) {
-      if (!write(sse_data(delta_chunk(s.header, text, batch, s.text_offset)))) return false;
-      if (s.ctx->options.trace_timing && !s.traced) trace_first_token(s);
+      const std::string chunk =
+          s.deltas ? s.deltas->event(text) : sse_data(delta_chunk(s.header, text, batch, s.text_offset));
+      if (tracing) s.built = Clock::now();
+      if (!write(chunk)) return false;
+      if (tracing) trace_first_token(s);
     }
     for (const TokenEvent& e : batch) s.text_offset += e.chosen.text.size();
   } else if (!done && Clock::now() - s.last_write > kKeepAliveInterval) {
@@ -254,14 +269,17 @@ bool stream_step(StreamState& s, httplib::DataSink& sink) {
 }
 
 void answer_stream(ServerContext& ctx, uint64_t id, const ResponseHeader& header,
-                   const std::shared_ptr<RequestChannel>& channel, Clock::time_point submitted,
-                   httplib::Response& res) {
+                   const std::shared_ptr<RequestChannel>& channel, Clock::time_point parsed,
+                   Clock::time_point submitted, httplib::Response& res) {
   auto state = std::make_shared<StreamState>();
   state->head = request_head_time();
+  if (ctx.options.trace_timing) state->way_in = request_times();
+  state->parsed = parsed;
   state->submitted = submitted;
   state->ctx = &ctx;
   state->id = id;
   state->header = header;
+  if (!header.logprobs) state->deltas.emplace(header);  // made while the prompt is processed, not per token
   state->channel = channel;
   state->spin_deadline = Clock::now() + std::chrono::milliseconds(ctx.options.first_token_poll_ms);
   ++ctx.open_streams;
@@ -325,6 +343,7 @@ int64_t resolve_max_tokens(const ParsedRequest& request, int64_t n_prompt, int64
 void handle_completion(ServerContext& ctx, Endpoint endpoint, const httplib::Request& req, const std::string& body,
                        httplib::Response& res) {
   const ParsedRequest request = parse_request(endpoint, body);
+  const Clock::time_point parsed = ctx.options.trace_timing ? Clock::now() : Clock::time_point{};
   if (!request.model.empty() && request.model != ctx.options.model_id) {
     throw ApiError(http_status::kNotFound,
                    "The model '" + request.model + "' does not exist. This server serves '" + ctx.options.model_id +
@@ -357,7 +376,7 @@ void handle_completion(ServerContext& ctx, Endpoint endpoint, const httplib::Req
   const Clock::time_point submitted = Clock::now();
   const uint64_t id = submit(ctx, std::move(scheduled), channel, keep_events, header.id);
   if (request.stream) {
-    answer_stream(ctx, id, header, channel, submitted, res);
+    answer_stream(ctx, id, header, channel, parsed, submitted, res);
   } else {
     const ConnectionProbe probe(req.remote_addr, req.remote_port, req.local_addr, req.local_port);
     answer_whole(ctx, id, header, channel, probe, res);

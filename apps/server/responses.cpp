@@ -4,6 +4,9 @@
 #include <atomic>
 #include <random>
 
+#include "server/api_error.h"
+#include "server/sse.h"
+
 namespace ga::server {
 
 namespace {
@@ -173,6 +176,30 @@ json finish_chunk(const ResponseHeader& h, FinishReason reason) {
   }
   out["choices"] = json::array({std::move(choice)});
   add_stream_usage_placeholder(h, out);
+  return out;
+}
+
+DeltaEventTemplate::DeltaEventTemplate(const ResponseHeader& header) : header_(header) {
+  header_.logprobs = false;  // the template's events carry no logprobs (the caller keeps logprob streams apart)
+  // Control characters: the dump escapes them (\u001f), so the marker's dumped form cannot come from plain text.
+  const std::string marker = "\x1f<gpu-accel delta text>\x1f";
+  const std::string event = sse_data(delta_chunk(header_, marker, {}, 0));
+  const std::string dumped_marker = dump_json(json(marker));
+  const size_t at = event.find(dumped_marker);
+  if (at == std::string::npos || event.find(dumped_marker, at + 1) != std::string::npos) return;
+  prefix_ = event.substr(0, at);
+  suffix_ = event.substr(at + dumped_marker.size());
+  usable_ = true;
+}
+
+std::string DeltaEventTemplate::event(const std::string& text) const {
+  if (!usable_) return sse_data(delta_chunk(header_, text, {}, 0));
+  const std::string dumped = dump_json(json(text));  // the same escaping (and invalid-UTF-8 handling) as the object's
+  std::string out;
+  out.reserve(prefix_.size() + dumped.size() + suffix_.size());
+  out += prefix_;
+  out += dumped;
+  out += suffix_;
   return out;
 }
 

@@ -32,6 +32,13 @@ struct ServerOptions {
   int first_token_poll_ms = -1;
   static constexpr int kAutoFirstTokenPollMs = 20;
   int max_first_token_spinners = 2;
+  // A connection's worker busy-waits up to this long for the connection's next request (after the accept and
+  // after each response) before it sleeps in poll, so a request that follows at once is read without the
+  // kernel's wake-up of the worker; at most max_keep_alive_spinners connections spin at once. 0: never; -1
+  // (automatic): kAutoKeepAlivePollUs on a GPU, 0 on the CPU (as first_token_poll_ms). http_connection.h says why.
+  int keep_alive_poll_us = -1;
+  static constexpr int kAutoKeepAlivePollUs = 2000;
+  int max_keep_alive_spinners = 2;
   // One stderr line per stream with the CLOCK_MONOTONIC times (s) of its way to the first token: request head
   // parsed, submit, first token from the scheduler, first token written (`serve --trace-timing`; a client on the
   // same machine can add its send and receive times: bench/serve/bench_http.py, tools/dev/serve_http.sh).
@@ -40,6 +47,14 @@ struct ServerOptions {
 
 // When the request being served on this HTTP thread had its head parsed (httplib's pre-routing handler).
 std::chrono::steady_clock::time_point request_head_time();
+
+// The way in of the request being served on this HTTP thread (ServerOptions::trace_timing): its connection
+// found readable (http_connection.h; the epoch when the wait did not run, e.g. pipelined bytes), its head
+// parsed, its route entered, its body read.
+struct RequestTimes {
+  std::chrono::steady_clock::time_point readable, head, routed, body_read;
+};
+const RequestTimes& request_times();
 
 struct ServerContext {
   ServerContext(Scheduler& s, ServerOptions o);

@@ -25,6 +25,12 @@ Why it is built this way:
   tens of thousands of chunks a second, a client that parses every chunk would measure itself. The
   clients' CPU time per round is reported (100% = one core): near 100% per process means the client, not
   the server, set the pace.
+- The lone requests' TTFT is measured twice (--ttft-repeats each): with the reader above (a blocking recv: the
+  client thread sleeps until the answer arrives, so its own wake-up, tens of microseconds on a VM, is part of
+  the figure, as for any real client) and with a spinning reader (the socket non-blocking, polled in a tight
+  loop: the client sees the first token as soon as it is in its socket; for the TTFT of lone requests only, one
+  busy client core per request). The request's bytes are built before the send time is taken, and go out in
+  one send() (the server wakes once), on a TCP_NODELAY socket.
 - Every request is checked: HTTP 200, a stream that ends with [DONE], usage present with
   prompt_tokens == --prompt-tokens and completion_tokens == --max-tokens, no error event. --check makes any
   failure the exit status (the CTest entry uses it).
@@ -119,9 +125,10 @@ class StreamClient:
     package) and chunked readline cost ~0.2 ms of Python per request on the GPU machine's host, which the TTFT
     of a 1B model's 128-token prompt (~1.7 ms) would count as the server's; this reader adds a few us."""
 
-    def __init__(self, url, timeout):
+    def __init__(self, url, timeout, spin=False):
         u = urllib.parse.urlsplit(url)
         self.host, self.port, self.timeout = u.hostname, u.port or 80, timeout
+        self.spin = spin  # poll a non-blocking socket in a tight loop instead of sleeping in recv
         self.sock = None
         self.buf = b""
 
@@ -136,14 +143,30 @@ class StreamClient:
     def send_get(self, path):
         self.sock.sendall(f"GET {path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\n\r\n".encode())
 
-    def send_post(self, path, body, headers):
+    def post_bytes(self, path, body, headers):
+        """The whole request (head and body), to be sent with one send()."""
         data = body.encode() if isinstance(body, str) else body
         head = f"POST {path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\nContent-Length: {len(data)}\r\n"
         head += "".join(f"{k}: {v}\r\n" for k, v in headers.items())
-        self.sock.sendall(head.encode() + b"\r\n" + data)
+        return head.encode() + b"\r\n" + data
+
+    def send_bytes(self, request):
+        self.sock.sendall(request)
+        if self.spin:
+            self.sock.setblocking(False)
+            self.deadline = time.monotonic() + self.timeout
 
     def _more(self):
-        data = self.sock.recv(65536)
+        if self.spin:
+            while True:
+                try:
+                    data = self.sock.recv(65536)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() > self.deadline:
+                        raise socket.timeout("no answer within the timeout (spinning reader)")
+        else:
+            data = self.sock.recv(65536)
         if not data:
             raise http.client.IncompleteRead(self.buf)
         self.buf += data
@@ -201,10 +224,11 @@ class StreamClient:
 
 def stream_request(conn, body, headers, res, start_event):
     """Sends one streaming completion on an open connection and reads its events into res (one thread)."""
+    request = conn.post_bytes("/v1/completions", body, headers)
     start_event.wait()
     res.sent = time.monotonic()
     try:
-        conn.send_post("/v1/completions", body, headers)
+        conn.send_bytes(request)
         status, head = conn.read_head()
         res.ttfb = time.monotonic() - res.sent
         if status != 200:
@@ -258,7 +282,7 @@ def worker_main(pipe, release):
             res = Result()
             results.append(res)
             try:
-                conn = StreamClient(task["url"], task["timeout"])
+                conn = StreamClient(task["url"], task["timeout"], task.get("spin", False))
                 conn.connect()  # before the release: the round measures requests, not handshakes
             except OSError as e:
                 res.error = f"connect: {e}"
@@ -299,13 +323,13 @@ class ClientPool:
                 pass
             proc.join(5)
 
-    def round(self, bodies, headers, args):
+    def round(self, bodies, headers, args, spin=False):
         """Runs one round; returns (results in body order, release time, CPU seconds of each busy process)."""
         self.release.clear()
         shares = [bodies[i::len(self.workers)] for i in range(len(self.workers))]
         busy = [(w, share) for w, share in zip(self.workers, shares) if share]
         for (_, pipe), share in busy:
-            pipe.send({"url": args.url, "timeout": args.timeout, "headers": headers, "bodies": share})
+            pipe.send({"url": args.url, "timeout": args.timeout, "headers": headers, "bodies": share, "spin": spin})
         for (_, pipe), _ in busy:
             if pipe.recv() != "ready":
                 raise RuntimeError("a client process failed to start its round")
@@ -345,7 +369,7 @@ def http_round_trips_ms(url, timeout, repeats, idle_s=0.02):
     return times
 
 
-def run_round(args, pool, n_vocab, model, clients, round_index, max_tokens=None):
+def run_round(args, pool, n_vocab, model, clients, round_index, max_tokens=None, spin=False):
     max_tokens = max_tokens or args.max_tokens
     headers = {"Content-Type": "application/json", **auth_headers(args.api_key)}
     bodies = []
@@ -357,7 +381,7 @@ def run_round(args, pool, n_vocab, model, clients, round_index, max_tokens=None)
             body["model"] = model
         bodies.append(json.dumps(body))
     before = server_metrics(args.url, args.api_key, args.timeout)
-    results, t0, cpu = pool.round(bodies, headers, args)
+    results, t0, cpu = pool.round(bodies, headers, args, spin)
     wall = time.monotonic() - t0
     after = server_metrics(args.url, args.api_key, args.timeout)
 
@@ -549,8 +573,13 @@ def main():
             if warm["failed"]:
                 print(f"warm-up failed: {warm['errors']}", file=sys.stderr)
         rounds = [run_round(args, pool, n_vocab, model, n, i + 1) for i, n in enumerate(counts)]
-        lone = [run_round(args, pool, n_vocab, model, 1, 1000 + k, max_tokens=min(args.max_tokens, 8))
-                for k in range(args.ttft_repeats)]
+        # Lone requests with both readers, alternating (so both see the same machine state); the prompt seeds
+        # differ between all of them (no prefix is shared).
+        lone, lone_spin = [], []
+        for k in range(args.ttft_repeats):
+            lone.append(run_round(args, pool, n_vocab, model, 1, 1000 + 2 * k, max_tokens=min(args.max_tokens, 8)))
+            lone_spin.append(run_round(args, pool, n_vocab, model, 1, 1001 + 2 * k, max_tokens=min(args.max_tokens, 8),
+                                       spin=True))
         round_trips = http_round_trips_ms(args.url, args.timeout, 15) if args.ttft_repeats else []
     finally:
         if pool is not None:
@@ -566,6 +595,7 @@ def main():
     lone_ttft = [r["ttft_mean_ms"] for r in lone if r["failed"] == 0]
     lone_server = [r["server_ttft_mean_ms"] for r in lone if r["failed"] == 0 and r["server_ttft_mean_ms"]]
     lone_ttfb = [r["ttfb_mean_ms"] for r in lone if r["failed"] == 0]
+    spin_ttft = [r["ttft_mean_ms"] for r in lone_spin if r["failed"] == 0]
     if lone:
         print(f"lone requests of {args.prompt_tokens} prompt ids, one after another: {len(lone_ttft)}/{len(lone)} ok, "
               f"TTFT median "
@@ -573,6 +603,9 @@ def main():
               f"{fmt(min(lone_ttft) if lone_ttft else None, '.2f')} ms; server-side median "
               f"{fmt(statistics.median(lone_server) if lone_server else None, '.2f')} ms; response headers (TTFB) median "
               f"{fmt(statistics.median(lone_ttfb) if lone_ttfb else None, '.2f')} ms")
+        print(f"the same with the spinning reader (the client polls its socket): {len(spin_ttft)}/{len(lone_spin)} ok, "
+              f"TTFT median {fmt(statistics.median(spin_ttft) if spin_ttft else None, '.2f')} ms, min "
+              f"{fmt(min(spin_ttft) if spin_ttft else None, '.2f')} ms")
         print(f"HTTP round trip (GET /health on an open connection after 20 ms idle, {len(round_trips)} times): "
               f"median {fmt(statistics.median(round_trips) if round_trips else None, '.3f')} ms, min "
               f"{fmt(min(round_trips) if round_trips else None, '.3f')} ms")
@@ -581,9 +614,12 @@ def main():
             json.dump({"url": args.url, "prompt_tokens": args.prompt_tokens, "max_tokens": args.max_tokens,
                        "rounds": rounds, "lone_ttft_ms": lone_ttft, "lone_server_ttft_ms": lone_server,
                        "lone_ttfb_ms": lone_ttfb, "http_round_trip_ms": round_trips,
-                       "lone_request_times": [t for r in lone if r["failed"] == 0 for t in r["request_times"]]},
+                       "lone_request_times": [t for r in lone if r["failed"] == 0 for t in r["request_times"]],
+                       "lone_spin_ttft_ms": spin_ttft,
+                       "lone_spin_request_times": [t for r in lone_spin if r["failed"] == 0
+                                                   for t in r["request_times"]]},
                       f, indent=1)
-    failed = sum(r["failed"] for r in rounds + lone)
+    failed = sum(r["failed"] for r in rounds + lone + lone_spin)
     if args.check and failed:
         print(f"FAILED: {failed} request(s)", file=sys.stderr)
         return 1

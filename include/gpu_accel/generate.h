@@ -31,7 +31,10 @@ struct GenerateResult {
   std::vector<int32_t> tokens;  // generated (a stop string's tokens included, EOS excluded)
   std::string text;             // generated text, stop string excluded
   FinishReason finish = FinishReason::Length;
-  double prompt_seconds = 0;  // prefill time
+  double prompt_seconds = 0;  // prefill time (the forward only: the first token is not chosen yet)
+  // Time to first token: the prefill and the first token's sampling, i.e. from the prompt's start until the
+  // first token's id is known (what a server's TTFT covers, before any HTTP). 0 when no token was sampled.
+  double first_token_seconds = 0;
   double gen_seconds = 0;     // time of the decode steps
 };
 

@@ -113,6 +113,8 @@ TEST_F(Generate, GreedyMatchesRunCReference) {
     EXPECT_EQ(decoded_continuation(tok, r), r.text);
     EXPECT_GT(r.gen_seconds, 0.0);
     EXPECT_GT(r.prompt_seconds, 0.0);
+    // The first token's time covers the prefill and then its sampling.
+    EXPECT_GE(r.first_token_seconds, r.prompt_seconds);
   }
 }
 

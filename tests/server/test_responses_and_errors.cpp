@@ -11,6 +11,7 @@
 #include "server/api_server.h"
 #include "server/completion_route.h"
 #include "server/responses.h"
+#include "server/sse.h"
 
 namespace ga::server {
 namespace {
@@ -164,6 +165,34 @@ TEST(Responses, CompletionStreamChunks) {
   const json finish = finish_chunk(h, FinishReason::Stop);
   EXPECT_EQ(finish["choices"][0]["text"], "");
   EXPECT_EQ(finish["choices"][0]["finish_reason"], "stop");
+}
+
+// The per-stream template of text deltas gives exactly the bytes of the whole chunk object's event, for both
+// endpoints, with and without the usage placeholder, for texts the JSON dump must escape or repair; a model id
+// that contains the template's marker falls back to the whole object, with the same bytes.
+TEST(Responses, DeltaEventTemplateGivesTheWholeChunksBytes) {
+  const std::vector<std::string> texts = {"",
+                                          "Hi",
+                                          " a \"quoted\" \\ back/slash",
+                                          "line\nbreak\ttab\r\x01\x1f\x7f",
+                                          "\xc3\xa9t\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80",
+                                          std::string("\xe2\x82", 2),  // half of a 3-byte sequence: U+FFFD
+                                          std::string("nul\0inside", 10),
+                                          "\x1f<gpu-accel delta text>\x1f"};
+  for (const Endpoint e : {Endpoint::Completions, Endpoint::ChatCompletions}) {
+    for (const bool usage : {false, true}) {
+      for (const char* model : {"stories260K.gguf", "m\x1f<gpu-accel delta text>\x1f.gguf"}) {
+        ResponseHeader h = header(e, false, usage);
+        h.model = model;
+        const DeltaEventTemplate deltas(h);
+        for (const std::string& text : texts) {
+          SCOPED_TRACE("endpoint " + std::to_string(static_cast<int>(e)) + " usage " + std::to_string(usage) +
+                       " model " + model + " text '" + text + "'");
+          EXPECT_EQ(deltas.event(text), sse_data(delta_chunk(h, text, {}, 0)));
+        }
+      }
+    }
+  }
 }
 
 TEST(ApiErrors, ObjectShape) {

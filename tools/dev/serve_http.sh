@@ -11,7 +11,9 @@
 # 20 ms idle, with variants that say where the idle prefill's extra time is, and 5 lone requests through the
 # Scheduler), each process alone on the GPU; then one `gpu-accel serve` per server variant (VARIANTS: A/B of
 # serving options on the same build), driven by bench_http.py: the first variant serves the CLIENTS rounds and
-# 9 lone requests per length, the others the lone requests only; last, `gpu-accel run`'s own prompt time.
+# 9 lone requests per length, the others the lone requests only (each read by bench_http.py's blocking and its
+# spinning reader); last, `gpu-accel run`'s own prompt time and its first token's time (prefill + first sample). The
+# tables give TTFT against both, and the lone requests' way in and out from `serve --trace-timing`.
 # Server shape: max running = the largest client count, context = longest prompt + max tokens, 2048 KV blocks
 # of 16, 512 tokens per step, CUDA graphs, GPU sampling.
 #
@@ -199,7 +201,10 @@ for p in $PROMPT $TTFT_PROMPTS; do
   text=$(python3 -c "import sys; print(' '.join(['the'] * max(1, int(sys.argv[1]) - 1)))" "$p")
   : > "$OUT/run-$p.txt"
   for _ in $(seq "$RUNS"); do
-    timeout 60 "$GA" run -m "$M" --device $device -p "$text" -n 1 --temp 0 2>&1 | grep -oE "prompt: [0-9]+ tokens in [0-9.]+ ms" >> "$OUT/run-$p.txt"
+    # The prompt time (the forward) and the first token's time (the forward and the first token's sampling: what
+    # a server's TTFT covers before HTTP), one line per process.
+    timeout 60 "$GA" run -m "$M" --device $device -p "$text" -n 1 --temp 0 2>&1 |
+      grep -oE "prompt: [0-9]+ tokens in [0-9.]+ ms|first token: [0-9.]+ ms" | paste -sd' ' >> "$OUT/run-$p.txt"
   done
   note "gpu-accel run x$RUNS at ~$p tokens: $(tr '\n' ' ' < "$OUT/run-$p.txt")"
   cold=$(timeout 60 "$GA" run -m "$M" --device $device -p "$text" -n 1 --temp 0 --no-warmup 2>&1 |
@@ -270,57 +275,73 @@ if http:
     print()
 
 # Session prefill references: back to back (strict) and after 20 ms idle with its variants; `gpu-accel run`'s own.
-print("| prompt tokens | Session prefill ms (back to back) | after 20 ms idle | idle, thread busy-waiting | idle, then 300 us busy | idle, then 1 decode step | in-process TTFT median of 5 | gpu-accel run prompt ms (median; tokens) |")
-print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+print("| prompt tokens | Session prefill ms (back to back) | after 20 ms idle | idle, thread busy-waiting | idle, then 300 us busy | idle, then 1 decode step | in-process TTFT median of 5 | gpu-accel run prompt ms (median; tokens) | gpu-accel run first token ms (prefill + first sample, median) |")
+print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 refs, runs = {}, {}
 for p in prompts:
     rounds, ref = load_inproc(f"{out}/bench-serve-{p}.md")
     refs[p] = ref
     lines = open(f"{out}/run-{p}.txt").read().splitlines() if os.path.exists(f"{out}/run-{p}.txt") else []
     rs = [(int(m.group(1)), float(m.group(2))) for m in (re.search(r"prompt: (\d+) tokens in ([0-9.]+) ms", l) for l in lines) if m]
-    runs[p] = (med([r[1] for r in rs]), rs[0][0] if rs else None)
+    firsts = [float(m.group(1)) for m in (re.search(r"first token: ([0-9.]+) ms", l) for l in lines) if m]
+    runs[p] = (med([r[1] for r in rs]), rs[0][0] if rs else None, med(firsts))
     inp = med([r["ttft_mean_ms"] for r in rounds.get(1, [])])
     print(f"| {p} | {f(ref.get('prefill'), '.3f')} | {f(ref.get('idle'), '.3f')} | {f(ref.get('idle_spinning'), '.3f')} "
           f"| {f(ref.get('idle_then_spin'), '.3f')} | {f(ref.get('idle_then_step'), '.3f')} | {f(inp, '.3f')} "
-          f"| {f(runs[p][0], '.3f')}; {f(runs[p][1], 'd')} |")
+          f"| {f(runs[p][0], '.3f')}; {f(runs[p][1], 'd')} | {f(runs[p][2], '.3f')} |")
 print()
 
-# Lone requests over HTTP, per server variant (median of 9): TTFT at the client against both references.
-print("| prompt tokens | server variant | HTTP TTFT median ms (client) | / Session prefill | / run's prompt time (same length; scaled linearly if run's count differs) | server-side median ms | / prefill | headers (TTFB) median ms | HTTP TTFT min ms | HTTP round trip (GET /health) median ms | TTFT - round trip, / run |")
-print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+# Lone requests over HTTP, per server variant (median of TTFT_REPEATS): TTFT at the client against the references;
+# "spinning reader": the same requests read by a client that polls its socket (no client wake-up; bench_http.py).
+print("| prompt tokens | server variant | HTTP TTFT median ms (client) | / Session prefill | / run's prompt time (same length; scaled linearly if run's count differs) | / run's first token | spinning reader TTFT median ms | / run's prompt time | / run's first token | server-side median ms | / prefill | headers (TTFB) median ms | HTTP TTFT min ms | HTTP round trip (GET /health) median ms | TTFT - round trip, / run |")
+print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 for p in prompts:
     pre = refs[p].get("prefill")
-    run_ms, run_tokens = runs[p]
+    run_ms, run_tokens, run_first = runs[p]
     run_at_p = run_ms * p / run_tokens if run_ms and run_tokens else None
+    first_at_p = run_first * p / run_tokens if run_first and run_tokens else None
     for v in variants:
         h = load_json(f"{out}/http-{v}-{p}.json")
         lone, srv, ttfb = h.get("lone_ttft_ms", []), h.get("lone_server_ttft_ms", []), h.get("lone_ttfb_ms", [])
+        spin = h.get("lone_spin_ttft_ms", [])
         ratio = lambda x, ref: x / ref if x is not None and ref else None
         rtt = h.get("http_round_trip_ms", [])
         beyond = med(lone) - med(rtt) if lone and rtt else None
         print(f"| {p} | {v} | {f(med(lone), '.3f')} | {f(ratio(med(lone), pre), '.3f')} | {f(ratio(med(lone), run_at_p), '.3f')} "
-              f"| {f(med(srv), '.3f')} | {f(ratio(med(srv), pre), '.3f')} | {f(med(ttfb), '.3f')} | {f(min(lone) if lone else None, '.3f')} "
+              f"| {f(ratio(med(lone), first_at_p), '.3f')} | {f(med(spin), '.3f')} | {f(ratio(med(spin), run_at_p), '.3f')} "
+              f"| {f(ratio(med(spin), first_at_p), '.3f')} | {f(med(srv), '.3f')} | {f(ratio(med(srv), pre), '.3f')} | {f(med(ttfb), '.3f')} | {f(min(lone) if lone else None, '.3f')} "
               f"| {f(med(rtt), '.3f')} | {f(ratio(beyond, run_at_p), '.3f')} |")
 print()
 
 # Where a lone request's time goes: the client's send and first-data times (CLOCK_MONOTONIC) matched with the
-# server's `--trace-timing` line of the same request (its head time lies between them). Medians, ms.
-print("| prompt tokens | server variant | matched | send -> head parsed (socket, wake-up, httplib) | head -> submit (body, JSON, checks) | submit -> first token (scheduler, prefill) | first token -> written (hand-off, SSE) | written -> client has it (client wake-up, read) | client TTFT |")
-print("|---:|---|---:|---:|---:|---:|---:|---:|---:|")
-trace = re.compile(r"timing \S+: head ([0-9.]+) submit ([0-9.]+) first_token ([0-9.]+) written ([0-9.]+)")
+# server's `--trace-timing` line of the same request (its head time lies between them). Medians, ms; per reader.
+# The way in split further (the trace's later fields): send -> the connection found readable (the worker's wait:
+# busy-waiting or woken from poll), -> head parsed (httplib), -> route entered (pre-routing incl. the scheduler's
+# wake-up hint, httplib's routing), -> body read, -> JSON parsed and checked, -> submit.
+# The way out split: first token -> taken from the channel by the stream's thread, -> its SSE chunk built, -> written.
+print("| prompt tokens | server variant | reader | matched | send -> head parsed (socket, wake-up, httplib) | head -> submit (body, JSON, checks) | submit -> first token (scheduler, prefill) | first token -> written (hand-off, SSE) | written -> client has it (client wake-up, read) | client TTFT | send -> readable | readable -> head | head -> routed | routed -> body read | body -> parsed | parsed -> submit | first token -> taken | taken -> built | built -> written |")
+print("|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+trace = re.compile(r"timing \S+: head ([0-9.]+) submit ([0-9.]+) first_token ([0-9.]+) written ([0-9.]+)"
+                   r"(?: readable ([0-9.]+) routed ([0-9.]+) body ([0-9.]+) parsed ([0-9.]+)"
+                   r" taken ([0-9.]+) built ([0-9.]+))?")
 for p in prompts:
     for v in variants:
         lines = open(f"{out}/server-{v}.log", errors="replace").read() if os.path.exists(f"{out}/server-{v}.log") else ""
-        traces = [tuple(float(x) for x in m.groups()) for m in trace.finditer(lines)]
-        rows = []
-        for t in load_json(f"{out}/http-{v}-{p}.json").get("lone_request_times", []):
-            sent, arrived = t["sent_s"], t["sent_s"] + t["ttft_ms"] / 1e3
-            hits = [tr for tr in traces if sent <= tr[0] <= arrived]
-            if len(hits) == 1:
-                head, submit, first, written = hits[0]
-                rows.append([head - sent, submit - head, first - submit, written - first, arrived - written, arrived - sent])
-        cols = [med([r[k] * 1e3 for r in rows]) for k in range(6)] if rows else [None] * 6
-        print(f"| {p} | {v} | {len(rows)} | " + " | ".join(f(c, '.3f') for c in cols) + " |")
+        traces = [tuple(float(x) if x else None for x in m.groups()) for m in trace.finditer(lines)]
+        for reader, key in (("blocking", "lone_request_times"), ("spinning", "lone_spin_request_times")):
+            rows = []
+            for t in load_json(f"{out}/http-{v}-{p}.json").get(key, []):
+                sent, arrived = t["sent_s"], t["sent_s"] + t["ttft_ms"] / 1e3
+                hits = [tr for tr in traces if sent <= tr[0] <= arrived]
+                if len(hits) == 1:
+                    head, submit, first, written, readable, routed, body, parsed, taken, built = hits[0]
+                    row = [head - sent, submit - head, first - submit, written - first, arrived - written, arrived - sent]
+                    if readable and readable >= sent:  # 0: the request's bytes were there before any wait
+                        row += [readable - sent, head - readable, routed - head, body - routed, parsed - body, submit - parsed,
+                                taken - first, built - taken, written - built]
+                    rows.append(row)
+            cols = [med([r[k] * 1e3 for r in rows if len(r) > k]) for k in range(15)] if rows else [None] * 15
+            print(f"| {p} | {v} | {reader} | {len(rows)} | " + " | ".join(f(c, '.3f') for c in cols) + " |")
 PYEOF
 cat "$OUT/http.md" "$OUT"/bench-serve*.md > "$OUT/all.md" 2> /dev/null
 finish 0

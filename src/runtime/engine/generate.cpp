@@ -87,6 +87,7 @@ GenerateResult generate_from_tokens(Session& session, const Tokenizer& tokenizer
     if (options.max_tokens >= 0 && static_cast<int64_t>(result.tokens.size()) >= options.max_tokens) break;
 
     const int32_t id = session.sample_next(sampler, history);  // = sampler.sample(logits, history)
+    if (result.first_token_seconds == 0) result.first_token_seconds = seconds_since(prefill_start);
     if (!options.ignore_eos && tokenizer.is_eog(id)) {
       result.finish = FinishReason::Eos;
       break;
