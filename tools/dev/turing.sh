@@ -18,20 +18,8 @@ OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 STEPS=${STEPS:-build flash san cmp bench paged varlen all}
 LIMIT=${LIMIT:-225}
-T0=$(date +%s)
-left() { echo $((LIMIT - ($(date +%s) - T0))); }
-has() { [[ " $STEPS " == *" $1 "* ]]; }
+source "$(dirname "$0")/device_steps.sh"
 B=/tmp/b-turing
-SAN=compute-sanitizer; command -v $SAN >/dev/null || SAN=/usr/local/cuda/bin/compute-sanitizer
-S=""
-row() { S+="$(printf '%-10s %s' "$1" "$2")"$'\n'; }
-run_step() {  # name seconds log cmd...
-  local name=$1 t=$2 log=$3; shift 3
-  local l; l=$(left); [ "$l" -lt "$t" ] && t=$l
-  if [ "$t" -lt 8 ]; then row "$name" "NOT RUN (time)"; return; fi
-  timeout "$t" "$@" >"$OUT/$log" 2>&1; local rc=$?
-  row "$name" "rc=$rc $(grep -hE '^\[  (PASSED|FAILED)|ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/$log" | tr '\n' ' ' | cut -c1-150)"
-}
 
 TARGETS=""
 has flash || has san || has all && TARGETS+=" test_cuda_flash_attention"
