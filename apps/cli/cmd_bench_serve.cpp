@@ -23,7 +23,9 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
@@ -40,6 +42,7 @@
 #include "gpu_accel/tokenizer.h"
 #include "model/arch/llama.h"
 #include "runtime/engine/batch_backend.h"
+#include "runtime/telemetry/nvml_monitor.h"
 
 namespace ga::cli {
 namespace {
@@ -101,6 +104,18 @@ struct ReferenceFigures {
   std::string device;
 };
 
+// GA_PREFILL_GPU_TIMING=1 (the CUDA forward then times each prefill replay on the GPU, one stderr line each): the
+// reference's phases are named on stderr too, and one more phase reads the SM clock (NVML) after each idle pause
+// and right after the prefill that follows it (Session 7b: is the idle prefill's extra time the GPU's or the host's).
+bool gpu_timing_diagnostic() {
+  const char* env = std::getenv("GA_PREFILL_GPU_TIMING");
+  return env != nullptr && *env != '\0' && *env != '0';
+}
+
+void phase(const char* name) {
+  if (gpu_timing_diagnostic()) std::fprintf(stderr, "reference phase: %s\n", name);
+}
+
 ReferenceFigures measure_reference(const LoadedModel& model, const std::string& device, int64_t n_ctx,
                                    const std::vector<int32_t>& prompt, int64_t decode_steps) {
   SessionOptions so;
@@ -112,6 +127,7 @@ ReferenceFigures measure_reference(const LoadedModel& model, const std::string& 
   r.device = session.device_description();
   std::vector<double> times;
   std::vector<float> logits;
+  phase("back to back (the first one warms up)");
   for (int i = 0; i <= kRefRepetitions; ++i) {  // the first one warms up (cuBLAS, allocator)
     session.reset();
     const auto t0 = Clock::now();
@@ -136,16 +152,41 @@ ReferenceFigures measure_reference(const LoadedModel& model, const std::string& 
     std::sort(times.begin(), times.end());
     return times[times.size() / 2];
   };
+  phase("after 20 ms asleep");
   r.idle_prefill_seconds = after_pause([] { std::this_thread::sleep_for(kIdleGap); });
+  phase("thread busy-waiting through 20 ms");
   r.idle_spinning_prefill_seconds = after_pause([] { busy_wait(kIdleGap); });
+  phase("asleep, then busy");
   r.idle_then_spin_prefill_seconds = after_pause([] {
     std::this_thread::sleep_for(kIdleGap);
     busy_wait(kWakeSpin);
   });
+  phase("asleep, then one decode step");
   r.idle_then_step_prefill_seconds = after_pause([&] {
     std::this_thread::sleep_for(kIdleGap);
     session.eval(std::vector<int32_t>{prompt[0]});  // one token's forward: the GPU and the host both work
   });
+  if (gpu_timing_diagnostic()) {
+    phase("after 20 ms asleep, SM clock read before and after (NVML)");
+    telemetry::NvmlMonitor nvml;
+    const int gpu = std::max(engine::cuda_device_index(device), 0);
+    const auto sm_clock = [&] {
+      const std::optional<telemetry::GpuSnapshot> g = nvml.sample(gpu);
+      return g && g->sm_clock_mhz ? static_cast<int>(*g->sm_clock_mhz) : -1;
+    };
+    for (int i = 0; i < kIdleRepetitions; ++i) {
+      session.reset();
+      std::this_thread::sleep_for(kIdleGap);
+      const int idle_mhz = sm_clock();
+      const auto t0 = Clock::now();
+      logits = session.eval(prompt);
+      const double t = seconds(t0, Clock::now());
+      const int busy_mhz = sm_clock();
+      std::fprintf(stderr, "idle SM clock %d MHz, prefill %.4f ms, SM clock after it %d MHz%s\n", idle_mhz, t * 1e3,
+                   busy_mhz, nvml.available() ? "" : (" (NVML: " + nvml.reason() + ")").c_str());
+    }
+  }
+  phase("the reference's decode steps, then the rounds (the Scheduler's batched forward)");
   int32_t next = argmax(logits);
   session.eval(std::vector<int32_t>{next});  // the graph capture is not timed
   const auto t0 = Clock::now();

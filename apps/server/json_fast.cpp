@@ -21,7 +21,8 @@ bool is_digit(char c) { return c >= '0' && c <= '9'; }
 
 class FastJsonReader {
  public:
-  explicit FastJsonReader(std::string_view text) : p_(text.data()), end_(text.data() + text.size()) {}
+  FastJsonReader(std::string_view text, FastIntegerField* integers)
+      : p_(text.data()), end_(text.data() + text.size()), integers_(integers) {}
 
   bool document(json& out) {
     skip_whitespace();
@@ -71,9 +72,20 @@ class FastJsonReader {
       if (p_ == end_ || *p_ != ':') return false;
       ++p_;
       skip_whitespace();
-      json item;
-      if (!value(item, depth)) return false;
-      out[key] = std::move(item);  // a key given twice keeps its last value, as nlohmann's DOM
+      const bool watched = depth == 1 && integers_ != nullptr && key == integers_->key;
+      const char* value_start = p_;
+      if (watched && integer_array(integers_->values)) {
+        integers_->present = true;
+        out.erase(key);  // an earlier value of the same key: the last one wins, as in nlohmann's DOM
+      } else {
+        if (watched) {
+          integers_->present = false;  // a later value of the key replaces an earlier array of integers
+          p_ = value_start;            // not an array of integers after all: read it into the DOM
+        }
+        json item;
+        if (!value(item, depth)) return false;
+        out[key] = std::move(item);  // a key given twice keeps its last value, as nlohmann's DOM
+      }
       skip_whitespace();
       if (p_ == end_) return false;
       if (*p_ == '}') {
@@ -106,6 +118,47 @@ class FastJsonReader {
       }
       if (*p_++ != ',') return false;
     }
+  }
+
+  // A non-empty array of integers (the subset's: at most 18 digits, no fraction or exponent) into `values`; false
+  // (p_ left anywhere) for anything else, including an empty array and a malformed one.
+  bool integer_array(std::vector<int64_t>& values) {
+    if (p_ == end_ || *p_ != '[') return false;
+    ++p_;
+    values.clear();
+    values.reserve(static_cast<size_t>(end_ - p_) / 2);  // at most one id per 2 bytes ("1,")
+    while (true) {
+      skip_whitespace();
+      int64_t v = 0;
+      if (!integer(v)) return false;
+      values.push_back(v);
+      skip_whitespace();
+      if (p_ == end_) return false;
+      if (*p_ == ']') {
+        ++p_;
+        return true;
+      }
+      if (*p_++ != ',') return false;
+    }
+  }
+
+  // -?(0|[1-9][0-9]*) not followed by a fraction or an exponent (those are numbers of another type in the DOM).
+  bool integer(int64_t& out) {
+    const bool negative = p_ < end_ && *p_ == '-';
+    if (negative) ++p_;
+    const char* digits = p_;
+    if (p_ == end_ || !is_digit(*p_)) return false;
+    if (*p_ == '0') {
+      ++p_;  // a leading zero stands alone, as in number()
+    } else {
+      while (p_ < end_ && is_digit(*p_)) ++p_;
+    }
+    if (p_ - digits > kMaxIntegerDigits) return false;
+    if (p_ < end_ && (*p_ == '.' || *p_ == 'e' || *p_ == 'E')) return false;
+    uint64_t v = 0;
+    for (const char* d = digits; d < p_; ++d) v = v * 10 + static_cast<uint64_t>(*d - '0');
+    out = negative ? -static_cast<int64_t>(v) : static_cast<int64_t>(v);
+    return true;
   }
 
   // Printable ASCII and the simple escapes; \u and bytes >= 0x80 (UTF-8 to validate) are declined.
@@ -202,13 +255,21 @@ class FastJsonReader {
 
   const char* p_;
   const char* end_;
+  FastIntegerField* integers_;  // nullptr: every value goes into the DOM
 };
 
 }  // namespace
 
-std::optional<nlohmann::json> parse_json_object_fast(std::string_view text) {
+std::optional<nlohmann::json> parse_json_object_fast(std::string_view text, FastIntegerField* integers) {
+  if (integers != nullptr) {
+    integers->present = false;
+    integers->values.clear();
+  }
   json out;
-  if (!FastJsonReader(text).document(out)) return std::nullopt;
+  if (!FastJsonReader(text, integers).document(out)) {
+    if (integers != nullptr) integers->present = false;
+    return std::nullopt;
+  }
   return out;
 }
 

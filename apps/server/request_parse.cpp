@@ -239,7 +239,14 @@ std::vector<ChatMessage> read_messages(const json& body) {
   return messages;
 }
 
-void read_prompt(const json& body, ParsedRequest& out) {
+// `fast_ids`: the prompt when the fast reader took it straight as token ids (a non-empty array of integers, which
+// passes every check below: nothing to check).
+void read_prompt(const json& body, FastIntegerField& fast_ids, ParsedRequest& out) {
+  if (fast_ids.present) {
+    out.prompt_is_tokens = true;
+    out.prompt_token_ids = std::move(fast_ids.values);
+    return;
+  }
   const json* v = field(body, "prompt");
   if (!v) throw invalid_request("Missing required parameter: 'prompt'.", "prompt", "missing_required_parameter");
   const char* expected = "a string, an array of token ids, or an array with one string or one array of token ids";
@@ -320,7 +327,12 @@ void read_stream(const json& body, ParsedRequest& out) {
 
 ParsedRequest parse_request(Endpoint endpoint, std::string_view body_text) {
   json body;
-  if (std::optional<json> fast = parse_json_object_fast(body_text)) {  // the plain bodies (json_fast.h says why)
+  // Completions: a prompt of token ids is read straight into integers, without a DOM node per id.
+  FastIntegerField prompt_ids;
+  prompt_ids.key = "prompt";
+  FastIntegerField* fast_ids = endpoint == Endpoint::Completions ? &prompt_ids : nullptr;
+  // The plain bodies (json_fast.h says why); anything else goes to nlohmann.
+  if (std::optional<json> fast = parse_json_object_fast(body_text, fast_ids)) {
     body = std::move(*fast);
   } else {
     try {
@@ -342,7 +354,7 @@ ParsedRequest parse_request(Endpoint endpoint, std::string_view body_text) {
   if (endpoint == Endpoint::ChatCompletions) {
     out.messages = read_messages(body);
   } else {
-    read_prompt(body, out);
+    read_prompt(body, prompt_ids, out);
   }
   read_max_tokens(body, out);
   read_sampling(body, out);

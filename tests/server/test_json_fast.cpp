@@ -2,6 +2,9 @@
 // body it accepts must give nlohmann's DOM exactly, number types included (unsigned / signed / float), and it
 // must decline every body nlohmann refuses. Bodies: the shapes clients send (which it must accept, or it
 // would speed nothing up), edge cases of the grammar, and 30000 random documents, a third of them corrupted.
+// Every body is read twice: plainly, and with the top-level "prompt" taken as integers (FastIntegerField); the
+// second must accept the same bodies, and its DOM with the ids put back (as nlohmann types them) must be
+// nlohmann's.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -45,9 +48,32 @@ bool same_dom(const json& a, const json& b) {
   }
 }
 
+// Whether `dom` (nlohmann's value of the field) is an array of integers equal to `ids` as parse_request reads
+// them (get<int64_t>; "-0" is a signed 0 there and an unsigned one elsewhere: the same id).
+bool same_ids(const json& dom, const std::vector<int64_t>& ids) {
+  if (!dom.is_array() || dom.size() != ids.size()) return false;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (!dom[i].is_number_integer() || dom[i].get<int64_t>() != ids[i]) return false;
+  }
+  return true;
+}
+
 // Checks one body; returns whether the fast parser accepted it.
 bool check(const std::string& text) {
   const std::optional<json> fast = parse_json_object_fast(text);
+  FastIntegerField prompt_ids;
+  prompt_ids.key = "prompt";
+  std::optional<json> with_ids = parse_json_object_fast(text, &prompt_ids);
+  EXPECT_EQ(fast.has_value(), with_ids.has_value()) << "the integer field changed the decision: " << text;
+  if (fast && with_ids) {
+    json plain = *fast;  // nlohmann's DOM where fast is right (checked below)
+    if (prompt_ids.present) {
+      EXPECT_FALSE(with_ids->contains("prompt")) << text;
+      EXPECT_TRUE(plain.contains("prompt") && same_ids(plain["prompt"], prompt_ids.values)) << text;
+      plain.erase("prompt");
+    }
+    EXPECT_TRUE(same_dom(plain, *with_ids)) << text << "\nplain: " << plain.dump() << "\nwith ids: " << with_ids->dump();
+  }
   json reference;
   bool reference_ok = true;
   try {
@@ -77,6 +103,52 @@ TEST(JsonFast, AcceptsWhatClientsSendAndGivesNlohmannsDom) {
       "{\"n\":1E+2}", "{\"n\":1e-400}", "{\"n\":-1.5e3}", "{\"s\":\"\x7f~ \"}", "{\"b\":false,\"t\":true,\"z\":null}",
       "\t{\r\n\"a\" :\n1 ,\"b\":[ 1 , 2 ]}\n"};
   for (const std::string& body : bodies) EXPECT_TRUE(check(body)) << "declined: " << body;
+}
+
+// Which values of "prompt" are read as integers: top level only, non-empty arrays of integers only, last key wins.
+TEST(JsonFast, PromptIdsReadAsIntegers) {
+  struct Case {
+    std::string body;
+    bool accepted;   // by the fast reader at all
+    bool present;    // the prompt read as integers
+    std::vector<int64_t> ids;
+  };
+  const std::vector<Case> cases = {
+      {R"({"prompt": [17, 3, 127999, 0, 42], "max_tokens": 8})", true, true, {17, 3, 127999, 0, 42}},
+      {R"({"prompt":[-0,-5, 999999999999999999 ]})", true, true, {0, -5, 999999999999999999}},
+      {R"({"prompt":[1,2],"prompt":"x"})", true, false, {}},
+      {R"({"prompt":"x","prompt":[7]})", true, true, {7}},
+      {R"({"prompt":[1],"prompt":[2,3]})", true, true, {2, 3}},
+      {R"({"prompt":[]})", true, false, {}},
+      {R"({"prompt":[1,2.0]})", true, false, {}},
+      {R"({"prompt":[1,2e1]})", true, false, {}},
+      {R"({"prompt":[[1,2]]})", true, false, {}},
+      {R"({"prompt":[1,"a"]})", true, false, {}},
+      {R"({"prompt":null})", true, false, {}},
+      {R"({"prompt":[1234567890123456789]})", false, false, {}},  // 19 digits: nlohmann's
+      {R"({"prompt":[01]})", false, false, {}},                   // invalid JSON
+      {R"({"prompt":[1,2)", false, false, {}},
+  };
+  for (const Case& c : cases) {
+    EXPECT_EQ(check(c.body), c.accepted) << c.body;
+    FastIntegerField ids;
+    ids.key = "prompt";
+    const std::optional<json> dom = parse_json_object_fast(c.body, &ids);
+    EXPECT_EQ(ids.present, c.present) << c.body;
+    if (c.present) {
+      EXPECT_EQ(ids.values, c.ids) << c.body;
+    }
+    if (dom) {
+      EXPECT_EQ(dom->contains("prompt"), !c.present) << c.body;  // a value not taken as integers stays in the DOM
+    }
+  }
+  // Only the top-level key is watched.
+  FastIntegerField ids;
+  ids.key = "prompt";
+  const std::optional<json> nested = parse_json_object_fast(R"({"a":{"prompt":[1]}})", &ids);
+  ASSERT_TRUE(nested.has_value());
+  EXPECT_FALSE(ids.present);
+  EXPECT_TRUE(same_dom((*nested)["a"]["prompt"], json::parse("[1]")));
 }
 
 TEST(JsonFast, DeclinesWhatItLeavesToNlohmann) {
@@ -152,6 +224,21 @@ class RandomJson {
     out += '"';
   }
 
+  void integer_array(std::string& out) {
+    out += '[';
+    for (int i = 0, n = pick(8); i < n; ++i) {
+      if (i) out += ',';
+      space(out);
+      if (pick(20) == 0) {
+        real(out);
+      } else {
+        integer(out);
+      }
+      space(out);
+    }
+    out += ']';
+  }
+
   void array(std::string& out, int depth) {
     out += '[';
     for (int i = 0, n = pick(5); i < n; ++i) {
@@ -168,10 +255,15 @@ class RandomJson {
     for (int i = 0, n = pick(6); i < n; ++i) {
       if (i) out += ',';
       space(out);
-      out += kKeys[pick(7)];  // "a" twice: repeated keys
+      const int key = pick(7);
+      out += kKeys[key];  // "a" twice: repeated keys
       space(out);
       out += ':';
-      value(out, depth);
+      if (key == 0 && pick(2) == 0) {
+        integer_array(out);  // a prompt of ids (FastIntegerField's case), sometimes with a non-integer in it
+      } else {
+        value(out, depth);
+      }
     }
     out += '}';
   }

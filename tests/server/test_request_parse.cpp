@@ -2,7 +2,9 @@
 // field types, documented ranges and defaults, and the error object's `param` naming the field at fault.
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "server/api_error.h"
 #include "server/request_parse.h"
@@ -238,6 +240,46 @@ TEST(RequestParse, StopLimits) {
              "stop");
   EXPECT_EQ(parse_request(Endpoint::ChatCompletions, chat(R"(,"stop":"\n")")).stop,
             (std::vector<std::string>{"\n"}));
+}
+
+// The fast reader (json_fast.h: prompt ids read straight into integers) against nlohmann's path for the same
+// request: an unknown key spelled with a \u escape sends the whole body to nlohmann (the fast reader declines
+// \u) and changes nothing else (unknown fields are ignored). Same result, or the same error, for every prompt form.
+std::string outcome(Endpoint endpoint, const std::string& body) {
+  try {
+    const ParsedRequest r = parse_request(endpoint, body);
+    std::string ids;
+    for (const int64_t id : r.prompt_token_ids) ids += std::to_string(id) + ",";
+    return "ok tokens=" + std::to_string(r.prompt_is_tokens) + " text=" + r.prompt_text + " ids=" + ids +
+           " max=" + std::to_string(r.max_tokens.value_or(-1)) + " stream=" + std::to_string(r.stream) +
+           " usage=" + std::to_string(r.include_usage) + " temp=" + std::to_string(r.sampling.temperature);
+  } catch (const ApiError& e) {
+    return "error " + std::to_string(e.status()) + " " + e.param() + " " + e.code() + ": " + e.message();
+  }
+}
+
+TEST(RequestParse, FastPromptIdsMatchNlohmannsPath) {
+  const std::vector<std::string> prompts = {
+      "[17, 3, 127999, 0, 42]", "[-0,-5,999999999999999999]", "[]", "[1,2.0]", "[1.5]", "[1,\"a\"]", "[[4,5]]",
+      "[[]]", "[\"a\",\"b\"]", "\"text\"", "null", "{\"a\":1}", "[18446744073709551615]", "[5]", "[1,[2]]",
+      "[true]", "[null]", "[-9223372036854775808]"};
+  for (const std::string& prompt : prompts) {
+    for (const char* layout :
+         {"{\"prompt\":P,\"max_tokens\":8,\"stream\":true}", "{\"prompt\":\"x\",\"prompt\":P,\"temperature\":0}",
+          "{\"prompt\":P,\"prompt\":[9,8],\"echo\":true}", "{\"prompt\":[9,8],\"prompt\":P}", "{\"n\":2,\"prompt\":P}",
+          "{\"model\":\"m\",\"prompt\":P,\"stream_options\":{}}"}) {
+      std::string body = layout;
+      body.replace(body.find('P'), 1, prompt);
+      const std::string via_nlohmann = "{\"\\u0078\":0," + body.substr(1);
+      for (const Endpoint endpoint : {Endpoint::Completions, Endpoint::ChatCompletions}) {
+        EXPECT_EQ(outcome(endpoint, body), outcome(endpoint, via_nlohmann)) << body;
+      }
+    }
+  }
+  // The fast path was taken (and is right) for the plain case.
+  const ParsedRequest r = parse_request(Endpoint::Completions, R"({"prompt": [17, 3, -2], "max_tokens": 8})");
+  EXPECT_TRUE(r.prompt_is_tokens);
+  EXPECT_EQ(r.prompt_token_ids, (std::vector<int64_t>{17, 3, -2}));
 }
 
 }  // namespace

@@ -25,7 +25,8 @@
 #   CLIENTS / PROMPT / MAXTOK (the rounds), TTFT_PROMPTS (more lone-request lengths; cuda: 512), JOBS (build
 #   parallelism), QUICK=1 (fits a 300 s call: no in-process rounds, `run` x3), VARIANTS ("name=serve flags;...",
 #   default "default="), TTFT_REPEATS (lone requests per length and variant, default 9), BUDGET (seconds after which
-#   the server variants and `run` timings are skipped), RUN_FLAGS_B (`run` timed once more with these flags, e.g. "--prefill-graphs 0").
+#   the server variants and `run` timings are skipped), GPU_TIMING=1 (cuda: the idle prefill timed on the GPU, with
+#   the SM clock: see below), RUN_FLAGS_B (`run` timed once more with these flags, e.g. "--prefill-graphs 0").
 set -uo pipefail
 mode=${1:-cuda}
 [[ $mode == cuda || $mode == cpu ]] || { echo "usage: serve_http.sh [cuda|cpu]" >&2; exit 2; }
@@ -148,6 +149,35 @@ for p in $PROMPT $TTFT_PROMPTS; do
   note "bench-serve references + 5 lone requests at $p prompt tokens rc=$?"
 done
 smi_stop idle-session
+# GPU_TIMING=1 (cuda): the Session references once more at PROMPT tokens with GA_PREFILL_GPU_TIMING=1: each prefill
+# graph replay timed on the GPU (events around it) and on the host, per phase (back to back, after 20 ms asleep, ...),
+# and the SM clock (NVML) after each idle pause and after the prefill that follows it. Says whether the idle
+# prefill's extra time is the GPU's own (it grows with the GPU time) or the host's way to it (it does not).
+if [[ $mode == cuda && ${GPU_TIMING:-0} == 1 ]]; then
+  GA_PREFILL_GPU_TIMING=1 timeout 120 "$GA" bench-serve -m "$M" --device $device --clients 1 --prompt-tokens "$PROMPT" \
+    --max-tokens 8 > "$OUT/gpu-timing.md" 2> "$OUT/gpu-timing.err"
+  note "bench-serve with GA_PREFILL_GPU_TIMING=1 at $PROMPT tokens rc=$?"
+  while IFS= read -r line; do note "$line"; done < <(python3 - "$OUT/gpu-timing.err" <<'PYEOF'
+import re, statistics, sys
+phase, rows, clocks = "start", {}, []
+for line in open(sys.argv[1], errors="replace"):
+    if line.startswith("reference phase: "):
+        phase = line[len("reference phase: "):].strip()
+    m = re.search(r"gpu ([0-9.]+) ms, launch call ([0-9.]+) ms, launch to done ([0-9.]+) ms", line)
+    if m:
+        rows.setdefault(phase, []).append([float(x) for x in m.groups()])
+    m = re.search(r"idle SM clock (-?\d+) MHz, prefill ([0-9.]+) ms, SM clock after it (-?\d+) MHz", line)
+    if m:
+        clocks.append(m.groups())
+for name, r in rows.items():
+    med = [statistics.median(c[k] for c in r) for k in range(3)]
+    print(f"gpu timing [{name}] n={len(r)}: GPU {med[0]:.4f} ms, launch call {med[1]*1e3:.1f} us, launch -> done "
+          f"{med[2]:.4f} ms (GPU all: {' '.join(f'{c[0]:.3f}' for c in r[:12])})")
+if clocks:
+    print("idle SM clock / prefill ms / SM clock after: " + "; ".join(f"{a} / {b} / {c}" for a, b, c in clocks))
+PYEOF
+)
+fi
 
 # HTTP: one server per variant, on the device alone (bench-serve has exited); bench_http.py drives it.
 IFS=';' read -ra variant_list <<< "$VARIANTS"
@@ -156,9 +186,15 @@ for v in "${variant_list[@]}"; do
   name=${v%%=*}
   extra=${v#*=}
   if over_budget; then note "server variant $name skipped: BUDGET spent"; continue; fi
-  # shellcheck disable=SC2086
-  "$GA" serve -m "$M" --device $device --port 0 --quiet --max-batch "$max_clients" --ctx "$ctx" --kv-blocks 2048 \
-    --http-threads $(( max_clients + 16 )) --trace-timing $extra > /dev/null 2> "$OUT/server-$name.log" &
+  # Words of the form NAME=VALUE in a variant go into the server's environment (diagnostic switches such as
+  # GA_CUDA_SCHEDULE=spin), the rest are serve flags.
+  env_words=(); flag_words=()
+  for w in $extra; do
+    if [[ $w =~ ^[A-Z_][A-Z0-9_]*= ]]; then env_words+=("$w"); else flag_words+=("$w"); fi
+  done
+  env "${env_words[@]}" "$GA" serve -m "$M" --device $device --port 0 --quiet --max-batch "$max_clients" --ctx "$ctx" \
+    --kv-blocks 2048 --http-threads $(( max_clients + 16 )) --trace-timing "${flag_words[@]}" \
+    > /dev/null 2> "$OUT/server-$name.log" &
   server=$!
   url=
   for _ in $(seq 1200); do
@@ -321,6 +357,7 @@ print()
 # The way out split: first token -> taken from the channel by the stream's thread, -> its SSE chunk built, -> written.
 print("| prompt tokens | server variant | reader | matched | send -> head parsed (socket, wake-up, httplib) | head -> submit (body, JSON, checks) | submit -> first token (scheduler, prefill) | first token -> written (hand-off, SSE) | written -> client has it (client wake-up, read) | client TTFT | send -> readable | readable -> head | head -> routed | routed -> body read | body -> parsed | parsed -> submit | first token -> taken | taken -> built | built -> written |")
 print("|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+lone_traces = {}  # (prompt, variant): the matched trace lines of lone requests (both readers)
 trace = re.compile(r"timing \S+: head ([0-9.]+) submit ([0-9.]+) first_token ([0-9.]+) written ([0-9.]+)"
                    r"(?: readable ([0-9.]+) routed ([0-9.]+) body ([0-9.]+) parsed ([0-9.]+)"
                    r" taken ([0-9.]+) built ([0-9.]+))?")
@@ -334,6 +371,7 @@ for p in prompts:
                 sent, arrived = t["sent_s"], t["sent_s"] + t["ttft_ms"] / 1e3
                 hits = [tr for tr in traces if sent <= tr[0] <= arrived]
                 if len(hits) == 1:
+                    lone_traces.setdefault((p, v), []).append(hits[0])
                     head, submit, first, written, readable, routed, body, parsed, taken, built = hits[0]
                     row = [head - sent, submit - head, first - submit, written - first, arrived - written, arrived - sent]
                     if readable and readable >= sent:  # 0: the request's bytes were there before any wait
@@ -342,6 +380,34 @@ for p in prompts:
                     rows.append(row)
             cols = [med([r[k] * 1e3 for r in rows if len(r) > k]) for k in range(15)] if rows else [None] * 15
             print(f"| {p} | {v} | {reader} | {len(rows)} | " + " | ".join(f(c, '.3f') for c in cols) + " |")
+
+# submit -> first token split by the scheduler's own times (servers started with GA_SCHEDULER_TRACE=1): -> the
+# scheduler thread's wake-up (the loop's), -> its forward's start (admission, the step's batch), -> the forward's
+# end (metadata copy, prefill graph, logits copy, sync), -> first token (sampling, the callback). Medians, ms.
+sched = re.compile(r"scheduler lone prefill: tokens (\d+) woken ([0-9.]+) forward ([0-9.]+) forward_done ([0-9.]+) sampled ([0-9.]+)")
+rows_out = []
+for p in prompts:
+    for v in variants:
+        lines = open(f"{out}/server-{v}.log", errors="replace").read() if os.path.exists(f"{out}/server-{v}.log") else ""
+        steps = [tuple(float(x) for x in m.groups()[1:]) for m in sched.finditer(lines) if int(m.group(1)) == p]
+        if not steps:
+            continue
+        parts = []
+        for tr in lone_traces.get((p, v), []):
+            submit, first = tr[1], tr[2]
+            hits = [st for st in steps if submit - 0.0005 <= st[1] <= first]
+            if len(hits) == 1:
+                woken, start, done, sampled = hits[0]
+                parts.append([woken - submit, start - woken, done - start, first - done, first - submit])
+        if parts:
+            cols = [med([x[k] * 1e3 for x in parts]) for k in range(5)]
+            allf = " ".join(f"{x[2] * 1e3:.3f}" for x in parts[:20])
+            rows_out.append(f"| {p} | {v} | {len(parts)} | " + " | ".join(f(c, '.3f') for c in cols) + f" | {allf} |")
+if rows_out:
+    print()
+    print("| prompt tokens | server variant | matched | submit -> scheduler woken | woken -> forward start | forward (copy in, graph, logits out, sync) | forward end -> first token (sampling, callback) | submit -> first token | forward ms, each |")
+    print("|---:|---|---:|---:|---:|---:|---:|---:|---|")
+    print("\n".join(rows_out))
 PYEOF
 cat "$OUT/http.md" "$OUT"/bench-serve*.md > "$OUT/all.md" 2> /dev/null
 finish 0

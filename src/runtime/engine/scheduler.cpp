@@ -51,6 +51,8 @@
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
 #include <deque>
 #include <mutex>
 #include <thread>
@@ -148,6 +150,7 @@ struct Scheduler::Impl {
   // Bumped (after the change, under mu) by everything a waiting loop must see: submit, cancel, stop;
   // a busy-waiting loop watches it instead of the mutex.
   std::atomic<uint64_t> signals{0};
+  Clock::time_point woken_at{};  // scheduler thread: when wait_for_work() last returned (GA_SCHEDULER_TRACE)
   SchedulerStats snapshot;  // refreshed after every step
   std::deque<RateSample> window;
 
@@ -338,9 +341,26 @@ const Tokenizer& Scheduler::tokenizer() const { return impl_->tokenizer; }
 // ---------------------------------------------------------------------------------------------
 // The scheduler thread
 
+// GA_SCHEDULER_TRACE=1 (a diagnostic, docs/results/2026-11-22-h200-serving.md "Session 7b"): one stderr line per
+// step that feeds a prompt and samples one row (a lone request's prefill), with the steady-clock times of the
+// thread's wake-up, the forward's start and end, and the end of sampling and emission, to match with
+// `serve --trace-timing`'s submit and first token (tools/dev/serve_http.sh splits submit -> first token with them).
+static bool trace_lone_prefills() {
+  static const bool on = [] {
+    const char* env = std::getenv("GA_SCHEDULER_TRACE");
+    return env != nullptr && *env != '\0' && *env != '0';
+  }();
+  return on;
+}
+
+static double steady_seconds(Clock::time_point t) {
+  return std::chrono::duration<double>(t.time_since_epoch()).count();
+}
+
 void Scheduler::Impl::loop() {
   while (wait_for_work()) {
     const Clock::time_point t0 = Clock::now();
+    woken_at = t0;
     take_cancellations();
     admit();
     step();
@@ -565,6 +585,7 @@ void Scheduler::Impl::step() {
       }
       const Clock::time_point t1 = Clock::now();
       forward_seconds += seconds_between(t0, t1);
+      const bool traced = trace_lone_prefills() && n_logits == 1 && batch.size() > 1;
       GA_CHECK(rows == n_logits, Internal, "the forward returned ", rows, " logits rows for ", n_logits);
       for (Sequence* s : step_seqs) after_forward(*s);
       if (on_device) {
@@ -572,7 +593,14 @@ void Scheduler::Impl::step() {
       } else {
         sample_step(logits);
       }
-      sample_seconds += seconds_between(t1, Clock::now());
+      const Clock::time_point t2 = Clock::now();
+      sample_seconds += seconds_between(t1, t2);
+      if (traced) {
+        std::fprintf(stderr,
+                     "scheduler lone prefill: tokens %zu woken %.6f forward %.6f forward_done %.6f sampled %.6f\n",
+                     batch.size(), steady_seconds(woken_at), steady_seconds(t0), steady_seconds(t1),
+                     steady_seconds(t2));
+      }
     } catch (...) {
       const std::exception_ptr error = std::current_exception();
       GA_LOG(Error, "forward step failed; its requests end with the error");

@@ -28,12 +28,15 @@
 // bucket, each uploaded; a step whose graph is missing (no warm-up) captures it first.
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <vector>
 
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/gemm.h"
 #include "backends/cuda/kernels/gemv.h"
 #include "backends/cuda/llama/cuda_llama_forward.h"
+#include "backends/cuda/stream.h"
 #include "gpu_accel/error.h"
 
 namespace ga::cuda::llama {
@@ -105,9 +108,42 @@ void CudaLlamaForward::capture_prefill_graph(int64_t bucket) {
   if (free_before > free_after) prefill_stats_.device_bytes += static_cast<int64_t>(free_before - free_after);
 }
 
+namespace {
+
+// GA_PREFILL_GPU_TIMING=1: a diagnostic (docs/results/2026-11-22-h200-serving.md, "Session 7b"). Each replay is timed
+// on the GPU (events right before and after the graph on its stream) and on the host (the cudaGraphLaunch call; from
+// its return to the stop event seen complete), one line on stderr each. It answers whether a prefill after an idle
+// pause is slower on the GPU itself (clocks, power state) or on the host's way to it. It waits for the replay
+// (the caller would wait right after anyway), so it is off unless asked for.
+bool time_prefill_replays() {
+  static const bool on = [] {
+    const char* env = std::getenv("GA_PREFILL_GPU_TIMING");
+    return env != nullptr && *env != '\0' && *env != '0';
+  }();
+  return on;
+}
+
+}  // namespace
+
 void CudaLlamaForward::launch_prefill_graph(int64_t n, int64_t bucket) {
   capture_prefill_graph(bucket);
-  GA_CUDA_CHECK(cudaGraphLaunch(prefill_graphs_.at(bucket).exec, stream_.get()));
+  if (time_prefill_replays()) {
+    Event start, stop;
+    start.record(stream_.get());
+    const auto t0 = std::chrono::steady_clock::now();
+    GA_CUDA_CHECK(cudaGraphLaunch(prefill_graphs_.at(bucket).exec, stream_.get()));
+    const auto t1 = std::chrono::steady_clock::now();
+    stop.record(stream_.get());
+    stop.synchronize();
+    const auto t2 = std::chrono::steady_clock::now();
+    const auto ms = [](auto d) { return std::chrono::duration<double, std::milli>(d).count(); };
+    std::fprintf(stderr,
+                 "prefill replay %lld rows (bucket %lld): gpu %.4f ms, launch call %.4f ms, launch to done %.4f ms\n",
+                 static_cast<long long>(n), static_cast<long long>(bucket), Event::elapsed_ms(start, stop), ms(t1 - t0),
+                 ms(t2 - t1));
+  } else {
+    GA_CUDA_CHECK(cudaGraphLaunch(prefill_graphs_.at(bucket).exec, stream_.get()));
+  }
   ++prefill_stats_.replays;
   prefill_stats_.padded_rows += bucket - n;
 }

@@ -7,8 +7,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstdio>
 #include <cstring>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "backends/cuda/cuda_check.h"
@@ -607,6 +609,30 @@ int64_t CudaLlamaForward::run_paged(std::span<const BatchEntry> batch,
 namespace ga::cuda {
 namespace {
 
+// GA_CUDA_SCHEDULE=spin|yield|blocking|auto (a diagnostic, docs/results/2026-11-22-h200-serving.md "Session 7b"): how
+// a host thread waits in a synchronize (cudaSetDeviceFlags; the runtime's default, auto, spins while the process has
+// fewer contexts than cores). It must come before the device's primary context exists: when it is too late the
+// runtime refuses it and the default stays. One stderr line says what happened.
+void apply_schedule_override(int device) {
+  const char* env = std::getenv("GA_CUDA_SCHEDULE");
+  if (env == nullptr || *env == '\0') return;
+  const std::string mode(env);
+  const unsigned flags = mode == "spin"       ? cudaDeviceScheduleSpin
+                         : mode == "yield"    ? cudaDeviceScheduleYield
+                         : mode == "blocking" ? cudaDeviceScheduleBlockingSync
+                                              : cudaDeviceScheduleAuto;
+  int previous = 0;
+  (void)cudaGetDevice(&previous);
+  (void)cudaSetDevice(device);
+  const cudaError_t status = cudaSetDeviceFlags(flags);
+  unsigned now = 0;
+  (void)cudaGetDeviceFlags(&now);
+  std::fprintf(stderr, "GA_CUDA_SCHEDULE=%s: cudaSetDeviceFlags(0x%x) %s, device flags now 0x%x\n", env, flags,
+               cudaGetErrorName(status), now);
+  (void)cudaGetLastError();
+  (void)cudaSetDevice(previous);
+}
+
 // What both factories check and fill alike: the device must exist; the device, the RoPE factors, the graph
 // switch and the int8 mode go into the layout as given. Each factory adds the shape of its KV pool.
 template <class Params>
@@ -616,6 +642,7 @@ llama::EngineLayout layout_from_common_params(const Params& params) {
   GA_CHECK(count > 0, Unsupported, "no CUDA device (", reason, ")");
   GA_CHECK(params.device >= 0 && params.device < count, InvalidArgument, "CUDA device ", params.device,
            " does not exist (", count, " devices)");
+  apply_schedule_override(params.device);
   llama::EngineLayout layout;
   layout.device = params.device;
   layout.rope_freq_factors = params.rope_freq_factors;
