@@ -55,17 +55,33 @@ class FastJsonReader {
     }
   }
 
-  bool object(json& out, int depth) {
-    if (depth > kMaxDepth) return false;
-    ++p_;  // '{'
-    out = json::object();
+  // What follows an object's or an array's opening byte: `close` at once, or elements separated by ',' up to
+  // `close`, each read by `element` from its first non-blank byte (one loop for both, so they cannot drift apart).
+  template <class Element>
+  bool separated(char close, Element&& element) {
+    ++p_;  // '{' or '['
     skip_whitespace();
-    if (p_ < end_ && *p_ == '}') {
+    if (p_ < end_ && *p_ == close) {
       ++p_;
       return true;
     }
     while (true) {
       skip_whitespace();
+      if (!element()) return false;
+      skip_whitespace();
+      if (p_ == end_) return false;
+      if (*p_ == close) {
+        ++p_;
+        return true;
+      }
+      if (*p_++ != ',') return false;
+    }
+  }
+
+  bool object(json& out, int depth) {
+    if (depth > kMaxDepth) return false;
+    out = json::object();
+    return separated('}', [&] {
       std::string key;
       if (p_ == end_ || *p_ != '"' || !string(key)) return false;
       skip_whitespace();
@@ -77,47 +93,28 @@ class FastJsonReader {
       if (watched && integer_array(integers_->values)) {
         integers_->present = true;
         out.erase(key);  // an earlier value of the same key: the last one wins, as in nlohmann's DOM
-      } else {
-        if (watched) {
-          integers_->present = false;  // a later value of the key replaces an earlier array of integers
-          p_ = value_start;            // not an array of integers after all: read it into the DOM
-        }
-        json item;
-        if (!value(item, depth)) return false;
-        out[key] = std::move(item);  // a key given twice keeps its last value, as nlohmann's DOM
-      }
-      skip_whitespace();
-      if (p_ == end_) return false;
-      if (*p_ == '}') {
-        ++p_;
         return true;
       }
-      if (*p_++ != ',') return false;
-    }
+      if (watched) {
+        integers_->present = false;  // a later value of the key replaces an earlier array of integers
+        p_ = value_start;            // not an array of integers after all: read it into the DOM
+      }
+      json item;
+      if (!value(item, depth)) return false;
+      out[key] = std::move(item);  // a key given twice keeps its last value, as nlohmann's DOM
+      return true;
+    });
   }
 
   bool array(json& out, int depth) {
     if (depth > kMaxDepth) return false;
-    ++p_;  // '['
     out = json::array();
-    skip_whitespace();
-    if (p_ < end_ && *p_ == ']') {
-      ++p_;
-      return true;
-    }
-    while (true) {
-      skip_whitespace();
+    return separated(']', [&] {
       json item;
       if (!value(item, depth)) return false;
       out.push_back(std::move(item));
-      skip_whitespace();
-      if (p_ == end_) return false;
-      if (*p_ == ']') {
-        ++p_;
-        return true;
-      }
-      if (*p_++ != ',') return false;
-    }
+      return true;
+    });
   }
 
   // A non-empty array of integers (the subset's: at most 18 digits, no fraction or exponent) into `values`; false
