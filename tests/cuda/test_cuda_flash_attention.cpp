@@ -30,6 +30,7 @@
 #include <cstring>
 #include <functional>
 #include <random>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -206,6 +207,19 @@ void run_and_check(Parity& parity, CachingAllocator& alloc, const Shape& s, std:
   }
 }
 
+// One table of shapes, each through every variant run_and_check covers (seeded, so a failure reproduces), stopping at
+// the first fatal failure.
+void check_shape_table(const char* name, unsigned seed, std::initializer_list<Shape> shapes) {
+  CachingAllocator alloc(0);
+  Parity parity(name);
+  std::mt19937 rng(seed);
+  for (const Shape& s : shapes) {
+    run_and_check(parity, alloc, s, rng);
+    if (testing::Test::HasFatalFailure()) return;
+  }
+  parity.finish();
+}
+
 TEST(CudaFlashAttention, ForwardMatchesFloat64Reference) {
   GA_REQUIRE_CUDA_DEVICE();
   CachingAllocator alloc(0);
@@ -250,21 +264,13 @@ TEST(CudaFlashAttention, LongSequences4097) {
 // tiles' loads reuse, and the split tail cuts the last round).
 TEST(CudaFlashAttention, SmallShapesForSanitizer) {
   GA_REQUIRE_CUDA_DEVICE();
-  CachingAllocator alloc(0);
-  Parity parity("flash forward small");
-  std::mt19937 rng(7);
-  const Shape shapes[] = {
+  check_shape_table("flash forward small", 7, {
       {FlashDtype::kBf16, 128, 2, 1, 1, 129, 129, true, true},
       {FlashDtype::kF16, 64, 2, 2, 2, 7, 300, false, false},
       {FlashDtype::kBf16, 256, 2, 1, 1, 129, 7, true, false},
       {FlashDtype::kF16, 64, 16, 4, 10, 7, 200, true, true},
       {FlashDtype::kBf16, 128, 16, 4, 5, 300, 129, false, true},
-  };
-  for (const Shape& s : shapes) {
-    run_and_check(parity, alloc, s, rng);
-    if (testing::Test::HasFatalFailure()) return;
-  }
-  parity.finish();
+  });
 }
 
 // More tiles (batch x heads x 128-row query blocks) than the GPU has SMs, so the persistent variants'
@@ -272,21 +278,13 @@ TEST(CudaFlashAttention, SmallShapesForSanitizer) {
 // ping-pong turns carried across tiles), including causal tiles that see no key at all.
 TEST(CudaFlashAttention, PersistentCtasRunManyTiles) {
   GA_REQUIRE_CUDA_DEVICE();
-  CachingAllocator alloc(0);
-  Parity parity("flash forward many tiles");
-  std::mt19937 rng(132);
-  const Shape shapes[] = {
+  check_shape_table("flash forward many tiles", 132, {
       {FlashDtype::kBf16, 128, 16, 4, 5, 300, 257, false, true},   // 5 x 16 x 3 = 240 tiles
       {FlashDtype::kBf16, 128, 16, 4, 5, 300, 257, true, false},   // causal, seqlen_q > seqlen_k
       {FlashDtype::kF16, 64, 16, 16, 5, 300, 129, true, true},     // first query block sees no key
       {FlashDtype::kBf16, 256, 16, 2, 4, 257, 300, false, false},  // 4 x 16 x 3 = 192 tiles
       {FlashDtype::kF16, 256, 16, 8, 4, 257, 300, true, true},
-  };
-  for (const Shape& s : shapes) {
-    run_and_check(parity, alloc, s, rng);
-    if (testing::Test::HasFatalFailure()) return;
-  }
-  parity.finish();
+  });
 }
 
 // The split tail (variant 21, flash_fwd_split_tail.cuh): more tiles than SMs with a partial last round, so the last
@@ -296,19 +294,11 @@ TEST(CudaFlashAttention, PersistentCtasRunManyTiles) {
 // run the same shapes as plain persistent / one-tile kernels.
 TEST(CudaFlashAttention, SplitTailMergesPieces) {
   GA_REQUIRE_CUDA_DEVICE();
-  CachingAllocator alloc(0);
-  Parity parity("flash forward split tail");
-  std::mt19937 rng(21);
-  const Shape shapes[] = {
+  check_shape_table("flash forward split tail", 21, {
       {FlashDtype::kBf16, 128, 16, 4, 5, 130, 700, false, true},   // 2 x 16 x 5 = 160 tiles
       {FlashDtype::kF16, 128, 16, 16, 5, 130, 1100, false, false},
       {FlashDtype::kBf16, 128, 8, 2, 9, 257, 600, false, false},  // 3 x 8 x 9 = 216 tiles, 84 in the tail
-  };
-  for (const Shape& s : shapes) {
-    run_and_check(parity, alloc, s, rng);
-    if (testing::Test::HasFatalFailure()) return;
-  }
-  parity.finish();
+  });
 }
 
 // A refusal: the check gives a reason (unless `by_reason` is false: refused at the launch only, e.g. a missing
@@ -371,21 +361,13 @@ TEST(CudaFlashAttention, UnsupportedParamsAreRejectedWithAReason) {
 
 TEST(CudaFlashAttention, Sm75SmallShapesForSanitizer) {
   GA_REQUIRE_CUDA_DEVICE();
-  CachingAllocator alloc(0);
-  Parity parity("flash forward sm75 small");
-  std::mt19937 rng(75);
-  const Shape shapes[] = {
+  check_shape_table("flash forward sm75 small", 75, {
       {FlashDtype::kF16, 128, 2, 1, 1, 129, 129, true, true},
       {FlashDtype::kF16, 256, 2, 2, 2, 7, 300, false, false},
       {FlashDtype::kF16, 256, 4, 1, 1, 129, 7, true, true},   // rows that see no key: zeros, lse -inf
       {FlashDtype::kF16, 64, 16, 4, 3, 65, 97, true, false},  // 2 query blocks of 64, a partial key block
       {FlashDtype::kF16, 128, 4, 2, 2, 33, 31, false, true},  // one key short of the 32-key block
-  };
-  for (const Shape& s : shapes) {
-    run_and_check(parity, alloc, s, rng);
-    if (testing::Test::HasFatalFailure()) return;
-  }
-  parity.finish();
+  });
 }
 
 TEST(CudaFlashAttention, Sm75LongSequences4097) {
