@@ -65,51 +65,8 @@ if [ "${CLAIM:-1}" = 1 ]; then
   echo "claim compare done at $(el) s"
   paired $L/compare_claim.json > $L/paired.txt 2>&1
 fi
-flash_rcs=""
-for v in ${TEST_VARIANTS:-24}; do
-  [ $(left) -lt 30 ] && { flash_rcs="$flash_rcs v$v:skipped"; continue; }
-  T=$(left); [ $T -gt 100 ] && T=100
-  if [ "$v" = all ]; then
-    timeout $T $B/bin/test_cuda_flash_attention > $L/test_flash_${v//,/_}.log 2>&1
-  else
-    GA_FLASH_TEST_VARIANT=$v timeout $T $B/bin/test_cuda_flash_attention --gtest_filter='-*Fp8*:*Sm75*' \
-      > $L/test_flash_${v//,/_}.log 2>&1
-  fi
-  flash_rcs="$flash_rcs v$v:$?"
-done
-fp8_rc=-
-if [ "${FP8_TESTS:-0}" = 1 ] && [ $(left) -gt 30 ]; then  # the FP8 forward shares the consumer template
-  T=$(left); [ $T -gt 60 ] && T=60
-  timeout $T $B/bin/test_cuda_flash_attention --gtest_filter='*Fp8ForwardMatches*:*Fp8Small*:*Fp8Unsupported*' \
-    > $L/test_flash_fp8.log 2>&1
-  fp8_rc=$?
-fi
-flash_rcs="$flash_rcs fp8:$fp8_rc"
-echo "flash tests done at $(el) s"
-varlen_rc=skipped
-if [ $(left) -gt 30 ]; then timeout 40 $B/bin/test_cuda_flash_varlen > $L/test_varlen.log 2>&1; varlen_rc=$?; fi
-attn_rc=-
-if [ "${ENGINE:-0}" = 1 ] && [ $(left) -gt 20 ]; then
-  timeout 30 $B/bin/test_cuda_attention > $L/test_attention.log 2>&1; attn_rc=$?
-fi
-mem_rc=-; race_rc=-
-if [ "${SANITIZE:-0}" = 1 ]; then
-  SAN=compute-sanitizer; command -v $SAN >/dev/null || SAN=/usr/local/cuda/bin/compute-sanitizer
-  if [ $(left) -gt 25 ]; then
-    GA_FLASH_TEST_VARIANT=${SAN_VARIANT:-24} timeout 60 $SAN --tool memcheck --error-exitcode 9 \
-      $B/bin/test_cuda_flash_attention \
-      --gtest_filter='CudaFlashAttention.SmallShapesForSanitizer:CudaFlashAttention.SplitTailMergesPieces' \
-      > $L/memcheck.log 2>&1
-    mem_rc=$?
-  fi
-  if [ $(left) -gt 25 ]; then
-    GA_FLASH_TEST_VARIANT=${SAN_VARIANT:-24} timeout $(( $(left) - 5 )) $SAN --tool racecheck --racecheck-report all \
-      --error-exitcode 9 $B/bin/test_cuda_flash_attention --gtest_filter='CudaFlashAttention.SmallShapesForSanitizer' \
-      > $L/racecheck.log 2>&1
-    race_rc=$?
-  fi
-  echo "sanitizers done at $(el) s"
-fi
+source "$(dirname "$0")/flash_fwd_tests.sh"
+run_flash_fwd_tests 24 100
 CUOBJ=$(command -v cuobjdump || echo /usr/local/cuda/bin/cuobjdump)
 if [ "${SASS:-1}" = 1 ] && [ -x "$CUOBJ" ]; then
   # bf16 hd 128 persistent kernels: kSched 129 = 21, 385 = 24. Addresses and encodings stripped so a diff shows code
