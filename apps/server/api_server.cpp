@@ -319,10 +319,8 @@ void ApiServer::register_routes() {
   for (const auto& [path, endpoint] : {std::pair{"/v1/chat/completions", Endpoint::ChatCompletions},
                                        std::pair{"/v1/completions", Endpoint::Completions}}) {
     const Endpoint e = endpoint;
-    http_->Post(path, guarded_post(ctx, [&ctx, e](const httplib::Request& req, const std::string& body,
-                                                  httplib::Response& res) {
-                  handle_completion(ctx, e, req, body, res);
-                }));
+    http_->Post(path, guarded_post(ctx, [&ctx, e](const httplib::Request&, const std::string& body,
+                                                  httplib::Response& res) { handle_completion(ctx, e, body, res); }));
     http_->Get(path, guarded(ctx, true, method_not_allowed("POST")));
   }
   http_->Get("/v1/models", guarded(ctx, true, [&ctx, created](const httplib::Request&, httplib::Response& res) {

@@ -17,6 +17,7 @@
 #include "server/api_error.h"
 #include "server/chat_prompt.h"
 #include "server/connection_probe.h"
+#include "server/http_connection.h"
 #include "server/responses.h"
 #include "server/sse.h"
 
@@ -340,8 +341,7 @@ int64_t resolve_max_tokens(const ParsedRequest& request, int64_t n_prompt, int64
   return std::min(kCompletionsDefaultMaxTokens, room);
 }
 
-void handle_completion(ServerContext& ctx, Endpoint endpoint, const httplib::Request& req, const std::string& body,
-                       httplib::Response& res) {
+void handle_completion(ServerContext& ctx, Endpoint endpoint, const std::string& body, httplib::Response& res) {
   const ParsedRequest request = parse_request(endpoint, body);
   const Clock::time_point parsed = ctx.options.trace_timing ? Clock::now() : Clock::time_point{};
   if (!request.model.empty() && request.model != ctx.options.model_id) {
@@ -378,7 +378,7 @@ void handle_completion(ServerContext& ctx, Endpoint endpoint, const httplib::Req
   if (request.stream) {
     answer_stream(ctx, id, header, channel, parsed, submitted, res);
   } else {
-    const ConnectionProbe probe(req.remote_addr, req.remote_port, req.local_addr, req.local_port);
+    const ConnectionProbe probe(current_connection_socket());
     answer_whole(ctx, id, header, channel, probe, res);
   }
 }

@@ -27,10 +27,10 @@ struct Response;
 
 namespace ga::server {
 
-// body: the request body, already read (and bounded) by the caller, whose Content-Type was checked; req for
-// the connection's addresses (a whole answer watches its client: connection_probe.h).
-void handle_completion(ServerContext& ctx, Endpoint endpoint, const httplib::Request& req, const std::string& body,
-                       httplib::Response& res);
+// body: the request body, already read (and bounded) by the caller, whose Content-Type was checked. Called on the
+// connection's worker thread (a whole answer watches its client through current_connection_socket():
+// connection_probe.h).
+void handle_completion(ServerContext& ctx, Endpoint endpoint, const std::string& body, httplib::Response& res);
 
 // Pieces, for tests.
 

@@ -25,6 +25,7 @@ constexpr int kWaitSliceMs = 50;
 constexpr size_t kReadBufferBytes = 4096;  // as httplib's own stream: its parser reads the head a byte at a time
 
 thread_local Clock::time_point t_readable{};
+thread_local int t_socket = -1;  // current_connection_socket()
 
 int to_ms(time_t sec, time_t usec) { return static_cast<int>(sec * 1000 + usec / 1000); }
 
@@ -164,6 +165,7 @@ class ConnectionStream final : public httplib::Stream {
 }  // namespace
 
 Clock::time_point connection_readable_time() { return t_readable; }
+int current_connection_socket() { return t_socket; }
 
 LifoThreadPool::LifoThreadPool(size_t n_threads) {
   threads_.reserve(n_threads);
@@ -256,6 +258,7 @@ bool ConnectionServer::wait_for_request(socket_t sock) {
 
 bool ConnectionServer::process_and_close_socket(socket_t sock) {
   bool ok = false;
+  t_socket = sock;
   {
     ConnectionStream stream(sock, to_ms(read_timeout_sec_, read_timeout_usec_),
                             to_ms(write_timeout_sec_, write_timeout_usec_));
@@ -269,6 +272,7 @@ bool ConnectionServer::process_and_close_socket(socket_t sock) {
       if (!ok || connection_closed) break;
     }
   }
+  t_socket = -1;
   ::shutdown(sock, SHUT_RDWR);
   ::close(sock);
   return ok;

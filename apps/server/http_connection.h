@@ -52,6 +52,10 @@ struct ConnectionWaitOptions {
 // it has not waited yet. For ServerOptions::trace_timing.
 std::chrono::steady_clock::time_point connection_readable_time();
 
+// The socket of the connection this worker thread is serving (so inside a request's handler: httplib's Request
+// carries only the addresses), or -1 outside one. ConnectionProbe watches the client through it.
+int current_connection_socket();
+
 // A fixed set of worker threads; a job goes to the most recently idle one (a stack), or waits in a FIFO queue
 // while every worker is busy.
 class LifoThreadPool final : public httplib::TaskQueue {
