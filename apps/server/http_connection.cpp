@@ -73,10 +73,7 @@ class ConnectionStream final : public httplib::Stream {
   // buffered yet); httplib's parser reads them from the buffer afterwards, so no byte is read twice.
   std::string_view arrived_bytes() {
     if (!has_buffered_bytes()) {
-      ssize_t n;
-      do {
-        n = ::recv(sock_, buffer_, kReadBufferBytes, MSG_DONTWAIT);
-      } while (n < 0 && errno == EINTR);
+      const ssize_t n = receive_now(buffer_, kReadBufferBytes);
       offset_ = 0;
       filled_ = n > 0 ? static_cast<size_t>(n) : 0;
     }
@@ -142,12 +139,20 @@ class ConnectionStream final : public httplib::Stream {
     return static_cast<ssize_t>(n);
   }
 
+  // What has arrived, without waiting (restarted after a signal); < 0 with errno EAGAIN when nothing has.
+  ssize_t receive_now(char* ptr, size_t size) {
+    ssize_t n;
+    do {
+      n = ::recv(sock_, ptr, size, MSG_DONTWAIT);
+    } while (n < 0 && errno == EINTR);
+    return n;
+  }
+
   // recv without blocking first (a request's bytes are usually there already); a poll only when none are.
   ssize_t receive(char* ptr, size_t size) {
     while (true) {
-      const ssize_t n = ::recv(sock_, ptr, size, MSG_DONTWAIT);
+      const ssize_t n = receive_now(ptr, size);
       if (n >= 0) return n;
-      if (errno == EINTR) continue;
       if (errno != EAGAIN && errno != EWOULDBLOCK) return -1;
       if (poll_one(sock_, POLLIN, read_timeout_ms_) <= 0) return -1;
     }
