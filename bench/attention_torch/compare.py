@@ -12,9 +12,15 @@ and at least `--min-timing-ms` of work. The H200 runs these kernels at its power
 a timing depends on what ran just before it: the kernel timed right after a light one (FA2, the mma.sync kernel)
 starts at higher clocks. Measured on 2026-11-22: the same kernel timed twice in one round-robin came out 5-10%
 apart, always in favour of the one that followed FA2 (a rotated round-robin keeps every backend's predecessor,
-so rotation does not remove this). Hence: the backends of one problem are interleaved over `--rounds` rounds in a
-fresh random order each round (seeded, reproducible), each timing lasts long enough that the start-up transient is
-a small share, each backend's figure is the MEDIAN of its rounds and ratios are ratios of medians. The claim is
+so rotation does not remove this). Hence: the backends of one problem are interleaved over `--rounds` rounds, each
+timing lasts long enough that the start-up transient is a small share, each backend's figure is the MEDIAN of its
+rounds and ratios are ratios of medians. Session 8 found two leftovers of the predecessor effect (the same kernel in
+two columns came out 1-2% apart, run after run): the random order was the same fixed-seed sequence in every run and
+problem, so one column's unlucky predecessors repeated, and 7-15 random rounds do not give every column the same
+predecessors. Now (1) every timing is preceded by the same conditioning load (`--condition-ms` of a bf16 matmul, the
+GPU at its power limit), so no backend starts from the clocks a light predecessor left, and (2) the rounds walk a
+balanced order (a Williams Latin square over the backends, shuffled per problem): over a whole cycle of rounds each
+backend follows each other one equally often and sits at each position equally often. The claim is
 our DEFAULT kernel (what flash_forward picks, schedule -1) against cuDNN; the best of several variants is printed
 too, but a maximum over noisy timings is biased upwards. The per-round ratio default / cuDNN is also reported as a
 min..max range, and the SM clock (torch.cuda.clock_rate, i.e. NVML, when available) is sampled after each round.
@@ -47,10 +53,13 @@ import math
 import random
 import statistics
 import sys
+import time
 
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 import torch.nn.functional as F
+
+from timing_order import balanced_orders
 
 
 def load_lib(path):
@@ -98,14 +107,34 @@ LEGACY_TIMING = False  # --legacy-timing: the sessions 1-3 method, to measure wh
 
 
 MIN_TIMING_MS = 0.0  # --min-timing-ms
+CONDITION_MS = 0.0  # --condition-ms
+
+
+class Conditioner:
+    """The same load before every timing: bf16 matmuls for about CONDITION_MS, so each timed backend starts from the
+    clocks and power state of a heavy kernel, whatever ran before it."""
+
+    def __init__(self, ms):
+        self.launches = 0
+        if ms <= 0:
+            return
+        self.a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+        self.b = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+        per_call = time_ms(lambda: torch.mm(self.a, self.b), 5, warmup=2)
+        self.launches = max(1, math.ceil(ms / max(per_call, 1e-3)))
+
+    def __call__(self):
+        for _ in range(self.launches):
+            torch.mm(self.a, self.b)
 
 
 def time_rounds(fns, iters, rounds, warmup=3):
     """Interleaved timing of the backends of one problem: ({name: [ms of each round]}, [SM MHz after each round]).
 
     Every fn is warmed up first (which also sizes its launch count: at least `iters` and at least MIN_TIMING_MS of
-    work); then `rounds` rounds each time every fn once, in a fresh seeded random order each round, so no backend
-    always follows the same predecessor (the one after a light kernel starts at higher clocks)."""
+    work); then `rounds` rounds each time every fn once, each timing right after the same conditioning load, the
+    rounds following the rows of a balanced order (balanced_orders) over the fns, shuffled per problem with a seed
+    drawn from the names and the time, so no run repeats another's order."""
     names = list(fns)
     if LEGACY_TIMING:  # one timing each, torch's backends first, each right after its own warm-up
         names = [n for n in ("fa2", "cudnn") if n in fns] + [n for n in names if n not in ("fa2", "cudnn")]
@@ -114,17 +143,29 @@ def time_rounds(fns, iters, rounds, warmup=3):
     for name in names:
         per_call = time_ms(fns[name], warmup, warmup=1)
         launches[name] = max(iters, math.ceil(MIN_TIMING_MS / max(per_call, 1e-3)))
+    condition = Conditioner(CONDITION_MS)
     torch.cuda.synchronize()
     times = {name: [] for name in names}
     clocks = []
-    order_rng = random.Random(0x5EED)
+    order_rng = random.Random(f"{names}-{time.time_ns()}")
+    shuffled = order_rng.sample(names, len(names))
+    orders = balanced_orders(len(names))
+    start_row = order_rng.randrange(len(orders))
     for r in range(rounds):
-        for name in order_rng.sample(names, len(names)):
+        for index in orders[(start_row + r) % len(orders)]:
+            name = shuffled[index]
+            condition()
             times[name].append(time_ms(fns[name], launches[name], warmup=0))
         mhz = sm_clock_mhz()
         if mhz is not None:
             clocks.append(mhz)
     return times, clocks
+
+
+def timing_note(args):
+    """The summary tables' line on how the medians were taken."""
+    return (f"medians of {args.rounds} rounds in a balanced order, each timing after {args.condition_ms:g} ms of "
+            f"conditioning matmuls, >= {args.iters} launches and >= {args.min_timing_ms:g} ms per timing")
 
 
 def median(xs):
@@ -172,6 +213,9 @@ def arg_parser():
     ap.add_argument("--min-timing-ms", type=float, default=40.0,
                     help="each timing runs at least this much work (launches added), so the clock transient after "
                          "the previous backend is a small share")
+    ap.add_argument("--condition-ms", type=float, default=10.0,
+                    help="before every timing, this much bf16 matmul work (the same predecessor for every backend); "
+                         "0: none (the session 4-7 method)")
     ap.add_argument("--rounds", type=int, default=7, help="interleaved timings per backend (median reported)")
     ap.add_argument("--legacy-timing", action="store_true",
                     help="time as sessions 1-3 did (one timing per backend, torch first) for comparison")
@@ -184,9 +228,10 @@ def arg_parser():
 
 def open_run(args):
     """(lib, device name, torch dtype): the library loaded, torch seeded, the versions printed."""
-    global LEGACY_TIMING, MIN_TIMING_MS
+    global LEGACY_TIMING, MIN_TIMING_MS, CONDITION_MS
     LEGACY_TIMING = args.legacy_timing
     MIN_TIMING_MS = args.min_timing_ms
+    CONDITION_MS = args.condition_ms
     if LEGACY_TIMING:
         args.rounds = 1
     lib = load_lib(args.lib)
@@ -333,8 +378,7 @@ def fp8_main(args, lib, dev):
         del q8, k8, v8, qd, kd, vd, o, lse, ref, fl
         torch.cuda.empty_cache()
     write_json(args.json, dev, rows)
-    print(f"\nmedians of {args.rounds} rounds in random order, >= {args.iters} launches and >= "
-          f"{args.min_timing_ms:g} ms per timing; range = per-round default fp8 / cuDNN")
+    print(f"\n{timing_note(args)}; range = per-round default fp8 / cuDNN")
     print("\n| hd | seq | mask | ours fp8 (default) | variants | V^T pass us (% of default) | cuDNN bf16 | ours/cuDNN"
           " | >= 1000 | max rel L2 | range | MHz |")
     print("|---|---:|---|---:|---|---:|---:|---:|---|---:|---|---:|")
@@ -461,8 +505,7 @@ def main():
         torch.cuda.empty_cache()
     write_json(args.json, dev, rows)
     # Summary table last (TFLOP/s)
-    print(f"\nmedians of {args.rounds} rounds in random order, >= {args.iters} launches and >= "
-          f"{args.min_timing_ms:g} ms per timing; default = s-1 (what flash_forward picks) when timed; "
+    print(f"\n{timing_note(args)}; default = s-1 (what flash_forward picks) when timed; "
           "range = per-round default / cuDNN")
     print(f"\n| hd | seq | mask | " + " | ".join(f"ours s{sc}" for sc in scheds) +
           " | cuDNN | FA2 | default/cuDNN | best/cuDNN | best/FA2 | max rel L2 | range | MHz |")

@@ -27,7 +27,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 import torch.nn.functional as F
 
 from compare import (Flash, arg_parser, fa3_problems, fmt_mhz, open_run, ratio_range, rel_l2, round_stats,
-                     time_rounds, write_json)
+                     time_rounds, timing_note, write_json)
 
 
 def bind_backward(lib):
@@ -173,8 +173,7 @@ def main():
         torch.cuda.empty_cache()
     write_json(args.json, dev, rows)
     fmt = lambda x: "-" if x is None else f"{x:.0f}"
-    print(f"\nbackward, TFLOP/s (2.5 x forward FLOPs); medians of {args.rounds} rounds in random order, >= "
-          f"{args.iters} calls and >= {args.min_timing_ms:g} ms per timing; range = per-round ours / cuDNN")
+    print(f"\nbackward, TFLOP/s (2.5 x forward FLOPs); {timing_note(args)}; range = per-round ours / cuDNN")
     print("| hd | seq | mask | ours | mma.sync | Hopper (forced, timed again) | cuDNN | FA2 | ours/cuDNN | "
           "ours/FA2 | rel L2 ours-FA2 | cuDNN-FA2 | range | MHz |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
