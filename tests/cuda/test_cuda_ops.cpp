@@ -363,44 +363,73 @@ TEST(CudaOps, ArgmaxFindsTheFirstMaximum) {
   CachingAllocator alloc(0);
   Parity parity("argmax");
   std::mt19937 rng(17);
-  for (int64_t n : {1, 7, 19, 37, 733, 32000, 128256}) {
-    const int64_t n_rows = 4;
-    const int64_t ldx = n + 1;
-    std::vector<float> x_host = random_floats(static_cast<size_t>(ldx * n_rows), 3.0f, rng);
-    // row 1: a tie between two positions (the first must win); row 2: all equal; row 3: all -inf but one
-    if (n > 1) {
-      float* r1 = x_host.data() + ldx;
-      const int64_t a = n / 3, b = n - 1;
-      r1[a] = r1[b] = 100.0f;
-      float* r3 = x_host.data() + 3 * ldx;
-      for (int64_t i = 0; i < n; ++i) r3[i] = -INFINITY;
-      r3[n / 2] = -1e30f;
-    }
-    float* r2 = x_host.data() + 2 * ldx;
-    for (int64_t i = 0; i < n; ++i) r2[i] = 0.5f;
-    DeviceArray<float> x(alloc, x_host.size());
-    DeviceArray<int32_t> out(alloc, static_cast<size_t>(n_rows));
-    x.upload(x_host);
-    GA_CUDA_CHECK(cudaMemset(out.get(), 0xFF, static_cast<size_t>(n_rows) * sizeof(int32_t)));
-    ::ga::cuda::ArgmaxParams p;
-    p.x = x.get();
-    p.n_rows = n_rows;
-    p.n = n;
-    p.ldx = ldx;
-    p.out = out.get();
-    GA_CUDA_CHECK(::ga::cuda::argmax(p, nullptr));
-    GA_CUDA_CHECK(cudaDeviceSynchronize());
-    const std::vector<int32_t> got = out.download();
-    std::vector<int32_t> ref(static_cast<size_t>(n_rows));
-    for (int64_t r = 0; r < n_rows; ++r) {  // independent reference: a plain scan, first maximum wins
-      const float* row = x_host.data() + r * ldx;
-      int64_t best = 0;
-      for (int64_t i = 1; i < n; ++i) {
-        if (row[i] > row[best]) best = i;
+  // ldx n + 1 (scalar reads) and n rounded up to 4 (float4 reads when the base is 16-byte aligned, which the
+  // allocator's blocks are); the float4 path's scalar tail is exercised by n % 4 != 0.
+  for (int64_t n : {1, 7, 19, 37, 733, 32000, 32003, 128256}) {
+    for (const int64_t ldx : {n + 1, (n + 3) / 4 * 4}) {
+      const int64_t n_rows = 5;
+      std::vector<float> x_host = random_floats(static_cast<size_t>(ldx * n_rows), 3.0f, rng);
+      // row 1: a tie between two positions (the first must win); row 2: all equal; row 3: all -inf but one;
+      // row 4: NaNs around the maximum (NaN never wins; the row says it holds one)
+      if (n > 1) {
+        float* r1 = x_host.data() + ldx;
+        const int64_t a = n / 3, b = n - 1;
+        r1[a] = r1[b] = 100.0f;
+        float* r3 = x_host.data() + 3 * ldx;
+        for (int64_t i = 0; i < n; ++i) r3[i] = -INFINITY;
+        r3[n / 2] = -1e30f;
+        float* r4 = x_host.data() + 4 * ldx;
+        r4[n / 2] = 50.0f;
+        r4[0] = r4[n - 1] = std::nanf("");
+        if (n / 2 + 1 < n - 1) r4[n / 2 + 1] = std::nanf("");
       }
-      ref[static_cast<size_t>(r)] = static_cast<int32_t>(best);
+      float* r2 = x_host.data() + 2 * ldx;
+      for (int64_t i = 0; i < n; ++i) r2[i] = 0.5f;
+      DeviceArray<float> x(alloc, x_host.size());
+      DeviceArray<int32_t> out(alloc, static_cast<size_t>(n_rows));
+      DeviceArray<float> out_max(alloc, static_cast<size_t>(n_rows));
+      DeviceArray<int32_t> out_nan(alloc, static_cast<size_t>(n_rows));
+      x.upload(x_host);
+      GA_CUDA_CHECK(cudaMemset(out.get(), 0xFF, static_cast<size_t>(n_rows) * sizeof(int32_t)));
+      GA_CUDA_CHECK(cudaMemset(out_max.get(), 0xFF, static_cast<size_t>(n_rows) * sizeof(float)));  // NaN
+      GA_CUDA_CHECK(cudaMemset(out_nan.get(), 0xFF, static_cast<size_t>(n_rows) * sizeof(int32_t)));
+      ::ga::cuda::ArgmaxParams p;
+      p.x = x.get();
+      p.n_rows = n_rows;
+      p.n = n;
+      p.ldx = ldx;
+      p.out = out.get();
+      p.out_max = out_max.get();
+      p.out_nan = out_nan.get();
+      GA_CUDA_CHECK(::ga::cuda::argmax(p, nullptr));
+      GA_CUDA_CHECK(cudaDeviceSynchronize());
+      const std::vector<int32_t> got = out.download();
+      const std::vector<float> got_max = out_max.download();
+      const std::vector<int32_t> got_nan = out_nan.download();
+      std::vector<int32_t> ref(static_cast<size_t>(n_rows)), ref_nan(static_cast<size_t>(n_rows));
+      std::vector<float> ref_max(static_cast<size_t>(n_rows));
+      for (int64_t r = 0; r < n_rows; ++r) {  // independent reference: a plain scan, first maximum wins, NaN skipped
+        const float* row = x_host.data() + r * ldx;
+        int64_t best = -1;
+        bool nan = false;
+        for (int64_t i = 0; i < n; ++i) {
+          if (std::isnan(row[i])) {
+            nan = true;
+          } else if (best < 0 || row[i] > row[best]) {
+            best = i;
+          }
+        }
+        ref[static_cast<size_t>(r)] = static_cast<int32_t>(best < 0 ? 0 : best);
+        ref_max[static_cast<size_t>(r)] = best < 0 ? -INFINITY : row[best];
+        ref_nan[static_cast<size_t>(r)] = nan ? 1 : 0;
+      }
+      const std::string what = str("n ", n, " ldx ", ldx);
+      parity.compare_ints(what, got.data(), ref.data(), ref.size());
+      parity.compare_ints(what + " nan", got_nan.data(), ref_nan.data(), ref_nan.size());
+      for (size_t r = 0; r < ref_max.size(); ++r) {
+        EXPECT_EQ(got_max[r], ref_max[r]) << what << " row " << r;
+      }
     }
-    parity.compare_ints(str("n ", n), got.data(), ref.data(), ref.size());
   }
   parity.finish();
 }

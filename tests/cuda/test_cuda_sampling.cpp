@@ -316,5 +316,100 @@ TEST(CudaSampling, NanRowGetsSamplersError) {
   EXPECT_EQ(got[1].token, cpu.sample(std::span<const float>(logits.data() + n_vocab, n_vocab), {}));
 }
 
+// Greedy rows without penalties or logprobs take the argmax kernel (sampler_gpu.cpp): the same token, candidate list
+// and error as Sampler::sample over the whole row, for single-row calls (a lone request) and whole batches, on rows
+// with ties, signed zeros, infinities, NaN and no finite logit. Decided rows must not use the full-row fallback.
+TEST(CudaSampling, GreedyRowsByArgmaxMatchCpuSampler) {
+  GA_REQUIRE_CUDA_DEVICE();
+  cuda::CachingAllocator alloc(0);
+  std::mt19937_64 rng(11);
+  int decided = 0;
+  for (const int64_t n_vocab : {32000, 32003, 151936}) {
+    const int64_t n_rows = 9;
+    std::vector<float> logits;
+    for (int64_t r = 0; r < n_rows; ++r) {
+      std::vector<float> row = random_logits(rng, n_vocab, static_cast<int>(r % 4));
+      const size_t a = static_cast<size_t>(n_vocab / 3), b = static_cast<size_t>(n_vocab - 1);
+      if (r == 1) row[a] = row[b] = 1e4f;                        // a tie at the maximum: the lower id
+      if (r == 2) {                                               // signed zeros tie at the maximum
+        for (float& x : row) x = -1.0f - std::fabs(x);
+        row[b] = 0.0f;
+        row[a] = -0.0f;
+      }
+      if (r == 3) row[b] = std::numeric_limits<float>::infinity();  // not finite: the full row
+      if (r == 4) row[a] = std::nanf("");                           // sample()'s NaN error
+      if (r == 5) std::fill(row.begin(), row.end(), -std::numeric_limits<float>::infinity());  // token 0
+      if (r == 6) row[b] = 1e4f;                                    // the last id
+      logits.insert(logits.end(), row.begin(), row.end());
+    }
+    DeviceArray<float> d_logits(alloc, logits.size());
+    d_logits.upload(logits);
+    auto gpu = cuda::make_cuda_sampling(0, n_rows, n_vocab, 256);
+    SamplerParams greedy;
+    greedy.temperature = 0.0f;
+    SamplerParams no_window = greedy;  // penalties that look at no token: still sample()'s one-pass path
+    no_window.repeat_penalty = 1.3f;
+    no_window.repeat_last_n = 0;
+    for (const bool batched : {false, true}) {
+      std::vector<Sampler> gpu_samplers, cpu_samplers;
+      for (int64_t r = 0; r < n_rows; ++r) {
+        gpu_samplers.emplace_back(r == 7 ? no_window : greedy);
+        cpu_samplers.emplace_back(r == 7 ? no_window : greedy);
+      }
+      const std::vector<int32_t> history{5, 9, 5};
+      std::vector<GpuSampleResult> got;
+      if (batched) {
+        std::vector<GpuSampleRow> rows;
+        for (Sampler& s : gpu_samplers) rows.push_back({&s, history, -1});
+        got = sample_rows_on_gpu(*gpu, d_logits.get(), n_vocab, rows);
+      } else {
+        for (int64_t r = 0; r < n_rows; ++r) {
+          const GpuSampleRow row{&gpu_samplers[static_cast<size_t>(r)], history, -1};
+          std::vector<GpuSampleResult> one =
+              sample_rows_on_gpu(*gpu, d_logits.get() + r * n_vocab, n_vocab, std::span<const GpuSampleRow>(&row, 1));
+          got.push_back(std::move(one[0]));
+        }
+      }
+      ASSERT_EQ(got.size(), static_cast<size_t>(n_rows));
+      for (int64_t r = 0; r < n_rows; ++r) {
+        const std::string what = "vocab " + std::to_string(n_vocab) + (batched ? " batched" : " alone") + " row " +
+                                 std::to_string(r);
+        const std::span<const float> row(logits.data() + r * n_vocab, static_cast<size_t>(n_vocab));
+        const GpuSampleResult& g = got[static_cast<size_t>(r)];
+        Sampler& cpu = cpu_samplers[static_cast<size_t>(r)];
+        std::string cpu_error;
+        int32_t want = -1;
+        try {
+          want = cpu.sample(row, history);
+        } catch (const Error& e) {
+          cpu_error = e.what();
+        }
+        if (!cpu_error.empty()) {
+          ASSERT_TRUE(g.error) << what;
+          try {
+            std::rethrow_exception(g.error);
+          } catch (const Error& e) {
+            EXPECT_EQ(std::string(e.what()), cpu_error) << what;
+          }
+          continue;
+        }
+        ASSERT_FALSE(g.error) << what;
+        EXPECT_EQ(g.token, want) << what;
+        const bool finite_row = r != 3 && r != 5;
+        EXPECT_EQ(g.used_full_row, !finite_row) << what;
+        decided += g.used_full_row ? 0 : 1;
+        const auto& gc = gpu_samplers[static_cast<size_t>(r)].last_candidates();
+        const auto& cc = cpu.last_candidates();
+        ASSERT_EQ(gc.size(), cc.size()) << what;
+        for (size_t i = 0; i < cc.size(); ++i) {
+          EXPECT_EQ(gc[i].id, cc[i].id) << what;
+          EXPECT_EQ(gc[i].logit, cc[i].logit) << what;
+        }
+      }
+    }
+  }
+  EXPECT_GE(decided, 3 * 2 * 6);
+}
+
 }  // namespace
 }  // namespace ga

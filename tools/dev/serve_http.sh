@@ -384,12 +384,15 @@ for p in prompts:
 # submit -> first token split by the scheduler's own times (servers started with GA_SCHEDULER_TRACE=1): -> the
 # scheduler thread's wake-up (the loop's), -> its forward's start (admission, the step's batch), -> the forward's
 # end (metadata copy, prefill graph, logits copy, sync), -> first token (sampling, the callback). Medians, ms.
-sched = re.compile(r"scheduler lone prefill: tokens (\d+) woken ([0-9.]+) forward ([0-9.]+) forward_done ([0-9.]+) sampled ([0-9.]+)")
+# Since session 8 the line also has "chosen T device D": the tokens chosen (before emission) and whether the step
+# sampled on the device (then the forward returns with the step still queued: its end is the launch's end).
+sched = re.compile(r"scheduler lone prefill: tokens (\d+) woken ([0-9.]+) forward ([0-9.]+) forward_done ([0-9.]+) sampled ([0-9.]+)(?: chosen ([0-9.]+) device (\d))?")
 rows_out = []
 for p in prompts:
     for v in variants:
         lines = open(f"{out}/server-{v}.log", errors="replace").read() if os.path.exists(f"{out}/server-{v}.log") else ""
-        steps = [tuple(float(x) for x in m.groups()[1:]) for m in sched.finditer(lines) if int(m.group(1)) == p]
+        steps = [tuple(float(x) if x is not None else 0.0 for x in m.groups()[1:]) for m in sched.finditer(lines)
+                 if int(m.group(1)) == p]
         if not steps:
             continue
         parts = []
@@ -397,16 +400,18 @@ for p in prompts:
             submit, first = tr[1], tr[2]
             hits = [st for st in steps if submit - 0.0005 <= st[1] <= first]
             if len(hits) == 1:
-                woken, start, done, sampled = hits[0]
-                parts.append([woken - submit, start - woken, done - start, first - done, first - submit])
+                woken, start, done, sampled, chosen, device = hits[0]
+                chosen = chosen if chosen > 0 else done
+                parts.append([woken - submit, start - woken, done - start, chosen - done, first - chosen, first - submit,
+                              device])
         if parts:
-            cols = [med([x[k] * 1e3 for x in parts]) for k in range(5)]
+            cols = [med([x[k] * 1e3 for x in parts]) for k in range(6)] + [med([x[6] for x in parts])]
             allf = " ".join(f"{x[2] * 1e3:.3f}" for x in parts[:20])
             rows_out.append(f"| {p} | {v} | {len(parts)} | " + " | ".join(f(c, '.3f') for c in cols) + f" | {allf} |")
 if rows_out:
     print()
-    print("| prompt tokens | server variant | matched | submit -> scheduler woken | woken -> forward start | forward (copy in, graph, logits out, sync) | forward end -> first token (sampling, callback) | submit -> first token | forward ms, each |")
-    print("|---:|---|---:|---:|---:|---:|---:|---:|---|")
+    print("| prompt tokens | server variant | matched | submit -> scheduler woken | woken -> forward start | forward call (host rows: copy in, graph, logits out, sync; device: copy in, launch) | forward call end -> token chosen (host sampling, or the GPU's step + sampling) | chosen -> first token (emission, callback) | submit -> first token | sampled on device | forward ms, each |")
+    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     print("\n".join(rows_out))
 PYEOF
 cat "$OUT/http.md" "$OUT"/bench-serve*.md > "$OUT/all.md" 2> /dev/null

@@ -150,6 +150,16 @@ class CudaBatchForward {
   // forward() without the copy to the host: the same rows, left on the device.
   virtual DeviceLogits forward_device(std::span<const BatchEntry> batch,
                                       std::span<const std::span<const int32_t>> block_tables) = 0;
+  // forward_device() without its final synchronize: the rows are written by work still queued on the returned
+  // stream when this returns, so whoever reads them queues its reads on that stream (the GPU sampler does) and
+  // synchronizes it. The host prepares and queues the sampling while the GPU runs the step, and one synchronize
+  // covers both (a lone request's first token: docs/results/2026-11-22-h200-serving.md, "Session 8"). Errors of
+  // the step's kernels surface at that synchronize; the next call that evaluates tokens synchronizes first if
+  // nobody did. The base version is forward_device().
+  virtual DeviceLogits forward_device_queued(std::span<const BatchEntry> batch,
+                                             std::span<const std::span<const int32_t>> block_tables) {
+    return forward_device(batch, block_tables);
+  }
   virtual int device() const = 0;
   virtual int64_t n_blocks() const = 0;
   virtual int64_t block_size() const = 0;

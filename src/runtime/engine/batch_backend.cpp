@@ -6,8 +6,9 @@
 // at twice max_seqs full contexts: more blocks than that serve only the prefix cache, and a pool of
 // the whole H200 would take every other process's memory for little gain.
 //
-// Sampling: the CUDA backend keeps a step's logits rows on the device (forward_device) and samples
-// them with one sample_rows_on_gpu call per run of rows, on the forward's stream, so a 64-sequence
+// Sampling: the CUDA backend keeps a step's logits rows on the device (forward_device_queued: the step is left
+// queued, not waited for) and samples them with one sample_rows_on_gpu call per run of rows, on the forward's
+// stream behind the step, so the host prepares the sampling while the GPU computes and a 64-sequence
 // step moves 64 x K candidates instead of 64 x n_vocab floats (8 MB at n_vocab 32000) and the host
 // makes no pass over the vocabulary. The sampler is made on first use (a Scheduler that never
 // samples allocates nothing for it).
@@ -80,7 +81,8 @@ class CudaBatchBackend final : public BatchBackend {
   int64_t forward_for_sampling(std::span<const arch::BatchToken> batch,
                                std::span<const std::span<const int32_t>> block_tables) override {
     GA_CHECK(samples_on_device(), Unsupported, "this CUDA backend samples on the host (gpu_sampling off)");
-    device_logits_ = forward_->forward_device(entries(batch), block_tables);
+    // Queued: the sampler's work goes on the same stream behind the step and its one synchronize waits for both.
+    device_logits_ = forward_->forward_device_queued(entries(batch), block_tables);
     return device_logits_.n_rows;
   }
   std::vector<GpuSampleResult> sample_rows(int64_t first_row, std::span<const GpuSampleRow> rows) override {

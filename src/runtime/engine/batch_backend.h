@@ -54,7 +54,8 @@ class BatchBackend {
   virtual std::span<const float> forward(std::span<const arch::BatchToken> batch,
                                          std::span<const std::span<const int32_t>> block_tables) = 0;
   // Device sampling (the CUDA backend with gpu_sampling): forward_for_sampling() runs forward()'s
-  // step but leaves the logits rows on the device, and sample_rows() samples rows
+  // step but leaves the logits rows on the device (the step may still be running on the GPU when it returns:
+  // sample_rows() queues behind it and waits for both), and sample_rows() samples rows
   // [first_row, first_row + rows.size()) of them with sample_rows_on_gpu (sampler_gpu.h: the
   // tokens, PRNG states, errors and logprobs of Sampler::sample and the Scheduler's log-softmax).
   // The Scheduler calls forward() instead when samples_on_device() is false; the base versions

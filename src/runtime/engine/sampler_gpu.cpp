@@ -5,10 +5,20 @@
 // that cut inside K), while the fallback keeps exactness for everything else without a second
 // implementation of the chain. The raw top logprobs come from the same candidates when the row has
 // no penalties (raw and penalized order agree); with penalties a second, penalty-free selection runs.
+//
+// Why greedy rows get an argmax of their own: a greedy row without penalties or logprobs needs only its first
+// largest logit (Sampler::sample's one-pass path), so when every row of a call is one, one argmax kernel and a
+// 12-byte copy per row replace the two-kernel candidate selection with its double-precision exp sums and its
+// parameter upload. That is what a lone greedy request's first token waits for after its prefill (the Scheduler
+// queues the sampling behind the forward: docs/results/2026-11-22-h200-serving.md, "Session 8"). A row holding a
+// NaN or no finite logit goes to the full row as in the candidate path. GA_GPU_ARGMAX=0 (a diagnostic switch for
+// before/after runs in one build) sends greedy rows through the candidate selection as before.
 #include "runtime/engine/sampler_gpu.h"
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 
 #include "gpu_accel/error.h"
 #include "runtime/engine/raw_logprobs.h"
@@ -34,6 +44,62 @@ void logprobs_from_row(std::span<const float> row, int32_t top_n, GpuSampleResul
   }
 }
 
+// Sampler::sample's one-pass greedy path: its answer is the row's argmax.
+bool argmax_decides(const SamplerParams& params, int32_t top_logprobs) {
+  const bool any_penalty =
+      params.repeat_penalty != 1.0f || params.frequency_penalty != 0.0f || params.presence_penalty != 0.0f;
+  return params.temperature <= 0.0f && (!any_penalty || params.repeat_last_n == 0) && top_logprobs < 0;
+}
+
+bool argmax_path_enabled() {
+  static const bool enabled = [] {
+    const char* env = std::getenv("GA_GPU_ARGMAX");
+    return env == nullptr || std::strcmp(env, "0") != 0;
+  }();
+  return enabled;
+}
+
+// The row the GPU could not decide, whole on the CPU: Sampler::sample's token, PRNG state, error and logprobs.
+void sample_full_row(cuda::CudaSampling& gpu, const float* device_logits, int64_t ld, size_t i, const GpuSampleRow& row,
+                     std::vector<float>& host_row, GpuSampleResult& result) {
+  result.used_full_row = true;
+  host_row.resize(static_cast<size_t>(gpu.n_vocab()));
+  gpu.copy_row(device_logits, ld, static_cast<int64_t>(i), host_row);
+  try {
+    result.token = row.sampler->sample(host_row, row.history);
+  } catch (...) {
+    result.error = std::current_exception();
+    return;
+  }
+  if (row.top_logprobs >= 0) logprobs_from_row(host_row, row.top_logprobs, result);
+}
+
+// Every row greedy without penalties or logprobs (argmax_decides): the argmax kernel's answers, handed to each
+// row's sampler as its one candidate (so last_candidates() is sample()'s), NaN / non-finite rows whole on the CPU.
+std::vector<GpuSampleResult> sample_rows_by_argmax(cuda::CudaSampling& gpu, const float* device_logits, int64_t ld,
+                                                   std::span<const GpuSampleRow> rows) {
+  std::vector<GpuSampleResult> results(rows.size());
+  std::vector<cuda::SamplingRowArgmax> best;
+  gpu.argmax(device_logits, ld, static_cast<int64_t>(rows.size()), best);
+  std::vector<float> host_row;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const cuda::SamplingRowArgmax& b = best[i];
+    GpuSampleResult& result = results[i];
+    if (!b.nan && std::isfinite(b.max)) {
+      const std::vector<Sampler::Candidate> top{{b.id, b.max, 0.0f}};
+      const Sampler::CandidateView view{gpu.n_vocab(), top, 0.0, 0.0, gpu.sum_rel_error()};
+      try {
+        if (const auto token = rows[i].sampler->sample_from_candidates(view)) result.token = *token;
+      } catch (...) {
+        result.error = std::current_exception();
+        continue;
+      }
+    }
+    if (result.token < 0) sample_full_row(gpu, device_logits, ld, i, rows[i], host_row, result);
+  }
+  return results;
+}
+
 }  // namespace
 
 int32_t gpu_sampling_candidates(const SamplerParams& params, int64_t n_vocab, int32_t top_logprobs) {
@@ -50,6 +116,14 @@ int32_t gpu_sampling_candidates(const SamplerParams& params, int64_t n_vocab, in
 std::vector<GpuSampleResult> sample_rows_on_gpu(cuda::CudaSampling& gpu, const float* device_logits, int64_t ld,
                                                 std::span<const GpuSampleRow> rows) {
   const int64_t n_vocab = gpu.n_vocab();
+  for (size_t i = 0; i < rows.size(); ++i) {
+    GA_CHECK(rows[i].sampler != nullptr, InvalidArgument, "sample_rows_on_gpu: row ", i, " has no sampler");
+  }
+  if (!rows.empty() && argmax_path_enabled() &&
+      std::all_of(rows.begin(), rows.end(),
+                  [](const GpuSampleRow& r) { return argmax_decides(r.sampler->params(), r.top_logprobs); })) {
+    return sample_rows_by_argmax(gpu, device_logits, ld, rows);
+  }
   std::vector<GpuSampleResult> results(rows.size());
   std::vector<cuda::SamplingRowRequest> requests(rows.size());
   std::vector<char> full_row(rows.size(), 0);
@@ -104,16 +178,7 @@ std::vector<GpuSampleResult> sample_rows_on_gpu(cuda::CudaSampling& gpu, const f
       }
     }
     if (result.token < 0) {  // undecided (or an error sample() must word): the whole row on the CPU
-      result.used_full_row = true;
-      host_row.resize(static_cast<size_t>(n_vocab));
-      gpu.copy_row(device_logits, ld, static_cast<int64_t>(i), host_row);
-      try {
-        result.token = row.sampler->sample(host_row, row.history);
-      } catch (...) {
-        result.error = std::current_exception();
-        continue;
-      }
-      if (row.top_logprobs >= 0) logprobs_from_row(host_row, row.top_logprobs, result);
+      sample_full_row(gpu, device_logits, ld, i, row, host_row, result);
       continue;
     }
     if (row.top_logprobs < 0) continue;

@@ -75,7 +75,19 @@ using Clock = std::chrono::steady_clock;
 
 constexpr int kMaxTopLogprobs = 20;          // OpenAI's limit
 constexpr double kRateWindowSeconds = 10.0;  // tok/s are averaged over this recent window
-constexpr int64_t kMinDeviceSampledRows = 2;  // steps with fewer sampled rows copy them to the host
+
+// Steps with fewer sampled rows than this copy them to the host (when the backend samples on the device). 1: every
+// step samples on the device. Before session 8 it was 2 (one row sampled faster on the host than by the GPU sampler's
+// launch chain after a synchronized forward); now the step is left queued and the sampling queued behind it, so the
+// host's part overlaps the GPU and a lone greedy row is one argmax kernel: docs/results/2026-11-22-h200-serving.md,
+// "Session 8". GA_MIN_DEVICE_SAMPLED_ROWS=N (a diagnostic switch for before/after runs in one build) overrides it.
+int64_t min_device_sampled_rows() {
+  static const int64_t rows = [] {
+    const char* env = std::getenv("GA_MIN_DEVICE_SAMPLED_ROWS");
+    return env != nullptr && *env != '\0' ? std::max<int64_t>(std::atoll(env), 1) : int64_t{1};
+  }();
+  return rows;
+}
 
 double seconds_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
@@ -151,6 +163,7 @@ struct Scheduler::Impl {
   // a busy-waiting loop watches it instead of the mutex.
   std::atomic<uint64_t> signals{0};
   Clock::time_point woken_at{};  // scheduler thread: when wait_for_work() last returned (GA_SCHEDULER_TRACE)
+  Clock::time_point chosen_at{};  // scheduler thread: when the last step's tokens were chosen, before emission
   SchedulerStats snapshot;  // refreshed after every step
   std::deque<RateSample> window;
 
@@ -569,10 +582,9 @@ void Scheduler::Impl::step() {
     try {
       ++steps;
       const Clock::time_point t0 = Clock::now();
-      // One row is sampled faster on the host (a 128 KiB copy + a vectorised argmax, ~33 us on the H200)
-      // than by the GPU sampler's fixed launch chain (~40 us); from two rows on the device path wins
-      // (64 rows: 0.09 ms vs 0.22 ms per step). docs/results/2026-11-22-h200-serving.md.
-      const bool on_device = backend->samples_on_device() && n_logits >= kMinDeviceSampledRows;
+      // On the device the forward returns with the step still queued on the GPU (forward_for_sampling), so
+      // forward_seconds is then the host's part and sample_seconds includes the wait for the step.
+      const bool on_device = backend->samples_on_device() && n_logits >= min_device_sampled_rows();
       std::span<const float> logits;  // host rows (empty when they stay on the device)
       int64_t rows = 0;
       if (on_device) {
@@ -595,11 +607,12 @@ void Scheduler::Impl::step() {
       }
       const Clock::time_point t2 = Clock::now();
       sample_seconds += seconds_between(t1, t2);
-      if (traced) {
+      if (traced) {  // forward_done: the forward call's return (the step may still run on the GPU: on_device)
         std::fprintf(stderr,
-                     "scheduler lone prefill: tokens %zu woken %.6f forward %.6f forward_done %.6f sampled %.6f\n",
+                     "scheduler lone prefill: tokens %zu woken %.6f forward %.6f forward_done %.6f sampled %.6f "
+                     "chosen %.6f device %d\n",
                      batch.size(), steady_seconds(woken_at), steady_seconds(t0), steady_seconds(t1),
-                     steady_seconds(t2));
+                     steady_seconds(t2), steady_seconds(chosen_at), on_device ? 1 : 0);
       }
     } catch (...) {
       const std::exception_ptr error = std::current_exception();
@@ -649,6 +662,7 @@ void Scheduler::Impl::sample_step(std::span<const float> logits) {
       choose_token(s, row_of(s));
     }
   });
+  chosen_at = Clock::now();
   for (Sequence* s : sampling) emit_token(*s);
 }
 
@@ -671,6 +685,7 @@ void Scheduler::Impl::sample_step_on_device() {
     for (size_t i = begin; i < end; ++i) take_result(*sampling[i], results[i - begin]);
     begin = end;
   }
+  chosen_at = Clock::now();
   for (Sequence* s : sampling) emit_token(*s);
 }
 

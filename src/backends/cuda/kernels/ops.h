@@ -110,6 +110,10 @@ struct ArgmaxParams {
   int64_t n = 0;
   int64_t ldx = 0;
   int32_t* out = nullptr;    // [n_rows], device memory
+  // Optional ([n_rows] each): the largest value (-inf when the row has no value above -inf that is not NaN) and
+  // 1 when the row holds a NaN, else 0: what a greedy sampler needs to know that the index is its answer.
+  float* out_max = nullptr;
+  int32_t* out_nan = nullptr;
 };
 const char* argmax_unsupported_reason(const ArgmaxParams& p);
 cudaError_t argmax(const ArgmaxParams& p, cudaStream_t stream);

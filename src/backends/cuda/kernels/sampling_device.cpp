@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "backends/cuda/cuda_check.h"
+#include "backends/cuda/kernels/ops.h"
 #include "backends/cuda/kernels/sampling.h"
 #include "backends/cuda/kernels/sampling_device.h"
 #include "gpu_accel/error.h"
@@ -126,6 +127,31 @@ class DeviceSampling final : public CudaSampling {
       c.sum_exp_temp = s.sum_exp_temp;
       c.raw_sum_exp = s.raw_sum_exp;
     }
+  }
+
+  void argmax(const float* logits, int64_t ld, int64_t n_rows, std::vector<SamplingRowArgmax>& out) override {
+    GA_CHECK(n_rows >= 1 && n_rows <= max_rows_, InvalidArgument, "GPU argmax: ", n_rows, " rows for a buffer of ",
+             max_rows_);
+    GA_CUDA_CHECK(cudaSetDevice(device_));
+    // [ids][max][nan] of n_rows each, in the output buffer (output_bytes(max_rows, max_k) >= 12 bytes per row).
+    const size_t rows = static_cast<size_t>(n_rows);
+    ArgmaxParams p;
+    p.x = logits;
+    p.n_rows = n_rows;
+    p.n = n_vocab_;
+    p.ldx = ld;
+    p.out = reinterpret_cast<int32_t*>(out_device_);
+    p.out_max = reinterpret_cast<float*>(out_device_ + rows * 4);
+    p.out_nan = reinterpret_cast<int32_t*>(out_device_ + rows * 8);
+    if (const char* why = argmax_unsupported_reason(p)) GA_THROW(InvalidArgument, "GPU argmax: ", why);
+    GA_CUDA_CHECK(cuda::argmax(p, stream_));
+    GA_CUDA_CHECK(cudaMemcpyAsync(out_host_, out_device_, rows * 12, cudaMemcpyDeviceToHost, stream_));
+    GA_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    const auto* ids = reinterpret_cast<const int32_t*>(out_host_);
+    const auto* maxes = reinterpret_cast<const float*>(out_host_ + rows * 4);
+    const auto* nans = reinterpret_cast<const int32_t*>(out_host_ + rows * 8);
+    out.resize(rows);
+    for (size_t r = 0; r < rows; ++r) out[r] = SamplingRowArgmax{ids[r], maxes[r], nans[r] != 0};
   }
 
   void copy_row(const float* logits, int64_t ld, int64_t row, std::span<float> host) override {

@@ -37,6 +37,14 @@ struct SamplingRowCandidates {
   double raw_sum_exp = 0.0;
 };
 
+// A greedy row's answer from argmax(): the first largest logit; `nan` says the row holds a NaN (then `id` and
+// `max` are not what the host sampler would say: it rejects the row).
+struct SamplingRowArgmax {
+  int32_t id = -1;
+  float max = 0.0f;
+  bool nan = false;
+};
+
 class CudaSampling {
  public:
   virtual ~CudaSampling() = default;
@@ -44,6 +52,10 @@ class CudaSampling {
   // rows.size() <= max_rows. Synchronizes the stream. Throws ga::Error on a CUDA failure.
   virtual void select(const float* logits, int64_t ld, std::span<const SamplingRowRequest> rows, int32_t k,
                       std::vector<SamplingRowCandidates>& out) = 0;
+  // Argmax of rows [n_rows][n_vocab] of device `logits` (ld floats apart), n_rows <= max_rows: the greedy rows
+  // without penalties or logprobs, whose answer is the first largest logit (one kernel and a 12-byte-per-row copy
+  // instead of the candidate selection). Synchronizes the stream. Throws ga::Error on a CUDA failure.
+  virtual void argmax(const float* logits, int64_t ld, int64_t n_rows, std::vector<SamplingRowArgmax>& out) = 0;
   // Copies row `row` of device `logits` to `host` ([n_vocab]); the fallback when candidates cannot decide.
   virtual void copy_row(const float* logits, int64_t ld, int64_t row, std::span<float> host) = 0;
   virtual int64_t n_vocab() const = 0;

@@ -478,6 +478,7 @@ void CudaLlamaForward::allocate_state() {
 // (cuda_llama_prefill_graph.cpp), with every algorithm they launch already chosen.
 void CudaLlamaForward::warm_up_matmuls() {
   if (layout_.max_batch <= kGemvMaxTokens || layers_.empty()) return;
+  settle_queued_step();  // graph captures below must not start behind a step nobody waited for
   DeviceGuard guard(layout_.device);
   cudaStream_t s = stream_.get();
   for (DeviceBuffer* b : {&xn_, &attn_, &gu_, &tmp_}) GA_CUDA_CHECK(cudaMemsetAsync(b->data(), 0, b->size(), s));

@@ -133,6 +133,8 @@ class CudaLlamaForward final : public CudaForward, public CudaBatchForward {
                                  std::span<const std::span<const int32_t>> block_tables) override;
   DeviceLogits forward_device(std::span<const BatchEntry> batch,
                               std::span<const std::span<const int32_t>> block_tables) override;
+  DeviceLogits forward_device_queued(std::span<const BatchEntry> batch,
+                                     std::span<const std::span<const int32_t>> block_tables) override;
   int64_t n_blocks() const override { return layout_.n_blocks; }
   int64_t block_size() const override { return layout_.block_size; }
   uint64_t kv_bytes() const override { return kv_bytes_; }
@@ -151,9 +153,15 @@ class CudaLlamaForward final : public CudaForward, public CudaBatchForward {
   void allocate_state();
   // eval()'s steps; host_logits == nullptr: the logits stay in logits_ (all_logits must be false).
   void run_contiguous(std::span<const int32_t> tokens, int64_t pos0, bool all_logits, float* host_logits);
-  // forward()'s step; copy_to_host: the rows go to host_logits_ too. Returns the number of rows.
+  // How a paged step ends: its rows copied to host_logits_ and the stream synchronized (forward()), left on the
+  // device with the stream synchronized (forward_device()), or left queued (forward_device_queued()).
+  enum class StepEnd { kHostRows, kDeviceRows, kQueued };
+  // forward()'s step. Returns the number of rows.
   int64_t run_paged(std::span<const BatchEntry> batch, std::span<const std::span<const int32_t>> block_tables,
-                    bool copy_to_host);
+                    StepEnd end);
+  // Waits for a step forward_device_queued() left on the stream (host_staging_ and the scratch are free again).
+  void settle_queued_step();
+  bool step_queued_ = false;  // the last paged step ended without a synchronize
   void validate_batch(std::span<const BatchEntry> batch, std::span<const std::span<const int32_t>> block_tables,
                       StepShape& shape);
 

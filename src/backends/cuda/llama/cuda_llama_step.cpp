@@ -559,19 +559,33 @@ void CudaLlamaForward::validate_batch(std::span<const BatchEntry> batch,
 
 std::span<const float> CudaLlamaForward::forward(std::span<const BatchEntry> batch,
                                                  std::span<const std::span<const int32_t>> block_tables) {
-  const int64_t rows = run_paged(batch, block_tables, true);
+  const int64_t rows = run_paged(batch, block_tables, StepEnd::kHostRows);
   return {host_logits_, static_cast<size_t>(rows * c_.n_vocab)};
 }
 
 DeviceLogits CudaLlamaForward::forward_device(std::span<const BatchEntry> batch,
                                               std::span<const std::span<const int32_t>> block_tables) {
-  const int64_t rows = run_paged(batch, block_tables, false);
+  const int64_t rows = run_paged(batch, block_tables, StepEnd::kDeviceRows);
   return DeviceLogits{logits_.as<float>(), rows, c_.n_vocab, stream_.get()};
 }
 
+DeviceLogits CudaLlamaForward::forward_device_queued(std::span<const BatchEntry> batch,
+                                                     std::span<const std::span<const int32_t>> block_tables) {
+  const int64_t rows = run_paged(batch, block_tables, StepEnd::kQueued);
+  return DeviceLogits{logits_.as<float>(), rows, c_.n_vocab, stream_.get()};
+}
+
+void CudaLlamaForward::settle_queued_step() {
+  if (!step_queued_) return;
+  step_queued_ = false;  // a failure below is reported once; the stream is then in an error state anyway
+  DeviceGuard guard(layout_.device);
+  stream_.synchronize();
+}
+
 int64_t CudaLlamaForward::run_paged(std::span<const BatchEntry> batch,
-                                    std::span<const std::span<const int32_t>> block_tables, bool copy_to_host) {
+                                    std::span<const std::span<const int32_t>> block_tables, StepEnd end) {
   GA_CHECK(layout_.paged, Internal, "forward() is the paged face; this forward has a contiguous cache");
+  settle_queued_step();  // validate_batch() rewrites host_staging_, which a queued step's copy may still read
   StepShape shape;
   validate_batch(batch, block_tables, shape);
   DeviceGuard guard(layout_.device);
@@ -594,12 +608,14 @@ int64_t CudaLlamaForward::run_paged(std::span<const BatchEntry> batch,
     enqueue_step(shape);
   }
   const size_t logit_floats = static_cast<size_t>(shape.n_logits * c_.n_vocab);
-  if (logit_floats > 0 && copy_to_host) {
+  if (logit_floats > 0 && end == StepEnd::kHostRows) {
     GA_CUDA_CHECK(cudaMemcpyAsync(host_logits_, logits_.data(), logit_floats * 4, cudaMemcpyDeviceToHost, s));
   }
-  // Kernel failures surface here, and host_staging_ is free for the next step. The device-rows
-  // face keeps this sync too: it costs a few microseconds of a millisecond step, and the step's time
-  // stays the forward's (the sampler's launch then runs on an idle stream).
+  if (end == StepEnd::kQueued) {  // the reader of the rows synchronizes (forward_device_queued)
+    step_queued_ = true;
+    return shape.n_logits;
+  }
+  // Kernel failures surface here, and host_staging_ is free for the next step.
   stream_.synchronize();
   return shape.n_logits;
 }
