@@ -102,8 +102,9 @@ Reference reference(const Shape& s, double scale, const std::vector<double>& q, 
 
 double g_worst_rel_l2 = 0.0, g_worst_elem_over_rms = 0.0;  // over all checks, printed by each test
 // flash_bwd_variants.h: the schedules that compute gradients (6, 8, 9, 10 time the preprocess/convert kernels only;
-// 0, 2, 3, 4, 7 are compiled only with -DGA_FLASH_BWD_OLD_SCHEDULES=1; the ones a build lacks are skipped).
-constexpr int kHopperScheduleIds[] = {0, 1, 2, 3, 4, 7, 12};
+// 0, 2, 3, 4, 7 are compiled only with -DGA_FLASH_BWD_OLD_SCHEDULES=1; 1, 12, 16, 17, 20, 21 with the variants
+// build; the ones a build lacks are skipped; the default, 19, runs as [hopper]).
+constexpr int kHopperScheduleIds[] = {0, 1, 2, 3, 4, 7, 12, 16, 17, 20, 21};
 constexpr int kHopperSchedules = sizeof(kHopperScheduleIds) / sizeof(kHopperScheduleIds[0]);
 int g_runs[3] = {0, 0, 0};  // cases run per kernel (mma.sync, Hopper, Hopper's other schedules), printed by each test
 
@@ -255,6 +256,22 @@ TEST(CudaFlashBackward, GradientsMatchFloat64Reference) {
             if (testing::Test::HasFatalFailure()) return;
           }
   print_worst("flash backward");
+  parity.finish();
+}
+
+// 4097 tokens (65 query blocks, 33 key blocks of the Hopper kernel, the last of one row / key) at head dim 128, the
+// Hopper kernel's shape, causal with GQA 2:1 (so two query heads add into each dk / dv row): one case, since its
+// float64 reference costs ~1e10 multiply-adds on one CPU thread.
+TEST(CudaFlashBackward, LongSequence4097) {
+  GA_REQUIRE_CUDA_DEVICE();
+  CachingAllocator alloc(0);
+  Parity parity("flash backward 4097");
+  g_worst_rel_l2 = g_worst_elem_over_rms = 0.0;
+  g_runs[0] = g_runs[1] = g_runs[2] = 0;
+  std::mt19937 rng(4097);
+  run_and_check(parity, alloc, Shape{FlashDtype::kBf16, 128, 2, 1, 1, 4097, 4097, true, true}, rng);
+  if (testing::Test::HasFatalFailure()) return;
+  print_worst("flash backward 4097");
   parity.finish();
 }
 

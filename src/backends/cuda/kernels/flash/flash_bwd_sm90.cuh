@@ -45,6 +45,11 @@
 // only by mbarriers were correct but flagged by compute-sanitizer's racecheck, and an L2 read of them in the step's
 // critical path was slower: docs/results/2026-11-22-h200-flash.md, "Hopper backward").
 //
+// Since session 8 the default is schedule 19 (flash_bwd_sm90_pingpong.cuh, consumer_pingpong_shared_dq): the step
+// above, but the two warpgroups no longer meet at a dS barrier; they issue their GEMM groups (S^T + dP^T; dV + dQ + dK)
+// in alternating turns (named barriers), so one's exp / dS phase runs under the other's GEMMs, and warpgroup 0 adds
+// its dQ columns a step late (when warpgroup 1's dS^T half exists). 1.02-1.13x schedule 1 at every length 512-16k
+// (session 8, runs 2-3: 0.87-0.99x cuDNN). consumer_main below is schedule 1 and the older schedules.
 // Measured on an H200 (same file, "Session 4: backward", "Session 5", "Session 6"): schedule 1 with preprocess_wide
 // 0.85-0.89x cuDNN's backward at head dim 128 (session 6, run 3; schedule 0, v4, 0.74-0.83x in session 4), 1.6-2.4x
 // the mma.sync kernel. Converting dQ inside the main kernel (a dQ writer warp counting each tile's finished
@@ -92,6 +97,15 @@ struct Traits {
   static constexpr uint32_t kOffVec = kOffDq + 2 * kDqHalfBytes;
   static constexpr uint32_t kOffBars = kOffVec + 2 * 2 * kVecBytes;
   static constexpr size_t kSmemBytes = 1024 + kOffBars + 8 * 5;
+  // The ping-pong schedules (flash_bwd_sm90_pingpong.cuh) keep K, V, Q, dO, the LSE/D buffers and the barriers where
+  // they are; each warpgroup's 32 KB dQ partial is staged over the dS^T and dQ regions above ([kOffDs, kOffVec),
+  // 64 KB) and its own dS^T tile [64 keys][64 queries] (8 KB) lies past the barriers, 1024-byte aligned.
+  static constexpr uint32_t kPpDqBytes = kBlockM * HD * 4;
+  static constexpr uint32_t kPpDsBytes = 64 * kBlockM * 2;
+  static constexpr uint32_t kOffPpDq = kOffDs;
+  static constexpr uint32_t kOffPpDs = (kOffBars + 8 * 5 + 1023) / 1024 * 1024;
+  static constexpr size_t kSmemBytesPp = 1024 + kOffPpDs + 2 * kPpDsBytes;
+  static_assert(kOffPpDq + 2 * kPpDqBytes <= kOffVec, "the ping-pong dQ staging overlays the dS^T and dQ regions");
 };
 
 struct Args {
@@ -103,6 +117,7 @@ struct Args {
   flash_bwd::Strides dk_st, dv_st;
   int seqlen_q, seqlen_k, n_head, group, m_blocks, causal;
   float scale, scale_log2;
+  int rotate_m;  // 1: each CTA walks its query blocks from a different one (Work::m0; schedule 20), 0: from the first
 };
 
 // Position of dQ element (row r < 64, column d < HD) of a query block inside its accumulator tile (layout above).
@@ -255,9 +270,11 @@ struct Bars {
   __device__ uint64_t* q_empty(int s) const { return base + 3 + s; }
 };
 
-// The work of one CTA: key block n0, KV head hk, batch b; `steps` = (query head, query block) pairs.
+// The work of one CTA: key block n0, KV head hk, batch b; `steps` = (query head, query block) pairs. With
+// a.rotate_m the CTA of key block x starts at its query block x (mod its count), so the CTAs of one head add into
+// different dQ tiles at a time instead of all into the same one.
 struct Work {
-  int n0, hk, b, m_begin, per_head, steps;
+  int n0, hk, b, m_begin, per_head, steps, rot;
   __device__ Work(const Args& a) {
     n0 = static_cast<int>(blockIdx.x) * 128;
     hk = static_cast<int>(blockIdx.y);
@@ -266,9 +283,14 @@ struct Work {
     m_begin = a.causal ? max(0, n0 - diag) / 64 : 0;
     per_head = max(0, a.m_blocks - m_begin);
     steps = per_head * a.group;
+    rot = a.rotate_m && per_head > 0 ? static_cast<int>(blockIdx.x) % per_head : 0;
   }
   __device__ int head(const Args& a, int s) const { return hk * a.group + s / per_head; }
-  __device__ int m0(int s) const { return (m_begin + s % per_head) * 64; }
+  __device__ int m0(int s) const {
+    int r = s % per_head + rot;
+    if (r >= per_head) r -= per_head;
+    return (m_begin + r) * 64;
+  }
 };
 
 // One thread: K/V once, then Q and dO of every step into the ring.
@@ -314,6 +336,61 @@ __device__ __forceinline__ void to_a_fragments(const float (&s)[32], uint32_t (&
   }
 }
 
+// P^T = exp2(S^T * scale log2 e - LSE log2 e) (masked by select) into `st` once the S^T group is done (dP^T still
+// running), then dS^T = P^T (dP^T - D) into `dpt` once dP^T is done. Accumulator i of both: key n0 + key_lo + 8
+// ((i / 2) % 2), query m0 + 8 (i / 4) + 2c + i % 2; lse / dsum: the step's 64 LSE * log2 e and D values. kKeys:
+// the CTA's keys (a mask is needed only for blocks that reach past seqlen_k or the causal diagonal).
+template <int kKeys>
+__device__ __forceinline__ void softmax_grad(const Args& a, const Work& w, int m0, int key_lo, int c, const float* lse,
+                                             const float* dsum, float (&st)[32], float (&dpt)[32]) {
+  const int diag = a.seqlen_k - a.seqlen_q;
+  tile::wgmma_wait<1>();
+  tile::fence_regs(st);
+  const bool need_mask = w.n0 + kKeys > a.seqlen_k || (a.causal && w.n0 + kKeys - 1 > m0 + diag);
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const float2 l = *reinterpret_cast<const float2*>(lse + 8 * j + 2 * c);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int i = 4 * j + e;
+      float p = flash_detail::fast_exp2(fmaf(st[i], a.scale_log2, -(e % 2 ? l.y : l.x)));
+      if (need_mask) {
+        const int key = w.n0 + key_lo + 8 * (e / 2), query = m0 + 8 * j + 2 * c + e % 2;
+        if (key >= a.seqlen_k || (a.causal && key > query + diag)) p = 0.0f;
+      }
+      st[i] = p;
+    }
+  }
+  tile::wgmma_wait<0>();
+  tile::fence_regs(dpt);
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const float2 d = *reinterpret_cast<const float2*>(dsum + 8 * j + 2 * c);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) dpt[4 * j + e] = st[4 * j + e] * (dpt[4 * j + e] - (e % 2 ? d.y : d.x));
+  }
+}
+
+// dK = scale * sum dS^T Q, dV = sum P^T dO: accumulator i = key n0 + key_lo + 8 ((i / 2) % 2), dim 8 (i / 4) + 2c +
+// i % 2; keys past seqlen_k are not written.
+template <ElemKind E, int HD>
+__device__ __forceinline__ void store_dk_dv(const Args& a, const Work& w, int key_lo, int c, const float (&dk)[64],
+                                            const float (&dv)[64]) {
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int key = w.n0 + key_lo + 8 * half;
+    if (key >= a.seqlen_k) continue;
+    uint16_t* dk_row = a.dk + w.b * a.dk_st.batch + int64_t{key} * a.dk_st.seq + w.hk * a.dk_st.head;
+    uint16_t* dv_row = a.dv + w.b * a.dv_st.batch + int64_t{key} * a.dv_st.seq + w.hk * a.dv_st.head;
+#pragma unroll
+    for (int j = 0; j < HD / 8; ++j) {
+      const int d = 8 * j + 2 * c, i = 4 * j + 2 * half;
+      *reinterpret_cast<uint32_t*>(dk_row + d) = flash_detail::pack2<E>(dk[i] * a.scale, dk[i + 1] * a.scale);
+      *reinterpret_cast<uint32_t*>(dv_row + d) = flash_detail::pack2<E>(dv[i], dv[i + 1]);
+    }
+  }
+}
+
 // kSched: 0 = v4 (dV and dK issued together before the dS^T barrier, everything waited for before the dQ staging);
 // 1 = FA3's order (dV before the barrier, then dQ, then dK, the dQ staging under dK); 2 = 1 with dK waited for only
 // behind the next step's S^T and dP^T (the tensor cores get the next step's work before this one's dK ends).
@@ -351,7 +428,6 @@ __device__ __forceinline__ void consumer_main(const Args& a, unsigned char* smem
   const int warp = wtid / 32, lane = wtid % 32, g = lane / 4, c = lane % 4;
   const uint32_t base = tile::smem_u32(smem);
   const uint32_t k_addr = base, v_addr = base + T::kOffV;
-  const int diag = a.seqlen_k - a.seqlen_q;
   // This thread's accumulator rows: keys n0 + key_lo and n0 + key_lo + 8 (S^T, dP^T, dK, dV).
   const int key_lo = cwg * 64 + warp * 16 + g;
 
@@ -419,32 +495,7 @@ __device__ __forceinline__ void consumer_main(const Args& a, unsigned char* smem
     }
     tile::wgmma_commit();
 
-    // P^T while dP^T still runs. Accumulator i: key key_lo + 8 * ((i / 2) % 2), query 8 (i / 4) + 2c + i % 2.
-    tile::wgmma_wait<1>();
-    tile::fence_regs(st);
-    const bool need_mask = w.n0 + T::kBlockN > a.seqlen_k || (a.causal && w.n0 + T::kBlockN - 1 > m0 + diag);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const float2 l = *reinterpret_cast<const float2*>(lse + 8 * j + 2 * c);
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int i = 4 * j + e;
-        float p = flash_detail::fast_exp2(fmaf(st[i], a.scale_log2, -(e % 2 ? l.y : l.x)));
-        if (need_mask) {
-          const int key = w.n0 + key_lo + 8 * (e / 2), query = m0 + 8 * j + 2 * c + e % 2;
-          if (key >= a.seqlen_k || (a.causal && key > query + diag)) p = 0.0f;
-        }
-        st[i] = p;
-      }
-    }
-    tile::wgmma_wait<0>();
-    tile::fence_regs(dpt);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const float2 d = *reinterpret_cast<const float2*>(dsum + 8 * j + 2 * c);
-#pragma unroll
-      for (int e = 0; e < 4; ++e) dpt[4 * j + e] = st[4 * j + e] * (dpt[4 * j + e] - (e % 2 ? d.y : d.x));
-    }
+    softmax_grad<T::kBlockN>(a, w, m0, key_lo, c, lse, dsum, st, dpt);
     to_a_fragments<E>(st, pa);
     if constexpr (kSched != 2) to_a_fragments<E>(dpt, dsa);
 
@@ -557,21 +608,14 @@ __device__ __forceinline__ void consumer_main(const Args& a, unsigned char* smem
   }
   if (!S::kRedDq && wtid == 0) tile::bulk_wait<0>();  // the reductions end before the shared memory goes away
 
-  // dK = scale * sum dS^T Q, dV = sum P^T dO: accumulator i = key key_lo + 8 ((i / 2) % 2), dim 8 (i / 4) + 2c + i % 2.
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int key = w.n0 + key_lo + 8 * half;
-    if (key >= a.seqlen_k) continue;
-    uint16_t* dk_row = a.dk + w.b * a.dk_st.batch + int64_t{key} * a.dk_st.seq + w.hk * a.dk_st.head;
-    uint16_t* dv_row = a.dv + w.b * a.dv_st.batch + int64_t{key} * a.dv_st.seq + w.hk * a.dv_st.head;
-#pragma unroll
-    for (int j = 0; j < HD / 8; ++j) {
-      const int d = 8 * j + 2 * c, i = 4 * j + 2 * half;
-      *reinterpret_cast<uint32_t*>(dk_row + d) = flash_detail::pack2<E>(dk[i] * a.scale, dk[i + 1] * a.scale);
-      *reinterpret_cast<uint32_t*>(dv_row + d) = flash_detail::pack2<E>(dv[i], dv[i + 1]);
-    }
-  }
+  store_dk_dv<E, HD>(a, w, key_lo, c, dk, dv);
 }
+
+}  // namespace ga::cuda::flash_bwd_sm90
+
+#include "backends/cuda/kernels/flash/flash_bwd_sm90_pingpong.cuh"  // schedules 16, 17 (uses the pieces above)
+
+namespace ga::cuda::flash_bwd_sm90 {
 
 template <ElemKind E, int HD, int kSched>
 __global__ void __launch_bounds__(384, 1) main_kernel(const __grid_constant__ Args a) {
@@ -594,7 +638,13 @@ __global__ void __launch_bounds__(384, 1) main_kernel(const __grid_constant__ Ar
     if (threadIdx.x == 0) producer_main<HD>(a, smem, bars);
   } else {
     tile::regs_acquire<240>();
-    consumer_main<E, HD, kSched>(a, smem, bars);
+    if constexpr (is_split_dq_sched(kSched)) {
+      consumer_pingpong<E, HD, kSched>(a, smem, bars);
+    } else if constexpr (is_shared_dq_pingpong_sched(kSched)) {
+      consumer_pingpong_shared_dq<E, HD, kSched == kPingPongEarlyDvSched>(a, smem, bars);
+    } else {
+      consumer_main<E, HD, kSched>(a, smem, bars);
+    }
   }
 #else
   (void)a;
@@ -606,7 +656,10 @@ __global__ void __launch_bounds__(384, 1) main_kernel(const __grid_constant__ Ar
 // benchmarks (flash_backward_hopper_variant in flash_bwd_variants.h). kPrePostOnly runs the preprocess and convert
 // kernels alone (wrong gradients; a benchmark's measure of their share of the time). Every schedule but kPreOnly,
 // kRowPre and kPreRowConvertOnly runs preprocess_wide.
-constexpr int kDefaultSched = 1;  // 3.5-7% faster than 0 at every size, 2 in between (session 4, run 1)
+// 19 (flash_bwd_sm90_pingpong.cuh): 1.02-1.10x schedule 1 at every length 512-16k, causal and full (session 8,
+// run 2); schedule 1 was 3.5-7% faster than 0 at every size, 2 in between (session 4, run 1).
+constexpr int kDefaultSched = kPingPongSharedDqSched;
+constexpr int kFa3OrderSched = 1;  // the default of sessions 4-7 (consumer_main), in the variants build since
 constexpr int kPrePostOnly = 9;
 constexpr int kPreOnly = 8;  // the preprocess kernel alone (its share; s9 - s8 = the convert's)
 constexpr int kPreRowConvertOnly = 6;  // as 9 with the one-row-per-warp convert_dq (session 5's A/B of the convert)
@@ -638,12 +691,16 @@ cudaError_t launch_instance(const flash_bwd::BwdArgs& args, const Args& m, float
       kSched != kPrePostOnly && kSched != kPreOnly && kSched != kPreRowConvertOnly && kSched != kWidePreOnly;
   if constexpr (kMain) {
     const auto kernel = main_kernel<E, HD, kSched == kRowConvert || kSched == kRowPre ? 1 : kSched>;
+    constexpr size_t kSmem = is_split_dq_sched(kSched) ? T::kSmemBytesPp : T::kSmemBytes;
+    static_assert(kSmem <= 227 * 1024, "shared memory per CTA");
     static const cudaError_t attr_status =
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(T::kSmemBytes));
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem));
     if (attr_status != cudaSuccess) return attr_status;
     const dim3 grid(static_cast<unsigned>((args.seqlen_k + T::kBlockN - 1) / T::kBlockN),
                     static_cast<unsigned>(args.n_head_kv), static_cast<unsigned>(args.batch));
-    kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(m);
+    Args mk = m;
+    mk.rotate_m = kSched == kPingPongRotatedSched ? 1 : 0;
+    kernel<<<grid, T::kThreads, kSmem, stream>>>(mk);
     e = cudaGetLastError();
     if (e != cudaSuccess) return e;
   }

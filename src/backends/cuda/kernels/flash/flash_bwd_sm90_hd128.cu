@@ -1,9 +1,11 @@
 // Instantiations of the Hopper flash backward for head dim 128 (bf16, fp16): see flash_bwd_sm90.cuh. The only head
 // dim the Hopper backward is built for; flash_backward sends the others to the mma.sync kernels (flash_bwd_hd*.cu).
-// CI builds only the default schedule (each instantiation is a heavy wgmma kernel); -DGA_FLASH_ALL_VARIANTS=ON (or
-// GA_FLASH_BWD_VARIANTS=1 alone, without the forward's variants) adds session 6's A/B of the preprocess (12) and the
-// preprocess/convert-only timing runs (8, 9, 10), for benchmarks; -DGA_FLASH_BWD_OLD_SCHEDULES=1 the schedules
-// sessions 4-5 measured and dropped (0, 2, 3, 4, 6, 7: their code stays in consumer_main for a rerun).
+// CI builds only the default schedule (19 since session 8; each instantiation is a heavy wgmma kernel);
+// -DGA_FLASH_ALL_VARIANTS=ON (or GA_FLASH_BWD_VARIANTS=1 alone, without the forward's variants) adds schedule 1 (the
+// default of sessions 4-7), session 6's A/B of the preprocess (12), the preprocess/convert-only timing runs (8, 9,
+// 10) and session 8's ping-pong schedules (16, 17, 18 = 16 without the dQ reduction, timing only; 20, 21: variants of
+// 19; flash_bwd_sm90_pingpong.cuh), for benchmarks; -DGA_FLASH_BWD_OLD_SCHEDULES=1 the schedules sessions 4-5
+// measured and dropped (0, 2, 3, 4, 6, 7: their code stays in consumer_main for a rerun).
 #include "backends/cuda/kernels/flash/flash_bwd_sm90.cuh"
 
 #ifndef GA_FLASH_ALL_VARIANTS
@@ -34,10 +36,17 @@ cudaError_t launch<128>(const flash_bwd::BwdArgs& args, const Args& m, float* ls
   if (sched < 0 || sched == kDefaultSched) return launch_sched<kDefaultSched>(args, m, lse_log2, bf16, stream);
 #if GA_FLASH_BWD_VARIANTS
   switch (sched) {
+    case kFa3OrderSched: return launch_sched<kFa3OrderSched>(args, m, lse_log2, bf16, stream);
     case kRowPre: return launch_sched<kRowPre>(args, m, lse_log2, bf16, stream);
     case kPreOnly: return launch_sched<kPreOnly>(args, m, lse_log2, bf16, stream);
     case kWidePreOnly: return launch_sched<kWidePreOnly>(args, m, lse_log2, bf16, stream);
     case kPrePostOnly: return launch_sched<kPrePostOnly>(args, m, lse_log2, bf16, stream);
+    case kPingPongSched: return launch_sched<kPingPongSched>(args, m, lse_log2, bf16, stream);
+    case kSplitDqSched: return launch_sched<kSplitDqSched>(args, m, lse_log2, bf16, stream);
+    case kPingPongNoDqSched: return launch_sched<kPingPongNoDqSched>(args, m, lse_log2, bf16, stream);
+    case kPingPongSharedDqSched: return launch_sched<kPingPongSharedDqSched>(args, m, lse_log2, bf16, stream);
+    case kPingPongRotatedSched: return launch_sched<kPingPongRotatedSched>(args, m, lse_log2, bf16, stream);
+    case kPingPongEarlyDvSched: return launch_sched<kPingPongEarlyDvSched>(args, m, lse_log2, bf16, stream);
     default: break;
   }
 #endif

@@ -358,8 +358,9 @@ template <> struct Wgmma<64, ElemKind::kF16> {
 };
 
 template <> struct Wgmma<128, ElemKind::kBf16> {
-  // D[64][128] (+)= A[64][16] * B[16][128]; A, B in shared memory (descriptors).
-  template <int kTransB>
+  // D[64][128] (+)= A[64][16] * B[16][128]; A, B in shared memory (descriptors). kTransA 1: A is M-major (the
+  // backward's split dQ = dS K_w reads dS from its [keys][queries] tile).
+  template <int kTransB, int kTransA = 0>
   static __device__ __forceinline__ void ss(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int accumulate) {
 #if GA_SM90A_DEVICE
     asm volatile(
@@ -370,7 +371,7 @@ template <> struct Wgmma<128, ElemKind::kBf16> {
         "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, "
         "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, "
         "%56, %57, %58, %59, %60, %61, %62, %63},"
-        " %64, %65, p, 1, 1, 0, %67;\n}\n"
+        " %64, %65, p, 1, 1, %68, %67;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
           "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
           "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]),
@@ -380,7 +381,7 @@ template <> struct Wgmma<128, ElemKind::kBf16> {
           "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]),
           "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]),
           "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-        : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransB));
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransB), "n"(kTransA));
 #else
     (void)d; (void)desc_a; (void)desc_b; (void)accumulate;
     __trap();
@@ -417,8 +418,9 @@ template <> struct Wgmma<128, ElemKind::kBf16> {
 };
 
 template <> struct Wgmma<128, ElemKind::kF16> {
-  // D[64][128] (+)= A[64][16] * B[16][128]; A, B in shared memory (descriptors).
-  template <int kTransB>
+  // D[64][128] (+)= A[64][16] * B[16][128]; A, B in shared memory (descriptors). kTransA 1: A is M-major (the
+  // backward's split dQ = dS K_w reads dS from its [keys][queries] tile).
+  template <int kTransB, int kTransA = 0>
   static __device__ __forceinline__ void ss(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int accumulate) {
 #if GA_SM90A_DEVICE
     asm volatile(
@@ -429,7 +431,7 @@ template <> struct Wgmma<128, ElemKind::kF16> {
         "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, "
         "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, "
         "%56, %57, %58, %59, %60, %61, %62, %63},"
-        " %64, %65, p, 1, 1, 0, %67;\n}\n"
+        " %64, %65, p, 1, 1, %68, %67;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
           "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
           "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]),
@@ -439,7 +441,7 @@ template <> struct Wgmma<128, ElemKind::kF16> {
           "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]),
           "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]),
           "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-        : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransB));
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransB), "n"(kTransA));
 #else
     (void)d; (void)desc_a; (void)desc_b; (void)accumulate;
     __trap();
