@@ -119,7 +119,9 @@ cudaError_t flash_forward(const FlashParams& p, void* workspace, size_t workspac
 // tail (the last round of query tiles cut in key blocks between all CTAs and merged by LSE; head dim 128 dense
 // non-causal, with flash_plan's workspace; otherwise it runs as 4); 24 (bf16/fp16, Hopper; the head dim 128
 // non-causal default) is 21 with O written by TMA stores from shared memory (dense O of the input dtype, non-causal;
-// otherwise it runs 21); 22, 23 are retired numbers (not compiled). For the tests and benchmarks that compare them.
+// otherwise it runs 21); 22, 23 are retired numbers (not compiled); 28-34 (FP8 e4m3, head dim 128) are the 224-key
+// tile variants (29: the FP8 hd 128 default) and session 8's candidates (flash_fwd_launch.h; 30, 31 retired). For the
+// tests and benchmarks that compare them.
 inline constexpr int kFlashSm80Variant = 11;
 inline constexpr int kFlashSm75Variant = 18;
 int flash_variant_count();

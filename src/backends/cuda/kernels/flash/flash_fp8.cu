@@ -127,11 +127,13 @@ cudaError_t run_fp8(const FlashParams& p, int variant, uint8_t* vt, int num_sms,
                                static_cast<uint64_t>(p.batch)};
   const uint64_t vt_strides[3] = {static_cast<uint64_t>(pad), static_cast<uint64_t>(HD * pad),
                                   static_cast<uint64_t>(p.n_head_kv) * HD * static_cast<uint64_t>(pad)};
-  const uint32_t vt_box[4] = {T::kBlockN, HD, 1, 1};  // one V^T tile: HD rows of kBlockN (= 128) keys
+  // One V^T column block: HD rows of 128 keys (a tile of more keys is several boxes: FwdTraits::kVtBlocks).
+  const uint32_t vt_box[4] = {128, HD, 1, 1};
+  const uint32_t k_box = static_cast<uint32_t>(fp8_variant_block_n<HD>(variant));  // K rows per tile
   if (tile::encode_tma_map_bshd(&a.tm_q, 1, false, p.q, HD, p.seqlen_q, p.n_head, p.batch, p.q_seq_stride,
                                 p.q_head_stride, p.q_batch_stride, T::kBlockM) != nullptr ||
       tile::encode_tma_map_bshd(&a.tm_k, 1, false, p.k, HD, p.seqlen_k, p.n_head_kv, p.batch, p.k_seq_stride,
-                                p.k_head_stride, p.k_batch_stride, T::kBlockN) != nullptr ||
+                                p.k_head_stride, p.k_batch_stride, k_box) != nullptr ||
       tile::encode_tma_map_8bit_sw128(&a.tm_v, vt, vt_dims, vt_strides, vt_box) != nullptr) {
     return cudaErrorInvalidValue;
   }

@@ -43,7 +43,16 @@ constexpr int k16BitVariants = 7;  // 0-6: the 16-bit kernels' variants
 constexpr int kFirstTileVariant = 12, kFwdVariantsEnd = 18;  // 12-17: wide tiles / lazy rescale
 constexpr int kFirstQRegVariant = 19, kQRegVariantsEnd = 21;  // 19-20: Q in registers (18: the sm_75 build)
 constexpr int kSplitTailVariant = 21;                          // 21: split tail
-constexpr int kStageInVVariant = 24, kFwdAllVariantsEnd = 25;  // 24: 21 + TMA store staged in V (22, 23: retired)
+constexpr int kStageInVVariant = 24;  // 24: 21 + TMA store staged in V (22, 23: retired)
+// FP8-only variants 28-33 (session 8; head dim 128; flash_fwd_fp8_wide_hd128.cu), all the persistent overlap kernel (4)
+// with FA3's 224-key FP8 tile (fp8_wide_block_n): 28 alone; 29 = 28 + the split-chain softmax (kSchedFp8TreeSoftmax),
+// the hd 128 FP8 default (every build); 32 = 29 + ping-pong (schedule 2); 33 = 29 with a 3-deep K/V ring; 34 = 29 + the
+// lazy O rescale (kSchedLazyRescale: O *= corr while S runs, skipped when no row max moved). 28, 32-34 are
+// benchmark-only (GA_FLASH_FP8_WIDE). 30 and 31 are retired (session 8 run 1: exp2 on f16 pairs, 20-30% slower). 25-27
+// are left to the 16-bit branches (25 retired, 26 branch fwd8).
+constexpr int kFp8WideVariant = 28, kFp8TreeVariant = 29, kFp8PingPongVariant = 32, kFp8DeepVariant = 33;
+constexpr int kFp8LazyVariant = 34;
+constexpr int kFwdAllVariantsEnd = 35;
 // The kernels built on the split tail (21, 24): they take its plan and workspace, and run 4 off head dim 128.
 constexpr bool split_tail_kernel(int variant) { return variant == kSplitTailVariant || variant == kStageInVVariant; }
 // The default build compiles only the variants default_variant picks (1, 4, 12, 13, 24) and 24's fallback 21: every
@@ -177,12 +186,23 @@ constexpr int default_variant(int head_dim, bool causal, int seqlen_k) {
 // 256, for every mask and length (with the static split, long causal lost up to 45% to one tile per CTA; with the
 // counter it is even or ahead: hd 128 16k causal 810 vs 772, hd 256 8k causal 877 vs 858). One tile per CTA (1, 0)
 // stays compiled for the tests and for comparison. Measured and not kept: ping-pong (2, 5; 7, 8 = serial +
-// ping-pong) 0-15% slower, poly_exp2 (9, 10) within noise of 2/5.
-constexpr int fp8_default_variant(int head_dim, bool /*causal*/, int /*seqlen_k*/) { return head_dim == 256 ? 3 : 4; }
+// ping-pong) 0-15% slower, poly_exp2 (9, 10) within noise of 2/5. Session 8: hd 128 runs 29 (FA3's 224-key tile +
+// the split-chain softmax), ahead of 4 by 8-15% at 4k-16k, full and causal, in the same run ("Session 8: FP8").
+// GA_FLASH_FP8_WIDE (default: GA_FLASH_FP8_ALL_VARIANTS) compiles the session 8 candidates 28, 32-34 (their own
+// translation unit, flash_fwd_fp8_wide_hd128.cu, beside the default 29) and variant 4, which 29 replaced.
+#ifndef GA_FLASH_FP8_WIDE
+#define GA_FLASH_FP8_WIDE GA_FLASH_FP8_ALL_VARIANTS
+#endif
+constexpr int fp8_default_variant(int head_dim, bool /*causal*/, int /*seqlen_k*/) {
+  return head_dim == 256 ? 3 : kFp8TreeVariant;
+}
 constexpr bool fp8_variant_compiled(int head_dim, int variant) {
   if (head_dim == 128) {
     const bool candidate = variant == 2 || variant == 5 || (variant >= 7 && variant <= 10);
-    return variant == 1 || variant == 4 || (GA_FLASH_FP8_ALL_VARIANTS && candidate);
+    const bool wide = variant == 4 || variant == kFp8WideVariant || (variant >= kFp8PingPongVariant &&
+                                                                     variant <= kFp8LazyVariant);
+    return variant == 1 || variant == kFp8TreeVariant || (GA_FLASH_FP8_ALL_VARIANTS && candidate) ||
+           (GA_FLASH_FP8_WIDE && wide);
   }
   if (head_dim == 256) {
     return variant == 0 || variant == 3 || (GA_FLASH_FP8_ALL_VARIANTS && (variant == 7 || variant == 8));
@@ -215,6 +235,16 @@ cudaError_t launch_fwd(const FwdArgs& args, bool bf16, int variant, int num_sms,
 // variants fp8_variant_compiled names: the sizes, and the CI build stays lean.
 template <int HD>
 cudaError_t launch_fwd_fp8(const FwdArgs& args, int variant, int num_sms, cudaStream_t stream);
+
+// The FP8 head dim 128 variants 28, 29, 32-34 (flash_fwd_fp8_wide_hd128.cu).
+cudaError_t launch_fwd_fp8_wide(const FwdArgs& args, int variant, int num_sms, cudaStream_t stream);
+// Keys per tile of an FP8 variant at head dim HD (the TMA box of K is this many rows).
+template <int HD>
+constexpr int fp8_variant_block_n(int variant) {
+  const bool wide = variant == kFp8WideVariant || variant == kFp8TreeVariant ||
+                    (variant >= kFp8PingPongVariant && variant <= kFp8LazyVariant);
+  return HD == 128 && wide ? fp8_wide_block_n() : 128;
+}
 
 // The variants 12-17 (flash_fwd_wide_hd*.cu: their own translation units, compiled in parallel).
 template <int HD>

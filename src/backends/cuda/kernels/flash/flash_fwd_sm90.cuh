@@ -48,6 +48,10 @@
 // instead of shuffling P across the quad per tile (FA3), the pre-pass stores V^T's keys in the permuted
 // order (fp8_key_of_column), so each thread packs its own four S values into one register as they are. The
 // dequantization scales fold into the softmax scale (descale_q * descale_k) and the epilogue (descale_v).
+// FP8 at head dim 128 defaults to FA3's 224-key tile (fp8_wide_block_n; V^T tile = two 128-key swizzle blocks, ring
+// slots of max(K, V^T) bytes) with the row max / row sum in 4 independent partial chains (kSchedFp8TreeSoftmax:
+// the consumers are latency bound, and one serial FMNMX / FADD chain per row was on the critical path). Session 8
+// candidates (flash_fwd_launch.h 28, 32-34): the tile alone, ping-pong, a deeper ring, the lazy rescale.
 //
 // Variable-length batches (FwdArgs::varlen, FlashAttention's varlen API; FA3 does the same): the maps view the
 // packed q / k / v as one batch of total rows, and a tile's coordinates start at its sequence's offset
@@ -78,6 +82,7 @@
 
 #include "backends/cuda/kernels/tile/hopper.cuh"
 #include "backends/cuda/kernels/tile/hopper_wide.cuh"
+#include "backends/cuda/kernels/tile/hopper_wide_fp8.cuh"
 #include "backends/cuda/kernels/flash/flash_fwd_args.h"
 #include "backends/cuda/kernels/flash/flash_fwd_epilogue.cuh"
 #include "backends/cuda/kernels/flash/flash_fwd_split_tail.cuh"
@@ -101,6 +106,11 @@ __host__ __device__ constexpr int elem_bytes() { return E == ElemKind::kE4m3 ? 1
 // keys x 2 stages = 225 KB of the 227 KB.
 template <int HD>
 constexpr int wide_block_n() { return HD == 64 ? 192 : HD == 128 ? 176 : 80; }
+// FP8's wide key tile at head dim 128 (FA3's FP8 choice, 128 x 224): S 112 + P 28 + O 64 registers in the overlapped
+// consumer, under setmaxnreg 240; a 128 x 128 FP8 tile is ~1024 tensor clocks and as many MUFU clocks, so the fixed
+// per-key-tile costs (the wait -> max -> exp2 -> PV issue chain) are a large share and 224 keys pay them 1.75x less.
+// (256 keys, which would leave no partial last tile at 4k-16k, spills 156 bytes under 240 registers: not kept.)
+constexpr int fp8_wide_block_n() { return 224; }
 
 // kElemBytes 2: bf16/fp16; 1: FP8 e4m3 (V given as V^T: one tile is [HD][kBlockN] bytes, one column block).
 // kBlockNT: keys per tile, 0 = the default below (a multiple of 16; the wide variants pass wide_block_n).
@@ -109,14 +119,21 @@ struct FwdTraits {
   static constexpr int kBlockM = 128;                       // 2 consumer warpgroups x 64 rows
   // keys per tile (registers: S is 64 x kBlockN). FP8 keeps 128 at HD 256: V^T's tile rows are 128 keys of
   // one byte = one swizzle row, and its P fragments are half the registers of a 16-bit P.
+  // FP8 may also take fp8_wide_block_n() keys at HD 128 (FA3's FP8 tile; its V^T tile is two 128-key blocks).
   static constexpr int kBlockN = kBlockNT > 0 ? kBlockNT : (HD == 256 && kElemBytes == 2) ? 64 : 128;
-  static_assert(kBlockN % 16 == 0 && (kElemBytes == 2 || kBlockN == 128), "key tile: k16 steps; FP8 128 keys");
+  static_assert(kBlockN % 16 == 0 && (kElemBytes == 2 || kBlockN == 128 || (HD == 128 && kBlockN == 224)),
+                "key tile: k16 steps; FP8 128 keys (224 at head dim 128)");
   static constexpr int kStages = kStagesT;
   static constexpr int kColElems = 128 / kElemBytes;        // elements per 128-byte swizzle row
   static constexpr int kColBlocks = HD / kColElems;         // 128-byte swizzle column blocks of Q and K
   static constexpr int kThreads = 384;
   static constexpr uint32_t kQBytes = kBlockM * HD * kElemBytes;
-  static constexpr uint32_t kTileBytes = kBlockN * HD * kElemBytes;  // one K or one V (V^T) tile
+  static constexpr uint32_t kKBytes = kBlockN * HD * kElemBytes;  // one K tile (and 16-bit V) as loaded
+  // FP8 V^T tile: HD rows of kBlockN keys in 128-key column blocks of [HD][128] bytes (one swizzle row per head-dim
+  // row; a block past kBlockN keys is loaded whole and its extra keys never read). 16-bit: V is like K.
+  static constexpr int kVtBlocks = (kBlockN + 127) / 128;
+  static constexpr uint32_t kVBytes = kElemBytes == 1 ? kVtBlocks * HD * 128 : kKBytes;
+  static constexpr uint32_t kTileBytes = kKBytes > kVBytes ? kKBytes : kVBytes;  // one ring slot (K or V)
   static constexpr int kSAcc = kBlockN / 2;                 // S accumulators per thread
   static constexpr int kKSteps = kBlockN * kElemBytes / 32;  // k steps of O += P V (k16 16-bit, k32 FP8)
   static constexpr int kPvN = HD > 128 ? 128 : HD;          // N of one PV wgmma (256 = 2 x 128)
@@ -167,7 +184,11 @@ __host__ __device__ constexpr int fp8_key_of_column(int l) { return 2 * (l / 4) 
 // kQReg (kSchedQReg, 16-bit, 128-key tiles): this warpgroup's 64 Q rows live in registers as wgmma A fragments
 // (qa, HD / 16 k steps x 4 registers) and S = Q K^T is the register-A form: Q is read from shared memory once per
 // tile instead of once per key tile, and its slot is released to the producer right away.
-template <ElemKind E, int HD, bool kPolyExp = false, int kBN = 0, bool kQReg = false>
+// kFp8Tree (FP8 only; kSchedFp8TreeSoftmax): row max and row sum by 4 independent partial chains instead of one serial
+// chain of N / 4 dependent FMNMX / FADD per row (the consumers are latency bound: ~2 warps per scheduler; session 8:
+// +6-11% on the 224-key tile). Not for 16-bit: branch fwd9 owns that key loop. (Also measured in session 8 and dropped:
+// exp2 on f16 pairs, ex2.approx.f16x2: ptxas emits two MUFU.EX2 per pair plus conversions, 20-30% slower.)
+template <ElemKind E, int HD, bool kPolyExp = false, int kBN = 0, bool kQReg = false, bool kFp8Tree = false>
 struct Consumer {
   using T = FwdTraits<HD, default_stages<HD>(), elem_bytes<E>(), kBN>;
   static constexpr ElemKind kElem = E;
@@ -248,9 +269,9 @@ struct Consumer {
 #pragma unroll
       for (int kk = 0; kk < T::kKSteps; ++kk) {
         if constexpr (kFp8) {
-          // V^T tile [HD][N = 128 keys], one swizzle row per head-dim row: part p = rows 128p..128p+127,
-          // keys 32kk..32kk+31 = 32 bytes along the row (K-major, like Q and K).
-          const uint64_t db = tile::desc_k_major(v_addr + p * (T::kPvN * 128) + kk * 32);
+          // V^T tile [kVtBlocks][HD][128 keys], one swizzle row per head-dim row: part p = rows 128p..128p+127,
+          // keys 32kk..32kk+31 = 32 bytes along a row of column block kk / 4 (K-major, like Q and K).
+          const uint64_t db = tile::desc_k_major(v_addr + (kk / 4) * (HD * 128) + p * (T::kPvN * 128) + (kk % 4) * 32);
           tile::Wgmma<T::kPvN, E>::template rs<0>(o[p], pa[kk], db, 1);
         } else {
           // keys 16kk..16kk+15 = two 8-row groups (1024 bytes each); part p = column blocks 2p, 2p+1.
@@ -283,6 +304,13 @@ struct Consumer {
         if (key > lim[(i / 2) % 2]) s[i] = -INFINITY;
       }
     }
+    if constexpr (kFp8 && kFp8Tree) {
+      softmax_fp8_split(s, scale_log2, corr);
+    } else {
+      softmax_serial(s, scale_log2, corr);
+    }
+  }
+  __device__ __forceinline__ void softmax_serial(float (&s)[T::kSAcc], float scale_log2, float (&corr)[2]) {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       float mx = m_run[r];
@@ -304,6 +332,40 @@ struct Consumer {
         }
       }
       l_run[r] = l_run[r] * corr[r] + sum;  // per-thread partial; the quad is summed in the epilogue
+    }
+  }
+
+  // FP8 softmax with split reductions (kFp8Tree, above). Row r's values are s[4j + 2r + e] (e = 0, 1); partial chain q
+  // takes the n8 blocks j with j % 4 == q. Same arithmetic per element as softmax_serial; only the order of the max
+  // (exact) and of the sum (f32 rounding) differ.
+  static constexpr int kParts = 4;
+  __device__ __forceinline__ void softmax_fp8_split(float (&s)[T::kSAcc], float scale_log2, float (&corr)[2]) {
+    static_assert(T::kSAcc % (4 * kParts) == 0, "whole n8 blocks per partial chain");
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float mq[kParts];
+#pragma unroll
+      for (int q = 0; q < kParts; ++q) mq[q] = fmaxf(s[4 * q + 2 * r], s[4 * q + 2 * r + 1]);
+#pragma unroll
+      for (int j = kParts; j < T::kSAcc / 4; ++j)
+        mq[j % kParts] = fmaxf(mq[j % kParts], fmaxf(s[4 * j + 2 * r], s[4 * j + 2 * r + 1]));
+      float mx = fmaxf(fmaxf(mq[0], mq[1]), fmaxf(fmaxf(mq[2], mq[3]), m_run[r]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float m_scaled = mx == -INFINITY ? 0.0f : mx * scale_log2;
+      corr[r] = fast_exp2(m_run[r] * scale_log2 - m_scaled);
+      m_run[r] = mx;
+      float sq[kParts] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+      for (int j = 0; j < T::kSAcc / 4; ++j) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int i = 4 * j + 2 * r + e;
+          s[i] = fast_exp2(fmaf(s[i], scale_log2, -m_scaled));
+          sq[j % kParts] += s[i];
+        }
+      }
+      l_run[r] = l_run[r] * corr[r] + ((sq[0] + sq[1]) + (sq[2] + sq[3]));  // per-thread partial (quad: epilogue)
     }
   }
 
@@ -473,6 +535,9 @@ __host__ __device__ constexpr bool split_tail_sched(int sched, bool persistent) 
 // + kSchedTmaStore (16-bit dense, overlap schedule): O staged in the V slot of the tile's last key block and written
 // by the producer's TMA stores (flash_fwd_epilogue.cuh); such a kernel has no register store for O.
 constexpr int kSchedTmaStore = 256;
+// + kSchedFp8TreeSoftmax (FP8): row max / row sum by partial chains (Consumer::softmax_fp8_split). (512 is left to
+// branch fwd8's kSchedCrossTile.)
+constexpr int kSchedFp8TreeSoftmax = 1024;
 
 template <ElemKind E, int HD, int kSched, bool kPersistent, int kStages, int kBN = 0>
 __device__ __forceinline__ void consumer_main(const FwdArgs& a, unsigned char* sq, unsigned char* sk,
@@ -491,14 +556,14 @@ __device__ __forceinline__ void consumer_main(const FwdArgs& a, unsigned char* s
   constexpr bool kPingPong = kBase == 2 || kBase == 3;
   constexpr bool kSerial = kBase == 0 || kBase == 3;
   constexpr bool kLazy = (kSched & kSchedLazyRescale) != 0;
-  static_assert(!kLazy || (!kSerial && E != ElemKind::kE4m3), "lazy rescale: 16-bit overlap schedules");
+  static_assert(!kLazy || !kSerial, "lazy rescale: overlap schedules");
   constexpr bool kQReg = (kSched & kSchedQReg) != 0;
   constexpr bool kSplit = split_tail_sched(kSched, kPersistent);
   static_assert(!kSplit || E != ElemKind::kE4m3, "split tail: 16-bit");
   constexpr bool kTmaStore = (kSched & kSchedTmaStore) != 0;
   static_assert(!kTmaStore || (E != ElemKind::kE4m3 && kBase == 1 && T::kBlockN == T::kBlockM),
                 "O staged in V: 16-bit, overlap schedule, 128 x HD V slots");
-  using C = Consumer<E, HD, (kSched & kSchedPolyExp) != 0, kBN, kQReg>;
+  using C = Consumer<E, HD, (kSched & kSchedPolyExp) != 0, kBN, kQReg, E == ElemKind::kE4m3 && (kSched & kSchedFp8TreeSoftmax) != 0>;
   bool first_turn = true;
   auto turn_begin = [&]() {
     if constexpr (kPingPong) {
@@ -807,7 +872,7 @@ __device__ __forceinline__ void producer_main(const FwdArgs& a, unsigned char* s
         }
         const int idx = kv_count + j, stage = idx % kStages;
         if (idx >= kStages) tile::mbar_wait(bars.k_empty(stage), ((idx / kStages) + 1) & 1);
-        if (leader) tile::mbar_arrive_expect_tx(bars.k_full(stage), T::kTileBytes);
+        if (leader) tile::mbar_arrive_expect_tx(bars.k_full(stage), T::kKBytes);
         __syncwarp();
         load_kv(sk + stage * T::kTileBytes, &a.tm_k, bars.k_full(stage), k_row0 + j * N, z, kv_head, page,
                 row_in_page);
@@ -816,12 +881,15 @@ __device__ __forceinline__ void producer_main(const FwdArgs& a, unsigned char* s
         const int idx = kv_count + j - 1, stage = idx % kStages;
         if (idx >= kStages) tile::mbar_wait(bars.v_empty(stage), ((idx / kStages) + 1) & 1);
         if (kTmaStore && leader) tile::bulk_wait_read<0>();  // a staged O's store has read the slot
-        if (leader) tile::mbar_arrive_expect_tx(bars.v_full(stage), T::kTileBytes);
+        if (leader) tile::mbar_arrive_expect_tx(bars.v_full(stage), T::kVBytes);
         __syncwarp();
         if constexpr (E == ElemKind::kE4m3) {
-          if (leader) {
-            tile::tma_load_4d(sv + stage * T::kTileBytes, &a.tm_v, bars.v_full(stage), k_row0 + (j - 1) * N, 0, kv_head,
-                              f.batch);
+          if (leader) {  // V^T: one box of HD rows x 128 keys per column block
+#pragma unroll
+            for (int vb = 0; vb < T::kVtBlocks; ++vb) {
+              tile::tma_load_4d(sv + stage * T::kTileBytes + vb * (HD * 128), &a.tm_v, bars.v_full(stage),
+                                k_row0 + (j - 1) * N + vb * 128, 0, kv_head, f.batch);
+            }
           }
         } else {
           load_kv(sv + stage * T::kTileBytes, &a.tm_v, bars.v_full(stage), k_row0 + (j - 1) * N, z, kv_head,
