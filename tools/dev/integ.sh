@@ -94,11 +94,6 @@ export PYTHONUNBUFFERED=1
 timeout 200 python3 bench/attention_torch/compare.py --lib $LIB --seqlens 2048,4096,8192,16384 \
   > "$OUT/flash_bf16.md" 2>&1
 note "compare.py bf16 rc=$?"
-# The sessions 1-3 timing (one timing each, torch first) next to the interleaved rounds, same process: what the
-# harness change moves.
-timeout 60 python3 bench/attention_torch/compare.py --lib $LIB --head-dims 128 --seqlens 4096,16384 --legacy-timing \
-  > "$OUT/flash_bf16_legacy.md" 2>&1
-note "compare.py bf16 --legacy-timing rc=$?"
 timeout 90 python3 bench/attention_torch/compare.py --lib $LIB --sm80 --head-dims 128 --seqlens 4096,16384 \
   > "$OUT/flash_sm80.md" 2>&1
 note "compare.py --sm80 rc=$?"
@@ -114,7 +109,7 @@ ninja -C $B -j16 ga_bench_attention >> "$OUT/build.log" 2>&1 && timeout 100 $B/b
 note "ga_bench_attention rc=$?"
 grep -E "^Attention, head_dim|copy" "$OUT/decode.md" | head -4
 grep -E "paged decode" "$OUT/decode.md" | grep "^|" | head -12
-for f in flash_bf16 flash_bf16_legacy flash_sm80 flash_fp8 flash_bwd; do [[ -f "$OUT/$f.md" ]] && tail -32 "$OUT/$f.md"; done
+for f in flash_bf16 flash_sm80 flash_fp8 flash_bwd; do [[ -f "$OUT/$f.md" ]] && tail -32 "$OUT/$f.md"; done
 }
 
 run_serve() {  # ---- serving over HTTP ----
