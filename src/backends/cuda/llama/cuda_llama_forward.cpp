@@ -249,6 +249,12 @@ std::string CudaLlamaForward::description() const {
 }
 
 CudaLlamaForward::~CudaLlamaForward() {
+  // A step left queued (forward_device_queued) whose sampling threw before its synchronize may still read the
+  // staging and scratch memory freed below: wait for it (a destructor reports nothing; the error stays with the stream).
+  try {
+    settle_queued_step();
+  } catch (...) {
+  }
   destroy_graphs();
   if (host_staging_ != nullptr) (void)cudaFreeHost(host_staging_);
   if (host_logits_ != nullptr) (void)cudaFreeHost(host_logits_);
