@@ -16,18 +16,8 @@ L=/tmp/fwd4logs; rm -rf $L; mkdir -p $L "$OUT"
 T0=$(date +%s)
 el() { echo $(( $(date +%s) - T0 )); }
 B=/tmp/b-fwd4; rm -rf $B
-nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv > $L/gpu.txt 2>&1
-cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DGA_CUDA=ON -DGA_CUDA_ARCHS=90a -DGA_BUILD_SERVER=OFF \
-  -DGA_BUILD_TESTS=ON -DCMAKE_CUDA_FLAGS="-Xptxas -v ${EXTRA_CUDA_FLAGS--DGA_FLASH_FWD_CANDIDATES=1}" \
-  > $L/build.log 2>&1
-ninja -C $B -j16 test_cuda_flash_attention test_cuda_flash_varlen test_cuda_attention ga_attention_c \
-  >> $L/build.log 2>&1 ||
-  { grep -E "error|FAILED" -A3 $L/build.log | head -40; tail -20 $L/build.log; exit 1; }
-echo "build done at $(el) s"
-# ptxas: spills / registers of every forward kernel; any wgmma serialization warning
-grep -A2 "Compiling entry function '_ZN2ga4cuda12flash_detail21flash_fwd_sm90" $L/build.log |
-  grep -E "spill" | sort | uniq -c > $L/ptxas.txt
-grep -i "wgmma.*serializ" $L/build.log | sort -u | head -5 >> $L/ptxas.txt
+source "$(dirname "$0")/flash_fwd_tests.sh"
+build_flash_fwd "${EXTRA_CUDA_FLAGS--DGA_FLASH_FWD_CANDIDATES=1}"
 LIB=$B/bench/attention_torch/libga_attention_c.so
 export PYTHONUNBUFFERED=1
 timeout ${BF16_TIMEOUT:-110} python3 bench/attention_torch/compare.py --lib $LIB --json $L/compare_bf16.json \

@@ -23,16 +23,8 @@ T0=$(date +%s)
 el() { echo $(( $(date +%s) - T0 )); }
 left() { echo $(( ${TOTAL:-230} - $(el) )); }
 B=/tmp/b-fwd7; rm -rf $B
-nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,power.draw,power.limit --format=csv > $L/gpu.txt 2>&1
-cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DGA_CUDA=ON -DGA_CUDA_ARCHS=90a -DGA_BUILD_SERVER=OFF \
-  -DGA_BUILD_TESTS=ON -DCMAKE_CUDA_FLAGS="-Xptxas -v ${BUILD_FLAGS-}" > $L/build.log 2>&1
-ninja -C $B -j16 test_cuda_flash_attention test_cuda_flash_varlen test_cuda_attention ga_attention_c \
-  >> $L/build.log 2>&1 ||
-  { grep -E "error|FAILED" -A3 $L/build.log | head -40; tail -20 $L/build.log; exit 1; }
-echo "build done at $(el) s"
-grep -A2 "Compiling entry function '_ZN2ga4cuda12flash_detail21flash_fwd_sm90" $L/build.log |
-  grep -E "spill" | sort | uniq -c > $L/ptxas.txt
-grep -i "wgmma.*serializ" $L/build.log | sort -u | head -5 >> $L/ptxas.txt
+source "$(dirname "$0")/flash_fwd_tests.sh"
+build_flash_fwd "${BUILD_FLAGS-}"
 LIB=$B/bench/attention_torch/libga_attention_c.so
 export PYTHONUNBUFFERED=1
 SCHEDS=${SCHEDS:--1,21,24}
@@ -65,7 +57,6 @@ if [ "${CLAIM:-1}" = 1 ]; then
   echo "claim compare done at $(el) s"
   paired $L/compare_claim.json > $L/paired.txt 2>&1
 fi
-source "$(dirname "$0")/flash_fwd_tests.sh"
 run_flash_fwd_tests 24 100
 CUOBJ=$(command -v cuobjdump || echo /usr/local/cuda/bin/cuobjdump)
 if [ "${SASS:-1}" = 1 ] && [ -x "$CUOBJ" ]; then
