@@ -83,6 +83,13 @@ class Sampler {
 // Index of the largest logit (lowest index on ties).
 int32_t argmax(std::span<const float> logits);
 
+// Whether repetition / frequency / presence penalties change any logit (a window of 0 tokens changes none).
+bool penalties_in_effect(const SamplerParams& params);
+
+// Whether sample() takes its one-pass greedy path for these parameters: temperature <= 0 with no penalty in
+// effect, so its token is the row's argmax and last_candidates() is that token alone (p = 1).
+bool greedy_is_argmax(const SamplerParams& params);
+
 // The penalty table sample() applies: (token id, occurrences) of the last repeat_last_n tokens of
 // `history`, sorted by id; empty when no penalty is active. Throws InvalidArgument (sample()'s
 // message) for a history token outside [0, n_vocab).

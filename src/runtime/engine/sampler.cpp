@@ -129,12 +129,20 @@ size_t checked_argmax(std::span<const float> logits) {
 
 }  // namespace
 
+bool penalties_in_effect(const SamplerParams& params) {
+  const bool any_penalty =
+      params.repeat_penalty != 1.0f || params.frequency_penalty != 0.0f || params.presence_penalty != 0.0f;
+  return any_penalty && params.repeat_last_n != 0;
+}
+
+bool greedy_is_argmax(const SamplerParams& params) {
+  return params.temperature <= 0.0f && !penalties_in_effect(params);
+}
+
 std::vector<std::pair<int32_t, int32_t>> penalty_counts(const SamplerParams& params, std::span<const int32_t> history,
                                                         int64_t n_vocab) {
   std::vector<std::pair<int32_t, int32_t>> counts;
-  const bool any_penalty =
-      params.repeat_penalty != 1.0f || params.frequency_penalty != 0.0f || params.presence_penalty != 0.0f;
-  if (!any_penalty || params.repeat_last_n == 0 || history.empty()) return counts;
+  if (!penalties_in_effect(params) || history.empty()) return counts;
   const size_t window = params.repeat_last_n < 0 ? history.size()
                                                  : std::min(history.size(), static_cast<size_t>(params.repeat_last_n));
   std::vector<int32_t> ids(history.end() - static_cast<ptrdiff_t>(window), history.end());
@@ -205,13 +213,11 @@ double Sampler::next_uniform() {
 int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> history) {
   GA_CHECK(!logits.empty(), InvalidArgument, "sample() got empty logits");
   const int64_t n_vocab = static_cast<int64_t>(logits.size());
-  const bool any_penalty =
-      params_.repeat_penalty != 1.0f || params_.frequency_penalty != 0.0f || params_.presence_penalty != 0.0f;
 
   // ---- greedy without penalties: one pass, no candidate list and no softmax (a server samples
   // 64 rows of up to 150k logits per step on one thread's budget) ----
   // (Decided from the parameters alone, so sample_from_candidates reports the same candidate list.)
-  if (params_.temperature <= 0.0f && (!any_penalty || params_.repeat_last_n == 0)) {
+  if (greedy_is_argmax(params_)) {
     const size_t best = checked_argmax(logits);
     candidates_.assign(1, Candidate{static_cast<int32_t>(best), logits[best], 1.0f});
     return static_cast<int32_t>(best);
@@ -296,9 +302,7 @@ std::optional<int32_t> Sampler::sample_from_candidates(const CandidateView& view
 
   // ---- greedy: the first candidate; the reported top candidates at temperature 1 ----
   if (params_.temperature <= 0.0f) {
-    const bool any_penalty =
-        params_.repeat_penalty != 1.0f || params_.frequency_penalty != 0.0f || params_.presence_penalty != 0.0f;
-    if (!any_penalty || params_.repeat_last_n == 0) {  // as sample(): the chosen token alone
+    if (greedy_is_argmax(params_)) {  // as sample(): the chosen token alone
       candidates_.assign(1, Candidate{view.top.front().id, view.top.front().logit, 1.0f});
       return candidates_.front().id;
     }

@@ -44,12 +44,6 @@ void logprobs_from_row(std::span<const float> row, int32_t top_n, GpuSampleResul
   }
 }
 
-// Sampler::sample's one-pass greedy path: its answer is the row's argmax.
-bool argmax_decides(const SamplerParams& params, int32_t top_logprobs) {
-  const bool any_penalty =
-      params.repeat_penalty != 1.0f || params.frequency_penalty != 0.0f || params.presence_penalty != 0.0f;
-  return params.temperature <= 0.0f && (!any_penalty || params.repeat_last_n == 0) && top_logprobs < 0;
-}
 
 bool argmax_path_enabled() {
   static const bool enabled = [] {
@@ -74,8 +68,9 @@ void sample_full_row(cuda::CudaSampling& gpu, const float* device_logits, int64_
   if (row.top_logprobs >= 0) logprobs_from_row(host_row, row.top_logprobs, result);
 }
 
-// Every row greedy without penalties or logprobs (argmax_decides): the argmax kernel's answers, handed to each
-// row's sampler as its one candidate (so last_candidates() is sample()'s), NaN / non-finite rows whole on the CPU.
+// Every row greedy without penalties or logprobs (greedy_is_argmax, no top_logprobs): the argmax kernel's answers,
+// handed to each row's sampler as its one candidate (so last_candidates() is sample()'s), NaN / non-finite rows whole
+// on the CPU.
 std::vector<GpuSampleResult> sample_rows_by_argmax(cuda::CudaSampling& gpu, const float* device_logits, int64_t ld,
                                                    std::span<const GpuSampleRow> rows) {
   std::vector<GpuSampleResult> results(rows.size());
@@ -121,7 +116,7 @@ std::vector<GpuSampleResult> sample_rows_on_gpu(cuda::CudaSampling& gpu, const f
   }
   if (!rows.empty() && argmax_path_enabled() &&
       std::all_of(rows.begin(), rows.end(),
-                  [](const GpuSampleRow& r) { return argmax_decides(r.sampler->params(), r.top_logprobs); })) {
+                  [](const GpuSampleRow& r) { return greedy_is_argmax(r.sampler->params()) && r.top_logprobs < 0; })) {
     return sample_rows_by_argmax(gpu, device_logits, ld, rows);
   }
   std::vector<GpuSampleResult> results(rows.size());
