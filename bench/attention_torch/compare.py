@@ -48,6 +48,7 @@ Usage: python3 compare.py --lib build/bench/attention_torch/libga_attention_c.so
 """
 import argparse
 import ctypes
+import functools
 import json
 import math
 import random
@@ -128,6 +129,12 @@ class Conditioner:
             torch.mm(self.a, self.b)
 
 
+@functools.lru_cache(maxsize=None)
+def conditioner(ms):
+    """One Conditioner per run (its operands and launch count), not one per timed problem."""
+    return Conditioner(ms)
+
+
 def time_rounds(fns, iters, rounds, warmup=3):
     """Interleaved timing of the backends of one problem: ({name: [ms of each round]}, [SM MHz after each round]).
 
@@ -143,7 +150,7 @@ def time_rounds(fns, iters, rounds, warmup=3):
     for name in names:
         per_call = time_ms(fns[name], warmup, warmup=1)
         launches[name] = max(iters, math.ceil(MIN_TIMING_MS / max(per_call, 1e-3)))
-    condition = Conditioner(CONDITION_MS)
+    condition = conditioner(CONDITION_MS)
     torch.cuda.synchronize()
     times = {name: [] for name in names}
     clocks = []
