@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
 # Device run of the merged tree: builds everything for sm_90a, runs every CUDA test binary, memcheck on a
 # short generation and on the batched forward, then (stage bench) the decode/prefill table and bench-serve.
-# Usage on the device machine, from the repository copy: GA_SHARED=... OUT=... tools/dev/integ.sh STAGE, STAGE one of
+# Usage on the device machine, from the repository copy: GA_SHARED=... OUT=... tools/dev/integ.sh STAGE [STAGE...],
+# the stages run in the order given, each one of
 #   tests  every CUDA test binary + memcheck;   attn   the attention kernels vs PyTorch SDPA (same process);
-#   bench  decode/prefill table + bench-serve;  serve  HTTP serving (tools/dev/serve_http.sh, carried ../.httplib);
+#   bwd    the backward's test and its Hopper schedules BWD_SCHEDULES (default 19,22,23,24) vs cuDNN/FA2 (BWD_SEQLENS);
+#   fwd4k  the hd128 non-causal forward at 4k tokens, FWD4K_ROUNDS (default 31) interleaved rounds vs cuDNN/FA2;
+#   build  only the build (every target the other stages use: one ninja call, so the heavy kernels compile together);
+#   bench  decode/prefill table + bench-serve;  serve  HTTP serving (tools/dev/serve_http.sh, carried .httplib);
 #   final  bench + attn + serve (more than one 600 s call holds once the attention comparison runs interleaved rounds:
 #          run tests, attn and bench+serve as separate calls on a warm machine instead).
+# A warm machine keeps the build folder: later calls rebuild nothing.
 set -uo pipefail
-stage=${1:-tests}
+stages=("${@:-tests}")
 B=/tmp/b-integ
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -22,20 +27,22 @@ finish() {
 }
 
 note "gpu: $(nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader 2>&1)"
-if true; then  # incremental when the machine is warm
-  t0=$(date +%s)
-  cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DGA_CUDA=ON -DGA_CUDA_ARCHS=90a -DGA_BUILD_SERVER=OFF \
-    -DGA_BUILD_TESTS=ON > "$OUT/build.log" 2>&1
-  # gpu-accel and every CUDA test (not `all`: the device's newer nlohmann-json rejects one CPU test's comparison)
-  targets="gpu-accel test_cuda_scheduler"
-  [[ $stage == ttft ]] || targets="gpu-accel $(ninja -C $B -t targets all | sed -n 's/^\(test_cuda_[a-z0-9_]*\):.*/\1/p' | sort -u)"
-  ninja -C $B -j16 $targets >> "$OUT/build.log" 2>&1
-  rc=$?
-  note "build rc=$rc in $(( $(date +%s) - t0 )) s"
-  [[ $rc -eq 0 ]] || { grep -E "error|FAILED" -A4 "$OUT/build.log" | head -60; finish 1; }
-fi
+t0=$(date +%s)
+cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DGA_CUDA=ON -DGA_CUDA_ARCHS=90a -DGA_BUILD_SERVER=OFF \
+  -DGA_BUILD_TESTS=ON > "$OUT/build.log" 2>&1
+# gpu-accel, every CUDA test and the attention benchmarks (not `all`: the device's newer nlohmann-json rejects one CPU
+# test's comparison)
+targets="gpu-accel $(ninja -C $B -t targets all | sed -n 's/^\(test_cuda_[a-z0-9_]*\):.*/\1/p' | sort -u)"
+[[ " ${stages[*]} " == *" ttft "* ]] && targets="gpu-accel test_cuda_scheduler"
+[[ " ${stages[*]} " =~ " "(attn|bwd|fwd4k|build|final)" " ]] && targets+=" ga_attention_c ga_bench_attention"
+ninja -C $B -j16 $targets >> "$OUT/build.log" 2>&1
+rc=$?
+note "build rc=$rc in $(( $(date +%s) - t0 )) s"
+[[ $rc -eq 0 ]] || { grep -E "error|FAILED" -A4 "$OUT/build.log" | head -60; finish 1; }
+LIB=$B/bench/attention_torch/libga_attention_c.so
+export PYTHONUNBUFFERED=1
 
-if [[ $stage == ttft ]]; then  # time to first token at 1 client, repeated, and the step profile
+run_ttft() {  # time to first token at 1 client, repeated, and the step profile
   $B/bin/test_cuda_scheduler --gtest_brief=1 > "$OUT/test_cuda_scheduler.log" 2>&1
   note "test_cuda_scheduler rc=$?: $(grep -E '^\[  (PASSED|FAILED)' "$OUT/test_cuda_scheduler.log" | head -2 | tr '\n' ' ')"
   M=/tmp/models/llama3-1b-f16.gguf; mkdir -p /tmp/models
@@ -48,12 +55,12 @@ if [[ $stage == ttft ]]; then  # time to first token at 1 client, repeated, and 
     note "bench-serve $args rc=$?"
   done
   cat "$OUT/bench_serve.md"
-  finish 0
-fi
+}
 
-if [[ $stage == tests || $stage == all ]]; then
+run_tests() {
   for t in $B/bin/test_cuda_*; do
     n=$(basename $t)
+    [[ -f "$OUT/$n.log" ]] && continue  # run by an earlier stage of this call (bwd)
     timeout 240 $t --gtest_brief=1 > /tmp/$n.log 2>&1
     rc=$?
     { echo "######## $n rc=$rc"; cat /tmp/$n.log; } >> "$OUT/tests.log"
@@ -64,8 +71,30 @@ if [[ $stage == tests || $stage == all ]]; then
   note "memcheck run rc=$? $(grep 'ERROR SUMMARY' "$OUT/memcheck.log")"
   compute-sanitizer --tool memcheck $B/bin/test_cuda_batch_forward --gtest_filter='*Stories*' > "$OUT/memcheck_batch.log" 2>&1
   note "memcheck batch forward rc=$? $(grep 'ERROR SUMMARY' "$OUT/memcheck_batch.log")"
-  [[ $stage == all ]] || finish 0
-fi
+  for tool in memcheck racecheck; do  # the backward's small shapes: every schedule of the build, 22-24 included
+    timeout 240 compute-sanitizer --tool $tool $B/bin/test_cuda_flash_backward --gtest_filter='*SmallShapes*' \
+      > "$OUT/${tool}_flash_backward.log" 2>&1
+    note "$tool flash backward small rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/${tool}_flash_backward.log")"
+  done
+}
+
+run_bwd() {  # the backward's parity test, then its Hopper schedules against cuDNN / FA2 (same process)
+  timeout 240 $B/bin/test_cuda_flash_backward --gtest_brief=1 > "$OUT/test_cuda_flash_backward.log" 2>&1
+  note "test_cuda_flash_backward rc=$?: $(grep -cE '^\[  FAILED' "$OUT/test_cuda_flash_backward.log") failed; $(grep -E '^\[  PASSED' "$OUT/test_cuda_flash_backward.log")"
+  grep -E "cases|worst" "$OUT/test_cuda_flash_backward.log" | head -12
+  timeout 300 python3 bench/attention_torch/compare_bwd.py --lib $LIB --head-dims 128 \
+    --seqlens ${BWD_SEQLENS:-512,1024,2048,4096,8192,16384} --hopper-schedules ${BWD_SCHEDULES:-19,22,23,24} \
+    --rounds ${BWD_ROUNDS:-7} > "$OUT/flash_bwd_schedules.md" 2>&1
+  note "compare_bwd.py schedules rc=$?"
+  tail -40 "$OUT/flash_bwd_schedules.md"
+}
+
+run_fwd4k() {  # the hd128 non-causal forward's 4k claim, many interleaved rounds
+  timeout 200 python3 bench/attention_torch/compare.py --lib $LIB --head-dims 128 --seqlens 4096 --masks full \
+    --rounds ${FWD4K_ROUNDS:-31} --schedules=-1 > "$OUT/flash_fwd4k.md" 2>&1
+  note "compare.py fwd 4k rc=$?"
+  tail -24 "$OUT/flash_fwd4k.md"
+}
 
 run_bench() {  # ---- random-weight models of the ANCHORS shapes ----
 mkdir -p /tmp/models
@@ -87,10 +116,6 @@ cat "$OUT/bench.md" "$OUT/bench_serve.md"
 }
 
 run_attn() {  # ---- the attention kernels against PyTorch SDPA (same run) ----
-ninja -C $B -j16 ga_attention_c >> "$OUT/build.log" 2>&1
-note "ga_attention_c build rc=$?"
-LIB=$B/bench/attention_torch/libga_attention_c.so
-export PYTHONUNBUFFERED=1
 timeout 200 python3 bench/attention_torch/compare.py --lib $LIB --seqlens 2048,4096,8192,16384 \
   > "$OUT/flash_bf16.md" 2>&1
 note "compare.py bf16 rc=$?"
@@ -105,7 +130,7 @@ if [[ -f bench/attention_torch/compare_bwd.py ]]; then
   note "compare_bwd.py rc=$?"
 fi
 # Decode attention (paged, GQA 32/8, hd 128, 4k positions) against the same run's device copy.
-ninja -C $B -j16 ga_bench_attention >> "$OUT/build.log" 2>&1 && timeout 100 $B/bin/ga_bench_attention > "$OUT/decode.md" 2>&1
+timeout 100 $B/bin/ga_bench_attention > "$OUT/decode.md" 2>&1
 note "ga_bench_attention rc=$?"
 grep -E "^Attention, head_dim|copy" "$OUT/decode.md" | head -4
 grep -E "paged decode" "$OUT/decode.md" | grep "^|" | head -12
@@ -115,18 +140,29 @@ for f in flash_bf16 flash_sm80 flash_fp8 flash_bwd; do [[ -f "$OUT/$f.md" ]] && 
 run_serve() {  # ---- serving over HTTP ----
 $B/bin/test_cuda_scheduler --gtest_brief=1 > "$OUT/test_cuda_scheduler.log" 2>&1
 note "test_cuda_scheduler rc=$?: $(grep -E '^\[  (PASSED|FAILED)' "$OUT/test_cuda_scheduler.log" | head -2 | tr '\n' ' ')"
-if [[ -d ../.httplib ]]; then
-  B=$B OUT=$OUT/http GA_HTTPLIB=$PWD/../.httplib bash tools/dev/serve_http.sh cuda > "$OUT/serve_http.log" 2>&1
+httplib=$PWD/.httplib
+[[ -d $httplib ]] || httplib=$PWD/../.httplib
+if [[ -d $httplib ]]; then
+  B=$B OUT=$OUT/http GA_HTTPLIB=$httplib bash tools/dev/serve_http.sh cuda > "$OUT/serve_http.log" 2>&1
   note "serve_http.sh rc=$?"
   cat "$OUT/http/table.md"
 fi
 }
 
-case $stage in
-  bench|all) run_bench ;;
-  attn) run_attn ;;
-  serve) run_serve ;;
-  bench+serve) run_bench; run_serve ;;
-  final) run_bench; run_attn; run_serve ;;
-esac
+for stage in "${stages[@]}"; do
+  case $stage in
+    build) ;;
+    ttft) run_ttft ;;
+    tests) run_tests ;;
+    all) run_tests; run_bench ;;
+    bwd) run_bwd ;;
+    fwd4k) run_fwd4k ;;
+    bench) run_bench ;;
+    attn) run_attn ;;
+    serve) run_serve ;;
+    bench+serve) run_bench; run_serve ;;
+    final) run_bench; run_attn; run_serve ;;
+    *) note "unknown stage $stage"; finish 2 ;;
+  esac
+done
 finish 0

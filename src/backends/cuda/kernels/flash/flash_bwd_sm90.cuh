@@ -63,10 +63,13 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "backends/cuda/kernels/flash/flash_bwd_sm80.cuh"
+#include "backends/cuda/kernels/flash/flash_common.h"
 #include "backends/cuda/kernels/flash/flash_fwd_sm90.cuh"
+#include "backends/cuda/kernels/pdl.cuh"
 #include "backends/cuda/kernels/tile/hopper.cuh"
 
 namespace ga::cuda::flash_bwd_sm90 {
@@ -118,6 +121,10 @@ struct Args {
   int seqlen_q, seqlen_k, n_head, group, m_blocks, causal;
   float scale, scale_log2;
   int rotate_m;  // 1: each CTA walks its query blocks from a different one (Work::m0; schedule 20), 0: from the first
+  // > 0: the CTAs take their (key block, KV head, batch) in causal work order (Work; schedules 22, 24): groups of
+  // `lpt_heads` (batch, KV head) pairs, inside a group every pair's first key block (the most query blocks) before
+  // any pair's second, and so on. 0: the grid's order (key block fastest).
+  int lpt_heads;
 };
 
 // Position of dQ element (row r < 64, column d < HD) of a query block inside its accumulator tile (layout above).
@@ -186,6 +193,7 @@ template <bool kBf16, int HD>
 __global__ void __launch_bounds__(256) preprocess_wide(flash_bwd::BwdArgs a, float* lse_log2, int m_blocks) {
   static_assert(HD == 128, "8 threads x 16 elements per row");
   // Padded rows are a multiple of 64 and a CTA takes 32: every thread has a row, so the shuffles see whole groups.
+  detail::pdl_allow_dependents();  // the main kernel's loads of Q, K, V, dO may start (launch_instance)
   const int64_t row = (int64_t{blockIdx.x} * blockDim.x + threadIdx.x) / 8;  // [batch][n_head][m_blocks * 64]
   const int sub = threadIdx.x % 8;
   const PaddedRow r = padded_row(a, row, m_blocks);
@@ -221,6 +229,7 @@ __global__ void __launch_bounds__(256) preprocess_wide(flash_bwd::BwdArgs a, flo
 // (convert_dq below, one warp per row with float2 loads, uses half of each sector it reads.)
 template <bool kBf16, int HD>
 __global__ void __launch_bounds__(256) convert_dq_pairs(flash_bwd::BwdArgs a, int m_blocks) {
+  detail::pdl_wait_prior_grid();  // launched behind the main kernel (launch_instance): its reductions are done here
   const int64_t pair = (int64_t{blockIdx.x} * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32, j = lane / 4, c = lane % 4;
   if (pair >= int64_t{a.batch} * a.n_head * m_blocks * 32) return;
@@ -273,17 +282,36 @@ struct Bars {
 // The work of one CTA: key block n0, KV head hk, batch b; `steps` = (query head, query block) pairs. With
 // a.rotate_m the CTA of key block x starts at its query block x (mod its count), so the CTAs of one head add into
 // different dQ tiles at a time instead of all into the same one.
+//
+// Causal work order (a.lpt_heads > 0): under a causal mask key block x has (m_blocks - 2x) query blocks, so in the
+// grid's order (key block fastest) the last (batch, KV head) pairs' first key blocks, the longest CTAs, start last
+// and the SMs idle behind them (1k tokens: 16 steps for a pair's first block, 140 per SM in all). The linear block
+// index is therefore read as [group of lpt_heads pairs][key block][pair in the group]: inside a group the longest
+// CTAs start first and the last ones the hardware starts are the shortest (longest-processing-time-first), while a
+// group (sized by the host to ~2 waves of CTAs) keeps the dQ tiles and Q/dO blocks in flight few enough for L2.
 struct Work {
   int n0, hk, b, m_begin, per_head, steps, rot;
   __device__ Work(const Args& a) {
-    n0 = static_cast<int>(blockIdx.x) * 128;
+    int x = static_cast<int>(blockIdx.x);
     hk = static_cast<int>(blockIdx.y);
     b = static_cast<int>(blockIdx.z);
+    if (a.lpt_heads > 0) {
+      const int blocks = static_cast<int>(gridDim.x), pairs = static_cast<int>(gridDim.y * gridDim.z);
+      const int linear = x + blocks * (hk + static_cast<int>(gridDim.y) * b);
+      const int group = linear / (a.lpt_heads * blocks), first = group * a.lpt_heads;
+      const int in_group = min(a.lpt_heads, pairs - first);  // the last group may be smaller
+      const int r = linear - first * blocks;
+      x = r / in_group;
+      const int pair = first + r % in_group;
+      hk = pair % static_cast<int>(gridDim.y);
+      b = pair / static_cast<int>(gridDim.y);
+    }
+    n0 = x * 128;
     const int diag = a.seqlen_k - a.seqlen_q;  // query i sees key j iff j <= i + diag (causal)
     m_begin = a.causal ? max(0, n0 - diag) / 64 : 0;
     per_head = max(0, a.m_blocks - m_begin);
     steps = per_head * a.group;
-    rot = a.rotate_m && per_head > 0 ? static_cast<int>(blockIdx.x) % per_head : 0;
+    rot = a.rotate_m && per_head > 0 ? x % per_head : 0;
   }
   __device__ int head(const Args& a, int s) const { return hk * a.group + s / per_head; }
   __device__ int m0(int s) const {
@@ -633,6 +661,7 @@ __global__ void __launch_bounds__(384, 1) main_kernel(const __grid_constant__ Ar
     tile::mbar_fence_init();
   }
   __syncthreads();
+  detail::pdl_allow_dependents();  // the convert may be scheduled; it waits for this grid's end itself
   if (threadIdx.x < 128) {
     tile::regs_release<24>();
     if (threadIdx.x == 0) producer_main<HD>(a, smem, bars);
@@ -667,6 +696,22 @@ constexpr int kRowConvert = 7;         // schedule 1 with the one-row-per-warp c
 constexpr int kWidePreOnly = 10;       // preprocess_wide alone (kPreOnly times the one-warp-per-row preprocess)
 constexpr int kRowPre = 12;            // schedule 1 with the one-warp-per-row preprocess (session 6's A/B)
 
+// The main kernel a schedule runs: schedules that differ only in their launch (22-24) or in the preprocess or
+// convert kernels (7, 12) share another's.
+constexpr int main_kernel_sched(int sched) {
+  if (sched == kRowConvert || sched == kRowPre) return kFa3OrderSched;
+  if (sched == kLptSched || sched == kPdlSched || sched == kLptPdlSched) return kPingPongSharedDqSched;
+  return sched;
+}
+
+// (batch, KV head) pairs per group of the causal work order (Work): enough that a group's CTAs fill about two waves
+// of the device's SMs (one CTA per SM), so that the last wave of the whole grid holds the groups' shortest CTAs.
+inline int causal_order_group(unsigned key_blocks) {
+  const int sms = flash_detail::current_sm_count();
+  const int blocks = static_cast<int>(key_blocks);
+  return std::max(1, (2 * (sms > 0 ? sms : 132) + blocks - 1) / blocks);
+}
+
 // Runs the three kernels (flash_bwd_sm90_hd*.cu instantiate it); `args` carries the pointers and strides the
 // preprocess and convert kernels read (its dq_accum/dsum point into the Hopper workspace layout), `m` the rest.
 // cudaErrorNotSupported for a schedule this build did not compile.
@@ -689,8 +734,9 @@ cudaError_t launch_instance(const flash_bwd::BwdArgs& args, const Args& m, float
   if (e != cudaSuccess) return e;
   constexpr bool kMain =
       kSched != kPrePostOnly && kSched != kPreOnly && kSched != kPreRowConvertOnly && kSched != kWidePreOnly;
+  constexpr bool kPdl = kSched == kPdlSched || kSched == kLptPdlSched;
   if constexpr (kMain) {
-    const auto kernel = main_kernel<E, HD, kSched == kRowConvert || kSched == kRowPre ? 1 : kSched>;
+    const auto kernel = main_kernel<E, HD, main_kernel_sched(kSched)>;
     constexpr size_t kSmem = is_split_dq_sched(kSched) ? T::kSmemBytesPp : T::kSmemBytes;
     static_assert(kSmem <= 227 * 1024, "shared memory per CTA");
     static const cudaError_t attr_status =
@@ -700,8 +746,13 @@ cudaError_t launch_instance(const flash_bwd::BwdArgs& args, const Args& m, float
                     static_cast<unsigned>(args.n_head_kv), static_cast<unsigned>(args.batch));
     Args mk = m;
     mk.rotate_m = kSched == kPingPongRotatedSched ? 1 : 0;
-    kernel<<<grid, T::kThreads, kSmem, stream>>>(mk);
-    e = cudaGetLastError();
+    mk.lpt_heads = (kSched == kLptSched || kSched == kLptPdlSched) && m.causal ? causal_order_group(grid.x) : 0;
+    if constexpr (kPdl) {
+      e = detail::launch_after_prior(kernel, grid, dim3(T::kThreads), kSmem, stream, mk);
+    } else {
+      kernel<<<grid, T::kThreads, kSmem, stream>>>(mk);
+      e = cudaGetLastError();
+    }
     if (e != cudaSuccess) return e;
   }
   if constexpr (kSched == kPreOnly || kSched == kWidePreOnly) return cudaSuccess;
@@ -710,7 +761,10 @@ cudaError_t launch_instance(const flash_bwd::BwdArgs& args, const Args& m, float
     convert_dq<kBf16, HD><<<static_cast<unsigned>((rows + 7) / 8), 256, 0, stream>>>(args, m.m_blocks);
   } else {
     const int64_t pairs = int64_t{args.batch} * args.n_head * m.m_blocks * 32;
-    convert_dq_pairs<kBf16, HD><<<static_cast<unsigned>((pairs + 7) / 8), 256, 0, stream>>>(args, m.m_blocks);
+    const dim3 grid(static_cast<unsigned>((pairs + 7) / 8));
+    if constexpr (kPdl) return detail::launch_after_prior(convert_dq_pairs<kBf16, HD>, grid, dim3(256), 0, stream,
+                                                          args, m.m_blocks);
+    convert_dq_pairs<kBf16, HD><<<grid, 256, 0, stream>>>(args, m.m_blocks);
   }
   return cudaGetLastError();
 }

@@ -4,7 +4,8 @@
 // -DGA_FLASH_ALL_VARIANTS=ON (or GA_FLASH_BWD_VARIANTS=1 alone, without the forward's variants) adds schedule 1 (the
 // default of sessions 4-7), session 6's A/B of the preprocess (12), the preprocess/convert-only timing runs (8, 9,
 // 10) and session 8's ping-pong schedules (16, 17, 18 = 16 without the dQ reduction, timing only; 20, 21: variants of
-// 19; flash_bwd_sm90_pingpong.cuh), for benchmarks; -DGA_FLASH_BWD_OLD_SCHEDULES=1 the schedules sessions 4-5
+// 19; flash_bwd_sm90_pingpong.cuh), for benchmarks; 22-24 (19's kernel with another launch: the causal work order,
+// programmatic dependent launches) cost no kernel of their own and are in every build; -DGA_FLASH_BWD_OLD_SCHEDULES=1 the schedules sessions 4-5
 // measured and dropped (0, 2, 3, 4, 6, 7: their code stays in consumer_main for a rerun).
 #include "backends/cuda/kernels/flash/flash_bwd_sm90.cuh"
 
@@ -34,6 +35,13 @@ template <>
 cudaError_t launch<128>(const flash_bwd::BwdArgs& args, const Args& m, float* lse_log2, bool bf16, int sched,
                         cudaStream_t stream) {
   if (sched < 0 || sched == kDefaultSched) return launch_sched<kDefaultSched>(args, m, lse_log2, bf16, stream);
+  switch (sched) {  // the default's kernel with other launches (no kernel of their own): in every build
+    case kPingPongSharedDqSched: return launch_sched<kPingPongSharedDqSched>(args, m, lse_log2, bf16, stream);
+    case kLptSched: return launch_sched<kLptSched>(args, m, lse_log2, bf16, stream);
+    case kPdlSched: return launch_sched<kPdlSched>(args, m, lse_log2, bf16, stream);
+    case kLptPdlSched: return launch_sched<kLptPdlSched>(args, m, lse_log2, bf16, stream);
+    default: break;
+  }
 #if GA_FLASH_BWD_VARIANTS
   switch (sched) {
     case kFa3OrderSched: return launch_sched<kFa3OrderSched>(args, m, lse_log2, bf16, stream);
@@ -44,7 +52,6 @@ cudaError_t launch<128>(const flash_bwd::BwdArgs& args, const Args& m, float* ls
     case kPingPongSched: return launch_sched<kPingPongSched>(args, m, lse_log2, bf16, stream);
     case kSplitDqSched: return launch_sched<kSplitDqSched>(args, m, lse_log2, bf16, stream);
     case kPingPongNoDqSched: return launch_sched<kPingPongNoDqSched>(args, m, lse_log2, bf16, stream);
-    case kPingPongSharedDqSched: return launch_sched<kPingPongSharedDqSched>(args, m, lse_log2, bf16, stream);
     case kPingPongRotatedSched: return launch_sched<kPingPongRotatedSched>(args, m, lse_log2, bf16, stream);
     case kPingPongEarlyDvSched: return launch_sched<kPingPongEarlyDvSched>(args, m, lse_log2, bf16, stream);
     default: break;

@@ -40,6 +40,10 @@ constexpr int kPingPongNoDqSched = 18;  // 16 without the dQ staging and reduce 
 constexpr int kPingPongSharedDqSched = 19;  // the ping-pong with schedule 1's shared dQ, warpgroup 0's a step late
 constexpr int kPingPongRotatedSched = 20;   // 19 with each CTA's query blocks rotated (Args::rotate_m)
 constexpr int kPingPongEarlyDvSched = 21;   // 19 with dV issued before the dS^T store, outside the turn
+// Schedule 19's kernel with another launch (no kernel of their own, so every build has them; launch_instance):
+constexpr int kLptSched = 22;     // the causal work order (Args::lpt_heads, Work)
+constexpr int kPdlSched = 23;     // main and convert launched behind the kernel before them (pdl.cuh)
+constexpr int kLptPdlSched = 24;  // both
 constexpr int kWarpgroupBarrier = 2;  // + cwg: the warpgroup's own 128 threads (2, 3)
 constexpr int kTurnBarrier = 4;       // + cwg: warpgroup cwg's turn to issue (4, 5)
 
@@ -226,6 +230,9 @@ __device__ __forceinline__ void consumer_pingpong_shared_dq(const Args& a, unsig
     const int64_t row0 = (int64_t{w.b} * a.n_head + w.head(a, step)) * (int64_t{a.m_blocks} * 64) + w.m0(step);
     return wtid < 64 ? a.lse_log2[row0 + wtid] : a.dsum[row0 + wtid - 64];
   };
+  // Launched behind the preprocess (schedules 23, 24): its LSE, D and zeroed dQ tiles are ready from here; the
+  // producer's loads of Q, K, V and dO (inputs, complete before the preprocess started) did not wait.
+  detail::pdl_wait_prior_grid();
   if (w.steps > 0) vecs[wtid] = load_vec(0);
   tile::named_barrier_sync(kWarpgroupBarrier + cwg, 128);
   // Warpgroup 0 syncs on its turn 2 steps + 1 times (the tail), warpgroup 1 arrives once here and after each of its

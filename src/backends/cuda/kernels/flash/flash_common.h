@@ -1,6 +1,6 @@
 // What the forward and the backward host code share (flash_forward.cu defines it): the checks of the
 // forward's parameters (pointers, dtype, head dim, shape, 16-byte alignment of pointers and strides), which
-// the backward applies to its FlashBwdParams::fwd part before checking its own tensors. And the seam to the FP8
+// the backward applies to its FlashBwdParams::fwd part before checking its own tensors; the device's SM count. And the seam to the FP8
 // forward's host code (flash_fp8.cu).
 #pragma once
 
@@ -10,6 +10,10 @@ namespace ga::cuda::flash_detail {
 
 // nullptr when the forward's parameters are valid (device aside), else why not.
 const char* shared_params_reason(const FlashParams& p);
+
+// SMs of the current device (sizes the forward's persistent grids and the backward's causal work order), or 0 when
+// it cannot be read.
+int current_sm_count();
 
 // FP8 forward (flash_fp8.cu): the V^T workspace size, and the run itself (V^T pre-pass + attention kernel) for
 // parameters the caller has already validated (params, device, variant compiled).

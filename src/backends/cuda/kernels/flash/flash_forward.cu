@@ -24,16 +24,6 @@ namespace {
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-// SMs of the current device (sizes the persistent grids), or 0 when it cannot be read.
-int current_sm_count() {
-  int dev = 0, num_sms = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
-    return 0;
-  }
-  return num_sms;
-}
-
 // Why the Hopper kernels cannot run on the current device, or nullptr.
 const char* device_reason() {
 #ifndef GA_CUDA_HAS_SM90A
@@ -282,7 +272,7 @@ cudaError_t run(const FlashParams& p, int variant, void* workspace, size_t works
   a.total_q = static_cast<int>(p.total_q);
   a.out_f32 = p.o_f32 ? 1 : 0;
   flash_detail::set_fwd_problem(a, p, T::kBlockM);
-  const int num_sms = current_sm_count();
+  const int num_sms = flash_detail::current_sm_count();
   if (num_sms < 1) return cudaErrorInvalidDevice;
   a.scale = p.softmax_scale;
   a.scale_log2 = p.softmax_scale * 1.4426950408889634f;
@@ -322,6 +312,15 @@ cudaError_t run(const FlashParams& p, int variant, void* workspace, size_t works
 
 namespace flash_detail {
 const char* shared_params_reason(const FlashParams& p) { return params_reason(p); }
+
+int current_sm_count() {
+  int dev = 0, num_sms = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+    return 0;
+  }
+  return num_sms;
+}
 }  // namespace flash_detail
 
 // Hopper runs everything params_reason accepts; other GPUs run 16-bit inputs on the mma.sync forward (Turing: fp16
@@ -343,7 +342,7 @@ FlashPlan flash_plan(const FlashParams& p) {
     plan.workspace_bytes = flash_detail::fp8_workspace_bytes(p);
   } else if (flash_detail::variant_compiled(flash_detail::kSplitTailVariant) ||
              flash_detail::variant_compiled(flash_detail::kStageInVVariant)) {
-    plan.workspace_bytes = flash_detail::split_tail_plan(p, current_sm_count()).bytes;
+    plan.workspace_bytes = flash_detail::split_tail_plan(p, flash_detail::current_sm_count()).bytes;
   }
   return plan;
 }
@@ -401,7 +400,7 @@ cudaError_t flash_forward_with_schedule(const FlashParams& p, int sched, void* w
     if (workspace_bytes < flash_detail::fp8_workspace_bytes(p) || workspace == nullptr || !aligned16(workspace)) {
       return cudaErrorInvalidValue;  // V^T needs flash_plan(p).workspace_bytes, 16-byte aligned
     }
-    const int num_sms = current_sm_count();
+    const int num_sms = flash_detail::current_sm_count();
     if (num_sms < 1) return cudaErrorInvalidDevice;
     return flash_detail::forward_fp8(p, sched, workspace, workspace_bytes, num_sms, stream);
   }
