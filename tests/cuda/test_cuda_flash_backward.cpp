@@ -104,8 +104,8 @@ double g_worst_rel_l2 = 0.0, g_worst_elem_over_rms = 0.0;  // over all checks, p
 // flash_bwd_variants.h: the schedules that compute gradients (6, 8, 9, 10 time the preprocess/convert kernels only;
 // 0, 2, 3, 4, 7 are compiled only with -DGA_FLASH_BWD_OLD_SCHEDULES=1; 1, 12, 16, 17, 20, 21 with the variants
 // build; the ones a build lacks are skipped; the default runs as [hopper]; 19, 22, 23, 24 (19's kernel with the
-// causal work order and/or launched behind the preprocess) are in every build).
-constexpr int kHopperScheduleIds[] = {0, 1, 2, 3, 4, 7, 12, 16, 17, 19, 20, 21, 22, 23, 24};
+// causal work order and/or launched behind the preprocess) and 25 (persistent CTAs) are in every build).
+constexpr int kHopperScheduleIds[] = {0, 1, 2, 3, 4, 7, 12, 16, 17, 19, 20, 21, 22, 23, 24, 25};
 constexpr int kHopperSchedules = sizeof(kHopperScheduleIds) / sizeof(kHopperScheduleIds[0]);
 int g_runs[3] = {0, 0, 0};  // cases run per kernel (mma.sync, Hopper, Hopper's other schedules), printed by each test
 
@@ -276,19 +276,26 @@ TEST(CudaFlashBackward, LongSequence4097) {
   parity.finish();
 }
 
-// The causal work order (schedules 22, 24: Work in flash_bwd_sm90.cuh) reads the grid as groups of ~2 waves of
-// (batch, KV head) pairs: 2 key blocks -> 132 pairs a group on a 132-SM GPU, so 17 x 8 = 136 pairs make a full
-// group and a partial one of 4 (8 on a smaller GPU), each pair's blocks scattered over the grid's order; GQA 2:1.
-TEST(CudaFlashBackward, CausalWorkOrderGroups) {
+// Many work tiles: the causal work order (schedules 22, 24, 25: Work in flash_bwd_sm90.cuh) reads the grid as groups
+// of ~2 waves of (batch, KV head) pairs (2 key blocks -> 132 pairs a group on a 132-SM GPU, so 17 x 8 = 136 pairs
+// make a full group and a partial one), and the persistent CTAs of schedule 25 take 2-3 of the 272 tiles each (their
+// Q/dO ring and K/V barriers running on across tiles); full and causal, GQA 2:1.
+TEST(CudaFlashBackward, ManyWorkTiles) {
   GA_REQUIRE_CUDA_DEVICE();
   CachingAllocator alloc(0);
-  Parity parity("flash backward work order");
+  Parity parity("flash backward many tiles");
   g_worst_rel_l2 = g_worst_elem_over_rms = 0.0;
   g_runs[0] = g_runs[1] = g_runs[2] = 0;
   std::mt19937 rng(136);
-  run_and_check(parity, alloc, Shape{FlashDtype::kBf16, 128, 16, 8, 17, 129, 129, true, false}, rng);
-  if (testing::Test::HasFatalFailure()) return;
-  print_worst("flash backward work order");
+  const Shape shapes[] = {
+      {FlashDtype::kBf16, 128, 16, 8, 17, 129, 129, true, false},
+      {FlashDtype::kF16, 128, 16, 8, 17, 129, 129, false, true},
+  };
+  for (const Shape& s : shapes) {
+    run_and_check(parity, alloc, s, rng);
+    if (testing::Test::HasFatalFailure()) return;
+  }
+  print_worst("flash backward many tiles");
   parity.finish();
 }
 

@@ -99,14 +99,15 @@ struct Traits {
   static constexpr uint32_t kOffDq = kOffDs + 2 * kDsBytes;
   static constexpr uint32_t kOffVec = kOffDq + 2 * kDqHalfBytes;
   static constexpr uint32_t kOffBars = kOffVec + 2 * 2 * kVecBytes;
-  static constexpr size_t kSmemBytes = 1024 + kOffBars + 8 * 5;
+  static constexpr int kBarriers = 6;  // kv_full, q_full[2], q_empty[2], kv_empty (Bars)
+  static constexpr size_t kSmemBytes = 1024 + kOffBars + 8 * kBarriers;
   // The ping-pong schedules (flash_bwd_sm90_pingpong.cuh) keep K, V, Q, dO, the LSE/D buffers and the barriers where
   // they are; each warpgroup's 32 KB dQ partial is staged over the dS^T and dQ regions above ([kOffDs, kOffVec),
   // 64 KB) and its own dS^T tile [64 keys][64 queries] (8 KB) lies past the barriers, 1024-byte aligned.
   static constexpr uint32_t kPpDqBytes = kBlockM * HD * 4;
   static constexpr uint32_t kPpDsBytes = 64 * kBlockM * 2;
   static constexpr uint32_t kOffPpDq = kOffDs;
-  static constexpr uint32_t kOffPpDs = (kOffBars + 8 * 5 + 1023) / 1024 * 1024;
+  static constexpr uint32_t kOffPpDs = (kOffBars + 8 * kBarriers + 1023) / 1024 * 1024;
   static constexpr size_t kSmemBytesPp = 1024 + kOffPpDs + 2 * kPpDsBytes;
   static_assert(kOffPpDq + 2 * kPpDqBytes <= kOffVec, "the ping-pong dQ staging overlays the dS^T and dQ regions");
 };
@@ -123,8 +124,9 @@ struct Args {
   int rotate_m;  // 1: each CTA walks its query blocks from a different one (Work::m0; schedule 20), 0: from the first
   // > 0: the CTAs take their (key block, KV head, batch) in causal work order (Work; schedules 22, 24): groups of
   // `lpt_heads` (batch, KV head) pairs, inside a group every pair's first key block (the most query blocks) before
-  // any pair's second, and so on. 0: the grid's order (key block fastest).
+  // any pair's second, and so on. 0: the grid's order (key block fastest). Schedule 25 too.
   int lpt_heads;
+  int tiles;  // persistent CTAs (schedule 25): key blocks x n_head_kv x batch, walked from blockIdx.x by gridDim.x
 };
 
 // Position of dQ element (row r < 64, column d < HD) of a query block inside its accumulator tile (layout above).
@@ -277,6 +279,7 @@ struct Bars {
   __device__ uint64_t* kv_full() const { return base; }
   __device__ uint64_t* q_full(int s) const { return base + 1 + s; }
   __device__ uint64_t* q_empty(int s) const { return base + 3 + s; }
+  __device__ uint64_t* kv_empty() const { return base + 5; }  // persistent CTAs: the tile's K/V were read (8 warps)
 };
 
 // The work of one CTA: key block n0, KV head hk, batch b; `steps` = (query head, query block) pairs. With
@@ -289,23 +292,29 @@ struct Bars {
 // index is therefore read as [group of lpt_heads pairs][key block][pair in the group]: inside a group the longest
 // CTAs start first and the last ones the hardware starts are the shortest (longest-processing-time-first), while a
 // group (sized by the host to ~2 waves of CTAs) keeps the dQ tiles and Q/dO blocks in flight few enough for L2.
+//
+// Persistent CTAs (schedule 25) decode the same way a tile counter of the same linear order (Work(a, tile, ...)).
 struct Work {
   int n0, hk, b, m_begin, per_head, steps, rot;
-  __device__ Work(const Args& a) {
-    int x = static_cast<int>(blockIdx.x);
-    hk = static_cast<int>(blockIdx.y);
-    b = static_cast<int>(blockIdx.z);
+  // The CTA's own tile: grid key blocks x KV heads x batch.
+  __device__ explicit Work(const Args& a)
+      : Work(a, static_cast<int>(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z)),
+             static_cast<int>(gridDim.x), static_cast<int>(gridDim.y), static_cast<int>(gridDim.y * gridDim.z)) {}
+  // Tile `linear` of `blocks` key blocks x `heads_kv` KV heads x (pairs / heads_kv) batches.
+  __device__ Work(const Args& a, int linear, int blocks, int heads_kv, int pairs) {
+    int x, pair;
     if (a.lpt_heads > 0) {
-      const int blocks = static_cast<int>(gridDim.x), pairs = static_cast<int>(gridDim.y * gridDim.z);
-      const int linear = x + blocks * (hk + static_cast<int>(gridDim.y) * b);
       const int group = linear / (a.lpt_heads * blocks), first = group * a.lpt_heads;
       const int in_group = min(a.lpt_heads, pairs - first);  // the last group may be smaller
       const int r = linear - first * blocks;
       x = r / in_group;
-      const int pair = first + r % in_group;
-      hk = pair % static_cast<int>(gridDim.y);
-      b = pair / static_cast<int>(gridDim.y);
+      pair = first + r % in_group;
+    } else {
+      x = linear % blocks;
+      pair = linear / blocks;
     }
+    hk = pair % heads_kv;
+    b = pair / heads_kv;
     n0 = x * 128;
     const int diag = a.seqlen_k - a.seqlen_q;  // query i sees key j iff j <= i + diag (causal)
     m_begin = a.causal ? max(0, n0 - diag) / 64 : 0;
@@ -321,24 +330,36 @@ struct Work {
   }
 };
 
-// One thread: K/V once, then Q and dO of every step into the ring.
-template <int HD>
+// The work tile a persistent CTA (schedule 25) takes at its tile count j: every gridDim.x-th from blockIdx.x.
+__device__ __forceinline__ int persistent_tile(int j) { return static_cast<int>(blockIdx.x + j * gridDim.x); }
+__device__ __forceinline__ Work persistent_work(const Args& a, int tile) {
+  const int heads_kv = a.n_head / a.group, blocks = (a.seqlen_k + 127) / 128;
+  return Work(a, tile, blocks, heads_kv, a.tiles / blocks);
+}
+
+// One thread: K/V once, then Q and dO of every step into the ring. Persistent CTAs (kPersistent, schedule 25) do so
+// per tile, the ring's steps running on across tiles (step g of the CTA: stage g % 2); from the second tile on the
+// first two steps' Q/dO go into the ring as soon as it has room, before the tile's K/V wait for the consumers to
+// release the last ones (kv_empty), so those loads overlap the consumers' last steps and their dK/dV stores.
+template <int HD, bool kPersistent>
 __device__ __forceinline__ void producer_main(const Args& a, unsigned char* smem, Bars bars) {
   using T = Traits<HD>;
-  const Work w(a);
   tile::tma_prefetch_map(&a.tm_q);
   tile::tma_prefetch_map(&a.tm_k);
   tile::tma_prefetch_map(&a.tm_v);
   tile::tma_prefetch_map(&a.tm_do);
-  tile::mbar_arrive_expect_tx(bars.kv_full(), 2 * T::kKvBytes);
+  const auto load_kv = [&](const Work& w) {
+    tile::mbar_arrive_expect_tx(bars.kv_full(), 2 * T::kKvBytes);
 #pragma unroll
-  for (int cb = 0; cb < T::kColBlocks; ++cb) {
-    tile::tma_load_4d(smem + cb * (T::kBlockN * 128), &a.tm_k, bars.kv_full(), cb * 64, w.n0, w.hk, w.b);
-    tile::tma_load_4d(smem + T::kOffV + cb * (T::kBlockN * 128), &a.tm_v, bars.kv_full(), cb * 64, w.n0, w.hk, w.b);
-  }
-  for (int s = 0; s < w.steps; ++s) {
-    const int stage = s % T::kStages;
-    if (s >= T::kStages) tile::mbar_wait(bars.q_empty(stage), ((s / T::kStages) + 1) & 1);
+    for (int cb = 0; cb < T::kColBlocks; ++cb) {
+      tile::tma_load_4d(smem + cb * (T::kBlockN * 128), &a.tm_k, bars.kv_full(), cb * 64, w.n0, w.hk, w.b);
+      tile::tma_load_4d(smem + T::kOffV + cb * (T::kBlockN * 128), &a.tm_v, bars.kv_full(), cb * 64, w.n0, w.hk,
+                        w.b);
+    }
+  };
+  const auto load_step = [&](const Work& w, int s, int g) {  // step s of tile w, the CTA's step g
+    const int stage = g % T::kStages;
+    if (g >= T::kStages) tile::mbar_wait(bars.q_empty(stage), ((g / T::kStages) + 1) & 1);
     const int h = w.head(a, s), m0 = w.m0(s);
     uint64_t* full = bars.q_full(stage);
     tile::mbar_arrive_expect_tx(full, 2 * T::kQBytes);
@@ -348,6 +369,22 @@ __device__ __forceinline__ void producer_main(const Args& a, unsigned char* smem
                         h, w.b);
       tile::tma_load_4d(smem + T::kOffDo + stage * T::kQBytes + cb * (T::kBlockM * 128), &a.tm_do, full, cb * 64, m0,
                         h, w.b);
+    }
+  };
+  if constexpr (!kPersistent) {
+    const Work w(a);
+    load_kv(w);
+    for (int s = 0; s < w.steps; ++s) load_step(w, s, s);
+  } else {
+    int g = 0;  // the CTA's ring steps so far
+    for (int j = 0; persistent_tile(j) < a.tiles; ++j) {
+      const Work w = persistent_work(a, persistent_tile(j));
+      const int early = j == 0 ? 0 : min(w.steps, T::kStages);
+      for (int s = 0; s < early; ++s) load_step(w, s, g + s);
+      if (j > 0) tile::mbar_wait(bars.kv_empty(), (j - 1) & 1);
+      load_kv(w);
+      for (int s = early; s < w.steps; ++s) load_step(w, s, g + s);
+      g += w.steps;
     }
   }
 }
@@ -658,19 +695,20 @@ __global__ void __launch_bounds__(384, 1) main_kernel(const __grid_constant__ Ar
       tile::mbar_init(bars.q_full(s), 1);
       tile::mbar_init(bars.q_empty(s), 8);  // 8 consumer warps
     }
+    tile::mbar_init(bars.kv_empty(), 8);
     tile::mbar_fence_init();
   }
   __syncthreads();
   detail::pdl_allow_dependents();  // the convert may be scheduled; it waits for this grid's end itself
   if (threadIdx.x < 128) {
     tile::regs_release<24>();
-    if (threadIdx.x == 0) producer_main<HD>(a, smem, bars);
+    if (threadIdx.x == 0) producer_main<HD, kSched == kPersistentSched>(a, smem, bars);
   } else {
     tile::regs_acquire<240>();
     if constexpr (is_split_dq_sched(kSched)) {
       consumer_pingpong<E, HD, kSched>(a, smem, bars);
     } else if constexpr (is_shared_dq_pingpong_sched(kSched)) {
-      consumer_pingpong_shared_dq<E, HD, kSched == kPingPongEarlyDvSched>(a, smem, bars);
+      consumer_pingpong_shared_dq<E, HD, kSched == kPingPongEarlyDvSched, kSched == kPersistentSched>(a, smem, bars);
     } else {
       consumer_main<E, HD, kSched>(a, smem, bars);
     }
@@ -742,11 +780,17 @@ cudaError_t launch_instance(const flash_bwd::BwdArgs& args, const Args& m, float
     static const cudaError_t attr_status =
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem));
     if (attr_status != cudaSuccess) return attr_status;
-    const dim3 grid(static_cast<unsigned>((args.seqlen_k + T::kBlockN - 1) / T::kBlockN),
-                    static_cast<unsigned>(args.n_head_kv), static_cast<unsigned>(args.batch));
+    dim3 grid(static_cast<unsigned>((args.seqlen_k + T::kBlockN - 1) / T::kBlockN),
+              static_cast<unsigned>(args.n_head_kv), static_cast<unsigned>(args.batch));
     Args mk = m;
     mk.rotate_m = kSched == kPingPongRotatedSched ? 1 : 0;
-    mk.lpt_heads = (kSched == kLptSched || kSched == kLptPdlSched) && m.causal ? causal_order_group(grid.x) : 0;
+    constexpr bool kCausalOrder = kSched == kLptSched || kSched == kLptPdlSched || kSched == kPersistentSched;
+    mk.lpt_heads = kCausalOrder && m.causal ? causal_order_group(grid.x) : 0;
+    mk.tiles = static_cast<int>(grid.x * grid.y * grid.z);
+    if constexpr (kSched == kPersistentSched) {  // one CTA per SM, each taking every gridDim.x-th tile
+      const int sms = flash_detail::current_sm_count();
+      grid = dim3(static_cast<unsigned>(std::min(mk.tiles, sms > 0 ? sms : 132)));
+    }
     if constexpr (kPdl) {
       e = detail::launch_after_prior(kernel, grid, dim3(T::kThreads), kSmem, stream, mk);
     } else {

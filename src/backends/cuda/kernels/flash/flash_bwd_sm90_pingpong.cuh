@@ -44,6 +44,7 @@ constexpr int kPingPongEarlyDvSched = 21;   // 19 with dV issued before the dS^T
 constexpr int kLptSched = 22;     // the causal work order (Args::lpt_heads, Work)
 constexpr int kPdlSched = 23;     // main and convert launched behind the kernel before them (pdl.cuh)
 constexpr int kLptPdlSched = 24;  // both
+constexpr int kPersistentSched = 25;  // 19's steps in persistent CTAs (one per SM, tiles in the causal work order)
 constexpr int kWarpgroupBarrier = 2;  // + cwg: the warpgroup's own 128 threads (2, 3)
 constexpr int kTurnBarrier = 4;       // + cwg: warpgroup cwg's turn to issue (4, 5)
 
@@ -51,7 +52,8 @@ __host__ __device__ constexpr bool is_split_dq_sched(int sched) {
   return sched == kPingPongSched || sched == kSplitDqSched || sched == kPingPongNoDqSched;
 }
 __host__ __device__ constexpr bool is_shared_dq_pingpong_sched(int sched) {
-  return sched == kPingPongSharedDqSched || sched == kPingPongRotatedSched || sched == kPingPongEarlyDvSched;
+  return sched == kPingPongSharedDqSched || sched == kPingPongRotatedSched || sched == kPingPongEarlyDvSched ||
+         sched == kPersistentSched;
 }
 
 template <ElemKind E, int HD, int kSched>
@@ -212,10 +214,9 @@ __device__ __forceinline__ void consumer_pingpong(const Args& a, unsigned char* 
 // dV 128 + dQ 32 + P^T and dS^T fragments 32 at the second group); shared memory is schedule 1's layout.
 // kEarlyDv (schedule 21): dV is issued as soon as P^T exists, before the dS^T store and outside the turn (FA3's
 // order inside a step: the store runs under dV), the turn then covers dQ and dK.
-template <ElemKind E, int HD, bool kEarlyDv>
+template <ElemKind E, int HD, bool kEarlyDv, bool kPersistent>
 __device__ __forceinline__ void consumer_pingpong_shared_dq(const Args& a, unsigned char* smem, Bars bars) {
   using T = Traits<HD>;
-  const Work w(a);
   const int cwg = static_cast<int>(threadIdx.x) / 128 - 1;  // consumer warpgroup: keys [64 cwg, 64 cwg + 64)
   const int wtid = static_cast<int>(threadIdx.x) % 128;
   const int warp = wtid / 32, lane = wtid % 32, g = lane / 4, c = lane % 4;
@@ -226,18 +227,24 @@ __device__ __forceinline__ void consumer_pingpong_shared_dq(const Args& a, unsig
   const int my_turn = kTurnBarrier + cwg, other_turn = kTurnBarrier + 1 - cwg;
 
   float* const vecs = reinterpret_cast<float*>(smem + T::kOffVec + cwg * 2 * T::kVecBytes);  // as consumer_main
+  // Launched behind the preprocess (schedules 23, 24): its LSE, D and zeroed dQ tiles are ready from here; the
+  // producer's loads of Q, K, V and dO (inputs, complete before the preprocess started) did not wait.
+  detail::pdl_wait_prior_grid();
+
+  // One work tile; j and g0: the CTA's tiles and ring steps before it (persistent CTAs run it per tile).
+  const auto run_tile = [&](const Work& w, int j, int g0) {
   auto load_vec = [&](int step) {
     const int64_t row0 = (int64_t{w.b} * a.n_head + w.head(a, step)) * (int64_t{a.m_blocks} * 64) + w.m0(step);
     return wtid < 64 ? a.lse_log2[row0 + wtid] : a.dsum[row0 + wtid - 64];
   };
-  // Launched behind the preprocess (schedules 23, 24): its LSE, D and zeroed dQ tiles are ready from here; the
-  // producer's loads of Q, K, V and dO (inputs, complete before the preprocess started) did not wait.
-  detail::pdl_wait_prior_grid();
   if (w.steps > 0) vecs[wtid] = load_vec(0);
   tile::named_barrier_sync(kWarpgroupBarrier + cwg, 128);
   // Warpgroup 0 syncs on its turn 2 steps + 1 times (the tail), warpgroup 1 arrives once here and after each of its
-  // 2 steps issues; warpgroup 1 syncs 2 steps times, warpgroup 0 arrives after each of its 2 steps issues.
-  if (cwg == 1 && w.steps > 0) tile::named_barrier_arrive(kTurnBarrier, 256);
+  // 2 steps issues; warpgroup 1 syncs 2 steps times, warpgroup 0 arrives after each of its 2 steps issues. So each
+  // tile's turns are balanced. A persistent CTA's warpgroup 1 opens a tile's turns only once its K/V arrived (below),
+  // which the producer loads only after both warpgroups released the last tile's (kv_empty, after warpgroup 0's tail
+  // turn): so its opening arrive never meets warpgroup 0's last turn of the tile before.
+  if (!kPersistent && cwg == 1 && w.steps > 0) tile::named_barrier_arrive(kTurnBarrier, 256);
 
   // dQ[64 queries][64 cwg .. + 64] = dS[64][128 keys] K[128 keys][64 cwg ..] from dS^T buffer `buf`.
   const auto issue_dq = [&](float (&dq)[32], int buf) {
@@ -269,15 +276,16 @@ __device__ __forceinline__ void consumer_pingpong_shared_dq(const Args& a, unsig
 #pragma unroll
   for (int i = 0; i < 64; ++i) dv[i] = dk[i] = 0.0f;
   uint32_t pa[4][4], dsa[4][4];  // P^T and dS^T as 16-bit A fragments of the dV and dK GEMMs
-  tile::mbar_wait(bars.kv_full(), 0);
+  tile::mbar_wait(bars.kv_full(), j & 1);
+  if (kPersistent && cwg == 1 && w.steps > 0) tile::named_barrier_arrive(kTurnBarrier, 256);
 
   for (int s = 0; s < w.steps; ++s) {
-    const int stage = s % T::kStages;
+    const int stage = (g0 + s) % T::kStages;
     const uint32_t q_addr = base + T::kOffQ + stage * T::kQBytes, do_addr = base + T::kOffDo + stage * T::kQBytes;
     const float* lse = vecs + (s % 2) * (2 * T::kBlockM);
     const float* dsum = lse + T::kBlockM;
     const float vec_next = s + 1 < w.steps ? load_vec(s + 1) : 0.0f;
-    tile::mbar_wait(bars.q_full(stage), (s / T::kStages) & 1);
+    tile::mbar_wait(bars.q_full(stage), ((g0 + s) / T::kStages) & 1);
 
     // Group 1: S^T = K_w Q^T and dP^T = V_w dO^T.
     float st[32], dpt[32];
@@ -379,8 +387,26 @@ __device__ __forceinline__ void consumer_pingpong_shared_dq(const Args& a, unsig
     tile::named_barrier_sync(kWarpgroupBarrier + cwg, 128);
     if (wtid == 0) reduce_dq(t);
   }
-  if (wtid == 0) tile::bulk_wait<0>();  // the reductions end before the shared memory goes away
+  if constexpr (kPersistent) {  // every wgmma reading this tile's K/V was waited for: the next tile's may come
+    __syncwarp();
+    if (lane == 0) tile::mbar_arrive(bars.kv_empty());
+  } else {
+    if (wtid == 0) tile::bulk_wait<0>();  // the reductions end before the shared memory goes away
+  }
   store_dk_dv<E, HD>(a, w, key_lo, c, dk, dv);
+  };
+
+  if constexpr (!kPersistent) {
+    run_tile(Work(a), 0, 0);
+  } else {
+    int g0 = 0;
+    for (int j = 0; persistent_tile(j) < a.tiles; ++j) {
+      const Work w = persistent_work(a, persistent_tile(j));
+      run_tile(w, j, g0);
+      g0 += w.steps;
+    }
+    if (wtid == 0) tile::bulk_wait<0>();  // the reductions end before the shared memory goes away
+  }
 }
 
 }  // namespace ga::cuda::flash_bwd_sm90
