@@ -5,8 +5,8 @@
 // default of sessions 4-7), session 6's A/B of the preprocess (12), the preprocess/convert-only timing runs (8, 9,
 // 10) and session 8's ping-pong schedules (16, 17, 18 = 16 without the dQ reduction, timing only; 20, 21: variants of
 // 19; flash_bwd_sm90_pingpong.cuh), for benchmarks; 22-24 (19's kernel with another launch: the causal work order,
-// programmatic dependent launches) cost no kernel of their own and are in every build, as 25 (19's steps in
-// persistent CTAs) while it is measured; -DGA_FLASH_BWD_OLD_SCHEDULES=1 the schedules sessions 4-5
+// programmatic dependent launches) cost no kernel of their own and are in every build; 25 (19's steps in persistent
+// CTAs, session 9: 10-30% slower) in the variants build; -DGA_FLASH_BWD_OLD_SCHEDULES=1 the schedules sessions 4-5
 // measured and dropped (0, 2, 3, 4, 6, 7: their code stays in consumer_main for a rerun).
 #include "backends/cuda/kernels/flash/flash_bwd_sm90.cuh"
 
@@ -41,11 +41,11 @@ cudaError_t launch<128>(const flash_bwd::BwdArgs& args, const Args& m, float* ls
     case kLptSched: return launch_sched<kLptSched>(args, m, lse_log2, bf16, stream);
     case kPdlSched: return launch_sched<kPdlSched>(args, m, lse_log2, bf16, stream);
     case kLptPdlSched: return launch_sched<kLptPdlSched>(args, m, lse_log2, bf16, stream);
-    case kPersistentSched: return launch_sched<kPersistentSched>(args, m, lse_log2, bf16, stream);
     default: break;
   }
 #if GA_FLASH_BWD_VARIANTS
   switch (sched) {
+    case kPersistentSched: return launch_sched<kPersistentSched>(args, m, lse_log2, bf16, stream);
     case kFa3OrderSched: return launch_sched<kFa3OrderSched>(args, m, lse_log2, bf16, stream);
     case kRowPre: return launch_sched<kRowPre>(args, m, lse_log2, bf16, stream);
     case kPreOnly: return launch_sched<kPreOnly>(args, m, lse_log2, bf16, stream);
