@@ -89,6 +89,36 @@ def torch_backward(q, k, v, dout, causal, backend):
     return grad, grad()
 
 
+def kernel_profile(fn, reps=5):
+    """[(kernel name, calls per run, microseconds per run)] of fn's GPU work, from torch.profiler over `reps` runs
+    (after one warm run): says which kernels a backend's backward launches and where its time goes."""
+    from torch.profiler import ProfilerActivity, profile
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            fn()
+        torch.cuda.synchronize()
+    rows = []
+    for e in prof.key_averages():
+        us = getattr(e, "device_time_total", None)
+        if us is None:
+            us = getattr(e, "cuda_time_total", 0.0)
+        if us > 0:
+            rows.append((e.key, e.count / reps, us / reps))
+    return sorted(rows, key=lambda r: -r[2])
+
+
+def print_profiles(fns, label):
+    """The kernel lists of the backends in `fns` for one problem (compare_bwd.py --profile)."""
+    for name, fn in fns.items():
+        rows = kernel_profile(fn)
+        total = sum(r[2] for r in rows)
+        print(f"  profile {label} {name}: {total:.1f} us per backward")
+        for kname, calls, us in rows[:8]:
+            print(f"    {us:8.1f} us {us / total:6.1%} x{calls:g}  {kname[:110]}")
+
+
 def main():
     ap = arg_parser()
     ap.add_argument("--hopper-schedules", default="",
@@ -98,6 +128,8 @@ def main():
                          "reduction (timing only); 0, 2-4, 6, 7 need -DGA_FLASH_BWD_OLD_SCHEDULES=1); needs "
                          "a library built with -DGA_FLASH_ALL_VARIANTS=ON")
     ap.add_argument("--no-sm80", action="store_true", help="do not time the mma.sync kernel at head dim 128")
+    ap.add_argument("--profile", action="store_true",
+                    help="also list each backend's kernels per backward with their GPU time (torch.profiler)")
     args = ap.parse_args()
     schedules = [int(x) for x in args.hopper_schedules.split(",") if x]
 
@@ -163,6 +195,9 @@ def main():
                         fns[key] = forced_run(lib, kernel, forced)
                     finally:
                         lib.ga_flash_backward_set_kernel(0)
+        if args.profile:
+            print_profiles({k_: fns[k_] for k_ in ("cudnn", "ours", "fa2") if k_ in fns},
+                           f"s{s} {'causal' if causal else 'full'}")
         times, clocks = time_rounds(fns, args.iters, args.rounds)
         round_stats(row, times, flops, clocks, ours=["ours"])
         del fns
