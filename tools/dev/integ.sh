@@ -84,7 +84,7 @@ run_bwd() {  # the backward's parity test, then its Hopper schedules against cuD
   grep -E "cases|worst" "$OUT/test_cuda_flash_backward.log" | head -12
   timeout 300 python3 bench/attention_torch/compare_bwd.py --lib $LIB --head-dims 128 \
     --seqlens ${BWD_SEQLENS:-512,1024,2048,4096,8192,16384} --hopper-schedules ${BWD_SCHEDULES:-19,22,23,24} \
-    --rounds ${BWD_ROUNDS:-7} > "$OUT/flash_bwd_schedules.md" 2>&1
+    --rounds ${BWD_ROUNDS:-7} ${BWD_PROFILE:+--profile} > "$OUT/flash_bwd_schedules.md" 2>&1
   note "compare_bwd.py schedules rc=$?"
   tail -40 "$OUT/flash_bwd_schedules.md"
 }
