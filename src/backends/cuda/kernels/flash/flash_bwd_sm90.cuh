@@ -127,7 +127,6 @@ struct Args {
   // any pair's second, and so on. 0: the grid's order (key block fastest). Schedule 25 too.
   int lpt_heads;
   int tiles;  // persistent CTAs (schedule 25): key blocks x n_head_kv x batch, walked from blockIdx.x by gridDim.x
-  int end_read_wait;  // 1 (schedule 26): a CTA's last wait is for the copy engine's read of the dQ staging only
 };
 
 // Position of dQ element (row r < 64, column d < HD) of a query block inside its accumulator tile (layout above).
@@ -739,9 +738,7 @@ constexpr int kRowPre = 12;            // schedule 1 with the one-warp-per-row p
 // convert kernels (7, 12) share another's.
 constexpr int main_kernel_sched(int sched) {
   if (sched == kRowConvert || sched == kRowPre) return kFa3OrderSched;
-  if (sched == kLptSched || sched == kPdlSched || sched == kLptPdlSched || sched == kEndReadSched) {
-    return kPingPongSharedDqSched;
-  }
+  if (sched == kLptSched || sched == kPdlSched || sched == kLptPdlSched) return kPingPongSharedDqSched;
   return sched;
 }
 
@@ -790,7 +787,6 @@ cudaError_t launch_instance(const flash_bwd::BwdArgs& args, const Args& m, float
     constexpr bool kCausalOrder = kSched == kLptSched || kSched == kLptPdlSched || kSched == kPersistentSched;
     mk.lpt_heads = kCausalOrder && m.causal ? causal_order_group(grid.x) : 0;
     mk.tiles = static_cast<int>(grid.x * grid.y * grid.z);
-    mk.end_read_wait = kSched == kEndReadSched ? 1 : 0;
     if constexpr (kSched == kPersistentSched) {  // one CTA per SM, each taking every gridDim.x-th tile
       const int sms = flash_detail::current_sm_count();
       grid = dim3(static_cast<unsigned>(std::min(mk.tiles, sms > 0 ? sms : 132)));

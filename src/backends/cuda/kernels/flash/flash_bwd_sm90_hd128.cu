@@ -41,7 +41,6 @@ cudaError_t launch<128>(const flash_bwd::BwdArgs& args, const Args& m, float* ls
     case kLptSched: return launch_sched<kLptSched>(args, m, lse_log2, bf16, stream);
     case kPdlSched: return launch_sched<kPdlSched>(args, m, lse_log2, bf16, stream);
     case kLptPdlSched: return launch_sched<kLptPdlSched>(args, m, lse_log2, bf16, stream);
-    case kEndReadSched: return launch_sched<kEndReadSched>(args, m, lse_log2, bf16, stream);
     default: break;
   }
 #if GA_FLASH_BWD_VARIANTS

@@ -45,7 +45,6 @@ constexpr int kLptSched = 22;     // the causal work order (Args::lpt_heads, Wor
 constexpr int kPdlSched = 23;     // main and convert launched behind the kernel before them (pdl.cuh)
 constexpr int kLptPdlSched = 24;  // both
 constexpr int kPersistentSched = 25;  // 19's steps in persistent CTAs (one per SM, tiles in the causal work order)
-constexpr int kEndReadSched = 26;     // 19's kernel, each CTA ending once its last dQ staging was read (Args)
 constexpr int kWarpgroupBarrier = 2;  // + cwg: the warpgroup's own 128 threads (2, 3)
 constexpr int kTurnBarrier = 4;       // + cwg: warpgroup cwg's turn to issue (4, 5)
 
@@ -391,13 +390,10 @@ __device__ __forceinline__ void consumer_pingpong_shared_dq(const Args& a, unsig
   if constexpr (kPersistent) {  // every wgmma reading this tile's K/V was waited for: the next tile's may come
     __syncwarp();
     if (lane == 0) tile::mbar_arrive(bars.kv_empty());
-  } else if (!a.end_read_wait) {
+  } else {
     if (wtid == 0) tile::bulk_wait<0>();  // the reductions end before the shared memory goes away
   }
   store_dk_dv<E, HD>(a, w, key_lo, c, dk, dv);
-  // Schedule 26: the CTA may end once the copy engine has read the last staging (its adds into the workspace still
-  // land before the grid completes, as a TMA store's writes do), and thread 0 waits only after its dK/dV stores.
-  if (!kPersistent && a.end_read_wait && wtid == 0) tile::bulk_wait_read<0>();
   };
 
   if constexpr (!kPersistent) {
