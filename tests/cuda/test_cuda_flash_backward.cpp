@@ -19,6 +19,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <initializer_list>
 #include <random>
 #include <string>
 #include <vector>
@@ -261,20 +262,27 @@ TEST(CudaFlashBackward, GradientsMatchFloat64Reference) {
   parity.finish();
 }
 
+// Runs and checks a list of shapes as one parity table (name, seed), printing the worst errors and the cases run.
+void check_shape_list(const char* name, unsigned seed, std::initializer_list<Shape> shapes) {
+  CachingAllocator alloc(0);
+  Parity parity(name);
+  g_worst_rel_l2 = g_worst_elem_over_rms = 0.0;
+  g_runs[0] = g_runs[1] = g_runs[2] = 0;
+  std::mt19937 rng(seed);
+  for (const Shape& s : shapes) {
+    run_and_check(parity, alloc, s, rng);
+    if (testing::Test::HasFatalFailure()) return;
+  }
+  print_worst(name);
+  parity.finish();
+}
+
 // 4097 tokens (65 query blocks, 33 key blocks of the Hopper kernel, the last of one row / key) at head dim 128, the
 // Hopper kernel's shape, causal with GQA 2:1 (so two query heads add into each dk / dv row): one case, since its
 // float64 reference costs ~1e10 multiply-adds on one CPU thread.
 TEST(CudaFlashBackward, LongSequence4097) {
   GA_REQUIRE_CUDA_DEVICE();
-  CachingAllocator alloc(0);
-  Parity parity("flash backward 4097");
-  g_worst_rel_l2 = g_worst_elem_over_rms = 0.0;
-  g_runs[0] = g_runs[1] = g_runs[2] = 0;
-  std::mt19937 rng(4097);
-  run_and_check(parity, alloc, Shape{FlashDtype::kBf16, 128, 2, 1, 1, 4097, 4097, true, true}, rng);
-  if (testing::Test::HasFatalFailure()) return;
-  print_worst("flash backward 4097");
-  parity.finish();
+  check_shape_list("flash backward 4097", 4097, {Shape{FlashDtype::kBf16, 128, 2, 1, 1, 4097, 4097, true, true}});
 }
 
 // Many work tiles: the causal work order (schedules 22, 24, 25: Work in flash_bwd_sm90.cuh) reads the grid as groups
@@ -283,46 +291,25 @@ TEST(CudaFlashBackward, LongSequence4097) {
 // Q/dO ring and K/V barriers running on across tiles); full and causal, GQA 2:1.
 TEST(CudaFlashBackward, ManyWorkTiles) {
   GA_REQUIRE_CUDA_DEVICE();
-  CachingAllocator alloc(0);
-  Parity parity("flash backward many tiles");
-  g_worst_rel_l2 = g_worst_elem_over_rms = 0.0;
-  g_runs[0] = g_runs[1] = g_runs[2] = 0;
-  std::mt19937 rng(136);
-  const Shape shapes[] = {
-      {FlashDtype::kBf16, 128, 16, 8, 17, 129, 129, true, false},
-      {FlashDtype::kF16, 128, 16, 8, 17, 129, 129, false, true},
-  };
-  for (const Shape& s : shapes) {
-    run_and_check(parity, alloc, s, rng);
-    if (testing::Test::HasFatalFailure()) return;
-  }
-  print_worst("flash backward many tiles");
-  parity.finish();
+  check_shape_list("flash backward many tiles", 136,
+                   {Shape{FlashDtype::kBf16, 128, 16, 8, 17, 129, 129, true, false},
+                    Shape{FlashDtype::kF16, 128, 16, 8, 17, 129, 129, false, true}});
 }
 
 // A few small shapes: what the device script runs under compute-sanitizer memcheck (partial key and query
 // blocks, GQA, causal rows that see no key, several key blocks adding into one dq row).
 TEST(CudaFlashBackward, SmallShapesForSanitizer) {
   GA_REQUIRE_CUDA_DEVICE();
-  CachingAllocator alloc(0);
-  Parity parity("flash backward small");
-  g_worst_rel_l2 = g_worst_elem_over_rms = 0.0;
-  g_runs[0] = g_runs[1] = g_runs[2] = 0;
-  std::mt19937 rng(8);
-  const Shape shapes[] = {
-      {FlashDtype::kBf16, 128, 2, 1, 1, 129, 200, true, true},
-      {FlashDtype::kF16, 64, 4, 2, 2, 7, 300, false, false},
-      {FlashDtype::kBf16, 256, 2, 1, 1, 150, 7, true, true},
-      {FlashDtype::kF16, 256, 2, 2, 1, 70, 130, false, false},
-      {FlashDtype::kF16, 128, 4, 2, 2, 70, 300, false, false},  // Hopper: 3 key blocks, GQA, partial query block
-      {FlashDtype::kBf16, 128, 2, 2, 1, 200, 129, true, false},  // Hopper: causal, seqlen_q > seqlen_k
-  };
-  for (const Shape& s : shapes) {
-    run_and_check(parity, alloc, s, rng);
-    if (testing::Test::HasFatalFailure()) return;
-  }
-  print_worst("flash backward small");
-  parity.finish();
+  check_shape_list("flash backward small", 8,
+                   {
+                       Shape{FlashDtype::kBf16, 128, 2, 1, 1, 129, 200, true, true},
+                       Shape{FlashDtype::kF16, 64, 4, 2, 2, 7, 300, false, false},
+                       Shape{FlashDtype::kBf16, 256, 2, 1, 1, 150, 7, true, true},
+                       Shape{FlashDtype::kF16, 256, 2, 2, 1, 70, 130, false, false},
+                       // Hopper: 3 key blocks, GQA, partial query block
+                       Shape{FlashDtype::kF16, 128, 4, 2, 2, 70, 300, false, false},
+                       Shape{FlashDtype::kBf16, 128, 2, 2, 1, 200, 129, true, false},  // Hopper: causal, q > k
+                   });
 }
 
 TEST(CudaFlashBackward, UnsupportedParamsAreRejectedWithAReason) {
