@@ -136,6 +136,11 @@ cudaError_t run_hopper(const FlashBwdParams& p, flash_bwd::BwdArgs a, void* work
                                 f.v_head_stride, f.v_batch_stride, T::kBlockN) != nullptr) {
     return cudaErrorInvalidValue;
   }
+  // dK, dV maps for schedule 26's TMA-store epilogue (64-key boxes); without them it stores from registers.
+  m.tma_dkdv = tile::encode_tma_map_bshd(&m.tm_dk, 2, bf16, p.dk, f.head_dim, f.seqlen_k, f.n_head_kv, f.batch,
+                                         p.dk_seq_stride, p.dk_head_stride, p.dk_batch_stride, 64) == nullptr &&
+               tile::encode_tma_map_bshd(&m.tm_dv, 2, bf16, p.dv, f.head_dim, f.seqlen_k, f.n_head_kv, f.batch,
+                                         p.dv_seq_stride, p.dv_head_stride, p.dv_batch_stride, 64) == nullptr;
   unsigned char* ws = static_cast<unsigned char*>(workspace);
   float* lse_log2 = reinterpret_cast<float*>(ws + sm90_accum_bytes(f));
   a.dq_accum = reinterpret_cast<float*>(ws);

@@ -114,6 +114,7 @@ struct Traits {
 
 struct Args {
   CUtensorMap tm_q, tm_k, tm_v, tm_do;  // 4-D [batch][head][seq][HD] views, boxes {64, rows, 1, 1}
+  CUtensorMap tm_dk, tm_dv;             // the same over dK and dV (KV heads), boxes {64, 64, 1, 1}: schedule 26
   const float* lse_log2;                // workspace [batch][n_head][m_blocks * 64]
   const float* dsum;                    // workspace, same shape
   float* dq_accum;                      // workspace [batch][n_head][m_blocks][64 * HD], fragment order
@@ -127,6 +128,7 @@ struct Args {
   // any pair's second, and so on. 0: the grid's order (key block fastest). Schedule 25 too.
   int lpt_heads;
   int tiles;  // persistent CTAs (schedule 25): key blocks x n_head_kv x batch, walked from blockIdx.x by gridDim.x
+  int tma_dkdv;  // 1 (schedule 26, when both maps encoded): dK and dV leave through shared memory and TMA stores
 };
 
 // Position of dQ element (row r < 64, column d < HD) of a query block inside its accumulator tile (layout above).
@@ -738,7 +740,9 @@ constexpr int kRowPre = 12;            // schedule 1 with the one-warp-per-row p
 // convert kernels (7, 12) share another's.
 constexpr int main_kernel_sched(int sched) {
   if (sched == kRowConvert || sched == kRowPre) return kFa3OrderSched;
-  if (sched == kLptSched || sched == kPdlSched || sched == kLptPdlSched) return kPingPongSharedDqSched;
+  if (sched == kLptSched || sched == kPdlSched || sched == kLptPdlSched || sched == kTmaDkDvSched) {
+    return kPingPongSharedDqSched;
+  }
   return sched;
 }
 
@@ -787,6 +791,7 @@ cudaError_t launch_instance(const flash_bwd::BwdArgs& args, const Args& m, float
     constexpr bool kCausalOrder = kSched == kLptSched || kSched == kLptPdlSched || kSched == kPersistentSched;
     mk.lpt_heads = kCausalOrder && m.causal ? causal_order_group(grid.x) : 0;
     mk.tiles = static_cast<int>(grid.x * grid.y * grid.z);
+    mk.tma_dkdv = kSched == kTmaDkDvSched ? m.tma_dkdv : 0;  // m's: whether the host encoded the two maps
     if constexpr (kSched == kPersistentSched) {  // one CTA per SM, each taking every gridDim.x-th tile
       const int sms = flash_detail::current_sm_count();
       grid = dim3(static_cast<unsigned>(std::min(mk.tiles, sms > 0 ? sms : 132)));

@@ -41,6 +41,7 @@ cudaError_t launch<128>(const flash_bwd::BwdArgs& args, const Args& m, float* ls
     case kLptSched: return launch_sched<kLptSched>(args, m, lse_log2, bf16, stream);
     case kPdlSched: return launch_sched<kPdlSched>(args, m, lse_log2, bf16, stream);
     case kLptPdlSched: return launch_sched<kLptPdlSched>(args, m, lse_log2, bf16, stream);
+    case kTmaDkDvSched: return launch_sched<kTmaDkDvSched>(args, m, lse_log2, bf16, stream);
     default: break;
   }
 #if GA_FLASH_BWD_VARIANTS

@@ -45,8 +45,10 @@ constexpr int kLptSched = 22;     // the causal work order (Args::lpt_heads, Wor
 constexpr int kPdlSched = 23;     // main and convert launched behind the kernel before them (pdl.cuh)
 constexpr int kLptPdlSched = 24;  // both
 constexpr int kPersistentSched = 25;  // 19's steps in persistent CTAs (one per SM, tiles in the causal work order)
+constexpr int kTmaDkDvSched = 26;     // 19's kernel with dK and dV written by TMA stores (Args::tma_dkdv)
 constexpr int kWarpgroupBarrier = 2;  // + cwg: the warpgroup's own 128 threads (2, 3)
 constexpr int kTurnBarrier = 4;       // + cwg: warpgroup cwg's turn to issue (4, 5)
+constexpr int kEpilogueBarrier = 6;   // both consumer warpgroups, before schedule 26's dK/dV staging
 
 __host__ __device__ constexpr bool is_split_dq_sched(int sched) {
   return sched == kPingPongSched || sched == kSplitDqSched || sched == kPingPongNoDqSched;
@@ -208,6 +210,45 @@ __device__ __forceinline__ void consumer_pingpong(const Args& a, unsigned char* 
 // warpgroups' dS^T halves; in the turn order (0.G1(s), 1.G1(s), 0.G2(s), 1.G2(s), 0.G1(s + 1), ...) warpgroup 1's
 // dS^T(s) exists only after warpgroup 0's second turn of step s, so warpgroup 1 adds its columns of step s's dQ in
 // its own second turn and warpgroup 0 its columns of step s - 1's (a tail turn after the loop adds the last step's).
+// Schedule 26's epilogue: dK, dV of this warpgroup's 64 keys staged in shared memory and written by TMA stores
+// instead of store_dk_dv's 4-byte register stores (each a half-used 32-byte sector, 64 per thread). The caller has
+// made every wgmma of both consumer warpgroups complete (the staging overwrites the Q/dO ring: warpgroup w's dK in
+// Q stage w, its dV in dO stage w, each [2 column blocks][64 rows][128 bytes] in the maps' 128-byte swizzle; a
+// warp's 32 four-byte writes land in 32 banks). One thread per warpgroup issues the 4 stores (2 tensors x 2 column
+// blocks); TMA clips keys past seqlen_k, as store_dk_dv skips them. The caller waits for the stores' reads before
+// the shared memory goes away.
+template <ElemKind E, int HD>
+__device__ __forceinline__ void store_dk_dv_tma(const Args& a, const Work& w, unsigned char* smem, int cwg, int wtid,
+                                                const float (&dk)[64], const float (&dv)[64]) {
+  using T = Traits<HD>;
+  static_assert(HD == 128 && T::kQBytes == 2 * 64 * 128, "a warpgroup's dK (or dV) is one Q (or dO) stage");
+  const int warp = wtid / 32, g = (wtid % 32) / 4, c = wtid % 4;
+  unsigned char* const dk_stage = smem + T::kOffQ + cwg * T::kQBytes;
+  unsigned char* const dv_stage = smem + T::kOffDo + cwg * T::kQBytes;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int r = warp * 16 + g + 8 * half;  // row of the warpgroup's 64 keys
+#pragma unroll
+    for (int j = 0; j < HD / 8; ++j) {
+      const int i = 4 * j + 2 * half;
+      const int offset = (j / 8) * (64 * 128) + r * 128 + (((j % 8) ^ (r % 8)) * 16) + 4 * c;
+      *reinterpret_cast<uint32_t*>(dk_stage + offset) =
+          flash_detail::pack2<E>(dk[i] * a.scale, dk[i + 1] * a.scale);
+      *reinterpret_cast<uint32_t*>(dv_stage + offset) = flash_detail::pack2<E>(dv[i], dv[i + 1]);
+    }
+  }
+  tile::fence_async_shared();
+  tile::named_barrier_sync(kWarpgroupBarrier + cwg, 128);
+  if (wtid == 0) {
+#pragma unroll
+    for (int cb = 0; cb < 2; ++cb) {
+      tile::tma_store_4d(&a.tm_dk, dk_stage + cb * (64 * 128), cb * 64, w.n0 + 64 * cwg, w.hk, w.b);
+      tile::tma_store_4d(&a.tm_dv, dv_stage + cb * (64 * 128), cb * 64, w.n0 + 64 * cwg, w.hk, w.b);
+    }
+    tile::bulk_commit();
+  }
+}
+
 // The turns themselves order every dS^T access: a warpgroup writes its half of buffer s % 2 only after the turn that
 // followed the last reads of step s - 2's dS^T (warpgroup 1's in its G2(s - 2), warpgroup 0's in its G2(s - 1)),
 // and reads the other half only after the other's hand-over that followed its write. Registers as schedule 1 (dK,
@@ -393,7 +434,13 @@ __device__ __forceinline__ void consumer_pingpong_shared_dq(const Args& a, unsig
   } else {
     if (wtid == 0) tile::bulk_wait<0>();  // the reductions end before the shared memory goes away
   }
-  store_dk_dv<E, HD>(a, w, key_lo, c, dk, dv);
+  if (!kPersistent && a.tma_dkdv) {  // schedule 26: after both warpgroups' last wgmmas (the staging reuses the ring)
+    tile::named_barrier_sync(kEpilogueBarrier, 256);
+    store_dk_dv_tma<E, HD>(a, w, smem, cwg, wtid, dk, dv);
+    if (wtid == 0) tile::bulk_wait_read<0>();  // the stores have read the staging before the CTA ends
+  } else {
+    store_dk_dv<E, HD>(a, w, key_lo, c, dk, dv);
+  }
   };
 
   if constexpr (!kPersistent) {

@@ -16,7 +16,8 @@ namespace ga::cuda {
 // warpgroup ping-pong of flash_bwd_sm90_pingpong.cuh; 16, 17, 20, 21 its variants, 18 its timing without the dQ
 // reduction; 22 its kernel in the causal work order, 23 its kernel and the dQ convert launched behind the kernel
 // before them (programmatic dependent launch), 24 both: these three in every build; 25 its steps in persistent CTAs,
-// one per SM, tiles in the causal work order; variants build only), 1 the default of sessions 4-7, 12 = 1 with the one-warp-per-row preprocess; 9 the preprocess and
+// one per SM, tiles in the causal work order; variants build only; 26 its kernel with dK and dV staged in shared
+// memory and written by TMA stores, in every build), 1 the default of sessions 4-7, 12 = 1 with the one-warp-per-row preprocess; 9 the preprocess and
 // convert kernels alone, 10 the default (wide) preprocess alone, 8 the one-warp-per-row preprocess alone (wrong
 // gradients: timings of their share only); 0, 2, 3, 4, 7 (the
 // schedules of flash_bwd_sm90.cuh sessions 4-5 dropped) and 6 (9 with the row-per-warp convert) only with
