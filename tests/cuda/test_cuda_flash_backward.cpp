@@ -103,12 +103,9 @@ Reference reference(const Shape& s, double scale, const std::vector<double>& q, 
 
 double g_worst_rel_l2 = 0.0, g_worst_elem_over_rms = 0.0;  // over all checks, printed by each test
 // flash_bwd_variants.h: the schedules that compute gradients (6, 8, 9, 10 time the preprocess/convert kernels only;
-// 0, 2, 3, 4, 7 are compiled only with -DGA_FLASH_BWD_OLD_SCHEDULES=1; 1, 12, 16, 17, 20, 21 with the variants
-// build; the ones a build lacks are skipped; the default runs as [hopper]; 19, 22, 23, 24 (19's kernel with the
-// causal work order and/or launched behind the preprocess; 26: dK/dV by TMA stores) are in every build, 25
-// (persistent CTAs) in the variants
-// build).
-constexpr int kHopperScheduleIds[] = {0, 1, 2, 3, 4, 7, 12, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26};
+// 0, 2, 3, 4, 7 are compiled only with -DGA_FLASH_BWD_OLD_SCHEDULES=1; 1, 12, 16, 17, 20, 21, 25 with the variants
+// build; the ones a build lacks are skipped; the default, 26, runs as [hopper]; 19, 22, 23, 24 are in every build).
+constexpr int kHopperScheduleIds[] = {0, 1, 2, 3, 4, 7, 12, 16, 17, 19, 20, 21, 22, 23, 24, 25};
 constexpr int kHopperSchedules = sizeof(kHopperScheduleIds) / sizeof(kHopperScheduleIds[0]);
 int g_runs[3] = {0, 0, 0};  // cases run per kernel (mma.sync, Hopper, Hopper's other schedules), printed by each test
 

@@ -45,7 +45,10 @@
 // only by mbarriers were correct but flagged by compute-sanitizer's racecheck, and an L2 read of them in the step's
 // critical path was slower: docs/results/2026-11-22-h200-flash.md, "Hopper backward").
 //
-// Since session 8 the default is schedule 19 (flash_bwd_sm90_pingpong.cuh, consumer_pingpong_shared_dq): the step
+// Since session 9 the default is schedule 26: schedule 19 below with dK and dV staged in the freed Q/dO ring and
+// written by TMA stores (store_dk_dv_tma): the 4-byte register stores of store_dk_dv (half-used sectors, 64 per
+// thread) had cost ~3.5 us of a ~29 us CTA at 512 tokens (the main kernel 567 -> 510 us per backward there).
+// Since session 8 the default was schedule 19 (flash_bwd_sm90_pingpong.cuh, consumer_pingpong_shared_dq): the step
 // above, but the two warpgroups no longer meet at a dS barrier; they issue their GEMM groups (S^T + dP^T; dV + dQ + dK)
 // in alternating turns (named barriers), so one's exp / dS phase runs under the other's GEMMs, and warpgroup 0 adds
 // its dQ columns a step late (when warpgroup 1's dS^T half exists). 1.02-1.13x schedule 1 at every length 512-16k
@@ -725,9 +728,11 @@ __global__ void __launch_bounds__(384, 1) main_kernel(const __grid_constant__ Ar
 // benchmarks (flash_backward_hopper_variant in flash_bwd_variants.h). kPrePostOnly runs the preprocess and convert
 // kernels alone (wrong gradients; a benchmark's measure of their share of the time). Every schedule but kPreOnly,
 // kRowPre and kPreRowConvertOnly runs preprocess_wide.
-// 19 (flash_bwd_sm90_pingpong.cuh): 1.02-1.10x schedule 1 at every length 512-16k, causal and full (session 8,
-// run 2); schedule 1 was 3.5-7% faster than 0 at every size, 2 in between (session 4, run 1).
-constexpr int kDefaultSched = kPingPongSharedDqSched;
+// 26 (19's kernel, dK/dV written by TMA stores; session 9): the main kernel 7-10% faster than 19 at 512-1k tokens,
+// 2-3% at 4k (torch.profiler, same run), 0.91-0.97x cuDNN at 512-1k where 19 was 0.84-0.88x. 19
+// (flash_bwd_sm90_pingpong.cuh): 1.02-1.10x schedule 1 at every length 512-16k, causal and full (session 8, run 2);
+// schedule 1 was 3.5-7% faster than 0 at every size, 2 in between (session 4, run 1).
+constexpr int kDefaultSched = kTmaDkDvSched;
 constexpr int kFa3OrderSched = 1;  // the default of sessions 4-7 (consumer_main), in the variants build since
 constexpr int kPrePostOnly = 9;
 constexpr int kPreOnly = 8;  // the preprocess kernel alone (its share; s9 - s8 = the convert's)

@@ -1,6 +1,7 @@
 // Instantiations of the Hopper flash backward for head dim 128 (bf16, fp16): see flash_bwd_sm90.cuh. The only head
 // dim the Hopper backward is built for; flash_backward sends the others to the mma.sync kernels (flash_bwd_hd*.cu).
-// CI builds only the default schedule (19 since session 8; each instantiation is a heavy wgmma kernel);
+// CI builds only the default schedule's kernel (26 since session 9: 19's kernel with a TMA-store epilogue; each
+// instantiation is a heavy wgmma kernel);
 // -DGA_FLASH_ALL_VARIANTS=ON (or GA_FLASH_BWD_VARIANTS=1 alone, without the forward's variants) adds schedule 1 (the
 // default of sessions 4-7), session 6's A/B of the preprocess (12), the preprocess/convert-only timing runs (8, 9,
 // 10) and session 8's ping-pong schedules (16, 17, 18 = 16 without the dQ reduction, timing only; 20, 21: variants of
@@ -36,12 +37,11 @@ template <>
 cudaError_t launch<128>(const flash_bwd::BwdArgs& args, const Args& m, float* lse_log2, bool bf16, int sched,
                         cudaStream_t stream) {
   if (sched < 0 || sched == kDefaultSched) return launch_sched<kDefaultSched>(args, m, lse_log2, bf16, stream);
-  switch (sched) {  // the default's kernel with other launches (no kernel of their own): in every build
+  switch (sched) {  // the default's kernel with other launches or epilogue (no kernel of their own): in every build
     case kPingPongSharedDqSched: return launch_sched<kPingPongSharedDqSched>(args, m, lse_log2, bf16, stream);
     case kLptSched: return launch_sched<kLptSched>(args, m, lse_log2, bf16, stream);
     case kPdlSched: return launch_sched<kPdlSched>(args, m, lse_log2, bf16, stream);
     case kLptPdlSched: return launch_sched<kLptPdlSched>(args, m, lse_log2, bf16, stream);
-    case kTmaDkDvSched: return launch_sched<kTmaDkDvSched>(args, m, lse_log2, bf16, stream);
     default: break;
   }
 #if GA_FLASH_BWD_VARIANTS
