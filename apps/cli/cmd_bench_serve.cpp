@@ -36,6 +36,7 @@
 #include "backends/cuda/cuda_forward.h"
 #include "cli_common.h"
 #include "commands.h"
+#include "core/env.h"
 #include "gpu_accel/error.h"
 #include "gpu_accel/scheduler.h"
 #include "gpu_accel/session.h"
@@ -107,10 +108,7 @@ struct ReferenceFigures {
 // GA_PREFILL_GPU_TIMING=1 (the CUDA forward then times each prefill replay on the GPU, one stderr line each): the
 // reference's phases are named on stderr too, and one more phase reads the SM clock (NVML) after each idle pause
 // and right after the prefill that follows it (Session 7b: is the idle prefill's extra time the GPU's or the host's).
-bool gpu_timing_diagnostic() {
-  const char* env = std::getenv("GA_PREFILL_GPU_TIMING");
-  return env != nullptr && *env != '\0' && *env != '0';
-}
+bool gpu_timing_diagnostic() { return env_flag("GA_PREFILL_GPU_TIMING"); }
 
 void phase(const char* name) {
   if (gpu_timing_diagnostic()) std::fprintf(stderr, "reference phase: %s\n", name);

@@ -7,6 +7,8 @@
 #   hostrow   GA_MIN_DEVICE_SAMPLED_ROWS=2: the lone row copied to the host and sampled there (before session 8)
 #   select    GA_GPU_ARGMAX=0: the lone row on the GPU through the candidate selection instead of the argmax
 #   *trace    the same with GA_SCHEDULER_TRACE=1 (submit -> first token split; costs ~0.01 ms of the way out)
+# The hostrow and select switches were retired in session 9 (this script is the record of session 8's run; on a
+# later tree those variants run the default path).
 # Usage (device machine, worktree copy, .httplib and .fwdshared beside it):
 #   cd .dev-ttft9 && export GA_SHARED=$PWD/../.fwdshared && OUT=$OUT bash tools/dev/ttft9.sh
 set -uo pipefail

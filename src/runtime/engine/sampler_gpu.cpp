@@ -11,8 +11,8 @@
 // 12-byte copy per row replace the two-kernel candidate selection with its double-precision exp sums and its
 // parameter upload. That is what a lone greedy request's first token waits for after its prefill (the Scheduler
 // queues the sampling behind the forward: docs/results/2026-11-22-h200-serving.md, "Session 8"). A row holding a
-// NaN or no finite logit goes to the full row as in the candidate path. GA_GPU_ARGMAX=0 (a diagnostic switch for
-// before/after runs in one build) sends greedy rows through the candidate selection as before.
+// NaN or no finite logit goes to the full row as in the candidate path. (Session 8's A/B switch GA_GPU_ARGMAX=0,
+// greedy rows through the candidate selection, was retired once session 9 confirmed its numbers on the merged tree.)
 #include "runtime/engine/sampler_gpu.h"
 
 #include <algorithm>
@@ -44,14 +44,6 @@ void logprobs_from_row(std::span<const float> row, int32_t top_n, GpuSampleResul
   }
 }
 
-
-bool argmax_path_enabled() {
-  static const bool enabled = [] {
-    const char* env = std::getenv("GA_GPU_ARGMAX");
-    return env == nullptr || std::strcmp(env, "0") != 0;
-  }();
-  return enabled;
-}
 
 // The row the GPU could not decide, whole on the CPU: Sampler::sample's token, PRNG state, error and logprobs.
 void sample_full_row(cuda::CudaSampling& gpu, const float* device_logits, int64_t ld, size_t i, const GpuSampleRow& row,
@@ -114,7 +106,7 @@ std::vector<GpuSampleResult> sample_rows_on_gpu(cuda::CudaSampling& gpu, const f
   for (size_t i = 0; i < rows.size(); ++i) {
     GA_CHECK(rows[i].sampler != nullptr, InvalidArgument, "sample_rows_on_gpu: row ", i, " has no sampler");
   }
-  if (!rows.empty() && argmax_path_enabled() &&
+  if (!rows.empty() &&
       std::all_of(rows.begin(), rows.end(),
                   [](const GpuSampleRow& r) { return greedy_is_argmax(r.sampler->params()) && r.top_logprobs < 0; })) {
     return sample_rows_by_argmax(gpu, device_logits, ld, rows);

@@ -58,6 +58,7 @@
 #include <thread>
 #include <unordered_set>
 
+#include "core/env.h"
 #include "core/log.h"
 #include "core/spin_wait.h"
 #include "core/thread_pool.h"
@@ -75,19 +76,6 @@ using Clock = std::chrono::steady_clock;
 
 constexpr int kMaxTopLogprobs = 20;          // OpenAI's limit
 constexpr double kRateWindowSeconds = 10.0;  // tok/s are averaged over this recent window
-
-// Steps with fewer sampled rows than this copy them to the host (when the backend samples on the device). 1: every
-// step samples on the device. Before session 8 it was 2 (one row sampled faster on the host than by the GPU sampler's
-// launch chain after a synchronized forward); now the step is left queued and the sampling queued behind it, so the
-// host's part overlaps the GPU and a lone greedy row is one argmax kernel: docs/results/2026-11-22-h200-serving.md,
-// "Session 8". GA_MIN_DEVICE_SAMPLED_ROWS=N (a diagnostic switch for before/after runs in one build) overrides it.
-int64_t min_device_sampled_rows() {
-  static const int64_t rows = [] {
-    const char* env = std::getenv("GA_MIN_DEVICE_SAMPLED_ROWS");
-    return env != nullptr && *env != '\0' ? std::max<int64_t>(std::atoll(env), 1) : int64_t{1};
-  }();
-  return rows;
-}
 
 double seconds_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
@@ -359,10 +347,7 @@ const Tokenizer& Scheduler::tokenizer() const { return impl_->tokenizer; }
 // thread's wake-up, the forward's start and end, and the end of sampling and emission, to match with
 // `serve --trace-timing`'s submit and first token (tools/dev/serve_http.sh splits submit -> first token with them).
 static bool trace_lone_prefills() {
-  static const bool on = [] {
-    const char* env = std::getenv("GA_SCHEDULER_TRACE");
-    return env != nullptr && *env != '\0' && *env != '0';
-  }();
+  static const bool on = env_flag("GA_SCHEDULER_TRACE");
   return on;
 }
 
@@ -582,9 +567,14 @@ void Scheduler::Impl::step() {
     try {
       ++steps;
       const Clock::time_point t0 = Clock::now();
-      // On the device the forward returns with the step still queued on the GPU (forward_for_sampling), so
+      // Every step with a sampled row samples it on the device when the backend can (since session 8; before, a
+      // lone row was copied to the host: one row sampled faster there than by the GPU sampler's launch chain after a
+      // synchronized forward). The forward then returns with the step still queued on the GPU
+      // (forward_for_sampling) and the sampling is queued behind it, so the host's part overlaps the GPU and a lone
+      // greedy row is one argmax kernel (docs/results/2026-11-22-h200-serving.md, "Session 8"; its A/B switch
+      // GA_MIN_DEVICE_SAMPLED_ROWS was retired once session 9 confirmed the numbers on the merged tree):
       // forward_seconds is then the host's part and sample_seconds includes the wait for the step.
-      const bool on_device = backend->samples_on_device() && n_logits >= min_device_sampled_rows();
+      const bool on_device = backend->samples_on_device() && n_logits > 0;
       std::span<const float> logits;  // host rows (empty when they stay on the device)
       int64_t rows = 0;
       if (on_device) {

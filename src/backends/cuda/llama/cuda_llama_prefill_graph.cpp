@@ -37,6 +37,7 @@
 #include "backends/cuda/kernels/gemv.h"
 #include "backends/cuda/llama/cuda_llama_forward.h"
 #include "backends/cuda/stream.h"
+#include "core/env.h"
 #include "gpu_accel/error.h"
 
 namespace ga::cuda::llama {
@@ -116,10 +117,7 @@ namespace {
 // pause is slower on the GPU itself (clocks, power state) or on the host's way to it. It waits for the replay
 // (the caller would wait right after anyway), so it is off unless asked for.
 bool time_prefill_replays() {
-  static const bool on = [] {
-    const char* env = std::getenv("GA_PREFILL_GPU_TIMING");
-    return env != nullptr && *env != '\0' && *env != '0';
-  }();
+  static const bool on = env_flag("GA_PREFILL_GPU_TIMING");
   return on;
 }
 
