@@ -204,12 +204,6 @@ __device__ __forceinline__ void consumer_pingpong(const Args& a, unsigned char* 
   store_dk_dv<E, HD>(a, w, key_lo, c, dk, dv);
 }
 
-// Schedule 19: the ping-pong of schedule 16 with schedule 1's shared dQ (one 16 KB bulk reduce per warpgroup and
-// step, half of 16's: run 1 of session 8 measured 16 at 0.86-0.90x schedule 1 but 18, i.e. 16 without its dQ
-// reduction, at 1.2-1.4x, so the doubled staging and reduction was what lost). dQ[:, 64 cwg ..] of a step needs both
-// warpgroups' dS^T halves; in the turn order (0.G1(s), 1.G1(s), 0.G2(s), 1.G2(s), 0.G1(s + 1), ...) warpgroup 1's
-// dS^T(s) exists only after warpgroup 0's second turn of step s, so warpgroup 1 adds its columns of step s's dQ in
-// its own second turn and warpgroup 0 its columns of step s - 1's (a tail turn after the loop adds the last step's).
 // Schedule 26's epilogue: dK, dV of this warpgroup's 64 keys staged in shared memory and written by TMA stores
 // instead of store_dk_dv's 4-byte register stores (each a half-used 32-byte sector, 64 per thread). The caller has
 // made every wgmma of both consumer warpgroups complete (the staging overwrites the Q/dO ring: warpgroup w's dK in
@@ -249,6 +243,12 @@ __device__ __forceinline__ void store_dk_dv_tma(const Args& a, const Work& w, un
   }
 }
 
+// Schedule 19: the ping-pong of schedule 16 with schedule 1's shared dQ (one 16 KB bulk reduce per warpgroup and
+// step, half of 16's: run 1 of session 8 measured 16 at 0.86-0.90x schedule 1 but 18, i.e. 16 without its dQ
+// reduction, at 1.2-1.4x, so the doubled staging and reduction was what lost). dQ[:, 64 cwg ..] of a step needs both
+// warpgroups' dS^T halves; in the turn order (0.G1(s), 1.G1(s), 0.G2(s), 1.G2(s), 0.G1(s + 1), ...) warpgroup 1's
+// dS^T(s) exists only after warpgroup 0's second turn of step s, so warpgroup 1 adds its columns of step s's dQ in
+// its own second turn and warpgroup 0 its columns of step s - 1's (a tail turn after the loop adds the last step's).
 // The turns themselves order every dS^T access: a warpgroup writes its half of buffer s % 2 only after the turn that
 // followed the last reads of step s - 2's dS^T (warpgroup 1's in its G2(s - 2), warpgroup 0's in its G2(s - 1)),
 // and reads the other half only after the other's hand-over that followed its write. Registers as schedule 1 (dK,
@@ -274,173 +274,173 @@ __device__ __forceinline__ void consumer_pingpong_shared_dq(const Args& a, unsig
 
   // One work tile; j and g0: the CTA's tiles and ring steps before it (persistent CTAs run it per tile).
   const auto run_tile = [&](const Work& w, int j, int g0) {
-  auto load_vec = [&](int step) {
-    const int64_t row0 = (int64_t{w.b} * a.n_head + w.head(a, step)) * (int64_t{a.m_blocks} * 64) + w.m0(step);
-    return wtid < 64 ? a.lse_log2[row0 + wtid] : a.dsum[row0 + wtid - 64];
-  };
-  if (w.steps > 0) vecs[wtid] = load_vec(0);
-  tile::named_barrier_sync(kWarpgroupBarrier + cwg, 128);
-  // Warpgroup 0 syncs on its turn 2 steps + 1 times (the tail), warpgroup 1 arrives once here and after each of its
-  // 2 steps issues; warpgroup 1 syncs 2 steps times, warpgroup 0 arrives after each of its 2 steps issues. So each
-  // tile's turns are balanced. A persistent CTA's warpgroup 1 opens a tile's turns only once its K/V arrived (below),
-  // which the producer loads only after both warpgroups released the last tile's (kv_empty, after warpgroup 0's tail
-  // turn): so its opening arrive never meets warpgroup 0's last turn of the tile before.
-  if (!kPersistent && cwg == 1 && w.steps > 0) tile::named_barrier_arrive(kTurnBarrier, 256);
+    auto load_vec = [&](int step) {
+      const int64_t row0 = (int64_t{w.b} * a.n_head + w.head(a, step)) * (int64_t{a.m_blocks} * 64) + w.m0(step);
+      return wtid < 64 ? a.lse_log2[row0 + wtid] : a.dsum[row0 + wtid - 64];
+    };
+    if (w.steps > 0) vecs[wtid] = load_vec(0);
+    tile::named_barrier_sync(kWarpgroupBarrier + cwg, 128);
+    // Warpgroup 0 syncs on its turn 2 steps + 1 times (the tail), warpgroup 1 arrives once here and after each of its
+    // 2 steps issues; warpgroup 1 syncs 2 steps times, warpgroup 0 arrives after each of its 2 steps issues. So each
+    // tile's turns are balanced. A persistent CTA's warpgroup 1 opens a tile's turns only once its K/V arrived (below),
+    // which the producer loads only after both warpgroups released the last tile's (kv_empty, after warpgroup 0's tail
+    // turn): so its opening arrive never meets warpgroup 0's last turn of the tile before.
+    if (!kPersistent && cwg == 1 && w.steps > 0) tile::named_barrier_arrive(kTurnBarrier, 256);
 
-  // dQ[64 queries][64 cwg .. + 64] = dS[64][128 keys] K[128 keys][64 cwg ..] from dS^T buffer `buf`.
-  const auto issue_dq = [&](float (&dq)[32], int buf) {
-    const uint32_t ds_addr = base + T::kOffDs + buf * T::kDsBytes;
+    // dQ[64 queries][64 cwg .. + 64] = dS[64][128 keys] K[128 keys][64 cwg ..] from dS^T buffer `buf`.
+    const auto issue_dq = [&](float(&dq)[32], int buf) {
+      const uint32_t ds_addr = base + T::kOffDs + buf * T::kDsBytes;
 #pragma unroll
-    for (int kk = 0; kk < T::kBlockN / 16; ++kk) {
-      const uint64_t da = tile::desc_mn_major(ds_addr + kk * 2048, T::kDsBytes);
-      const uint64_t db = tile::desc_mn_major(k_addr + cwg * (T::kBlockN * 128) + kk * 2048, T::kBlockN * 128);
-      tile::Wgmma<64, E>::template ss<1, 1>(dq, da, db, kk > 0 ? 1 : 0);
-    }
-  };
-  // The staged dQ columns of step t -> its accumulator tile (one thread, after the warpgroup's barrier).
-  const auto reduce_dq = [&](int t) {
-    float* const dq_tile = a.dq_accum +
-                           ((int64_t{w.b} * a.n_head + w.head(a, t)) * a.m_blocks + w.m0(t) / 64) * T::kDqTileFloats +
-                           cwg * 4096;
-    tile::bulk_reduce_add_f32(dq_tile, stage_dq, T::kDqHalfBytes);
-    tile::bulk_commit();
-  };
-  const auto stage_dq_fragments = [&](const float (&dq)[32]) {
+      for (int kk = 0; kk < T::kBlockN / 16; ++kk) {
+        const uint64_t da = tile::desc_mn_major(ds_addr + kk * 2048, T::kDsBytes);
+        const uint64_t db = tile::desc_mn_major(k_addr + cwg * (T::kBlockN * 128) + kk * 2048, T::kBlockN * 128);
+        tile::Wgmma<64, E>::template ss<1, 1>(dq, da, db, kk > 0 ? 1 : 0);
+      }
+    };
+    // The staged dQ columns of step t -> its accumulator tile (one thread, after the warpgroup's barrier).
+    const auto reduce_dq = [&](int t) {
+      float* const dq_tile = a.dq_accum +
+                             ((int64_t{w.b} * a.n_head + w.head(a, t)) * a.m_blocks + w.m0(t) / 64) * T::kDqTileFloats +
+                             cwg * 4096;
+      tile::bulk_reduce_add_f32(dq_tile, stage_dq, T::kDqHalfBytes);
+      tile::bulk_commit();
+    };
+    const auto stage_dq_fragments = [&](const float(&dq)[32]) {
 #pragma unroll
-    for (int j = 0; j < 8; ++j)
-      *reinterpret_cast<float4*>(stage_dq + (j * 128 + wtid) * 4) =
-          make_float4(dq[4 * j], dq[4 * j + 1], dq[4 * j + 2], dq[4 * j + 3]);
-    tile::fence_async_shared();
-  };
+      for (int j = 0; j < 8; ++j)
+        *reinterpret_cast<float4*>(stage_dq + (j * 128 + wtid) * 4) =
+            make_float4(dq[4 * j], dq[4 * j + 1], dq[4 * j + 2], dq[4 * j + 3]);
+      tile::fence_async_shared();
+    };
 
-  float dv[64], dk[64];
+    float dv[64], dk[64];
 #pragma unroll
-  for (int i = 0; i < 64; ++i) dv[i] = dk[i] = 0.0f;
-  uint32_t pa[4][4], dsa[4][4];  // P^T and dS^T as 16-bit A fragments of the dV and dK GEMMs
-  tile::mbar_wait(bars.kv_full(), j & 1);
-  if (kPersistent && cwg == 1 && w.steps > 0) tile::named_barrier_arrive(kTurnBarrier, 256);
+    for (int i = 0; i < 64; ++i) dv[i] = dk[i] = 0.0f;
+    uint32_t pa[4][4], dsa[4][4];  // P^T and dS^T as 16-bit A fragments of the dV and dK GEMMs
+    tile::mbar_wait(bars.kv_full(), j & 1);
+    if (kPersistent && cwg == 1 && w.steps > 0) tile::named_barrier_arrive(kTurnBarrier, 256);
 
-  for (int s = 0; s < w.steps; ++s) {
-    const int stage = (g0 + s) % T::kStages;
-    const uint32_t q_addr = base + T::kOffQ + stage * T::kQBytes, do_addr = base + T::kOffDo + stage * T::kQBytes;
-    const float* lse = vecs + (s % 2) * (2 * T::kBlockM);
-    const float* dsum = lse + T::kBlockM;
-    const float vec_next = s + 1 < w.steps ? load_vec(s + 1) : 0.0f;
-    tile::mbar_wait(bars.q_full(stage), ((g0 + s) / T::kStages) & 1);
+    for (int s = 0; s < w.steps; ++s) {
+      const int stage = (g0 + s) % T::kStages;
+      const uint32_t q_addr = base + T::kOffQ + stage * T::kQBytes, do_addr = base + T::kOffDo + stage * T::kQBytes;
+      const float* lse = vecs + (s % 2) * (2 * T::kBlockM);
+      const float* dsum = lse + T::kBlockM;
+      const float vec_next = s + 1 < w.steps ? load_vec(s + 1) : 0.0f;
+      tile::mbar_wait(bars.q_full(stage), ((g0 + s) / T::kStages) & 1);
 
-    // Group 1: S^T = K_w Q^T and dP^T = V_w dO^T.
-    float st[32], dpt[32];
-    tile::fence_regs(st);
-    tile::fence_regs(dpt);
-    tile::named_barrier_sync(my_turn, 256);
-    tile::wgmma_fence();
+      // Group 1: S^T = K_w Q^T and dP^T = V_w dO^T.
+      float st[32], dpt[32];
+      tile::fence_regs(st);
+      tile::fence_regs(dpt);
+      tile::named_barrier_sync(my_turn, 256);
+      tile::wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < HD / 16; ++kk) {
-      const int cb = kk / 4, kin = kk % 4;
-      const uint64_t da = tile::desc_k_major(k_addr + cb * (T::kBlockN * 128) + cwg * (64 * 128) + kin * 32);
-      const uint64_t db = tile::desc_k_major(q_addr + cb * (T::kBlockM * 128) + kin * 32);
-      tile::Wgmma<64, E>::template ss<0>(st, da, db, kk > 0 ? 1 : 0);
-    }
-    tile::wgmma_commit();
+      for (int kk = 0; kk < HD / 16; ++kk) {
+        const int cb = kk / 4, kin = kk % 4;
+        const uint64_t da = tile::desc_k_major(k_addr + cb * (T::kBlockN * 128) + cwg * (64 * 128) + kin * 32);
+        const uint64_t db = tile::desc_k_major(q_addr + cb * (T::kBlockM * 128) + kin * 32);
+        tile::Wgmma<64, E>::template ss<0>(st, da, db, kk > 0 ? 1 : 0);
+      }
+      tile::wgmma_commit();
 #pragma unroll
-    for (int kk = 0; kk < HD / 16; ++kk) {
-      const int cb = kk / 4, kin = kk % 4;
-      const uint64_t da = tile::desc_k_major(v_addr + cb * (T::kBlockN * 128) + cwg * (64 * 128) + kin * 32);
-      const uint64_t db = tile::desc_k_major(do_addr + cb * (T::kBlockM * 128) + kin * 32);
-      tile::Wgmma<64, E>::template ss<0>(dpt, da, db, kk > 0 ? 1 : 0);
-    }
-    tile::wgmma_commit();
-    tile::named_barrier_arrive(other_turn, 256);
+      for (int kk = 0; kk < HD / 16; ++kk) {
+        const int cb = kk / 4, kin = kk % 4;
+        const uint64_t da = tile::desc_k_major(v_addr + cb * (T::kBlockN * 128) + cwg * (64 * 128) + kin * 32);
+        const uint64_t db = tile::desc_k_major(do_addr + cb * (T::kBlockM * 128) + kin * 32);
+        tile::Wgmma<64, E>::template ss<0>(dpt, da, db, kk > 0 ? 1 : 0);
+      }
+      tile::wgmma_commit();
+      tile::named_barrier_arrive(other_turn, 256);
 
-    softmax_grad<T::kBlockN>(a, w, w.m0(s), key_lo, c, lse, dsum, st, dpt);
-    to_a_fragments<E>(st, pa);
-    to_a_fragments<E>(dpt, dsa);
-    const auto issue_dv = [&] {
+      softmax_grad<T::kBlockN>(a, w, w.m0(s), key_lo, c, lse, dsum, st, dpt);
+      to_a_fragments<E>(st, pa);
+      to_a_fragments<E>(dpt, dsa);
+      const auto issue_dv = [&] {
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk)
+          tile::Wgmma<128, E>::template rs<1>(dv, pa[kk], tile::desc_mn_major(do_addr + kk * 2048, T::kBlockM * 128),
+                                              1);
+      };
+      if constexpr (kEarlyDv) {
+        tile::fence_regs(dv);
+        tile::wgmma_fence();
+        issue_dv();
+        tile::wgmma_commit();
+      }
+      // dS^T (16-bit) into this warpgroup's rows of buffer s % 2 (schedule 1's [128 keys][64 queries] tile).
+      unsigned char* ds_tile = smem + T::kOffDs + (s % 2) * T::kDsBytes;
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int r = key_lo + 8 * half;
+          *reinterpret_cast<uint32_t*>(ds_tile + r * 128 + ((j ^ (r % 8)) * 16) + 4 * c) =
+              flash_detail::pack2<E>(dpt[4 * j + 2 * half], dpt[4 * j + 2 * half + 1]);
+        }
+      tile::fence_async_shared();
+      if (wtid == 0) tile::bulk_wait_read<0>();  // the previous staging was read by the copy engine
+      tile::named_barrier_sync(my_turn, 256);
+
+      // Group 2: dV += P^T dO, dQ columns of step t (warpgroup 1: this step; 0: the previous one), then dK += dS^T Q.
+      // Warpgroup 0 issues its dQ GEMM at step 0 too (on buffer 1, which nothing writes before its step-1 turn), and
+      // drops the result: a wgmma under a condition made ptxas serialize every wgmma of the kernel (C7520).
+      const int t = cwg == 0 ? s - 1 : s;
+      float dq[32];
+      tile::fence_regs(dv);
+      tile::fence_regs(dk);
+      tile::fence_regs(dq);
+      tile::wgmma_fence();
+      if constexpr (!kEarlyDv) issue_dv();
+      issue_dq(dq, (s + 1 - cwg) % 2);  // buffer t % 2
+      tile::wgmma_commit();
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk)
-        tile::Wgmma<128, E>::template rs<1>(dv, pa[kk], tile::desc_mn_major(do_addr + kk * 2048, T::kBlockM * 128),
-                                            1);
-    };
-    if constexpr (kEarlyDv) {
-      tile::fence_regs(dv);
-      tile::wgmma_fence();
-      issue_dv();
+        tile::Wgmma<128, E>::template rs<1>(dk, dsa[kk], tile::desc_mn_major(q_addr + kk * 2048, T::kBlockM * 128), 1);
       tile::wgmma_commit();
+      tile::named_barrier_arrive(other_turn, 256);
+
+      tile::wgmma_wait<1>();  // dV and dQ done (kEarlyDv: their two groups), dK running
+      tile::fence_regs(dq);
+      tile::fence_regs(pa);
+      tile::fence_regs(dv);
+      if (t >= 0) stage_dq_fragments(dq);
+      tile::wgmma_wait<0>();
+      tile::fence_regs(dk);
+      tile::fence_regs(dsa);
+      __syncwarp();
+      if (lane == 0) tile::mbar_arrive(bars.q_empty(stage));  // Q and dO of this stage are free
+      if (s + 1 < w.steps) vecs[((s + 1) % 2) * (2 * T::kBlockM) + wtid] = vec_next;
+      tile::named_barrier_sync(kWarpgroupBarrier + cwg, 128);  // staging written; next step's LSE/D published
+      if (t >= 0 && wtid == 0) reduce_dq(t);
     }
-    // dS^T (16-bit) into this warpgroup's rows of buffer s % 2 (schedule 1's [128 keys][64 queries] tile).
-    unsigned char* ds_tile = smem + T::kOffDs + (s % 2) * T::kDsBytes;
-#pragma unroll
-    for (int j = 0; j < 8; ++j)
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int r = key_lo + 8 * half;
-        *reinterpret_cast<uint32_t*>(ds_tile + r * 128 + ((j ^ (r % 8)) * 16) + 4 * c) =
-            flash_detail::pack2<E>(dpt[4 * j + 2 * half], dpt[4 * j + 2 * half + 1]);
-      }
-    tile::fence_async_shared();
-    if (wtid == 0) tile::bulk_wait_read<0>();  // the previous staging was read by the copy engine
-    tile::named_barrier_sync(my_turn, 256);
-
-    // Group 2: dV += P^T dO, dQ columns of step t (warpgroup 1: this step; 0: the previous one), then dK += dS^T Q.
-    // Warpgroup 0 issues its dQ GEMM at step 0 too (on buffer 1, which nothing writes before its step-1 turn), and
-    // drops the result: a wgmma under a condition made ptxas serialize every wgmma of the kernel (C7520).
-    const int t = cwg == 0 ? s - 1 : s;
-    float dq[32];
-    tile::fence_regs(dv);
-    tile::fence_regs(dk);
-    tile::fence_regs(dq);
-    tile::wgmma_fence();
-    if constexpr (!kEarlyDv) issue_dv();
-    issue_dq(dq, (s + 1 - cwg) % 2);  // buffer t % 2
-    tile::wgmma_commit();
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk)
-      tile::Wgmma<128, E>::template rs<1>(dk, dsa[kk], tile::desc_mn_major(q_addr + kk * 2048, T::kBlockM * 128), 1);
-    tile::wgmma_commit();
-    tile::named_barrier_arrive(other_turn, 256);
-
-    tile::wgmma_wait<1>();  // dV and dQ done (kEarlyDv: their two groups), dK running
-    tile::fence_regs(dq);
-    tile::fence_regs(pa);
-    tile::fence_regs(dv);
-    if (t >= 0) stage_dq_fragments(dq);
-    tile::wgmma_wait<0>();
-    tile::fence_regs(dk);
-    tile::fence_regs(dsa);
-    __syncwarp();
-    if (lane == 0) tile::mbar_arrive(bars.q_empty(stage));  // Q and dO of this stage are free
-    if (s + 1 < w.steps) vecs[((s + 1) % 2) * (2 * T::kBlockM) + wtid] = vec_next;
-    tile::named_barrier_sync(kWarpgroupBarrier + cwg, 128);  // staging written; next step's LSE/D published
-    if (t >= 0 && wtid == 0) reduce_dq(t);
-  }
-  if (cwg == 0 && w.steps > 0) {  // the tail turn: the last step's dQ columns 0..63, after warpgroup 1's dS^T half
-    const int t = w.steps - 1;
-    if (wtid == 0) tile::bulk_wait_read<0>();
-    tile::named_barrier_sync(my_turn, 256);
-    float dq[32];
-    tile::fence_regs(dq);
-    tile::wgmma_fence();
-    issue_dq(dq, t % 2);
-    tile::wgmma_commit();
-    tile::wgmma_wait<0>();
-    tile::fence_regs(dq);
-    stage_dq_fragments(dq);
-    tile::named_barrier_sync(kWarpgroupBarrier + cwg, 128);
-    if (wtid == 0) reduce_dq(t);
-  }
-  if constexpr (kPersistent) {  // every wgmma reading this tile's K/V was waited for: the next tile's may come
-    __syncwarp();
-    if (lane == 0) tile::mbar_arrive(bars.kv_empty());
-  } else {
-    if (wtid == 0) tile::bulk_wait<0>();  // the reductions end before the shared memory goes away
-  }
-  if (!kPersistent && a.tma_dkdv) {  // schedule 26: after both warpgroups' last wgmmas (the staging reuses the ring)
-    tile::named_barrier_sync(kEpilogueBarrier, 256);
-    store_dk_dv_tma<E, HD>(a, w, smem, cwg, wtid, dk, dv);
-    if (wtid == 0) tile::bulk_wait_read<0>();  // the stores have read the staging before the CTA ends
-  } else {
-    store_dk_dv<E, HD>(a, w, key_lo, c, dk, dv);
-  }
+    if (cwg == 0 && w.steps > 0) {  // the tail turn: the last step's dQ columns 0..63, after warpgroup 1's dS^T half
+      const int t = w.steps - 1;
+      if (wtid == 0) tile::bulk_wait_read<0>();
+      tile::named_barrier_sync(my_turn, 256);
+      float dq[32];
+      tile::fence_regs(dq);
+      tile::wgmma_fence();
+      issue_dq(dq, t % 2);
+      tile::wgmma_commit();
+      tile::wgmma_wait<0>();
+      tile::fence_regs(dq);
+      stage_dq_fragments(dq);
+      tile::named_barrier_sync(kWarpgroupBarrier + cwg, 128);
+      if (wtid == 0) reduce_dq(t);
+    }
+    if constexpr (kPersistent) {  // every wgmma reading this tile's K/V was waited for: the next tile's may come
+      __syncwarp();
+      if (lane == 0) tile::mbar_arrive(bars.kv_empty());
+    } else {
+      if (wtid == 0) tile::bulk_wait<0>();  // the reductions end before the shared memory goes away
+    }
+    if (!kPersistent && a.tma_dkdv) {  // schedule 26: after both warpgroups' last wgmmas (the staging reuses the ring)
+      tile::named_barrier_sync(kEpilogueBarrier, 256);
+      store_dk_dv_tma<E, HD>(a, w, smem, cwg, wtid, dk, dv);
+      if (wtid == 0) tile::bulk_wait_read<0>();  // the stores have read the staging before the CTA ends
+    } else {
+      store_dk_dv<E, HD>(a, w, key_lo, c, dk, dv);
+    }
   };
 
   if constexpr (!kPersistent) {
