@@ -4,7 +4,8 @@
 # Usage on the device machine, from the repository copy: GA_SHARED=... OUT=... tools/dev/integ.sh STAGE [STAGE...],
 # the stages run in the order given, each one of
 #   tests  every CUDA test binary + memcheck;   attn   the attention kernels vs PyTorch SDPA (same process);
-#   bwd    the backward's test and its Hopper schedules BWD_SCHEDULES (default 19,22,23,24) vs cuDNN/FA2 (BWD_SEQLENS);
+#   bwd    the backward's test and its Hopper schedules BWD_SCHEDULES (default 19, session 8's default, beside 26) vs
+#          cuDNN/FA2 (BWD_SEQLENS);
 #   fwd4k  the hd128 non-causal forward at 4k tokens, FWD4K_ROUNDS (default 31) interleaved rounds vs cuDNN/FA2;
 #   build  only the build (every target the other stages use: one ninja call, so the heavy kernels compile together);
 #   bench  decode/prefill table + bench-serve;  serve  HTTP serving (tools/dev/serve_http.sh, carried .httplib);
@@ -83,7 +84,7 @@ run_bwd() {  # the backward's parity test, then its Hopper schedules against cuD
   note "test_cuda_flash_backward rc=$?: $(grep -cE '^\[  FAILED' "$OUT/test_cuda_flash_backward.log") failed; $(grep -E '^\[  PASSED' "$OUT/test_cuda_flash_backward.log")"
   grep -E "cases|worst" "$OUT/test_cuda_flash_backward.log" | head -12
   timeout 300 python3 bench/attention_torch/compare_bwd.py --lib $LIB --head-dims 128 \
-    --seqlens ${BWD_SEQLENS:-512,1024,2048,4096,8192,16384} --hopper-schedules ${BWD_SCHEDULES:-19,22,23,24} \
+    --seqlens ${BWD_SEQLENS:-512,1024,2048,4096,8192,16384} --hopper-schedules ${BWD_SCHEDULES:-19} \
     --rounds ${BWD_ROUNDS:-7} ${BWD_PROFILE:+--profile} > "$OUT/flash_bwd_schedules.md" 2>&1
   note "compare_bwd.py schedules rc=$?"
   tail -40 "$OUT/flash_bwd_schedules.md"

@@ -18,7 +18,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
-#include <cstring>
 
 #include "gpu_accel/error.h"
 #include "runtime/engine/raw_logprobs.h"

@@ -751,13 +751,16 @@ constexpr int main_kernel_sched(int sched) {
   return sched;
 }
 
+// The SMs the backward's work order and persistent grid are sized for: the device's, or an H100/H200's 132 when the
+// count cannot be read (only the schedule's speed depends on it, never its result).
+inline int sm_count_for_order() {
+  const int sms = flash_detail::current_sm_count();
+  return sms > 0 ? sms : 132;
+}
+
 // (batch, KV head) pairs per group of the causal work order (Work): enough that a group's CTAs fill about two waves
 // of the device's SMs (one CTA per SM), so that the last wave of the whole grid holds the groups' shortest CTAs.
-inline int causal_order_group(unsigned key_blocks) {
-  const int sms = flash_detail::current_sm_count();
-  const int blocks = static_cast<int>(key_blocks);
-  return std::max(1, (2 * (sms > 0 ? sms : 132) + blocks - 1) / blocks);
-}
+inline int causal_order_group(int key_blocks, int sms) { return std::max(1, (2 * sms + key_blocks - 1) / key_blocks); }
 
 // Runs the three kernels (flash_bwd_sm90_hd*.cu instantiate it); `args` carries the pointers and strides the
 // preprocess and convert kernels read (its dq_accum/dsum point into the Hopper workspace layout), `m` the rest.
@@ -794,12 +797,12 @@ cudaError_t launch_instance(const flash_bwd::BwdArgs& args, const Args& m, float
     Args mk = m;
     mk.rotate_m = kSched == kPingPongRotatedSched ? 1 : 0;
     constexpr bool kCausalOrder = kSched == kLptSched || kSched == kLptPdlSched || kSched == kPersistentSched;
-    mk.lpt_heads = kCausalOrder && m.causal ? causal_order_group(grid.x) : 0;
+    const int sms = kCausalOrder ? sm_count_for_order() : 0;
+    mk.lpt_heads = kCausalOrder && m.causal ? causal_order_group(static_cast<int>(grid.x), sms) : 0;
     mk.tiles = static_cast<int>(grid.x * grid.y * grid.z);
     mk.tma_dkdv = kSched == kTmaDkDvSched ? m.tma_dkdv : 0;  // m's: whether the host encoded the two maps
     if constexpr (kSched == kPersistentSched) {  // one CTA per SM, each taking every gridDim.x-th tile
-      const int sms = flash_detail::current_sm_count();
-      grid = dim3(static_cast<unsigned>(std::min(mk.tiles, sms > 0 ? sms : 132)));
+      grid = dim3(static_cast<unsigned>(std::min(mk.tiles, sms)));
     }
     if constexpr (kPdl) {
       e = detail::launch_after_prior(kernel, grid, dim3(T::kThreads), kSmem, stream, mk);

@@ -1,7 +1,7 @@
 // What the forward and the backward host code share (flash_forward.cu defines it): the checks of the
 // forward's parameters (pointers, dtype, head dim, shape, 16-byte alignment of pointers and strides), which
-// the backward applies to its FlashBwdParams::fwd part before checking its own tensors; the device's SM count. And the seam to the FP8
-// forward's host code (flash_fp8.cu).
+// the backward applies to its FlashBwdParams::fwd part before checking its own tensors; the device's SM count. And
+// the seam to the FP8 forward's host code (flash_fp8.cu).
 #pragma once
 
 #include "backends/cuda/kernels/flash/flash_attention.h"
