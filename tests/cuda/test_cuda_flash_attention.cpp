@@ -445,16 +445,12 @@ uint8_t to_e4m3(double x) {
   return best;
 }
 
-// Real tensor ~ N(0, amp) quantized with a per-tensor scale (amax / 448): the e4m3 bytes for the GPU, the
-// dequantized values (byte value * descale) for the reference, and the descale itself.
-float quantize_e4m3(std::mt19937& rng, size_t n, float amp, std::vector<uint8_t>* bytes, std::vector<float>* deq) {
-  std::normal_distribution<float> dist(0.0f, amp);
-  std::vector<float> real(n);
+// A real tensor quantized with a per-tensor scale (amax / 448): the e4m3 bytes for the GPU, the dequantized values
+// (byte value * descale) for the reference, and the descale itself.
+float quantize_e4m3(const std::vector<float>& real, std::vector<uint8_t>* bytes, std::vector<float>* deq) {
+  const size_t n = real.size();
   float amax = 1e-30f;
-  for (float& x : real) {
-    x = dist(rng);
-    amax = std::max(amax, std::fabs(x));
-  }
+  for (float x : real) amax = std::max(amax, std::fabs(x));
   const float descale = amax / 448.0f;
   std::vector<double> table(256);
   for (int b = 0; b < 256; ++b) table[b] = e4m3_value(static_cast<uint8_t>(b));
@@ -467,16 +463,33 @@ float quantize_e4m3(std::mt19937& rng, size_t n, float amp, std::vector<uint8_t>
   return descale;
 }
 
+std::vector<float> normal_tensor(std::mt19937& rng, size_t n, float amp) {
+  std::normal_distribution<float> dist(0.0f, amp);
+  std::vector<float> real(n);
+  for (float& x : real) x = dist(rng);
+  return real;
+}
+
+// Real q and k in [b][s][h][d] order, before quantization (default: N(0, 1.5) each).
+using Fp8QkMaker = std::function<void(const Shape&, std::mt19937&, std::vector<float>* q, std::vector<float>* k)>;
+
 void run_and_check_fp8(Parity& parity, CachingAllocator& alloc, const Shape& s, FlashDtype out_dtype,
-                       std::mt19937& rng) {
-  const std::string name = name_of(s) + (out_dtype == FlashDtype::kBf16 ? " ->bf16" : " ->f16");
+                       std::mt19937& rng, const Fp8QkMaker& make_qk = nullptr, const std::string& label = "") {
+  const std::string name = label + name_of(s) + (out_dtype == FlashDtype::kBf16 ? " ->bf16" : " ->f16");
   const size_t nq = size_t(s.batch) * s.seqlen_q * s.n_head * s.hd;
   const size_t nk = size_t(s.batch) * s.seqlen_k * s.n_head_kv * s.hd;
   std::vector<uint8_t> qb, kb, vb;
   std::vector<float> qf, kf, vf;
-  const float dq_scale = quantize_e4m3(rng, nq, 1.5f, &qb, &qf);
-  const float dk_scale = quantize_e4m3(rng, nk, 1.5f, &kb, &kf);
-  const float dv_scale = quantize_e4m3(rng, nk, 1.0f, &vb, &vf);
+  std::vector<float> q_real, k_real;
+  if (make_qk) {
+    make_qk(s, rng, &q_real, &k_real);
+  } else {
+    q_real = normal_tensor(rng, nq, 1.5f);
+    k_real = normal_tensor(rng, nk, 1.5f);
+  }
+  const float dq_scale = quantize_e4m3(q_real, &qb, &qf);
+  const float dk_scale = quantize_e4m3(k_real, &kb, &kf);
+  const float dv_scale = quantize_e4m3(normal_tensor(rng, nk, 1.0f), &vb, &vf);
   const int64_t o_seq_stride = int64_t{s.n_head} * s.hd + (s.padded ? 64 : 0);
   const size_t no = size_t(s.batch) * s.seqlen_q * o_seq_stride;
   const size_t nlse = size_t(s.batch) * s.n_head * s.seqlen_q;
@@ -563,6 +576,45 @@ TEST(CudaFlashAttention, Fp8LongSequences4097) {
   }
   run_and_check_fp8(parity, alloc, Shape{FlashDtype::kFp8E4m3, 256, 2, 2, 1, 4097, 4097, true, true},
                     FlashDtype::kBf16, rng);
+  parity.finish();
+}
+
+// Scores that jump from one key tile to the next: the online softmax's rescale when the running max moves by ~2^12
+// and by ~2^145 between tiles (exp2 arguments far outside what random inputs reach; session 10's stale-max softmax,
+// which took such jumps down a recompute path, was checked on these). q rows are positive and k row n is gain(n)
+// times one positive vector, so every score of key n is gain(n) times its row's: base keys at gains 0.9-1.0 (scores
+// ~12 log2 units), a spike at gain 2 (+~12 units: the rest of its tile then weighs ~5%, so a wrong rescale shows), a
+// second one at a 224-key tile's first key, and in the "far" cases a spike at gain 14 (+~145 units). Causal and not.
+TEST(CudaFlashAttention, Fp8ScoresThatJumpBetweenKeyTiles) {
+  GA_REQUIRE_CUDA_DEVICE();
+  CachingAllocator alloc(0);
+  Parity parity("flash forward fp8 score jumps");
+  std::mt19937 rng(1036);
+  auto maker = [](std::vector<std::pair<int, float>> spikes) -> Fp8QkMaker {
+    return [spikes](const Shape& s, std::mt19937& r, std::vector<float>* q, std::vector<float>* k) {
+      std::uniform_real_distribution<float> unit(0.0f, 1.0f);
+      q->resize(size_t(s.batch) * s.seqlen_q * s.n_head * s.hd);
+      for (float& x : *q) x = 0.5f + unit(r);
+      std::vector<float> w(s.hd);
+      for (float& x : w) x = 0.5f + 0.5f * unit(r);
+      k->resize(size_t(s.batch) * s.seqlen_k * s.n_head_kv * s.hd);
+      for (int b = 0; b < s.batch; ++b)
+        for (int n = 0; n < s.seqlen_k; ++n) {
+          float gain = 0.9f + 0.1f * unit(r);
+          for (const auto& [key, g] : spikes)
+            if (key == n) gain = g;
+          for (int h = 0; h < s.n_head_kv; ++h)
+            for (int d = 0; d < s.hd; ++d) (*k)[((size_t(b) * s.seqlen_k + n) * s.n_head_kv + h) * s.hd + d] = gain * w[d];
+        }
+    };
+  };
+  for (bool causal : {false, true}) {
+    const Shape s{FlashDtype::kFp8E4m3, 128, 2, 1, 1, 1000, 1000, causal, false};
+    run_and_check_fp8(parity, alloc, s, FlashDtype::kBf16, rng, maker({{300, 2.0f}, {448, 2.1f}}), "moderate ");
+    if (testing::Test::HasFatalFailure()) return;
+    run_and_check_fp8(parity, alloc, s, FlashDtype::kBf16, rng, maker({{300, 2.0f}, {700, 14.0f}}), "far ");
+    if (testing::Test::HasFatalFailure()) return;
+  }
   parity.finish();
 }
 

@@ -3,7 +3,8 @@
 # short generation and on the batched forward, then (stage bench) the decode/prefill table and bench-serve.
 # Usage on the device machine, from the repository copy: GA_SHARED=... OUT=... tools/dev/integ.sh STAGE [STAGE...],
 # the stages run in the order given, each one of
-#   tests  every CUDA test binary + memcheck;   attn   the attention kernels vs PyTorch SDPA (same process);
+#   tests  every CUDA test binary + memcheck (and racecheck on the flash kernels' small shapes);
+#   attn   the attention kernels vs PyTorch SDPA (same process);
 #   bwd    the backward's test and its Hopper schedules BWD_SCHEDULES (default 19, session 8's default, beside 26) vs
 #          cuDNN/FA2 (BWD_SEQLENS);
 #   fwd4k  the hd128 non-causal forward at 4k tokens, FWD4K_ROUNDS (default 31) interleaved rounds vs cuDNN/FA2;
@@ -72,6 +73,11 @@ run_tests() {
   note "memcheck run rc=$? $(grep 'ERROR SUMMARY' "$OUT/memcheck.log")"
   compute-sanitizer --tool memcheck $B/bin/test_cuda_batch_forward --gtest_filter='*Stories*' > "$OUT/memcheck_batch.log" 2>&1
   note "memcheck batch forward rc=$? $(grep 'ERROR SUMMARY' "$OUT/memcheck_batch.log")"
+  for tool in memcheck racecheck; do  # the FP8 forward's small shapes: every FP8 variant of the build and the defaults
+    timeout 240 compute-sanitizer --tool $tool $B/bin/test_cuda_flash_attention --gtest_filter='*Fp8SmallShapes*' \
+      > "$OUT/${tool}_flash_fp8.log" 2>&1
+    note "$tool flash fp8 small rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/${tool}_flash_fp8.log")"
+  done
   for tool in memcheck racecheck; do  # the backward's small shapes: every schedule of the build, 22-24 included
     timeout 240 compute-sanitizer --tool $tool $B/bin/test_cuda_flash_backward --gtest_filter='*SmallShapes*' \
       > "$OUT/${tool}_flash_backward.log" 2>&1

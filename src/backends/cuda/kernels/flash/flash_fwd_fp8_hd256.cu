@@ -1,7 +1,9 @@
 // Instantiations of the Hopper FP8 (e4m3) forward for head dim 256: the variants fp8_variant_compiled names
-// (flash_fwd_launch.h): serial, one tile per CTA (0) and persistent (3); with -DGA_FLASH_ALL_VARIANTS=ON (or
-// GA_FLASH_FP8_ALL_VARIANTS=1) also serial + ping-pong (7, 8), measured against them. The overlapped schedules
-// spill here (O 128 + S 64 + P 16 registers per thread with 128-key tiles).
+// (flash_fwd_launch.h): serial, one tile per CTA (0) and the default 39, the persistent overlap schedule with the
+// split-chain softmax (O 128 + S 64 + P 16 registers per thread with 128-key tiles: ptxas spills 36 bytes, and it is
+// still 12-17% faster than the persistent serial 3, the default until session 10, which moves to benchmark builds
+// (GA_FLASH_FP8_WIDE)); with -DGA_FLASH_ALL_VARIANTS=ON (or GA_FLASH_FP8_ALL_VARIANTS=1) also serial + ping-pong
+// (7, 8), measured against them.
 #include "backends/cuda/kernels/flash/flash_fwd_launch.h"
 
 namespace ga::cuda::flash_detail {
@@ -12,7 +14,15 @@ cudaError_t launch_fwd_fp8<256>(const FwdArgs& args, int variant, int num_sms, c
   constexpr ElemKind E = ElemKind::kE4m3;
   switch (variant) {
     case 0: return launch_fwd_instance<E, 256, 0, false, kStages>(args, num_sms, stream);
+    case kFp8Hd256OverlapVariant:
+      return launch_fwd_instance<E, 256, 1 | kSchedFp8TreeSoftmax, true, kStages>(args, num_sms, stream);
+#if GA_FLASH_FP8_WIDE
     case 3: return launch_fwd_instance<E, 256, 0, true, kStages>(args, num_sms, stream);
+    case kFp8Hd256OneTileVariant:
+      return launch_fwd_instance<E, 256, 1 | kSchedFp8TreeSoftmax, false, kStages>(args, num_sms, stream);
+    case kFp8Hd256DeepVariant:
+      return launch_fwd_instance<E, 256, 1 | kSchedFp8TreeSoftmax, true, 3>(args, num_sms, stream);
+#endif
 #if GA_FLASH_FP8_ALL_VARIANTS
     case 7: return launch_fwd_instance<E, 256, 3, false, kStages>(args, num_sms, stream);
     case 8: return launch_fwd_instance<E, 256, 3, true, kStages>(args, num_sms, stream);

@@ -52,7 +52,14 @@ constexpr int kStageInVVariant = 24;  // 24: 21 + TMA store staged in V (22, 23:
 // are left to the 16-bit branches (25 retired, 26 branch fwd8).
 constexpr int kFp8WideVariant = 28, kFp8TreeVariant = 29, kFp8PingPongVariant = 32, kFp8DeepVariant = 33;
 constexpr int kFp8LazyVariant = 34;
-constexpr int kFwdAllVariantsEnd = 35;
+// FP8 head dim 256 (session 10; flash_fwd_fp8_hd256.cu): 39 = the persistent overlap schedule (4's) with the split-chain
+// softmax, the hd 256 FP8 default (every build): +12-17% over the persistent serial 3 at 4k-16k, full and causal, in
+// the same run. Numbers 35-38 are retired (session 8's S lookahead; session 10's stale-max softmax and a quarter of
+// the exp2 on the FMA pipes at hd 128, 7-15% slower than 29, and both together); 40 (3 + split chains) lost 5-6%.
+constexpr int kFp8Hd256OverlapVariant = 39;
+// Benchmark builds (GA_FLASH_FP8_WIDE): 40 = 39 with one tile per CTA, 41 = 39 with a 3-deep K/V ring (225 KB).
+constexpr int kFp8Hd256OneTileVariant = 40, kFp8Hd256DeepVariant = 41;
+constexpr int kFwdAllVariantsEnd = 42;
 // The kernels built on the split tail (21, 24): they take its plan and workspace, and run 4 off head dim 128.
 constexpr bool split_tail_kernel(int variant) { return variant == kSplitTailVariant || variant == kStageInVVariant; }
 // The default build compiles only the variants default_variant picks (1, 4, 12, 13, 24) and 24's fallback 21: every
@@ -188,13 +195,15 @@ constexpr int default_variant(int head_dim, bool causal, int seqlen_k) {
 // stays compiled for the tests and for comparison. Measured and not kept: ping-pong (2, 5; 7, 8 = serial +
 // ping-pong) 0-15% slower, poly_exp2 (9, 10) within noise of 2/5. Session 8: hd 128 runs 29 (FA3's 224-key tile +
 // the split-chain softmax), ahead of 4 by 8-15% at 4k-16k, full and causal, in the same run ("Session 8: FP8").
+// Session 10: hd 256 runs 39 (the overlap schedule with the split chains, persistent), ahead of 3 by 12-17% (same run).
 // GA_FLASH_FP8_WIDE (default: GA_FLASH_FP8_ALL_VARIANTS) compiles the session 8 candidates 28, 32-34 (their own
-// translation unit, flash_fwd_fp8_wide_hd128.cu, beside the default 29) and variant 4, which 29 replaced.
+// translation unit, flash_fwd_fp8_wide_hd128.cu, beside the default 29), variant 4, which 29 replaced, and 3, which
+// 39 replaced.
 #ifndef GA_FLASH_FP8_WIDE
 #define GA_FLASH_FP8_WIDE GA_FLASH_FP8_ALL_VARIANTS
 #endif
 constexpr int fp8_default_variant(int head_dim, bool /*causal*/, int /*seqlen_k*/) {
-  return head_dim == 256 ? 3 : kFp8TreeVariant;
+  return head_dim == 256 ? kFp8Hd256OverlapVariant : kFp8TreeVariant;
 }
 constexpr bool fp8_variant_compiled(int head_dim, int variant) {
   if (head_dim == 128) {
@@ -205,7 +214,9 @@ constexpr bool fp8_variant_compiled(int head_dim, int variant) {
            (GA_FLASH_FP8_WIDE && wide);
   }
   if (head_dim == 256) {
-    return variant == 0 || variant == 3 || (GA_FLASH_FP8_ALL_VARIANTS && (variant == 7 || variant == 8));
+    return variant == 0 || variant == kFp8Hd256OverlapVariant ||
+           (GA_FLASH_FP8_WIDE && (variant == 3 || variant == kFp8Hd256OneTileVariant || variant == kFp8Hd256DeepVariant)) ||
+           (GA_FLASH_FP8_ALL_VARIANTS && (variant == 7 || variant == 8));
   }
   return false;
 }
