@@ -461,6 +461,99 @@ __device__ __forceinline__ void store_dk_dv(const Args& a, const Work& w, int ke
   }
 }
 
+// ---- Step pieces the consumers share (consumer_main here; consumer_pingpong and consumer_pingpong_shared_dq in
+// flash_bwd_sm90_pingpong.cuh): the GEMM issues and the shared-memory traffic of one step, in the order each
+// consumer's schedule calls them. Fences, commits, waits and barriers stay with the callers: where they go is what
+// tells the schedules apart.
+
+// A step's place in the shared memory: ring step g (the CTA's steps so far: its Q / dO stage and that stage's fill
+// count) and local step s (the warpgroup's [LSE 64][D 64] buffer s % 2 of `vecs`, filled a step ahead).
+template <int HD>
+struct StepTiles {
+  int stage;
+  uint32_t q_addr, do_addr;
+  const float* lse;
+  const float* dsum;
+  int g;
+  __device__ __forceinline__ StepTiles(uint32_t base, const float* vecs, int ring_step, int s) : g(ring_step) {
+    using T = Traits<HD>;
+    stage = g % T::kStages;
+    q_addr = base + T::kOffQ + stage * T::kQBytes;
+    do_addr = base + T::kOffDo + stage * T::kQBytes;
+    lse = vecs + (s % 2) * (2 * T::kBlockM);
+    dsum = lse + T::kBlockM;
+  }
+  // The phase of the stage's q_full barrier this step waits for.
+  __device__ __forceinline__ uint32_t full_parity() const { return (g / Traits<HD>::kStages) & 1; }
+};
+
+// Element `wtid` of step `step`'s [LSE * log2 e 64][D 64] vector (thread wtid < 128 of a warpgroup).
+__device__ __forceinline__ float load_step_vec(const Args& a, const Work& w, int step, int wtid) {
+  const int64_t row0 = (int64_t{w.b} * a.n_head + w.head(a, step)) * (int64_t{a.m_blocks} * 64) + w.m0(step);
+  return wtid < 64 ? a.lse_log2[row0 + wtid] : a.dsum[row0 + wtid - 64];
+}
+
+// acc[64 keys][64 queries] = X_w Y^T over the head dim (X = K or V: this warpgroup's 64 rows of the CTA's key tile;
+// Y = Q or dO of the step): S^T = K_w Q^T and dP^T = V_w dO^T. Issued, not committed.
+template <ElemKind E, int HD>
+__device__ __forceinline__ void issue_keys_by_queries(float (&acc)[32], uint32_t x_addr, uint32_t y_addr, int cwg) {
+  using T = Traits<HD>;
+#pragma unroll
+  for (int kk = 0; kk < HD / 16; ++kk) {
+    const int cb = kk / 4, kin = kk % 4;
+    const uint64_t da = tile::desc_k_major(x_addr + cb * (T::kBlockN * 128) + cwg * (64 * 128) + kin * 32);
+    const uint64_t db = tile::desc_k_major(y_addr + cb * (T::kBlockM * 128) + kin * 32);
+    tile::Wgmma<64, E>::template ss<0>(acc, da, db, kk > 0 ? 1 : 0);
+  }
+}
+
+// dV += P^T dO: k = the step's 64 queries (16 per wgmma = two 8-row groups of dO). Issued, not committed.
+template <ElemKind E, int HD>
+__device__ __forceinline__ void issue_dv(float (&dv)[64], const uint32_t (&pa)[4][4], uint32_t do_addr) {
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk)
+    tile::Wgmma<128, E>::template rs<1>(dv, pa[kk], tile::desc_mn_major(do_addr + kk * 2048, Traits<HD>::kBlockM * 128),
+                                        1);
+}
+
+// dQ[64 queries][64 cwg .. + 64] = dS[64][128 keys] K[128 keys][64 cwg ..], dS read M-major from the [128 keys][64
+// queries] dS^T tile at ds_addr (schedule 1's shared dQ). Issued, not committed.
+template <ElemKind E, int HD>
+__device__ __forceinline__ void issue_dq_shared(float (&dq)[32], uint32_t ds_addr, uint32_t k_addr, int cwg) {
+  using T = Traits<HD>;
+#pragma unroll
+  for (int kk = 0; kk < T::kBlockN / 16; ++kk) {
+    const uint64_t da = tile::desc_mn_major(ds_addr + kk * 2048, T::kDsBytes);
+    const uint64_t db = tile::desc_mn_major(k_addr + cwg * (T::kBlockN * 128) + kk * 2048, T::kBlockN * 128);
+    tile::Wgmma<64, E>::template ss<1, 1>(dq, da, db, kk > 0 ? 1 : 0);
+  }
+}
+
+// dS^T (16-bit) from the dP^T accumulators into a tile of 128-byte rows (row = key, 64 queries), 16-byte chunk
+// j ^ (row % 8): rows row_lo and row_lo + 8 of this thread.
+template <ElemKind E>
+__device__ __forceinline__ void store_ds_t(unsigned char* ds_tile, int row_lo, int c, const float (&dpt)[32]) {
+#pragma unroll
+  for (int j = 0; j < 8; ++j)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int r = row_lo + 8 * half;
+      *reinterpret_cast<uint32_t*>(ds_tile + r * 128 + ((j ^ (r % 8)) * 16) + 4 * c) =
+          flash_detail::pack2<E>(dpt[4 * j + 2 * half], dpt[4 * j + 2 * half + 1]);
+    }
+}
+
+// dQ fragments -> the staging buffer in the workspace tile's order (float4 j of thread wtid = accumulators 4j..4j+3),
+// then the fence that lets the copy engine's bulk reduce read them.
+template <int kFloats>
+__device__ __forceinline__ void stage_dq_fragments(float* stage, int wtid, const float (&dq)[kFloats]) {
+#pragma unroll
+  for (int j = 0; j < kFloats / 4; ++j)
+    *reinterpret_cast<float4*>(stage + (j * 128 + wtid) * 4) = make_float4(dq[4 * j], dq[4 * j + 1], dq[4 * j + 2],
+                                                                          dq[4 * j + 3]);
+  tile::fence_async_shared();
+}
+
 // kSched: 0 = v4 (dV and dK issued together before the dS^T barrier, everything waited for before the dQ staging);
 // 1 = FA3's order (dV before the barrier, then dQ, then dK, the dQ staging under dK); 2 = 1 with dK waited for only
 // behind the next step's S^T and dP^T (the tensor cores get the next step's work before this one's dK ends).
@@ -506,11 +599,7 @@ __device__ __forceinline__ void consumer_main(const Args& a, unsigned char* smem
   // ends step s, so the load's latency hides behind a whole step and the barrier (which compute-sanitizer's racecheck
   // models, unlike mbarrier waits) orders the store before step s + 1's reads and after step s - 1's.
   float* const vecs = reinterpret_cast<float*>(smem + T::kOffVec + cwg * 2 * T::kVecBytes);
-  auto load_vec = [&](int step) {
-    const int64_t row0 = (int64_t{w.b} * a.n_head + w.head(a, step)) * (int64_t{a.m_blocks} * 64) + w.m0(step);
-    return wtid < 64 ? a.lse_log2[row0 + wtid] : a.dsum[row0 + wtid - 64];
-  };
-  if (w.steps > 0) vecs[wtid] = load_vec(0);
+  if (w.steps > 0) vecs[wtid] = load_step_vec(a, w, 0, wtid);
   tile::named_barrier_sync(2 + cwg, 128);
 
   float dv[64], dk[64];
@@ -529,26 +618,19 @@ __device__ __forceinline__ void consumer_main(const Args& a, unsigned char* smem
   tile::mbar_wait(bars.kv_full(), 0);
 
   for (int s = 0; s < w.steps; ++s) {
-    const int stage = s % T::kStages;
+    const StepTiles<HD> st_tiles(base, vecs, s, s);
+    const int stage = st_tiles.stage;
+    const uint32_t q_addr = st_tiles.q_addr, do_addr = st_tiles.do_addr;
     const int h = w.head(a, s), m0 = w.m0(s);
-    const uint32_t q_addr = base + T::kOffQ + stage * T::kQBytes, do_addr = base + T::kOffDo + stage * T::kQBytes;
-    const float* lse = vecs + (s % 2) * (2 * T::kBlockM);
-    const float* dsum = lse + T::kBlockM;
-    const float vec_next = s + 1 < w.steps ? load_vec(s + 1) : 0.0f;
-    tile::mbar_wait(bars.q_full(stage), (s / T::kStages) & 1);
+    const float vec_next = s + 1 < w.steps ? load_step_vec(a, w, s + 1, wtid) : 0.0f;
+    tile::mbar_wait(bars.q_full(stage), st_tiles.full_parity());
 
     // S^T = K_w Q^T and dP^T = V_w dO^T, [64 keys][64 queries]: two commit groups.
     float st[32], dpt[32];
     tile::fence_regs(st);
     tile::fence_regs(dpt);
     tile::wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < HD / 16; ++kk) {
-      const int cb = kk / 4, kin = kk % 4;
-      const uint64_t da = tile::desc_k_major(k_addr + cb * (T::kBlockN * 128) + cwg * (64 * 128) + kin * 32);
-      const uint64_t db = tile::desc_k_major(q_addr + cb * (T::kBlockM * 128) + kin * 32);
-      tile::Wgmma<64, E>::template ss<0>(st, da, db, kk > 0 ? 1 : 0);
-    }
+    issue_keys_by_queries<E, HD>(st, k_addr, q_addr, cwg);
     tile::wgmma_commit();
     if constexpr (kSched == 2) {  // the previous step's dK ran under this S^T; dP^T's registers only after it
       if (s > 0) {
@@ -556,27 +638,16 @@ __device__ __forceinline__ void consumer_main(const Args& a, unsigned char* smem
         release_after_dk((s - 1) % T::kStages);
       }
     }
-#pragma unroll
-    for (int kk = 0; kk < HD / 16; ++kk) {
-      const int cb = kk / 4, kin = kk % 4;
-      const uint64_t da = tile::desc_k_major(v_addr + cb * (T::kBlockN * 128) + cwg * (64 * 128) + kin * 32);
-      const uint64_t db = tile::desc_k_major(do_addr + cb * (T::kBlockM * 128) + kin * 32);
-      tile::Wgmma<64, E>::template ss<0>(dpt, da, db, kk > 0 ? 1 : 0);
-    }
+    issue_keys_by_queries<E, HD>(dpt, v_addr, do_addr, cwg);
     tile::wgmma_commit();
 
-    softmax_grad<T::kBlockN>(a, w, m0, key_lo, c, lse, dsum, st, dpt);
+    softmax_grad<T::kBlockN>(a, w, m0, key_lo, c, st_tiles.lse, st_tiles.dsum, st, dpt);
     to_a_fragments<E>(st, pa);
     if constexpr (kSched != 2) to_a_fragments<E>(dpt, dsa);
 
     // dV_w += P^T dO, dK_w += dS^T Q: k = the step's 64 queries (16 per wgmma = two 8-row groups of dO / Q). (Issuing
     // dV before dS^T exists, computing dS from the 16-bit P to stay inside the registers, was 3-8% slower and
     // tripled the error against FA2: run 2.)
-    const auto issue_dv = [&] {
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk)
-        tile::Wgmma<128, E>::template rs<1>(dv, pa[kk], tile::desc_mn_major(do_addr + kk * 2048, T::kBlockM * 128), 1);
-    };
     // kSched 2 reads dS^T for dK from shared memory (this warpgroup's 64 rows of the tile the dQ GEMM reads), so no
     // A fragments stay live across the loop's back edge (with them ptxas serialized the wgmmas: too few registers).
     const auto issue_dk = [&](uint32_t ds_addr) {
@@ -593,20 +664,13 @@ __device__ __forceinline__ void consumer_main(const Args& a, unsigned char* smem
     tile::fence_regs(dv);
     tile::fence_regs(dk);
     tile::wgmma_fence();
-    issue_dv();
+    issue_dv<E, HD>(dv, pa, do_addr);
     if constexpr (kSched == 0) issue_dk(0);
     tile::wgmma_commit();
 
-    // dS^T (16-bit) into buffer s % 2: row = key (128 bytes = 64 queries), 16-byte chunk j ^ (row % 8).
+    // dS^T (16-bit) into buffer s % 2 (both warpgroups' halves: rows = the CTA's 128 keys).
     unsigned char* ds_tile = smem + T::kOffDs + (s % 2) * T::kDsBytes;
-#pragma unroll
-    for (int j = 0; j < 8; ++j)
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int r = key_lo + 8 * half;
-        *reinterpret_cast<uint32_t*>(ds_tile + r * 128 + ((j ^ (r % 8)) * 16) + 4 * c) =
-            flash_detail::pack2<E>(dpt[4 * j + 2 * half], dpt[4 * j + 2 * half + 1]);
-      }
+    store_ds_t<E>(ds_tile, key_lo, c, dpt);
     tile::fence_async_shared();
     if (!S::kRedDq && wtid == 0 && s > 0) tile::bulk_wait_read<0>();  // the previous step's dQ staging was read
     tile::named_barrier_sync(1, 256);  // both halves of dS^T written
@@ -617,12 +681,7 @@ __device__ __forceinline__ void consumer_main(const Args& a, unsigned char* smem
     tile::fence_regs(dq);
     tile::wgmma_fence();
     const uint32_t ds_addr = tile::smem_u32(ds_tile);
-#pragma unroll
-    for (int kk = 0; kk < T::kBlockN / 16; ++kk) {
-      const uint64_t da = tile::desc_mn_major(ds_addr + kk * 2048, T::kDsBytes);
-      const uint64_t db = tile::desc_mn_major(k_addr + cwg * (T::kBlockN * 128) + kk * 2048, T::kBlockN * 128);
-      tile::Wgmma<64, E>::template ss<1, 1>(dq, da, db, kk > 0 ? 1 : 0);
-    }
+    issue_dq_shared<E, HD>(dq, ds_addr, k_addr, cwg);
     tile::wgmma_commit();
     if constexpr (kSched == 0) {
       tile::wgmma_wait<0>();
@@ -657,11 +716,7 @@ __device__ __forceinline__ void consumer_main(const Args& a, unsigned char* smem
     if constexpr (S::kRedUnderDk) {
       reduce_dq_from_registers();
     } else if constexpr (!S::kRedDq) {
-#pragma unroll
-      for (int j = 0; j < 8; ++j)
-        *reinterpret_cast<float4*>(stage_dq + (j * 128 + wtid) * 4) =
-            make_float4(dq[4 * j], dq[4 * j + 1], dq[4 * j + 2], dq[4 * j + 3]);
-      tile::fence_async_shared();
+      stage_dq_fragments(stage_dq, wtid, dq);
     }
     if constexpr (S::kFa3Order) release_after_dk(stage);  // kSched 2: at the next step, behind its S^T and dP^T
     if constexpr (S::kRedDq && !S::kRedUnderDk) reduce_dq_from_registers();

@@ -79,11 +79,7 @@ __device__ __forceinline__ void consumer_pingpong(const Args& a, unsigned char* 
   // LSE * log2 e and D: as consumer_main (thread wtid loads element wtid of step s + 1 during step s and stores it
   // before the barrier that ends step s, into buffer (s + 1) % 2 of [LSE 64][D 64]).
   float* const vecs = reinterpret_cast<float*>(smem + T::kOffVec + cwg * 2 * T::kVecBytes);
-  auto load_vec = [&](int step) {
-    const int64_t row0 = (int64_t{w.b} * a.n_head + w.head(a, step)) * (int64_t{a.m_blocks} * 64) + w.m0(step);
-    return wtid < 64 ? a.lse_log2[row0 + wtid] : a.dsum[row0 + wtid - 64];
-  };
-  if (w.steps > 0) vecs[wtid] = load_vec(0);
+  if (w.steps > 0) vecs[wtid] = load_step_vec(a, w, 0, wtid);
   tile::named_barrier_sync(kWarpgroupBarrier + cwg, 128);
   // Warpgroup 0 takes the first turn. Each warpgroup syncs on its turn barrier twice per step and the other arrives
   // after each of its two issues; warpgroup 1's first arrival is this one, so it skips its last (after its final
@@ -97,13 +93,12 @@ __device__ __forceinline__ void consumer_pingpong(const Args& a, unsigned char* 
   tile::mbar_wait(bars.kv_full(), 0);
 
   for (int s = 0; s < w.steps; ++s) {
-    const int stage = s % T::kStages;
+    const StepTiles<HD> st_tiles(base, vecs, s, s);
+    const int stage = st_tiles.stage;
+    const uint32_t q_addr = st_tiles.q_addr, do_addr = st_tiles.do_addr;
     const int h = w.head(a, s), m0 = w.m0(s);
-    const uint32_t q_addr = base + T::kOffQ + stage * T::kQBytes, do_addr = base + T::kOffDo + stage * T::kQBytes;
-    const float* lse = vecs + (s % 2) * (2 * T::kBlockM);
-    const float* dsum = lse + T::kBlockM;
-    const float vec_next = s + 1 < w.steps ? load_vec(s + 1) : 0.0f;
-    tile::mbar_wait(bars.q_full(stage), (s / T::kStages) & 1);
+    const float vec_next = s + 1 < w.steps ? load_step_vec(a, w, s + 1, wtid) : 0.0f;
+    tile::mbar_wait(bars.q_full(stage), st_tiles.full_parity());
 
     // Group 1: S^T = K_w Q^T and dP^T = V_w dO^T, [64 keys][64 queries] each, two commit groups.
     float st[32], dpt[32];
@@ -111,35 +106,15 @@ __device__ __forceinline__ void consumer_pingpong(const Args& a, unsigned char* 
     tile::fence_regs(dpt);
     if constexpr (kTurns) tile::named_barrier_sync(my_turn, 256);
     tile::wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < HD / 16; ++kk) {
-      const int cb = kk / 4, kin = kk % 4;
-      const uint64_t da = tile::desc_k_major(k_addr + cb * (T::kBlockN * 128) + cwg * (64 * 128) + kin * 32);
-      const uint64_t db = tile::desc_k_major(q_addr + cb * (T::kBlockM * 128) + kin * 32);
-      tile::Wgmma<64, E>::template ss<0>(st, da, db, kk > 0 ? 1 : 0);
-    }
+    issue_keys_by_queries<E, HD>(st, k_addr, q_addr, cwg);
     tile::wgmma_commit();
-#pragma unroll
-    for (int kk = 0; kk < HD / 16; ++kk) {
-      const int cb = kk / 4, kin = kk % 4;
-      const uint64_t da = tile::desc_k_major(v_addr + cb * (T::kBlockN * 128) + cwg * (64 * 128) + kin * 32);
-      const uint64_t db = tile::desc_k_major(do_addr + cb * (T::kBlockM * 128) + kin * 32);
-      tile::Wgmma<64, E>::template ss<0>(dpt, da, db, kk > 0 ? 1 : 0);
-    }
+    issue_keys_by_queries<E, HD>(dpt, v_addr, do_addr, cwg);
     tile::wgmma_commit();
     if constexpr (kTurns) tile::named_barrier_arrive(other_turn, 256);
 
-    softmax_grad<T::kBlockN>(a, w, m0, key_lo, c, lse, dsum, st, dpt);
+    softmax_grad<T::kBlockN>(a, w, m0, key_lo, c, st_tiles.lse, st_tiles.dsum, st, dpt);
     to_a_fragments<E>(st, pa);
-    // dS^T (16-bit) into the warpgroup's tile: row = key (128 bytes = 64 queries), 16-byte chunk j ^ (row % 8).
-#pragma unroll
-    for (int j = 0; j < 8; ++j)
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int r = row_lo + 8 * half;
-        *reinterpret_cast<uint32_t*>(ds_tile + r * 128 + ((j ^ (r % 8)) * 16) + 4 * c) =
-            flash_detail::pack2<E>(dpt[4 * j + 2 * half], dpt[4 * j + 2 * half + 1]);
-      }
+    store_ds_t<E>(ds_tile, row_lo, c, dpt);  // the warpgroup's own [64 keys][64 queries] tile
     tile::fence_async_shared();
     if (kReduceDq && wtid == 0 && s > 0) tile::bulk_wait_read<0>();  // the previous step's staging was read
     if constexpr (kTurns) {
@@ -155,9 +130,7 @@ __device__ __forceinline__ void consumer_pingpong(const Args& a, unsigned char* 
     tile::fence_regs(dk);
     tile::fence_regs(dq);
     tile::wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk)
-      tile::Wgmma<128, E>::template rs<1>(dv, pa[kk], tile::desc_mn_major(do_addr + kk * 2048, T::kBlockM * 128), 1);
+    issue_dv<E, HD>(dv, pa, do_addr);
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
       const uint64_t da = tile::desc_mn_major(ds_addr + kk * 2048, T::kPpDsBytes);
@@ -181,13 +154,7 @@ __device__ __forceinline__ void consumer_pingpong(const Args& a, unsigned char* 
     tile::fence_regs(dv);
     // dQ_w fragments -> staging in the workspace tile's order (float4 J of thread wtid = accumulators 4J..4J+3;
     // columns 8J.. of the tile's [column half][j][thread][4] layout are exactly float4 J * 128 + wtid).
-    if constexpr (kReduceDq) {
-#pragma unroll
-      for (int jj = 0; jj < 16; ++jj)
-        *reinterpret_cast<float4*>(stage_dq + (jj * 128 + wtid) * 4) =
-            make_float4(dq[4 * jj], dq[4 * jj + 1], dq[4 * jj + 2], dq[4 * jj + 3]);
-      tile::fence_async_shared();
-    }
+    if constexpr (kReduceDq) stage_dq_fragments(stage_dq, wtid, dq);
     tile::wgmma_wait<0>();  // dK done: Q, dO and dS^T of this step are no longer read
     tile::fence_regs(dk);
     __syncwarp();
@@ -274,11 +241,7 @@ __device__ __forceinline__ void consumer_pingpong_shared_dq(const Args& a, unsig
 
   // One work tile; j and g0: the CTA's tiles and ring steps before it (persistent CTAs run it per tile).
   const auto run_tile = [&](const Work& w, int j, int g0) {
-    auto load_vec = [&](int step) {
-      const int64_t row0 = (int64_t{w.b} * a.n_head + w.head(a, step)) * (int64_t{a.m_blocks} * 64) + w.m0(step);
-      return wtid < 64 ? a.lse_log2[row0 + wtid] : a.dsum[row0 + wtid - 64];
-    };
-    if (w.steps > 0) vecs[wtid] = load_vec(0);
+    if (w.steps > 0) vecs[wtid] = load_step_vec(a, w, 0, wtid);
     tile::named_barrier_sync(kWarpgroupBarrier + cwg, 128);
     // Warpgroup 0 syncs on its turn 2 steps + 1 times (the tail), warpgroup 1 arrives once here and after each of its
     // 2 steps issues; warpgroup 1 syncs 2 steps times, warpgroup 0 arrives after each of its 2 steps issues. So each
@@ -287,15 +250,9 @@ __device__ __forceinline__ void consumer_pingpong_shared_dq(const Args& a, unsig
     // turn): so its opening arrive never meets warpgroup 0's last turn of the tile before.
     if (!kPersistent && cwg == 1 && w.steps > 0) tile::named_barrier_arrive(kTurnBarrier, 256);
 
-    // dQ[64 queries][64 cwg .. + 64] = dS[64][128 keys] K[128 keys][64 cwg ..] from dS^T buffer `buf`.
+    // dQ[64 queries][64 cwg .. + 64] from dS^T buffer `buf`.
     const auto issue_dq = [&](float(&dq)[32], int buf) {
-      const uint32_t ds_addr = base + T::kOffDs + buf * T::kDsBytes;
-#pragma unroll
-      for (int kk = 0; kk < T::kBlockN / 16; ++kk) {
-        const uint64_t da = tile::desc_mn_major(ds_addr + kk * 2048, T::kDsBytes);
-        const uint64_t db = tile::desc_mn_major(k_addr + cwg * (T::kBlockN * 128) + kk * 2048, T::kBlockN * 128);
-        tile::Wgmma<64, E>::template ss<1, 1>(dq, da, db, kk > 0 ? 1 : 0);
-      }
+      issue_dq_shared<E, HD>(dq, base + T::kOffDs + buf * T::kDsBytes, k_addr, cwg);
     };
     // The staged dQ columns of step t -> its accumulator tile (one thread, after the warpgroup's barrier).
     const auto reduce_dq = [&](int t) {
@@ -304,13 +261,6 @@ __device__ __forceinline__ void consumer_pingpong_shared_dq(const Args& a, unsig
                              cwg * 4096;
       tile::bulk_reduce_add_f32(dq_tile, stage_dq, T::kDqHalfBytes);
       tile::bulk_commit();
-    };
-    const auto stage_dq_fragments = [&](const float(&dq)[32]) {
-#pragma unroll
-      for (int j = 0; j < 8; ++j)
-        *reinterpret_cast<float4*>(stage_dq + (j * 128 + wtid) * 4) =
-            make_float4(dq[4 * j], dq[4 * j + 1], dq[4 * j + 2], dq[4 * j + 3]);
-      tile::fence_async_shared();
     };
 
     float dv[64], dk[64];
@@ -321,12 +271,11 @@ __device__ __forceinline__ void consumer_pingpong_shared_dq(const Args& a, unsig
     if (kPersistent && cwg == 1 && w.steps > 0) tile::named_barrier_arrive(kTurnBarrier, 256);
 
     for (int s = 0; s < w.steps; ++s) {
-      const int stage = (g0 + s) % T::kStages;
-      const uint32_t q_addr = base + T::kOffQ + stage * T::kQBytes, do_addr = base + T::kOffDo + stage * T::kQBytes;
-      const float* lse = vecs + (s % 2) * (2 * T::kBlockM);
-      const float* dsum = lse + T::kBlockM;
-      const float vec_next = s + 1 < w.steps ? load_vec(s + 1) : 0.0f;
-      tile::mbar_wait(bars.q_full(stage), ((g0 + s) / T::kStages) & 1);
+      const StepTiles<HD> st_tiles(base, vecs, g0 + s, s);
+      const int stage = st_tiles.stage;
+      const uint32_t q_addr = st_tiles.q_addr, do_addr = st_tiles.do_addr;
+      const float vec_next = s + 1 < w.steps ? load_step_vec(a, w, s + 1, wtid) : 0.0f;
+      tile::mbar_wait(bars.q_full(stage), st_tiles.full_parity());
 
       // Group 1: S^T = K_w Q^T and dP^T = V_w dO^T.
       float st[32], dpt[32];
@@ -334,49 +283,24 @@ __device__ __forceinline__ void consumer_pingpong_shared_dq(const Args& a, unsig
       tile::fence_regs(dpt);
       tile::named_barrier_sync(my_turn, 256);
       tile::wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < HD / 16; ++kk) {
-        const int cb = kk / 4, kin = kk % 4;
-        const uint64_t da = tile::desc_k_major(k_addr + cb * (T::kBlockN * 128) + cwg * (64 * 128) + kin * 32);
-        const uint64_t db = tile::desc_k_major(q_addr + cb * (T::kBlockM * 128) + kin * 32);
-        tile::Wgmma<64, E>::template ss<0>(st, da, db, kk > 0 ? 1 : 0);
-      }
+      issue_keys_by_queries<E, HD>(st, k_addr, q_addr, cwg);
       tile::wgmma_commit();
-#pragma unroll
-      for (int kk = 0; kk < HD / 16; ++kk) {
-        const int cb = kk / 4, kin = kk % 4;
-        const uint64_t da = tile::desc_k_major(v_addr + cb * (T::kBlockN * 128) + cwg * (64 * 128) + kin * 32);
-        const uint64_t db = tile::desc_k_major(do_addr + cb * (T::kBlockM * 128) + kin * 32);
-        tile::Wgmma<64, E>::template ss<0>(dpt, da, db, kk > 0 ? 1 : 0);
-      }
+      issue_keys_by_queries<E, HD>(dpt, v_addr, do_addr, cwg);
       tile::wgmma_commit();
       tile::named_barrier_arrive(other_turn, 256);
 
-      softmax_grad<T::kBlockN>(a, w, w.m0(s), key_lo, c, lse, dsum, st, dpt);
+      softmax_grad<T::kBlockN>(a, w, w.m0(s), key_lo, c, st_tiles.lse, st_tiles.dsum, st, dpt);
       to_a_fragments<E>(st, pa);
       to_a_fragments<E>(dpt, dsa);
-      const auto issue_dv = [&] {
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk)
-          tile::Wgmma<128, E>::template rs<1>(dv, pa[kk], tile::desc_mn_major(do_addr + kk * 2048, T::kBlockM * 128),
-                                              1);
-      };
       if constexpr (kEarlyDv) {
         tile::fence_regs(dv);
         tile::wgmma_fence();
-        issue_dv();
+        issue_dv<E, HD>(dv, pa, do_addr);
         tile::wgmma_commit();
       }
       // dS^T (16-bit) into this warpgroup's rows of buffer s % 2 (schedule 1's [128 keys][64 queries] tile).
       unsigned char* ds_tile = smem + T::kOffDs + (s % 2) * T::kDsBytes;
-#pragma unroll
-      for (int j = 0; j < 8; ++j)
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          const int r = key_lo + 8 * half;
-          *reinterpret_cast<uint32_t*>(ds_tile + r * 128 + ((j ^ (r % 8)) * 16) + 4 * c) =
-              flash_detail::pack2<E>(dpt[4 * j + 2 * half], dpt[4 * j + 2 * half + 1]);
-        }
+      store_ds_t<E>(ds_tile, key_lo, c, dpt);
       tile::fence_async_shared();
       if (wtid == 0) tile::bulk_wait_read<0>();  // the previous staging was read by the copy engine
       tile::named_barrier_sync(my_turn, 256);
@@ -390,7 +314,7 @@ __device__ __forceinline__ void consumer_pingpong_shared_dq(const Args& a, unsig
       tile::fence_regs(dk);
       tile::fence_regs(dq);
       tile::wgmma_fence();
-      if constexpr (!kEarlyDv) issue_dv();
+      if constexpr (!kEarlyDv) issue_dv<E, HD>(dv, pa, do_addr);
       issue_dq(dq, (s + 1 - cwg) % 2);  // buffer t % 2
       tile::wgmma_commit();
 #pragma unroll
@@ -403,7 +327,7 @@ __device__ __forceinline__ void consumer_pingpong_shared_dq(const Args& a, unsig
       tile::fence_regs(dq);
       tile::fence_regs(pa);
       tile::fence_regs(dv);
-      if (t >= 0) stage_dq_fragments(dq);
+      if (t >= 0) stage_dq_fragments(stage_dq, wtid, dq);
       tile::wgmma_wait<0>();
       tile::fence_regs(dk);
       tile::fence_regs(dsa);
@@ -424,7 +348,7 @@ __device__ __forceinline__ void consumer_pingpong_shared_dq(const Args& a, unsig
       tile::wgmma_commit();
       tile::wgmma_wait<0>();
       tile::fence_regs(dq);
-      stage_dq_fragments(dq);
+      stage_dq_fragments(stage_dq, wtid, dq);
       tile::named_barrier_sync(kWarpgroupBarrier + cwg, 128);
       if (wtid == 0) reduce_dq(t);
     }
