@@ -255,287 +255,123 @@ __device__ __forceinline__ uint64_t desc_mn_major(uint32_t smem_addr, uint32_t b
   return desc_sw128(smem_addr, block_bytes, 1024);
 }
 
-// ---- warpgroup MMA, f32 accumulators: D[64][N] (+)= A[64][16] * B[16][N] ----
+// ---- warpgroup MMA, f32 accumulators: D[64][N] (+)= A[64][K] * B[K][N] (K = 16 for 16-bit types, 32 for e4m3) ----
 // Accumulator layout (per thread of the warpgroup: warp w owns rows 16w..16w+15, lane = 4g + c):
 //   d[4j + e] -> row 16w + g + 8 * (e / 2), column 8j + 2c + (e % 2).
-// Register A fragment (rs): a[0] rows g, k 2c..2c+1; a[1] rows g+8; a[2] row g, k 2c+8..; a[3] row g+8, k 2c+8..
+// Register A fragment (rs), 16-bit: a[0] rows g, k 2c..2c+1; a[1] rows g+8; a[2] row g, k 2c+8..; a[3] row g+8,
+// k 2c+8.. FP8 (e4m3 x e4m3 -> f32): 4 x b32 of 4 e4m3 each, lowest byte = lowest k: a[0] row g, k 4c..4c+3; a[1]
+// row g+8, k 4c..4c+3; a[2] row g, k 16+4c..; a[3] row g+8, k 16+4c.. Both FP8 operands are K-major (no transpose
+// immediates exist for 8-bit types).
+// ss: A and B in shared memory (descriptors); kTransA 1 (16-bit): A is M-major (the backward's dQ = dS K reads dS
+// from a [keys][queries] tile). rs: A in registers, B in shared memory. `accumulate` 0 overwrites D.
 template <int N, ElemKind E>
 struct Wgmma;
 
-template <> struct Wgmma<64, ElemKind::kBf16> {
-  // D[64][64] (+)= A[64][16] * B[16][64]; A, B in shared memory (descriptors). kTransA 1: A is M-major (the
-  // backward's dQ = dS K reads dS from a [keys][queries] tile).
-  template <int kTransB, int kTransA = 0>
-  static __device__ __forceinline__ void ss(float (&d)[32], uint64_t desc_a, uint64_t desc_b, int accumulate) {
-#if GA_SM90A_DEVICE
-    asm volatile(
-        "{\n.reg .pred p;\n"
-        "setp.ne.b32 p, %34, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
-        "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31},"
-        " %32, %33, p, 1, 1, %36, %35;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]),
-          "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
-          "+f"(d[30]), "+f"(d[31])
-        : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransB), "n"(kTransA));
-#else
-    (void)d; (void)desc_a; (void)desc_b; (void)accumulate;
-    __trap();
-#endif
-  }
-  // D[64][64] (+)= A[64][16] * B[16][64]; A in registers (4 x b32 per thread), B in shared memory.
-  template <int kTransB>
-  static __device__ __forceinline__ void rs(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b, int accumulate) {
-#if GA_SM90A_DEVICE
-    asm volatile(
-        "{\n.reg .pred p;\n"
-        "setp.ne.b32 p, %37, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
-        "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31},"
-        " {%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]),
-          "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
-          "+f"(d[30]), "+f"(d[31])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate), "n"(kTransB));
-#else
-    (void)d; (void)a; (void)desc_b; (void)accumulate;
-    __trap();
-#endif
-  }
-};
+// The instructions' operand lists are N / 2 accumulators long, so they are spelled by macros (also used by
+// hopper_wide.cuh and hopper_wide_fp8.cuh): GA_WG_ACC8(b) is eight "+f" operands from d[b]; GA_WG_REGS<N> the
+// "%0, ..., %<N/2 - 1>" text of the accumulator list; GA_WG_I<N>_<k> the operand number N / 2 + k (the first one
+// after the accumulators), as text for the instruction string.
+#define GA_WG_STR2(x) #x
+#define GA_WG_STR(x) GA_WG_STR2(x)
+#define GA_WG_ACC8(b)                                                                                   \
+  "+f"(d[b]), "+f"(d[b + 1]), "+f"(d[b + 2]), "+f"(d[b + 3]), "+f"(d[b + 4]), "+f"(d[b + 5]), "+f"(d[b + 6]), \
+      "+f"(d[b + 7])
+#define GA_WG_REGS64                                                                                      \
+  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, " \
+  "%22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+#define GA_WG_ACCS64 GA_WG_ACC8(0), GA_WG_ACC8(8), GA_WG_ACC8(16), GA_WG_ACC8(24)
+#define GA_WG_REGS128 \
+  GA_WG_REGS64 ", %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, " \
+  "%50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+#define GA_WG_ACCS128 GA_WG_ACCS64, GA_WG_ACC8(32), GA_WG_ACC8(40), GA_WG_ACC8(48), GA_WG_ACC8(56)
+#define GA_WG_I64_0 32
+#define GA_WG_I64_1 33
+#define GA_WG_I64_2 34
+#define GA_WG_I64_3 35
+#define GA_WG_I64_4 36
+#define GA_WG_I64_5 37
+#define GA_WG_I64_6 38
+#define GA_WG_I128_0 64
+#define GA_WG_I128_1 65
+#define GA_WG_I128_2 66
+#define GA_WG_I128_3 67
+#define GA_WG_I128_4 68
+#define GA_WG_I128_5 69
+#define GA_WG_I128_6 70
+#define GA_WG_I(N, k) "%" GA_WG_STR(GA_WG_I##N##_##k)
 
-template <> struct Wgmma<64, ElemKind::kF16> {
-  // D[64][64] (+)= A[64][16] * B[16][64]; A, B in shared memory (descriptors); kTransA as for bf16.
-  template <int kTransB, int kTransA = 0>
-  static __device__ __forceinline__ void ss(float (&d)[32], uint64_t desc_a, uint64_t desc_b, int accumulate) {
 #if GA_SM90A_DEVICE
-    asm volatile(
-        "{\n.reg .pred p;\n"
-        "setp.ne.b32 p, %34, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
-        "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31},"
-        " %32, %33, p, 1, 1, %36, %35;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]),
-          "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
-          "+f"(d[30]), "+f"(d[31])
-        : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransB), "n"(kTransA));
+// 16-bit ss: desc_a, desc_b, accumulate (predicate), kTransB, kTransA after the accumulators.
+#define GA_WGMMA_SS16_BODY(N, TYPE)                                                                        \
+  asm volatile("{\n.reg .pred p;\n"                                                                       \
+               "setp.ne.b32 p, " GA_WG_I(N, 2) ", 0;\n"                                                     \
+               "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TYPE "." TYPE " {" GA_WG_REGS##N "},"     \
+               " " GA_WG_I(N, 0) ", " GA_WG_I(N, 1) ", p, 1, 1, " GA_WG_I(N, 4) ", " GA_WG_I(N, 3) ";\n}\n" \
+               : GA_WG_ACCS##N                                                                           \
+               : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransB), "n"(kTransA));
+// 16-bit rs: a[0..3], desc_b, accumulate (predicate), kTransB.
+#define GA_WGMMA_RS16_BODY(N, TYPE)                                                                          \
+  asm volatile("{\n.reg .pred p;\n"                                                                         \
+               "setp.ne.b32 p, " GA_WG_I(N, 5) ", 0;\n"                                                       \
+               "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TYPE "." TYPE " {" GA_WG_REGS##N "},"       \
+               " {" GA_WG_I(N, 0) ", " GA_WG_I(N, 1) ", " GA_WG_I(N, 2) ", " GA_WG_I(N, 3) "}, " GA_WG_I(N, 4) \
+               ", p, 1, 1, " GA_WG_I(N, 6) ";\n}\n"                                                          \
+               : GA_WG_ACCS##N                                                                             \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate), "n"(kTransB));
+// FP8 ss: desc_a, desc_b, accumulate; rs: a[0..3], desc_b, accumulate (no transpose operands).
+#define GA_WGMMA_SS8_BODY(N)                                                                         \
+  asm volatile("{\n.reg .pred p;\n"                                                                 \
+               "setp.ne.b32 p, " GA_WG_I(N, 2) ", 0;\n"                                               \
+               "wgmma.mma_async.sync.aligned.m64n" #N "k32.f32.e4m3.e4m3 {" GA_WG_REGS##N "},"         \
+               " " GA_WG_I(N, 0) ", " GA_WG_I(N, 1) ", p, 1, 1;\n}\n"                                 \
+               : GA_WG_ACCS##N                                                                     \
+               : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+#define GA_WGMMA_RS8_BODY(N)                                                                                  \
+  asm volatile("{\n.reg .pred p;\n"                                                                          \
+               "setp.ne.b32 p, " GA_WG_I(N, 5) ", 0;\n"                                                        \
+               "wgmma.mma_async.sync.aligned.m64n" #N "k32.f32.e4m3.e4m3 {" GA_WG_REGS##N "},"                  \
+               " {" GA_WG_I(N, 0) ", " GA_WG_I(N, 1) ", " GA_WG_I(N, 2) ", " GA_WG_I(N, 3) "}, " GA_WG_I(N, 4) \
+               ", p, 1, 1;\n}\n"                                                                              \
+               : GA_WG_ACCS##N                                                                              \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
 #else
-    (void)d; (void)desc_a; (void)desc_b; (void)accumulate;
-    __trap();
+#define GA_WGMMA_SS16_BODY(N, TYPE) (void)d; (void)desc_a; (void)desc_b; (void)accumulate; __trap();
+#define GA_WGMMA_RS16_BODY(N, TYPE) (void)d; (void)a; (void)desc_b; (void)accumulate; __trap();
+#define GA_WGMMA_SS8_BODY(N) (void)d; (void)desc_a; (void)desc_b; (void)accumulate; __trap();
+#define GA_WGMMA_RS8_BODY(N) (void)d; (void)a; (void)desc_b; (void)accumulate; __trap();
 #endif
-  }
-  // D[64][64] (+)= A[64][16] * B[16][64]; A in registers (4 x b32 per thread), B in shared memory.
-  template <int kTransB>
-  static __device__ __forceinline__ void rs(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b, int accumulate) {
-#if GA_SM90A_DEVICE
-    asm volatile(
-        "{\n.reg .pred p;\n"
-        "setp.ne.b32 p, %37, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
-        "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31},"
-        " {%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]),
-          "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
-          "+f"(d[30]), "+f"(d[31])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate), "n"(kTransB));
-#else
-    (void)d; (void)a; (void)desc_b; (void)accumulate;
-    __trap();
-#endif
-  }
-};
 
-template <> struct Wgmma<128, ElemKind::kBf16> {
-  // D[64][128] (+)= A[64][16] * B[16][128]; A, B in shared memory (descriptors). kTransA 1: A is M-major (the
-  // backward's split dQ = dS K_w reads dS from its [keys][queries] tile).
-  template <int kTransB, int kTransA = 0>
-  static __device__ __forceinline__ void ss(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int accumulate) {
-#if GA_SM90A_DEVICE
-    asm volatile(
-        "{\n.reg .pred p;\n"
-        "setp.ne.b32 p, %66, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
-        "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, "
-        "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, "
-        "%56, %57, %58, %59, %60, %61, %62, %63},"
-        " %64, %65, p, 1, 1, %68, %67;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]),
-          "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
-          "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]),
-          "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]),
-          "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]),
-          "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]),
-          "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-        : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransB), "n"(kTransA));
-#else
-    (void)d; (void)desc_a; (void)desc_b; (void)accumulate;
-    __trap();
-#endif
-  }
-  // D[64][128] (+)= A[64][16] * B[16][128]; A in registers (4 x b32 per thread), B in shared memory.
-  template <int kTransB>
-  static __device__ __forceinline__ void rs(float (&d)[64], const uint32_t (&a)[4], uint64_t desc_b, int accumulate) {
-#if GA_SM90A_DEVICE
-    asm volatile(
-        "{\n.reg .pred p;\n"
-        "setp.ne.b32 p, %69, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
-        "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, "
-        "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, "
-        "%56, %57, %58, %59, %60, %61, %62, %63},"
-        " {%64, %65, %66, %67}, %68, p, 1, 1, %70;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]),
-          "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
-          "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]),
-          "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]),
-          "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]),
-          "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]),
-          "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate), "n"(kTransB));
-#else
-    (void)d; (void)a; (void)desc_b; (void)accumulate;
-    __trap();
-#endif
-  }
-};
+// One specialization per (N, type): the PTX type string must be a literal.
+#define GA_WGMMA_16BIT(N, E, TYPE)                                                                              \
+  template <>                                                                                                   \
+  struct Wgmma<N, E> {                                                                                          \
+    template <int kTransB, int kTransA = 0>                                                                     \
+    static __device__ __forceinline__ void ss(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, int accumulate) { \
+      GA_WGMMA_SS16_BODY(N, TYPE)                                                                               \
+    }                                                                                                           \
+    template <int kTransB>                                                                                      \
+    static __device__ __forceinline__ void rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc_b,       \
+                                              int accumulate) {                                                 \
+      GA_WGMMA_RS16_BODY(N, TYPE)                                                                               \
+    }                                                                                                           \
+  };
+GA_WGMMA_16BIT(64, ElemKind::kBf16, "bf16")
+GA_WGMMA_16BIT(64, ElemKind::kF16, "f16")
+GA_WGMMA_16BIT(128, ElemKind::kBf16, "bf16")
+GA_WGMMA_16BIT(128, ElemKind::kF16, "f16")
+#undef GA_WGMMA_16BIT
 
-template <> struct Wgmma<128, ElemKind::kF16> {
-  // D[64][128] (+)= A[64][16] * B[16][128]; A, B in shared memory (descriptors). kTransA 1: A is M-major (the
-  // backward's split dQ = dS K_w reads dS from its [keys][queries] tile).
-  template <int kTransB, int kTransA = 0>
-  static __device__ __forceinline__ void ss(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int accumulate) {
-#if GA_SM90A_DEVICE
-    asm volatile(
-        "{\n.reg .pred p;\n"
-        "setp.ne.b32 p, %66, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
-        "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, "
-        "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, "
-        "%56, %57, %58, %59, %60, %61, %62, %63},"
-        " %64, %65, p, 1, 1, %68, %67;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]),
-          "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
-          "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]),
-          "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]),
-          "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]),
-          "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]),
-          "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-        : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransB), "n"(kTransA));
-#else
-    (void)d; (void)desc_a; (void)desc_b; (void)accumulate;
-    __trap();
-#endif
-  }
-  // D[64][128] (+)= A[64][16] * B[16][128]; A in registers (4 x b32 per thread), B in shared memory.
-  template <int kTransB>
-  static __device__ __forceinline__ void rs(float (&d)[64], const uint32_t (&a)[4], uint64_t desc_b, int accumulate) {
-#if GA_SM90A_DEVICE
-    asm volatile(
-        "{\n.reg .pred p;\n"
-        "setp.ne.b32 p, %69, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
-        "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, "
-        "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, "
-        "%56, %57, %58, %59, %60, %61, %62, %63},"
-        " {%64, %65, %66, %67}, %68, p, 1, 1, %70;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]),
-          "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
-          "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]),
-          "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]),
-          "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]),
-          "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]),
-          "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate), "n"(kTransB));
-#else
-    (void)d; (void)a; (void)desc_b; (void)accumulate;
-    __trap();
-#endif
-  }
-};
-
-// FP8: D[64][128] (+)= A[64][32] * B[32][128], e4m3 x e4m3 -> f32. Both operands K-major (no transpose
-// immediates exist for 8-bit types). Register A fragment (rs): 4 x b32, 4 e4m3 each, lowest byte = lowest k:
-//   a[0] row g, k 4c..4c+3; a[1] row g+8, k 4c..4c+3; a[2] row g, k 16+4c..; a[3] row g+8, k 16+4c..
-template <> struct Wgmma<128, ElemKind::kE4m3> {
+template <>
+struct Wgmma<128, ElemKind::kE4m3> {
   template <int kTransB>
   static __device__ __forceinline__ void ss(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int accumulate) {
     static_assert(kTransB == 0, "8-bit wgmma reads both operands K-major");
-#if GA_SM90A_DEVICE
-    asm volatile(
-        "{\n.reg .pred p;\n"
-        "setp.ne.b32 p, %66, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
-        "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, "
-        "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, "
-        "%56, %57, %58, %59, %60, %61, %62, %63},"
-        " %64, %65, p, 1, 1;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]),
-          "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
-          "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]),
-          "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]),
-          "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]),
-          "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]),
-          "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-        : "l"(desc_a), "l"(desc_b), "r"(accumulate));
-#else
-    (void)d; (void)desc_a; (void)desc_b; (void)accumulate;
-    __trap();
-#endif
+    GA_WGMMA_SS8_BODY(128)
   }
   template <int kTransB>
   static __device__ __forceinline__ void rs(float (&d)[64], const uint32_t (&a)[4], uint64_t desc_b, int accumulate) {
     static_assert(kTransB == 0, "8-bit wgmma reads both operands K-major");
-#if GA_SM90A_DEVICE
-    asm volatile(
-        "{\n.reg .pred p;\n"
-        "setp.ne.b32 p, %69, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
-        "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, "
-        "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, "
-        "%56, %57, %58, %59, %60, %61, %62, %63},"
-        " {%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]),
-          "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
-          "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]),
-          "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]),
-          "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]),
-          "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]),
-          "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
-#else
-    (void)d; (void)a; (void)desc_b; (void)accumulate;
-    __trap();
-#endif
+    GA_WGMMA_RS8_BODY(128)
   }
 };
 
