@@ -603,8 +603,10 @@ TEST(CudaFlashAttention, Fp8ScoresThatJumpBetweenKeyTiles) {
           float gain = 0.9f + 0.1f * unit(r);
           for (const auto& [key, g] : spikes)
             if (key == n) gain = g;
-          for (int h = 0; h < s.n_head_kv; ++h)
-            for (int d = 0; d < s.hd; ++d) (*k)[((size_t(b) * s.seqlen_k + n) * s.n_head_kv + h) * s.hd + d] = gain * w[d];
+          for (int h = 0; h < s.n_head_kv; ++h) {
+            float* row = k->data() + ((size_t(b) * s.seqlen_k + n) * s.n_head_kv + h) * s.hd;
+            for (int d = 0; d < s.hd; ++d) row[d] = gain * w[d];
+          }
         }
     };
   };

@@ -26,7 +26,7 @@
 //   3 = 0 plus ping-pong: each GEMM (S, then PV) is one turn, so the tensor cores run S_a, S_b, PV_a, PV_b
 //     and each warpgroup's softmax sits under the other's GEMM. Written for FP8 at head dim 256, where the
 //     overlapped consumer does not fit in 240 registers (O 128 + S 64 + P 16); it lost, and since session 10 FP8
-//     hd 256 runs the overlap schedule anyway (ptxas spills 36 bytes, and it is 12-17% faster than serial).
+//     hd 256 runs the overlap schedule anyway (ptxas spills 36 bytes, and it is 9-17% faster than serial).
 //   + kSchedPolyExp (16): a quarter of the softmax exp2 on the FMA pipes (poly_exp2), for FP8 at hd 128.
 //   + kSchedLazyRescale (32), kSchedQReg (64; Q as register A fragments: S = Q K^T reads only K from shared
 //     memory, 16 KB less shared-memory traffic per warpgroup and key tile; 32 registers at hd 128): 16-bit
