@@ -17,7 +17,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 
 #include "gpu_accel/error.h"
 #include "runtime/engine/raw_logprobs.h"
