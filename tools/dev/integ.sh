@@ -73,15 +73,15 @@ run_tests() {
   note "memcheck run rc=$? $(grep 'ERROR SUMMARY' "$OUT/memcheck.log")"
   compute-sanitizer --tool memcheck $B/bin/test_cuda_batch_forward --gtest_filter='*Stories*' > "$OUT/memcheck_batch.log" 2>&1
   note "memcheck batch forward rc=$? $(grep 'ERROR SUMMARY' "$OUT/memcheck_batch.log")"
-  for tool in memcheck racecheck; do  # the FP8 forward's small shapes: every FP8 variant of the build and the defaults
-    timeout 240 compute-sanitizer --tool $tool $B/bin/test_cuda_flash_attention --gtest_filter='*Fp8SmallShapes*' \
-      > "$OUT/${tool}_flash_fp8.log" 2>&1
-    note "$tool flash fp8 small rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/${tool}_flash_fp8.log")"
-  done
-  for tool in memcheck racecheck; do  # the backward's small shapes: every schedule of the build, 22-24 included
-    timeout 240 compute-sanitizer --tool $tool $B/bin/test_cuda_flash_backward --gtest_filter='*SmallShapes*' \
-      > "$OUT/${tool}_flash_backward.log" 2>&1
-    note "$tool flash backward small rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/${tool}_flash_backward.log")"
+  sanitize_small fp8 test_cuda_flash_attention '*Fp8SmallShapes*'  # every FP8 variant of the build and the defaults
+  sanitize_small backward test_cuda_flash_backward '*SmallShapes*'  # every schedule of the build, 22-24 included
+}
+
+# memcheck and racecheck on a flash test's small shapes: sanitize_small NAME BINARY GTEST_FILTER
+sanitize_small() {
+  for tool in memcheck racecheck; do
+    timeout 240 compute-sanitizer --tool $tool $B/bin/$2 --gtest_filter="$3" > "$OUT/${tool}_flash_$1.log" 2>&1
+    note "$tool flash $1 small rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/${tool}_flash_$1.log")"
   done
 }
 
