@@ -297,7 +297,7 @@ SM80_VARIANT = 11  # kFlashSm80Variant (kernels/flash/flash_attention.h)
 # + split-chain softmax (the default), + ping-pong, 3-deep ring, lazy rescale; 39 = session 10's hd 256 default, the
 # overlap schedule with the split chains, 40 / 41 its one-tile / 3-stage twins); the ones this build did not compile
 # answer cudaErrorNotSupported and are skipped. -1 = the default (fp8_default_variant). --fp8-variants narrows the list.
-FP8_VARIANTS = list(range(-1, 11)) + [28, 29, 32, 33, 34, 39, 40, 41]
+FP8_VARIANTS = list(range(-1, 11)) + [28, 29, 32, 33, 34, 39, 40, 41, 43, 48]
 CUDA_ERROR_NOT_SUPPORTED = 801
 
 

@@ -120,7 +120,6 @@ cudaError_t launch_transpose_v(const FlashParams& p, uint8_t* vt, cudaStream_t s
 
 template <int HD>
 cudaError_t run_fp8(const FlashParams& p, int variant, uint8_t* vt, int num_sms, cudaStream_t stream) {
-  using T = FwdTraits<HD, default_stages<HD>(), 1>;
   const int64_t pad = seq_pad(p.seqlen_k);
   FwdArgs a{};
   const uint64_t vt_dims[4] = {static_cast<uint64_t>(pad), HD, static_cast<uint64_t>(p.n_head_kv),
@@ -130,15 +129,16 @@ cudaError_t run_fp8(const FlashParams& p, int variant, uint8_t* vt, int num_sms,
   // One V^T column block: HD rows of 128 keys (a tile of more keys is several boxes: FwdTraits::kVtBlocks).
   const uint32_t vt_box[4] = {128, HD, 1, 1};
   const uint32_t k_box = static_cast<uint32_t>(fp8_variant_block_n<HD>(variant));  // K rows per tile
+  const int block_m = fp8_variant_block_m<HD>(variant);                             // Q rows per tile
   if (tile::encode_tma_map_bshd(&a.tm_q, 1, false, p.q, HD, p.seqlen_q, p.n_head, p.batch, p.q_seq_stride,
-                                p.q_head_stride, p.q_batch_stride, T::kBlockM) != nullptr ||
+                                p.q_head_stride, p.q_batch_stride, static_cast<uint32_t>(block_m)) != nullptr ||
       tile::encode_tma_map_bshd(&a.tm_k, 1, false, p.k, HD, p.seqlen_k, p.n_head_kv, p.batch, p.k_seq_stride,
                                 p.k_head_stride, p.k_batch_stride, k_box) != nullptr ||
       tile::encode_tma_map_8bit_sw128(&a.tm_v, vt, vt_dims, vt_strides, vt_box) != nullptr) {
     return cudaErrorInvalidValue;
   }
   if (const cudaError_t e = launch_transpose_v<HD>(p, vt, stream); e != cudaSuccess) return e;
-  set_fwd_problem(a, p, T::kBlockM);
+  set_fwd_problem(a, p, block_m);
   a.scale = p.softmax_scale * p.descale_q * p.descale_k;  // S in real units = raw Q K^T * descale_q * descale_k
   a.scale_log2 = a.scale * 1.4426950408889634f;
   a.o_scale = p.descale_v;

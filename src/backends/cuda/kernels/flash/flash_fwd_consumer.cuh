@@ -45,9 +45,15 @@ constexpr int fp8_wide_block_n() { return 224; }
 
 // kElemBytes 2: bf16/fp16; 1: FP8 e4m3 (V given as V^T: one tile is [HD][kBlockN] bytes, one column block).
 // kBlockNT: keys per tile, 0 = the default below (a multiple of 16; the wide variants pass wide_block_n).
-template <int HD, int kStagesT = default_stages<HD>(), int kElemBytes = 2, int kBlockNT = 0>
+// kConsumerWGs: consumer warpgroups of 64 query rows each (2; 3 for session 11's FP8 hd 128 candidate: three warps
+// per scheduler instead of two, under setmaxnreg 160).
+template <int HD, int kStagesT = default_stages<HD>(), int kElemBytes = 2, int kBlockNT = 0, int kConsumerWGsT = 2>
 struct FwdTraits {
-  static constexpr int kBlockM = 128;                       // 2 consumer warpgroups x 64 rows
+  static constexpr int kConsumerWGs = kConsumerWGsT;
+  static_assert(kConsumerWGs == 2 || (kConsumerWGs == 3 && kElemBytes == 1 && HD == 128 && kBlockNT == 128),
+                "3 consumer warpgroups: FP8 hd 128 with 128-key tiles (O 64 + S 64 registers under 160)");
+  static constexpr int kBlockM = 64 * kConsumerWGs;         // 64 query rows per consumer warpgroup
+  static constexpr int kConsumerRegs = kConsumerWGs == 3 ? 160 : 240;  // setmaxnreg (producer: 24)
   // keys per tile (registers: S is 64 x kBlockN). FP8 keeps 128 at HD 256: V^T's tile rows are 128 keys of
   // one byte = one swizzle row, and its P fragments are half the registers of a 16-bit P.
   // FP8 may also take fp8_wide_block_n() keys at HD 128 (FA3's FP8 tile; its V^T tile is two 128-key blocks).
@@ -57,7 +63,7 @@ struct FwdTraits {
   static constexpr int kStages = kStagesT;
   static constexpr int kColElems = 128 / kElemBytes;        // elements per 128-byte swizzle row
   static constexpr int kColBlocks = HD / kColElems;         // 128-byte swizzle column blocks of Q and K
-  static constexpr int kThreads = 384;
+  static constexpr int kThreads = 128 * (kConsumerWGs + 1);
   static constexpr uint32_t kQBytes = kBlockM * HD * kElemBytes;
   static constexpr uint32_t kKBytes = kBlockN * HD * kElemBytes;  // one K tile (and 16-bit V) as loaded
   // FP8 V^T tile: HD rows of kBlockN keys in 128-key column blocks of [HD][128] bytes (one swizzle row per head-dim
@@ -119,9 +125,10 @@ __host__ __device__ constexpr int fp8_key_of_column(int l) { return 2 * (l / 4) 
 // chain of N / 4 dependent FMNMX / FADD per row (the consumers are latency bound: ~2 warps per scheduler; session 8:
 // +6-11% on the 224-key tile). Not for 16-bit: branch fwd9 owns that key loop. (Also measured in session 8 and dropped:
 // exp2 on f16 pairs, ex2.approx.f16x2: ptxas emits two MUFU.EX2 per pair plus conversions, 20-30% slower.)
-template <ElemKind E, int HD, bool kPolyExp = false, int kBN = 0, bool kQReg = false, bool kFp8Tree = false>
+template <ElemKind E, int HD, bool kPolyExp = false, int kBN = 0, bool kQReg = false, bool kFp8Tree = false,
+          int kWGs = 2>
 struct Consumer {
-  using T = FwdTraits<HD, default_stages<HD>(), elem_bytes<E>(), kBN>;
+  using T = FwdTraits<HD, default_stages<HD>(), elem_bytes<E>(), kBN, kWGs>;
   static constexpr ElemKind kElem = E;
   static constexpr bool kFp8 = E == ElemKind::kE4m3;
   static constexpr int N = T::kBlockN;
@@ -298,6 +305,14 @@ struct Consumer {
       }
       l_run[r] = l_run[r] * corr[r] + ((sq[0] + sq[1]) + (sq[2] + sq[3]));  // per-thread partial (quad: epilogue)
     }
+  }
+
+  // Ends ptxas's basic block here (kSchedPinPvWait): a warp-uniform branch on this thread's row sums that is never
+  // taken (they are sums of exp2 values times exp2 factors, never negative; NaN compares false). ptxas schedules within
+  // a block, so what follows (the PV wait) cannot move above the softmax whose results the branch reads. (A divergent
+  // branch to __trap() made ptxas spill ~1.4 KB; a PTX branch to the next instruction changed nothing.)
+  __device__ __forceinline__ void end_block() const {
+    if (__any_sync(0xffffffffu, fminf(l_run[0], l_run[1]) < 0.0f)) asm volatile("nanosleep.u32 1;");
   }
 
   // The lazy form (kSchedLazyRescale): skipped when no row of this warp changed its max (corr is exactly 1

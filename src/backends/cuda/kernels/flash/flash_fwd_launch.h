@@ -62,7 +62,19 @@ constexpr int kFp8Hd256OverlapVariant = 39;
 // (42, session 10: 29 with the row sums on the tensor cores, ones rows after V^T and N = 136, was within 3% of 29
 // and less accurate: sums of e4m3-rounded P renormalize away the P values e4m3 flushes to zero. Not kept.)
 constexpr int kFp8Hd256OneTileVariant = 40, kFp8Hd256DeepVariant = 41;
-constexpr int kFwdAllVariantsEnd = 42;
+// Session 11 (benchmark builds, GA_FLASH_FP8_WIDE): 43 = 29 with the PV wait pinned below the softmax
+// (kSchedPinPvWait: in 29 as compiled, ptxas had hoisted that wait above the softmax, so the softmax never overlapped
+// the PV GEMM; pinned, the overlap is real and 29 is still as fast or faster: 0-9%). 48 = three consumer warpgroups
+// (kSchedThreeWG: 192 x 128 tiles, setmaxnreg 160, three warps per scheduler), serial schedule, split chains: 5-14%
+// slower than 29. Retired the same session (docs/results/2026-11-28-h200-session11.md): 44 (43 at 192 keys), 45 / 46
+// (39 + the pin at 128 / 96 keys), 47 (48 on the overlap schedule: 164 bytes of spills), 49 / 50 (43 / 44 +
+// ping-pong, FA3's FP8 schedule: 12-20% slower).
+constexpr int kFp8PinVariant = 43, kFp8ThreeWGVariant = 48;
+// 16-bit (GA_FLASH_FWD_PIN): the 16-bit overlap kernels had the same hoisted wait; 51 = 4 + the pinned PV wait, 52 =
+// 13 (wide key tile, persistent) + the pinned PV wait. At hd 128, 52 was 0-4% ahead of the default at 4k-8k and 2%
+// behind at 16k (9 paired rounds), 51 within 3% of 4: kept as benchmark variants, not defaults.
+constexpr int kPinVariant = 51, kWidePinVariant = 52;
+constexpr int kFwdAllVariantsEnd = 53;
 // The kernels built on the split tail (21, 24): they take its plan and workspace, and run 4 off head dim 128.
 constexpr bool split_tail_kernel(int variant) { return variant == kSplitTailVariant || variant == kStageInVVariant; }
 // The default build compiles only the variants default_variant picks (1, 4, 12, 13, 24) and 24's fallback 21: every
@@ -96,8 +108,13 @@ constexpr bool split_tail_kernel(int variant) { return variant == kSplitTailVari
 #ifndef GA_FLASH_FWD_STAGE_IN_V
 #define GA_FLASH_FWD_STAGE_IN_V 1
 #endif
+// GA_FLASH_FWD_PIN: the 16-bit pinned-wait candidates 51, 52 (default: with the other candidates).
+#ifndef GA_FLASH_FWD_PIN
+#define GA_FLASH_FWD_PIN GA_FLASH_FWD_CANDIDATES
+#endif
 constexpr bool variant_compiled(int variant) {
   return variant == 1 || variant == 4 || variant == 12 || variant == 13 ||
+         (GA_FLASH_FWD_PIN && (variant == kPinVariant || variant == kWidePinVariant)) ||
          (GA_FLASH_ALL_VARIANTS && variant >= 0 && variant < k16BitVariants) ||
          (GA_FLASH_FWD_CANDIDATES && variant >= kFirstTileVariant && variant < kFwdVariantsEnd) ||
          (GA_FLASH_FWD_QREG && variant >= kFirstQRegVariant && variant < kQRegVariantsEnd) ||
@@ -160,12 +177,15 @@ constexpr FwdVariant kFwdVariantTable[kFwdVariantsEnd] = {
 };
 // What a variant runs with paged KV: the wide ones their narrow counterpart (pages divide the default tile).
 constexpr int paged_variant(int variant) {
-  return variant == 12 ? 1 : variant == 13 ? 4 : variant == 15 ? 14 : variant == 16 ? 17 : variant;
+  return variant == 12 ? 1 : variant == 13 ? 4 : variant == 15 ? 14 : variant == 16 ? 17 :
+         variant == kWidePinVariant ? kPinVariant : variant;
 }
 // Keys per tile of a 16-bit variant (the TMA boxes of K and V are this many rows); paged: of paged_variant.
 template <int HD>
 constexpr int variant_block_n(int variant, bool paged) {
-  return variant >= kFirstTileVariant && variant < kFwdVariantsEnd && kFwdVariantTable[variant].wide && !paged
+  const bool wide = (variant >= kFirstTileVariant && variant < kFwdVariantsEnd && kFwdVariantTable[variant].wide) ||
+                    variant == kWidePinVariant;
+  return wide && !paged
              ? wide_block_n<HD>()
              : FwdTraits<HD>::kBlockN;
 }
@@ -212,7 +232,8 @@ constexpr bool fp8_variant_compiled(int head_dim, int variant) {
   if (head_dim == 128) {
     const bool candidate = variant == 2 || variant == 5 || (variant >= 7 && variant <= 10);
     const bool wide = variant == 4 || variant == kFp8WideVariant || (variant >= kFp8PingPongVariant &&
-                                                                     variant <= kFp8LazyVariant);
+                                                                     variant <= kFp8LazyVariant) ||
+                      variant == kFp8PinVariant || variant == kFp8ThreeWGVariant;
     return variant == 1 || variant == kFp8TreeVariant || (GA_FLASH_FP8_ALL_VARIANTS && candidate) ||
            (GA_FLASH_FP8_WIDE && wide);
   }
@@ -256,9 +277,13 @@ cudaError_t launch_fwd_fp8_wide(const FwdArgs& args, int variant, int num_sms, c
 template <int HD>
 constexpr int fp8_variant_block_n(int variant) {
   const bool wide = variant == kFp8WideVariant || variant == kFp8TreeVariant ||
-                    (variant >= kFp8PingPongVariant && variant <= kFp8LazyVariant);
+                    (variant >= kFp8PingPongVariant && variant <= kFp8LazyVariant) || variant == kFp8PinVariant;
   return HD == 128 && wide ? fp8_wide_block_n() : 128;
 }
+
+// Query rows per tile of an FP8 variant (the TMA box of Q): 64 per consumer warpgroup.
+template <int HD>
+constexpr int fp8_variant_block_m(int variant) { return HD == 128 && variant == kFp8ThreeWGVariant ? 192 : 128; }
 
 // The variants 12-17 (flash_fwd_wide_hd*.cu: their own translation units, compiled in parallel).
 template <int HD>
@@ -267,7 +292,8 @@ cudaError_t launch_fwd_tiles(const FwdArgs& args, bool bf16, int variant, int nu
 template <ElemKind E, int HD, int kSched, bool kPersistent, int kStages, int kBN = 0>
 cudaError_t launch_fwd_instance(const FwdArgs& args, int num_sms, cudaStream_t stream) {
   const auto kernel = flash_fwd_sm90_kernel<E, HD, kSched, kPersistent, kStages, kBN>;
-  constexpr size_t smem = FwdTraits<HD, kStages, elem_bytes<E>(), kBN>::kSmemBytes;
+  using T = FwdTraits<HD, kStages, elem_bytes<E>(), kBN, sched_wgs(kSched)>;
+  constexpr size_t smem = T::kSmemBytes;
   static_assert(smem <= 227 * 1024, "shared memory per CTA");
   static const cudaError_t attr_status =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
@@ -280,7 +306,7 @@ cudaError_t launch_fwd_instance(const FwdArgs& args, int num_sms, cudaStream_t s
     // its persistent counterpart.
     cudaLaunchConfig_t cfg{};
     cfg.gridDim = dim3(static_cast<unsigned>(ctas));
-    cfg.blockDim = dim3(FwdTraits<HD>::kThreads);
+    cfg.blockDim = dim3(T::kThreads);
     cfg.dynamicSmemBytes = smem;
     cfg.stream = stream;
     cudaLaunchAttribute cooperative{};
@@ -293,10 +319,10 @@ cudaError_t launch_fwd_instance(const FwdArgs& args, int num_sms, cudaStream_t s
     (void)cudaGetLastError();  // not sticky: clear it and run unsplit
     FwdArgs unsplit = args;
     unsplit.split_tail = 0;
-    kernel<<<dim3(static_cast<unsigned>(ctas)), FwdTraits<HD>::kThreads, smem, stream>>>(unsplit);
+    kernel<<<dim3(static_cast<unsigned>(ctas)), T::kThreads, smem, stream>>>(unsplit);
     return cudaGetLastError();
   }
-  kernel<<<dim3(static_cast<unsigned>(ctas)), FwdTraits<HD>::kThreads, smem, stream>>>(args);
+  kernel<<<dim3(static_cast<unsigned>(ctas)), T::kThreads, smem, stream>>>(args);
   return cudaGetLastError();
 }
 
@@ -336,6 +362,14 @@ cudaError_t launch_fwd_tiles_of(const FwdArgs& args, int variant, int num_sms, c
 #if GA_FLASH_FWD_STAGE_IN_V
     constexpr int kSched = 1 | kSchedSplitTail | kSchedTmaStore;
     if constexpr (HD == 128) return launch_fwd_instance<E, HD, kSched, true, kS>(args, num_sms, stream);
+#endif
+    return cudaErrorNotSupported;
+  }
+  if (variant == kPinVariant || variant == kWidePinVariant) {
+#if GA_FLASH_FWD_PIN
+    if (variant == kPinVariant) return launch_fwd_instance<E, HD, 1 | kSchedPinPvWait, true, kS>(args, num_sms, stream);
+    if (args.paged) return cudaErrorInvalidValue;
+    return launch_fwd_instance<E, HD, 1 | kSchedPinPvWait, true, kS, kW>(args, num_sms, stream);
 #endif
     return cudaErrorNotSupported;
   }

@@ -2,7 +2,7 @@
 // with Q and K from shared memory for S = Q K^T and P from registers for O += P V, a producer warp and
 // two consumer warpgroups with setmaxnreg, a multi-stage K/V pipeline and the online softmax in registers.
 //
-// CTA = 3 warpgroups (384 threads); a tile of work = one (batch, head, 128-row query block):
+// CTA = 3 warpgroups (384 threads; 4 with kSchedThreeWG, below); a tile of work = one (batch, head, 128-row query block):
 //   warpgroup 0: producer. Gives its registers away (setmaxnreg 24); one thread issues every TMA copy:
 //     Q once per tile, then K and V tiles of kBlockN keys into a ring of kStages slots, in the order
 //     K_0, K_1, V_0, K_2, V_1, ... so that the K the next S = Q K^T needs is never queued behind a V.
@@ -192,12 +192,24 @@ constexpr int kSchedTmaStore = 256;
 // + kSchedFp8TreeSoftmax (FP8): row max / row sum by partial chains (Consumer::softmax_fp8_split). (512 is left to
 // branch fwd8's kSchedCrossTile.)
 constexpr int kSchedFp8TreeSoftmax = 1024;
+// + kSchedPinPvWait (overlap schedule): the wait for PV_{j-1} stays below S_j's softmax. Session 11's Nsight Compute
+// source view of 29 found that ptxas had hoisted that WARPGROUP.DEPBAR above the softmax, to the top of its basic block
+// (the P conversion writes the registers PV_{j-1} reads, and the scheduler interleaves it with the exp2), so as compiled
+// the default overlap kernels (16-bit and FP8) wait for PV before the softmax instead of running it under the PV GEMM.
+// A never-taken branch after the softmax (Consumer::end_block) ends the block there. Measured in
+// docs/results/2026-11-28-h200-session11.md: with two consumer warpgroups the other warpgroup's GEMMs already fill the
+// tensor cores during a softmax, and the real overlap was no faster (FP8) or within a few % (16-bit): benchmark
+// variants only (flash_fwd_launch.h 43, 51, 52).
+constexpr int kSchedPinPvWait = 2048;
+// + kSchedThreeWG (FP8 hd 128, 128-key tiles): three consumer warpgroups, a 192-row query tile (FwdTraits).
+constexpr int kSchedThreeWG = 8192;
+__host__ __device__ constexpr int sched_wgs(int sched) { return (sched & kSchedThreeWG) != 0 ? 3 : 2; }
 
 template <ElemKind E, int HD, int kSched, bool kPersistent, int kStages, int kBN = 0>
 __device__ __forceinline__ void consumer_main(const FwdArgs& a, unsigned char* sq, unsigned char* sk,
                                               unsigned char* sv, FwdBarriers<kStages> bars) {
-  using T = FwdTraits<HD, kStages, elem_bytes<E>(), kBN>;
-  const int cwg = static_cast<int>(threadIdx.x) / 128 - 1;  // consumer warpgroup 0 or 1
+  using T = FwdTraits<HD, kStages, elem_bytes<E>(), kBN, sched_wgs(kSched)>;
+  const int cwg = static_cast<int>(threadIdx.x) / 128 - 1;  // consumer warpgroup 0, 1 (2: kSchedThreeWG)
   const int wtid = static_cast<int>(threadIdx.x) % 128;
   const int warp = wtid / 32, lane = wtid % 32, g = lane / 4, c = lane % 4;
   const int wg_row_base = cwg * 64;
@@ -211,13 +223,17 @@ __device__ __forceinline__ void consumer_main(const FwdArgs& a, unsigned char* s
   constexpr bool kSerial = kBase == 0 || kBase == 3;
   constexpr bool kLazy = (kSched & kSchedLazyRescale) != 0;
   static_assert(!kLazy || !kSerial, "lazy rescale: overlap schedules");
+  constexpr bool kPinWait = (kSched & kSchedPinPvWait) != 0;
+  static_assert(!kPinWait || (!kLazy && !kSerial), "pinned PV wait: the plain overlap schedule");
   constexpr bool kQReg = (kSched & kSchedQReg) != 0;
   constexpr bool kSplit = split_tail_sched(kSched, kPersistent);
   static_assert(!kSplit || E != ElemKind::kE4m3, "split tail: 16-bit");
   constexpr bool kTmaStore = (kSched & kSchedTmaStore) != 0;
   static_assert(!kTmaStore || (E != ElemKind::kE4m3 && kBase == 1 && T::kBlockN == T::kBlockM),
                 "O staged in V: 16-bit, overlap schedule, 128 x HD V slots");
-  using C = Consumer<E, HD, (kSched & kSchedPolyExp) != 0, kBN, kQReg, E == ElemKind::kE4m3 && (kSched & kSchedFp8TreeSoftmax) != 0>;
+  using C = Consumer<E, HD, (kSched & kSchedPolyExp) != 0, kBN, kQReg,
+                     E == ElemKind::kE4m3 && (kSched & kSchedFp8TreeSoftmax) != 0, sched_wgs(kSched)>;
+  static_assert(T::kConsumerWGs == 2 || (!kPingPong && !kSplit && !kTmaStore), "3 warpgroups: no 2-way turns");
   bool first_turn = true;
   auto turn_begin = [&]() {
     if constexpr (kPingPong) {
@@ -350,6 +366,7 @@ __device__ __forceinline__ void consumer_main(const FwdArgs& a, unsigned char* s
           arrive(bars.k_empty(stage));
           if (j == n - 1) release_q_after_s();
           st.softmax(s, j * T::kBlockN, c, a.scale_log2, corr);
+          if constexpr (kPinWait) st.end_block();  // the PV wait below stays below the softmax
           tile::wgmma_wait<0>();
           st.fence_o();
           tile::fence_regs(pa);  // PV_{j-1} read pa until here
@@ -421,7 +438,7 @@ __device__ __forceinline__ void consumer_main(const FwdArgs& a, unsigned char* s
 template <ElemKind E, int HD, int kSched, bool kPersistent, int kStages, int kBN = 0>
 __device__ __forceinline__ void producer_main(const FwdArgs& a, unsigned char* sq, unsigned char* sk,
                                               unsigned char* sv, FwdBarriers<kStages> bars) {
-  using T = FwdTraits<HD, kStages, elem_bytes<E>(), kBN>;
+  using T = FwdTraits<HD, kStages, elem_bytes<E>(), kBN, sched_wgs(kSched)>;
   constexpr int N = T::kBlockN;
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const bool leader = lane == 0;
@@ -565,9 +582,10 @@ __device__ __forceinline__ void producer_main(const FwdArgs& a, unsigned char* s
 
 // kBN: keys per tile (0 = FwdTraits' default; the wide variants pass wide_block_n<HD>()).
 template <ElemKind E, int HD, int kSched, bool kPersistent, int kStages, int kBN = 0>
-__global__ void __launch_bounds__(384, 1) flash_fwd_sm90_kernel(const __grid_constant__ FwdArgs a) {
+__global__ void __launch_bounds__(FwdTraits<HD, kStages, elem_bytes<E>(), kBN, sched_wgs(kSched)>::kThreads, 1)
+    flash_fwd_sm90_kernel(const __grid_constant__ FwdArgs a) {
 #if GA_SM90A_DEVICE
-  using T = FwdTraits<HD, kStages, elem_bytes<E>(), kBN>;
+  using T = FwdTraits<HD, kStages, elem_bytes<E>(), kBN, sched_wgs(kSched)>;
   extern __shared__ unsigned char flash_smem_raw[];
   // 128-byte swizzled tiles must start on 1024-byte boundaries.
   unsigned char* smem = flash_smem_raw + ((1024 - (tile::smem_u32(flash_smem_raw) & 1023)) & 1023);
@@ -578,12 +596,13 @@ __global__ void __launch_bounds__(384, 1) flash_fwd_sm90_kernel(const __grid_con
 
   if (threadIdx.x == 0) {
     tile::mbar_init(bars.q_full(), 1);
-    tile::mbar_init(bars.q_empty(), 8);  // 8 consumer warps
+    constexpr int kConsumerWarps = 4 * T::kConsumerWGs;  // each releases Q and every K / V slot
+    tile::mbar_init(bars.q_empty(), kConsumerWarps);
     for (int s = 0; s < kStages; ++s) {
       tile::mbar_init(bars.k_full(s), 1);
       tile::mbar_init(bars.v_full(s), 1);
-      tile::mbar_init(bars.k_empty(s), 8);
-      tile::mbar_init(bars.v_empty(s), 8);
+      tile::mbar_init(bars.k_empty(s), kConsumerWarps);
+      tile::mbar_init(bars.v_empty(s), kConsumerWarps);
     }
     tile::mbar_fence_init();
   }
@@ -593,7 +612,7 @@ __global__ void __launch_bounds__(384, 1) flash_fwd_sm90_kernel(const __grid_con
     tile::regs_release<24>();
     if (threadIdx.x < 32) producer_main<E, HD, kSched, kPersistent, kStages, kBN>(a, sq, sk, sv, bars);
   } else {
-    tile::regs_acquire<240>();
+    tile::regs_acquire<T::kConsumerRegs>();
     consumer_main<E, HD, kSched, kPersistent, kStages, kBN>(a, sq, sk, sv, bars);
   }
 #else
