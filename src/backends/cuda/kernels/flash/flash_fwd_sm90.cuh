@@ -19,7 +19,9 @@
 // Schedules (template kSched, measured against each other in docs/results/2026-11-22-h200-flash.md):
 //   0 serial: S GEMM, wait, softmax, PV GEMM, wait (the FA2 order on wgmma).
 //   1 intra-warpgroup overlap (FA3 section 3.2): issue S_{j} = Q K_j and O += P_{j-1} V_{j-1} together,
-//     wait for S_j only, run its softmax while the PV wgmma still runs, then wait for PV.
+//     wait for S_j only, run its softmax while the PV wgmma still runs, then wait for PV. (That is the source
+//     order; ptxas moves the PV wait above the softmax unless kSchedPinPvWait pins it, below: the default kernels
+//     issue both GEMMs together and wait for both. Session 11 measured the pinned form: no faster at the defaults.)
 //   2 = 1 plus ping-pong between the two consumer warpgroups (FA3 section 3.1): named barriers make the
 //     two warpgroups take strict turns issuing their GEMMs (one issues while the other does softmax).
 //     The turns run on across tiles of a persistent CTA, so each arrival is matched before the next.
