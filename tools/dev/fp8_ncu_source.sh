@@ -9,9 +9,8 @@ T0=$(date +%s)
 B=/tmp/b-ncu; rm -rf $B
 EXTRA=""
 [ "${WIDE:-0}" = 1 ] && EXTRA="-DGA_FLASH_FP8_WIDE=1"
-cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DGA_CUDA=ON -DGA_CUDA_ARCHS=90a -DGA_BUILD_SERVER=OFF \
-  -DGA_BUILD_TESTS=OFF -DCMAKE_CUDA_FLAGS="$EXTRA" > $OUT/build.log 2>&1
-ninja -C $B -j16 ga_attention_c >> $OUT/build.log 2>&1 || { tail -40 $OUT/build.log; exit 1; }
+source tools/dev/flash_build.sh
+flash_build $B "$EXTRA" ga_attention_c || exit 1
 echo "build done at $(( $(date +%s) - T0 )) s"
 LIB=$B/bench/attention_torch/libga_attention_c.so
 NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)

@@ -7,9 +7,8 @@
 set -uo pipefail
 T0=$(date +%s)
 B=/tmp/b-fp8w
-cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DGA_CUDA=ON -DGA_CUDA_ARCHS=90a -DGA_BUILD_SERVER=OFF \
-  -DGA_BUILD_TESTS=ON -DCMAKE_CUDA_FLAGS="-DGA_FLASH_FP8_WIDE=1" > $OUT/build.log 2>&1
-ninja -C $B -j16 test_cuda_flash_attention ga_attention_c >> $OUT/build.log 2>&1 || { tail -30 $OUT/build.log; exit 1; }
+source tools/dev/flash_build.sh
+flash_build $B "-DGA_FLASH_FP8_WIDE=1" test_cuda_flash_attention ga_attention_c || exit 1
 echo "build done at $(( $(date +%s) - T0 )) s"
 LIB=$B/bench/attention_torch/libga_attention_c.so
 cuobjdump --dump-sass $LIB > /tmp/all.sass 2>/dev/null

@@ -5,9 +5,8 @@
 set -uo pipefail
 T0=$(date +%s)
 B=/tmp/b-pin
-cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DGA_CUDA=ON -DGA_CUDA_ARCHS=90a -DGA_BUILD_SERVER=OFF \
-  -DGA_BUILD_TESTS=ON -DCMAKE_CUDA_FLAGS="-DGA_FLASH_FWD_PIN=1" > $OUT/build.log 2>&1
-ninja -C $B -j16 test_cuda_flash_attention ga_attention_c >> $OUT/build.log 2>&1 || { tail -30 $OUT/build.log; exit 1; }
+source tools/dev/flash_build.sh
+flash_build $B "-DGA_FLASH_FWD_PIN=1" test_cuda_flash_attention ga_attention_c || exit 1
 echo "build done at $(( $(date +%s) - T0 )) s"
 LIB=$B/bench/attention_torch/libga_attention_c.so
 cuobjdump --dump-sass $LIB 2>/dev/null | awk '/Function : / { keep = ($3 ~ /flash_fwd_sm90_kernel/ && $3 ~ /ElemKindE1ELi(128|256)ELi(1|2049|385)ELb1/) }

@@ -4,9 +4,8 @@
 set -uo pipefail
 T0=$(date +%s)
 B=/tmp/b-s11
-cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DGA_CUDA=ON -DGA_CUDA_ARCHS=90a -DGA_BUILD_SERVER=OFF \
-  -DGA_BUILD_TESTS=ON -DCMAKE_CUDA_FLAGS="-DGA_FLASH_FP8_WIDE=1 -DGA_FLASH_FWD_PIN=1" > $OUT/build.log 2>&1
-ninja -C $B -j16 test_cuda_flash_attention >> $OUT/build.log 2>&1 || { tail -30 $OUT/build.log; exit 1; }
+source tools/dev/flash_build.sh
+flash_build $B "-DGA_FLASH_FP8_WIDE=1 -DGA_FLASH_FWD_PIN=1" test_cuda_flash_attention || exit 1
 echo "build done at $(( $(date +%s) - T0 )) s"
 export GA_SHARED=$PWD/.fwdshared
 GA_FLASH_TEST_VARIANT=43,48 timeout 150 $B/bin/test_cuda_flash_attention --gtest_filter='*Fp8*' > $OUT/t_fp8.log 2>&1
