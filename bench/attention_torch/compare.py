@@ -295,7 +295,8 @@ SM80_VARIANT = 11  # kFlashSm80Variant (kernels/flash/flash_attention.h)
 
 # FP8 variants tried (kernels/flash/flash_fwd_launch.h: 0-10; 28, 29, 32-34 = session 8's 224-key tile at hd 128: alone,
 # + split-chain softmax (the default), + ping-pong, 3-deep ring, lazy rescale; 39 = session 10's hd 256 default, the
-# overlap schedule with the split chains, 40 / 41 its one-tile / 3-stage twins); the ones this build did not compile
+# overlap schedule with the split chains, 40 / 41 its one-tile / 3-stage twins; session 11: 43 = 29 with the PV wait
+# pinned below the softmax, 48 = three consumer warpgroups on 192 x 128 tiles); the ones this build did not compile
 # answer cudaErrorNotSupported and are skipped. -1 = the default (fp8_default_variant). --fp8-variants narrows the list.
 FP8_VARIANTS = list(range(-1, 11)) + [28, 29, 32, 33, 34, 39, 40, 41, 43, 48]
 CUDA_ERROR_NOT_SUPPORTED = 801
@@ -422,7 +423,8 @@ def sdpa(q, k, v, causal, backend):
 def main():
     ap = arg_parser()
     # -1 = flash_forward's default; the lean build compiles 1, 4, 12, 13 (0-6 need -DGA_FLASH_ALL_VARIANTS=ON,
-    # 14-17 -DGA_FLASH_FWD_CANDIDATES=1, 19-20 -DGA_FLASH_FWD_QREG=1); uncompiled ones are skipped. Pass
+    # 14-17 -DGA_FLASH_FWD_CANDIDATES=1, 19-20 -DGA_FLASH_FWD_QREG=1, 51-52 (the pinned PV wait)
+    # -DGA_FLASH_FWD_PIN=1); uncompiled ones are skipped. Pass
     # "--schedules=-1,..." (leading minus).
     ap.add_argument("--schedules", default="-1,1,4,12,13")
     ap.add_argument("--mma", action="store_true", help="also time the mma.sync prefill (fp16, causal)")
