@@ -64,7 +64,7 @@ constexpr int kFp8Hd256OverlapVariant = 39;
 constexpr int kFp8Hd256OneTileVariant = 40, kFp8Hd256DeepVariant = 41;
 // Session 11 (benchmark builds, GA_FLASH_FP8_WIDE): 43 = 29 with the PV wait pinned below the softmax
 // (kSchedPinPvWait: in 29 as compiled, ptxas had hoisted that wait above the softmax, so the softmax never overlapped
-// the PV GEMM; pinned, the overlap is real and 29 is still as fast or faster: 0-9%). 48 = three consumer warpgroups
+// the PV GEMM; pinned, the overlap is real, and 43 was 9% slower to 1% faster than 29). 48 = three consumer warpgroups
 // (kSchedThreeWG: 192 x 128 tiles, setmaxnreg 160, three warps per scheduler), serial schedule, split chains: 5-14%
 // slower than 29. Retired the same session (docs/results/2026-11-28-h200-session11.md): 44 (43 at 192 keys), 45 / 46
 // (39 + the pin at 128 / 96 keys), 47 (48 on the overlap schedule: 164 bytes of spills), 49 / 50 (43 / 44 +

@@ -2,7 +2,8 @@
 // with Q and K from shared memory for S = Q K^T and P from registers for O += P V, a producer warp and
 // two consumer warpgroups with setmaxnreg, a multi-stage K/V pipeline and the online softmax in registers.
 //
-// CTA = 3 warpgroups (384 threads; 4 with kSchedThreeWG, below); a tile of work = one (batch, head, 128-row query block):
+// CTA = 3 warpgroups (384 threads; 4 with kSchedThreeWG, below); a tile of work = one (batch, head, 128-row query
+// block):
 //   warpgroup 0: producer. Gives its registers away (setmaxnreg 24); one thread issues every TMA copy:
 //     Q once per tile, then K and V tiles of kBlockN keys into a ring of kStages slots, in the order
 //     K_0, K_1, V_0, K_2, V_1, ... so that the K the next S = Q K^T needs is never queued behind a V.
@@ -195,9 +196,10 @@ constexpr int kSchedTmaStore = 256;
 // branch fwd8's kSchedCrossTile.)
 constexpr int kSchedFp8TreeSoftmax = 1024;
 // + kSchedPinPvWait (overlap schedule): the wait for PV_{j-1} stays below S_j's softmax. Session 11's Nsight Compute
-// source view of 29 found that ptxas had hoisted that WARPGROUP.DEPBAR above the softmax, to the top of its basic block
-// (the P conversion writes the registers PV_{j-1} reads, and the scheduler interleaves it with the exp2), so as compiled
-// the default overlap kernels (16-bit and FP8) wait for PV before the softmax instead of running it under the PV GEMM.
+// source view of 29 found that ptxas had hoisted that WARPGROUP.DEPBAR above the softmax, to the top of its basic
+// block (the P conversion writes the registers PV_{j-1} reads, and the scheduler interleaves it with the exp2), so as
+// compiled the default overlap kernels (16-bit and FP8) wait for PV before the softmax instead of running it under
+// the PV GEMM.
 // A never-taken branch after the softmax (Consumer::end_block) ends the block there. Measured in
 // docs/results/2026-11-28-h200-session11.md: with two consumer warpgroups the other warpgroup's GEMMs already fill the
 // tensor cores during a softmax, and the real overlap was no faster (FP8) or within a few % (16-bit): benchmark
