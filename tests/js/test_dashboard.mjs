@@ -69,7 +69,9 @@ async function streamCompletion(body) {
     headers: { 'Content-Type': 'application/json' },
     body: JSON.stringify({ ...body, stream: true }),
   });
-  assert.equal(res.status, 200, await res.clone().text());
+  // The body is read only on failure: an assert message argument is evaluated first, and reading a clone of a
+  // stream waits for its end (the run would be over before the page is watched).
+  if (res.status !== 200) assert.fail(`HTTP ${res.status}: ${await res.text()}`);
   const state = { id: null, chunks: 0 };
   state.finished = (async () => {
     for await (const e of readSse(res)) {
