@@ -67,6 +67,16 @@ ga::cuda::AttentionParams mma_params(const float* q, const void* k, const void* 
   return p;
 }
 
+// The harness's name for "variant v with the causal query tiles handed out one head at a time" (the order before
+// session 12; FlashParams::causal_section_heads = 0), so compare.py can time both orders in one run: 1000 + v
+// (999: the default variant). Returns the variant to run.
+constexpr int kPerHeadOrderBase = 1000;
+int take_tile_order(int sched, ga::cuda::FlashParams& p) {
+  if (sched < kPerHeadOrderBase - 1) return sched;
+  p.causal_section_heads = 0;
+  return sched - kPerHeadOrderBase;
+}
+
 }  // namespace
 
 extern "C" {
@@ -82,12 +92,13 @@ const char* ga_flash_unsupported_reason(const void* q, const void* k, const void
 }
 
 // sched: -1 = the default variant, else 0 .. flash_variant_count() - 1 (flash_fwd_launch.h; 11 = kFlashSm80Variant,
-// the mma.sync forward). Returns the cudaError_t.
+// the mma.sync forward); 1000 + v: v with the per-head causal tile order (take_tile_order). Returns the cudaError_t.
 int ga_flash_forward(const void* q, const void* k, const void* v, void* o, float* lse, const int64_t* strides12,
                      int dtype, int head_dim, int n_head, int n_head_kv, int batch, int seqlen_q, int seqlen_k,
                      int causal, float scale, int sched, void* stream) {
-  const ga::cuda::FlashParams p = flash_params(q, k, v, o, lse, strides12, dtype, head_dim, n_head, n_head_kv, batch,
-                                               seqlen_q, seqlen_k, causal, scale);
+  ga::cuda::FlashParams p = flash_params(q, k, v, o, lse, strides12, dtype, head_dim, n_head, n_head_kv, batch,
+                                         seqlen_q, seqlen_k, causal, scale);
+  sched = take_tile_order(sched, p);
   const auto s = static_cast<cudaStream_t>(stream);
   return static_cast<int>(sched < 0 ? ga::cuda::flash_forward(p, nullptr, 0, s)
                                     : ga::cuda::flash_forward_with_schedule(p, sched, s));
@@ -99,8 +110,9 @@ int ga_flash_forward_ws(const void* q, const void* k, const void* v, void* o, fl
                         int dtype, int head_dim, int n_head, int n_head_kv, int batch, int seqlen_q, int seqlen_k,
                         int causal, float scale, int sched, void* workspace, size_t workspace_bytes,
                         size_t* bytes_needed, void* stream) {
-  const ga::cuda::FlashParams p = flash_params(q, k, v, o, lse, strides12, dtype, head_dim, n_head, n_head_kv, batch,
-                                               seqlen_q, seqlen_k, causal, scale);
+  ga::cuda::FlashParams p = flash_params(q, k, v, o, lse, strides12, dtype, head_dim, n_head, n_head_kv, batch,
+                                         seqlen_q, seqlen_k, causal, scale);
+  sched = take_tile_order(sched, p);
   if (bytes_needed != nullptr) *bytes_needed = ga::cuda::flash_plan(p).workspace_bytes;
   if (workspace == nullptr && workspace_bytes == 0 && bytes_needed != nullptr) return 0;
   const auto s = static_cast<cudaStream_t>(stream);
@@ -111,7 +123,7 @@ int ga_flash_forward_ws(const void* q, const void* k, const void* v, void* o, fl
 // FP8 e4m3 forward: q, k, v e4m3 bytes (strides12 in elements = bytes, multiples of 16), o bf16 (out_dtype 0)
 // or fp16 (1), per-tensor descales. workspace_bytes 0 with a null workspace asks for the V^T workspace size
 // (returned through *bytes_needed, with cudaSuccess). sched -1 = the default FP8 variant; -2 = only the V^T
-// pre-pass (flash_fp8_transpose_v), to time its share.
+// pre-pass (flash_fp8_transpose_v), to time its share; 1000 + v: v with the per-head causal tile order.
 int ga_flash_forward_fp8(const void* q, const void* k, const void* v, void* o, float* lse, const int64_t* strides12,
                          int out_dtype, int head_dim, int n_head, int n_head_kv, int batch, int seqlen_q,
                          int seqlen_k, int causal, float scale, float descale_q, float descale_k, float descale_v,
@@ -123,6 +135,7 @@ int ga_flash_forward_fp8(const void* q, const void* k, const void* v, void* o, f
   p.descale_q = descale_q;
   p.descale_k = descale_k;
   p.descale_v = descale_v;
+  sched = take_tile_order(sched, p);
   if (ga::cuda::flash_unsupported_reason(p) != nullptr) return static_cast<int>(cudaErrorInvalidValue);
   if (bytes_needed != nullptr) *bytes_needed = ga::cuda::flash_plan(p).workspace_bytes;
   if (workspace == nullptr && workspace_bytes == 0) return 0;

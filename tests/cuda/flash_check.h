@@ -25,6 +25,7 @@ struct FlashShape {
   int hd, n_head, n_head_kv, batch, seqlen_q, seqlen_k;
   bool causal;
   bool padded;  // the outputs' rows (O; dq, dk, dv) with 64 elements of padding
+  int causal_section_heads = -1;  // forward: FlashParams::causal_section_heads (the causal tile order)
 };
 
 inline std::string name_of(const FlashShape& s) {
@@ -34,6 +35,7 @@ inline std::string name_of(const FlashShape& s) {
                 : s.dtype == ::ga::cuda::FlashDtype::kF16  ? "f16"
                                                            : "fp8", s.hd, s.n_head, s.n_head_kv, s.batch,
                 s.seqlen_q, s.seqlen_k, s.causal ? "causal" : "full", s.padded ? " padded" : "");
+  if (s.causal_section_heads >= 0) return std::string(buf) + " sections of " + std::to_string(s.causal_section_heads);
   return buf;
 }
 

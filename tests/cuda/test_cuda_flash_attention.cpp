@@ -120,6 +120,7 @@ FlashParams make_params(const Shape& s, const void* q, const void* k, const void
   p.seqlen_k = s.seqlen_k;
   p.causal = s.causal;
   p.softmax_scale = 1.0f / std::sqrt(float(s.hd));
+  p.causal_section_heads = s.causal_section_heads;
   return p;
 }
 
@@ -284,6 +285,21 @@ TEST(CudaFlashAttention, PersistentCtasRunManyTiles) {
       {FlashDtype::kF16, 64, 16, 16, 5, 300, 129, true, true},     // first query block sees no key
       {FlashDtype::kBf16, 256, 16, 2, 4, 257, 300, false, false},  // 4 x 16 x 3 = 192 tiles
       {FlashDtype::kF16, 256, 16, 8, 4, 257, 300, true, true},
+  });
+}
+
+// The causal tile order's sections (FlashParams::causal_section_heads, decode_tile): (batch, head) pairs that do not
+// divide into whole sections (the last one is smaller), GQA groups split across sections, a section larger than the
+// whole problem, and one head at a time (0), with more tiles than SMs so persistent CTAs walk several sections. Every
+// order must give the same results; only the order of the tiles differs.
+TEST(CudaFlashAttention, CausalSectionsCoverEveryTileOnce) {
+  GA_REQUIRE_CUDA_DEVICE();
+  check_shape_table("flash forward causal sections", 1212, {
+      {FlashDtype::kBf16, 128, 8, 2, 2, 700, 700, true, false, 3},     // 16 pairs: 5 sections of 3 and one of 1
+      {FlashDtype::kF16, 64, 6, 3, 5, 300, 257, true, true, 4},        // 30 pairs, 150 tiles, q > k
+      {FlashDtype::kBf16, 256, 4, 1, 3, 257, 300, true, false, 5},     // 12 pairs: 5, 5, 2
+      {FlashDtype::kBf16, 128, 16, 4, 5, 300, 257, true, true, 1000},  // one section of all 80 pairs
+      {FlashDtype::kF16, 128, 16, 4, 5, 300, 257, true, false, 0},     // one head at a time
   });
 }
 
@@ -631,6 +647,10 @@ TEST(CudaFlashAttention, Fp8SmallShapesForSanitizer) {
       {FlashDtype::kFp8E4m3, 128, 2, 1, 1, 129, 129, true, true},
       {FlashDtype::kFp8E4m3, 256, 2, 2, 2, 7, 300, false, false},
       {FlashDtype::kFp8E4m3, 128, 16, 4, 10, 7, 201, true, true},  // 160 tiles
+      // the causal tile order's sections (CausalSectionsCoverEveryTileOnce): 160 pairs in sections of 7, and 2 x 4
+      // pairs of 4 query blocks in sections of 3 (the last one 2)
+      {FlashDtype::kFp8E4m3, 128, 16, 4, 10, 7, 201, true, false, 7},
+      {FlashDtype::kFp8E4m3, 256, 4, 2, 2, 400, 500, true, true, 3},
   };
   for (const Shape& s : shapes) {
     run_and_check_fp8(parity, alloc, s, FlashDtype::kBf16, rng);

@@ -96,7 +96,19 @@ struct FlashParams {
   int64_t n_pages = 0;
   // 16-bit inputs: write o as f32 instead of q's dtype (the engine's activations); o strides in floats.
   bool o_f32 = false;
+  // Causal only, Hopper kernel: the order in which query tiles are handed out. The heaviest query blocks (the last
+  // ones, which see the most keys) go first within sections of this many consecutive (batch, head) pairs, so the
+  // last tiles to start are the light ones and the SMs finish together (longest-processing-time first), while the
+  // running CTAs share the K/V of one section in L2 (FlashAttention-3's L2-aware LPT order). -1 (any negative):
+  // automatic (a section's K/V is about kCausalSectionL2Bytes); 0 or 1: one head at a time, heaviest first within
+  // each head (the order before session 12: its last head's heaviest tile starts when little else is left). For
+  // tests and benchmarks; other values than -1 change speed only, never results.
+  int causal_section_heads = -1;
 };
+
+// The K/V bytes one causal section may cover (FlashParams::causal_section_heads): FA3's choice for the H100's 50 MB
+// L2, whose two partitions each hold about half of it close to an SM.
+inline constexpr int64_t kCausalSectionL2Bytes = int64_t{32} << 20;
 
 struct FlashPlan {
   size_t workspace_bytes = 0;

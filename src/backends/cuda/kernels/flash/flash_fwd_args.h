@@ -20,6 +20,9 @@ struct FwdArgs {
   int64_t o_batch_stride, o_seq_stride, o_head_stride;
   int seqlen_q, seqlen_k, n_head, group, m_blocks, causal;
   int batch, total_tiles;  // tiles = m_blocks * n_head * batch
+  // Causal tile order (decode_tile): sections of section_bh (batch, head) pairs, heaviest query blocks first within
+  // a section; 0 or 1: one head at a time (FlashParams::causal_section_heads).
+  int section_bh;
   float scale_log2;  // softmax_scale * log2(e) (FP8: times descale_q * descale_k)
   float scale;       // softmax_scale (FP8: times descale_q * descale_k), for the LSE
   float o_scale;     // FP8: descale_v, applied with 1 / l in the epilogue; 1 otherwise

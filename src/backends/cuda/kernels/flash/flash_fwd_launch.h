@@ -5,6 +5,9 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
+#include <cstdint>
+
 #include "backends/cuda/kernels/flash/flash_attention.h"
 #include "backends/cuda/kernels/flash/flash_fwd_sm90.cuh"
 
@@ -245,6 +248,19 @@ constexpr bool fp8_variant_compiled(int head_dim, int variant) {
   return false;
 }
 
+// (batch, head) pairs per section of the causal tile order (FlashParams::causal_section_heads; 0 when not causal):
+// automatic, as many KV heads as kCausalSectionL2Bytes of K and V hold (at least one), times the GQA group, so that
+// a section's query heads read whole KV heads.
+inline int causal_section_bh(const FlashParams& p) {
+  if (!p.causal) return 0;
+  const int64_t pairs = int64_t{p.n_head} * p.batch;
+  if (p.causal_section_heads >= 0) return static_cast<int>(std::min<int64_t>(p.causal_section_heads, pairs));
+  const int64_t elem_bytes = p.dtype == FlashDtype::kFp8E4m3 ? 1 : 2;
+  const int64_t kv_head_bytes = std::max<int64_t>(int64_t{p.seqlen_k} * p.head_dim * 2 * elem_bytes, 1);
+  const int64_t kv_heads = std::max<int64_t>(kCausalSectionL2Bytes / kv_head_bytes, 1);
+  return static_cast<int>(std::min<int64_t>(kv_heads * (p.n_head / p.n_head_kv), pairs));
+}
+
 // The problem fields every forward launch fills alike (16-bit and FP8): o and its strides, the LSE, the lengths,
 // the heads and GQA group, and the tile count for query tiles of block_m rows.
 inline void set_fwd_problem(FwdArgs& a, const FlashParams& p, int block_m) {
@@ -261,6 +277,7 @@ inline void set_fwd_problem(FwdArgs& a, const FlashParams& p, int block_m) {
   a.causal = p.causal ? 1 : 0;
   a.batch = p.batch;
   a.total_tiles = a.m_blocks * p.n_head * p.batch;
+  a.section_bh = causal_section_bh(p);
 }
 
 // Launches the forward of head dim HD; num_sms sizes the persistent grid.
@@ -290,7 +307,10 @@ template <int HD>
 cudaError_t launch_fwd_tiles(const FwdArgs& args, bool bf16, int variant, int num_sms, cudaStream_t stream);
 
 template <ElemKind E, int HD, int kSched, bool kPersistent, int kStages, int kBN = 0>
-cudaError_t launch_fwd_instance(const FwdArgs& args, int num_sms, cudaStream_t stream) {
+cudaError_t launch_fwd_instance(const FwdArgs& given, int num_sms, cudaStream_t stream) {
+  FwdArgs args = given;
+  // Static rounds (cta_tile) keep the causal tiles one head at a time (decode_tile explains why).
+  if constexpr (kPersistent && !dynamic_tiles<E, kPersistent>()) args.section_bh = 0;
   const auto kernel = flash_fwd_sm90_kernel<E, HD, kSched, kPersistent, kStages, kBN>;
   using T = FwdTraits<HD, kStages, elem_bytes<E>(), kBN, sched_wgs(kSched)>;
   constexpr size_t smem = T::kSmemBytes;

@@ -140,13 +140,32 @@ struct FwdTile {
   bool skip;                     // varlen: the query block lies past the sequence's end (no work at all)
 };
 
-// Tile t -> (query block, head, batch): the query blocks of one head next to each other (they read the
-// same K/V from L2), heaviest first for causal. (Heaviest-first across all heads measured 3-10% slower
-// at 16k causal: the concurrently running CTAs then stream every head's K/V at once.)
+// Tile t -> (query block, head, batch). Non-causal: the query blocks of one head next to each other (they read the
+// same K/V from L2). Causal (a.section_bh > 1): heaviest query block first across a section of section_bh (batch,
+// head) pairs, then the next heaviest of each, ... (longest-processing-time first, so the tiles that start last are
+// light and the SMs finish together), the section small enough that its K/V stays in L2 (FA3's L2-aware LPT order;
+// heaviest-first across all heads measured 3-10% slower at 16k causal: the running CTAs then stream every head's
+// K/V at once). section_bh <= 1: heaviest first within one head at a time (until session 12; there the last head's
+// heaviest tile starts when little else is left, and its CTA finishes long after the others). The sections pay where
+// tiles go to whichever CTA frees up first: FP8's dynamic counter (+1-9% causal, 4k-16k, session 12) and one tile
+// per CTA (the hardware's block scheduler; bf16 hd 256 8k / 16k +5-7%). The 16-bit persistent kernels' static rounds
+// (cta_tile) run one head at a time (launch_fwd_instance): each CTA takes every 132nd tile, which samples a section's
+// long heavy-to-light ramp so coarsely that the CTAs' sums drift apart (bf16 8-30% slower at 4k-8k with sections).
 template <class T>
 __device__ __forceinline__ FwdTile decode_tile(const FwdArgs& a, int t, int jb = 0, int je = -1) {
-  const int bh = t / a.m_blocks;
-  const int m_block = a.causal ? a.m_blocks - 1 - t % a.m_blocks : t % a.m_blocks;
+  int bh, rank;  // rank: the query block's place in its head's order (causal: 0 = the heaviest, the last block)
+  if (a.section_bh > 1) {
+    const int per_section = a.section_bh * a.m_blocks;
+    const int section = t / per_section, first_bh = section * a.section_bh;
+    const int n_here = min(a.section_bh, a.n_head * a.batch - first_bh);  // the last section may be smaller
+    const int r = t - section * per_section;
+    bh = first_bh + r % n_here;
+    rank = r / n_here;
+  } else {
+    bh = t / a.m_blocks;
+    rank = t % a.m_blocks;
+  }
+  const int m_block = a.causal ? a.m_blocks - 1 - rank : rank;
   FwdTile f;
   f.m0 = m_block * T::kBlockM;
   f.head = bh % a.n_head;
