@@ -206,11 +206,14 @@ constexpr int variant_block_n(int variant, bool paged) {
 // gives flash_plan's workspace; otherwise it is 4): paired per round ahead of 4 by 0.5 / 2.0 / 1.0% at 4k / 8k / 16k.
 // Session 7: 24 (21 + the TMA-store epilogue staged in V), paired per round ahead of 21 by 1.2 / 0.5 / 1.9% at
 // 4k / 8k / 16k (25 rounds; 7 rounds: 1.0 / 0.1 / 1.6 / 2.4% at 2k-16k); where it cannot store by TMA it runs 21.
+// Session 12: with the causal tiles heaviest-first across sections of heads (decode_tile), hd 128 causal past 8k keys
+// runs the 176-key tile one per CTA (12): paired per round ahead of 1 by 5.5% (7 rounds) and 5.6% (15 rounds) at 16k;
+// at 8k 4, 1 and 12 are within 1%.
 constexpr int default_variant(int head_dim, bool causal, int seqlen_k) {
   if (head_dim == 256) return seqlen_k <= (causal ? 4096 : 8192) ? 13 : 12;
   if (head_dim == 64) return seqlen_k <= 4096 ? 4 : 12;
   if (!causal) return GA_FLASH_FWD_STAGE_IN_V ? kStageInVVariant : GA_FLASH_FWD_SPLIT ? kSplitTailVariant : 4;
-  return seqlen_k <= 8192 ? 4 : 1;
+  return seqlen_k <= 8192 ? 4 : 12;
 }
 
 // FP8 variants (flash_fwd_fp8_hd*.cu compile only these; GA_FLASH_FP8_ALL_VARIANTS adds the candidates that lost,
