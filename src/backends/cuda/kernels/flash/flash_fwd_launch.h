@@ -207,8 +207,8 @@ constexpr int variant_block_n(int variant, bool paged) {
 // Session 7: 24 (21 + the TMA-store epilogue staged in V), paired per round ahead of 21 by 1.2 / 0.5 / 1.9% at
 // 4k / 8k / 16k (25 rounds; 7 rounds: 1.0 / 0.1 / 1.6 / 2.4% at 2k-16k); where it cannot store by TMA it runs 21.
 // Session 12: with the causal tiles heaviest-first across sections of heads (decode_tile), hd 128 causal past 8k keys
-// runs the 176-key tile one per CTA (12): paired per round ahead of 1 by 5.5% (7 rounds) and 5.6% (15 rounds) at 16k;
-// at 8k 4, 1 and 12 are within 1%.
+// runs the 176-key tile one per CTA (12): paired per round ahead of 1 by 5.5% (7 rounds), 5.6% (15) and 2.7% (11) at
+// 16k in three runs; at 8k 4, 1 and 12 are within 2%.
 constexpr int default_variant(int head_dim, bool causal, int seqlen_k) {
   if (head_dim == 256) return seqlen_k <= (causal ? 4096 : 8192) ? 13 : 12;
   if (head_dim == 64) return seqlen_k <= 4096 ? 4 : 12;
