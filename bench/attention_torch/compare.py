@@ -30,6 +30,7 @@ Our kernels come from libga_attention_c.so (bench/attention_torch/ga_attention_c
   * flash: the Hopper forward (kernels/flash), variants 0-6 (7-10: FP8 only; 12-17: FA3's wide key tiles and
            the lazy O rescale; 19-20: Q in registers; 21: split tail; 24: 21 + the TMA-store epilogue staged in
            the last V slot, the hd 128 non-causal default; 22, 23, 25 retired; -1: flash_forward's default;
+           55 / 56: 4 / 13 with dynamic tiles (benchmark builds, -DGA_FLASH_FWD_DYNAMIC=1);
            kernels/flash/flash_fwd_launch.h; 1000 + v, e.g. 999 for the default: v with the causal query tiles
            handed out one head at a time, the order before session 12, FlashParams::causal_section_heads = 0;
            also for --fp8-variants),

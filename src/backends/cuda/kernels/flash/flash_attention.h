@@ -2,9 +2,9 @@
 //
 // Pure entry point (DESIGN.md, FlashInfer's plan/run split): device pointers with explicit strides in
 // elements, a params struct, the stream last; never allocates; returns a cudaError_t. flash_plan() sizes
-// the workspace (FP8: V^T; 16-bit: none, or the split tail's partials where that variant applies), and
-// flash_unsupported_reason() says in a sentence why parameters are refused (the launcher then returns
-// cudaErrorInvalidValue / cudaErrorNoKernelImageForDevice and touches nothing).
+// the workspace (FP8: V^T; 16-bit: a 16-byte tile counter, or the split tail's partials where that variant
+// applies), and flash_unsupported_reason() says in a sentence why parameters are refused (the launcher then
+// returns cudaErrorInvalidValue / cudaErrorNoKernelImageForDevice and touches nothing).
 //
 // Layouts (the caller picks the strides, so [b][s][h][d] "BSHD" and [b][h][s][d] "BHSD" both work):
 //   q   [batch][seqlen_q][n_head][head_dim]     element (b, s, h, d) at b*q_batch_stride + s*q_seq_stride
@@ -118,7 +118,8 @@ struct FlashPlan {
 const char* flash_unsupported_reason(const FlashParams& p);
 FlashPlan flash_plan(const FlashParams& p);
 // workspace: flash_plan(p).workspace_bytes bytes of device memory, 16-byte aligned (may be null when that is 0;
-// FP8 needs it for V^T; a 16-bit forward given none where flash_plan asks for one runs without the split tail).
+// FP8 needs it for V^T; a 16-bit forward given none where flash_plan asks for one runs without the split tail and
+// without dynamic tiles: the same results, at most a few % slower).
 cudaError_t flash_forward(const FlashParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream);
 
 // flash_forward with an explicit kernel variant in [0, flash_variant_count()): 0-10 are the Hopper kernel's
@@ -132,8 +133,10 @@ cudaError_t flash_forward(const FlashParams& p, void* workspace, size_t workspac
 // non-causal, with flash_plan's workspace; otherwise it runs as 4); 24 (bf16/fp16, Hopper; the head dim 128
 // non-causal default) is 21 with O written by TMA stores from shared memory (dense O of the input dtype, non-causal;
 // otherwise it runs 21); 22, 23 are retired numbers (not compiled); 28-34 (FP8 e4m3, head dim 128) are the 224-key
-// tile variants (29: the FP8 hd 128 default) and session 8's candidates (flash_fwd_launch.h; 30, 31 retired). For the
-// tests and benchmarks that compare them.
+// tile variants (29: the FP8 hd 128 default) and session 8's candidates (flash_fwd_launch.h; 30, 31 retired); 55, 56
+// (bf16/fp16, Hopper; 56 in benchmark builds) are 4 and 13 taking their tiles from a counter in flash_plan's workspace
+// (dense batches; otherwise they run 4 / 13; 55 is the causal default at head dims 64 / 128 from 2k to 4k / 8k keys).
+// For the tests and benchmarks that compare them.
 inline constexpr int kFlashSm80Variant = 11;
 inline constexpr int kFlashSm75Variant = 18;
 int flash_variant_count();

@@ -11,6 +11,7 @@
 // sm_80; the sm_75 variant needs 7.5 and fp16, so bf16 on Turing is refused with a reason before anything runs.
 #include "backends/cuda/kernels/flash/flash_attention.h"
 
+#include <algorithm>
 #include <climits>
 #include <cmath>
 
@@ -290,6 +291,17 @@ cudaError_t run(const FlashParams& p, int variant, void* workspace, size_t works
       variant = flash_detail::variant_compiled(flash_detail::kSplitTailVariant) ? flash_detail::kSplitTailVariant : 4;
     }
   }
+  // The dynamic-tile variants (55, 56): dense batches with a workspace for their tile counter, zeroed here (same
+  // stream, before the launch); otherwise their static counterparts 4 / 13.
+  if (flash_detail::dynamic_variant(variant)) {
+    if (varlen || paged || workspace == nullptr || workspace_bytes < sizeof(int) || !aligned16(workspace)) {
+      variant = variant == flash_detail::kDynamicVariant ? 4 : 13;
+    } else {
+      a.tile_counter = static_cast<int*>(workspace);
+      const cudaError_t e = cudaMemsetAsync(workspace, 0, sizeof(int), stream);
+      if (e != cudaSuccess) return e;
+    }
+  }
   if (HD == 128 && split_kernel) {
     const flash_detail::SplitTailPlan sp = flash_detail::split_tail_plan(p, num_sms);
     if (sp.on && workspace != nullptr && workspace_bytes >= sp.bytes && aligned16(workspace)) {
@@ -334,7 +346,8 @@ const char* flash_unsupported_reason(const FlashParams& p) {
 }
 
 // 16-bit: none (the softmax state lives in registers), except for the split-tail variant where it applies (its
-// partials and flags: flash_fwd_split_tail.cuh) when the build has it. FP8: V^T for the second GEMM.
+// partials and flags: flash_fwd_split_tail.cuh) when the build has it, and at least 16 bytes for the dynamic-tile
+// variants' counter. FP8: V^T for the second GEMM.
 FlashPlan flash_plan(const FlashParams& p) {
   FlashPlan plan;
   if (params_reason(p) != nullptr) return plan;
@@ -343,6 +356,10 @@ FlashPlan flash_plan(const FlashParams& p) {
   } else if (flash_detail::variant_compiled(flash_detail::kSplitTailVariant) ||
              flash_detail::variant_compiled(flash_detail::kStageInVVariant)) {
     plan.workspace_bytes = flash_detail::split_tail_plan(p, flash_detail::current_sm_count()).bytes;
+  }
+  // the dynamic-tile variants' counter (55: a causal default at head dims 64 and 128)
+  if (p.dtype != FlashDtype::kFp8E4m3 && flash_detail::variant_compiled(flash_detail::kDynamicVariant)) {
+    plan.workspace_bytes = std::max<size_t>(plan.workspace_bytes, 16);
   }
   return plan;
 }

@@ -80,9 +80,16 @@ struct FwdTraits {
   static constexpr size_t kSmemBytes = 1024 + kQBytes + 2 * size_t{kStages} * kTileBytes + 8 * kBarriers + 16;
 };
 
-// FP8's persistent kernels schedule tiles dynamically (see the top of this file); the 16-bit ones statically.
-template <ElemKind E, bool kPersistent>
-__host__ __device__ constexpr bool dynamic_tiles() { return kPersistent && E == ElemKind::kE4m3; }
+// kSched flag (the others are in flash_fwd_sm90.cuh): a 16-bit persistent kernel that takes its tiles from a global
+// counter like FP8's (flash_fwd_launch.h 55, 56; session 12), so the causal tiles' longest-first order (decode_tile)
+// reaches the CTAs as they free up instead of in static rounds.
+constexpr int kSchedDynamicTiles = 4096;
+// FP8's persistent kernels schedule tiles dynamically (see the top of flash_fwd_sm90.cuh); the 16-bit ones statically
+// unless their schedule has kSchedDynamicTiles.
+template <ElemKind E, bool kPersistent, int kSched>
+__host__ __device__ constexpr bool dynamic_tiles() {
+  return kPersistent && (E == ElemKind::kE4m3 || (kSched & kSchedDynamicTiles) != 0);
+}
 
 __device__ __forceinline__ float fast_exp2(float x) {
   float y;

@@ -77,7 +77,16 @@ constexpr int kFp8PinVariant = 43, kFp8ThreeWGVariant = 48;
 // 13 (wide key tile, persistent) + the pinned PV wait. At hd 128, 52 was 0-4% ahead of the default at 4k-8k and 2%
 // behind at 16k (9 paired rounds), 51 within 3% of 4: kept as benchmark variants, not defaults.
 constexpr int kPinVariant = 51, kWidePinVariant = 52;
-constexpr int kFwdAllVariantsEnd = 53;
+// Session 12: 55 = 4 and 56 = 13 (wide key tile) taking their tiles from a global counter (kSchedDynamicTiles) instead
+// of static rounds, so causal tiles go out longest-first across L2-sized sections of heads (decode_tile) to whichever
+// CTA frees up: the persistent kernels' hidden prologues with the one-tile kernels' balance. Dense batches with
+// flash_plan's workspace (the counter, zeroed before the launch); otherwise they run 4 / 13. 55 is built in every build
+// at head dims 64 and 128 (a causal default there, default_variant); 56 only with GA_FLASH_FWD_DYNAMIC (within 3% of
+// the defaults in its one run).
+// (53 and 54 were branch fp8-softmax-turns' numbers: FP8 softmax turns, within noise, not merged.)
+constexpr int kDynamicVariant = 55, kWideDynamicVariant = 56;
+constexpr bool dynamic_variant(int variant) { return variant == kDynamicVariant || variant == kWideDynamicVariant; }
+constexpr int kFwdAllVariantsEnd = 57;
 // The kernels built on the split tail (21, 24): they take its plan and workspace, and run 4 off head dim 128.
 constexpr bool split_tail_kernel(int variant) { return variant == kSplitTailVariant || variant == kStageInVVariant; }
 // The default build compiles only the variants default_variant picks (1, 4, 12, 13, 24) and 24's fallback 21: every
@@ -115,9 +124,14 @@ constexpr bool split_tail_kernel(int variant) { return variant == kSplitTailVari
 #ifndef GA_FLASH_FWD_PIN
 #define GA_FLASH_FWD_PIN GA_FLASH_FWD_CANDIDATES
 #endif
+// GA_FLASH_FWD_DYNAMIC: the 16-bit dynamic-tile candidate 56 (default: with the other candidates; 55: every build).
+#ifndef GA_FLASH_FWD_DYNAMIC
+#define GA_FLASH_FWD_DYNAMIC GA_FLASH_FWD_CANDIDATES
+#endif
 constexpr bool variant_compiled(int variant) {
   return variant == 1 || variant == 4 || variant == 12 || variant == 13 ||
          (GA_FLASH_FWD_PIN && (variant == kPinVariant || variant == kWidePinVariant)) ||
+         variant == kDynamicVariant || (GA_FLASH_FWD_DYNAMIC && variant == kWideDynamicVariant) ||
          (GA_FLASH_ALL_VARIANTS && variant >= 0 && variant < k16BitVariants) ||
          (GA_FLASH_FWD_CANDIDATES && variant >= kFirstTileVariant && variant < kFwdVariantsEnd) ||
          (GA_FLASH_FWD_QREG && variant >= kFirstQRegVariant && variant < kQRegVariantsEnd) ||
@@ -127,9 +141,10 @@ constexpr bool variant_compiled(int variant) {
 // What a head-dim-128-only variant runs at head dim HD: itself at 128; elsewhere its plain counterpart. Q in
 // registers (19 / 20) -> 1 / 4 (hd 64: the 128-key tile would fit too but is not the target; hd 256: O alone is 128
 // registers); the split tail (21) and 24 built on it -> 4 (its workspace slots are sized for head dim 128's O
-// fragments).
+// fragments). And 55 (dynamic tiles) at head dim 256 -> 4.
 template <int HD>
 constexpr int head_dim_variant(int variant) {
+  if (HD == 256 && variant == kDynamicVariant) return 4;  // 55 is built at head dims 64 and 128 (where it is a default)
   if (HD == 128) return variant;
   if (split_tail_kernel(variant)) return 4;
   if (variant < kFirstQRegVariant || variant >= kQRegVariantsEnd) return variant;
@@ -181,13 +196,13 @@ constexpr FwdVariant kFwdVariantTable[kFwdVariantsEnd] = {
 // What a variant runs with paged KV: the wide ones their narrow counterpart (pages divide the default tile).
 constexpr int paged_variant(int variant) {
   return variant == 12 ? 1 : variant == 13 ? 4 : variant == 15 ? 14 : variant == 16 ? 17 :
-         variant == kWidePinVariant ? kPinVariant : variant;
+         variant == kWidePinVariant ? kPinVariant : dynamic_variant(variant) ? 4 : variant;
 }
 // Keys per tile of a 16-bit variant (the TMA boxes of K and V are this many rows); paged: of paged_variant.
 template <int HD>
 constexpr int variant_block_n(int variant, bool paged) {
   const bool wide = (variant >= kFirstTileVariant && variant < kFwdVariantsEnd && kFwdVariantTable[variant].wide) ||
-                    variant == kWidePinVariant;
+                    variant == kWidePinVariant || variant == kWideDynamicVariant;
   return wide && !paged
              ? wide_block_n<HD>()
              : FwdTraits<HD>::kBlockN;
@@ -208,12 +223,15 @@ constexpr int variant_block_n(int variant, bool paged) {
 // 4k / 8k / 16k (25 rounds; 7 rounds: 1.0 / 0.1 / 1.6 / 2.4% at 2k-16k); where it cannot store by TMA it runs 21.
 // Session 12: with the causal tiles heaviest-first across sections of heads (decode_tile), hd 128 causal past 8k keys
 // runs the 176-key tile one per CTA (12): paired per round ahead of 1 by 5.5% (7 rounds), 5.6% (15) and 2.7% (11) at
-// 16k in three runs; at 8k 4, 1 and 12 are within 2%.
+// 16k in three runs; at 8k 4, 1 and 12 are within 2%. And causal past 2k keys up to 8k (hd 128) / 4k (hd 64) runs 4
+// with dynamic tiles (55; with flash_plan's workspace, else 4): the persistent kernel's hidden prologues and the
+// longest-first order's balance; paired per round ahead of 4 in two runs (5 and 11 rounds): hd 128 +2.9 / +2.6% at 4k,
+// +4.1 / +5.5% at 8k, hd 64 +2.1 / +3.3% at 4k; at 2k it was 2-4% behind.
 constexpr int default_variant(int head_dim, bool causal, int seqlen_k) {
   if (head_dim == 256) return seqlen_k <= (causal ? 4096 : 8192) ? 13 : 12;
-  if (head_dim == 64) return seqlen_k <= 4096 ? 4 : 12;
+  if (head_dim == 64) return seqlen_k <= 4096 ? (causal && seqlen_k > 2048 ? kDynamicVariant : 4) : 12;
   if (!causal) return GA_FLASH_FWD_STAGE_IN_V ? kStageInVVariant : GA_FLASH_FWD_SPLIT ? kSplitTailVariant : 4;
-  return seqlen_k <= 8192 ? 4 : 12;
+  return seqlen_k <= 2048 ? 4 : seqlen_k <= 8192 ? kDynamicVariant : 12;
 }
 
 // FP8 variants (flash_fwd_fp8_hd*.cu compile only these; GA_FLASH_FP8_ALL_VARIANTS adds the candidates that lost,
@@ -313,7 +331,7 @@ template <ElemKind E, int HD, int kSched, bool kPersistent, int kStages, int kBN
 cudaError_t launch_fwd_instance(const FwdArgs& given, int num_sms, cudaStream_t stream) {
   FwdArgs args = given;
   // Static rounds (cta_tile) keep the causal tiles one head at a time (decode_tile explains why).
-  if constexpr (kPersistent && !dynamic_tiles<E, kPersistent>()) args.section_bh = 0;
+  if constexpr (kPersistent && !dynamic_tiles<E, kPersistent, kSched>()) args.section_bh = 0;
   const auto kernel = flash_fwd_sm90_kernel<E, HD, kSched, kPersistent, kStages, kBN>;
   using T = FwdTraits<HD, kStages, elem_bytes<E>(), kBN, sched_wgs(kSched)>;
   constexpr size_t smem = T::kSmemBytes;
@@ -393,6 +411,18 @@ cudaError_t launch_fwd_tiles_of(const FwdArgs& args, int variant, int num_sms, c
     if (variant == kPinVariant) return launch_fwd_instance<E, HD, 1 | kSchedPinPvWait, true, kS>(args, num_sms, stream);
     if (args.paged) return cudaErrorInvalidValue;
     return launch_fwd_instance<E, HD, 1 | kSchedPinPvWait, true, kS, kW>(args, num_sms, stream);
+#endif
+    return cudaErrorNotSupported;
+  }
+  if (dynamic_variant(variant)) {  // dense, with a zeroed tile counter (flash_forward.cu runs 4 / 13 otherwise)
+    constexpr int kDyn = 1 | kSchedDynamicTiles;
+    if (args.varlen || args.paged || args.tile_counter == nullptr) return cudaErrorInvalidValue;
+    if (variant == kDynamicVariant) {  // every build at head dims 64 and 128 (head_dim_variant runs 4 at 256)
+      if constexpr (HD != 256) return launch_fwd_instance<E, HD, kDyn, true, kS>(args, num_sms, stream);
+      return cudaErrorNotSupported;
+    }
+#if GA_FLASH_FWD_DYNAMIC
+    return launch_fwd_instance<E, HD, kDyn, true, kS, kW>(args, num_sms, stream);
 #endif
     return cudaErrorNotSupported;
   }

@@ -226,6 +226,7 @@ constexpr int kSchedFp8TreeSoftmax = 1024;
 constexpr int kSchedPinPvWait = 2048;
 // + kSchedThreeWG (FP8 hd 128, 128-key tiles): three consumer warpgroups, a 192-row query tile (FwdTraits).
 constexpr int kSchedThreeWG = 8192;
+// (4096: kSchedDynamicTiles, flash_fwd_consumer.cuh.)
 __host__ __device__ constexpr int sched_wgs(int sched) { return (sched & kSchedThreeWG) != 0 ? 3 : 2; }
 
 template <ElemKind E, int HD, int kSched, bool kPersistent, int kStages, int kBN = 0>
@@ -297,7 +298,7 @@ __device__ __forceinline__ void consumer_main(const FwdArgs& a, unsigned char* s
   float s[T::kSAcc];
   uint32_t pa[T::kKSteps][4];
   float corr[2];
-  constexpr bool kDynamic = dynamic_tiles<E, kPersistent>();
+  constexpr bool kDynamic = dynamic_tiles<E, kPersistent, kSched>();
   int kv_count = 0;  // K/V tiles consumed by this CTA so far (ring position)
   int q_count = 0;   // tiles with a Q load (skipped varlen tiles have none): the Q barriers' phase
   for (int local = 0;; ++local) {
@@ -488,7 +489,7 @@ __device__ __forceinline__ void producer_main(const FwdArgs& a, unsigned char* s
                           kv_head, page);
     }
   };
-  constexpr bool kDynamic = dynamic_tiles<E, kPersistent>();
+  constexpr bool kDynamic = dynamic_tiles<E, kPersistent, kSched>();
   constexpr bool kTmaStore = (kSched & kSchedTmaStore) != 0;
   int kv_count = 0, q_count = 0;
   // kTmaStore: the last work item whose O the consumers stage in the V slot of its last key block (ring position
