@@ -225,8 +225,8 @@ constexpr int variant_block_n(int variant, bool paged) {
 // runs the 176-key tile one per CTA (12): paired per round ahead of 1 by 5.5% (7 rounds), 5.6% (15) and 2.7% (11) at
 // 16k in three runs; at 8k 4, 1 and 12 are within 2%. And causal past 2k keys up to 8k (hd 128) / 4k (hd 64) runs 4
 // with dynamic tiles (55; with flash_plan's workspace, else 4): the persistent kernel's hidden prologues and the
-// longest-first order's balance; paired per round ahead of 4 in two runs (5 and 11 rounds): hd 128 +2.9 / +2.6% at 4k,
-// +4.1 / +5.5% at 8k, hd 64 +2.1 / +3.3% at 4k; at 2k it was 2-4% behind.
+// longest-first order's balance; paired per round against 4 in three runs (5, 11, 5 rounds): hd 128 +2.9 / +2.6 /
+// +1.5% at 4k, +4.1 / +5.5 / +0.6% at 8k, hd 64 +2.1 / +3.3 / -0.4% at 4k; at 2k it was 2-4% behind.
 constexpr int default_variant(int head_dim, bool causal, int seqlen_k) {
   if (head_dim == 256) return seqlen_k <= (causal ? 4096 : 8192) ? 13 : 12;
   if (head_dim == 64) return seqlen_k <= 4096 ? (causal && seqlen_k > 2048 ? kDynamicVariant : 4) : 12;
