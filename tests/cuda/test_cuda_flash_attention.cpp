@@ -182,8 +182,9 @@ void run_and_check(Parity& parity, CachingAllocator& alloc, const Shape& s, std:
   if (runnable.empty()) return;  // no float64 reference for nothing to compare
   std::vector<double> ref, ref_lse;
   reference(s, p.softmax_scale, qf, kf, vf, &ref, &ref_lse);
-  // flash_plan's workspace (the split-tail variant's partials where it applies; none otherwise), poisoned: a
-  // partial merged before it is written is NaN in O.
+  // flash_plan's workspace (the split-tail variant's partials where it applies, the dynamic-tile variants' counter),
+  // poisoned: a partial merged before it is written is NaN in O, and a counter not zeroed before the launch skips
+  // tiles, whose O stays poisoned.
   const size_t ws_bytes = ::ga::cuda::flash_plan(p).workspace_bytes;
   DeviceArray<float> ws(alloc, std::max<size_t>((ws_bytes + 3) / 4, 1));
 
