@@ -5,11 +5,11 @@
 
 #include <cuda_runtime_api.h>
 
-#include <algorithm>
 #include <cstdint>
 
 #include "backends/cuda/kernels/flash/flash_attention.h"
 #include "backends/cuda/kernels/flash/flash_fwd_sm90.cuh"
+#include "backends/cuda/kernels/flash/flash_tile_order.h"
 
 namespace ga::cuda::flash_detail {
 
@@ -269,17 +269,12 @@ constexpr bool fp8_variant_compiled(int head_dim, int variant) {
   return false;
 }
 
-// (batch, head) pairs per section of the causal tile order (FlashParams::causal_section_heads; 0 when not causal):
-// automatic, as many KV heads as kCausalSectionL2Bytes of K and V hold (at least one), times the GQA group, so that
-// a section's query heads read whole KV heads.
+// (batch, head) pairs per section of the causal tile order (FlashParams::causal_section_heads; 0 when not causal;
+// flash_tile_order.h).
 inline int causal_section_bh(const FlashParams& p) {
   if (!p.causal) return 0;
-  const int64_t pairs = int64_t{p.n_head} * p.batch;
-  if (p.causal_section_heads >= 0) return static_cast<int>(std::min<int64_t>(p.causal_section_heads, pairs));
-  const int64_t elem_bytes = p.dtype == FlashDtype::kFp8E4m3 ? 1 : 2;
-  const int64_t kv_head_bytes = std::max<int64_t>(int64_t{p.seqlen_k} * p.head_dim * 2 * elem_bytes, 1);
-  const int64_t kv_heads = std::max<int64_t>(kCausalSectionL2Bytes / kv_head_bytes, 1);
-  return static_cast<int>(std::min<int64_t>(kv_heads * (p.n_head / p.n_head_kv), pairs));
+  return causal_section_pairs(p.n_head, p.n_head_kv, p.batch, p.seqlen_k, p.head_dim,
+                              p.dtype == FlashDtype::kFp8E4m3 ? 1 : 2, p.causal_section_heads, kCausalSectionL2Bytes);
 }
 
 // The problem fields every forward launch fills alike (16-bit and FP8): o and its strides, the LSE, the lengths,

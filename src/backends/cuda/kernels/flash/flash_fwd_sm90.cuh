@@ -93,6 +93,7 @@
 #include "backends/cuda/kernels/flash/flash_fwd_consumer.cuh"
 #include "backends/cuda/kernels/flash/flash_fwd_epilogue.cuh"
 #include "backends/cuda/kernels/flash/flash_fwd_split_tail.cuh"
+#include "backends/cuda/kernels/flash/flash_tile_order.h"
 
 namespace ga::cuda::flash_detail {
 
@@ -153,19 +154,9 @@ struct FwdTile {
 // long heavy-to-light ramp so coarsely that the CTAs' sums drift apart (bf16 8-30% slower at 4k-8k with sections).
 template <class T>
 __device__ __forceinline__ FwdTile decode_tile(const FwdArgs& a, int t, int jb = 0, int je = -1) {
-  int bh, rank;  // rank: the query block's place in its head's order (causal: 0 = the heaviest, the last block)
-  if (a.section_bh > 1) {
-    const int per_section = a.section_bh * a.m_blocks;
-    const int section = t / per_section, first_bh = section * a.section_bh;
-    const int n_here = min(a.section_bh, a.n_head * a.batch - first_bh);  // the last section may be smaller
-    const int r = t - section * per_section;
-    bh = first_bh + r % n_here;
-    rank = r / n_here;
-  } else {
-    bh = t / a.m_blocks;
-    rank = t % a.m_blocks;
-  }
-  const int m_block = a.causal ? a.m_blocks - 1 - rank : rank;
+  const TileOrder o = tile_order(t, a.m_blocks, a.n_head * a.batch, a.section_bh);  // flash_tile_order.h
+  const int bh = o.bh;
+  const int m_block = a.causal ? a.m_blocks - 1 - o.rank : o.rank;
   FwdTile f;
   f.m0 = m_block * T::kBlockM;
   f.head = bh % a.n_head;
