@@ -295,7 +295,7 @@ cudaError_t run(const FlashParams& p, int variant, void* workspace, size_t works
   // stream, before the launch); otherwise their static counterparts 4 / 13.
   if (flash_detail::dynamic_variant(variant)) {
     if (varlen || paged || workspace == nullptr || workspace_bytes < sizeof(int) || !aligned16(workspace)) {
-      variant = variant == flash_detail::kDynamicVariant ? 4 : 13;
+      variant = flash_detail::static_variant(variant);
     } else {
       a.tile_counter = static_cast<int*>(workspace);
       const cudaError_t e = cudaMemsetAsync(workspace, 0, sizeof(int), stream);
@@ -353,12 +353,12 @@ FlashPlan flash_plan(const FlashParams& p) {
   if (params_reason(p) != nullptr) return plan;
   if (p.dtype == FlashDtype::kFp8E4m3) {
     plan.workspace_bytes = flash_detail::fp8_workspace_bytes(p);
-  } else if (flash_detail::variant_compiled(flash_detail::kSplitTailVariant) ||
-             flash_detail::variant_compiled(flash_detail::kStageInVVariant)) {
-    plan.workspace_bytes = flash_detail::split_tail_plan(p, flash_detail::current_sm_count()).bytes;
-  }
-  // the dynamic-tile variants' counter (55: a causal default at head dims 64 and 128)
-  if (p.dtype != FlashDtype::kFp8E4m3 && flash_detail::variant_compiled(flash_detail::kDynamicVariant)) {
+  } else {
+    if (flash_detail::variant_compiled(flash_detail::kSplitTailVariant) ||
+        flash_detail::variant_compiled(flash_detail::kStageInVVariant)) {
+      plan.workspace_bytes = flash_detail::split_tail_plan(p, flash_detail::current_sm_count()).bytes;
+    }
+    // the dynamic-tile variants' counter (55, in every build: a causal default at head dims 64 and 128)
     plan.workspace_bytes = std::max<size_t>(plan.workspace_bytes, 16);
   }
   return plan;

@@ -86,6 +86,10 @@ constexpr int kPinVariant = 51, kWidePinVariant = 52;
 // (53 and 54 were branch fp8-softmax-turns' numbers: FP8 softmax turns, within noise, not merged.)
 constexpr int kDynamicVariant = 55, kWideDynamicVariant = 56;
 constexpr bool dynamic_variant(int variant) { return variant == kDynamicVariant || variant == kWideDynamicVariant; }
+// What a dynamic-tile variant runs without a counter (no workspace, varlen, paged): its static counterpart.
+constexpr int static_variant(int variant) {
+  return variant == kDynamicVariant ? 4 : variant == kWideDynamicVariant ? 13 : variant;
+}
 constexpr int kFwdAllVariantsEnd = 57;
 // The kernels built on the split tail (21, 24): they take its plan and workspace, and run 4 off head dim 128.
 constexpr bool split_tail_kernel(int variant) { return variant == kSplitTailVariant || variant == kStageInVVariant; }
@@ -196,7 +200,8 @@ constexpr FwdVariant kFwdVariantTable[kFwdVariantsEnd] = {
 // What a variant runs with paged KV: the wide ones their narrow counterpart (pages divide the default tile).
 constexpr int paged_variant(int variant) {
   return variant == 12 ? 1 : variant == 13 ? 4 : variant == 15 ? 14 : variant == 16 ? 17 :
-         variant == kWidePinVariant ? kPinVariant : dynamic_variant(variant) ? 4 : variant;
+         variant == kWidePinVariant ? kPinVariant : dynamic_variant(variant) ? paged_variant(static_variant(variant)) :
+         variant;
 }
 // Keys per tile of a 16-bit variant (the TMA boxes of K and V are this many rows); paged: of paged_variant.
 template <int HD>
