@@ -6,6 +6,7 @@
 #include <functional>
 #include <new>
 #include <thread>
+#include <utility>
 
 #include <httplib.h>
 
@@ -35,6 +36,10 @@ constexpr auto kStopPollInterval = std::chrono::milliseconds(10);
 thread_local Clock::time_point t_request_start;
 thread_local bool t_request_started = false;
 thread_local RequestTimes t_request_times;  // ServerOptions::trace_timing
+thread_local Clock::time_point t_bytes_arrived, t_hint_given;  // the same, before the head is parsed
+// The scheduler was already told of the request being served on this thread, from its first bytes
+// (ConnectionServer::on_request_bytes): the pre-routing handler need not tell it again.
+thread_local bool t_scheduler_hinted = false;
 
 void send_error(httplib::Response& res, const ApiError& e) {
   res.status = e.status();
@@ -102,9 +107,12 @@ httplib::Server::HandlerWithContentReader guarded_post(ServerContext& ctx, PostR
     if (ctx.options.trace_timing) t_request_times.routed = Clock::now();
     run_guarded(res, [&] {
       const size_t limit = ctx.options.max_body_bytes;
-      if (req.is_multipart_form_data()) {
+      // Looked up once: a header lookup in httplib's case-insensitive map costs ~1-2 us on a lone request's cold
+      // way in. The multipart test is Request::is_multipart_form_data()'s own (a prefix, case-sensitive).
+      const std::string content_type = req.get_header_value("Content-Type");
+      if (content_type.rfind("multipart/form-data", 0) == 0) {
         res.set_header("Connection", "close");
-        check_content_type(req.get_header_value("Content-Type"));  // throws 415
+        check_content_type(content_type);  // throws 415
       }
       std::string body;
       bool too_large = false;
@@ -126,7 +134,7 @@ httplib::Server::HandlerWithContentReader guarded_post(ServerContext& ctx, PostR
       }
       if (ctx.options.trace_timing) t_request_times.body_read = Clock::now();
       check_api_key(ctx, req);
-      check_content_type(req.get_header_value("Content-Type"));
+      check_content_type(content_type);
       route(req, body, res);
     });
   };
@@ -281,22 +289,30 @@ void ApiServer::configure() {
   });
   // A completion's first bytes ("POST /v1/completions ...") wake the scheduler before httplib parses the head:
   // its wake-up (tens of microseconds on a VM) then overlaps the head, the body, the JSON and the checks. The
-  // pre-routing handler below gives the same hint once the head is parsed (for requests whose first bytes
-  // came with an earlier one); a second hint within the window costs no system call.
+  // pre-routing handler below gives the same hint once the head is parsed, for requests whose first bytes did
+  // not show their request line (split in transit, or pipelined behind an earlier request).
   http_->on_request_bytes = [&ctx](std::string_view first) {
-    if (first.rfind("POST /v1/completions ", 0) == 0 || first.rfind("POST /v1/chat/completions ", 0) == 0) {
-      ctx.scheduler.expect_request();
-    }
+    const bool tracing = ctx.options.trace_timing;
+    if (tracing) t_bytes_arrived = Clock::now();
+    t_scheduler_hinted =
+        first.rfind("POST /v1/completions ", 0) == 0 || first.rfind("POST /v1/chat/completions ", 0) == 0;
+    if (t_scheduler_hinted) ctx.scheduler.expect_request();
+    if (tracing) t_hint_given = Clock::now();
   };
   http_->set_pre_routing_handler([&ctx](const httplib::Request& req, httplib::Response&) {
     t_request_start = Clock::now();
     t_request_started = true;
-    if (ctx.options.trace_timing) t_request_times = {connection_readable_time(), t_request_start, {}, {}};
+    if (ctx.options.trace_timing) {
+      t_request_times = {connection_readable_time(), t_request_start, {}, {}, t_bytes_arrived, t_hint_given};
+      t_bytes_arrived = t_hint_given = {};
+    }
     // httplib calls this once the request head is parsed, before the body is read: a completion is on
     // its way, so the scheduler thread gets up now (SchedulerOptions::poll_us) and its wake-up overlaps
     // the body, the JSON parsing and the tokenization instead of following the submit. Only a hint: a
-    // request refused later (key, JSON, limits) just ends the scheduler's short busy-wait.
-    if (req.method == "POST" && (req.path == "/v1/completions" || req.path == "/v1/chat/completions")) {
+    // request refused later (key, JSON, limits) just ends the scheduler's short busy-wait. Not twice for one
+    // request: the scheduler's mutex, which a second hint takes, is the one its thread takes as it wakes.
+    const bool hinted = std::exchange(t_scheduler_hinted, false);
+    if (!hinted && req.method == "POST" && (req.path == "/v1/completions" || req.path == "/v1/chat/completions")) {
       ctx.scheduler.expect_request();
     }
     return httplib::Server::HandlerResponse::Unhandled;

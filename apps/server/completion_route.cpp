@@ -48,12 +48,25 @@ struct RequestChannel {
   std::atomic<bool> client_gone{false};
 };
 
-std::string lowercase_trimmed(std::string s) {
-  const auto not_space = [](unsigned char c) { return !std::isspace(c); };
-  s.erase(s.begin(), std::find_if(s.begin(), s.end(), not_space));
-  s.erase(std::find_if(s.rbegin(), s.rend(), not_space).base(), s.end());
-  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+// check_content_type's text handling, without a copy (it runs on every completion's way in): the C locale's
+// white space and ASCII case, as std::isspace / std::tolower in the C locale, which the server never changes.
+bool is_c_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r'; }
+
+std::string_view trimmed(std::string_view s) {
+  while (!s.empty() && is_c_space(s.front())) s.remove_prefix(1);
+  while (!s.empty() && is_c_space(s.back())) s.remove_suffix(1);
   return s;
+}
+
+char ascii_lower(char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; }
+
+// `lower` is already lower case.
+bool equal_ignoring_ascii_case(std::string_view s, std::string_view lower) {
+  if (s.size() != lower.size()) return false;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (ascii_lower(s[i]) != lower[i]) return false;
+  }
+  return true;
 }
 
 CompletionRequest scheduler_request(const ParsedRequest& p, std::vector<int32_t> prompt, int64_t max_tokens) {
@@ -78,7 +91,11 @@ uint64_t submit(ServerContext& ctx, CompletionRequest request, const std::shared
     {
       std::lock_guard<std::mutex> lock(channel->mutex);
       if (keep_events) channel->events.push_back(event);
-      if (channel->posted.fetch_add(1, std::memory_order_release) == 0) channel->first_posted = Clock::now();
+      // The count last: a thread spinning on it (spin_for_first_token) takes the mutex as soon as it sees it
+      // move, and would sleep on the mutex (a wake-up on the first token's way out) while this one still holds it.
+      const uint64_t posted = channel->posted.load(std::memory_order_relaxed);  // only changed under the mutex
+      if (posted == 0) channel->first_posted = Clock::now();
+      channel->posted.store(posted + 1, std::memory_order_release);
     }
     channel->cv.notify_all();  // no system call when the HTTP thread is busy-waiting rather than sleeping
     return true;
@@ -184,12 +201,13 @@ void trace_first_token(StreamState& s) {
   }
   // The four first fields are the format tools/dev/serve_http.sh reads; the rest split the way in further.
   std::fprintf(stderr,
-               "timing %s: head %.6f submit %.6f first_token %.6f written %.6f readable %.6f routed %.6f body %.6f "
-               "parsed %.6f taken %.6f built %.6f\n",
+               "timing %s: head %.7f submit %.7f first_token %.7f written %.7f readable %.7f routed %.7f body %.7f "
+               "parsed %.7f taken %.7f built %.7f arrived %.7f hinted %.7f\n",
                s.header.id.c_str(), monotonic_seconds(s.head), monotonic_seconds(s.submitted),
                monotonic_seconds(first_token), monotonic_seconds(Clock::now()), monotonic_seconds(s.way_in.readable),
                monotonic_seconds(s.way_in.routed), monotonic_seconds(s.way_in.body_read),
-               monotonic_seconds(s.parsed), monotonic_seconds(s.taken), monotonic_seconds(s.built));
+               monotonic_seconds(s.parsed), monotonic_seconds(s.taken), monotonic_seconds(s.built),
+               monotonic_seconds(s.way_in.arrived), monotonic_seconds(s.way_in.hinted));
 }
 
 // The first token's hand-off without a wake-up. A lone request's first token is what its client waits
@@ -304,11 +322,11 @@ void answer_stream(ServerContext& ctx, uint64_t id, const ResponseHeader& header
 
 void check_content_type(const std::string& content_type) {
   if (content_type.empty()) return;
-  const std::string media = lowercase_trimmed(content_type.substr(0, content_type.find(';')));
-  const std::string json_suffix = "+json";
-  const bool is_json = media == "application/json" ||
+  const std::string_view media = trimmed(std::string_view(content_type).substr(0, content_type.find(';')));
+  constexpr std::string_view json_type = "application/json", json_suffix = "+json";
+  const bool is_json = equal_ignoring_ascii_case(media, json_type) ||
                        (media.size() > json_suffix.size() &&
-                        media.compare(media.size() - json_suffix.size(), json_suffix.size(), json_suffix) == 0);
+                        equal_ignoring_ascii_case(media.substr(media.size() - json_suffix.size()), json_suffix));
   if (!is_json) {
     throw ApiError(http_status::kUnsupportedMediaType,
                    "Unsupported Content-Type '" + content_type + "': send JSON with 'Content-Type: application/json'.",

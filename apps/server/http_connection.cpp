@@ -100,6 +100,10 @@ class ConnectionStream final : public httplib::Stream {
   }
 
   ssize_t read(char* ptr, size_t size) override {
+    if (size == 1 && has_buffered_bytes()) {  // httplib reads the request line and headers a byte per call
+      *ptr = buffer_[offset_++];
+      return 1;
+    }
     if (has_buffered_bytes()) return take_buffered(ptr, size);
     if (size >= kReadBufferBytes) return receive(ptr, size);
     const ssize_t n = receive(buffer_, kReadBufferBytes);

@@ -50,9 +50,10 @@ std::chrono::steady_clock::time_point request_head_time();
 
 // The way in of the request being served on this HTTP thread (ServerOptions::trace_timing): its connection
 // found readable (http_connection.h; the epoch when the wait did not run, e.g. pipelined bytes), its head
-// parsed, its route entered, its body read.
+// parsed, its route entered, its body read; and between readable and head: its first bytes read from the socket
+// (`arrived`) and the scheduler's wake-up hint given (`hinted`), the epoch when no hint ran.
 struct RequestTimes {
-  std::chrono::steady_clock::time_point readable, head, routed, body_read;
+  std::chrono::steady_clock::time_point readable, head, routed, body_read, arrived, hinted;
 };
 const RequestTimes& request_times();
 

@@ -167,6 +167,13 @@ TEST(Responses, CompletionStreamChunks) {
   EXPECT_EQ(finish["choices"][0]["finish_reason"], "stop");
 }
 
+// Every printable ASCII byte, '"' and '\\' included (the template quotes plain text itself).
+std::string printable_ascii() {
+  std::string text;
+  for (char c = 0x20; c < 0x7f; ++c) text += c;
+  return text + " and a plain word";
+}
+
 // The per-stream template of text deltas gives exactly the bytes of the whole chunk object's event, for both
 // endpoints, with and without the usage placeholder, for texts the JSON dump must escape or repair; a model id
 // that contains the template's marker falls back to the whole object, with the same bytes.
@@ -178,7 +185,8 @@ TEST(Responses, DeltaEventTemplateGivesTheWholeChunksBytes) {
                                           "\xc3\xa9t\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80",
                                           std::string("\xe2\x82", 2),  // half of a 3-byte sequence: U+FFFD
                                           std::string("nul\0inside", 10),
-                                          "\x1f<gpu-accel delta text>\x1f"};
+                                          "\x1f<gpu-accel delta text>\x1f",
+                                          printable_ascii()};
   for (const Endpoint e : {Endpoint::Completions, Endpoint::ChatCompletions}) {
     for (const bool usage : {false, true}) {
       for (const char* model : {"stories260K.gguf", "m\x1f<gpu-accel delta text>\x1f.gguf"}) {
@@ -224,8 +232,12 @@ TEST(RequestChecks, ContentType) {
   EXPECT_NO_THROW(check_content_type("application/json"));
   EXPECT_NO_THROW(check_content_type("Application/JSON; charset=utf-8"));
   EXPECT_NO_THROW(check_content_type("application/vnd.api+json"));
+  EXPECT_NO_THROW(check_content_type(" \tapplication/json \r; charset=utf-8"));  // C-locale white space trimmed
+  EXPECT_NO_THROW(check_content_type("APPLICATION/VND.API+JSON ;"));
+  EXPECT_NO_THROW(check_content_type("a+json"));
   for (const char* bad : {"text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x",
-                          "application/jsonx", "json"}) {
+                          "application/jsonx", "json", "+json", " +JSON ", "application/ json", ";application/json",
+                          "application/json\xa0", "\xc3\xa1pplication/json"}) {
     try {
       check_content_type(bad);
       ADD_FAILURE() << "accepted " << bad;
