@@ -301,7 +301,7 @@ SM80_VARIANT = 11  # kFlashSm80Variant (kernels/flash/flash_attention.h)
 # overlap schedule with the split chains, 40 / 41 its one-tile / 3-stage twins; session 11: 43 = 29 with the PV wait
 # pinned below the softmax, 48 = three consumer warpgroups on 192 x 128 tiles); the ones this build did not compile
 # answer cudaErrorNotSupported and are skipped. -1 = the default (fp8_default_variant). --fp8-variants narrows the list.
-FP8_VARIANTS = list(range(-1, 11)) + [28, 29, 32, 33, 34, 39, 40, 41, 43, 48]
+FP8_VARIANTS = list(range(-1, 11)) + [28, 29, 32, 33, 34, 39, 40, 41, 43, 48, 57, 58]
 CUDA_ERROR_NOT_SUPPORTED = 801
 
 

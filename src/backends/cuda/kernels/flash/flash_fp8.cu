@@ -19,6 +19,7 @@
 #include <cstdint>
 
 #include "backends/cuda/kernels/flash/flash_common.h"
+#include "backends/cuda/kernels/flash/flash_fp8_vt.cuh"
 #include "backends/cuda/kernels/flash/flash_fwd_launch.h"
 #include "backends/cuda/kernels/tile/tma_map.h"
 
@@ -92,13 +93,10 @@ __global__ void __launch_bounds__(HD) fp8_transpose_v_kernel(const uint8_t* __re
       // bytes d0..d0+3 of key r
       w[b] = *reinterpret_cast<const uint32_t*>(rows + r * kRow + chunk_slot(r, d0 / 16) * 16 + d0 % 16);
     }
-    // 4 x 4 byte transpose: out[j][q] byte b = byte j of w[b].
-    const uint32_t t0 = __byte_perm(w[0], w[1], 0x5140), t1 = __byte_perm(w[0], w[1], 0x7362);
-    const uint32_t t2 = __byte_perm(w[2], w[3], 0x5140), t3 = __byte_perm(w[2], w[3], 0x7362);
-    out[0][q] = __byte_perm(t0, t2, 0x5410);
-    out[1][q] = __byte_perm(t0, t2, 0x7632);
-    out[2][q] = __byte_perm(t1, t3, 0x5410);
-    out[3][q] = __byte_perm(t1, t3, 0x7632);
+    uint32_t col[4];  // out[j][q] byte b = byte j of w[b]
+    transpose_4x4_bytes(w, col);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) out[j][q] = col[j];
   }
   uint8_t* dst = vt + ((int64_t{batch} * n_head_kv + head) * HD + d0) * pad + col;
 #pragma unroll
@@ -130,20 +128,30 @@ cudaError_t run_fp8(const FlashParams& p, int variant, uint8_t* vt, int num_sms,
   const uint32_t vt_box[4] = {128, HD, 1, 1};
   const uint32_t k_box = static_cast<uint32_t>(fp8_variant_block_n<HD>(variant));  // K rows per tile
   const int block_m = fp8_variant_block_m<HD>(variant);                             // Q rows per tile
+  // The in-kernel V^T variants load V tiles as they are stored, with K's kind of map; the others read V^T.
+  const bool vt_in_kernel = fp8_vt_in_kernel_variant(variant);
   if (tile::encode_tma_map_bshd(&a.tm_q, 1, false, p.q, HD, p.seqlen_q, p.n_head, p.batch, p.q_seq_stride,
                                 p.q_head_stride, p.q_batch_stride, static_cast<uint32_t>(block_m)) != nullptr ||
       tile::encode_tma_map_bshd(&a.tm_k, 1, false, p.k, HD, p.seqlen_k, p.n_head_kv, p.batch, p.k_seq_stride,
                                 p.k_head_stride, p.k_batch_stride, k_box) != nullptr ||
-      tile::encode_tma_map_8bit_sw128(&a.tm_v, vt, vt_dims, vt_strides, vt_box) != nullptr) {
+      (vt_in_kernel ? tile::encode_tma_map_bshd(&a.tm_v, 1, false, p.v, HD, p.seqlen_k, p.n_head_kv, p.batch,
+                                                p.v_seq_stride, p.v_head_stride, p.v_batch_stride, k_box)
+                    : tile::encode_tma_map_8bit_sw128(&a.tm_v, vt, vt_dims, vt_strides, vt_box)) != nullptr) {
     return cudaErrorInvalidValue;
   }
-  if (const cudaError_t e = launch_transpose_v<HD>(p, vt, stream); e != cudaSuccess) return e;
+  if (vt_in_kernel) {  // no pre-pass to zero the tile counter
+    if (const cudaError_t e = cudaMemsetAsync(tile_counter_of(p, vt), 0, sizeof(int), stream); e != cudaSuccess) {
+      return e;
+    }
+  } else if (const cudaError_t e = launch_transpose_v<HD>(p, vt, stream); e != cudaSuccess) {
+    return e;
+  }
   set_fwd_problem(a, p, block_m);
   a.scale = p.softmax_scale * p.descale_q * p.descale_k;  // S in real units = raw Q K^T * descale_q * descale_k
   a.scale_log2 = a.scale * 1.4426950408889634f;
   a.o_scale = p.descale_v;
   a.out_bf16 = p.out_dtype == FlashDtype::kBf16 ? 1 : 0;
-  a.tile_counter = tile_counter_of(p, vt);  // zeroed by the pre-pass above (same stream, before this launch)
+  a.tile_counter = tile_counter_of(p, vt);  // zeroed above (same stream, before this launch)
   return launch_fwd_fp8<HD>(a, variant, num_sms, stream);
 }
 

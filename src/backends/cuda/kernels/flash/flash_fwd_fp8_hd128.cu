@@ -26,7 +26,7 @@ cudaError_t launch_fwd_fp8<128>(const FwdArgs& args, int variant, int num_sms, c
     case 10: return launch_fwd_instance<E, 128, 2 | kSchedPolyExp, true, kStages>(args, num_sms, stream);
 #endif
     case kFp8WideVariant: case kFp8TreeVariant: case kFp8PingPongVariant: case kFp8DeepVariant: case kFp8LazyVariant:
-    case kFp8PinVariant: case kFp8ThreeWGVariant:
+    case kFp8PinVariant: case kFp8ThreeWGVariant: case kFp8VtVariant:
       return launch_fwd_fp8_wide(args, variant, num_sms, stream);
     default: return cudaErrorNotSupported;
   }

@@ -90,7 +90,17 @@ constexpr bool dynamic_variant(int variant) { return variant == kDynamicVariant 
 constexpr int static_variant(int variant) {
   return variant == kDynamicVariant ? 4 : variant == kWideDynamicVariant ? 13 : variant;
 }
-constexpr int kFwdAllVariantsEnd = 57;
+// Session 13 (benchmark builds, GA_FLASH_FP8_WIDE): 57 = 39 (FP8 hd 256) and 58 = 29 (FP8 hd 128, 224-key tile) with
+// V^T made in the kernel (kSchedFp8VtInKernel: two spare warps of the producer warpgroup transpose each staged V tile
+// with ldmatrix / stmatrix) instead of by the pre-pass over V in the workspace. Measured against the defaults in the
+// same run (docs/results/2026-11-28-h200-session13.md): 58 at 0.88-0.95x of 29 from 4k to 16k keys (1.03-1.04x at
+// 1k), 57 at 0.69-0.80x of 39: the transposing warps' instructions and shared-memory traffic cost more than the
+// pre-pass (0.8-3.9% at 4k-16k). Not defaults.
+constexpr int kFp8Hd256VtVariant = 57, kFp8VtVariant = 58;
+constexpr bool fp8_vt_in_kernel_variant(int variant) {
+  return variant == kFp8Hd256VtVariant || variant == kFp8VtVariant;
+}
+constexpr int kFwdAllVariantsEnd = 59;
 // The kernels built on the split tail (21, 24): they take its plan and workspace, and run 4 off head dim 128.
 constexpr bool split_tail_kernel(int variant) { return variant == kSplitTailVariant || variant == kStageInVVariant; }
 // The default build compiles only the variants default_variant picks (4, 12, 13, 24, 55), 24's fallback 21 and 1 (what
@@ -262,12 +272,13 @@ constexpr bool fp8_variant_compiled(int head_dim, int variant) {
     const bool candidate = variant == 2 || variant == 5 || (variant >= 7 && variant <= 10);
     const bool wide = variant == 4 || variant == kFp8WideVariant || (variant >= kFp8PingPongVariant &&
                                                                      variant <= kFp8LazyVariant) ||
-                      variant == kFp8PinVariant || variant == kFp8ThreeWGVariant;
+                      variant == kFp8PinVariant || variant == kFp8ThreeWGVariant || variant == kFp8VtVariant;
     return variant == 1 || variant == kFp8TreeVariant || (GA_FLASH_FP8_ALL_VARIANTS && candidate) ||
            (GA_FLASH_FP8_WIDE && wide);
   }
   if (head_dim == 256) {
-    const bool twin = variant == 3 || variant == kFp8Hd256OneTileVariant || variant == kFp8Hd256DeepVariant;
+    const bool twin = variant == 3 || variant == kFp8Hd256OneTileVariant || variant == kFp8Hd256DeepVariant ||
+                      variant == kFp8Hd256VtVariant;
     return variant == 0 || variant == kFp8Hd256OverlapVariant || (GA_FLASH_FP8_WIDE && twin) ||
            (GA_FLASH_FP8_ALL_VARIANTS && (variant == 7 || variant == 8));
   }
@@ -315,7 +326,8 @@ cudaError_t launch_fwd_fp8_wide(const FwdArgs& args, int variant, int num_sms, c
 template <int HD>
 constexpr int fp8_variant_block_n(int variant) {
   const bool wide = variant == kFp8WideVariant || variant == kFp8TreeVariant ||
-                    (variant >= kFp8PingPongVariant && variant <= kFp8LazyVariant) || variant == kFp8PinVariant;
+                    (variant >= kFp8PingPongVariant && variant <= kFp8LazyVariant) || variant == kFp8PinVariant ||
+                    variant == kFp8VtVariant;
   return HD == 128 && wide ? fp8_wide_block_n() : 128;
 }
 
@@ -334,7 +346,7 @@ cudaError_t launch_fwd_instance(const FwdArgs& given, int num_sms, cudaStream_t 
   if constexpr (kPersistent && !dynamic_tiles<E, kPersistent, kSched>()) args.section_bh = 0;
   const auto kernel = flash_fwd_sm90_kernel<E, HD, kSched, kPersistent, kStages, kBN>;
   using T = FwdTraits<HD, kStages, elem_bytes<E>(), kBN, sched_wgs(kSched)>;
-  constexpr size_t smem = T::kSmemBytes;
+  constexpr size_t smem = fwd_smem_bytes<T, E, kSched>();
   static_assert(smem <= 227 * 1024, "shared memory per CTA");
   static const cudaError_t attr_status =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));

@@ -92,12 +92,16 @@
 #include "backends/cuda/kernels/flash/flash_fwd_args.h"
 #include "backends/cuda/kernels/flash/flash_fwd_consumer.cuh"
 #include "backends/cuda/kernels/flash/flash_fwd_epilogue.cuh"
+#include "backends/cuda/kernels/flash/flash_fp8_vt.cuh"
 #include "backends/cuda/kernels/flash/flash_fwd_split_tail.cuh"
 #include "backends/cuda/kernels/flash/flash_tile_order.h"
 
 namespace ga::cuda::flash_detail {
 
 using tile::ElemKind;
+
+// Staging slots of V tiles for the in-kernel V^T (kSchedFp8VtInKernel, below).
+constexpr int kVtRawStages = 2;
 
 // Barrier layout in shared memory (FwdTraits::kBarriers slots of 8 bytes).
 template <int kStages>
@@ -110,6 +114,13 @@ struct FwdBarriers {
   __device__ uint64_t* k_empty(int s) const { return base + 2 + 2 * kStages + s; }
   __device__ uint64_t* v_empty(int s) const { return base + 2 + 3 * kStages + s; }
   __device__ int* tile_slot() const { return reinterpret_cast<int*>(base + 2 + 4 * kStages); }
+  // kSchedFp8VtInKernel: the V staging ring's barriers (full: TMA bytes; empty: one arrival per transposing warp) and
+  // one stop flag per staging slot (flash_fwd_sm90.cuh transposer_main), after the tile slot's 16 bytes.
+  __device__ uint64_t* raw_full(int s) const { return base + 4 + 4 * kStages + s; }
+  __device__ uint64_t* raw_empty(int s) const { return base + 4 + 4 * kStages + kVtRawStages + s; }
+  __device__ volatile int* raw_stop(int s) const {
+    return reinterpret_cast<volatile int*>(base + 4 + 4 * kStages + 2 * kVtRawStages) + s;
+  }
 };
 
 // The k-th tile of this CTA, or -1 when it has no more. Persistent: rounds of gridDim.x tiles, dealt
@@ -219,6 +230,25 @@ constexpr int kSchedPinPvWait = 2048;
 constexpr int kSchedThreeWG = 8192;
 // (4096: kSchedDynamicTiles, flash_fwd_consumer.cuh.)
 __host__ __device__ constexpr int sched_wgs(int sched) { return (sched & kSchedThreeWG) != 0 ? 3 : 2; }
+// + kSchedFp8VtInKernel (FP8, persistent, 2 consumer warpgroups): V^T made in the kernel instead of by the pre-pass.
+// The producer warp loads V tiles as they are stored (K's map and layout) into a ring of kVtRawStages staging slots;
+// two more warps of the producer warpgroup (its 24 registers: 24 + 2 x 240 per thread is the CTA's whole pool of 168 x
+// 384, and the consumers' setmaxnreg.inc waits forever for registers the pool does not have) transpose each into the
+// V^T ring slot the consumers read (transpose_v_tile, flash_fp8_vt.cuh) and complete its full barrier
+// (kVtTransposeWarps arrivals instead of TMA bytes). FA3's design: no
+// pass over V in global memory before the kernel (3.7-6.5% of the FP8 time at 4k keys, session 12) and no V-sized
+// workspace.
+constexpr int kSchedFp8VtInKernel = 16384;
+template <ElemKind E, int kSched>
+__host__ __device__ constexpr bool vt_in_kernel() {
+  return E == ElemKind::kE4m3 && (kSched & kSchedFp8VtInKernel) != 0;
+}
+// Shared memory of a forward kernel: FwdTraits' plus, with the in-kernel V^T, the staging ring and its barriers.
+template <class T, ElemKind E, int kSched>
+__host__ __device__ constexpr size_t fwd_smem_bytes() {
+  return T::kSmemBytes + (vt_in_kernel<E, kSched>() ? size_t{kVtRawStages} * T::kKBytes + 8 * (2 * kVtRawStages + 2)
+                                                    : 0);
+}
 
 template <ElemKind E, int HD, int kSched, bool kPersistent, int kStages, int kBN = 0>
 __device__ __forceinline__ void consumer_main(const FwdArgs& a, unsigned char* sq, unsigned char* sk,
@@ -452,7 +482,7 @@ __device__ __forceinline__ void consumer_main(const FwdArgs& a, unsigned char* s
 // workspace, [batch][n_head_kv][HD][keys]): one box of HD rows x 128 keys per tile.
 template <ElemKind E, int HD, int kSched, bool kPersistent, int kStages, int kBN = 0>
 __device__ __forceinline__ void producer_main(const FwdArgs& a, unsigned char* sq, unsigned char* sk,
-                                              unsigned char* sv, FwdBarriers<kStages> bars) {
+                                              unsigned char* sv, unsigned char* sraw, FwdBarriers<kStages> bars) {
   using T = FwdTraits<HD, kStages, elem_bytes<E>(), kBN, sched_wgs(kSched)>;
   constexpr int N = T::kBlockN;
   const int lane = static_cast<int>(threadIdx.x) % 32;
@@ -482,6 +512,7 @@ __device__ __forceinline__ void producer_main(const FwdArgs& a, unsigned char* s
   };
   constexpr bool kDynamic = dynamic_tiles<E, kPersistent, kSched>();
   constexpr bool kTmaStore = (kSched & kSchedTmaStore) != 0;
+  constexpr bool kVtIn = vt_in_kernel<E, kSched>();
   int kv_count = 0, q_count = 0;
   // kTmaStore: the last work item whose O the consumers stage in the V slot of its last key block (ring position
   // kv_count - 1 until the next item's loads are counted), not stored yet; its slot's release means "staged".
@@ -563,7 +594,13 @@ __device__ __forceinline__ void producer_main(const FwdArgs& a, unsigned char* s
         load_kv(sk + stage * T::kTileBytes, &a.tm_k, bars.k_full(stage), k_row0 + j * N, z, kv_head, page,
                 row_in_page);
       }
-      if (j > 0) {
+      if (kVtIn && j > 0) {  // V_{j-1} as stored, into a staging slot; the transposing warps make its V^T
+        const int idx = kv_count + j - 1, rs = idx % kVtRawStages;
+        if (idx >= kVtRawStages) tile::mbar_wait(bars.raw_empty(rs), ((idx / kVtRawStages) + 1) & 1);
+        if (leader) tile::mbar_arrive_expect_tx(bars.raw_full(rs), T::kKBytes);
+        __syncwarp();
+        load_kv(sraw + rs * T::kKBytes, &a.tm_v, bars.raw_full(rs), k_row0 + (j - 1) * N, z, kv_head, 0, 0);
+      } else if (j > 0) {
         const int idx = kv_count + j - 1, stage = idx % kStages;
         if (idx >= kStages) tile::mbar_wait(bars.v_empty(stage), ((idx / kStages) + 1) & 1);
         if (kTmaStore && leader) tile::bulk_wait_read<0>();  // a staged O's store has read the slot
@@ -593,6 +630,45 @@ __device__ __forceinline__ void producer_main(const FwdArgs& a, unsigned char* s
     store_staged_o();
     if (leader) tile::bulk_wait<0>();  // shared memory stays valid (and O written) until the last store is done
   }
+  if constexpr (kVtIn) {  // no more V tiles: the next staging phase completes without bytes, its stop flag set
+    const int rs = kv_count % kVtRawStages;
+    if (kv_count >= kVtRawStages) tile::mbar_wait(bars.raw_empty(rs), ((kv_count / kVtRawStages) + 1) & 1);
+    if (leader) {
+      *bars.raw_stop(rs) = 1;
+      tile::mbar_arrive(bars.raw_full(rs));
+    }
+  }
+}
+
+// kSchedFp8VtInKernel: warps 1 and 2 of the producer warpgroup (kVtTransposeWarps). Every V tile the producer stages becomes the V^T tile of
+// the same ring position (the consumers' V slots, as the pre-pass's TMA copies filled them): wait for the staged V and
+// for the consumers to free the V^T slot, transpose (transpose_v_tile), make the stores visible to wgmma (the async
+// proxy), then one arrival per warp on the slot's full barrier and on the staging slot's empty one. The tile sequence
+// needs no decoding here: V tiles arrive in ring order, and the producer ends it with a staging phase whose stop flag
+// is set (per slot: the flag of a slot is written only after the warps released that slot's previous phase, so a warp
+// still busy with the other slot never sees it early).
+template <int HD, int kStages, class T>
+__device__ __forceinline__ void transposer_main(unsigned char* sraw, unsigned char* sv, FwdBarriers<kStages> bars) {
+  const int warp = static_cast<int>(threadIdx.x) / 32 - 1, lane = static_cast<int>(threadIdx.x) % 32;
+  const uint32_t raw_base = tile::smem_u32(sraw), vt_base = tile::smem_u32(sv);
+  for (int idx = 0;; ++idx) {
+    const int rs = idx % kVtRawStages, stage = idx % kStages;
+    tile::mbar_wait(bars.raw_full(rs), (idx / kVtRawStages) & 1);
+    // Lane 0 reads the flag for the warp: its arrival on raw_empty below is what orders the read before the
+    // producer's write of the slot's flag (as the consumers' read of the tile slot; racecheck tracks it so).
+    int stop = 0;
+    if (lane == 0) stop = *bars.raw_stop(rs);
+    if (__shfl_sync(0xffffffffu, stop, 0) != 0) break;
+    if (idx >= kStages) tile::mbar_wait(bars.v_empty(stage), ((idx / kStages) + 1) & 1);
+    transpose_v_tile<HD, T::kBlockN>(raw_base + static_cast<uint32_t>(rs) * T::kKBytes,
+                                     vt_base + static_cast<uint32_t>(stage) * T::kTileBytes, warp, lane);
+    tile::fence_proxy_async_smem();  // this thread's V^T stores before the consumers' wgmma reads
+    __syncwarp();
+    if (lane == 0) {
+      tile::mbar_arrive(bars.v_full(stage));
+      tile::mbar_arrive(bars.raw_empty(rs));
+    }
+  }
 }
 
 // kBN: keys per tile (0 = FwdTraits' default; the wide variants pass wide_block_n<HD>()).
@@ -606,8 +682,13 @@ __global__ void __launch_bounds__(FwdTraits<HD, kStages, elem_bytes<E>(), kBN, s
   unsigned char* smem = flash_smem_raw + ((1024 - (tile::smem_u32(flash_smem_raw) & 1023)) & 1023);
   unsigned char* sq = smem;                              // [kColBlocks][kBlockM][64]
   unsigned char* sk = sq + T::kQBytes;                   // [kStages][kColBlocks][kBlockN][64]
-  unsigned char* sv = sk + kStages * T::kTileBytes;      // same
-  const FwdBarriers<kStages> bars{reinterpret_cast<uint64_t*>(sv + kStages * T::kTileBytes)};
+  unsigned char* sv = sk + kStages * T::kTileBytes;      // same (FP8: V^T [kVtBlocks][HD][128])
+  constexpr bool kVtIn = vt_in_kernel<E, kSched>();
+  static_assert(!kVtIn || (kPersistent && T::kConsumerWGs == 2 && (kSched & kSchedTmaStore) == 0),
+                "in-kernel V^T: the persistent FP8 kernels with two consumer warpgroups");
+  unsigned char* sraw = sv + kStages * T::kTileBytes;    // kVtIn: [kVtRawStages] V tiles as K's layout
+  const FwdBarriers<kStages> bars{
+      reinterpret_cast<uint64_t*>(sraw + (kVtIn ? kVtRawStages * T::kKBytes : 0))};
 
   if (threadIdx.x == 0) {
     tile::mbar_init(bars.q_full(), 1);
@@ -615,17 +696,33 @@ __global__ void __launch_bounds__(FwdTraits<HD, kStages, elem_bytes<E>(), kBN, s
     tile::mbar_init(bars.q_empty(), kConsumerWarps);
     for (int s = 0; s < kStages; ++s) {
       tile::mbar_init(bars.k_full(s), 1);
-      tile::mbar_init(bars.v_full(s), 1);
+      tile::mbar_init(bars.v_full(s), kVtIn ? kVtTransposeWarps : 1);
       tile::mbar_init(bars.k_empty(s), kConsumerWarps);
       tile::mbar_init(bars.v_empty(s), kConsumerWarps);
+    }
+    if constexpr (kVtIn) {
+      for (int s = 0; s < kVtRawStages; ++s) {
+        tile::mbar_init(bars.raw_full(s), 1);
+        tile::mbar_init(bars.raw_empty(s), kVtTransposeWarps);
+        *bars.raw_stop(s) = 0;
+      }
     }
     tile::mbar_fence_init();
   }
   __syncthreads();
 
   if (threadIdx.x < 128) {
-    tile::regs_release<24>();
-    if (threadIdx.x < 32) producer_main<E, HD, kSched, kPersistent, kStages, kBN>(a, sq, sk, sv, bars);
+    if constexpr (kVtIn) {
+      tile::regs_release<24>();
+      if (threadIdx.x < 32) {
+        producer_main<E, HD, kSched, kPersistent, kStages, kBN>(a, sq, sk, sv, sraw, bars);
+      } else if (threadIdx.x < 32 * (1 + kVtTransposeWarps)) {
+        transposer_main<HD, kStages, T>(sraw, sv, bars);
+      }
+    } else {
+      tile::regs_release<24>();
+      if (threadIdx.x < 32) producer_main<E, HD, kSched, kPersistent, kStages, kBN>(a, sq, sk, sv, sraw, bars);
+    }
   } else {
     tile::regs_acquire<T::kConsumerRegs>();
     consumer_main<E, HD, kSched, kPersistent, kStages, kBN>(a, sq, sk, sv, bars);
