@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "backends/cuda/kernels/flash/flash_fp8_vt_map.h"
 #include "backends/cuda/kernels/flash/flash_fwd_consumer.cuh"
 
 namespace ga::cuda::flash_detail {
@@ -43,7 +44,7 @@ constexpr int kVtTransposeWarps = 2;
 // byte (key, d) at (d / 128) * kBlockN * 128 + key * 128 + ((d % 128 / 16) ^ (key % 8)) * 16 + d % 16), to the V^T
 // tile the consumers read ([kVtBlocks][HD][128 keys], 128-byte swizzle: byte (d, column c) at (c / 128) * HD * 128 +
 // d * 128 + ((c % 128 / 16) ^ (d % 8)) * 16 + c % 16, column 16g + l holding key 16g + fp8_key_of_column(l)).
-// One step of a warp: a 16-key group g x 32 head-dim bytes (16 c .. 16 c + 31 of a panel), 512 bytes, in three
+// One step of a warp: a 16-key group g x 32 head-dim bytes (32 c .. 32 c + 31 of a panel), 512 bytes, in three
 // instructions' worth of data movement (FA3's way, with 16-bit matrix instructions on 8-bit data):
 //   - ldmatrix.x4.trans: matrices 0 / 1 = keys 0-7 / 8-15 of the group x head-dim bytes 32c..32c+15, 2 / 3 = the
 //     same keys x the next 16 bytes. Transposed delivery gives thread t (p = t / 4, q = t % 4), for each matrix, the
@@ -65,30 +66,21 @@ template <int HD, int kBlockN>
 __device__ __forceinline__ void transpose_v_tile(uint32_t raw, uint32_t vt, int warp, int lane) {
   constexpr int kPanels = HD / 128, kGroups = kBlockN / 16;
   static_assert(kBlockN % 16 == 0, "whole 16-key groups");
-  const int m = lane / 8, r = lane % 8;
-  // This lane's ldmatrix row: key 8 (m % 2) + r of the group (key % 8 = r: the swizzle), chunk 2 c + m / 2 of the panel.
-  const uint32_t ld_row = raw + static_cast<uint32_t>((8 * (m & 1) + r) * 128);
-  // This lane's stmatrix row: head-dim row 32 c + st_d of the panel.
-  const int odd = (m & 1) ^ (r >= 4 ? 1 : 0);
-  const int st_d = 16 * (m / 2) + 2 * r + odd;
-  // Byte permutes that give matrices 0 / 2 this thread's even-row word and 1 / 3 its odd-row word when p < 4 (the
-  // other way round when p >= 4): the row choice folded into the selectors, no select instructions.
-  const uint32_t sel_a = lane / 4 < 4 ? 0x6420u : 0x7531u, sel_b = sel_a ^ 0x1111u;
+  const VtLaneMap map = vt_lane_map(lane);  // flash_fp8_vt_map.h: the addresses and selectors, checked on the host
 #pragma unroll 1  // 24 registers (the producer warpgroup's setmaxnreg): one column's groups unrolled at a time
   for (int panel = 0; panel < kPanels; ++panel) {
 #pragma unroll 1
     for (int ci = 0; ci < 2; ++ci) {
       const int c = 2 * warp + ci;
-      const uint32_t ld = ld_row + static_cast<uint32_t>(panel * (kBlockN * 128) + (((2 * c + m / 2) ^ r) << 4));
-      const int d = 128 * panel + 32 * c + st_d;
-      const uint32_t st = (vt + static_cast<uint32_t>(d * 128)) | static_cast<uint32_t>((st_d & 7) << 4);
+      const uint32_t ld = raw + vt_load_base(map, panel, c, kBlockN);
+      const uint32_t st = vt_store_base(vt, map, panel, c);
 #pragma unroll
       for (int g = 0; g < kGroups; ++g) {
         uint32_t v[4];
-        ldsm_x4_trans(ld + static_cast<uint32_t>(g * 16 * 128), v);
-        const uint32_t w[4] = {__byte_perm(v[0], v[1], sel_a), __byte_perm(v[0], v[1], sel_b),
-                               __byte_perm(v[2], v[3], sel_a), __byte_perm(v[2], v[3], sel_b)};
-        stsm_x4((st ^ static_cast<uint32_t>((g & 7) << 4)) + static_cast<uint32_t>((g / 8) * (HD * 128)), w);
+        ldsm_x4_trans(vt_load_offset(ld, g), v);
+        const uint32_t w[4] = {__byte_perm(v[0], v[1], map.sel_a), __byte_perm(v[0], v[1], map.sel_b),
+                               __byte_perm(v[2], v[3], map.sel_a), __byte_perm(v[2], v[3], map.sel_b)};
+        stsm_x4(vt_store_offset(st, g, HD), w);
       }
     }
   }
