@@ -4,9 +4,11 @@
 //
 // Why a V^T pre-pass: 8-bit wgmma reads both operands K-major, and in O += P V the reduction runs over keys,
 // so B must be [head_dim][keys] with keys contiguous. FA3 transposes V tiles in shared memory inside the
-// kernel (ldmatrix/stmatrix by the producer warps); this first version transposes V once in global memory
-// (memory-bound: 2 * bytes(V), a few % of the attention time at 4k keys, nothing at 16k per FLOP), which
-// keeps the kernel's producer a single TMA thread. The same pass stores each 16-key group's columns in the
+// kernel (ldmatrix/stmatrix by the producer warps); the defaults transpose V once in global memory instead
+// (memory-bound: 2 * bytes(V), 3-4% of the attention time at 4k keys, ~1% at 16k), which keeps the kernel's
+// producer a single TMA thread. The in-kernel transpose exists as benchmark variants 57 / 58
+// (kSchedFp8VtInKernel, flash_fp8_vt.cuh): measured 0.69-0.95x of the defaults from 4k keys on (session 13: the
+// transposing warps' instructions compete with the issue-bound consumers), so the pre-pass stays. The same pass stores each 16-key group's columns in the
 // order fp8_key_of_column gives, so the consumers need no register shuffle to turn S into the 8-bit A
 // operand (flash_fwd_sm90.cuh), and zero-fills keys past seqlen_k up to the 16-key padding (masked P is 0,
 // and 0 * garbage could be NaN).
@@ -128,7 +130,8 @@ cudaError_t run_fp8(const FlashParams& p, int variant, uint8_t* vt, int num_sms,
   const uint32_t vt_box[4] = {128, HD, 1, 1};
   const uint32_t k_box = static_cast<uint32_t>(fp8_variant_block_n<HD>(variant));  // K rows per tile
   const int block_m = fp8_variant_block_m<HD>(variant);                             // Q rows per tile
-  // The in-kernel V^T variants load V tiles as they are stored, with K's kind of map; the others read V^T.
+  // The in-kernel V^T variants load V tiles as they are stored, with K's kind of map (the workspace then only holds
+  // the tile counter); the others read V^T.
   const bool vt_in_kernel = fp8_vt_in_kernel_variant(variant);
   if (tile::encode_tma_map_bshd(&a.tm_q, 1, false, p.q, HD, p.seqlen_q, p.n_head, p.batch, p.q_seq_stride,
                                 p.q_head_stride, p.q_batch_stride, static_cast<uint32_t>(block_m)) != nullptr ||
