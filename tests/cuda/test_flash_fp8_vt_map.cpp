@@ -40,7 +40,7 @@ uint32_t byte_perm(uint32_t x, uint32_t y, uint32_t s) {  // CUDA's __byte_perm
   return out;
 }
 
-// The byte offset of (key, d) in the staged V tile: K's TMA layout, 128-byte panels of head-dim bytes, 128-byte swizzle.
+// The byte offset of (key, d) in the staged V tile: K's TMA layout, 128-byte head-dim panels, 128-byte swizzle.
 size_t raw_offset(int key, int d, int block_n) {
   return size_t(d / 128) * block_n * 128 + size_t(key) * 128 + size_t(((d % 128) / 16) ^ (key % 8)) * 16 + d % 16;
 }

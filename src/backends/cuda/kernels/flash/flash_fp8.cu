@@ -8,10 +8,10 @@
 // (memory-bound: 2 * bytes(V), 3-4% of the attention time at 4k keys, ~1% at 16k), which keeps the kernel's
 // producer a single TMA thread. The in-kernel transpose exists as benchmark variants 57 / 58
 // (kSchedFp8VtInKernel, flash_fp8_vt.cuh): measured 0.69-0.95x of the defaults from 4k keys on (session 13: the
-// transposing warps' instructions compete with the issue-bound consumers), so the pre-pass stays. The same pass stores each 16-key group's columns in the
-// order fp8_key_of_column gives, so the consumers need no register shuffle to turn S into the 8-bit A
-// operand (flash_fwd_sm90.cuh), and zero-fills keys past seqlen_k up to the 16-key padding (masked P is 0,
-// and 0 * garbage could be NaN).
+// transposing warps' instructions compete with the issue-bound consumers), so the pre-pass stays. The same pass
+// stores each 16-key group's columns in the order fp8_key_of_column gives, so the consumers need no register
+// shuffle to turn S into the 8-bit A operand (flash_fwd_sm90.cuh), and zero-fills keys past seqlen_k up to the
+// 16-key padding (masked P is 0, and 0 * garbage could be NaN).
 //
 // Workspace V^T: [batch][n_head_kv][head_dim][seq_pad] bytes, seq_pad = round_up(seqlen_k, 16) (the TMA row
 // stride must be a multiple of 16 bytes); keys past seq_pad arrive from TMA as zeros. Then 16 bytes: the int
@@ -21,7 +21,6 @@
 #include <cstdint>
 
 #include "backends/cuda/kernels/flash/flash_common.h"
-#include "backends/cuda/kernels/flash/flash_fp8_vt.cuh"
 #include "backends/cuda/kernels/flash/flash_fwd_launch.h"
 #include "backends/cuda/kernels/tile/tma_map.h"
 
@@ -95,10 +94,13 @@ __global__ void __launch_bounds__(HD) fp8_transpose_v_kernel(const uint8_t* __re
       // bytes d0..d0+3 of key r
       w[b] = *reinterpret_cast<const uint32_t*>(rows + r * kRow + chunk_slot(r, d0 / 16) * 16 + d0 % 16);
     }
-    uint32_t col[4];  // out[j][q] byte b = byte j of w[b]
-    transpose_4x4_bytes(w, col);
-#pragma unroll
-    for (int j = 0; j < 4; ++j) out[j][q] = col[j];
+    // 4 x 4 byte transpose: out[j][q] byte b = byte j of w[b].
+    const uint32_t t0 = __byte_perm(w[0], w[1], 0x5140), t1 = __byte_perm(w[0], w[1], 0x7362);
+    const uint32_t t2 = __byte_perm(w[2], w[3], 0x5140), t3 = __byte_perm(w[2], w[3], 0x7362);
+    out[0][q] = __byte_perm(t0, t2, 0x5410);
+    out[1][q] = __byte_perm(t0, t2, 0x7632);
+    out[2][q] = __byte_perm(t1, t3, 0x5410);
+    out[3][q] = __byte_perm(t1, t3, 0x7632);
   }
   uint8_t* dst = vt + ((int64_t{batch} * n_head_kv + head) * HD + d0) * pad + col;
 #pragma unroll

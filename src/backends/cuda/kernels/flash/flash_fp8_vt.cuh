@@ -1,9 +1,9 @@
-// FP8 V^T: the byte transpose that turns V [keys][head_dim] into the K-major B operand of O += P V that 8-bit wgmma
-// needs ([head_dim][keys], keys contiguous, each 16-key group's columns in fp8_key_of_column's order). Two users:
-//   - the global pre-pass (flash_fp8.cu: fp8_transpose_v_kernel), V^T into the workspace before the attention kernel;
-//   - the in-kernel transpose (kSchedFp8VtInKernel, flash_fwd_sm90.cuh): the producer warpgroup's three spare warps
-//     turn each V tile that TMA brought into shared memory into the V^T tile the consumers read with ldmatrix /
-//     stmatrix, as FlashAttention-3 does, so the forward needs no pre-pass over V and no V-sized workspace.
+// FP8 V^T made in the kernel (kSchedFp8VtInKernel, flash_fwd_sm90.cuh): two spare warps of the producer warpgroup turn
+// each V tile [keys][head_dim] that TMA brought into shared memory into the K-major B operand of O += P V that 8-bit
+// wgmma needs ([head_dim][keys], keys contiguous, each 16-key group's columns in fp8_key_of_column's order: the layout
+// the global pre-pass, flash_fp8.cu's fp8_transpose_v_kernel, writes), with ldmatrix / stmatrix as FlashAttention-3
+// does, so the forward needs no pre-pass over V and no V-sized workspace (benchmark variants 57 / 58: slower than the
+// pre-pass, flash_fwd_launch.h).
 #pragma once
 
 #include <cstdint>
@@ -12,16 +12,6 @@
 #include "backends/cuda/kernels/flash/flash_fwd_consumer.cuh"
 
 namespace ga::cuda::flash_detail {
-
-// 4 x 4 byte transpose: out[j] byte b = byte j of w[b] (w[b] holds 4 consecutive head-dim bytes of key column b).
-__device__ __forceinline__ void transpose_4x4_bytes(const uint32_t (&w)[4], uint32_t (&out)[4]) {
-  const uint32_t t0 = __byte_perm(w[0], w[1], 0x5140), t1 = __byte_perm(w[0], w[1], 0x7362);
-  const uint32_t t2 = __byte_perm(w[2], w[3], 0x5140), t3 = __byte_perm(w[2], w[3], 0x7362);
-  out[0] = __byte_perm(t0, t2, 0x5410);
-  out[1] = __byte_perm(t0, t2, 0x7632);
-  out[2] = __byte_perm(t1, t3, 0x5410);
-  out[3] = __byte_perm(t1, t3, 0x7632);
-}
 
 // ldmatrix / stmatrix of four 8 x 8 b16 matrices (sm_90): lane L gives the address of row L % 8 of matrix L / 8.
 __device__ __forceinline__ void ldsm_x4_trans(uint32_t addr, uint32_t (&r)[4]) {

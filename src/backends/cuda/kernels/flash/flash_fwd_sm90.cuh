@@ -235,15 +235,16 @@ __host__ __device__ constexpr int sched_wgs(int sched) { return (sched & kSchedT
 // two more warps of the producer warpgroup (its 24 registers: 24 + 2 x 240 per thread is the CTA's whole pool of 168 x
 // 384, and the consumers' setmaxnreg.inc waits forever for registers the pool does not have) transpose each into the
 // V^T ring slot the consumers read (transpose_v_tile, flash_fp8_vt.cuh) and complete its full barrier
-// (kVtTransposeWarps arrivals instead of TMA bytes). FA3's design: no
-// pass over V in global memory before the kernel (3.7-6.5% of the FP8 time at 4k keys, session 12) and no V-sized
-// workspace.
+// (kVtTransposeWarps arrivals instead of TMA bytes). FA3's design: no pass over V in global memory before the kernel
+// (3.7-6.5% of the FP8 time at 4k keys, session 12) and no V-sized workspace; measured slower than the pre-pass
+// (flash_fwd_launch.h, variants 57 / 58).
 constexpr int kSchedFp8VtInKernel = 16384;
 template <ElemKind E, int kSched>
 __host__ __device__ constexpr bool vt_in_kernel() {
   return E == ElemKind::kE4m3 && (kSched & kSchedFp8VtInKernel) != 0;
 }
-// Shared memory of a forward kernel: FwdTraits' plus, with the in-kernel V^T, the staging ring and its barriers.
+// Shared memory of a forward kernel: FwdTraits' plus, with the in-kernel V^T, the staging ring, its full / empty
+// barriers and 16 bytes of stop flags (FwdBarriers::raw_*).
 template <class T, ElemKind E, int kSched>
 __host__ __device__ constexpr size_t fwd_smem_bytes() {
   return T::kSmemBytes + (vt_in_kernel<E, kSched>() ? size_t{kVtRawStages} * T::kKBytes + 8 * (2 * kVtRawStages + 2)
@@ -640,10 +641,11 @@ __device__ __forceinline__ void producer_main(const FwdArgs& a, unsigned char* s
   }
 }
 
-// kSchedFp8VtInKernel: warps 1 and 2 of the producer warpgroup (kVtTransposeWarps). Every V tile the producer stages becomes the V^T tile of
-// the same ring position (the consumers' V slots, as the pre-pass's TMA copies filled them): wait for the staged V and
-// for the consumers to free the V^T slot, transpose (transpose_v_tile), make the stores visible to wgmma (the async
-// proxy), then one arrival per warp on the slot's full barrier and on the staging slot's empty one. The tile sequence
+// kSchedFp8VtInKernel: warps 1 and 2 of the producer warpgroup (kVtTransposeWarps). Every V tile the producer stages
+// becomes the V^T tile of the same ring position (the consumers' V slots, as the pre-pass's TMA copies filled them):
+// wait for the staged V and for the consumers to free the V^T slot, transpose (transpose_v_tile), make the stores
+// visible to wgmma (the async proxy), then one arrival per warp on the slot's full barrier and on the staging slot's
+// empty one. The tile sequence
 // needs no decoding here: V tiles arrive in ring order, and the producer ends it with a staging phase whose stop flag
 // is set (per slot: the flag of a slot is written only after the warps released that slot's previous phase, so a warp
 // still busy with the other slot never sees it early).
@@ -712,16 +714,11 @@ __global__ void __launch_bounds__(FwdTraits<HD, kStages, elem_bytes<E>(), kBN, s
   __syncthreads();
 
   if (threadIdx.x < 128) {
-    if constexpr (kVtIn) {
-      tile::regs_release<24>();
-      if (threadIdx.x < 32) {
-        producer_main<E, HD, kSched, kPersistent, kStages, kBN>(a, sq, sk, sv, sraw, bars);
-      } else if (threadIdx.x < 32 * (1 + kVtTransposeWarps)) {
-        transposer_main<HD, kStages, T>(sraw, sv, bars);
-      }
-    } else {
-      tile::regs_release<24>();
-      if (threadIdx.x < 32) producer_main<E, HD, kSched, kPersistent, kStages, kBN>(a, sq, sk, sv, sraw, bars);
+    tile::regs_release<24>();
+    if (threadIdx.x < 32) {
+      producer_main<E, HD, kSched, kPersistent, kStages, kBN>(a, sq, sk, sv, sraw, bars);
+    } else if constexpr (kVtIn) {
+      if (threadIdx.x < 32 * (1 + kVtTransposeWarps)) transposer_main<HD, kStages, T>(sraw, sv, bars);
     }
   } else {
     tile::regs_acquire<T::kConsumerRegs>();
