@@ -355,12 +355,12 @@ print()
 # busy-waiting or woken from poll), -> head parsed (httplib), -> route entered (pre-routing incl. the scheduler's
 # wake-up hint, httplib's routing), -> body read, -> JSON parsed and checked, -> submit.
 # The way out split: first token -> taken from the channel by the stream's thread, -> its SSE chunk built, -> written.
-print("| prompt tokens | server variant | reader | matched | send -> head parsed (socket, wake-up, httplib) | head -> submit (body, JSON, checks) | submit -> first token (scheduler, prefill) | first token -> written (hand-off, SSE) | written -> client has it (client wake-up, read) | client TTFT | send -> readable | readable -> head | head -> routed | routed -> body read | body -> parsed | parsed -> submit | first token -> taken | taken -> built | built -> written |")
-print("|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+print("| prompt tokens | server variant | reader | matched | send -> head parsed (socket, wake-up, httplib) | head -> submit (body, JSON, checks) | submit -> first token (scheduler, prefill) | first token -> written (hand-off, SSE) | written -> client has it (client wake-up, read) | client TTFT | send -> readable | readable -> head | head -> routed | routed -> body read | body -> parsed | parsed -> submit | first token -> taken | taken -> built | built -> written | readable -> first bytes seen | the scheduler's hint (expect_request) | hint -> head parsed |")
+print("|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 lone_traces = {}  # (prompt, variant): the matched trace lines of lone requests (both readers)
 trace = re.compile(r"timing \S+: head ([0-9.]+) submit ([0-9.]+) first_token ([0-9.]+) written ([0-9.]+)"
                    r"(?: readable ([0-9.]+) routed ([0-9.]+) body ([0-9.]+) parsed ([0-9.]+)"
-                   r" taken ([0-9.]+) built ([0-9.]+))?")
+                   r" taken ([0-9.]+) built ([0-9.]+))?(?: arrived ([0-9.]+) hinted ([0-9.]+))?")
 for p in prompts:
     for v in variants:
         lines = open(f"{out}/server-{v}.log", errors="replace").read() if os.path.exists(f"{out}/server-{v}.log") else ""
@@ -372,13 +372,15 @@ for p in prompts:
                 hits = [tr for tr in traces if sent <= tr[0] <= arrived]
                 if len(hits) == 1:
                     lone_traces.setdefault((p, v), []).append(hits[0])
-                    head, submit, first, written, readable, routed, body, parsed, taken, built = hits[0]
+                    head, submit, first, written, readable, routed, body, parsed, taken, built, bytes_at, hinted = hits[0]
                     row = [head - sent, submit - head, first - submit, written - first, arrived - written, arrived - sent]
                     if readable and readable >= sent:  # 0: the request's bytes were there before any wait
                         row += [readable - sent, head - readable, routed - head, body - routed, parsed - body, submit - parsed,
                                 taken - first, built - taken, written - built]
+                        if bytes_at and hinted and bytes_at >= readable:  # the first bytes' hook (the scheduler's hint)
+                            row += [bytes_at - readable, hinted - bytes_at, head - hinted]
                     rows.append(row)
-            cols = [med([r[k] * 1e3 for r in rows if len(r) > k]) for k in range(15)] if rows else [None] * 15
+            cols = [med([r[k] * 1e3 for r in rows if len(r) > k]) for k in range(18)] if rows else [None] * 18
             print(f"| {p} | {v} | {reader} | {len(rows)} | " + " | ".join(f(c, '.3f') for c in cols) + " |")
 
 # submit -> first token split by the scheduler's own times (servers started with GA_SCHEDULER_TRACE=1): -> the

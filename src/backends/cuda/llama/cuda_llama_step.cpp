@@ -5,6 +5,7 @@
 // cudaErrorInvalidValue. Both entry points check all of their input on the host before the first
 // copy, so a rejected call leaves the cache as it was.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstdio>
@@ -20,6 +21,7 @@
 #include "backends/cuda/kernels/ops.h"
 #include "backends/cuda/llama/cuda_llama_forward.h"
 #include "backends/cuda/llama/llama_kernels.h"
+#include "core/env.h"
 #include "gpu_accel/error.h"
 
 namespace ga::cuda::llama {
@@ -585,10 +587,14 @@ void CudaLlamaForward::settle_queued_step() {
 int64_t CudaLlamaForward::run_paged(std::span<const BatchEntry> batch,
                                     std::span<const std::span<const int32_t>> block_tables, StepEnd end) {
   GA_CHECK(layout_.paged, Internal, "forward() is the paged face; this forward has a contiguous cache");
+  static const bool trace = env_flag("GA_SCHEDULER_TRACE");
+  using TraceClock = std::chrono::steady_clock;
+  const TraceClock::time_point t0 = trace ? TraceClock::now() : TraceClock::time_point{};
   settle_queued_step();  // validate_batch() rewrites host_staging_, which a queued step's copy may still read
   StepShape shape;
   validate_batch(batch, block_tables, shape);
   DeviceGuard guard(layout_.device);
+  const TraceClock::time_point t1 = trace ? TraceClock::now() : TraceClock::time_point{};
   cudaStream_t s = stream_.get();
   // One copy: everything up to the last run's block table (host_staging_ is free again: the
   // previous call ended with a synchronize).
@@ -599,9 +605,16 @@ int64_t CudaLlamaForward::run_paged(std::span<const BatchEntry> batch,
   if (bucket > 0) pad_prefill_metadata(shape.n_tokens, bucket);
   const size_t ints = static_cast<size_t>(off_tables() + shape.n_seqs * table_stride_);
   GA_CUDA_CHECK(cudaMemcpyAsync(step_in_.data(), host_staging_, ints * 4, cudaMemcpyHostToDevice, s));
+  const TraceClock::time_point t2 = trace ? TraceClock::now() : TraceClock::time_point{};
   // Decode-only steps (every run one token, every token sampling) replay a captured graph.
   if (bucket > 0) {
     launch_prefill_graph(shape.n_tokens, bucket);
+    if (trace) {
+      const TraceClock::time_point t3 = TraceClock::now();
+      const auto us = [](auto d) { return std::chrono::duration<double, std::micro>(d).count(); };
+      std::fprintf(stderr, "run_paged %lld tokens: settle + validate %.1f us, copy call %.1f us (%zu bytes), launch %.1f us\n",
+                   static_cast<long long>(shape.n_tokens), us(t1 - t0), us(t2 - t1), ints * 4, us(t3 - t2));
+    }
   } else if (layout_.use_cuda_graph && shape.max_seq_tokens == 1 && shape.n_logits == shape.n_tokens) {
     launch_graph(decode_shape(shape.n_tokens));
   } else {
