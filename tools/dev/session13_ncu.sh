@@ -9,16 +9,11 @@ source tools/dev/flash_build.sh
 flash_build /tmp/b-ncu "-DGA_FLASH_FP8_WIDE=1" ga_attention_c || exit 1
 echo "build done at $(( $(date +%s) - T0 )) s"
 export PYTHONUNBUFFERED=1
-LIB=/tmp/b-ncu/bench/attention_torch/libga_attention_c.so
 NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
 for v in -1 58; do
-  timeout 120 $NCU --clock-control none -k regex:flash_fwd_sm90_kernel --launch-skip 2 -c 1 \
-    --section SourceCounters --section WarpStateStats --section SchedulerStats --section InstructionStats \
-    --section SpeedOfLight --section MemoryWorkloadAnalysis --import-source yes -f -o /tmp/r_$v \
-    python3 bench/attention_torch/compare.py --lib $LIB --fp8 --head-dims 128 --seqlens 8192 --masks full \
-    --iters 1 --rounds 1 --min-timing-ms 1 --condition-ms 1 --fp8-variants=$v > $OUT/ncu_run_$v.log 2>&1
+  ncu_fp8_hd128 $v --section SourceCounters --section WarpStateStats --section SchedulerStats \
+    --section InstructionStats --section SpeedOfLight --section MemoryWorkloadAnalysis --import-source yes
   echo "ncu $v rc $? at $(( $(date +%s) - T0 )) s"
-  $NCU -i /tmp/r_$v.ncu-rep --page details > $OUT/ncu_details_$v.txt 2>&1
   $NCU -i /tmp/r_$v.ncu-rep --page source --csv --print-source sass > $OUT/src_$v.csv 2>$OUT/src_$v.err
 done
 for v in -1 58; do

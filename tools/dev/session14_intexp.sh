@@ -56,15 +56,4 @@ done
 timeout ${BENCH_TIMEOUT:-200} python3 bench/attention_torch/compare.py --lib $LIB --fp8 --rounds ${ROUNDS:-7} \
   --seqlens ${SEQLENS:-1024,4096,8192,16384} --fp8-variants=-1,$V --json $OUT/fp8.json > $OUT/fp8.md 2>&1
 echo "fp8 compare rc=$? at $(( $(date +%s) - T0 )) s"
-python3 - "$OUT/fp8.json" <<'PY'
-import json, sys, statistics
-rows = json.load(open(sys.argv[1]))["rows"]
-print("| hd | seq | mask | variant | TFLOP/s | default | paired t_default / t_variant |")
-for r in rows:
-    for k in r:
-        if k.startswith("fp8_v") and k.endswith("_rounds_ms"):
-            v = k[:-len("_rounds_ms")]
-            pr = [a / b for a, b in zip(r["fp8_default_rounds_ms"], r[k])]
-            print(f"| {r['head_dim']} | {r['seqlen']} | {'causal' if r['causal'] else 'full'} | {v} | {r[v]:.0f} | "
-                  f"{r['fp8_default']:.0f} | {statistics.median(pr):.3f} ({min(pr):.3f}-{max(pr):.3f}) |")
-PY
+python3 tools/dev/paired_ratios.py "$OUT/fp8.json"
