@@ -108,9 +108,9 @@ httplib::Server::HandlerWithContentReader guarded_post(ServerContext& ctx, PostR
     run_guarded(res, [&] {
       const size_t limit = ctx.options.max_body_bytes;
       // Looked up once: a header lookup in httplib's case-insensitive map costs ~1-2 us on a lone request's cold
-      // way in. The multipart test is Request::is_multipart_form_data()'s own (a prefix, case-sensitive).
+      // way in.
       const std::string content_type = req.get_header_value("Content-Type");
-      if (content_type.rfind("multipart/form-data", 0) == 0) {
+      if (is_multipart_form_data(content_type)) {
         res.set_header("Connection", "close");
         check_content_type(content_type);  // throws 415
       }

@@ -320,6 +320,8 @@ void answer_stream(ServerContext& ctx, uint64_t id, const ResponseHeader& header
 
 }  // namespace
 
+bool is_multipart_form_data(std::string_view content_type) { return content_type.starts_with("multipart/form-data"); }
+
 void check_content_type(const std::string& content_type) {
   if (content_type.empty()) return;
   const std::string_view media = trimmed(std::string_view(content_type).substr(0, content_type.find(';')));

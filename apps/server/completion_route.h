@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "server/request_parse.h"
@@ -37,6 +38,8 @@ void handle_completion(ServerContext& ctx, Endpoint endpoint, const std::string&
 // Throws ApiError 415 unless the Content-Type is JSON ("application/json", "...+json", parameters
 // allowed) or absent.
 void check_content_type(const std::string& content_type);
+// httplib's Request::is_multipart_form_data() test (a case-sensitive prefix) on a Content-Type already looked up.
+bool is_multipart_form_data(std::string_view content_type);
 
 // The scheduler's max_tokens for a prompt of n_prompt tokens in a context of n_ctx, or ApiError 400
 // (code context_length_exceeded) naming both numbers when the prompt or prompt + max_tokens does not fit.

@@ -7,7 +7,7 @@
 // a first token's SSE event (DeltaEventTemplate::event). Each measures our code only: httplib's own parsing and
 // the system calls are outside it (see docs/performance.md for the whole path, `serve --trace-timing`).
 //
-// Build: ninja -C BUILD bench_request_path (not part of the default build); run: BUILD/bin/bench_request_path.
+// Build: ninja -C BUILD bench_request_path (in the default build when the server is); run: BUILD/bin/bench_request_path.
 // The numbers move with the machine's load: compare medians of runs made back to back.
 #include <algorithm>
 #include <chrono>
@@ -93,7 +93,7 @@ int main() {
   }
   const auto content_type_checks = [&] {  // as guarded_post makes them (api_server.cpp)
     const std::string content_type = req.get_header_value("Content-Type");
-    keep(content_type.rfind("multipart/form-data", 0) == 0);
+    keep(is_multipart_form_data(content_type));
     check_content_type(content_type);
   };
   time_it("Content-Type checks (guarded_post's)", rounds, calls, content_type_checks);

@@ -235,6 +235,9 @@ TEST(RequestChecks, ContentType) {
   EXPECT_NO_THROW(check_content_type(" \tapplication/json \r; charset=utf-8"));  // C-locale white space trimmed
   EXPECT_NO_THROW(check_content_type("APPLICATION/VND.API+JSON ;"));
   EXPECT_NO_THROW(check_content_type("a+json"));
+  EXPECT_TRUE(is_multipart_form_data("multipart/form-data; boundary=x"));  // httplib's test: a case-sensitive prefix
+  EXPECT_FALSE(is_multipart_form_data("Multipart/Form-Data; boundary=x"));
+  EXPECT_FALSE(is_multipart_form_data(" multipart/form-data"));
   for (const char* bad : {"text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x",
                           "application/jsonx", "json", "+json", " +JSON ", "application/ json", ";application/json",
                           "application/json\xa0", "\xc3\xa1pplication/json"}) {
