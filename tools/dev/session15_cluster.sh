@@ -13,27 +13,9 @@ echo "build done at $(( $(date +%s) - T0 )) s"
 LIB=$B/bench/attention_torch/libga_attention_c.so
 export PYTHONUNBUFFERED=1 GA_SHARED=$PWD/.fwdshared
 V=${VARIANTS:-61,62}
-GA_FLASH_TEST_PRINT_ERRORS=1 GA_FLASH_TEST_VARIANT=$V timeout ${TEST_TIMEOUT:-200} $B/bin/test_cuda_flash_attention \
-  --gtest_filter='*Fp8*' > $OUT/test_fp8.log 2>&1
-echo "fp8 tests rc=$? at $(( $(date +%s) - T0 )) s"
-grep -E "cases,|FAILED" $OUT/test_fp8.log | head -10
-python3 - "$OUT/test_fp8.log" <<'PY'
-import re, sys, collections
-worst = collections.defaultdict(lambda: [0.0, 0.0, 0])
-for line in open(sys.argv[1], errors="replace"):
-    m = re.match(r"errors (.*) (default|sched\d+): O rel L2 ([0-9.]+), LSE max abs ([0-9.]+)", line)
-    if m:
-        w = worst[m.group(2)]
-        w[0] = max(w[0], float(m.group(3))); w[1] = max(w[1], float(m.group(4))); w[2] += 1
-for k, w in sorted(worst.items()):
-    print(f"errors {k}: {w[2]} cases, worst O rel L2 {w[0]:.4f}, worst LSE abs {w[1]:.5f}")
-PY
-grep -E "Failure|fail" $OUT/test_fp8.log | grep -v "^\[\|^errors\|cases," | head -6 | cut -c1-240
-for tool in memcheck racecheck; do
-  GA_FLASH_TEST_VARIANT=$V timeout 150 compute-sanitizer --tool $tool $B/bin/test_cuda_flash_attention \
-    --gtest_filter='*Fp8SmallShapes*' > $OUT/$tool.log 2>&1
-  echo "$tool rc=$? at $(( $(date +%s) - T0 )) s: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' $OUT/$tool.log | head -2)"
-done
+fp8_parity $B $V ${TEST_TIMEOUT:-200}
+fp8_sanitize $B $V '*Fp8SmallShapes*'
+echo "tests done at $(( $(date +%s) - T0 )) s"
 python3 tools/dev/fp8_power_probe.py --lib $LIB --variants=-1,61 --head-dim 128 --seq 8192 --seconds 3
 python3 tools/dev/fp8_power_probe.py --lib $LIB --variants=-1,62 --head-dim 256 --seq 8192 --seconds 3
 echo "probes done at $(( $(date +%s) - T0 )) s"

@@ -14,45 +14,10 @@ echo "build done at $(( $(date +%s) - T0 )) s"
 LIB=$B/bench/attention_torch/libga_attention_c.so
 export PYTHONUNBUFFERED=1 GA_SHARED=$PWD/.fwdshared
 V=${VARIANTS:-61,62,63,64}
-cuobjdump -sass $LIB > /tmp/sass.txt 2>/dev/null
-python3 - <<'PY'
-import re
-cur, counts = None, {}
-for line in open("/tmp/sass.txt", errors="replace"):
-    m = re.search(r"Function : (\S+)", line)
-    if m:
-        cur = m.group(1); counts[cur] = {}
-        continue
-    if cur:
-        for op in ("MUFU.EX2", "F2FP", "FMNMX", "FFMA", "FADD", "FMUL", "HGMMA", "STL", "LDL", "BAR.RED"):
-            if op in line: counts[cur][op] = counts[cur].get(op, 0) + 1
-for name, c in counts.items():
-    m = re.search(r"ElemKindE2ELi(\d+)ELi(\d+)ELb(\d)ELi(\d)ELi(\d+)", name)
-    if m and m.group(2) in ("1025", "33793", "99329") and m.group(3) == "1":
-        print("sass", f"hd{m.group(1)} sched {m.group(2)} stages {m.group(4)} bn {m.group(5)}:",
-              " ".join(f"{k} {v}" for k, v in sorted(c.items())))
-PY
-GA_FLASH_TEST_PRINT_ERRORS=1 GA_FLASH_TEST_VARIANT=-1,$V timeout ${TEST_TIMEOUT:-200} $B/bin/test_cuda_flash_attention \
-  --gtest_filter='*Fp8*' > $OUT/test_fp8.log 2>&1
-echo "fp8 tests rc=$? at $(( $(date +%s) - T0 )) s"
-grep -E "PASSED|FAILED" $OUT/test_fp8.log | head -8
-python3 - "$OUT/test_fp8.log" <<'PY'
-import re, sys, collections
-worst = collections.defaultdict(lambda: [0.0, 0.0, 0])
-for line in open(sys.argv[1], errors="replace"):
-    m = re.match(r"errors (.*) (default|sched\d+): O rel L2 ([0-9.]+), LSE max abs ([0-9.]+)", line)
-    if m:
-        w = worst[m.group(2)]
-        w[0] = max(w[0], float(m.group(3))); w[1] = max(w[1], float(m.group(4))); w[2] += 1
-for k, w in sorted(worst.items()):
-    print(f"errors {k}: {w[2]} cases, worst O rel L2 {w[0]:.4f}, worst LSE abs {w[1]:.5f}")
-PY
-grep -E "fail|FAIL" $OUT/test_fp8.log | grep -v "^\[" | head -8 | cut -c1-240
-for tool in memcheck racecheck; do
-  GA_FLASH_TEST_VARIANT=$V timeout 150 compute-sanitizer --tool $tool $B/bin/test_cuda_flash_attention \
-    --gtest_filter='*Fp8SmallShapes*:*Fp8ScoresThatJump*' > $OUT/$tool.log 2>&1
-  echo "$tool rc=$? at $(( $(date +%s) - T0 )) s: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' $OUT/$tool.log | head -2)"
-done
+sass_op_counts $LIB 1025,33793,99329
+fp8_parity $B -1,$V ${TEST_TIMEOUT:-200}
+fp8_sanitize $B $V '*Fp8SmallShapes*:*Fp8ScoresThatJump*'
+echo "tests done at $(( $(date +%s) - T0 )) s"
 timeout ${BENCH_TIMEOUT:-240} python3 bench/attention_torch/compare.py --lib $LIB --fp8 --rounds ${ROUNDS:-7} \
   --seqlens ${SEQLENS:-4096,8192,16384} --fp8-variants=-1,$V --json $OUT/fp8.json > $OUT/fp8.md 2>&1
 echo "fp8 compare rc=$? at $(( $(date +%s) - T0 )) s"
