@@ -10,19 +10,25 @@ flash_build() {
     ninja -C "$dir" -j16 "$@" >> "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; return 1; }
 }
 
+# ncu_build "CUDA FLAGS": the library ncu_fp8_hd128 profiles, built in /tmp/b-ncu with those flags, and NCU set to the
+# Nsight Compute binary (the session 13 / 14 ncu scripts call it first).
+ncu_build() {
+  NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+  flash_build /tmp/b-ncu "$1" ga_attention_c
+}
+
 # ncu_fp8_hd128 VARIANT SECTION_ARGS...: Nsight Compute on one FP8 hd 128 8k non-causal launch of VARIANT (-1: the
-# default) through compare.py and the library flash_build made in /tmp/b-ncu; the report goes to /tmp/r_VARIANT and
-# its details page to $OUT/ncu_details_VARIANT.txt (the session 13 / 14 ncu scripts).
+# default) through compare.py and the library ncu_build made; the report goes to /tmp/r_VARIANT and its details page
+# to $OUT/ncu_details_VARIANT.txt.
 ncu_fp8_hd128() {
   local v=$1
   shift
-  local ncu lib=/tmp/b-ncu/bench/attention_torch/libga_attention_c.so
-  ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
-  timeout 150 "$ncu" --clock-control none -k regex:flash_fwd_sm90_kernel --launch-skip 2 -c 1 "$@" -f -o /tmp/r_$v \
-    python3 bench/attention_torch/compare.py --lib $lib --fp8 --head-dims 128 --seqlens 8192 --masks full \
-    --iters 1 --rounds 1 --min-timing-ms 1 --condition-ms 1 --fp8-variants=$v > "$OUT/ncu_run_$v.log" 2>&1
+  timeout 150 "$NCU" --clock-control none -k regex:flash_fwd_sm90_kernel --launch-skip 2 -c 1 "$@" -f -o /tmp/r_$v \
+    python3 bench/attention_torch/compare.py --lib /tmp/b-ncu/bench/attention_torch/libga_attention_c.so --fp8 \
+    --head-dims 128 --seqlens 8192 --masks full --iters 1 --rounds 1 --min-timing-ms 1 --condition-ms 1 \
+    --fp8-variants=$v > "$OUT/ncu_run_$v.log" 2>&1
   local rc=$?
-  "$ncu" -i /tmp/r_$v.ncu-rep --page details > "$OUT/ncu_details_$v.txt" 2>&1
+  "$NCU" -i /tmp/r_$v.ncu-rep --page details > "$OUT/ncu_details_$v.txt" 2>&1
   return $rc
 }
 

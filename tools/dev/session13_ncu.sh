@@ -6,10 +6,9 @@
 set -uo pipefail
 T0=$(date +%s)
 source tools/dev/flash_build.sh
-flash_build /tmp/b-ncu "-DGA_FLASH_FP8_WIDE=1" ga_attention_c || exit 1
+ncu_build "-DGA_FLASH_FP8_WIDE=1" || exit 1
 echo "build done at $(( $(date +%s) - T0 )) s"
 export PYTHONUNBUFFERED=1
-NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
 for v in -1 58; do
   ncu_fp8_hd128 $v --section SourceCounters --section WarpStateStats --section SchedulerStats \
     --section InstructionStats --section SpeedOfLight --section MemoryWorkloadAnalysis --import-source yes
