@@ -341,59 +341,81 @@ def randomize(model, name: str, spec: dict) -> list[dict]:
 
 
 class AttentionProbe:
-    """Wraps the module-level eager_attention_forward of a transformers model module and records, per
-    call, the largest |q.k * scaling| over the unmasked positions (before any softcap) and the number
-    of unmasked keys of every query (shows the sliding window)."""
+    """Hooks on every attention module that has q_proj/k_proj/v_proj/o_proj (all but Phi-3). From the
+    module's own inputs (hidden_states, the rotary cos/sin, the attention mask it is given) it recomputes
+    q.k * scaling and records per layer the largest |score| over the unmasked positions BEFORE any
+    softcap, the share of those scores above the softcap, and the number of unmasked keys of every query
+    (shows the sliding window). It also recomputes the module's output (softcap, mask, softmax, V, o_proj)
+    and records the largest difference to what transformers returned, which checks the probe itself."""
 
-    def __init__(self, modeling_module):
-        self.mod = modeling_module
-        self.orig = getattr(modeling_module, "eager_attention_forward", None)
+    def __init__(self, model):
+        self.model = model
         self.records: list[dict] = []
+        self.handles = []
+        self.pending: dict[int, object] = {}
 
     def __enter__(self):
-        import torch
-        if self.orig is None:
-            return self
-        orig, records = self.orig, self.records
-
-        def wrapped(module, query, key, value, attention_mask, *args, **kwargs):
-            try:
-                scaling = kwargs.get("scaling")
-                if scaling is None and len(args) >= 2:
-                    scaling = args[1]
-                if scaling is None:
-                    scaling = module.scaling
-                k = key
-                if k.shape[1] != query.shape[1]:
-                    k = k.repeat_interleave(query.shape[1] // k.shape[1], dim=1)
-                s = torch.matmul(query, k.transpose(2, 3)) * scaling
-                if attention_mask is not None:
-                    m = attention_mask[:, :, :, : k.shape[-2]]
-                    allowed = m if m.dtype == torch.bool else (m == 0)
-                    allowed = allowed.expand_as(s)
-                else:
-                    allowed = torch.ones_like(s, dtype=torch.bool)
-                cap = kwargs.get("softcap")
-                if cap is None and len(args) >= 3:
-                    cap = args[2]
-                rec = dict(layer=getattr(module, "layer_idx", None),
-                           max_abs_scaled_score=float(s[allowed].abs().max()),
-                           scaling=float(scaling),
-                           softcap=None if cap is None else float(cap),
-                           n_keys_per_query=[int(v) for v in allowed[0, 0].sum(-1).tolist()])
-                if cap:
-                    rec["fraction_above_cap"] = float((s[allowed].abs() > cap).float().mean())
-                records.append(rec)
-            except Exception as e:  # the probe must never change the result
-                records.append(dict(error=repr(e)))
-            return orig(module, query, key, value, attention_mask, *args, **kwargs)
-
-        self.mod.eager_attention_forward = wrapped
+        for name, mod in self.model.named_modules():
+            if all(hasattr(mod, a) for a in ("q_proj", "k_proj", "v_proj", "o_proj", "head_dim", "scaling")):
+                self.handles.append(mod.register_forward_pre_hook(
+                    lambda m, a, k, name=name: self._pre(m, a, k, name), with_kwargs=True))
+                self.handles.append(mod.register_forward_hook(self._post))
         return self
 
     def __exit__(self, *exc):
-        if self.orig is not None:
-            self.mod.eager_attention_forward = self.orig
+        for h in self.handles:
+            h.remove()
+
+    def _pre(self, module, args, kwargs, name):
+        import torch
+        try:
+            hs = kwargs["hidden_states"] if "hidden_states" in kwargs else args[0]
+            cos, sin = kwargs["position_embeddings"] if "position_embeddings" in kwargs else args[1]
+            mask = kwargs.get("attention_mask", args[2] if len(args) > 2 else None)
+            b, t, _ = hs.shape
+            hd = module.head_dim
+
+            def heads(x):
+                return x.view(b, t, -1, hd).transpose(1, 2)
+
+            q, k, v = heads(module.q_proj(hs)), heads(module.k_proj(hs)), heads(module.v_proj(hs))
+            if hasattr(module, "q_norm"):
+                q, k = module.q_norm(q), module.k_norm(k)
+            c, sn = cos.unsqueeze(1), sin.unsqueeze(1)
+
+            def rot(x):
+                return torch.cat((-x[..., hd // 2:], x[..., : hd // 2]), dim=-1)
+
+            q, k = q * c + rot(q) * sn, k * c + rot(k) * sn
+            rep = q.shape[1] // k.shape[1]
+            k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+            s = torch.matmul(q, k.transpose(2, 3)) * module.scaling
+            if mask is None:
+                allowed = torch.ones(t, t, dtype=torch.bool, device=s.device).tril().expand_as(s)
+            else:
+                m = mask[:, :, :, :t]
+                allowed = (m if m.dtype == torch.bool else m == 0).expand_as(s)
+            cap = getattr(module, "attn_logit_softcapping", None)
+            z = torch.tanh(s / cap) * cap if cap else s
+            p = torch.softmax(z.masked_fill(~allowed, float("-inf")), dim=-1)
+            out = module.o_proj(torch.matmul(p, v).transpose(1, 2).reshape(b, t, -1))
+            rec = dict(module=name, layer=getattr(module, "layer_idx", None), scaling=float(module.scaling),
+                       softcap=None if not cap else float(cap),
+                       max_abs_scaled_score_before_softcap=float(s[allowed].abs().max()),
+                       n_keys_per_query=[int(x) for x in allowed[0, 0].sum(-1).tolist()],
+                       mask_given=None if mask is None else str(mask.dtype))
+            if cap:
+                rec["fraction_of_scores_above_cap"] = float((s[allowed].abs() > cap).float().mean())
+            self.records.append(rec)
+            self.pending[id(module)] = (rec, out)
+        except Exception as e:  # the probe must never change the result
+            self.records.append(dict(module=name, error=repr(e)))
+
+    def _post(self, module, args, output):
+        rec, out = self.pending.pop(id(module), (None, None))
+        if rec is not None:
+            got = output[0] if isinstance(output, tuple) else output
+            rec["recomputed_output_max_abs_diff"] = float((got - out).abs().max())
 
 
 def router_hooks(model, n_experts: int, top_k: int, store: list):
@@ -510,15 +532,15 @@ def make_model(name: str, spec: dict, root: Path, tok_model: Path, ids: list[int
         sd_a, sd_b = model.state_dict(), loaded.state_dict()
         roundtrip = all(torch.equal(sd_a[k].cpu(), sd_b[k].cpu()) for k in sd_a) and set(sd_a) == set(sd_b)
 
-        attn_records, router_records, lm_head_max = [], [], []
+        router_records, lm_head_max = [], []
         hooks = []
         if spec.get("n_experts"):
             hooks += router_hooks(loaded, spec["n_experts"], spec["top_k"], router_records)
         hooks.append(loaded.get_output_embeddings().register_forward_hook(
             lambda m, a, o: lm_head_max.append(float(o.abs().max()))))
-        modeling = sys.modules[type(loaded).__module__]
-        with AttentionProbe(modeling):
+        with AttentionProbe(loaded) as probe:
             logits = forward_logits(loaded, ids, device)
+        attn_records = probe.records
         for h in hooks:
             h.remove()
         rope_after_32 = rope_buffers(loaded)
@@ -531,7 +553,8 @@ def make_model(name: str, spec: dict, root: Path, tok_model: Path, ids: list[int
             token_ids=ids, n_tokens=len(ids), n_vocab=int(logits.shape[1]),
             logits_file="logits-hf.f32", logits_shape=[len(ids), int(logits.shape[1])],
             logits_layout="raw little-endian float32, row-major [n_tokens][n_vocab], row i = logits at position i",
-            dtype="float32", device=device, attn_implementation="eager",
+            dtype="float32", device=device,
+            attn_implementation=getattr(loaded.config, "_attn_implementation", None),
             seeds=dict(weights=f"numpy default_rng([{SEED}, {MODEL_INDEX[name]}, crc32(parameter name)])",
                        tokens=f"numpy default_rng({TOKEN_SEED}).integers(3, {vocab}, size={N_TOKENS})",
                        torch_manual_seed=SEED),
@@ -554,7 +577,10 @@ def make_model(name: str, spec: dict, root: Path, tok_model: Path, ids: list[int
             re64 = None
             ref["hf_f32_vs_f64_rel_l2_max"] = None
             notes.append(f"float64 forward failed: {e!r}")
-        write_f32(d / "logits-hf.f32", logits.astype(np.float32))
+        if folder_name == SHARDED:   # same weights as qwen3: its logits are ../qwen3/logits-hf.f32 (checked below)
+            ref["logits_file"] = "../qwen3/logits-hf.f32"
+        else:
+            write_f32(d / "logits-hf.f32", logits.astype(np.float32))
 
         if name == "phi3-longrope":
             ids_long = ids + extra
