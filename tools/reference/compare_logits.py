@@ -5,6 +5,8 @@
 
 --llamacpp BIN   first (re)make every logits-llamacpp*.f32 with BIN (tools/reference/llamacpp_logits.cpp,
                  built by build_llamacpp_cpu.sh) from model.gguf and the token ids of reference.json
+--scratch DIR    with --llamacpp: write the llama.cpp logits to DIR/<model>/ and compare those (leaves the
+                 data folder alone; for diagnostic builds)
 --manifest       (re)write ROOT/manifest.json: models, files with sha256, vocab size, n_tokens, cross-check
 --tol            exit 1 when a pair's max-over-rows relative L2 exceeds this (default 1e-3)
 
@@ -69,6 +71,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--root", type=Path, default=Path(__file__).resolve().parents[2] / "tests/data/arch")
     ap.add_argument("--llamacpp", type=Path, help="llamacpp_logits binary: remake the llama.cpp logits first")
+    ap.add_argument("--scratch", type=Path, help="with --llamacpp: write its logits under this folder instead")
     ap.add_argument("--manifest", action="store_true", help="rewrite ROOT/manifest.json")
     ap.add_argument("--tol", type=float, default=1e-3)
     args = ap.parse_args()
@@ -80,14 +83,16 @@ def main() -> int:
         ref = json.loads((d / "reference.json").read_text())
         n = ref["n_tokens"]
         checks = []
+        ll_dir = args.scratch / name if args.scratch and args.llamacpp else d
         if (d / "model.gguf").exists():
             if args.llamacpp:
+                ll_dir.mkdir(parents=True, exist_ok=True)
                 ids = ",".join(str(t) for t in ref["token_ids"])
                 for out, extra in LLAMACPP_RUNS.get(name, DEFAULT_RUNS):
-                    subprocess.run([str(args.llamacpp), str(d / "model.gguf"), str(d / out), ids] + extra,
+                    subprocess.run([str(args.llamacpp), str(d / "model.gguf"), str(ll_dir / out), ids] + extra,
                                    check=True, stdout=subprocess.DEVNULL)
             for hf_file, ll_file, what in PAIRS.get(name, DEFAULT_PAIRS):
-                c = compare(load(d / hf_file, n), load(d / ll_file, n))
+                c = compare(load(d / hf_file, n), load(ll_dir / ll_file, n))
                 c.update(hf=hf_file, llamacpp=ll_file, what=what)
                 checks.append(c)
                 rows.append((name + (f" ({what})" if what else ""), c))

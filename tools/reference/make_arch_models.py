@@ -215,15 +215,19 @@ def rel_l2_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def train_tokenizer(work: Path) -> Path:
+    """Trains the SentencePiece BPE model from TRAIN_TEXT (one sentence per line). The text goes in through
+    sentence_iterator and the model comes out through model_writer, so no file path ends up in the
+    model's trainer_spec and the bytes depend on the text and the options alone."""
+    import io
     import sentencepiece as spm
     work.mkdir(parents=True, exist_ok=True)
-    text = work / "train.txt"
-    text.write_text(TRAIN_TEXT, encoding="utf-8")
+    buf = io.BytesIO()
     spm.SentencePieceTrainer.train(
-        input=str(text), model_prefix=str(work / "tokenizer"), model_type="bpe", vocab_size=SP_VOCAB,
+        sentence_iterator=iter(TRAIN_TEXT.splitlines()), model_writer=buf, model_type="bpe", vocab_size=SP_VOCAB,
         byte_fallback=True, unk_id=0, bos_id=1, eos_id=2, pad_id=-1, character_coverage=1.0,
         normalization_rule_name="identity", split_digits=True, num_threads=1, minloglevel=2)
     model = work / "tokenizer.model"
+    model.write_bytes(buf.getvalue())
     sp = spm.SentencePieceProcessor(model_file=str(model))
     assert sp.vocab_size() == SP_VOCAB, sp.vocab_size()
     assert (sp.unk_id(), sp.bos_id(), sp.eos_id(), sp.pad_id()) == (0, 1, 2, -1)
