@@ -31,7 +31,7 @@ LLAMACPP_RUNS = {
         ("logits-llamacpp.f32", []),
         # llama.cpp picks the LongRoPE factors by context size (n_ctx 512 > 64 -> long); pretending the
         # original context is 512 makes it pick the short ones, as transformers does for 32 tokens
-        ("logits-llamacpp-short.f32", ["--kv-int", "phi3.rope.scaling.original_context_length=512"]),
+        ("logits-llamacpp-short.f32", ["--kv", "phi3.rope.scaling.original_context_length=int:512"]),
     ],
 }
 # the (transformers file, llama.cpp file, what) pairs per model

@@ -1,12 +1,13 @@
 // llamacpp_logits: evaluates a token sequence with llama.cpp (libllama, CPU) in ONE batch and writes the
 // logits of every position as raw little-endian float32 [n_tokens][n_vocab].
 //
-//   llamacpp_logits MODEL.gguf OUT.f32 ID,ID,ID,... [--kv-int KEY=VALUE]...
+//   llamacpp_logits MODEL.gguf OUT.f32 ID,ID,ID,... [--kv KEY=TYPE:VALUE]...
 //
-// --kv-int overrides one integer GGUF key at load time (llama_model_params.kv_overrides); the file is
-// not changed. tests/data/arch uses it once: phi3.rope.scaling.original_context_length=512 makes
-// llama.cpp pick the LongRoPE short factors at n_ctx 512 (it picks them by context size, not by
-// sequence length).
+// --kv overrides one GGUF key at load time (llama_model_params.kv_overrides; TYPE is int, float, bool or
+// str); the file is not changed. tests/data/arch uses it once for data:
+// phi3.rope.scaling.original_context_length=int:512 makes llama.cpp pick the LongRoPE short factors at
+// n_ctx 512 (it picks them by context size, not by sequence length). README.md also uses it to measure
+// how much a wrong hyperparameter changes the logits.
 //
 // Settings (the same as the shared fixtures' __kvf32 files): model params = defaults with n_gpu_layers 0;
 // context params = defaults with n_ctx = n_batch = n_ubatch = 512, n_threads = n_threads_batch = 1,
@@ -42,7 +43,7 @@ static std::vector<llama_token> parse_ids(const char *s) {
 
 int main(int argc, char **argv) {
     if (argc < 4 || (argc - 4) % 2 != 0) {
-        std::fprintf(stderr, "usage: %s MODEL.gguf OUT.f32 ID,ID,... [--kv-int KEY=VALUE]...\n", argv[0]);
+        std::fprintf(stderr, "usage: %s MODEL.gguf OUT.f32 ID,ID,... [--kv KEY=TYPE:VALUE]...\n", argv[0]);
         return 2;
     }
     const std::vector<llama_token> ids = parse_ids(argv[3]);
@@ -51,15 +52,30 @@ int main(int argc, char **argv) {
     std::vector<llama_model_kv_override> overrides;
     for (int a = 4; a < argc; a += 2) {
         const std::string opt = argv[a], arg = argv[a + 1];
-        const size_t eq = arg.find('=');
-        if (opt != "--kv-int" || eq == std::string::npos || eq >= 127) {
-            std::fprintf(stderr, "bad option %s %s\n", opt.c_str(), arg.c_str());
+        const size_t eq = arg.find('='), colon = arg.find(':', eq == std::string::npos ? 0 : eq);
+        if (opt != "--kv" || eq == std::string::npos || eq >= 127 || colon == std::string::npos) {
+            std::fprintf(stderr, "bad option %s %s (want --kv KEY=TYPE:VALUE)\n", opt.c_str(), arg.c_str());
             return 2;
         }
+        const std::string type = arg.substr(eq + 1, colon - eq - 1), val = arg.substr(colon + 1);
         llama_model_kv_override o{};
-        o.tag = LLAMA_KV_OVERRIDE_TYPE_INT;
         std::memcpy(o.key, arg.data(), eq);
-        o.val_i64 = std::strtoll(arg.c_str() + eq + 1, nullptr, 10);
+        if (type == "int") {
+            o.tag = LLAMA_KV_OVERRIDE_TYPE_INT;
+            o.val_i64 = std::strtoll(val.c_str(), nullptr, 10);
+        } else if (type == "float") {
+            o.tag = LLAMA_KV_OVERRIDE_TYPE_FLOAT;
+            o.val_f64 = std::strtod(val.c_str(), nullptr);
+        } else if (type == "bool") {
+            o.tag = LLAMA_KV_OVERRIDE_TYPE_BOOL;
+            o.val_bool = val == "true";
+        } else if (type == "str" && val.size() < sizeof(o.val_str)) {
+            o.tag = LLAMA_KV_OVERRIDE_TYPE_STR;
+            std::memcpy(o.val_str, val.data(), val.size());
+        } else {
+            std::fprintf(stderr, "bad override type in %s\n", arg.c_str());
+            return 2;
+        }
         overrides.push_back(o);
     }
     if (!overrides.empty()) overrides.push_back(llama_model_kv_override{});  // key[0] == 0 ends the list
