@@ -96,7 +96,8 @@ void read_qwen_common_hf(const hf::JsonReader& r, ModelConfig& m, bool qwen3) {
 void read_moe_hf(const hf::JsonReader& r, ModelConfig& m, int64_t experts, int64_t used, int64_t ff_exp,
                  bool norm_default) {
   TransformerParams& tp = m.transformer;
-  tp.n_expert = r.positive_int("num_experts", experts);
+  // transformers 5's Qwen3MoeConfig calls it num_local_experts, Qwen2MoeConfig num_experts
+  tp.n_expert = r.positive_int("num_experts", r.positive_int("num_local_experts", experts));
   tp.n_expert_used = r.positive_int("num_experts_per_tok", used);
   tp.n_ff_exp = r.positive_int("moe_intermediate_size", ff_exp);
   tp.expert_norm_topk = r.boolean("norm_topk_prob", norm_default);

@@ -14,6 +14,12 @@
 namespace ga::arch {
 namespace {
 
+// ggml shapes: trailing dimensions of 1 change nothing ([64, 1] is a [64] vector; converters write either).
+std::vector<uint64_t> trimmed(std::vector<uint64_t> ne) {
+  while (ne.size() > 1 && ne.back() == 1) ne.pop_back();
+  return ne;
+}
+
 std::string shape_str(const std::vector<uint64_t>& ne) {
   std::string s = "[";
   for (size_t i = 0; i < ne.size(); ++i) s += (i ? ", " : "") + std::to_string(ne[i]);
@@ -112,7 +118,7 @@ void check_model(const LoadedModel& model, const std::function<void(uint64_t, ui
                ")");
       continue;
     }
-    GA_CHECK(w->ne == s.ne, InvalidFormat, "tensor ", s.name, " has shape ", shape_str(w->ne), ", expected ",
+    GA_CHECK(trimmed(w->ne) == trimmed(s.ne), InvalidFormat, "tensor ", s.name, " has shape ", shape_str(w->ne), ", expected ",
              shape_str(s.ne));
     const DTypeTraits& t = traits(w->type);
     GA_CHECK(t.supported, Unsupported, "tensor ", s.name, " has type ", t.name, ", which gpu_accel does not support");
