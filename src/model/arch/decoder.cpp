@@ -289,7 +289,7 @@ class DecoderFactory final : public step::ProgramFactory {
 
   step::StateSpec state() const override {
     step::StateSpec s;
-    s.kv_layers.assign(static_cast<size_t>(c_.n_layer), step::KvLayerSpec{c_.n_head_kv, c_.head_dim});
+    s.kv_layers.assign(static_cast<size_t>(c_.n_layer), step::KvLayerSpec{c_.n_head_kv, c_.head_dim, c_.n_head});
     return s;
   }
 

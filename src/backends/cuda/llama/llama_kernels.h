@@ -21,9 +21,11 @@ namespace ga::cuda::llama {
 //   q[t] = rope(q[t] + bq)                          in place, f32
 //   k_cache[row] = half(rope(k[t] + bk))            k itself is left unchanged
 //   v_cache[row] = half(v[t] + bv)
-// Biases are all null or all set. rope as kernels/ops.h (Normal or NeoX pairs over the first n_rot
-// dims, angle pos * freq_scale * base^(-2i/n_rot) / freq_factors[i]). q, k, v may be slices of one
-// [n_tokens][q|k|v] buffer (the fused QKV projection): then ld_q == ld_kv is that buffer's stride.
+// Biases are all null or all set. rope: Normal or NeoX pairs over the first n_rot dims, pair i turned by
+// positions[t] * inv_freq[i] (a table of the architecture's RoPE, step::RopeTable, in device memory, double:
+// every scaling scheme is a different table) and the rotated values multiplied by mscale (YaRN's / LongRoPE's
+// attention factor; 1 otherwise). q, k, v may be slices of one [n_tokens][q|k|v] buffer (the fused QKV
+// projection): then ld_q == ld_kv is that buffer's stride.
 struct QkvRopeStoreParams {
   float* q = nullptr;              // [n_tokens][n_head][head_dim], ld_q floats between tokens
   const float* k = nullptr;        // [n_tokens][n_head_kv][head_dim], ld_kv floats between tokens
@@ -42,9 +44,8 @@ struct QkvRopeStoreParams {
   int64_t n_tokens = 0;
   int n_head = 0, n_head_kv = 0, head_dim = 0, n_rot = 0;
   bool neox = false;
-  float freq_base = 10000.0f;
-  float freq_scale = 1.0f;
-  const float* freq_factors = nullptr;  // [n_rot / 2] or null
+  const double* inv_freq = nullptr;  // [n_rot / 2], device memory
+  float mscale = 1.0f;
 };
 const char* qkv_rope_store_unsupported_reason(const QkvRopeStoreParams& p);
 cudaError_t qkv_rope_store(const QkvRopeStoreParams& p, cudaStream_t stream);
