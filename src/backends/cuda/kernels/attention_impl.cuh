@@ -168,6 +168,7 @@ template <class F>
 cudaError_t visit_head_dim(int head_dim, F&& f) {
   switch (head_dim) {
     case 64: return f(std::integral_constant<int, 64>{});
+    case 96: return f(std::integral_constant<int, 96>{});  // Phi-3
     case 128: return f(std::integral_constant<int, 128>{});
     case 256: return f(std::integral_constant<int, 256>{});
     default: return cudaErrorNotSupported;
@@ -183,7 +184,7 @@ cudaError_t set_attention_smem(Kernel* kernel, size_t bytes) {
   return cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
 }
 
-// Defined and instantiated (HD 64, 128, 256) in attention_decode.cu / attention_prefill.cu.
+// Defined and instantiated (HD 64, 96, 128, 256) in attention_decode.cu / attention_prefill.cu.
 template <int HD>
 cudaError_t launch_attention_decode(const AttnArgs& a, int row_tiles, cudaStream_t stream);
 template <int HD>
@@ -202,6 +203,7 @@ bool decode_cluster_merge_supported(int stages);
   extern template int decode_ctas_per_sm<HD>(int);                                            \
   extern template bool decode_cluster_merge_supported<HD>(int);
 GA_ATTN_EXTERN(64)
+GA_ATTN_EXTERN(96)
 GA_ATTN_EXTERN(128)
 GA_ATTN_EXTERN(256)
 #undef GA_ATTN_EXTERN
