@@ -17,6 +17,7 @@
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/device_info.h"
 #include "backends/cuda/kernels/attention.h"
+#include "backends/cuda/kernels/attention_simple.h"
 #include "backends/cuda/kernels/gemv.h"
 #include "backends/cuda/kernels/ops.h"
 #include "backends/cuda/llama/cuda_llama_forward.h"
