@@ -359,6 +359,17 @@ TEST(CudaFlashBackward, UnsupportedParamsAreRejectedWithAReason) {
   FlashBwdParams p = good;
   p.fwd.head_dim = 96;
   expect_refused(p, "head_dim 96");
+  // the forward's window and soft-cap are forward-only: refused, never silently ignored
+  p = good;
+  p.fwd.window_left = 63;
+  expect_refused(p, "window_left 63");
+  p = good;
+  p.fwd.causal = false;
+  p.fwd.window_right = 5;
+  expect_refused(p, "window_right 5");
+  p = good;
+  p.fwd.softcap = 30.0f;
+  expect_refused(p, "softcap 30");
   p = good;
   p.fwd.lse = nullptr;
   expect_refused(p, "no lse");

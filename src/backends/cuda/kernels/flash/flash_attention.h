@@ -15,6 +15,17 @@
 // Causal masks are bottom-right aligned as in FlashAttention: query i sees key j iff
 // j <= i + seqlen_k - seqlen_q. A row that sees no key (causal, seqlen_q > seqlen_k) writes zeros and
 // lse = -inf (the neutral element when merging partial results by LSE).
+// Sliding windows (local attention) are FlashAttention-2's window_size = (window_left, window_right), in the
+// same bottom-right coordinates: with i' = i + seqlen_k - seqlen_q, query i sees key j iff
+// i' - window_left <= j <= i' + window_right, -1 meaning unbounded on that side; causal is window_right = 0.
+// Hugging Face's sliding_window = W (Mistral, Gemma 2/3, Phi-3) is (W - 1, 0) with causal. Key tiles wholly
+// outside a query tile's window are never loaded (the key-tile range of each query tile starts and ends at
+// its window), only the tiles it straddles are masked.
+// Soft-capping (softcap > 0, Gemma 2; FlashAttention-2's softcap): s = softmax_scale q.k, then
+// s = softcap tanh(s / softcap), then the mask, then the softmax; the LSE is that of the capped scores.
+// Head dim 96 (Phi-3) runs on the head dim 128 tiles of every kernel with the last 32 columns zero (the Hopper
+// kernels' TMA boxes zero-fill them; the mma.sync ones keep 128-column shared-memory rows and step only 96 of
+// them), so it costs what head dim 128 does.
 //
 // FP8 (dtype kFp8E4m3, issue 4): q, k, v are e4m3 bytes (torch.float8_e4m3fn) with per-tensor dequantization
 // scales: the kernel computes softmax(softmax_scale * descale_q * descale_k * Q K^T) V * descale_v in f32 from
@@ -56,7 +67,7 @@ struct FlashParams {
   int64_t v_batch_stride = 0, v_seq_stride = 0, v_head_stride = 0;
   int64_t o_batch_stride = 0, o_seq_stride = 0, o_head_stride = 0;
   FlashDtype dtype = FlashDtype::kBf16;
-  int head_dim = 0;  // 64, 128, 256
+  int head_dim = 0;  // 64, 96, 128, 256 (FP8: 128, 256)
   int n_head = 0;
   int n_head_kv = 0;
   int batch = 0;
@@ -64,6 +75,9 @@ struct FlashParams {
   int seqlen_k = 0;
   bool causal = false;
   float softmax_scale = 0.0f;  // usually 1/sqrt(head_dim)
+  // Sliding window (above): -1 = unbounded on that side. With causal, window_right must be -1 or 0.
+  int window_left = -1, window_right = -1;
+  float softcap = 0.0f;  // 0: off; > 0: logit soft-capping at +-softcap (above)
   // FP8 only (dtype kFp8E4m3): o's dtype (kBf16 or kF16) and the per-tensor dequantization scales
   // (real value = stored e4m3 value * descale); finite and > 0. Ignored for 16-bit inputs.
   FlashDtype out_dtype = FlashDtype::kBf16;

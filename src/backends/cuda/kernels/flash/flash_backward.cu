@@ -46,6 +46,15 @@ const char* params_reason(const FlashBwdParams& p) {
   if (const char* r = flash_detail::shared_params_reason(p.fwd)) return r;
   const FlashParams& f = p.fwd;
   if (f.dtype == FlashDtype::kFp8E4m3) return "the backward takes bf16 or fp16 tensors (FP8 is forward-only)";
+  if (f.head_dim == 96) return "the backward is built for head dims 64, 128 and 256 (head dim 96 is forward-only)";
+  // The backward kernels recompute P with the plain causal / full mask and the plain exp2 softmax: a window would
+  // need their key-block ranges per query block (and the query-block ranges per key block for dK / dV), soft-capping
+  // the factor 1 - tanh^2(s / c) in dS. Refused rather than silently giving the gradients of another function.
+  if (f.window_left >= 0 || f.window_right >= 0) {
+    return "the backward has no sliding window (window_left / window_right must be -1: the forward's window is "
+           "forward-only for now)";
+  }
+  if (f.softcap > 0.0f) return "the backward has no soft-capping (softcap must be 0: soft-capping is forward-only for now)";
   if (f.cu_seqlens_q != nullptr || f.block_table != nullptr || f.o_f32) {
     return "the backward takes dense [batch][seq][head][dim] tensors (varlen, paged KV and f32 o are forward-only)";
   }

@@ -152,8 +152,7 @@ cudaError_t run_fp8(const FlashParams& p, int variant, uint8_t* vt, int num_sms,
     return e;
   }
   set_fwd_problem(a, p, block_m);
-  a.scale = p.softmax_scale * p.descale_q * p.descale_k;  // S in real units = raw Q K^T * descale_q * descale_k
-  a.scale_log2 = a.scale * 1.4426950408889634f;
+  set_fwd_scales(a, p, p.softmax_scale * p.descale_q * p.descale_k);  // S in real units = raw Q K^T * descales
   a.o_scale = p.descale_v;
   a.out_bf16 = p.out_dtype == FlashDtype::kBf16 ? 1 : 0;
   a.tile_counter = tile_counter_of(p, vt);  // zeroed above (same stream, before this launch)

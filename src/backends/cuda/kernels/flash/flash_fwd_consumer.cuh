@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "backends/cuda/kernels/attention_softcap.cuh"
 #include "backends/cuda/kernels/tile/hopper.cuh"
 #include "backends/cuda/kernels/tile/hopper_wide.cuh"
 #include "backends/cuda/kernels/tile/hopper_wide_fp8.cuh"
@@ -145,6 +146,10 @@ struct Consumer {
   float o[T::kPvParts][T::kPvN / 2];
   float m_run[2], l_run[2];
   int lim[2];  // last visible key of each of this thread's two rows (inclusive)
+  // First visible key of row g (sliding window; row g + 8: lo + 8), or kNoLowerBound: one register, and a tile whose
+  // keys all lie at or above it runs no lower-bound masking at all.
+  int lo;
+  static constexpr int kNoLowerBound = -(1 << 30);
   uint32_t q_addr;
   uint32_t qa[kQReg ? kQSteps : 1][4];  // kQReg: Q's A fragments (row g / g + 8 of this warp's 16, k 2c.. / 8+2c..)
 
@@ -176,13 +181,17 @@ struct Consumer {
     for (int p = 0; p < T::kPvParts; ++p)
 #pragma unroll
       for (int i = 0; i < T::kPvN / 2; ++i) o[p][i] = 0.0f;
+    const int diag = seqlen_k - seqlen_q;  // bottom-right alignment
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       m_run[r] = -INFINITY;
       l_run[r] = 0.0f;
       const int row = row0 + 8 * r;
-      lim[r] = a.causal ? min(seqlen_k - 1, row + seqlen_k - seqlen_q) : seqlen_k - 1;
+      lim[r] = a.causal ? min(seqlen_k - 1, row + diag)
+               : a.win_right >= 0 ? min(seqlen_k - 1, row + diag + a.win_right)
+                                  : seqlen_k - 1;
     }
+    lo = a.win_left >= 0 ? row0 + diag - a.win_left : kNoLowerBound;
     q_addr = tile::smem_u32(sq) + static_cast<uint32_t>(wg_row_base) * 128u;
   }
 
@@ -233,20 +242,36 @@ struct Consumer {
     for (int p = 0; p < T::kPvParts; ++p) tile::fence_regs(o[p]);
   }
 
-  // Split tail pieces: keys are counted from the piece's first key (the softmax offsets start at 0).
+  // A work item that starts past key 0 (a sliding window's first tile, split tail pieces): keys are counted from its
+  // first key (the softmax offsets start at 0).
   __device__ __forceinline__ void shift_keys(int first_key) {
     lim[0] -= first_key;
     lim[1] -= first_key;
+    if (lo != kNoLowerBound) lo -= first_key;
   }
 
-  // Masks S (keys past each row's limit), updates the running max/sum, turns S into P (in place) and
-  // returns the factor the previous O must be scaled by.
-  __device__ __forceinline__ void softmax(float (&s)[T::kSAcc], int n0, int c, float scale_log2, float (&corr)[2]) {
+  // Soft-caps S (softcap_k2 != 0: S = tanh(softmax_scale q.k / softcap), the cap then being in scale_log2), masks it
+  // (keys past each row's limit, keys below its window), updates the running max/sum, turns S into P (in place) and
+  // returns the factor the previous O must be scaled by. Each step is one uniform test per key tile when it is off,
+  // so without soft-cap and window the per-element code is the plain softmax's.
+  __device__ __forceinline__ void softmax(float (&s)[T::kSAcc], int n0, int c, float scale_log2, float softcap_k2,
+                                          float (&corr)[2]) {
+    if (softcap_k2 != 0.0f) {
+#pragma unroll
+      for (int i = 0; i < T::kSAcc; ++i) s[i] = detail::softcap_tanh(s[i] * softcap_k2);
+    }
     if (n0 + N - 1 > min(lim[0], lim[1])) {
 #pragma unroll
       for (int i = 0; i < T::kSAcc; ++i) {
         const int key = n0 + 8 * (i / 4) + 2 * c + (i % 2);
         if (key > lim[(i / 2) % 2]) s[i] = -INFINITY;
+      }
+    }
+    if (n0 < lo + 8) {  // some key of the tile lies below row g + 8's window (rows g: lo, g + 8: lo + 8)
+#pragma unroll
+      for (int i = 0; i < T::kSAcc; ++i) {
+        const int key = n0 + 8 * (i / 4) + 2 * c + (i % 2);
+        if (key < lo + 8 * ((i / 2) % 2)) s[i] = -INFINITY;
       }
     }
     if constexpr (kFp8 && kFp8Tree) {

@@ -176,8 +176,10 @@ struct SplitTailPlan {
 };
 inline SplitTailPlan split_tail_plan(const FlashParams& p, int num_sms) {
   SplitTailPlan sp;
+  // (a sliding window gives tiles of different key counts: no even split; head dim 96 runs as 128 but its
+  // workspace plan is head dim 128's only when asked as such)
   if (p.head_dim != 128 || p.dtype == FlashDtype::kFp8E4m3 || p.causal || p.cu_seqlens_q != nullptr ||
-      num_sms < 1) {
+      p.window_left >= 0 || p.window_right >= 0 || num_sms < 1) {
     return sp;
   }
   constexpr int kBlockM = FwdTraits<128>::kBlockM, kBlockN = FwdTraits<128>::kBlockN;
@@ -293,8 +295,24 @@ inline int causal_section_bh(const FlashParams& p) {
                               p.dtype == FlashDtype::kFp8E4m3 ? 1 : 2, p.causal_section_heads, kCausalSectionL2Bytes);
 }
 
+// The scales of S every forward launch fills alike: `scale` turns a raw q.k into the softmax's score (softmax_scale;
+// FP8: times descale_q * descale_k). With soft-capping the consumers replace S by tanh(scale q.k / softcap)
+// (softcap_k2: attention_softcap.cuh's factor) and the cap moves into scale (the LSE) and scale_log2 (the exp2).
+inline void set_fwd_scales(FwdArgs& a, const FlashParams& p, float scale) {
+  constexpr float kLog2e = 1.4426950408889634f;
+  if (p.softcap > 0.0f) {
+    a.softcap_k2 = 2.0f * kLog2e * scale / p.softcap;
+    a.scale = p.softcap;
+    a.scale_log2 = p.softcap * kLog2e;
+  } else {
+    a.softcap_k2 = 0.0f;
+    a.scale = scale;
+    a.scale_log2 = scale * kLog2e;
+  }
+}
+
 // The problem fields every forward launch fills alike (16-bit and FP8): o and its strides, the LSE, the lengths,
-// the heads and GQA group, and the tile count for query tiles of block_m rows.
+// the heads and GQA group, the window, and the tile count for query tiles of block_m rows.
 inline void set_fwd_problem(FwdArgs& a, const FlashParams& p, int block_m) {
   a.o = p.o;
   a.lse = p.lse;
@@ -310,6 +328,9 @@ inline void set_fwd_problem(FwdArgs& a, const FlashParams& p, int block_m) {
   a.batch = p.batch;
   a.total_tiles = a.m_blocks * p.n_head * p.batch;
   a.section_bh = causal_section_bh(p);
+  a.win_left = p.window_left;
+  a.win_right = p.causal ? 0 : p.window_right;
+  a.o_cols = p.head_dim;
 }
 
 // Launches the forward of head dim HD; num_sms sizes the persistent grid.

@@ -184,10 +184,19 @@ __device__ __forceinline__ FwdTile decode_tile(const FwdArgs& a, int t, int jb =
     f.seqlen_k = max(f.seqlen_k, 0);
   }
   f.skip = f.m0 >= f.seqlen_q && a.varlen;
-  int kv_end = f.seqlen_k;  // keys [0, kv_end) are visible to some row of the block
-  if (a.causal) kv_end = min(kv_end, f.m0 + T::kBlockM + f.seqlen_k - f.seqlen_q);
-  f.n_tiles = kv_end > 0 && !f.skip ? (kv_end + T::kBlockN - 1) / T::kBlockN : 0;
-  f.j0 = 0;
+  // Keys [kv_begin, kv_end) are visible to some row of the block: up to the last row's diagonal (causal) or its
+  // window's right end, from the first row's window's left end (sliding window). Key tiles outside are not loaded.
+  const int diag = f.seqlen_k - f.seqlen_q;
+  int kv_end = f.seqlen_k;
+  if (a.causal) {
+    kv_end = min(kv_end, f.m0 + T::kBlockM + diag);
+  } else if (a.win_right >= 0) {
+    kv_end = min(kv_end, f.m0 + T::kBlockM + diag + a.win_right);
+  }
+  const int j_first = a.win_left >= 0 ? max(f.m0 + diag - a.win_left, 0) / T::kBlockN : 0;
+  const int j_end = kv_end > 0 && !f.skip ? (kv_end + T::kBlockN - 1) / T::kBlockN : 0;
+  f.n_tiles = max(j_end - j_first, 0);
+  f.j0 = f.n_tiles > 0 ? j_first : 0;
   if (je >= 0) {  // a split tail piece (dense non-causal only: every tile has kv_blocks key tiles)
     f.j0 = jb;
     f.n_tiles = je - jb;
@@ -343,14 +352,15 @@ __device__ __forceinline__ void consumer_main(const FwdArgs& a, unsigned char* s
     if (t < 0) break;
     const FwdTile f = decode_tile<T>(a, t, jb, je);
     if (f.skip) continue;
-    // Keys are counted from this work item's first key (f.j0 key tiles in: split tail pieces; else 0): the row
+    // Keys are counted from this work item's first key (f.j0 key tiles in: a sliding window's first tile, split tail
+    // pieces; else 0): the row
     // limits shift instead of every softmax offset, so nothing more stays live across the key loop.
     const int kv_left = f.seqlen_k - f.j0 * T::kBlockN;
     const int row0 = f.m0 + wg_row_base + warp * 16 + g;
     const int n = f.n_tiles;
     C st;
     st.init(a, row0, wg_row_base, sq, f.seqlen_q, f.seqlen_k);
-    if constexpr (kSplit) st.shift_keys(f.j0 * T::kBlockN);
+    st.shift_keys(f.j0 * T::kBlockN);  // (0 unless a window or a split tail piece starts past key 0)
     if constexpr (!kDynamic) tile::mbar_wait(bars.q_full(), q_count & 1);
     if constexpr (kQReg) {
       st.load_q_regs(warp, lane);
@@ -370,7 +380,7 @@ __device__ __forceinline__ void consumer_main(const FwdArgs& a, unsigned char* s
         tile::fence_regs(s);
         arrive(bars.k_empty(stage));
         if (j == n - 1) release_q_after_s();
-        st.softmax(s, j * T::kBlockN, c, a.scale_log2, corr);
+        st.softmax(s, j * T::kBlockN, c, a.scale_log2, a.softcap_k2, corr);
         st.rescale_o(corr);
         C::to_a_fragments(s, pa);
         tile::mbar_wait(bars.v_full(stage), parity_of(j));
@@ -393,7 +403,7 @@ __device__ __forceinline__ void consumer_main(const FwdArgs& a, unsigned char* s
         tile::fence_regs(s);
         arrive(bars.k_empty(stage_of(0)));
         if (n == 1) release_q_after_s();
-        st.softmax(s, 0, c, a.scale_log2, corr);  // O is zero: no rescale needed
+        st.softmax(s, 0, c, a.scale_log2, a.softcap_k2, corr);  // O is zero: no rescale needed
         C::to_a_fragments(s, pa);
         for (int j = 1; j < n; ++j) {
           const int stage = stage_of(j), prev = stage_of(j - 1);
@@ -411,7 +421,7 @@ __device__ __forceinline__ void consumer_main(const FwdArgs& a, unsigned char* s
           tile::fence_regs(s);
           arrive(bars.k_empty(stage));
           if (j == n - 1) release_q_after_s();
-          st.softmax(s, j * T::kBlockN, c, a.scale_log2, corr);
+          st.softmax(s, j * T::kBlockN, c, a.scale_log2, a.softcap_k2, corr);
           if constexpr (kPinWait) st.end_block();  // the PV wait below stays below the softmax
           tile::wgmma_wait<0>();
           st.fence_o();
