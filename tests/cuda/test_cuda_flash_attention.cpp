@@ -740,6 +740,27 @@ TEST(CudaFlashAttention, Fp8ForwardMatchesFloat64Reference) {
   parity.finish();
 }
 
+// The FP8 defaults (29 at hd 128, 39 at hd 256; the window lives in the consumers they share with 16-bit) under
+// sliding windows: causal, bands and left-only windows. (Soft-capping is 16-bit only: refused, below.)
+TEST(CudaFlashAttention, Fp8WindowsMatchFloat64Reference) {
+  GA_REQUIRE_CUDA_DEVICE();
+  CachingAllocator alloc(0);
+  Parity parity("flash forward fp8 windows");
+  std::mt19937 rng(88);
+  int case_index = 0;
+  for (int hd : {128, 256})
+    for (bool causal : {true, false})
+      for (int w : {7, 64, 1000}) {
+        const int ci = case_index++;
+        Shape s{FlashDtype::kFp8E4m3, hd, 4, ci % 2 ? 1 : 2, 1, ci % 2 ? 1000 : 700, 1000, causal, ci % 2 == 0};
+        s.window_left = w - 1;
+        if (!causal && ci % 3 == 0) s.window_right = w - 1;
+        run_and_check_fp8(parity, alloc, s, ci % 2 ? FlashDtype::kF16 : FlashDtype::kBf16, rng);
+        if (testing::Test::HasFatalFailure()) return;
+      }
+  parity.finish();
+}
+
 TEST(CudaFlashAttention, Fp8LongSequences4097) {
   GA_REQUIRE_CUDA_DEVICE();
   CachingAllocator alloc(0);
@@ -756,7 +777,7 @@ TEST(CudaFlashAttention, Fp8LongSequences4097) {
 }
 
 // Scores that jump from one key tile to the next: the online softmax's rescale when the running max moves by ~2^12
-// and by ~2^145 between tiles (exp2 arguments far outside what random inputs reach; session 10's stale-max softmax,
+// and by ~2^145 between tiles (exp2 arguments far outside what random inputs reach; a stale-max softmax candidate,
 // which took such jumps down a recompute path, was checked on these). q rows are positive and k row n is gain(n)
 // times one positive vector, so every score of key n is gain(n) times its row's: base keys at gains 0.9-1.0 (scores
 // ~12 log2 units), a spike at gain 2 (+~12 units: the rest of its tile then weighs ~5%, so a wrong rescale shows), a
@@ -839,6 +860,12 @@ TEST(CudaFlashAttention, Fp8UnsupportedParamsAreRejectedWithAReason) {
   p = good;
   p.descale_v = 0.0f;
   expect_refused(p, "descale 0", true);
+  p = good;
+  p.softcap = 30.0f;  // soft-capping: 16-bit only
+  expect_refused(p, "fp8 softcap", true);
+  p = good;
+  p.head_dim = 96;
+  expect_refused(p, "fp8 head_dim 96", true);
   p = good;
   p.k_seq_stride += 8;  // 8 bytes: a multiple of 8 elements but not of 16 bytes
   expect_refused(p, "fp8 stride of 8 bytes", true);

@@ -379,7 +379,7 @@ bool cluster_merge_runs(CachingAllocator& alloc, std::mt19937& rng) {
 }
 
 // The two split merges (AttentionParams::decode_merge: workspace counters + last CTA, or a cluster of
-// the splits merging in distributed shared memory; session 7) on small shapes for compute-sanitizer
+// the splits merging in distributed shared memory) on small shapes for compute-sanitizer
 // (filter *Small*): empty trailing splits, 2..8 splits, multi-token runs, both kernels of hd 128.
 TEST(CudaPagedAttention, SmallMergeShapesMatchFloat64Reference) {
   GA_REQUIRE_CUDA_DEVICE();
@@ -397,7 +397,7 @@ TEST(CudaPagedAttention, SmallMergeShapesMatchFloat64Reference) {
   parity.finish();
 }
 
-// Both merges over the grid of session 7: split counts 2..8 incl. uneven ones (3, 5, 7) and the
+// Both merges over the grid the cluster merge was tuned on: split counts 2..8 incl. uneven ones (3, 5, 7) and the
 // policy's, scattered block tables (every case's), GQA ratios 1, 4 and 8, 1..8 query tokens per run,
 // caches of 1, 17 (most of 8 splits empty) and 4097 positions, head dims 64/128/256, both stage counts
 // at hd 128; and the default (kAuto) picks the cluster merge on sm_90 for 2..8 splits in one wave only.

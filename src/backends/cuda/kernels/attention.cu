@@ -95,7 +95,7 @@ const char* cluster_merge_unavailable(const AttentionParams& p, int n_splits) {
 
 // Whether the decode launch of p (n_splits splits) merges them in a cluster. kAuto: only when the grid
 // fits in one wave of resident CTAs. A cluster's CTAs must be resident together in one GPC, and with a
-// second wave that costs more than the merge saves (session 7's sweep, b16: 4 splits = 512 CTAs on 264
+// second wave that costs more than the merge saves (the merge sweep, b16: 4 splits = 512 CTAs on 264
 // slots, 98.3 us with clusters vs 81.7 us with the workspace merge; one wave, 2 splits: 74.3 vs 76.1 us).
 bool decode_cluster_merge(const AttentionParams& p, int n_splits) {
   if (n_splits < 2 || p.decode_merge == AttentionParams::DecodeMerge::kWorkspace) return false;

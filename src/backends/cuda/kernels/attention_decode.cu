@@ -30,20 +30,20 @@
 // (KvPipeline, attention_detail.cuh). Splits are sized from n_seqs * n_head_kv * row tiles, so with
 // many sequences (64 x 8 KV heads = 512 CTAs) the grid is already full and the splits shrink to 1-2.
 //
-// Cluster merge (paged, sm_90, 2..8 splits; session 7): the splits of one (run, KV head, row tile) are
+// Cluster merge (paged, sm_90, 2..8 splits): the splits of one (run, KV head, row tile) are
 // launched as one thread-block cluster. Each CTA leaves its partial (o, max, sum) in its own shared
 // memory, a cluster barrier publishes them, and every CTA of the cluster finishes a slice of the tile's
 // outputs reading its peers' partials through distributed shared memory (cluster_merge). That takes
 // the workspace round trip (partial stores, __threadfence, the counter's atomic, two dependent L2 reads
 // by the last CTA) off the tail of a one-wave call, where nothing overlaps it: at batch 16 (2 splits,
 // 256 CTAs, all starting and ending together) the tail is part of the ~15 us per call that does not
-// scale with the keys (docs/results/2026-11-22-h200-paged-attention.md, sessions 3 and 7).
+// scale with the keys (docs/results/2026-11-22-h200-paged-attention.md).
 //
-// Start of a paged CTA (session 7): the run's bounds, the block-table loads of its first three tiles
+// Start of a paged CTA: the run's bounds, the block-table loads of its first three tiles
 // and the copies of its first tiles that hold only keys below pos0 go out BEFORE the wait for the
 // previous kernel (attention.h states what callers guarantee for that), so a CTA that the PDL launch
 // made resident while the previous kernel drains has its first tiles in flight when it is released;
-// q (written by the previous kernel) is loaded after the wait. In session 7's timeline the release ->
+// q (written by the previous kernel) is loaded after the wait. In the per-CTA timeline the release ->
 // first tile latency was 4.6 us at b1 with everything after the wait.
 #include "backends/cuda/kernels/attention_impl.cuh"
 #include "backends/cuda/kernels/pdl.cuh"
@@ -73,7 +73,7 @@ __device__ __forceinline__ void merge_if_last(const AttnArgs& a, int64_t tok0, i
   __threadfence();
 
   // The (max, sum) pairs are read from L2 once, as float2, and parked in shared memory by the lane that then turns
-  // them into weights: one L2 round trip on the tail of the call instead of two (session 3, Turing engineer).
+  // them into weights: one L2 round trip on the tail of the call instead of two.
   float* const sm_w = reinterpret_cast<float*>(smem_bytes);  // [kMmaRows][kMaxSplits] split max, then weight
   float* const sm_ls = sm_w + kMmaRows * kMaxSplits;         // [kMmaRows][kMaxSplits] split sums
   float* const sm_l = sm_ls + kMmaRows * kMaxSplits;         // [kMmaRows] sum of the weighted sums
@@ -108,7 +108,7 @@ __device__ __forceinline__ void merge_if_last(const AttnArgs& a, int64_t tok0, i
   __syncthreads();
   // The accumulators: each thread takes kElems of the tile's valid (row, dim) elements at a time and
   // issues the loads of kSplitBatch splits for all of them before the first use (32 independent L2
-  // reads in flight). One element and 8 splits at a time, as before session 7, cost a dependent round
+  // reads in flight). One element and 8 splits at a time (the first version) cost a dependent round
   // trip per 8 splits per element: 6.8 us from the last tile to the last exit at b1 (16 splits, 4 rows).
   // The sums run over the splits in the same order as before (bit-identical results).
   constexpr int kElems = 4, kSplitBatch = 8;
@@ -229,7 +229,7 @@ __global__ void __launch_bounds__(kAttnThreads, HD <= 128 ? (kStages == 2 ? 3 : 
   trace.mark(0);
   if constexpr (!kPaged) {
     pdl_wait_prior_grid();  // launched after the previous kernel (pdl.cuh): its outputs are ready from here
-    pdl_allow_dependents();  // after the wait: triggering first measured slower (session 3, run 2)
+    pdl_allow_dependents();  // after the wait: triggering first measured slower
     trace.mark(1);
   }
   extern __shared__ __align__(16) unsigned char attn_smem[];
@@ -339,7 +339,7 @@ __global__ void __launch_bounds__(kAttnThreads, HD <= 128 ? (kStages == 2 ? 3 : 
     const int t = r / a.group;
     const int head = kv_head * a.group + r % a.group;
     mask.lim[i] = valid ? min(pos0 + t, end - 1) : -1;
-    mask.lo[i] = a.window_left >= 0 ? pos0 + t - a.window_left : 0;
+    mask.lo[i] = a.window_left >= 0 ? static_cast<int>(pos0 + t - a.window_left) : 0;
     q_row[i] = valid ? a.q + (run.tok0 + t) * a.q_stride + int64_t{head} * HD : nullptr;
   }
   const int64_t min_lim = min(pos0 + tile_row0 / a.group, end - 1);  // the smallest limit of a valid row

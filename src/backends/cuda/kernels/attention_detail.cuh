@@ -377,7 +377,7 @@ struct KvPipeline {
   // (cp.async groups are counted in issue order). start() is both at once (stable_end 0: nothing early).
   // The start of a CTA is a chain of dependent round trips (run bounds -> table -> first tiles) that no
   // other work hides when every CTA of a one-wave grid starts at once: 4.6 us from the wait to the
-  // first tile at b1 in session 7's timeline.
+  // first tile at b1 in the per-CTA timeline (bench_attention's decode_trace).
   __device__ __forceinline__ int start_stable(int n_tiles, int64_t stable_end) {
     int issued = 0;
     if constexpr (kPaged) {
@@ -512,7 +512,7 @@ __device__ __forceinline__ void start_kv_and_q(KvPipeline<HD, kPaged, kStages>& 
 // (uniform per warp; each false skips its masking loop). softcap_log2: AttnArgs::softcap_log2.
 struct StepMask {
   int64_t lim[2];
-  int64_t lo[2];
+  int lo[2];  // (positions are below 2^31: max_kv_positions is; 32 bits keep the decode's registers)
   bool upper, lower;
   float softcap_log2;
 };

@@ -98,7 +98,7 @@ __global__ void __launch_bounds__(kAttnThreads) attention_prefill_kernel(const A
     const int64_t t = run.tok0 + r / a.group;
     const int head = kv_head * a.group + r % a.group;
     mask.lim[i] = valid ? pos0 + r / a.group : -1;
-    mask.lo[i] = window ? pos0 + r / a.group - a.window_left : 0;
+    mask.lo[i] = window ? static_cast<int>(pos0 + r / a.group - a.window_left) : 0;
     q_row[i] = valid ? a.q + t * a.q_stride + int64_t{head} * HD : nullptr;
     out_row[i] = valid ? a.out + t * a.out_stride + int64_t{head} * HD : nullptr;
   }

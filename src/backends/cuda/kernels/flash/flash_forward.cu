@@ -207,6 +207,10 @@ const char* params_reason(const FlashParams& p) {
   if (!std::isfinite(p.softcap) || p.softcap < 0.0f) return "softcap must be 0 (off) or finite and > 0";
   if (fp8) {
     if (p.head_dim != 128 && p.head_dim != 256) return "the FP8 forward is built for head dims 128 and 256 only";
+    if (p.softcap > 0.0f) {
+      return "soft-capping runs on 16-bit inputs only (the FP8 kernels have no soft-cap code: compiled into them, it "
+             "made FP8 head dim 256 spill)";
+    }
     if (p.out_dtype != FlashDtype::kBf16 && p.out_dtype != FlashDtype::kF16) {
       return "the FP8 forward writes o as bf16 or fp16 (out_dtype)";
     }
@@ -260,6 +264,8 @@ cudaError_t run(const FlashParams& p, int variant, void* workspace, size_t works
   const bool bf16 = p.dtype == FlashDtype::kBf16;
   flash_detail::FwdArgs a{};
   const bool varlen = p.cu_seqlens_q != nullptr, paged = p.block_table != nullptr;
+  // soft-capping: the one kernel with the cap's code (flash_fwd_launch.h, 59), whatever variant was named
+  variant = flash_detail::softcap_variant(variant, p.softcap > 0.0f);
   if (paged) variant = flash_detail::paged_variant(variant);  // pages divide the default key tile only
   variant = flash_detail::head_dim_variant<HD>(variant);        // Q in registers, split tail: head dim 128 only
   const bool split_kernel = flash_detail::split_tail_kernel(variant);  // 21, 24 (hd 128: head_dim_variant)
@@ -400,7 +406,7 @@ static_assert(kFlashSm80Variant == flash_detail::kFwdVariants, "the mma.sync var
 static_assert(kFlashSm75Variant == flash_detail::kFwdVariantsEnd, "the sm_75 variant follows the tile variants");
 static_assert(flash_detail::kFirstQRegVariant == kFlashSm75Variant + 1, "the Q-in-registers variants follow it");
 static_assert(flash_detail::kSplitTailVariant == flash_detail::kQRegVariantsEnd, "the split tail follows them");
-static_assert(flash_detail::kStageInVVariant == flash_detail::kSplitTailVariant + 3, "22, 23 retired (session 6b)");
+static_assert(flash_detail::kStageInVVariant == flash_detail::kSplitTailVariant + 3, "22, 23 retired");
 int flash_variant_count() { return flash_detail::kFwdAllVariantsEnd; }
 bool flash_variant_compiled(int variant) {
   return variant == kFlashSm80Variant || variant == kFlashSm75Variant || flash_detail::variant_compiled(variant);

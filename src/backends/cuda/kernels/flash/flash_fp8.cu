@@ -7,7 +7,7 @@
 // kernel (ldmatrix/stmatrix by the producer warps); the defaults transpose V once in global memory instead
 // (memory-bound: 2 * bytes(V), 3-4% of the attention time at 4k keys, ~1% at 16k), which keeps the kernel's
 // producer a single TMA thread. The in-kernel transpose exists as benchmark variants 57 / 58
-// (kSchedFp8VtInKernel, flash_fp8_vt.cuh): measured 0.69-0.95x of the defaults from 4k keys on (session 13: the
+// (kSchedFp8VtInKernel, flash_fp8_vt.cuh): measured 0.69-0.95x of the defaults from 4k keys on (the
 // transposing warps' instructions compete with the issue-bound consumers), so the pre-pass stays. The same pass
 // stores each 16-key group's columns in the order fp8_key_of_column gives, so the consumers need no register
 // shuffle to turn S into the 8-bit A operand (flash_fwd_sm90.cuh), and zero-fills keys past seqlen_k up to the
