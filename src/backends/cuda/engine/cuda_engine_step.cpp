@@ -18,6 +18,7 @@
 #include "backends/cuda/engine/cuda_engine.h"
 #include "backends/cuda/engine/engine_checks.h"
 #include "backends/cuda/kernels/attention.h"
+#include "backends/cuda/kernels/attention_simple.h"
 #include "backends/cuda/kernels/gemv.h"
 #include "backends/cuda/kernels/ops.h"
 #include "backends/cuda/llama/llama_kernels.h"
