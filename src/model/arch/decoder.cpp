@@ -99,7 +99,7 @@ class DecoderProgram final : public step::Program {
           L.gate_sh = b.matrix(name("ffn_gate_shexp.weight"));
           L.up_sh = b.matrix(name("ffn_up_shexp.weight"));
           L.down_sh = b.matrix(name("ffn_down_shexp.weight"));
-          L.gate_inp_sh = b.find_vector(name("ffn_gate_inp_shexp.weight"));
+          L.gate_inp_sh = b.vector(name("ffn_gate_inp_shexp.weight"));
         }
       } else {
         if (!tp.fused_gate_up) L.w_gate = b.matrix(name("ffn_gate.weight"));
@@ -368,7 +368,7 @@ std::vector<TensorSpec> decoder_tensor_specs(const ModelConfig& c) {
         specs.push_back({p + "ffn_gate_shexp.weight", {E, S}, true});
         specs.push_back({p + "ffn_up_shexp.weight", {E, S}, true});
         specs.push_back({p + "ffn_down_shexp.weight", {S, E}, true});
-        specs.push_back({p + "ffn_gate_inp_shexp.weight", {E}, false});
+        specs.push_back({p + "ffn_gate_inp_shexp.weight", {E}, true});
       }
     } else if (tp.fused_gate_up) {
       specs.push_back({p + "ffn_up.weight", {E, 2 * u(c.n_ff)}, true});

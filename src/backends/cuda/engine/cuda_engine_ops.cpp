@@ -16,6 +16,7 @@
 #include "backends/cuda/engine/cuda_engine.h"
 #include "backends/cuda/engine/engine_checks.h"
 #include "backends/cuda/kernels/attention.h"
+#include "backends/cuda/kernels/attention_simple.h"
 #include "backends/cuda/kernels/elementwise.h"
 #include "backends/cuda/kernels/gemv.h"
 #include "backends/cuda/kernels/ops.h"
@@ -193,9 +194,7 @@ void CudaEngine::linear_concat(std::span<const step::Weight> ws, step::View x, s
     col += m->rows;
   }
   GA_CHECK(col == y.cols, Internal, "linear_concat: ", col, " rows into ", y.cols, " columns");
-  if (!(same_view(xq_of_, x))) wrote(y);
-  else if (y.buf.id == x.buf.id) xq_of_ = step::View{};
-  if (y.buf.id == attn_out_.buf.id) attn_out_ = step::View{};
+  wrote(y);
 }
 
 void CudaEngine::rope_kv(const step::RopeKvOp& op) {
