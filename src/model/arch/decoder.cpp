@@ -404,8 +404,9 @@ void check_decoder_config(const ModelConfig& c) {
            c.rope_freq_base, " is not positive");
   GA_CHECK(std::isfinite(c.rope_scaling.factor) && c.rope_scaling.factor > 0, InvalidFormat, "rope scaling factor ",
            c.rope_scaling.factor, " is not positive");
-  GA_CHECK(c.rope_scaling.type != RopeScalingType::Yarn && c.rope_scaling.type != RopeScalingType::LongRope ||
-               c.rope_scaling.original_context > 0,
+  const bool needs_original = c.rope_scaling.type == RopeScalingType::Yarn ||
+                              c.rope_scaling.type == RopeScalingType::LongRope;
+  GA_CHECK(!needs_original || c.rope_scaling.original_context > 0,
            InvalidFormat, "rope scaling needs a positive original context length");
   GA_CHECK(std::isfinite(tp.attn_softcap) && tp.attn_softcap >= 0 && std::isfinite(tp.final_softcap) &&
                tp.final_softcap >= 0,
