@@ -28,6 +28,7 @@
 #include "common/test_data.h"
 #include "core/thread_pool.h"
 #include "cuda/cuda_harness.h"
+#include "cuda/family_models.h"
 #include "cuda/logits_check.h"
 #include "cuda/random_test_model.h"
 #include "gpu_accel/error.h"
@@ -185,6 +186,17 @@ TEST(CudaBatchForward, MatchesTheCpuBatchForwardWithTheTunedPagedAttention) {
   GA_REQUIRE_CUDA_DEVICE();
   EXPECT_GT(check_model("random tiny-hd64", tiny_hd64(), 16, true), 0u);
   EXPECT_GT(check_model("random tiny-hd64", tiny_hd64(), 7, false), 0u);
+}
+
+// Every architecture family (family_models.h): the script reaches 61 positions, past every model's window, so
+// the windowed layers' paged decode and prefill skip and mask keys; block size 7 cuts windows mid-block.
+TEST(CudaBatchForward, MatchesTheCpuBatchForwardForEveryFamily) {
+  GA_REQUIRE_CUDA_DEVICE();
+  for (const ga::test::cuda::FamilyModel& m : ga::test::cuda::family_models()) {
+    SCOPED_TRACE(m.tag);
+    EXPECT_GT(check_model(m.tag, m.model, 16, true), 0u);
+    EXPECT_GT(check_model(m.tag, m.model, 7, false), 0u);
+  }
 }
 
 TEST(CudaBatchForward, RefusesBadBatchesAndPoolsThatDoNotFit) {
