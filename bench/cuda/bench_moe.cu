@@ -12,8 +12,8 @@
 // experts in L2; the calls over (copy, routing) are captured in one CUDA graph, the time per call is the
 // median over the graph's launches divided by its calls. Weights are random bytes (timing only).
 // Prefill rows: moe_route + moe_prefill_host_sync on 512 tokens, CUDA events around the call (it holds one
-// host sync), TFLOP/s on 2 * 3 * n_embd * n_ff per routed pair against the cuBLAS f16 GEMM ceiling of
-// the same run.
+// host sync), and the same tokens through route + moe_ffn_gemv in one graph; TFLOP/s on
+// 2 * 3 * n_embd * n_ff per routed pair against the cuBLAS f16 GEMM ceiling of the same run.
 // Usage: ga_bench_moe [--type Q4_K ...] [--batch 1,4,16] [--prefill 512] [--no-variants]
 #include <cuda_runtime.h>
 
@@ -62,7 +62,7 @@ struct Row {
 };
 
 struct PrefillRow {
-  std::string shape, type;
+  std::string shape, type, path;
   int64_t tokens;
   double us, tflops;
 };
@@ -326,7 +326,32 @@ int main(int argc, char** argv) try {
         }
         const double us = ga::bench::median(ms) * 1e3;
         const double flops = 2.0 * 3.0 * static_cast<double>(s.n_embd * s.n_ff) * static_cast<double>(shape.n_pairs());
-        prefill_rows.push_back({s.name, dtype_name(type), prefill_tokens, us, flops / (us * 1e-6) / 1e12});
+        prefill_rows.push_back({s.name, dtype_name(type), "dequantize + cuBLAS per expert (host sync)", prefill_tokens,
+                                us, flops / (us * 1e-6) / 1e12});
+        // the same tokens through the grouped GEMV (route + moe_ffn_gemv in one graph, no host sync): items of 8
+        // pairs re-read an expert's weights once per item, so it only pays where experts get few pairs each
+        DeviceBuffer gws(alloc, static_cast<size_t>(gc::moe_ffn_gemv_workspace_bytes(shape, s.n_embd, s.n_ff)));
+        gc::MoeFfnGemvParams f;
+        f.shape = shape;
+        f.plan = plan.data();
+        f.ids = ids.as<int32_t>();
+        f.weights = weights.as<float>();
+        f.gate = st.g;
+        f.up = st.u;
+        f.down = st.d;
+        f.x = x.as<float>();
+        f.ldx = s.n_embd;
+        f.out = out.as<float>();
+        f.ld_out = s.n_embd;
+        f.workspace = gws.data();
+        cudaGraphExec_t g = ga::bench::capture(stream.get(), 1, [&](int) {
+          GA_CUDA_CHECK(gc::moe_route(rp, stream.get()));
+          return gc::moe_ffn_gemv(f, stream.get());
+        });
+        const double gemv_us = ga::bench::time_graph(g, stream.get(), 1, 3) * 1e3;
+        GA_CUDA_CHECK(cudaGraphExecDestroy(g));
+        prefill_rows.push_back({s.name, dtype_name(type), "grouped GEMV (moe_ffn_gemv, one graph)", prefill_tokens,
+                                gemv_us, flops / (gemv_us * 1e-6) / 1e12});
       }
       copies.clear();
       alloc.release_cached();
@@ -344,11 +369,11 @@ int main(int argc, char** argv) try {
                 gbs, 100.0 * gbs / ceilings.copy_gbps, r.pair_mb, r.pair_mb * 1e6 / (r.us * 1e-6) / 1e9);
   }
   if (!prefill_rows.empty()) {
-    std::printf("\nMoE prefill: route + moe_prefill_host_sync (dequantize + cuBLAS per routed expert)\n\n");
-    std::printf("| shape | type | tokens | time us | TFLOP/s | %% of cuBLAS |\n|---|---|---:|---:|---:|---:|\n");
+    std::printf("\nMoE prefill (route included)\n\n");
+    std::printf("| shape | type | tokens | path | time us | TFLOP/s | %% of cuBLAS |\n|---|---|---:|---|---:|---:|---:|\n");
     for (const PrefillRow& r : prefill_rows) {
-      std::printf("| %s | %s | %lld | %.0f | %.1f | %.1f%% |\n", r.shape.c_str(), r.type.c_str(),
-                  static_cast<long long>(r.tokens), r.us, r.tflops, 100.0 * r.tflops / ceilings.gemm_tflops);
+      std::printf("| %s | %s | %lld | %s | %.0f | %.1f | %.1f%% |\n", r.shape.c_str(), r.type.c_str(),
+                  static_cast<long long>(r.tokens), r.path.c_str(), r.us, r.tflops, 100.0 * r.tflops / ceilings.gemm_tflops);
     }
   }
   return 0;

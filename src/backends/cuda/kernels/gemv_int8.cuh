@@ -458,7 +458,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32, gemv_int8_min_ctas<D>())
 }
 
 // Persistent launch: as many CTAs as fit on the device at once (at most one per tile), shared by the
-// matrices of a batched launch (grid.y x grid.z of them: each gets its share of the resident CTAs).
+// matrices of a batched launch (Batch::concurrent_matrices: each gets its share of the resident CTAs).
 template <class D, int NT, bool kPreQuantX, class Batch = DenseBatch>
 cudaError_t launch_gemv_int8_variant(const typename Batch::Args& args, cudaStream_t stream) {
   const GemvArgs& a = Batch::base(args);
@@ -476,8 +476,7 @@ cudaError_t launch_gemv_int8_variant(const typename Batch::Args& args, cudaStrea
   if ((status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess) return status;
   status = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kGemvWarps * 32, smem);
   if (status != cudaSuccess) return status;
-  const dim3 matrices = Batch::grid(1, args);
-  const int64_t resident = int64_t{sms} * (per_sm < 1 ? 1 : per_sm) / (int64_t{matrices.y} * matrices.z);
+  const int64_t resident = int64_t{sms} * (per_sm < 1 ? 1 : per_sm) / Batch::concurrent_matrices(args);
   const int64_t grid = n_tiles < resident ? n_tiles : (resident < 1 ? 1 : resident);
   return launch_after_prior(kernel, Batch::grid(static_cast<unsigned>(grid), args), dim3(kGemvWarps * 32),
                             static_cast<size_t>(smem), stream, a, n_tiles, Batch::extra(args));

@@ -70,7 +70,8 @@ struct GemvArgs {
 //   Cta<NT>::a              the GemvArgs of the CTA's matrix and tokens (a.n_tokens <= NT),
 //   Cta<NT>::x(a, t), y(a, t)  element offsets of token t's x and y rows from a.x / a.y (x: t a compile-time
 //                           index after unrolling; x_any(a, t): any t, for loops that are not unrolled),
-//   grid(blocks, args), routing(args)  the host side: the grid, and the shape the routing limits see.
+//   grid(blocks, args), concurrent_matrices(args), routing(args)  the host side: the grid, the matrices that
+//                           share the device at once (the persistent int8 grid), the shape the routing limits see.
 // The kernels bind `const GemvArgs& a = kDense ? args : cta.a`: the plain GEMV's PTX is then identical to
 // the code before the policy existed (checked; a reference returned by a function, or the body moved into
 // an inlined device function, changed the int8 kernel's loops).
@@ -88,6 +89,7 @@ struct DenseBatch {
   static const GemvArgs& base(const GemvArgs& a) { return a; }
   static Extra extra(const GemvArgs&) { return {}; }
   static dim3 grid(unsigned blocks, const GemvArgs&) { return dim3(blocks); }
+  static int64_t concurrent_matrices(const GemvArgs&) { return 1; }
   static GemvArgs routing(const GemvArgs& a) { return a; }
 };
 

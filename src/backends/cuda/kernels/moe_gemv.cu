@@ -40,6 +40,7 @@ const char* moe_gemv_unsupported_reason(const MoeGemvParams& p) {
     return "plan, w, x and y must be device pointers, not null";
   }
   if (w.rows <= 0 || w.cols <= 0) return "rows and cols must be positive";
+  if (moe_plan_max_items(p.shape) > 65535) return "more work items than one launch's grid.y (65535): split the tokens";
   if (w.cols % block != 0) {
     return "cols must be a multiple of the block size (32 for Q4_0..Q8_0, 256 for K-quants, 8 for F16/BF16, 4 for F32)";
   }

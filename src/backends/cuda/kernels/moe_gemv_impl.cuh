@@ -23,6 +23,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 
 #include "backends/cuda/kernels/gemv_impl.cuh"
@@ -46,6 +48,7 @@ struct ExpertGemvExtra {
 struct ExpertGemvLaunch {
   GemvArgs g;  // one expert's matrix: w = the first stack, n_tokens = item_pairs (the CTA's bound)
   ExpertGemvExtra e;
+  int64_t expected_items = 1;  // host only: items a routing gives on average (the persistent grid's share)
 };
 
 struct ExpertBatch {
@@ -86,6 +89,11 @@ struct ExpertBatch {
   static dim3 grid(unsigned blocks, const ExpertGemvLaunch& l) {
     return dim3(blocks, static_cast<unsigned>(l.e.grid_items), l.e.w2 != nullptr ? 2u : 1u);
   }
+  // Matrices the launch works on at once, for the int8 kernel's persistent grid: the expected items (not the
+  // bound: the CTAs of items past the plan's count exit at once and would leave their SMs' share idle).
+  static int64_t concurrent_matrices(const ExpertGemvLaunch& l) {
+    return l.expected_items * (l.e.w2 != nullptr ? 2 : 1);
+  }
   static GemvArgs routing(const ExpertGemvLaunch& l) {
     GemvArgs r = l.g;
     r.rows *= int64_t{l.e.grid_items} * (l.e.w2 != nullptr ? 2 : 1);
@@ -120,6 +128,10 @@ ExpertGemvLaunch make_expert_launch(const MoeGemvParams& p) {
   l.e.sorted_pairs = plan.sorted_pairs;
   l.e.x_pair_div = p.input == MoeGemvInput::kTokenRows ? p.shape.top_k : 1;
   l.e.grid_items = static_cast<int>(plan.max_items);
+  // distinct experts of a uniform routing, E (1 - (1 - k / E)^n), one item each (k for one token); at most the bound
+  const double e = p.shape.n_expert;
+  const double distinct = e * (1.0 - std::pow(1.0 - p.shape.top_k / e, static_cast<double>(p.shape.n_tokens)));
+  l.expected_items = std::clamp<int64_t>(std::llround(distinct), 1, plan.max_items);
   return l;
 }
 
