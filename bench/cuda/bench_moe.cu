@@ -12,7 +12,7 @@
 // experts in L2; the calls over (copy, routing) are captured in one CUDA graph, the time per call is the
 // median over the graph's launches divided by its calls. Weights are random bytes (timing only).
 // Prefill rows: moe_route + moe_prefill_host_sync on 512 tokens, CUDA events around the call (it holds one
-// host sync), and the same tokens through route + moe_ffn_gemv in one graph; TFLOP/s on
+// host sync), route + moe_prefill_graph (the grouped GEMM) and route + moe_ffn_gemv, each in one graph; TFLOP/s on
 // 2 * 3 * n_embd * n_ff per routed pair against the cuBLAS f16 GEMM ceiling of the same run.
 // Usage: ga_bench_moe [--type Q4_K ...] [--batch 1,4,16] [--prefill 512] [--no-variants]
 #include <cuda_runtime.h>
@@ -328,6 +328,24 @@ int main(int argc, char** argv) try {
         const double flops = 2.0 * 3.0 * static_cast<double>(s.n_embd * s.n_ff) * static_cast<double>(shape.n_pairs());
         prefill_rows.push_back({s.name, dtype_name(type), "dequantize + cuBLAS per expert (host sync)", prefill_tokens,
                                 us, flops / (us * 1e-6) / 1e12});
+        // path (a): route + moe_prefill_graph in one graph (the grouped GEMM; quantized stacks dequantized whole
+        // to f16 inside it each call)
+        {
+          gc::MoePrefillParams q = p;
+          const int64_t gbytes = gc::moe_prefill_graph_workspace_bytes(q);
+          DeviceBuffer gws(alloc, static_cast<size_t>(gbytes));
+          q.workspace = gws.data();
+          q.workspace_bytes = gbytes;
+          if (const char* why = gc::moe_prefill_graph_unsupported_reason(q)) GA_THROW(Internal, "graph prefill refused: ", why);
+          cudaGraphExec_t g = ga::bench::capture(stream.get(), 1, [&](int) {
+            GA_CUDA_CHECK(gc::moe_route(rp, stream.get()));
+            return gc::moe_prefill_graph(q, stream.get());
+          });
+          const double gus = ga::bench::time_graph(g, stream.get(), 1, 5) * 1e3;
+          GA_CUDA_CHECK(cudaGraphExecDestroy(g));
+          prefill_rows.push_back({s.name, dtype_name(type), "grouped GEMM (moe_prefill_graph, one graph)", prefill_tokens,
+                                  gus, flops / (gus * 1e-6) / 1e12});
+        }
         // the same tokens through the grouped GEMV (route + moe_ffn_gemv in one graph, no host sync): items of 8
         // pairs re-read an expert's weights once per item, so it only pays where experts get few pairs each
         DeviceBuffer gws(alloc, static_cast<size_t>(gc::moe_ffn_gemv_workspace_bytes(shape, s.n_embd, s.n_ff)));

@@ -11,10 +11,11 @@
 //    kernel family forced as well as the routing's choice; NaN-poisoned y whose unused rows and padding must
 //    stay poisoned; experts without tokens, every token on one expert, unused slots; 1..64 tokens.
 //  * activation (relative 4e-6 of the CPU's float expression) and combine (bit-identical to cpu::moe_combine).
-//  * the whole FFN, decode path (moe_route + moe_ffn_gemv) and prefill (moe_prefill_host_sync), against
-//    cpu::moe_ffn per token in relative L2: 1e-4 (float weights, float x), 1e-3 (int8 activations),
-//    5e-3 (prefill: x, weights and activation rounded to f16); and captured in a CUDA graph, replayed with
-//    new logits.
+//  * the grouped GEMM of the prefill against float64 (f16 inputs exact in f16), 1e-5 of sum |w x|.
+//  * the whole FFN, decode path (moe_route + moe_ffn_gemv) and both prefills (moe_prefill_host_sync,
+//    moe_prefill_graph), against cpu::moe_ffn per token in relative L2: 1e-4 (float weights, float x), 1e-3
+//    (int8 activations), 5e-3 (prefill: x, weights and activation rounded to f16); the decode step and the
+//    graph prefill captured in a CUDA graph, replayed with new logits.
 // Without a GPU every test is SKIPPED.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
@@ -762,7 +763,26 @@ void run_ffn_prefill_case(CachingAllocator& alloc, ThreadPool& pool, const FfnCa
   ASSERT_EQ(gc::moe_prefill_unsupported_reason(p), nullptr) << name;
   gc::moe_prefill_host_sync(gemm, p);
   stream.synchronize();
-  expect_close(name, c, d, dev.out.download(), cpu_ffn(c, d, r, pool), 5e-3);
+  const std::vector<float> want = cpu_ffn(c, d, r, pool);
+  expect_close(name, c, d, dev.out.download(), want, 5e-3);
+
+  // path (a): the grouped GEMM, no host sync, on the same routing
+  const std::string graph_name = ffn_name("ffn prefill graph", c);
+  const int64_t gws_bytes = gc::moe_prefill_graph_workspace_bytes(p);
+  DeviceArray<uint8_t> gws(alloc, static_cast<size_t>(gws_bytes));
+  gws.poison();
+  p.workspace = gws.get();
+  p.workspace_bytes = gws_bytes;
+  if (c.accumulate) {
+    dev.out.upload(d.out0);
+  } else {
+    dev.out.poison();
+  }
+  GA_CUDA_CHECK(cudaDeviceSynchronize());
+  ASSERT_EQ(gc::moe_prefill_graph_unsupported_reason(p), nullptr) << graph_name;
+  GA_CUDA_CHECK(gc::moe_prefill_graph(p, stream.get()));
+  stream.synchronize();
+  expect_close(graph_name, c, d, dev.out.download(), want, 5e-3);
 }
 
 TEST(CudaMoeFfn, PrefillMatchesCpu) {
@@ -779,6 +799,84 @@ TEST(CudaMoeFfn, PrefillMatchesCpu) {
     run_ffn_prefill_case(alloc, pool, {type, 8, 2, 100, 512, 256, false, gc::MoeActivation::kSilu, 1}, rng);
     run_ffn_prefill_case(alloc, pool, {type, 8, 2, 100, 512, 256, true, gc::MoeActivation::kSilu, 2}, rng);
   }
+}
+
+// The grouped GEMM alone: f16 inputs (exact in f16), float64 reference per sorted row of the plan.
+TEST(CudaMoeGroupedGemm, MatchesFloat64Reference) {
+  GA_REQUIRE_CUDA_DEVICE();
+  CachingAllocator alloc(0);
+  Parity parity("moe grouped gemm");
+  std::mt19937 rng(61);
+  const std::tuple<int, int, int64_t, int64_t, int64_t, bool> cases[] = {
+      {8, 2, 9, 128, 96, false}, {8, 2, 100, 64, 256, true}, {8, 2, 513, 192, 64, true},
+      {128, 8, 100, 64, 128, false}, {60, 4, 37, 128, 32, true}, {8, 8, 300, 64, 64, false}};
+  for (const auto& [n_expert, k, n_tokens, n, kdim, two] : cases) {
+    const gc::MoeShape shape{n_tokens, n_expert, k};
+    const int64_t n_pairs = shape.n_pairs(), ldw = kdim + 8, ldx = kdim + 16, ldy = (two ? 2 : 1) * n + 4;
+    const int64_t stride = n * ldw + 64;  // padded experts
+    std::uniform_int_distribution<int> small(-8, 8);
+    auto half_of = [&](int v) { return f32_to_fp16(static_cast<float>(v) / 8.0f); };
+    std::vector<uint16_t> w(static_cast<size_t>(stride * n_expert)), w2(w.size()), x(static_cast<size_t>(n_pairs * ldx));
+    for (auto& v : w) v = half_of(small(rng));
+    for (auto& v : w2) v = half_of(small(rng));
+    for (auto& v : x) v = half_of(small(rng));
+    const Routing routing = random_routing(n_tokens, n_expert, k, n_tokens == 300 ? 2 : 0, rng);  // 300: unused slots
+    const HostPlan hp = host_plan(shape, routing.ids);
+    DeviceArray<uint16_t> d_w(alloc, w.size()), d_w2(alloc, w2.size()), d_x(alloc, x.size());
+    DeviceArray<int32_t> d_ids(alloc, routing.ids.size());
+    DeviceArray<uint8_t> d_plan(alloc, static_cast<size_t>(gc::moe_plan_bytes(shape)));
+    DeviceArray<float> d_y(alloc, static_cast<size_t>(n_pairs * ldy));
+    d_w.upload(w);
+    d_w2.upload(w2);
+    d_x.upload(x);
+    d_ids.upload(routing.ids);
+    d_y.poison();
+    GA_CUDA_CHECK(gc::moe_plan({shape, d_ids.get(), d_plan.get()}, nullptr));
+    gc::MoeGroupedGemmParams p;
+    p.shape = shape;
+    p.plan = d_plan.get();
+    p.w = d_w.get();
+    p.w2 = two ? d_w2.get() : nullptr;
+    p.n = n;
+    p.k = kdim;
+    p.ldw = ldw;
+    p.expert_stride = stride;
+    p.x = d_x.get();
+    p.ldx = ldx;
+    p.y = d_y.get();
+    p.ldy = ldy;
+    const std::string name = str("grouped gemm E", n_expert, " k", k, " n", n_tokens, " ", n, "x", kdim, two ? " two" : "");
+    ASSERT_EQ(gc::moe_grouped_gemm_unsupported_reason(p), nullptr) << name;
+    GA_CUDA_CHECK(gc::moe_grouped_gemm(p, nullptr));
+    GA_CUDA_CHECK(cudaDeviceSynchronize());
+    const std::vector<float> y = d_y.download();
+    std::vector<double> ref(static_cast<size_t>(n)), mag(ref.size());
+    for (int e = 0; e < n_expert; ++e) {
+      for (int32_t s = hp.offsets[e]; s < hp.offsets[e] + hp.counts[e]; ++s) {
+        for (int z = 0; z < (two ? 2 : 1); ++z) {
+          const std::vector<uint16_t>& m = z == 0 ? w : w2;
+          for (int64_t r = 0; r < n; ++r) {
+            double sum = 0.0, abs_sum = 0.0;
+            for (int64_t c = 0; c < kdim; ++c) {
+              const double prod = static_cast<double>(fp16_to_f32(m[static_cast<size_t>(e * stride + r * ldw + c)])) *
+                                  fp16_to_f32(x[static_cast<size_t>(s * ldx + c)]);
+              sum += prod;
+              abs_sum += std::fabs(prod);
+            }
+            ref[static_cast<size_t>(r)] = sum;
+            mag[static_cast<size_t>(r)] = abs_sum;
+          }
+          parity.compare(name + str(" row ", s, " stack ", z), y.data() + s * ldy + z * n, ref.data(),
+                         static_cast<size_t>(n), 1e-5, 1e-30, mag.data());
+        }
+        parity.expect_untouched(name, y.data() + s * ldy + (two ? 2 : 1) * n, 4);
+      }
+    }
+    for (int64_t s = hp.offsets[n_expert]; s < n_pairs; ++s) {  // rows past the valid pairs: untouched
+      parity.expect_untouched(name + " unused row", y.data() + s * ldy, static_cast<size_t>(ldy));
+    }
+  }
+  parity.finish();
 }
 
 // Routing and the decode FFN captured once in a CUDA graph, replayed with other logits: the plan is read on
@@ -815,6 +913,61 @@ TEST(CudaMoeFfn, DecodeStepReplaysFromAGraph) {
     ASSERT_EQ(dev.ids.download(), r.ids) << "replay " << replay;
     r.weights = dev.weights.download();
     expect_close(str("graph replay ", replay), c, d, dev.out.download(), cpu_ffn(c, d, r, pool), 1e-3);
+  }
+  GA_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  GA_CUDA_CHECK(cudaGraphDestroy(graph));
+}
+
+// The graph-capturable prefill (route + moe_prefill_graph, Q8_0 stacks dequantized inside the graph) captured
+// once and replayed with new logits.
+TEST(CudaMoeFfn, PrefillReplaysFromAGraph) {
+  GA_REQUIRE_CUDA_DEVICE();
+  CachingAllocator alloc(0);
+  ThreadPool pool(4);
+  std::mt19937 rng(71);
+  const FfnCase c{DType::Q8_0, 60, 4, 100, 256, 128};
+  FfnData d = make_ffn(c, rng);
+  DeviceFfn dev(alloc, c, d);
+  gc::MoePrefillParams p;
+  p.shape = dev.shape;
+  p.plan = dev.plan.get();
+  p.ids = dev.ids.get();
+  p.weights = dev.weights.get();
+  p.gate = dev.gate.view;
+  p.up = dev.up.view;
+  p.down = dev.down.view;
+  p.x = dev.x.get();
+  p.ldx = d.ldx;
+  p.out = dev.out.get();
+  p.ld_out = d.ld_out;
+  const int64_t ws_bytes = gc::moe_prefill_graph_workspace_bytes(p);
+  DeviceArray<uint8_t> ws(alloc, static_cast<size_t>(ws_bytes));
+  p.workspace = ws.get();
+  p.workspace_bytes = ws_bytes;
+  ASSERT_EQ(gc::moe_prefill_graph_unsupported_reason(p), nullptr);
+  gc::Stream stream(0);
+  GA_CUDA_CHECK(cudaDeviceSynchronize());
+  cudaGraph_t graph = nullptr;
+  GA_CUDA_CHECK(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal));
+  const cudaError_t route = gc::moe_route(dev.route_params(), stream.get());
+  const cudaError_t ffn = gc::moe_prefill_graph(p, stream.get());
+  GA_CUDA_CHECK(cudaStreamEndCapture(stream.get(), &graph));
+  ASSERT_EQ(route, cudaSuccess);
+  ASSERT_EQ(ffn, cudaSuccess);
+  cudaGraphExec_t exec = nullptr;
+  GA_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int replay = 0; replay < 2; ++replay) {
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    for (auto& v : d.logits) v = normal(rng);
+    dev.logits.upload(d.logits);
+    dev.out.poison();
+    GA_CUDA_CHECK(cudaDeviceSynchronize());
+    GA_CUDA_CHECK(cudaGraphLaunch(exec, stream.get()));
+    stream.synchronize();
+    Routing r = cpu_route(d.logits, c.n_expert, c.n_tokens, c.n_expert, c.k, true);
+    ASSERT_EQ(dev.ids.download(), r.ids) << "replay " << replay;
+    r.weights = dev.weights.download();
+    expect_close(str("prefill graph replay ", replay), c, d, dev.out.download(), cpu_ffn(c, d, r, pool), 5e-3);
   }
   GA_CUDA_CHECK(cudaGraphExecDestroy(exec));
   GA_CUDA_CHECK(cudaGraphDestroy(graph));

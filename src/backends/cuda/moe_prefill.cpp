@@ -3,6 +3,7 @@
 
 #include <cuda_fp16.h>
 
+#include <utility>
 #include <vector>
 
 #include "backends/cuda/cuda_check.h"
@@ -42,7 +43,10 @@ int64_t moe_prefill_workspace_bytes(const MoeShape& s, int64_t n_embd, int64_t n
   return prefill_scratch(s, n_embd, n_ff).total;
 }
 
-const char* moe_prefill_unsupported_reason(const MoePrefillParams& p) {
+namespace {
+
+// The checks both paths share (shapes, types, strides, pointers); the workspace is each path's own.
+const char* prefill_shape_reason(const MoePrefillParams& p) {
   if (const char* why = moe_shape_unsupported_reason(p.shape)) return why;
   if (p.plan == nullptr || p.ids == nullptr || p.weights == nullptr || p.x == nullptr || p.out == nullptr) {
     return "plan, ids, weights, x and out must be device pointers";
@@ -61,8 +65,18 @@ const char* moe_prefill_unsupported_reason(const MoePrefillParams& p) {
   if (p.ldx < n_embd || p.ldx % 4 != 0 || p.ld_out < n_embd || p.ld_out % 4 != 0) {
     return "ldx and ld_out must be >= n_embd and multiples of 4";
   }
-  if (p.workspace == nullptr || reinterpret_cast<uintptr_t>(p.workspace) % kAlign != 0 ||
-      p.workspace_bytes < moe_prefill_workspace_bytes(p.shape, n_embd, n_ff)) {
+  return nullptr;
+}
+
+bool workspace_holds(const MoePrefillParams& p, int64_t bytes) {
+  return p.workspace != nullptr && reinterpret_cast<uintptr_t>(p.workspace) % kAlign == 0 && p.workspace_bytes >= bytes;
+}
+
+}  // namespace
+
+const char* moe_prefill_unsupported_reason(const MoePrefillParams& p) {
+  if (const char* why = prefill_shape_reason(p)) return why;
+  if (!workspace_holds(p, moe_prefill_workspace_bytes(p.shape, p.gate.cols, p.gate.rows))) {
     return "the workspace must be 256-byte aligned and moe_prefill_workspace_bytes() long";
   }
   return nullptr;
@@ -153,6 +167,145 @@ void moe_prefill_host_sync(Gemm& gemm, const MoePrefillParams& p) {
   c.ld_out = p.ld_out;
   c.accumulate = p.accumulate;
   GA_CUDA_CHECK(moe_combine(c, stream));
+}
+
+// ---- path (a): no host sync ----
+
+namespace {
+
+struct GraphScratch {  // byte offsets into the workspace
+  int64_t x16, gate_up, act16, ys, gate16, up16, down16, total;
+};
+
+// The f16 weights of a stack: in place (F16), the caller's copy, or dequantized into the workspace.
+bool stack_needs_f16(const MoeExperts& w, const void* f16_copy) { return w.type != DType::F16 && f16_copy == nullptr; }
+
+GraphScratch graph_scratch(const MoePrefillParams& p) {
+  const int64_t pairs = p.shape.n_pairs(), n_embd = p.gate.cols, n_ff = p.gate.rows;
+  const int64_t stack16 = align_up(int64_t{p.shape.n_expert} * n_ff * n_embd * 2);
+  GraphScratch f;
+  f.x16 = 0;                                          // [n_pairs][n_embd] f16, sorted
+  f.gate_up = f.x16 + align_up(pairs * n_embd * 2);   // [n_pairs][2 n_ff] f32, sorted
+  f.act16 = f.gate_up + align_up(pairs * 2 * n_ff * 4);  // [n_pairs][n_ff] f16, sorted
+  f.ys = f.act16 + align_up(pairs * n_ff * 2);        // [n_pairs][n_embd] f32, sorted
+  f.gate16 = f.ys + align_up(pairs * n_embd * 4);
+  f.up16 = f.gate16 + (stack_needs_f16(p.gate, p.gate_f16) ? stack16 : 0);
+  f.down16 = f.up16 + (stack_needs_f16(p.up, p.up_f16) ? stack16 : 0);
+  f.total = f.down16 + (stack_needs_f16(p.down, p.down_f16) ? stack16 : 0);
+  return f;
+}
+
+}  // namespace
+
+int64_t moe_prefill_graph_workspace_bytes(const MoePrefillParams& p) { return graph_scratch(p).total; }
+
+const char* moe_prefill_graph_unsupported_reason(const MoePrefillParams& p) {
+  if (const char* why = prefill_shape_reason(p)) return why;
+  if (p.gate.rows % 64 != 0 || p.gate.cols % 64 != 0) return "the grouped GEMM needs n_embd and n_ff multiples of 64";
+  if (!workspace_holds(p, moe_prefill_graph_workspace_bytes(p))) {
+    return "the workspace must be 256-byte aligned and moe_prefill_graph_workspace_bytes() long";
+  }
+  for (const void* f16 : {p.gate_f16, p.up_f16, p.down_f16}) {
+    if (reinterpret_cast<uintptr_t>(f16) % 16 != 0) return "the f16 copies must be 16-byte aligned";
+  }
+  const std::pair<const MoeExperts*, const void*> stacks[] = {{&p.gate, p.gate_f16}, {&p.up, p.up_f16}, {&p.down, p.down_f16}};
+  for (const auto& [w, copy] : stacks) {
+    if (stack_needs_f16(*w, copy) && w->expert_stride != w->rows * w->row_stride) {
+      return "dequantizing a whole stack needs its experts packed (expert_stride = rows * row_stride)";
+    }
+  }
+  return nullptr;
+}
+
+cudaError_t moe_prefill_graph(const MoePrefillParams& p, cudaStream_t stream) {
+  if (moe_prefill_graph_unsupported_reason(p) != nullptr) return cudaErrorInvalidValue;
+  if (p.shape.n_tokens == 0) return cudaSuccess;
+  const int64_t n_embd = p.gate.cols, n_ff = p.gate.rows, pairs = p.shape.n_pairs();
+  const GraphScratch f = graph_scratch(p);
+  auto* ws = static_cast<uint8_t*>(p.workspace);
+  const MoePlanView plan = moe_plan_view(p.shape, const_cast<void*>(p.plan));
+  cudaError_t status = cudaSuccess;
+  // f16 stacks: [n_expert * rows][cols] packed halves
+  auto f16_stack = [&](const MoeExperts& w, const void* copy, int64_t offset) -> const void* {
+    if (w.type == DType::F16) return w.data;
+    if (copy != nullptr) return copy;
+    void* dst = ws + offset;
+    if (status == cudaSuccess) {
+      status = llama::dequantize_to_f16(w.type, w.data, int64_t{p.shape.n_expert} * w.rows, w.cols,
+                                        static_cast<__half*>(dst), stream);
+    }
+    return dst;
+  };
+  // a stack's expert stride in halves: packed f16 rows (dequantized or caller's copy), or the F16 stack's own
+  auto stride16 = [&](const MoeExperts& w, const void* copy) {
+    return w.type == DType::F16 && copy == nullptr ? w.expert_stride / 2 : w.rows * w.cols;
+  };
+  const void* gate16 = f16_stack(p.gate, p.gate_f16, f.gate16);
+  const void* up16 = f16_stack(p.up, p.up_f16, f.up16);
+  const void* down16 = f16_stack(p.down, p.down_f16, f.down16);
+  if (status != cudaSuccess) return status;
+  if (stride16(p.gate, p.gate_f16) != stride16(p.up, p.up_f16)) return cudaErrorInvalidValue;  // one launch: one stride
+
+  MoeGatherParams g;
+  g.shape = p.shape;
+  g.plan = p.plan;
+  g.x = p.x;
+  g.ldx = p.ldx;
+  g.n = n_embd;
+  g.dst_f16 = ws + f.x16;
+  g.ld_dst = n_embd;
+  if ((status = moe_gather_rows_f16(g, stream)) != cudaSuccess) return status;
+
+  MoeGroupedGemmParams m;
+  m.shape = p.shape;
+  m.plan = p.plan;
+  m.w = gate16;
+  m.w2 = up16;
+  m.n = n_ff;
+  m.k = n_embd;
+  m.ldw = n_embd;
+  m.expert_stride = stride16(p.gate, p.gate_f16);
+  m.x = ws + f.x16;
+  m.ldx = n_embd;
+  m.y = reinterpret_cast<float*>(ws + f.gate_up);
+  m.ldy = 2 * n_ff;
+  if ((status = moe_grouped_gemm(m, stream)) != cudaSuccess) return status;
+  auto* gate_up = reinterpret_cast<float*>(ws + f.gate_up);
+  // all n_pairs sorted rows (past the valid ones: workspace left over, never read by the GEMM below)
+  const MoeActivateParams a{gate_up, 2 * n_ff, gate_up, 2 * n_ff, pairs, n_ff, p.act};
+  if ((status = moe_activate(a, stream)) != cudaSuccess) return status;
+  if ((status = llama::convert_rows(gate_up, 2 * n_ff, ws + f.act16, n_ff, DType::F16, pairs, n_ff, stream)) !=
+      cudaSuccess) {
+    return status;
+  }
+  MoeGroupedGemmParams d;
+  d.shape = p.shape;
+  d.plan = p.plan;
+  d.w = down16;
+  d.n = n_embd;
+  d.k = n_ff;
+  d.ldw = n_ff;
+  d.expert_stride = stride16(p.down, p.down_f16);
+  d.x = ws + f.act16;
+  d.ldx = n_ff;
+  d.y = reinterpret_cast<float*>(ws + f.ys);
+  d.ldy = n_embd;
+  if ((status = moe_grouped_gemm(d, stream)) != cudaSuccess) return status;
+
+  MoeCombineParams c;
+  c.n_tokens = p.shape.n_tokens;
+  c.top_k = p.shape.top_k;
+  c.n_expert = p.shape.n_expert;
+  c.ids = p.ids;
+  c.weights = p.weights;
+  c.y = reinterpret_cast<const float*>(ws + f.ys);
+  c.ldy = n_embd;
+  c.y_rows = plan.positions;
+  c.n = n_embd;
+  c.out = p.out;
+  c.ld_out = p.ld_out;
+  c.accumulate = p.accumulate;
+  return moe_combine(c, stream);
 }
 
 }  // namespace ga::cuda

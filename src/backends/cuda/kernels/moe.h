@@ -15,7 +15,8 @@
 //   4. moe_activate(): act(gate) * up -> [n_pairs][n_ff],
 //   5. moe_gemv() on the down stack: y_down [n_pairs][n_embd],
 //   6. moe_combine(): out[t] (= or +=) sum_j w[t][j] * y_down[t * top_k + j].
-// moe_ffn_gemv() runs 3-6 with a workspace from moe_ffn_gemv_workspace_bytes().
+// moe_ffn_gemv() runs 3-6 with a workspace from moe_ffn_gemv_workspace_bytes(). A prefill groups the sorted
+// rows per expert for GEMMs instead (moe_gather_rows_f16, moe_grouped_gemm; moe_prefill.h).
 //
 // Pure entry points (DESIGN.md): raw device pointers, explicit strides, params structs, the stream last, no
 // allocation, a cudaError_t back; *_unsupported_reason() says in a sentence why a parameter set is refused
@@ -193,7 +194,29 @@ int64_t moe_ffn_gemv_workspace_bytes(const MoeShape& s, int64_t n_embd, int64_t 
 const char* moe_ffn_gemv_unsupported_reason(const MoeFfnGemvParams& p);
 cudaError_t moe_ffn_gemv(const MoeFfnGemvParams& p, cudaStream_t stream);
 
-// ---- a helper of the prefill (moe_prefill.h) ----
+// ---- the prefill's pieces (moe_prefill.h puts them together) ----
+
+// Y[s][0, n) = X[s] . W_{e(s)}^T for every valid sorted position s of the plan, e(s) the expert whose segment
+// [offsets[e], offsets[e] + counts[e]) holds s; with w2 also Y[s][n, 2n) from the second stack. f16 inputs,
+// float accumulation and output (WMMA tensor cores), segment sizes read on the device: graph-capturable.
+// Rows past the valid pairs are neither read nor written.
+struct MoeGroupedGemmParams {
+  MoeShape shape;
+  const void* plan = nullptr;
+  const void* w = nullptr;    // [n_expert] x [n][ldw] halves, expert_stride halves apart, 16-byte aligned
+  const void* w2 = nullptr;   // optional second stack, same strides
+  int64_t n = 0;              // outputs per expert: a multiple of 64
+  int64_t k = 0;              // a multiple of 32
+  int64_t ldw = 0;            // >= k, a multiple of 8
+  int64_t expert_stride = 0;  // halves, >= n * ldw
+  const void* x = nullptr;    // [n_pairs][ldx] halves in the plan's sorted order (moe_gather_rows_f16)
+  int64_t ldx = 0;            // >= k, a multiple of 8
+  float* y = nullptr;         // [n_pairs][ldy] in sorted order
+  int64_t ldy = 0;            // >= n (2 n with w2), a multiple of 4
+};
+const char* moe_grouped_gemm_unsupported_reason(const MoeGroupedGemmParams& p);
+cudaError_t moe_grouped_gemm(const MoeGroupedGemmParams& p, cudaStream_t stream);
+
 // dst[i] = half(x[sorted_pairs[i] / top_k]) for the valid pairs of the plan (i < offsets[n_expert]): each
 // expert's tokens become contiguous f16 rows, the GEMM's input.
 struct MoeGatherParams {
