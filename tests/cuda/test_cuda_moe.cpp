@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "backends/cpu/moe.h"
+#include "backends/cpu/ops.h"
 #include "backends/cpu/quant.h"
 #include "backends/cuda/gemm.h"
 #include "backends/cuda/kernels/moe.h"
@@ -80,11 +81,11 @@ Routing cpu_route(const std::vector<float>& logits, int64_t ld, int64_t n_tokens
   r.weights.resize(r.ids.size());
   ::ga::cpu::MoeRouteParams p;
   p.logits = logits.data();
-  p.ld_logits = ld;
+  p.ld = ld;
   p.n_tokens = n_tokens;
   p.n_expert = n_expert;
   p.top_k = k;
-  p.normalize = normalize;
+  p.normalize_top_k = normalize;
   p.ids = r.ids.data();
   p.weights = r.weights.data();
   ::ga::cpu::moe_route(p);
@@ -242,7 +243,7 @@ struct Stack {
   uint64_t row_stride;
   int64_t expert_stride;
   std::vector<uint8_t> bytes;
-  ::ga::cpu::MoeExpertsRef cpu() const {
+  ::ga::cpu::ExpertStack cpu() const {
     return {type, bytes.data(), rows, cols, row_stride, static_cast<uint64_t>(expert_stride)};
   }
 };
@@ -472,8 +473,11 @@ TEST(CudaMoeOps, ActivateAndCombineMatchCpu) {
                                      in_place ? " in place" : "");
         for (int64_t r = 0; r < n_rows; ++r) {
           std::vector<float> want(static_cast<size_t>(n));
-          ::ga::cpu::moe_gated_activation(static_cast<::ga::cpu::MoeActivation>(act), gu.data() + r * ld_in,
-                                          gu.data() + r * ld_in + n, want.data(), n);
+          if (act == gc::MoeActivation::kSilu) {
+            ::ga::cpu::swiglu(gu.data() + r * ld_in, gu.data() + r * ld_in + n, want.data(), n);
+          } else {
+            ::ga::cpu::geglu_tanh(gu.data() + r * ld_in, gu.data() + r * ld_in + n, want.data(), n);
+          }
           std::vector<double> ref(want.begin(), want.end());
           parity.compare(name + str(" row ", r), got.data() + r * ld_out, ref.data(), static_cast<size_t>(n), 4e-6,
                          1e-30);
@@ -572,7 +576,7 @@ FfnData make_ffn(const FfnCase& c, std::mt19937& rng) {
 
 std::vector<float> cpu_ffn(const FfnCase& c, const FfnData& d, const Routing& r, ThreadPool& pool) {
   std::vector<float> out = d.out0;
-  ::ga::cpu::MoeFfnParams p;
+  ::ga::cpu::MoeRoutedFfnParams p;
   p.gate = d.gate.cpu();
   p.up = d.up.cpu();
   p.down = d.down.cpu();
@@ -587,7 +591,8 @@ std::vector<float> cpu_ffn(const FfnCase& c, const FfnData& d, const Routing& r,
   p.ld_out = d.ld_out;
   p.accumulate = c.accumulate;
   p.activation = static_cast<::ga::cpu::MoeActivation>(c.act);
-  ::ga::cpu::moe_ffn(p, &pool);
+  ::ga::cpu::MoeScratch scratch;
+  ::ga::cpu::moe_routed_ffn(p, scratch, &pool);
   return out;
 }
 
