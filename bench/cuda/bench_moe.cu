@@ -85,6 +85,40 @@ struct Routing {
   int64_t valid_pairs = 0;
 };
 
+gc::MoeRouteParams route_params(const gc::MoeShape& shape, const DeviceBuffer& logits, const DeviceBuffer& ids,
+                                const DeviceBuffer& weights, const DeviceBuffer& plan) {
+  gc::MoeRouteParams rp;
+  rp.shape = shape;
+  rp.logits = logits.as<float>();
+  rp.ld_logits = shape.n_expert;
+  rp.normalize = true;
+  rp.ids = ids.as<int32_t>();
+  rp.weights = weights.as<float>();
+  rp.plan = plan.data();
+  return rp;
+}
+
+// The routed FFN of route_params' routing on one copy of the stacks, x and out [n_tokens][n_embd]: the fields
+// MoeFfnGemvParams and MoePrefillParams share, and the workspace.
+template <class P = gc::MoeFfnGemvParams>
+P ffn_params(const gc::MoeShape& shape, const DeviceBuffer& ids, const DeviceBuffer& weights, const DeviceBuffer& plan,
+             const Stacks& st, const DeviceBuffer& x, DeviceBuffer& out, DeviceBuffer& ws) {
+  P f;
+  f.shape = shape;
+  f.plan = plan.data();
+  f.ids = ids.as<int32_t>();
+  f.weights = weights.as<float>();
+  f.gate = st.g;
+  f.up = st.u;
+  f.down = st.d;
+  f.x = x.as<float>();
+  f.ldx = st.g.cols;
+  f.out = out.as<float>();
+  f.ld_out = st.g.cols;
+  f.workspace = ws.data();
+  return f;
+}
+
 const char* kernel_name(gc::MoeGemvKernel k) {
   return k == gc::MoeGemvKernel::kAuto ? "auto" : (k == gc::MoeGemvKernel::kFloat ? "float" : "int8");
 }
@@ -162,15 +196,7 @@ int main(int argc, char** argv) try {
           r.plan = DeviceBuffer(alloc, static_cast<size_t>(gc::moe_plan_bytes(shape)));
           GA_CUDA_CHECK(cudaMemcpyAsync(r.logits.data(), logits.data(), logits.size() * 4, cudaMemcpyHostToDevice,
                                         stream.get()));
-          gc::MoeRouteParams rp;
-          rp.shape = shape;
-          rp.logits = r.logits.as<float>();
-          rp.ld_logits = s.n_expert;
-          rp.normalize = true;
-          rp.ids = r.ids.as<int32_t>();
-          rp.weights = r.weights.as<float>();
-          rp.plan = r.plan.data();
-          GA_CUDA_CHECK(gc::moe_route(rp, stream.get()));
+          GA_CUDA_CHECK(gc::moe_route(route_params(shape, r.logits, r.ids, r.weights, r.plan), stream.get()));
           std::vector<int32_t> ids(static_cast<size_t>(n_pairs));
           GA_CUDA_CHECK(cudaMemcpyAsync(ids.data(), r.ids.data(), ids.size() * 4, cudaMemcpyDeviceToHost, stream.get()));
           stream.synchronize();
@@ -244,29 +270,8 @@ int main(int argc, char** argv) try {
         const double step_us = time_calls([&](int i) {
           const Stacks& st = copies[static_cast<size_t>(i % n_copies)];
           Routing& r = routings[static_cast<size_t>(i % kRoutings)];
-          gc::MoeRouteParams rp;
-          rp.shape = shape;
-          rp.logits = r.logits.as<float>();
-          rp.ld_logits = s.n_expert;
-          rp.normalize = true;
-          rp.ids = r.ids.as<int32_t>();
-          rp.weights = r.weights.as<float>();
-          rp.plan = r.plan.data();
-          GA_CUDA_CHECK(gc::moe_route(rp, stream.get()));
-          gc::MoeFfnGemvParams f;
-          f.shape = shape;
-          f.plan = r.plan.data();
-          f.ids = r.ids.as<int32_t>();
-          f.weights = r.weights.as<float>();
-          f.gate = st.g;
-          f.up = st.u;
-          f.down = st.d;
-          f.x = x.as<float>();
-          f.ldx = s.n_embd;
-          f.out = out.as<float>();
-          f.ld_out = s.n_embd;
-          f.workspace = ws.data();
-          return gc::moe_ffn_gemv(f, stream.get());
+          GA_CUDA_CHECK(gc::moe_route(route_params(shape, r.logits, r.ids, r.weights, r.plan), stream.get()));
+          return gc::moe_ffn_gemv(ffn_params(shape, r.ids, r.weights, r.plan, st, x, out, ws), stream.get());
         });
         const double step_bytes = static_cast<double>(2 * up_bytes + down_bytes);
         rows.push_back({shape_name, dtype_name(type), "step: route+gate/up+act+down+combine", "auto", batch, step_us,
@@ -291,27 +296,8 @@ int main(int argc, char** argv) try {
                                       stream.get()));
         GA_CUDA_CHECK(cudaMemsetAsync(x.data(), 0, x.size(), stream.get()));
         gc::Gemm gemm(alloc, stream.get());
-        gc::MoeRouteParams rp;
-        rp.shape = shape;
-        rp.logits = d_logits.as<float>();
-        rp.ld_logits = s.n_expert;
-        rp.normalize = true;
-        rp.ids = ids.as<int32_t>();
-        rp.weights = weights.as<float>();
-        rp.plan = plan.data();
-        gc::MoePrefillParams p;
-        p.shape = shape;
-        p.plan = plan.data();
-        p.ids = ids.as<int32_t>();
-        p.weights = weights.as<float>();
-        p.gate = st.g;
-        p.up = st.u;
-        p.down = st.d;
-        p.x = x.as<float>();
-        p.ldx = s.n_embd;
-        p.out = out.as<float>();
-        p.ld_out = s.n_embd;
-        p.workspace = ws.data();
+        const gc::MoeRouteParams rp = route_params(shape, d_logits, ids, weights, plan);
+        gc::MoePrefillParams p = ffn_params<gc::MoePrefillParams>(shape, ids, weights, plan, st, x, out, ws);
         p.workspace_bytes = ws_bytes;
         if (const char* why = gc::moe_prefill_unsupported_reason(p)) GA_THROW(Internal, "prefill refused: ", why);
         std::vector<double> ms;
@@ -349,19 +335,7 @@ int main(int argc, char** argv) try {
         // the same tokens through the grouped GEMV (route + moe_ffn_gemv in one graph, no host sync): items of 8
         // pairs re-read an expert's weights once per item, so it only pays where experts get few pairs each
         DeviceBuffer gws(alloc, static_cast<size_t>(gc::moe_ffn_gemv_workspace_bytes(shape, s.n_embd, s.n_ff)));
-        gc::MoeFfnGemvParams f;
-        f.shape = shape;
-        f.plan = plan.data();
-        f.ids = ids.as<int32_t>();
-        f.weights = weights.as<float>();
-        f.gate = st.g;
-        f.up = st.u;
-        f.down = st.d;
-        f.x = x.as<float>();
-        f.ldx = s.n_embd;
-        f.out = out.as<float>();
-        f.ld_out = s.n_embd;
-        f.workspace = gws.data();
+        const gc::MoeFfnGemvParams f = ffn_params(shape, ids, weights, plan, st, x, out, gws);
         cudaGraphExec_t g = ga::bench::capture(stream.get(), 1, [&](int) {
           GA_CUDA_CHECK(gc::moe_route(rp, stream.get()));
           return gc::moe_ffn_gemv(f, stream.get());

@@ -23,6 +23,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -653,8 +654,10 @@ struct DeviceFfn {
   }
 };
 
-gc::MoeFfnGemvParams ffn_gemv_params(const FfnCase& c, const FfnData& d, DeviceFfn& dev, void* workspace) {
-  gc::MoeFfnGemvParams p;
+// The fields the decode and the prefill parameters share (the same names in both structs).
+template <class P>
+P ffn_fields(const FfnCase& c, const FfnData& d, DeviceFfn& dev) {
+  P p;
   p.shape = dev.shape;
   p.plan = dev.plan.get();
   p.ids = dev.ids.get();
@@ -668,8 +671,17 @@ gc::MoeFfnGemvParams ffn_gemv_params(const FfnCase& c, const FfnData& d, DeviceF
   p.ld_out = d.ld_out;
   p.accumulate = c.accumulate;
   p.act = c.act;
+  return p;
+}
+
+gc::MoeFfnGemvParams ffn_gemv_params(const FfnCase& c, const FfnData& d, DeviceFfn& dev, void* workspace) {
+  auto p = ffn_fields<gc::MoeFfnGemvParams>(c, d, dev);
   p.workspace = workspace;
   return p;
+}
+
+gc::MoePrefillParams prefill_params(const FfnCase& c, const FfnData& d, DeviceFfn& dev) {
+  return ffn_fields<gc::MoePrefillParams>(c, d, dev);
 }
 
 std::string ffn_name(const char* path, const FfnCase& c) {
@@ -749,20 +761,7 @@ void run_ffn_prefill_case(CachingAllocator& alloc, ThreadPool& pool, const FfnCa
   DeviceArray<uint8_t> ws(alloc, static_cast<size_t>(ws_bytes));
   ws.poison();
   GA_CUDA_CHECK(cudaDeviceSynchronize());  // the legacy stream's work (uploads, routing) before the Gemm's stream
-  gc::MoePrefillParams p;
-  p.shape = dev.shape;
-  p.plan = dev.plan.get();
-  p.ids = dev.ids.get();
-  p.weights = dev.weights.get();
-  p.gate = dev.gate.view;
-  p.up = dev.up.view;
-  p.down = dev.down.view;
-  p.x = dev.x.get();
-  p.ldx = d.ldx;
-  p.out = dev.out.get();
-  p.ld_out = d.ld_out;
-  p.accumulate = c.accumulate;
-  p.act = c.act;
+  gc::MoePrefillParams p = prefill_params(c, d, dev);
   p.workspace = ws.get();
   p.workspace_bytes = ws_bytes;
   ASSERT_EQ(gc::moe_prefill_unsupported_reason(p), nullptr) << name;
@@ -884,8 +883,40 @@ TEST(CudaMoeGroupedGemm, MatchesFloat64Reference) {
   parity.finish();
 }
 
-// Routing and the decode FFN captured once in a CUDA graph, replayed with other logits: the plan is read on
-// the device, so the replay routes the new logits.
+// Captures route + `ffn` (the FFN's enqueue on the stream) once in a CUDA graph, then replays it with new
+// logits: the plan is read on the device, so each replay routes its logits; ids identical to the CPU's, the
+// FFN within tol of cpu_ffn on the GPU's weights.
+void check_graph_replays(const std::string& what, ThreadPool& pool, const FfnCase& c, FfnData& d, DeviceFfn& dev,
+                         const std::function<cudaError_t(cudaStream_t)>& ffn, double tol, std::mt19937& rng) {
+  gc::Stream stream(0);
+  GA_CUDA_CHECK(cudaDeviceSynchronize());  // the legacy stream's uploads before the graph's stream
+  cudaGraph_t graph = nullptr;
+  GA_CUDA_CHECK(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal));
+  const cudaError_t route = gc::moe_route(dev.route_params(), stream.get());
+  const cudaError_t status = ffn(stream.get());
+  GA_CUDA_CHECK(cudaStreamEndCapture(stream.get(), &graph));
+  ASSERT_EQ(route, cudaSuccess) << what;
+  ASSERT_EQ(status, cudaSuccess) << what;
+  cudaGraphExec_t exec = nullptr;
+  GA_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int replay = 0; replay < 3; ++replay) {
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    for (auto& v : d.logits) v = normal(rng);
+    dev.logits.upload(d.logits);
+    dev.out.poison();
+    GA_CUDA_CHECK(cudaDeviceSynchronize());
+    GA_CUDA_CHECK(cudaGraphLaunch(exec, stream.get()));
+    stream.synchronize();
+    Routing r = cpu_route(d.logits, c.n_expert, c.n_tokens, c.n_expert, c.k, true);
+    ASSERT_EQ(dev.ids.download(), r.ids) << what << " replay " << replay;
+    r.weights = dev.weights.download();
+    expect_close(str(what, " replay ", replay), c, d, dev.out.download(), cpu_ffn(c, d, r, pool), tol);
+  }
+  GA_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  GA_CUDA_CHECK(cudaGraphDestroy(graph));
+}
+
+// The decode step: route + moe_ffn_gemv.
 TEST(CudaMoeFfn, DecodeStepReplaysFromAGraph) {
   GA_REQUIRE_CUDA_DEVICE();
   CachingAllocator alloc(0);
@@ -895,36 +926,11 @@ TEST(CudaMoeFfn, DecodeStepReplaysFromAGraph) {
   FfnData d = make_ffn(c, rng);
   DeviceFfn dev(alloc, c, d);
   DeviceArray<uint8_t> ws(alloc, static_cast<size_t>(gc::moe_ffn_gemv_workspace_bytes(dev.shape, c.n_embd, c.n_ff)));
-  gc::Stream stream(0);
-  GA_CUDA_CHECK(cudaDeviceSynchronize());
-  cudaGraph_t graph = nullptr;
-  GA_CUDA_CHECK(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal));
-  const cudaError_t route = gc::moe_route(dev.route_params(), stream.get());
-  const cudaError_t ffn = gc::moe_ffn_gemv(ffn_gemv_params(c, d, dev, ws.get()), stream.get());
-  GA_CUDA_CHECK(cudaStreamEndCapture(stream.get(), &graph));
-  ASSERT_EQ(route, cudaSuccess);
-  ASSERT_EQ(ffn, cudaSuccess);
-  cudaGraphExec_t exec = nullptr;
-  GA_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  for (int replay = 0; replay < 3; ++replay) {
-    std::normal_distribution<float> normal(0.0f, 1.0f);
-    for (auto& v : d.logits) v = normal(rng);
-    dev.logits.upload(d.logits);
-    dev.out.poison();
-    GA_CUDA_CHECK(cudaDeviceSynchronize());  // the legacy stream's upload and memset before the graph's stream
-    GA_CUDA_CHECK(cudaGraphLaunch(exec, stream.get()));
-    stream.synchronize();
-    Routing r = cpu_route(d.logits, c.n_expert, c.n_tokens, c.n_expert, c.k, true);
-    ASSERT_EQ(dev.ids.download(), r.ids) << "replay " << replay;
-    r.weights = dev.weights.download();
-    expect_close(str("graph replay ", replay), c, d, dev.out.download(), cpu_ffn(c, d, r, pool), 1e-3);
-  }
-  GA_CUDA_CHECK(cudaGraphExecDestroy(exec));
-  GA_CUDA_CHECK(cudaGraphDestroy(graph));
+  const gc::MoeFfnGemvParams p = ffn_gemv_params(c, d, dev, ws.get());
+  check_graph_replays("decode graph", pool, c, d, dev, [&](cudaStream_t s) { return gc::moe_ffn_gemv(p, s); }, 1e-3, rng);
 }
 
-// The graph-capturable prefill (route + moe_prefill_graph, Q8_0 stacks dequantized inside the graph) captured
-// once and replayed with new logits.
+// The graph-capturable prefill: route + moe_prefill_graph, the Q8_0 stacks dequantized inside the graph.
 TEST(CudaMoeFfn, PrefillReplaysFromAGraph) {
   GA_REQUIRE_CUDA_DEVICE();
   CachingAllocator alloc(0);
@@ -933,49 +939,14 @@ TEST(CudaMoeFfn, PrefillReplaysFromAGraph) {
   const FfnCase c{DType::Q8_0, 60, 4, 100, 256, 128};
   FfnData d = make_ffn(c, rng);
   DeviceFfn dev(alloc, c, d);
-  gc::MoePrefillParams p;
-  p.shape = dev.shape;
-  p.plan = dev.plan.get();
-  p.ids = dev.ids.get();
-  p.weights = dev.weights.get();
-  p.gate = dev.gate.view;
-  p.up = dev.up.view;
-  p.down = dev.down.view;
-  p.x = dev.x.get();
-  p.ldx = d.ldx;
-  p.out = dev.out.get();
-  p.ld_out = d.ld_out;
+  gc::MoePrefillParams p = prefill_params(c, d, dev);
   const int64_t ws_bytes = gc::moe_prefill_graph_workspace_bytes(p);
   DeviceArray<uint8_t> ws(alloc, static_cast<size_t>(ws_bytes));
   p.workspace = ws.get();
   p.workspace_bytes = ws_bytes;
   ASSERT_EQ(gc::moe_prefill_graph_unsupported_reason(p), nullptr);
-  gc::Stream stream(0);
-  GA_CUDA_CHECK(cudaDeviceSynchronize());
-  cudaGraph_t graph = nullptr;
-  GA_CUDA_CHECK(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal));
-  const cudaError_t route = gc::moe_route(dev.route_params(), stream.get());
-  const cudaError_t ffn = gc::moe_prefill_graph(p, stream.get());
-  GA_CUDA_CHECK(cudaStreamEndCapture(stream.get(), &graph));
-  ASSERT_EQ(route, cudaSuccess);
-  ASSERT_EQ(ffn, cudaSuccess);
-  cudaGraphExec_t exec = nullptr;
-  GA_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  for (int replay = 0; replay < 2; ++replay) {
-    std::normal_distribution<float> normal(0.0f, 1.0f);
-    for (auto& v : d.logits) v = normal(rng);
-    dev.logits.upload(d.logits);
-    dev.out.poison();
-    GA_CUDA_CHECK(cudaDeviceSynchronize());
-    GA_CUDA_CHECK(cudaGraphLaunch(exec, stream.get()));
-    stream.synchronize();
-    Routing r = cpu_route(d.logits, c.n_expert, c.n_tokens, c.n_expert, c.k, true);
-    ASSERT_EQ(dev.ids.download(), r.ids) << "replay " << replay;
-    r.weights = dev.weights.download();
-    expect_close(str("prefill graph replay ", replay), c, d, dev.out.download(), cpu_ffn(c, d, r, pool), 5e-3);
-  }
-  GA_CUDA_CHECK(cudaGraphExecDestroy(exec));
-  GA_CUDA_CHECK(cudaGraphDestroy(graph));
+  check_graph_replays("prefill graph", pool, c, d, dev, [&](cudaStream_t s) { return gc::moe_prefill_graph(p, s); }, 5e-3,
+                      rng);
 }
 
 }  // namespace

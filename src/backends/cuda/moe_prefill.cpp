@@ -37,6 +37,57 @@ bool packed(const MoeExperts& w) {
   return static_cast<uint64_t>(w.row_stride) == row_bytes(w.type, static_cast<uint64_t>(w.cols));
 }
 
+// x16 [n_pairs][n_embd] = the pairs' token rows in the plan's sorted order, as f16.
+cudaError_t gather_sorted(const MoePrefillParams& p, void* x16, cudaStream_t stream) {
+  MoeGatherParams g;
+  g.shape = p.shape;
+  g.plan = p.plan;
+  g.x = p.x;
+  g.ldx = p.ldx;
+  g.n = p.gate.cols;
+  g.dst_f16 = x16;
+  g.ld_dst = p.gate.cols;
+  return moe_gather_rows_f16(g, stream);
+}
+
+// out (= or +=) the pairs' down rows ys (the plan's sorted order, read through its positions) with their weights.
+MoeCombineParams sorted_combine(const MoePrefillParams& p, const float* ys, const MoePlanView& plan) {
+  MoeCombineParams c;
+  c.n_tokens = p.shape.n_tokens;
+  c.top_k = p.shape.top_k;
+  c.n_expert = p.shape.n_expert;
+  c.ids = p.ids;
+  c.weights = p.weights;
+  c.y = ys;
+  c.ldy = p.gate.cols;
+  c.y_rows = plan.positions;
+  c.n = p.gate.cols;
+  c.out = p.out;
+  c.ld_out = p.ld_out;
+  c.accumulate = p.accumulate;
+  return c;
+}
+
+// y [n_pairs][ldy] (sorted) = x [n_pairs][k] (sorted f16) . W^T per expert, W packed f16 [n][k] rows
+// expert_stride halves apart (and w2 into columns [n, 2n)).
+cudaError_t grouped_gemm(const MoePrefillParams& p, const void* w, const void* w2, int64_t expert_stride, int64_t n,
+                         int64_t k, const void* x, float* y, int64_t ldy, cudaStream_t stream) {
+  MoeGroupedGemmParams m;
+  m.shape = p.shape;
+  m.plan = p.plan;
+  m.w = w;
+  m.w2 = w2;
+  m.n = n;
+  m.k = k;
+  m.ldw = k;
+  m.expert_stride = expert_stride;
+  m.x = x;
+  m.ldx = k;
+  m.y = y;
+  m.ldy = ldy;
+  return moe_grouped_gemm(m, stream);
+}
+
 }  // namespace
 
 int64_t moe_prefill_workspace_bytes(const MoeShape& s, int64_t n_embd, int64_t n_ff) {
@@ -97,15 +148,7 @@ void moe_prefill_host_sync(Gemm& gemm, const MoePrefillParams& p) {
   auto* act16 = reinterpret_cast<__half*>(ws + f.act16);
   const MoePlanView plan = moe_plan_view(p.shape, const_cast<void*>(p.plan));
 
-  MoeGatherParams g;
-  g.shape = p.shape;
-  g.plan = p.plan;
-  g.x = p.x;
-  g.ldx = p.ldx;
-  g.n = n_embd;
-  g.dst_f16 = x16;
-  g.ld_dst = n_embd;
-  GA_CUDA_CHECK(moe_gather_rows_f16(g, stream));
+  GA_CUDA_CHECK(gather_sorted(p, x16, stream));
   // the host sync: which experts have tokens, and where their rows start
   std::vector<int32_t> counts(static_cast<size_t>(n_expert)), offsets(static_cast<size_t>(n_expert));
   GA_CUDA_CHECK(cudaMemcpyAsync(counts.data(), plan.counts, counts.size() * 4, cudaMemcpyDeviceToHost, stream));
@@ -153,20 +196,7 @@ void moe_prefill_host_sync(Gemm& gemm, const MoePrefillParams& p) {
     d.n = count;
     gemm.run(d);
   }
-  MoeCombineParams c;
-  c.n_tokens = p.shape.n_tokens;
-  c.top_k = p.shape.top_k;
-  c.n_expert = n_expert;
-  c.ids = p.ids;
-  c.weights = p.weights;
-  c.y = ys;
-  c.ldy = n_embd;
-  c.y_rows = plan.positions;
-  c.n = n_embd;
-  c.out = p.out;
-  c.ld_out = p.ld_out;
-  c.accumulate = p.accumulate;
-  GA_CUDA_CHECK(moe_combine(c, stream));
+  GA_CUDA_CHECK(moe_combine(sorted_combine(p, ys, plan), stream));
 }
 
 // ---- path (a): no host sync ----
@@ -246,30 +276,13 @@ cudaError_t moe_prefill_graph(const MoePrefillParams& p, cudaStream_t stream) {
   if (status != cudaSuccess) return status;
   if (stride16(p.gate, p.gate_f16) != stride16(p.up, p.up_f16)) return cudaErrorInvalidValue;  // one launch: one stride
 
-  MoeGatherParams g;
-  g.shape = p.shape;
-  g.plan = p.plan;
-  g.x = p.x;
-  g.ldx = p.ldx;
-  g.n = n_embd;
-  g.dst_f16 = ws + f.x16;
-  g.ld_dst = n_embd;
-  if ((status = moe_gather_rows_f16(g, stream)) != cudaSuccess) return status;
+  if ((status = gather_sorted(p, ws + f.x16, stream)) != cudaSuccess) return status;
 
-  MoeGroupedGemmParams m;
-  m.shape = p.shape;
-  m.plan = p.plan;
-  m.w = gate16;
-  m.w2 = up16;
-  m.n = n_ff;
-  m.k = n_embd;
-  m.ldw = n_embd;
-  m.expert_stride = stride16(p.gate, p.gate_f16);
-  m.x = ws + f.x16;
-  m.ldx = n_embd;
-  m.y = reinterpret_cast<float*>(ws + f.gate_up);
-  m.ldy = 2 * n_ff;
-  if ((status = moe_grouped_gemm(m, stream)) != cudaSuccess) return status;
+  // gate | up in one launch: [n_pairs][2 n_ff]
+  if ((status = grouped_gemm(p, gate16, up16, stride16(p.gate, p.gate_f16), n_ff, n_embd, ws + f.x16,
+                             reinterpret_cast<float*>(ws + f.gate_up), 2 * n_ff, stream)) != cudaSuccess) {
+    return status;
+  }
   auto* gate_up = reinterpret_cast<float*>(ws + f.gate_up);
   // all n_pairs sorted rows (past the valid ones: workspace left over, never read by the GEMM below)
   const MoeActivateParams a{gate_up, 2 * n_ff, gate_up, 2 * n_ff, pairs, n_ff, p.act};
@@ -278,34 +291,12 @@ cudaError_t moe_prefill_graph(const MoePrefillParams& p, cudaStream_t stream) {
       cudaSuccess) {
     return status;
   }
-  MoeGroupedGemmParams d;
-  d.shape = p.shape;
-  d.plan = p.plan;
-  d.w = down16;
-  d.n = n_embd;
-  d.k = n_ff;
-  d.ldw = n_ff;
-  d.expert_stride = stride16(p.down, p.down_f16);
-  d.x = ws + f.act16;
-  d.ldx = n_ff;
-  d.y = reinterpret_cast<float*>(ws + f.ys);
-  d.ldy = n_embd;
-  if ((status = moe_grouped_gemm(d, stream)) != cudaSuccess) return status;
+  if ((status = grouped_gemm(p, down16, nullptr, stride16(p.down, p.down_f16), n_embd, n_ff, ws + f.act16,
+                             reinterpret_cast<float*>(ws + f.ys), n_embd, stream)) != cudaSuccess) {
+    return status;
+  }
 
-  MoeCombineParams c;
-  c.n_tokens = p.shape.n_tokens;
-  c.top_k = p.shape.top_k;
-  c.n_expert = p.shape.n_expert;
-  c.ids = p.ids;
-  c.weights = p.weights;
-  c.y = reinterpret_cast<const float*>(ws + f.ys);
-  c.ldy = n_embd;
-  c.y_rows = plan.positions;
-  c.n = n_embd;
-  c.out = p.out;
-  c.ld_out = p.ld_out;
-  c.accumulate = p.accumulate;
-  return moe_combine(c, stream);
+  return moe_combine(sorted_combine(p, reinterpret_cast<const float*>(ws + f.ys), plan), stream);
 }
 
 }  // namespace ga::cuda

@@ -73,7 +73,7 @@ struct MoeRouteParams {
   MoeShape shape;
   const float* logits = nullptr;  // [n_tokens][n_expert], ld_logits floats between tokens
   int64_t ld_logits = 0;
-  bool normalize = false;         // divide the selected p by their sum (Mixtral, Qwen3-MoE)
+  bool normalize = true;          // divide the selected p by their sum (Mixtral, Qwen3-MoE; not Qwen2-MoE)
   int32_t* ids = nullptr;         // [n_tokens][top_k], best first
   float* weights = nullptr;       // [n_tokens][top_k]
   void* plan = nullptr;           // optional: moe_plan_bytes(shape) bytes, also written (as moe_plan() would)
