@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Device run of the MoE kernels (kernels/moe.h, moe_prefill.h): builds the MoE tests and benchmark for sm_90a,
+# runs the CPU and CUDA MoE tests, the MoE benchmark, the GEMV parity test (its kernels gained the Batch
+# policy) and the memory checker on the small MoE tests, each bounded so the whole call ends within LIMIT
+# seconds. Logs land in $OUT; summary.txt has one line per step. Usage (device, repository root):
+#   LIMIT=300 tools/dev/moe_run.sh
+set -u
+OUT=${OUT:-/tmp/out}
+LIMIT=${LIMIT:-300}
+STEPS=${STEPS:-"build test_moe test_cuda_moe bench test_cuda_gemv memcheck"}
+mkdir -p "$OUT"
+. tools/dev/device_steps.sh
+B=/tmp/b-moe
+{
+  nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,memory.total --format=csv,noheader
+  nproc
+} > "$OUT/summary.txt" 2>&1
+if has build; then
+  cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DGA_CUDA=ON -DGA_CUDA_ARCHS=90a -DGA_BUILD_SERVER=OFF \
+    > "$OUT/build.log" 2>&1
+  if ! timeout $(( $(left) - 150 )) ninja -C $B -j16 test_moe test_cuda_moe test_cuda_gemv ga_bench_moe >> "$OUT/build.log" 2>&1; then
+    grep -E "error|FAILED" -A4 "$OUT/build.log" | head -40 >> "$OUT/summary.txt"
+    row build "FAILED after $(( $(date +%s) - T0 )) s"
+    echo "$S" >> "$OUT/summary.txt"; cat "$OUT/summary.txt"; exit 1
+  fi
+  row build "ok after $(( $(date +%s) - T0 )) s"
+fi
+has test_moe && run_step test_moe 20 test_moe.log $B/bin/test_moe
+has test_cuda_moe && run_step cuda_moe 110 test_cuda_moe.log $B/bin/test_cuda_moe
+has bench && run_step bench 120 bench_moe.log $B/bin/ga_bench_moe
+has test_cuda_gemv && run_step cuda_gemv 60 test_cuda_gemv.log $B/bin/test_cuda_gemv
+has memcheck && run_step memcheck 40 memcheck.log $SAN --tool memcheck --error-exitcode 3 $B/bin/test_cuda_moe \
+  --gtest_filter='CudaMoePlan.*:CudaMoeGroupedGemm.*:CudaMoeFfn.DecodeStep*:CudaMoeOps.*'
+{
+  echo "$S"
+  grep -hE "^\[  FAILED|cases,|Failure|worst rel L2" "$OUT"/test_cuda_moe.log 2>/dev/null | head -40
+  grep -hE "^\[  FAILED|cases," "$OUT"/test_cuda_gemv.log 2>/dev/null | head -10
+  grep -hE "ERROR SUMMARY" "$OUT"/memcheck.log 2>/dev/null
+} >> "$OUT/summary.txt"
+cat "$OUT/summary.txt"
+grep -E "^\|" "$OUT/bench_moe.log" 2>/dev/null | head -120
