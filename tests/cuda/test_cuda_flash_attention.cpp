@@ -443,7 +443,8 @@ TEST(CudaFlashAttention, SlidingWindows4097) {
 
 // Soft-caps that bend every score (1, 2) and caps that only large scores reach (30, 50, with the softmax scale 8x so
 // scores reach them), alone and with a window; the LSE is that of the capped scores. Each case also checks that the
-// cap acts: the reference without it differs by more than 10x the bar.
+// cap acts: some row's LSE without it differs by more than 1 (on short peaked rows the output itself can stay put:
+// capped or not, the largest score wins).
 TEST(CudaFlashAttention, SoftcapMatchesFloat64Reference) {
   GA_REQUIRE_CUDA_DEVICE();
   CachingAllocator alloc(0);
@@ -470,18 +471,17 @@ TEST(CudaFlashAttention, SoftcapMatchesFloat64Reference) {
         for (float& x : kf) x = dist(probe);
         std::vector<float> vf(kf.size(), 0.0f);
         for (size_t i = 0; i < vf.size(); ++i) vf[i] = float(i % 7) - 3.0f;
-        std::vector<double> capped, plain, lse;
+        std::vector<double> out, lse_capped, lse_plain;
         Shape u = s;
         u.softcap = 0.0f;
         const float scale = s.scale_mul / std::sqrt(float(hd));
-        reference(s, scale, qf, kf, vf, &capped, &lse);
-        reference(u, scale, qf, kf, vf, &plain, &lse);
-        double diff = 0.0, norm = 0.0;
-        for (size_t i = 0; i < plain.size(); ++i) {
-          diff += (capped[i] - plain[i]) * (capped[i] - plain[i]);
-          norm += plain[i] * plain[i];
+        reference(s, scale, qf, kf, vf, &out, &lse_capped);
+        reference(u, scale, qf, kf, vf, &out, &lse_plain);
+        double most = 0.0;
+        for (size_t i = 0; i < lse_plain.size(); ++i) {
+          if (std::isfinite(lse_plain[i])) most = std::max(most, std::fabs(lse_capped[i] - lse_plain[i]));
         }
-        if (!(std::sqrt(diff / std::max(norm, 1e-30)) > 0.1)) parity.fail(name_of(s) + ": the cap does not act");
+        if (!(most > 1.0)) parity.fail(name_of(s) + ": the cap does not act");
         run_and_check(parity, alloc, s, rng);
         if (testing::Test::HasFatalFailure()) return;
       }

@@ -30,6 +30,15 @@
 // (KvPipeline, attention_detail.cuh). Splits are sized from n_seqs * n_head_kv * row tiles, so with
 // many sequences (64 x 8 KV heads = 512 CTAs) the grid is already full and the splits shrink to 1-2.
 //
+// Sliding window (AttentionParams::window_left): the KV range of a run is [pos0 - window_left, pos0 + n_q), cut into
+// the splits as the whole cache was (each CTA computes it from the pos0 it reads, so graph replay still holds), and
+// the host sizes the split count and workspace from the window's length (attention.cu kv_len_bound): a 4k window over
+// a 32k cache splits like a 4k cache. Only the slices that straddle a row's window start are masked (StepMask). With
+// soft-capping off and no window the step takes the same loops (two uniform tests per slice). ptxas -v before / after
+// (sm_90a): paged hd 128 3-stage (the default) 235 -> 243 registers, no spill, 2 CTAs per SM as before; contiguous
+// hd 128 168 (capped at 170 for 3 CTAs per SM), no spill; hd 64 121 -> 128; hd 256, which spilled before, 204 -> 236
+// bytes (contiguous) and 112 -> 132 (paged).
+//
 // Cluster merge (paged, sm_90, 2..8 splits): the splits of one (run, KV head, row tile) are
 // launched as one thread-block cluster. Each CTA leaves its partial (o, max, sum) in its own shared
 // memory, a cluster barrier publishes them, and every CTA of the cluster finishes a slice of the tile's

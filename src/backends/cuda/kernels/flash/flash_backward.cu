@@ -239,14 +239,10 @@ cudaError_t run_backward(const FlashBwdParams& p, FlashBwdKernel kernel, int sch
   a.causal = f.causal ? 1 : 0;
   a.scale = f.softmax_scale;
   a.scale_log2 = f.softmax_scale * detail::kLog2e;
-  // The window as offsets from the bottom-right diagonal (query i sees keys i + diag_lo .. i + diag_hi), clamped so
-  // that an unbounded side never masks and the sums stay in int (keys in [0, seqlen_k), rows in [0, seqlen_q)).
-  const int64_t diag = int64_t{f.seqlen_k} - f.seqlen_q;
-  const int64_t hi = f.causal ? diag : f.window_right >= 0 ? diag + f.window_right : int64_t{f.seqlen_k};
-  const int64_t lo = f.window_left >= 0 ? diag - f.window_left : -int64_t{f.seqlen_q};
-  a.diag_hi = static_cast<int>(std::min<int64_t>(hi, f.seqlen_k));
-  a.diag_lo = static_cast<int>(std::max<int64_t>(lo, -int64_t{f.seqlen_q}));
-  a.windowed = f.window_left >= 0 ? 1 : 0;
+  const flash_detail::DiagonalBand band = flash_detail::diagonal_band(f);  // the causal mask and the window
+  a.diag_lo = band.lo;
+  a.diag_hi = band.hi;
+  a.windowed = band.windowed;
   a.softcap_k2 = f.softcap > 0.0f ? 2.0f * detail::kLog2e * f.softmax_scale / f.softcap : 0.0f;
   a.cap_log2 = f.softcap * detail::kLog2e;
   if (got == FlashBwdKernel::kHopper) return run_hopper(p, a, workspace, sched, stream);

@@ -4,12 +4,28 @@
 // the seam to the FP8 forward's host code (flash_fp8.cu).
 #pragma once
 
+#include <cstdint>
+
 #include "backends/cuda/kernels/flash/flash_attention.h"
 
 namespace ga::cuda::flash_detail {
 
 // nullptr when the forward's parameters are valid (device aside), else why not.
 const char* shared_params_reason(const FlashParams& p);
+
+// The mma.sync kernels' form of p's mask (forward and backward): query row i sees keys i + lo .. i + hi (offsets from
+// the bottom-right diagonal), clamped so that an unbounded side never masks and the sums stay in int (keys lie in
+// [0, seqlen_k), rows in [0, seqlen_q)); windowed: p has a left window (lo bounds anything).
+struct DiagonalBand {
+  int lo, hi, windowed;
+};
+inline DiagonalBand diagonal_band(const FlashParams& p) {
+  const int64_t diag = int64_t{p.seqlen_k} - p.seqlen_q;
+  const int64_t hi = p.causal ? diag : p.window_right >= 0 ? diag + p.window_right : int64_t{p.seqlen_k};
+  const int64_t lo = p.window_left >= 0 ? diag - p.window_left : -int64_t{p.seqlen_q};
+  return {static_cast<int>(lo < -int64_t{p.seqlen_q} ? -int64_t{p.seqlen_q} : lo),
+          static_cast<int>(hi > p.seqlen_k ? int64_t{p.seqlen_k} : hi), p.window_left >= 0 ? 1 : 0};
+}
 
 // SMs of the current device (sizes the forward's persistent grids and the backward's causal work order), or 0 when
 // it cannot be read.

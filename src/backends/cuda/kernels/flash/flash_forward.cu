@@ -151,14 +151,10 @@ cudaError_t run_sm80(const FlashParams& p, bool turing, cudaStream_t stream) {
   a.n_head = p.n_head;
   a.group = p.n_head / p.n_head_kv;
   a.causal = p.causal ? 1 : 0;
-  // The window as offsets from the diagonal (query row i sees keys i + diag_lo .. i + diag_hi), clamped so that a
-  // side without bound never masks and the sums stay in int: keys are in [0, seqlen_k), rows in [0, seqlen_q).
-  const int diag = p.seqlen_k - p.seqlen_q;
-  const int64_t hi = p.causal ? diag : p.window_right >= 0 ? int64_t{diag} + p.window_right : p.seqlen_k;
-  const int64_t lo = p.window_left >= 0 ? int64_t{diag} - p.window_left : -int64_t{p.seqlen_q};
-  a.diag_hi = static_cast<int>(std::min<int64_t>(hi, p.seqlen_k));
-  a.diag_lo = static_cast<int>(std::max<int64_t>(lo, -int64_t{p.seqlen_q}));
-  a.windowed = p.window_left >= 0 ? 1 : 0;
+  const flash_detail::DiagonalBand band = flash_detail::diagonal_band(p);  // the causal mask and the window
+  a.diag_lo = band.lo;
+  a.diag_hi = band.hi;
+  a.windowed = band.windowed;
   constexpr float kLog2e = 1.4426950408889634f;
   if (p.softcap > 0.0f) {  // S becomes tanh(softmax_scale q.k / softcap); the cap moves into the scales
     a.softcap_k2 = 2.0f * kLog2e * p.softmax_scale / p.softcap;

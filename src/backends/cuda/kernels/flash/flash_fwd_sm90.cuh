@@ -71,6 +71,16 @@
 // issues of one tile go out in parallel instead of one after another. Keys past the sequence read page
 // n_pages (out of bounds: zeros).
 //
+// Sliding windows (flash_attention.h): a work item's key tiles are [j0, j0 + n_tiles) from its first row's window to
+// its last row's diagonal or window end (decode_tile, for the producer and the consumers alike), so tiles outside are
+// never loaded; key tiles keep their numbers from key 0 (the ring position is kv_base + j) and each consumer thread
+// derives both rows' bounds from one register (Consumer::diag_key) and the arguments, masking only the tiles that
+// straddle one. Soft-capping is compiled into variant 59 only (kSchedSoftcap). How the default kernels were kept as
+// they were: no per-element code is added to unmasked tiles, no soft-cap code at all, and ptxas -v before and after
+// for every default variant (each .cu at -arch=sm_90a): 168 registers (setmaxnreg 240 / 24), no new spill (16-bit 0
+// bytes throughout; the split tail's 21 / 24 from 16 to 8; FP8 hd 128's 29: 0). FP8 hd 256's 39, which spilled 24
+// bytes before, stores 36 (loads 52 as before) and refuses windows: the window's bounds there cost more.
+//
 // Split tail (kSchedSplitTail): flash_fwd_split_tail.cuh.
 //
 // Tile traits and the consumer warpgroup's steps (GEMM issue, online softmax): flash_fwd_consumer.cuh.
