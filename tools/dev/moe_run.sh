@@ -4,7 +4,9 @@
 # these kernels; built in the background meanwhile), the memory checker on the small MoE tests and the GEMV
 # parity test (its kernels gained the Batch policy), each bounded so the whole call ends within LIMIT
 # seconds. Logs land in $OUT (8 files); summary.txt has one line per step. Usage (device, repository root):
-#   LIMIT=300 tools/dev/moe_run.sh
+#   LIMIT=300 [GA_SHARED=<folder with models/tinyllamas>] tools/dev/moe_run.sh
+# test_cuda_arch_forward needs ../shared/models/tinyllamas/stories260K.gguf, which does not travel: carry that
+# folder (e.g. in .moecarry/shared) and name it in GA_SHARED.
 set -u
 OUT=${OUT:-/tmp/out}
 LIMIT=${LIMIT:-300}
@@ -18,7 +20,7 @@ B=/tmp/b-moe
 } > "$OUT/summary.txt" 2>&1
 if has build; then
   cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DGA_CUDA=ON -DGA_CUDA_ARCHS=90a -DGA_BUILD_SERVER=OFF \
-    > "$OUT/build.log" 2>&1
+    ${GA_SHARED:+-DGA_SHARED_DIR=$GA_SHARED} > "$OUT/build.log" 2>&1
   if ! timeout $(( $(left) - 150 )) ninja -C $B -j16 test_moe test_cuda_moe test_cuda_gemv ga_bench_moe >> "$OUT/build.log" 2>&1; then
     grep -E "error|FAILED" -A4 "$OUT/build.log" | head -40 >> "$OUT/summary.txt"
     row build "FAILED after $(( $(date +%s) - T0 )) s"
