@@ -50,9 +50,10 @@ const char* moe_shape_unsupported_reason(const MoeShape& s);
 // Written by moe_route() (or moe_plan() from ids made elsewhere) into a workspace of moe_plan_bytes(shape)
 // bytes (16-byte aligned) and read by moe_gemv() and the prefill. The grouping is a stable counting sort:
 // deterministic, pairs of one expert in ascending pair order. GEMV work items are runs of at most
-// item_pairs pairs of one expert (moe_plan_item_pairs: 1 for one token, whose top_k experts are distinct;
-// 8 for several, or 2 / 4 / 8 by the expected pairs per expert when built with GA_MOE_GEMV_ALL_WIDTHS), so
-// that a CTA reads an expert's weights once for all of the item's pairs.
+// item_pairs pairs of one expert (moe_plan_item_pairs: 1 for one token, whose top_k experts are distinct, and
+// for batches whose experts get at most 2 pairs on average; else 8, or 2 / 4 / 8 by the expected pairs per
+// expert when built with GA_MOE_GEMV_ALL_WIDTHS), so that a CTA reads an expert's weights once for all of the
+// item's pairs.
 struct MoePlanView {
   int32_t* n_items = nullptr;       // [1]: work items written
   int32_t* counts = nullptr;        // [n_expert]: pairs routed to each expert

@@ -15,9 +15,11 @@
 //    k distinct experts; for a batch the pairs of an expert share its weights (up to item_pairs per CTA as
 //    the GEMV's tokens; the items of one expert are adjacent in blockIdx.y, so a second item of a busy
 //    expert finds its rows in L2).
-//  * The routing limits (int8 from kMinRows rows, Q6_K's long-row configuration) see the launch's total rows
-//    (rows x items x stacks), the work the limits were measured for; the int8 kernel's persistent grid is
-//    shared by the launch's matrices. MoeGemvKernel forces a family (benchmark, tests).
+//  * The routing limits (int8 from kMinRows rows, Q6_K's long-row configuration) see one expert's matrix, as
+//    gemv() sees one matrix: measured on the H200 (docs/results/2026-12-02-h200-moe.md), Q8_0 at 4096 and 768
+//    rows per expert ran the float kernel faster than the int8 one (Mixtral down 58 vs 68 us, Qwen3-30B-A3B
+//    down 13.6 vs 16.7 us) although the launch's total rows passed the int8 threshold. The int8 kernel's
+//    persistent grid is shared by the launch's matrices. MoeGemvKernel forces a family (benchmark, tests).
 // The plain GEMV's code is unchanged by the policy (gemv_kernel.cuh says how that was checked).
 #pragma once
 
@@ -94,11 +96,7 @@ struct ExpertBatch {
   static int64_t concurrent_matrices(const ExpertGemvLaunch& l) {
     return l.expected_items * (l.e.w2 != nullptr ? 2 : 1);
   }
-  static GemvArgs routing(const ExpertGemvLaunch& l) {
-    GemvArgs r = l.g;
-    r.rows *= int64_t{l.e.grid_items} * (l.e.w2 != nullptr ? 2 : 1);
-    return r;
-  }
+  static GemvArgs routing(const ExpertGemvLaunch& l) { return l.g; }
 };
 
 // The launch of a validated MoeGemvParams.
@@ -128,10 +126,12 @@ ExpertGemvLaunch make_expert_launch(const MoeGemvParams& p) {
   l.e.sorted_pairs = plan.sorted_pairs;
   l.e.x_pair_div = p.input == MoeGemvInput::kTokenRows ? p.shape.top_k : 1;
   l.e.grid_items = static_cast<int>(plan.max_items);
-  // distinct experts of a uniform routing, E (1 - (1 - k / E)^n), one item each (k for one token); at most the bound
+  // items of one pair: every pair; wider items: the distinct experts of a uniform routing, E (1 - (1 - k / E)^n),
+  // about one item each; at most the bound
   const double e = p.shape.n_expert;
   const double distinct = e * (1.0 - std::pow(1.0 - p.shape.top_k / e, static_cast<double>(p.shape.n_tokens)));
-  l.expected_items = std::clamp<int64_t>(std::llround(distinct), 1, plan.max_items);
+  const int64_t expected = plan.item_pairs == 1 ? p.shape.n_pairs() : std::llround(distinct);
+  l.expected_items = std::clamp<int64_t>(expected, 1, plan.max_items);
   return l;
 }
 

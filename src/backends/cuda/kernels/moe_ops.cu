@@ -52,21 +52,27 @@ const char* moe_shape_unsupported_reason(const MoeShape& s) {
   return nullptr;
 }
 
-// One token: its top_k experts are distinct, one pair per item. Several: 8, the widest item the GEMV is
-// compiled for; with GA_MOE_GEMV_ALL_WIDTHS (items of 2 and 4 compiled too) the pairs per used expert on
-// average (at most n_tokens: a token picks an expert once), doubled for the variance, as a power of two <= 8.
-// moe_gemv_impl.cuh instantiates exactly these widths.
+// Pairs per work item. One token: its top_k experts are distinct, one pair per item. Several: 1 while the pairs
+// per used expert are few (at most 2 on average), else 8, the widest item compiled; with GA_MOE_GEMV_ALL_WIDTHS
+// (items of 2 and 4 compiled too) that mean, doubled for the variance, as a power of two <= 8, at most
+// n_tokens (a token picks an expert once). Why items of one pair for small batches, measured on the H200
+// (docs/results/2026-12-02-h200-moe.md): items of 8 pairs run the 8-token kernels, whose int8 variant holds 8
+// tokens' x in shared memory (2 CTAs per SM instead of 4) and whose float variants keep fewer rows per CTA;
+// at 4 tokens they reached 23 % of the copy bandwidth on the distinct experts' bytes (Mixtral Q4_K gate+up)
+// where one token reached 72 %, so reading an expert once per pair (adjacent items, the persistent int8 grid
+// runs them at once: L2 serves the repeats) is cheaper until experts get several pairs each (Mixtral at 16
+// tokens: 4 pairs per expert). moe_gemv_impl.cuh instantiates exactly these widths.
 int moe_plan_item_pairs(const MoeShape& s) {
   if (s.n_tokens <= 1) return 1;
-#if defined(GA_MOE_GEMV_ALL_WIDTHS)
   const int64_t used = s.n_pairs() < s.n_expert ? s.n_pairs() : s.n_expert;
   const int64_t mean = (s.n_pairs() + used - 1) / used;
+#if defined(GA_MOE_GEMV_ALL_WIDTHS)
   int w = pow2_at_least(2 * mean);
   const int cap = pow2_at_least(s.n_tokens);
   if (w > cap) w = cap;
   return w < 8 ? w : 8;
 #else
-  return 8;
+  return mean <= 2 ? 1 : 8;
 #endif
 }
 
