@@ -19,6 +19,12 @@ std::string shared_path(const std::string& relative) {
   return p.string();
 }
 
+std::string source_path(const std::string& relative) {
+  std::filesystem::path p = std::filesystem::path(GA_SOURCE_DIR) / relative;
+  if (!std::filesystem::exists(p)) throw std::runtime_error("missing file of the repository: " + p.string());
+  return p.string();
+}
+
 std::string fetched_path(const std::string& relative) {
   std::filesystem::path p = std::filesystem::path(GA_TEST_DATA_DIR) / relative;
   return std::filesystem::exists(p) ? p.string() : std::string();

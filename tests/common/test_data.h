@@ -1,6 +1,7 @@
 // Where tests find their data, and how they treat missing data.
 //
-// ../shared (models, fixtures, vocab) must exist: a test that needs it fails when it is absent.
+// ../shared (models, fixtures, vocab) must exist: a test that needs it fails when it is absent. The
+// repository's own models/ (stories260K) is always there.
 // Data fetched by tools/fetch_test_data.sh (npm tokenizers) may be absent on a developer machine:
 // such tests are skipped with a reason, unless GA_REQUIRE_TEST_DATA=1 (CI), where absence fails.
 #pragma once
@@ -11,6 +12,7 @@
 namespace ga::test {
 
 std::string shared_path(const std::string& relative);     // ../shared/<relative>, checked to exist
+std::string source_path(const std::string& relative);     // <repository>/<relative> (models/...), checked
 std::string fetched_path(const std::string& relative);    // .cache/test-data/<relative>, "" if absent
 bool require_fetched_data();                               // GA_REQUIRE_TEST_DATA=1
 std::vector<float> read_f32_file(const std::string& path); // raw little-endian float32
