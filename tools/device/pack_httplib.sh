@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Packs this machine's Debian cpp-httplib (package libcpp-httplib-dev) into a folder that can be carried to
-# the device machine, which has no cpp-httplib and no network: tools/dev/serve_http.sh builds
+# the device machine, which has no cpp-httplib and no network: tools/device/serve.sh builds
 # `gpu-accel serve` against it there.
 #
 # Why a folder of Debian's files instead of building cpp-httplib from source: the project uses Debian's
@@ -17,7 +17,7 @@
 # linker finds the brotli libraries that libcpp-httplib.so needs and the binary finds them when it runs.
 # pkgconf (binary + libpkgconf) travels as well, for a device without pkg-config.
 #
-# Usage: tools/dev/pack_httplib.sh DEST   (e.g. /work/main/.httplib; DEST is replaced)
+# Usage: tools/device/pack_httplib.sh DEST   (e.g. .httplib beside the repository copy; DEST is replaced)
 set -euo pipefail
 dest=${1:?usage: pack_httplib.sh DEST}
 lib=/usr/lib/x86_64-linux-gnu
@@ -40,7 +40,7 @@ chmod +x "$dest/bin/pkg-config"
 version=$(sed -n 's/^Version: *//p' $lib/pkgconfig/cpp-httplib.pc)
 cflags=$(sed -n 's/^Cflags: *//p' $lib/pkgconfig/cpp-httplib.pc | tr ' ' '\n' | grep '^-D' | tr '\n' ' ')
 cat > "$dest/lib/pkgconfig/cpp-httplib.pc" <<EOF
-# Debian's cpp-httplib $version, carried (tools/dev/pack_httplib.sh): relocatable, no Requires.
+# Debian's cpp-httplib $version, carried (tools/device/pack_httplib.sh): relocatable, no Requires.
 prefix=\${pcfiledir}/../..
 includedir=\${prefix}/include
 libdir=\${prefix}/lib

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Issue 5's serving figures over HTTP, in one device run: builds `gpu-accel serve` against a carried
+# The serving figures of docs/performance.md over HTTP, in one device run: builds `gpu-accel serve` against a carried
 # cpp-httplib, serves a model, drives it with N concurrent streaming clients (bench/serve/bench_http.py),
 # then measures the same rounds in process (`gpu-accel bench-serve`) for comparison, and prints a table.
 #
 # Why it is built this way: the GPU machine (Ubuntu 24.04, no network) has OpenSSL's headers but no
-# cpp-httplib, so the server is built against Debian's library carried in a folder (tools/dev/pack_httplib.sh
+# cpp-httplib, so the server is built against Debian's library carried in a folder (tools/device/pack_httplib.sh
 # makes it: httplib.h, libcpp-httplib.so + the brotli libraries it links, a relocatable cpp-httplib.pc
 # whose Libs carry an rpath to the folder, and pkgconf for a machine without pkg-config). The in-process
 # references run first (per prompt length, `gpu-accel bench-serve`: the Session prefill back to back and after
@@ -18,9 +18,9 @@
 # of 16, 512 tokens per step, CUDA graphs, GPU sampling.
 #
 # Usage (device; from the worktree copy, .httplib carried beside it):
-#   cd .dev-http && export GA_SHARED=$PWD/../.fwdshared && OUT=$OUT bash tools/dev/serve_http.sh cuda
+#   GA_SHARED=... GA_HTTPLIB=... OUT=... bash tools/device/serve.sh cuda
 # Local check on the CPU (stories260K, small rounds; reuses a build folder when B names one):
-#   B=build-http GA_HTTPLIB=/work/main/.httplib bash tools/dev/serve_http.sh cpu
+#   B=build-http GA_HTTPLIB=.httplib bash tools/device/serve.sh cpu
 # Environment: GA_HTTPLIB (the carried folder; default ../.httplib), B (build folder; default /tmp/b), OUT,
 #   CLIENTS / PROMPT / MAXTOK (the rounds), TTFT_PROMPTS (more lone-request lengths; cuda: 512), JOBS (build
 #   parallelism), QUICK=1 (fits a 300 s call: no in-process rounds, `run` x3), VARIANTS ("name=serve flags;...",
@@ -29,38 +29,26 @@
 #   the SM clock: see below), RUN_FLAGS_B (`run` timed once more with these flags, e.g. "--prefill-graphs 0").
 set -uo pipefail
 mode=${1:-cuda}
-[[ $mode == cuda || $mode == cpu ]] || { echo "usage: serve_http.sh [cuda|cpu]" >&2; exit 2; }
+[[ $mode == cuda || $mode == cpu ]] || { echo "usage: serve.sh [cuda|cpu]" >&2; exit 2; }
 root=$(pwd)
 H=$(cd "${GA_HTTPLIB:-$root/../.httplib}" 2>/dev/null && pwd) || { echo "no carried cpp-httplib folder (GA_HTTPLIB)" >&2; exit 1; }
-B=${B:-/tmp/b}
-OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT"
-summary=()
-t_start=$(date +%s)
+[[ $mode == cpu ]] && JOBS=${JOBS:-2}
+# shellcheck disable=SC2034  # read by finish (common.sh)
+KEEP_FILES="table.md all.md"
+source "$root/tools/device/common.sh"
 # BUDGET (seconds since the start): later steps are skipped once it is spent, so a device call's time limit
 # still leaves the table.
-over_budget() { [[ -n ${BUDGET:-} ]] && (( $(date +%s) - t_start > BUDGET )); }
-note() { summary+=("$1"); echo "== $1"; }
-finish() {
-  echo "================ SUMMARY"
-  printf '%s\n' "${summary[@]}"
-  [[ -f "$OUT/table.md" ]] && cat "$OUT/table.md"
-  # At most 8 files come back from the device: the table, everything printed, and one archive of the rest.
-  tar czf /tmp/serve-http-logs.tar.gz -C "$OUT" --exclude=table.md --exclude=all.md . &&
-    (cd "$OUT" && find . -maxdepth 1 -type f ! -name table.md ! -name all.md -delete) &&
-    mv /tmp/serve-http-logs.tar.gz "$OUT/logs.tar.gz"
-  exit "${1:-0}"
-}
+over_budget() { [[ -n ${BUDGET:-} ]] && (( $(date +%s) - T0 > BUDGET )); }
 
 if [[ $mode == cuda ]]; then
-  note "gpu: $(nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader 2>&1)"
-  CLIENTS=${CLIENTS:-1,16,64}; PROMPT=${PROMPT:-128}; MAXTOK=${MAXTOK:-128}; JOBS=${JOBS:-16}
-  cuda_args=(-DGA_CUDA=ON -DGA_CUDA_ARCHS=90a)
-  nice_cmd=()
+  note "gpu: $(gpu_state)"
+  CLIENTS=${CLIENTS:-1,16,64}; PROMPT=${PROMPT:-128}; MAXTOK=${MAXTOK:-128}
+  # shellcheck disable=SC2034  # read by device_build (common.sh)
+  CMAKE_ARGS="-DGA_BUILD_SERVER=ON -DGA_BUILD_TESTS=OFF"
 else
-  CLIENTS=${CLIENTS:-1,4}; PROMPT=${PROMPT:-32}; MAXTOK=${MAXTOK:-32}; JOBS=${JOBS:-2}
-  cuda_args=(-DGA_CUDA=OFF)
-  nice_cmd=(nice)
+  CLIENTS=${CLIENTS:-1,4}; PROMPT=${PROMPT:-32}; MAXTOK=${MAXTOK:-32}
+  # shellcheck disable=SC2034  # read by device_build (common.sh)
+  CMAKE_ARGS="-DGA_CUDA=OFF -DGA_BUILD_SERVER=ON -DGA_BUILD_TESTS=OFF"
 fi
 max_clients=$(tr ',' '\n' <<< "$CLIENTS" | sort -n | tail -1)
 note "host: $(nproc) cores, $(python3 --version 2>&1), glibc $(ldd --version | head -1 | awk '{print $NF}'), openssl/ssl.h: $(ls /usr/include/openssl/ssl.h 2>/dev/null || echo MISSING)"
@@ -76,17 +64,8 @@ missing=$(ldd "$H/lib/libcpp-httplib.so" 2>&1 | grep "not found")
 note "carried libcpp-httplib.so loads: ${missing:-yes (every dependency found)}"
 [[ -z $missing ]] || finish 1
 
-t0=$(date +%s)
-cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release "${cuda_args[@]}" -DGA_BUILD_SERVER=ON -DGA_BUILD_TESTS=OFF \
-  > "$OUT/build.log" 2>&1
-rc=$?
+device_build gpu-accel || finish 1
 grep -E "cpp-httplib|HTTP server" "$OUT/build.log"
-if [[ $rc -eq 0 ]]; then
-  "${nice_cmd[@]}" ninja -C "$B" -j"$JOBS" gpu-accel >> "$OUT/build.log" 2>&1
-  rc=$?
-fi
-note "configure + build (server ON) rc=$rc in $(( $(date +%s) - t0 )) s"
-if [[ $rc -ne 0 ]]; then grep -E "error|Error|FAILED" -A4 "$OUT/build.log" | head -60; finish 1; fi
 GA="$B/bin/gpu-accel"
 note "gpu-accel links: $(ldd "$GA" | grep -E 'httplib|brotli|libssl' | awk '{print $1 " -> " $3}' | tr '\n' ' ')"
 
@@ -97,7 +76,7 @@ if [[ $mode == cuda ]]; then
   note "make-model llama3-1b F16 rc=$?"
   device=cuda
 else
-  M=${GA_SHARED:-$root/../shared}/models/tinyllamas/stories260K.gguf
+  M=$root/models/stories260K.gguf
   device=cpu
 fi
 # TTFT is also measured at longer prompts (TTFT_PROMPTS, lone requests only): at 128 tokens a 1B model's
@@ -228,7 +207,7 @@ for v in "${variant_list[@]}"; do
   first=0
 done
 
-# The issue's reference literally: `gpu-accel run`'s own "prompt: N tokens in X ms" (one prefill per process, after
+# The reference the TTFT is held to: `gpu-accel run`'s own "prompt: N tokens in X ms" (one prefill per process, after
 # the upload), RUNS processes per length, with a text of exactly the same number of tokens: the model's vocabulary is
 # the real Llama SPM one, where "the" after a space is one token, so p - 1 of them and the BOS make p (the table
 # checks the count `run` prints; the prefill's time does not depend on which ids they are).
@@ -386,7 +365,7 @@ for p in prompts:
 # submit -> first token split by the scheduler's own times (servers started with GA_SCHEDULER_TRACE=1): -> the
 # scheduler thread's wake-up (the loop's), -> its forward's start (admission, the step's batch), -> the forward's
 # end (metadata copy, prefill graph, logits copy, sync), -> first token (sampling, the callback). Medians, ms.
-# Since session 8 the line also has "chosen T device D": the tokens chosen (before emission) and whether the step
+# The line also has "chosen T device D": the tokens chosen (before emission) and whether the step
 # sampled on the device (then the forward returns with the step still queued: its end is the launch's end).
 sched = re.compile(r"scheduler lone prefill: tokens (\d+) woken ([0-9.]+) forward ([0-9.]+) forward_done ([0-9.]+) sampled ([0-9.]+)(?: chosen ([0-9.]+) device (\d))?")
 rows_out = []
@@ -417,4 +396,5 @@ if rows_out:
     print("\n".join(rows_out))
 PYEOF
 cat "$OUT/http.md" "$OUT"/bench-serve*.md > "$OUT/all.md" 2> /dev/null
+cat "$OUT/table.md"
 finish 0
