@@ -98,7 +98,7 @@ cudaError_t launch_gemv_tokens(const GemvArgs& a, cudaStream_t stream) {
   if constexpr (D::kType == DType::Q6_K && NT == 1) {
     // few rows, long rows (Q4_K_M's ffn_down, 4096x11008): 2 rows x 2 chunks x 4 stages per warp measured
     // 24.6 us against the default's 27.0 us; elsewhere the default was as fast or faster (bench_gemv --sweep,
-    // docs/results/2026-11-22-h200-gemv-session2.md)
+    // H200, 2026-11-22)
     if (a.rows <= 4096 && a.blocks_per_row >= 32) return launch_gemv_staged<D, 1, StagedConfig<2, 2, 4>>(a, stream);
   }
   return launch_gemv_staged<D, NT, DefaultStaged<D, NT>>(a, stream);
