@@ -114,25 +114,24 @@ UserInput read_user_input(LineReader& reader, const std::function<void()>& promp
   std::string line;
   input.status = reader.read_line(line);
   if (input.status != LineReader::Status::Line) return input;
+  // The next line of a multi-line message; false when the message ends before it (end of input, or Ctrl-C,
+  // which input.status then says).
+  const auto next_line = [&] {
+    prompt_more();
+    const LineReader::Status status = reader.read_line(line);
+    if (status == LineReader::Status::Interrupted) input.status = status;
+    return status == LineReader::Status::Line;
+  };
 
   if (starts_with(line, kBlockQuote, kBlockQuoteSize)) {  // a """ block
     input.multi_line = true;
     line.erase(0, kBlockQuoteSize);
-    bool first = true;
-    while (true) {
+    for (bool first = true;; first = false) {
       const bool closes = ends_with(line, kBlockQuote, kBlockQuoteSize);
       if (closes) line.erase(line.size() - kBlockQuoteSize);
       if (!first) input.text += '\n';
       input.text += line;
-      first = false;
-      if (closes) return input;
-      prompt_more();
-      const LineReader::Status status = reader.read_line(line);
-      if (status == LineReader::Status::Eof) return input;
-      if (status == LineReader::Status::Interrupted) {
-        input.status = status;
-        return input;
-      }
+      if (closes || !next_line()) return input;
     }
   }
 
@@ -140,13 +139,7 @@ UserInput read_user_input(LineReader& reader, const std::function<void()>& promp
     input.multi_line = true;
     line.back() = '\n';
     input.text += line;
-    prompt_more();
-    const LineReader::Status status = reader.read_line(line);
-    if (status == LineReader::Status::Eof) return input;
-    if (status == LineReader::Status::Interrupted) {
-      input.status = status;
-      return input;
-    }
+    if (!next_line()) return input;
   }
   input.text += line;
   return input;
