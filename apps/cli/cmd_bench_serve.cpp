@@ -40,7 +40,7 @@
 #include "gpu_accel/scheduler.h"
 #include "gpu_accel/session.h"
 #include "gpu_accel/tokenizer.h"
-#include "model/arch/llama.h"
+#include "model/arch/architecture.h"
 #include "runtime/engine/batch_backend.h"
 #include "runtime/telemetry/nvml_monitor.h"
 
@@ -306,8 +306,7 @@ struct ProfileForward {
     p.max_seqs = max_n;
     p.max_seq_positions = n_ctx;
     p.use_cuda_graph = graphs;
-    p.rope_freq_factors = arch::rope_freq_factors_for_forward(model);
-    fwd = cuda::make_cuda_llama_batch_forward(model, p);
+    fwd = cuda::make_cuda_batch_forward(model, *arch::make_program_factory(model), p);
     tables.resize(static_cast<size_t>(max_n));
     for (int s = 0; s < max_n; ++s) {
       for (int64_t b = 0; b < per_seq; ++b) tables[static_cast<size_t>(s)].push_back(static_cast<int32_t>(s * per_seq + b));

@@ -22,21 +22,59 @@ namespace ga {
 
 enum class RopeMode {
   Normal,  // rotate adjacent pairs (x[2i], x[2i+1]); llama.cpp's mode for GGUF "llama"
-  NeoX,    // rotate halves (x[i], x[i + n_rot/2]); Hugging Face's rotate_half, GGUF "qwen2"
+  NeoX,    // rotate halves (x[i], x[i + n_rot/2]); Hugging Face's rotate_half, GGUF "qwen2", "qwen3", ...
 };
 
-enum class RopeScalingType { None, Linear, Llama3 };
+enum class RopeScalingType { None, Linear, Llama3, Yarn, LongRope };
 
 struct RopeScaling {
   RopeScalingType type = RopeScalingType::None;
-  float factor = 1.0f;            // Linear and Llama3
+  float factor = 1.0f;            // Linear, Llama3, YaRN
   float low_freq_factor = 1.0f;   // Llama3
   float high_freq_factor = 4.0f;  // Llama3
-  int64_t original_context = 8192;  // Llama3: original_max_position_embeddings
+  int64_t original_context = 8192;  // Llama3, YaRN, LongRoPE: original_max_position_embeddings
+  float yarn_beta_fast = 32.0f;   // YaRN: the ramp between extrapolated and interpolated frequencies
+  float yarn_beta_slow = 1.0f;
+  // YaRN / LongRoPE: the factor q and k are multiplied by (HF's attention_factor); 0: the scheme's default
+  // (YaRN 0.1 ln(factor) + 1; LongRoPE sqrt(1 + ln(max_positions / original) / ln(original))).
+  float attn_factor = 0.0f;
+  // LongRoPE: the per-pair divisors come as tensors rope_factors_short.weight / rope_factors_long.weight
+  // ([n_rot/2]); the long ones serve contexts longer than original_context (llama.cpp's rule).
+};
+
+enum class FfnActivation { Silu, GeluTanh };
+
+// The decoder-only transformer's knobs beyond the Llama baseline: what differs between the families that
+// share model/arch/decoder.cpp (Llama, Mistral, Qwen2/3, Gemma 2/3, Phi-3, Mixtral, Qwen-MoE). Each family's
+// reader sets them from GGUF keys or config.json; the forward reads only these, never a family's name.
+struct TransformerParams {
+  bool qk_norm = false;          // per-head RMSNorm of q and k before RoPE (Qwen3, Gemma 3)
+  float attn_scale = 0.0f;       // the scores' scale; 0: 1/sqrt(head_dim)
+  float attn_softcap = 0.0f;     // scores -> cap * tanh(scores / cap) (Gemma 2); 0: none
+  float final_softcap = 0.0f;    // the same on the logits (Gemma 2); 0: none
+  // Sliding-window attention: a windowed layer's query sees its own position and the sliding_window - 1
+  // before it (Hugging Face's convention). swa_layers[il] != 0 marks the windowed layers; empty: none.
+  int64_t sliding_window = 0;
+  std::vector<uint8_t> swa_layers;
+  float rope_freq_base_swa = 0.0f;       // the windowed layers' RoPE base (Gemma 3); 0: rope_freq_base
+  bool rope_scaling_swa = true;          // whether rope_scaling applies to the windowed layers too
+  bool post_norms = false;               // RMSNorm after attention and after the FFN (Gemma 2/3)
+  float embed_scale = 1.0f;              // the embeddings are multiplied by this (Gemma: sqrt(n_embd))
+  FfnActivation ffn_act = FfnActivation::Silu;
+  bool fused_qkv = false;                // one attn_qkv.weight (Phi-3) instead of attn_q/k/v
+  bool fused_gate_up = false;            // ffn_up.weight holds [gate | up] (Phi-3)
+  // Mixture of experts (n_expert > 0): every layer's FFN is ffn_gate_inp (the router) over the
+  // ffn_{gate,up,down}_exps stacks; top n_expert_used by softmax, renormalized when expert_norm_topk;
+  // n_ff_shexp > 0 adds a shared expert (ffn_*_shexp) gated by sigmoid(ffn_gate_inp_shexp . x).
+  int64_t n_expert = 0;
+  int64_t n_expert_used = 0;
+  int64_t n_ff_exp = 0;
+  bool expert_norm_topk = true;
+  int64_t n_ff_shexp = 0;
 };
 
 struct ModelConfig {
-  std::string arch;  // "llama", "qwen2", ... (GGUF general.architecture)
+  std::string arch;  // "llama", "qwen3", "gemma2", ... (GGUF general.architecture)
   std::string name;  // general.name or the folder name
   int64_t n_vocab = 0;
   int64_t n_embd = 0;
@@ -53,6 +91,7 @@ struct ModelConfig {
   RopeScaling rope_scaling;
   bool tied_embeddings = false;  // output.weight absent: the classifier is token_embd.weight
   bool qkv_bias = false;         // Qwen2: attn_{q,k,v}.bias present
+  TransformerParams transformer;
 };
 
 // A weight tensor in its stored type. ne in ggml order: ne[0] is the row length (in_features),

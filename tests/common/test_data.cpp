@@ -19,9 +19,9 @@ std::string shared_path(const std::string& relative) {
   return p.string();
 }
 
-std::string source_path(const std::string& relative) {
+std::string repo_path(const std::string& relative) {
   std::filesystem::path p = std::filesystem::path(GA_SOURCE_DIR) / relative;
-  if (!std::filesystem::exists(p)) throw std::runtime_error("missing file of the repository: " + p.string());
+  if (!std::filesystem::exists(p)) throw std::runtime_error("missing test data in the checkout: " + p.string());
   return p.string();
 }
 

@@ -12,7 +12,7 @@
 namespace ga::test {
 
 std::string shared_path(const std::string& relative);     // ../shared/<relative>, checked to exist
-std::string source_path(const std::string& relative);     // <repository>/<relative> (models/...), checked
+std::string repo_path(const std::string& relative);       // <the checkout>/<relative>, checked to exist
 std::string fetched_path(const std::string& relative);    // .cache/test-data/<relative>, "" if absent
 bool require_fetched_data();                               // GA_REQUIRE_TEST_DATA=1
 std::vector<float> read_f32_file(const std::string& path); // raw little-endian float32

@@ -32,7 +32,7 @@ constexpr double kTimeout = 120;  // seconds, for anything the chat should do at
 constexpr char kReplyTokens[] = "24";
 constexpr char kChatMlEnd[] = "<|im_end|>";
 
-std::string model_path() { return test::source_path("models/stories260K.gguf"); }
+std::string model_path() { return test::repo_path("models/stories260K.gguf"); }
 
 std::vector<std::string> greedy_chat(std::vector<std::string> extra = {}) {
   std::vector<std::string> args = {"chat", "-m", model_path(), "--temp", "0", "-n", kReplyTokens};

@@ -1,6 +1,6 @@
 // The multi-sequence batched forward over a paged KV pool against each sequence evaluated alone.
 //
-// Reference: LlamaForward (one sequence, contiguous cache) on the full token list of each sequence,
+// Reference: SequenceForward (one sequence, contiguous cache) on the full token list of each sequence,
 // itself checked against llama.cpp and numpy in test_fixture_logits.cpp. The batched runs mix
 // sequences of different lengths, partial last blocks, a block table that starts with another
 // sequence's blocks (a shared prefix, as the prefix cache hands out), shuffled block ids, and a step
@@ -14,7 +14,7 @@
 #include "core/thread_pool.h"
 #include "gpu_accel/error.h"
 #include "gpu_accel/model.h"
-#include "model/arch/llama.h"
+#include "model/arch/forward.h"
 
 namespace ga::arch {
 namespace {
@@ -28,9 +28,9 @@ const std::vector<int32_t> kD = {1, 274, 287, 269, 317, 263, 377, 267, 300, 385,
 
 // Every position's logits of `tokens` evaluated alone ([n][n_vocab]).
 std::vector<float> alone(const LoadedModel& model, const std::vector<int32_t>& tokens, ThreadPool* pool) {
-  LlamaContextParams params;
+  SequenceParams params;
   params.n_ctx = 64;
-  LlamaForward f(model, params, pool);
+  SequenceForward f(model, params, pool);
   std::vector<float> logits(tokens.size() * static_cast<size_t>(model.config.n_vocab));
   f.eval(tokens, 0, true, logits.data());
   return logits;
@@ -48,8 +48,8 @@ void run_case(const LoadedModel& model, DType kv_type) {
   const std::vector<float> ref_a = alone(model, kA, &pool), ref_b = alone(model, kB, &pool),
                            ref_c = alone(model, kC, &pool), ref_d = alone(model, kD, &pool);
 
-  KvPool kv(model.config, KvPoolParams{16, 4, kv_type});
-  LlamaBatchForward forward(model, &pool);
+  BatchForward forward(model, &pool);
+  cpu::KvPool kv(forward.state(), cpu::KvPoolParams{16, 4, kv_type});
   // Block tables (shuffled ids). D starts with A's first two blocks: its prefix is A's K/V.
   std::vector<int32_t> ta = {7, 2, 11, 0}, tb = {5, 9, 3}, tc = {14}, td = {7, 2, 6};
   const std::vector<std::span<const int32_t>> tables = {ta, tb, tc, td};
@@ -111,8 +111,8 @@ TEST(BatchForward, ManySequencesEqualEachAlone) {
 
 TEST(BatchForward, RejectsBadEntries) {
   const LoadedModel model = load_gguf_model(test::shared_path("models/tinyllamas/stories260K.gguf"));
-  KvPool kv(model.config, KvPoolParams{4, 4, DType::F32});
-  LlamaBatchForward forward(model, nullptr);
+  BatchForward forward(model, nullptr);
+  cpu::KvPool kv(forward.state(), cpu::KvPoolParams{4, 4, DType::F32});
   std::vector<float> logits(static_cast<size_t>(model.config.n_vocab));
   const std::vector<int32_t> table = {1, 3};
   const std::vector<int32_t> bad_table = {1, 4};  // block 4 is outside the pool
@@ -129,8 +129,8 @@ TEST(BatchForward, RejectsBadEntries) {
   EXPECT_THROW(eval(BatchToken{512, 0, 0, true}, tables), Error);  // outside the vocabulary
   EXPECT_THROW(eval(BatchToken{1, 0, 0, true}, bad_tables), Error);
   EXPECT_THROW(forward.forward({}, tables, kv, logits.data()), Error);
-  EXPECT_THROW(KvPool(model.config, KvPoolParams{0, 4, DType::F32}), Error);
-  EXPECT_THROW(KvPool(model.config, KvPoolParams{4, 4, DType::Q8_0}), Error);
+  EXPECT_THROW(cpu::KvPool(forward.state(), cpu::KvPoolParams{0, 4, DType::F32}), Error);
+  EXPECT_THROW(cpu::KvPool(forward.state(), cpu::KvPoolParams{4, 4, DType::Q8_0}), Error);
 }
 
 }  // namespace

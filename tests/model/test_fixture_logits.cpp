@@ -19,7 +19,7 @@
 
 #include "common/test_data.h"
 #include "gpu_accel/model.h"
-#include "model/arch/llama.h"
+#include "model/arch/forward.h"
 
 namespace {
 
@@ -73,10 +73,10 @@ Reference read_reference(const std::string& model, const std::string& prompt) {
 
 // Teacher-forced logits: [33][512].
 std::vector<float> run_teacher_forced(const ga::LoadedModel& model, const Reference& ref, ga::DType kv_type) {
-  ga::arch::LlamaContextParams params;
+  ga::arch::SequenceParams params;
   params.n_ctx = 64;
   params.kv_type = kv_type;
-  ga::arch::LlamaForward forward(model, params, nullptr);
+  ga::arch::SequenceForward forward(model, params, nullptr);
   std::vector<float> rows(kRows * kVocab);
   forward.eval(ref.prompt_ids, 0, false, rows.data());  // the whole prompt in one batch
   int64_t pos = static_cast<int64_t>(ref.prompt_ids.size());

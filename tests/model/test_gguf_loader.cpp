@@ -16,7 +16,7 @@
 #include "gpu_accel/error.h"
 #include "gpu_accel/gguf.h"
 #include "gpu_accel/model.h"
-#include "model/arch/llama.h"
+#include "model/arch/forward.h"
 
 namespace {
 
@@ -62,9 +62,9 @@ void expect_load_error(const std::string& path, ga::ErrorKind kind, const std::s
 }
 
 std::vector<float> last_logits(const ga::LoadedModel& model) {
-  ga::arch::LlamaContextParams params;
+  ga::arch::SequenceParams params;
   params.n_ctx = 16;
-  ga::arch::LlamaForward forward(model, params, nullptr);
+  ga::arch::SequenceForward forward(model, params, nullptr);
   const std::vector<int32_t> tokens = {1, 403, 407, 261, 378};  // "Once upon a time" (fixtures/README.md)
   std::vector<float> logits(static_cast<size_t>(model.config.n_vocab));
   forward.eval(tokens, 0, false, logits.data());
@@ -133,7 +133,7 @@ TEST(GgufLoader, UnsupportedArchitecture) {
   Variant v;
   v.add_metadata = [](Writer& w) { w.set("general.architecture", ga::gguf::Value::string("gpt2")); };
   expect_load_error(write_variant(kStories, "arch", v), ga::ErrorKind::Unsupported,
-                    "unsupported architecture 'gpt2' (supported: llama, qwen2)");
+                    "unsupported architecture 'gpt2' (supported: llama, qwen2, qwen3");
 }
 
 TEST(GgufLoader, MissingTensor) {

@@ -22,7 +22,7 @@
 #include "core/thread_pool.h"
 #include "gpu_accel/error.h"
 #include "gpu_accel/model.h"
-#include "model/arch/llama.h"
+#include "model/arch/forward.h"
 #include "model/formats/safetensors.h"
 
 namespace ga {
@@ -148,9 +148,9 @@ void expect_load_error(TinyFolder& f, ErrorKind kind, const std::vector<std::str
 
 std::vector<float> last_logits(const LoadedModel& model, const std::vector<int32_t>& ids) {
   ThreadPool pool(1);
-  arch::LlamaContextParams params;
+  arch::SequenceParams params;
   params.n_ctx = 16;
-  arch::LlamaForward forward(model, params, &pool);
+  arch::SequenceForward forward(model, params, &pool);
   std::vector<float> logits(static_cast<size_t>(forward.n_vocab()));
   forward.eval(ids, 0, false, logits.data());
   return logits;
@@ -333,8 +333,8 @@ TEST(HfLoader, Refusals) {
   }
   {
     TinyFolder f;
-    f.config["architectures"] = {"Phi3ForCausalLM"};
-    expect_load_error(f, ErrorKind::Unsupported, {"Phi3ForCausalLM"});
+    f.config["architectures"] = {"GPT2LMHeadModel"};
+    expect_load_error(f, ErrorKind::Unsupported, {"GPT2LMHeadModel"});
   }
   {
     TinyFolder f;

@@ -10,7 +10,7 @@
 // for the fixture prompts teacher-forced with llama.cpp's greedy ids, and both must match the
 // independent references in ../shared/fixtures/logits (llama.cpp with an F32 KV cache, numpy f64).
 //
-// The forward runs through arch::LlamaForward (what ga::Session wraps), because this suite links
+// The forward runs through arch::SequenceForward (what ga::Session wraps), because this suite links
 // the model layer only.
 #include <gtest/gtest.h>
 
@@ -28,7 +28,7 @@
 #include "core/thread_pool.h"
 #include "gpu_accel/error.h"
 #include "gpu_accel/model.h"
-#include "model/arch/llama.h"
+#include "model/arch/forward.h"
 #include "model/formats/safetensors.h"
 
 namespace ga {
@@ -138,10 +138,10 @@ void write_hf_folder(const LoadedModel& gguf, const fs::path& dir, const FolderO
 // Logits of every position of `ids`, evaluated in one batch: [n][n_vocab].
 std::vector<float> eval_all(const LoadedModel& model, const std::vector<int32_t>& ids) {
   ThreadPool pool(2);
-  arch::LlamaContextParams params;
+  arch::SequenceParams params;
   params.n_ctx = 64;
   params.kv_type = DType::F32;
-  arch::LlamaForward forward(model, params, &pool);
+  arch::SequenceForward forward(model, params, &pool);
   std::vector<float> logits(ids.size() * static_cast<size_t>(forward.n_vocab()));
   forward.eval(ids, 0, true, logits.data());
   return logits;

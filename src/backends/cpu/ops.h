@@ -28,6 +28,13 @@ void softmax(float* x, int64_t n);
 // out[i] = silu(gate[i]) * up[i], silu(g) = g / (1 + exp(-g)). out may alias gate or up.
 void swiglu(const float* gate, const float* up, float* out, int64_t n);
 
+// out[i] = gelu_tanh(gate[i]) * up[i] (GeGLU with PyTorch's tanh approximation, Gemma's
+// gelu_pytorch_tanh): gelu_tanh(g) = 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))). out may alias.
+void geglu_tanh(const float* gate, const float* up, float* out, int64_t n);
+
+// x[i] = cap * tanh(x[i] / cap) (Gemma 2's logit soft-capping); cap > 0.
+void softcap(float* x, int64_t n, float cap);
+
 // x[i] += y[i].
 void add_inplace(float* x, const float* y, int64_t n);
 
@@ -71,6 +78,11 @@ struct PagedAttentionParams {
   const void* v_blocks = nullptr;               // [n_blocks][block_size][n_head_kv][head_dim] of kv_type
   float* out = nullptr;                         // [n_tokens][n_head][head_dim]
   int64_t out_stride = 0;                       // floats between tokens of out
+  // Sliding window: >= 0 limits query t to positions positions[t] - window_left .. positions[t]
+  // (Hugging Face's sliding_window W is window_left = W - 1); -1: every position from 0.
+  int64_t window_left = -1;
+  // > 0: scores s = scale * q.k become softcap * tanh(s / softcap) before the softmax (Gemma 2).
+  float softcap = 0.0f;
   // Per-thread workspace: pool size x work_stride floats, work_stride >= max(positions) + 1 + head_dim.
   float* work = nullptr;
   int64_t work_stride = 0;
@@ -97,6 +109,8 @@ struct AttentionParams {
   const void* v_cache = nullptr;  // [n_ctx][n_head_kv][head_dim] of kv_type
   float* out = nullptr;           // [n_tokens][n_head][head_dim]
   int64_t out_stride = 0;         // floats between tokens of out
+  int64_t window_left = -1;       // as PagedAttentionParams
+  float softcap = 0.0f;           // as PagedAttentionParams
   // Per-thread workspace: pool size x work_stride floats, work_stride >= pos0 + n_tokens + head_dim.
   float* work = nullptr;
   int64_t work_stride = 0;

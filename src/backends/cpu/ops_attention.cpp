@@ -53,6 +53,8 @@ struct QuerySlot {
 struct Problem {
   int64_t n_head, n_head_kv, head_dim;
   float scale;
+  int64_t window_left;  // -1: none
+  float softcap;        // 0: none
   const float* q;
   int64_t q_stride;
   int64_t block_size;
@@ -77,27 +79,37 @@ void attention_items(const Problem& p, const Slots& slot_of, int64_t begin, int6
     const int64_t h = item % p.n_head;
     const int64_t kvh = h / group;
     const QuerySlot slot = slot_of(t);
-    const int64_t n_keys = slot.pos + 1;  // causal: positions 0 .. pos
+    // causal: positions first .. pos, first = 0 or the window's start
+    const int64_t first = p.window_left >= 0 ? std::max<int64_t>(0, slot.pos - p.window_left) : 0;
+    const int64_t n_keys = slot.pos + 1 - first;
     const float* q = p.q + t * p.q_stride + h * p.head_dim;  // [head_dim]
     float* acc = scores + n_keys;                             // [head_dim], after this item's scores
 
-    // Scores block by block: keys j0 .. j0 + n_in_block - 1 are contiguous rows of one block.
-    for (int64_t j0 = 0, b = 0; j0 < n_keys; j0 += p.block_size, ++b) {
-      const KvT* k = k_blocks + static_cast<int64_t>(slot.table[b]) * block_elems + kvh * p.head_dim;
-      const int64_t n_in_block = std::min(p.block_size, n_keys - j0);
-      for (int64_t j = 0; j < n_in_block; ++j) scores[j0 + j] = dot(q, k + j * kv_row, p.head_dim) * p.scale;
+    // Scores block by block: positions j .. of one block are contiguous rows; scores[j - first].
+    for (int64_t j = first; j <= slot.pos;) {
+      const int64_t b = j / p.block_size;
+      const int64_t r0 = j % p.block_size;
+      const int64_t n_in_block = std::min(p.block_size - r0, slot.pos + 1 - j);
+      const KvT* k = k_blocks + static_cast<int64_t>(slot.table[b]) * block_elems + r0 * kv_row + kvh * p.head_dim;
+      for (int64_t i = 0; i < n_in_block; ++i) scores[j - first + i] = dot(q, k + i * kv_row, p.head_dim) * p.scale;
+      j += n_in_block;
     }
+    if (p.softcap > 0.0f) ga::cpu::softcap(scores, n_keys, p.softcap);
     softmax(scores, n_keys);
 
     for (int64_t d = 0; d < p.head_dim; ++d) acc[d] = 0.0f;
-    for (int64_t j0 = 0, b = 0; j0 < n_keys; j0 += p.block_size, ++b) {
-      const KvT* v_base = v_blocks + static_cast<int64_t>(slot.table[b]) * block_elems + kvh * p.head_dim;
-      const int64_t n_in_block = std::min(p.block_size, n_keys - j0);
-      for (int64_t j = 0; j < n_in_block; ++j) {
-        const KvT* v = v_base + j * kv_row;
-        const float w = scores[j0 + j];
+    for (int64_t j = first; j <= slot.pos;) {
+      const int64_t b = j / p.block_size;
+      const int64_t r0 = j % p.block_size;
+      const int64_t n_in_block = std::min(p.block_size - r0, slot.pos + 1 - j);
+      const KvT* v_base =
+          v_blocks + static_cast<int64_t>(slot.table[b]) * block_elems + r0 * kv_row + kvh * p.head_dim;
+      for (int64_t i = 0; i < n_in_block; ++i) {
+        const KvT* v = v_base + i * kv_row;
+        const float w = scores[j - first + i];
         for (int64_t d = 0; d < p.head_dim; ++d) acc[d] += w * load(v, d);
       }
+      j += n_in_block;
     }
     std::memcpy(p.out + t * p.out_stride + h * p.head_dim, acc, static_cast<size_t>(p.head_dim) * sizeof(float));
   }
@@ -142,8 +154,9 @@ void paged_attention(const PagedAttentionParams& p, ThreadPool* pool) {
   }
   GA_CHECK(p.work_stride >= attention_work_floats(max_pos + 1, p.head_dim), Internal, "attention: workspace stride ",
            p.work_stride, " too small for ", max_pos + 1, " positions");
-  const Problem prob{p.n_head,   p.n_head_kv, p.head_dim, p.scale, p.q,          p.q_stride, p.block_size,
-                     p.k_blocks, p.v_blocks,  p.out,      p.out_stride, p.work, p.work_stride};
+  const Problem prob{p.n_head,   p.n_head_kv, p.head_dim, p.scale,      p.window_left, p.softcap, p.q,
+                     p.q_stride, p.block_size, p.k_blocks, p.v_blocks, p.out,         p.out_stride, p.work,
+                     p.work_stride};
   const auto slots = [&p](int64_t t) { return QuerySlot{p.positions[t], p.block_tables[t]}; };
   run_items(prob, p.kv_type, p.n_tokens, slots, pool);
 }
@@ -155,8 +168,9 @@ void attention(const AttentionParams& p, ThreadPool* pool) {
   // The whole cache is block 0 of a pool of one block that holds every position the call reads.
   static constexpr int32_t kOnlyBlock[1] = {0};
   const int64_t block_size = std::max<int64_t>(p.pos0 + p.n_tokens, 1);
-  const Problem prob{p.n_head,  p.n_head_kv, p.head_dim, p.scale, p.q,          p.q_stride, block_size,
-                     p.k_cache, p.v_cache,   p.out,      p.out_stride, p.work, p.work_stride};
+  const Problem prob{p.n_head,   p.n_head_kv, p.head_dim, p.scale,   p.window_left, p.softcap, p.q,
+                     p.q_stride, block_size,  p.k_cache,  p.v_cache, p.out,         p.out_stride, p.work,
+                     p.work_stride};
   const int64_t pos0 = p.pos0;
   const auto slots = [pos0](int64_t t) { return QuerySlot{pos0 + t, kOnlyBlock}; };
   run_items(prob, p.kv_type, p.n_tokens, slots, pool);

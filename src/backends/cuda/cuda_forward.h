@@ -1,11 +1,12 @@
-// The CUDA forward pass of the Llama family, as the runtime sees it: no CUDA headers, no #ifdefs.
+// The CUDA forward pass of any architecture, as the runtime sees it: no CUDA headers, no #ifdefs.
 //
 // ga_runtime (Session) links ga_cuda, never the other way round, so this header is the whole contract
-// between them: it names only the public model types (LoadedModel's config and weight views) and
-// plain C++. A CUDA build implements it in backends/cuda/llama/, a build without CUDA answers
-// "not available" from backends/cuda_stub/ (ErrorKind::Unsupported), so the Session selects a device
-// with ordinary control flow. Rope frequency factors come in precomputed (params.rope_freq_factors):
-// computing Llama-3 factors is the model layer's job, which ga_cuda must not link.
+// between them: it names only the public model types (LoadedModel's weight views), the step op vocabulary
+// (backends/step_ops.h: the architecture's Program, which the CUDA engine runs by implementing the ops) and
+// plain C++. A CUDA build implements it in backends/cuda/engine/, a build without CUDA answers "not
+// available" from backends/cuda_stub/ (ErrorKind::Unsupported), so the Session selects a device with
+// ordinary control flow. The architecture (its Program factory) comes from the model layer, which ga_cuda
+// must not link.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/step_ops.h"
 #include "gpu_accel/model.h"
 
 namespace ga::cuda {
@@ -62,8 +64,6 @@ struct CudaForwardParams {
   int device = 0;
   int64_t n_ctx = 0;         // positions the device KV cache (f16) holds
   int64_t max_batch = 512;   // tokens per internal step; longer evals are split (bounds scratch memory)
-  // [n_rot/2] divisors of the rope frequencies (rope_freqs.weight or Llama-3 scaling); empty: none.
-  std::vector<float> rope_freq_factors;
   bool use_cuda_graph = true;  // capture the one-token decode step once and replay it
   Int8Activations int8_activations = Int8Activations::kOnceAll;
   // Prefill steps (without all_logits) of up to this many tokens replay a graph per bucket; 0: off. Needs
@@ -71,11 +71,11 @@ struct CudaForwardParams {
   int64_t prefill_graph_max_tokens = kPrefillGraphMaxTokens;
 };
 
-// One sequence of a Llama-family model on one GPU. Not thread-safe.
+// One sequence of a model on one GPU. Not thread-safe.
 class CudaForward {
  public:
   virtual ~CudaForward() = default;
-  // Same contract as arch::LlamaForward::eval: tokens at positions pos0 .. pos0+n-1; writes the last
+  // Same contract as arch::SequenceForward::eval: tokens at positions pos0 .. pos0+n-1; writes the last
   // token's logits ([n_vocab]) or every token's ([n][n_vocab]). Validates before any work.
   virtual void eval(std::span<const int32_t> tokens, int64_t pos0, bool all_logits, float* logits) = 0;
   // eval() of the last token's logits without the copy to the host: the row stays on the device.
@@ -95,22 +95,17 @@ class CudaForward {
   virtual PrefillGraphStats prefill_graph_stats() const { return {}; }
 };
 
-// Uploads the weights (native types) and allocates the KV cache and scratch. Throws Unsupported for
-// a build without CUDA, a missing device or a weight type the CUDA kernels do not read, and
-// OutOfMemory (with the byte counts) when the model and cache do not fit in free device memory.
-std::unique_ptr<CudaForward> make_cuda_llama_forward(const LoadedModel& model, const CudaForwardParams& params);
+// Uploads the weights (native types), allocates the KV cache and scratch and builds the architecture's
+// Program (the factory need not outlive the call). Throws Unsupported for a build without CUDA, a missing
+// device, a weight type or an op the CUDA kernels do not run, and OutOfMemory (with the byte counts) when the
+// model and cache do not fit in free device memory.
+std::unique_ptr<CudaForward> make_cuda_forward(const LoadedModel& model, const step::ProgramFactory& factory,
+                                               const CudaForwardParams& params);
 
 // ---- Many sequences over a paged KV pool (the Scheduler's engine) ----
 
-// One entry of a batched step: `token` at position `pos` of sequence `seq` (an index into the step's
-// block tables). The same contract as arch::BatchToken, restated here because ga_cuda must not
-// include the model layer.
-struct BatchEntry {
-  int32_t token = 0;
-  int64_t pos = 0;
-  int32_t seq = 0;
-  bool logits = false;  // this entry's logits are wanted
-};
+// One entry of a batched step (backends/step_ops.h).
+using BatchEntry = step::BatchToken;
 
 struct CudaBatchForwardParams {
   int device = 0;
@@ -123,8 +118,6 @@ struct CudaBatchForwardParams {
   int64_t max_batch_tokens = 512;    // entries per forward() (sizes the scratch)
   int64_t max_seqs = 64;             // sequences per forward(); also bounds the logits rows
   int64_t max_seq_positions = 4096;  // positions one sequence may reach (sizes the block tables)
-  // [n_rot/2] divisors of the rope frequencies (rope_freqs.weight or Llama-3 scaling); empty: none.
-  std::vector<float> rope_freq_factors;
   bool use_cuda_graph = true;  // replay decode-only steps (n one-token runs) as graphs captured per n
   Int8Activations int8_activations = Int8Activations::kOnceAll;
   // A step that is one prompt run alone (one sequence, one logits row; a lone request's prefill) of up to
@@ -133,7 +126,7 @@ struct CudaBatchForwardParams {
 };
 
 // The forward pass of a batch of entries from many sequences over a paged f16 KV pool on one GPU:
-// the CUDA twin of arch::LlamaBatchForward + arch::KvPool (same batch/block-table contract), with
+// the CUDA twin of arch::BatchForward + cpu::KvPool (same batch/block-table contract), with
 // the KV pool inside. Not thread-safe.
 class CudaBatchForward {
  public:
@@ -172,10 +165,11 @@ class CudaBatchForward {
   virtual PrefillGraphStats prefill_graph_stats() const { return {}; }
 };
 
-// Uploads the weights and allocates the pool and scratch. Unsupported without CUDA / a device / for
-// unreadable weight types; OutOfMemory (with the byte counts) when the pool does not fit.
-std::unique_ptr<CudaBatchForward> make_cuda_llama_batch_forward(const LoadedModel& model,
-                                                                const CudaBatchForwardParams& params);
+// Uploads the weights, allocates the pool and scratch and builds the Program. Unsupported without CUDA / a
+// device / for unreadable weight types or ops; OutOfMemory (with the byte counts) when the pool does not fit.
+std::unique_ptr<CudaBatchForward> make_cuda_batch_forward(const LoadedModel& model,
+                                                          const step::ProgramFactory& factory,
+                                                          const CudaBatchForwardParams& params);
 
 // The step sizes (tokens per step, at most max_step_tokens, ascending) whose first forward step loads
 // kernels of ours that no other size in the list does: 1..8 (the GEMV instantiations and the decode

@@ -9,12 +9,14 @@
 
 namespace ga::cuda {
 
-std::unique_ptr<CudaForward> make_cuda_llama_forward(const LoadedModel& /*model*/, const CudaForwardParams& /*params*/) {
+std::unique_ptr<CudaForward> make_cuda_forward(const LoadedModel& /*model*/, const step::ProgramFactory& /*factory*/,
+                                               const CudaForwardParams& /*params*/) {
   GA_THROW(Unsupported, "the CUDA backend is not available in this build (configure with -DGA_CUDA=ON)");
 }
 
-std::unique_ptr<CudaBatchForward> make_cuda_llama_batch_forward(const LoadedModel& /*model*/,
-                                                                const CudaBatchForwardParams& /*params*/) {
+std::unique_ptr<CudaBatchForward> make_cuda_batch_forward(const LoadedModel& /*model*/,
+                                                          const step::ProgramFactory& /*factory*/,
+                                                          const CudaBatchForwardParams& /*params*/) {
   GA_THROW(Unsupported, "the CUDA backend is not available in this build (configure with -DGA_CUDA=ON)");
 }
 

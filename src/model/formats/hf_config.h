@@ -1,42 +1,68 @@
-// Hugging Face config.json -> ga::ModelConfig for the Llama family (Llama, Mistral, Qwen2).
+// Hugging Face config.json: parsing and typed access, for the architectures' readers (model/arch/).
 //
-// The mapping follows transformers' own defaults per architecture, so a config.json that leaves a
-// field out means what transformers would make of it. Both spellings of the RoPE settings are read:
-// transformers 4.x writes "rope_theta" + "rope_scaling" ({"type"|"rope_type": ...}), 5.x writes one
-// "rope_parameters" object holding rope_theta and rope_type. Every HF model uses rotate_half RoPE,
-// so rope_mode is NeoX (GGUF converters permute the Q/K rows instead and use the Normal mode; the
-// HF loader keeps HF's row order and must not permute).
-//
-// Anything we cannot run faithfully is refused with Unsupported naming the field: another
-// architecture, an activation other than SiLU, biases on o_proj or the MLP, partial rotary, and
-// RoPE scaling types other than linear and llama3.
+// This layer knows JSON, not models: which fields an architecture reads, and transformers' defaults for
+// them, are the architecture's (model/arch/hf_common.h and each family's file). A JSON null counts as
+// absent (transformers writes "head_dim": null, "rope_scaling": null, "sliding_window": null). Every error
+// names the file and the key.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "gpu_accel/model.h"
 
 namespace ga::hf {
 
+// A JSON object of a config (the root or a nested one) with typed getters.
+class JsonReader {
+ public:
+  JsonReader(std::shared_ptr<const nlohmann::json> root, const nlohmann::json* object, std::string source);
+
+  bool has(std::string_view key) const;       // present and not null
+  bool contains(std::string_view key) const;  // present, null or not
+  int64_t positive_int(std::string_view key, std::optional<int64_t> fallback = {}) const;
+  int64_t integer(std::string_view key, int64_t fallback) const;
+  double number(std::string_view key, double fallback) const;
+  std::optional<double> optional_number(std::string_view key) const;
+  bool boolean(std::string_view key, bool fallback) const;
+  std::string string(std::string_view key, std::string fallback) const;
+  std::vector<double> numbers(std::string_view key) const;       // a list of numbers (InvalidFormat otherwise)
+  std::vector<std::string> strings(std::string_view key) const;  // a list of strings
+  std::vector<int64_t> integers(std::string_view key) const;     // a list of integers
+  // A nested object; nullopt when absent. InvalidFormat when present but not an object.
+  std::optional<JsonReader> object(std::string_view key) const;
+  // The members of this object that are objects themselves (transformers 5's per-layer-type RoPE).
+  std::vector<std::pair<std::string, JsonReader>> object_members() const;
+  bool is_object_of_objects() const;
+  bool equals(const JsonReader& other) const;  // the same JSON value
+  std::string dump(std::string_view key) const;  // the value as JSON text ("null" when absent)
+  const std::string& source() const { return source_; }
+
+ private:
+  const nlohmann::json* field(std::string_view key) const;
+  std::shared_ptr<const nlohmann::json> root_;  // keeps the document alive
+  const nlohmann::json* obj_;
+  std::string source_;
+};
+
 struct HfConfig {
-  ModelConfig model;
-  std::string architecture;    // "LlamaForCausalLM", "MistralForCausalLM" or "Qwen2ForCausalLM"
-  int64_t sliding_window = 0;  // > 0: the model was trained with windowed attention of this size
+  std::string architecture;  // the first "architectures" entry ("" when there is none)
+  std::vector<std::string> architectures;
+  std::string model_type;
+  JsonReader root;
   // Every top-level key of config.json, rendered as JSON ("config.<key>"), for `inspect`.
   std::vector<MetadataEntry> entries;
 };
 
-// Parses the text of a config.json; `source` names it in error messages.
+// Parses the text of a config.json; `source` names it in error messages. Checks only that it is a JSON
+// object whose "architectures" (if any) is a list of strings.
 HfConfig parse_config(std::string_view json_text, const std::string& source);
 HfConfig read_config(const std::string& path);
-
-// The GGUF name of a Hugging Face tensor name of the Llama family (model.embed_tokens.weight ->
-// token_embd.weight, model.layers.3.self_attn.q_proj.weight -> blk.3.attn_q.weight, ...);
-// nullopt for a name outside the scheme. The layer index is copied, not checked.
-std::optional<std::string> gguf_tensor_name(std::string_view hf_name);
 
 }  // namespace ga::hf

@@ -1,15 +1,18 @@
 // Hugging Face folder -> LoadedModel: config.json, *.safetensors (one file or shards + index),
 // tokenizer.json (+ tokenizer_config.json).
 //
-// Tensors are renamed to GGUF's names so the architecture code never sees the source format. A
-// torch tensor [out, in] stored row-major is ggml ne = [in, out] over the same bytes, so the views
-// point straight into the mapped shards (no copy) with the shape reversed. Q/K rows stay in HF's
-// order: HF applies RoPE with rotate_half, which the config maps to RopeMode::NeoX (GGUF converters
-// permute those rows instead and use the Normal mode; doing both would scramble the heads).
+// The architecture (model/arch/) is found from config.json's "architectures"; it reads the hyperparameters
+// and maps every HF tensor name to GGUF's, so the forward never sees the source format. A torch tensor
+// [out, in] stored row-major is ggml ne = [in, out] over the same bytes, so the views point straight into
+// the mapped shards (no copy) with the shape reversed. Q/K rows stay in HF's order: HF applies RoPE with
+// rotate_half, which the config maps to RopeMode::NeoX (GGUF converters permute those rows instead and use
+// the Normal mode; doing both would scramble the heads).
 //
-// Copies happen only where needed: a tensor whose bytes are not aligned to its element size (the
-// safetensors layout does not promise it) and the Llama-3 rope factors, which HF derives from the
-// config and GGUF stores as `rope_freqs.weight`; both buffers live in LoadedModel::storage.
+// Copies happen only where the layouts differ: a tensor whose bytes are not aligned to its element size
+// (the safetensors layout does not promise it); MoE checkpoints that store one matrix per expert (stacked
+// here into GGUF's [n_embd, n_ff, n_expert] ffn_*_exps) or transformers 5's fused [gate | up] expert stack
+// (split into the two GGUF stacks); and whatever the architecture's hf_fixup derives (Llama-3 and LongRoPE
+// factors as tensors, Gemma's norm weights). All such buffers live in LoadedModel::storage.
 //
 // Without tokenizer.json the model still loads with an empty vocabulary (and a warning), because
 // `gpu-accel logits` and the parity tools work on token ids; text commands then fail clearly.
@@ -27,7 +30,8 @@
 #include "core/log.h"
 #include "gpu_accel/error.h"
 #include "gpu_accel/model.h"
-#include "model/arch/llama.h"
+#include "model/arch/architecture.h"
+#include "model/arch/rope.h"
 #include "model/formats/hf_config.h"
 #include "model/formats/safetensors.h"
 
@@ -63,70 +67,100 @@ class HfLoader {
     const fs::path config_path = dir_ / "config.json";
     GA_CHECK(fs::exists(config_path), InvalidFormat, "'", dir_.string(),
              "' has no config.json (not a Hugging Face model folder)");
-    hf::HfConfig hf = hf::read_config(config_path.string());
+    const hf::HfConfig hf = hf::read_config(config_path.string());
+    arch_ = &arch::hf_arch_of(hf);
 
     LoadedModel model;
     model.format = "safetensors";
     model.path = dir_.string();
-    model.config = hf.model;
+    model.config = arch::config_from_hf(hf);
     if (model.config.name.empty()) model.config.name = folder_name(dir_);
 
     const safetensors::Checkpoint ckpt = safetensors::Checkpoint::open_dir(dir_.string());
     for (auto& s : ckpt.storages()) model.storage.push_back(std::move(s));
     add_weights(ckpt, model);
     add_rope_factors(model);
+    if (arch_->hf_fixup) arch_->hf_fixup(hf, model);
     read_vocab(model);
     fill_metadata(hf, ckpt, model);
-    note_sliding_window(hf, model.config);
     check(model);
     return model;
   }
 
  private:
+  // One HF tensor's bytes and shape (torch order), checked for a type we compute.
+  struct Source {
+    std::string hf_name;
+    const safetensors::TensorInfo* info = nullptr;
+    const uint8_t* data = nullptr;
+  };
+
+  Source source(const safetensors::Checkpoint& ckpt, const std::string& hf_name) const {
+    const safetensors::TensorInfo& info = *ckpt.find(hf_name);
+    GA_CHECK(info.type.has_value(), Unsupported, "'", ckpt.path_of(hf_name), "': tensor '", hf_name, "' has dtype ",
+             info.dtype, "; gpu_accel reads F32, F16 and BF16 weights");
+    return Source{hf_name, &info, ckpt.tensor_data(hf_name)};
+  }
+
+  void check_layer(const safetensors::Checkpoint& ckpt, const std::string& hf_name, const std::string& name,
+                   const ModelConfig& c) const {
+    if (!name.starts_with("blk.")) return;
+    // A layer past num_hidden_layers means config and weights disagree; the check below would not notice
+    // an extra layer.
+    const size_t end = name.find('.', 4);
+    int64_t layer = 0;
+    const auto [ptr, ec] = std::from_chars(name.data() + 4, name.data() + end, layer);
+    const bool in_range = ec == std::errc() && ptr == name.data() + end && layer < c.n_layer;
+    GA_CHECK(in_range, InvalidFormat, "'", ckpt.path_of(hf_name), "': tensor '", hf_name, "' is beyond the ",
+             c.n_layer, " layers config.json's num_hidden_layers declares");
+  }
+
   void add_weights(const safetensors::Checkpoint& ckpt, LoadedModel& model) {
     ModelConfig& c = model.config;
     std::vector<std::string> unknown;
+    std::map<std::string, std::map<int64_t, Source>> experts;  // stack name -> expert -> its matrix
     for (const auto& [hf_name, entry] : ckpt.entries()) {
-      const std::optional<std::string> name = hf::gguf_tensor_name(hf_name);
-      if (!name) {
+      const std::optional<arch::HfTensorName> mapped = arch_->hf_tensor_name(hf_name);
+      if (!mapped) {
         const bool is_bias = std::string_view(hf_name).ends_with(".bias");
         // A bias we do not apply (o_proj, MLP) would silently change the results.
-        GA_CHECK(!is_bias, Unsupported, "'", ckpt.path_of(hf_name), "': tensor '", hf_name,
-                 "' is a bias the ", c.arch, " forward does not apply");
+        GA_CHECK(!is_bias, Unsupported, "'", ckpt.path_of(hf_name), "': tensor '", hf_name, "' is a bias the ",
+                 c.arch, " forward does not apply");
         if (!ignorable(hf_name)) unknown.push_back(hf_name);
         continue;
       }
-      if (*name == "output.weight" && c.tied_embeddings) {
+      const std::string& name = mapped->gguf;
+      if (name == "output.weight" && c.tied_embeddings) {
         GA_LOG(Debug, dir_.string(), ": lm_head.weight ignored (tie_word_embeddings is true)");
         continue;
       }
-      if (name->starts_with("blk.")) {
-        // A layer past num_hidden_layers means config and weights disagree; the check below would
-        // not notice an extra layer.
-        const size_t end = name->find('.', 4);
-        int64_t layer = 0;
-        const auto [ptr, ec] = std::from_chars(name->data() + 4, name->data() + end, layer);
-        const bool in_range = ec == std::errc() && ptr == name->data() + end && layer < c.n_layer;
-        GA_CHECK(in_range, InvalidFormat, "'", ckpt.path_of(hf_name), "': tensor '", hf_name,
-                 "' is beyond the ", c.n_layer, " layers config.json's num_hidden_layers declares");
+      check_layer(ckpt, hf_name, name, c);
+      const Source src = source(ckpt, hf_name);
+      if (mapped->expert >= 0) {
+        GA_CHECK(experts[name].emplace(mapped->expert, src).second, InvalidFormat, "'", ckpt.path_of(hf_name),
+                 "': expert ", mapped->expert, " of ", name, " appears twice");
+        hf_names_[name] = hf_name;
+        continue;
       }
-      const safetensors::TensorInfo& info = *ckpt.find(hf_name);
-      GA_CHECK(info.type.has_value(), Unsupported, "'", ckpt.path_of(hf_name), "': tensor '", hf_name,
-               "' has dtype ", info.dtype, "; gpu_accel reads F32, F16 and BF16 weights");
+      if (mapped->split_gate_up) {
+        split_gate_up(src, name, mapped->gguf_up, model);
+        continue;
+      }
       WeightView w;
-      w.name = *name;
-      w.type = *info.type;
-      w.ne.assign(info.shape.rbegin(), info.shape.rend());  // torch [out, in] -> ggml [in, out]
-      if (w.ne.empty()) w.ne.push_back(1);                   // a 0-d tensor is one element
-      w.nbytes = info.nbytes();
-      w.data = ckpt.tensor_data(hf_name);
+      w.name = name;
+      w.type = *src.info->type;
+      w.ne.assign(src.info->shape.rbegin(), src.info->shape.rend());  // torch [out, in] -> ggml [in, out]
+      if (w.ne.empty()) w.ne.push_back(1);                             // a 0-d tensor is one element
+      w.nbytes = src.info->nbytes();
+      w.data = src.data;
       const uint64_t elem = traits(w.type).type_size;
       if (reinterpret_cast<uintptr_t>(w.data) % elem != 0) {
         w.data = keep(model, std::vector<uint8_t>(w.data, w.data + w.nbytes));  // new[] is max-aligned
       }
-      hf_names_[*name] = hf_name;
-      model.weights.emplace(*name, std::move(w));
+      hf_names_[name] = hf_name;
+      model.weights.emplace(name, std::move(w));
     }
+    for (const auto& [name, stack] : experts) stack_experts(ckpt, name, stack, model);
     if (!unknown.empty()) {
       std::string list;
       for (size_t i = 0; i < unknown.size() && i < 5; ++i) list += (i ? ", " : "") + unknown[i];
@@ -135,8 +169,62 @@ class HfLoader {
     }
     GA_CHECK(c.tied_embeddings || model.find_weight("output.weight") != nullptr, InvalidFormat, "'",
              dir_.string(), "' has no lm_head.weight and config.json does not set tie_word_embeddings");
-    // Qwen2 always has q/k/v biases; for the others their presence decides (as in the GGUF loader).
-    c.qkv_bias = model.find_weight("blk.0.attn_q.bias") != nullptr;
+    // Some families always have q/k/v biases; for the others their presence decides (as in the GGUF loader).
+    c.qkv_bias = c.qkv_bias || model.find_weight("blk.0.attn_q.bias") != nullptr;
+  }
+
+  // Per-expert [R][C] matrices -> one GGUF stack ne = [C, R, n_expert], experts in index order.
+  void stack_experts(const safetensors::Checkpoint& ckpt, const std::string& name,
+                     const std::map<int64_t, Source>& stack, LoadedModel& model) const {
+    const int64_t n_expert = model.config.transformer.n_expert;
+    const Source& first = stack.begin()->second;
+    GA_CHECK(n_expert > 0 && static_cast<int64_t>(stack.size()) == n_expert && stack.begin()->first == 0 &&
+                 stack.rbegin()->first == n_expert - 1,
+             InvalidFormat, "'", dir_.string(), "': ", name, " has ", stack.size(), " experts (", first.hf_name,
+             " ...), config.json declares ", n_expert);
+    const std::vector<uint64_t>& shape = first.info->shape;
+    GA_CHECK(shape.size() == 2, InvalidFormat, "'", ckpt.path_of(first.hf_name), "': expert tensor ", first.hf_name,
+             " is not a matrix");
+    const uint64_t bytes = first.info->nbytes();
+    std::vector<uint8_t> data(bytes * static_cast<uint64_t>(n_expert));
+    for (const auto& [e, src] : stack) {
+      GA_CHECK(src.info->shape == shape && src.info->type == first.info->type, InvalidFormat, "'",
+               ckpt.path_of(src.hf_name), "': expert tensor ", src.hf_name, " differs in shape or dtype from ",
+               first.hf_name);
+      std::memcpy(data.data() + static_cast<uint64_t>(e) * bytes, src.data, bytes);
+    }
+    WeightView w;
+    w.name = name;
+    w.type = *first.info->type;
+    w.ne = {shape[1], shape[0], static_cast<uint64_t>(n_expert)};
+    w.nbytes = data.size();
+    w.data = keep(model, std::move(data));
+    model.weights.emplace(name, std::move(w));
+  }
+
+  // transformers 5's [n_expert][2 n_ff][n_embd] gate_up stack -> GGUF's gate and up stacks.
+  void split_gate_up(const Source& src, const std::string& gate_name, const std::string& up_name,
+                     LoadedModel& model) {
+    const std::vector<uint64_t>& shape = src.info->shape;
+    GA_CHECK(shape.size() == 3 && shape[1] % 2 == 0, InvalidFormat, "'", dir_.string(), "': tensor ", src.hf_name,
+             " is not an [experts][2 ff][hidden] stack");
+    const uint64_t elem = traits(*src.info->type).type_size;
+    const uint64_t n_expert = shape[0], ff = shape[1] / 2, cols = shape[2];
+    const uint64_t half_bytes = ff * cols * elem;
+    for (const auto& [name, offset] : {std::pair<std::string, uint64_t>{gate_name, 0}, {up_name, half_bytes}}) {
+      std::vector<uint8_t> data(half_bytes * n_expert);
+      for (uint64_t e = 0; e < n_expert; ++e) {
+        std::memcpy(data.data() + e * half_bytes, src.data + e * 2 * half_bytes + offset, half_bytes);
+      }
+      WeightView w;
+      w.name = name;
+      w.type = *src.info->type;
+      w.ne = {cols, ff, n_expert};
+      w.nbytes = data.size();
+      w.data = keep(model, std::move(data));
+      hf_names_[name] = src.hf_name;
+      model.weights.emplace(name, std::move(w));
+    }
   }
 
   void add_rope_factors(LoadedModel& model) {
@@ -187,20 +275,9 @@ class HfLoader {
     md.insert(md.end(), hf.entries.begin(), hf.entries.end());
   }
 
-  void note_sliding_window(const hf::HfConfig& hf, const ModelConfig& c) const {
-    if (hf.sliding_window <= 0) return;
-    // We attend over the whole context: identical to the windowed model while the context fits
-    // in the window, different after that.
-    if (c.n_ctx_train > hf.sliding_window) {
-      GA_LOG(Warn, dir_.string(), ": the model uses sliding-window attention (", hf.sliding_window,
-             " tokens) but gpu_accel attends over the full context; results differ past ", hf.sliding_window,
-             " tokens");
-    }
-  }
-
   void check(const LoadedModel& model) const {
     try {
-      arch::check_llama_model(model, options_.progress);
+      arch::check_model(model, options_.progress);
     } catch (const Error& e) {
       // Name the tensor as it appears in the folder, not only by its GGUF name.
       // The longest GGUF name found wins ("output.weight" is inside "blk.0.attn_output.weight").
@@ -218,6 +295,7 @@ class HfLoader {
 
   fs::path dir_;
   const LoadOptions& options_;
+  const arch::ArchInfo* arch_ = nullptr;
   std::map<std::string, std::string> hf_names_;  // GGUF name -> HF name of every mapped tensor
 };
 

@@ -22,6 +22,7 @@
 #include "backends/cuda/cuda_forward.h"
 #include "core/log.h"
 #include "core/thread_pool.h"
+#include "model/arch/architecture.h"
 #include "gpu_accel/device.h"
 #include "gpu_accel/error.h"
 
@@ -35,9 +36,9 @@ int64_t blocks_per_context(const BatchBackendOptions& o) { return (o.n_ctx + o.b
 class CpuBatchBackend final : public BatchBackend {
  public:
   CpuBatchBackend(const LoadedModel& model, const BatchBackendOptions& o)
-      : forward_(model, o.pool),
-        kv_(model.config, arch::KvPoolParams{o.kv_blocks > 0 ? o.kv_blocks : o.max_seqs * blocks_per_context(o),
-                                             o.block_size, o.kv_type == KvType::F16 ? DType::F16 : DType::F32}),
+      : forward_(model, o.pool, o.n_ctx),
+        kv_(forward_.state(), cpu::KvPoolParams{o.kv_blocks > 0 ? o.kv_blocks : o.max_seqs * blocks_per_context(o),
+                                                o.block_size, o.kv_type == KvType::F16 ? DType::F16 : DType::F32}),
         threads_(o.pool != nullptr ? o.pool->size() : 1) {}
 
   std::span<const float> forward(std::span<const arch::BatchToken> batch,
@@ -57,8 +58,8 @@ class CpuBatchBackend final : public BatchBackend {
   }
 
  private:
-  arch::LlamaBatchForward forward_;
-  arch::KvPool kv_;
+  arch::BatchForward forward_;
+  cpu::KvPool kv_;
   int threads_;
   std::vector<float> logits_;
   std::string device_ = "cpu";
@@ -74,7 +75,7 @@ class CudaBatchBackend final : public BatchBackend {
 
   std::span<const float> forward(std::span<const arch::BatchToken> batch,
                                  std::span<const std::span<const int32_t>> block_tables) override {
-    return forward_->forward(entries(batch), block_tables);
+    return forward_->forward(batch, block_tables);
   }
   bool samples_on_device() const override { return sampler_max_rows_ > 0; }
   void warm_up_matmuls() override { forward_->warm_up_matmuls(); }
@@ -82,7 +83,7 @@ class CudaBatchBackend final : public BatchBackend {
                                std::span<const std::span<const int32_t>> block_tables) override {
     GA_CHECK(samples_on_device(), Unsupported, "this CUDA backend samples on the host (gpu_sampling off)");
     // Queued: the sampler's work goes on the same stream behind the step and its one synchronize waits for both.
-    device_logits_ = forward_->forward_device_queued(entries(batch), block_tables);
+    device_logits_ = forward_->forward_device_queued(batch, block_tables);
     return device_logits_.n_rows;
   }
   std::vector<GpuSampleResult> sample_rows(int64_t first_row, std::span<const GpuSampleRow> rows) override {
@@ -105,16 +106,7 @@ class CudaBatchBackend final : public BatchBackend {
   std::string description() const override { return forward_->description(); }
 
  private:
-  std::span<const cuda::BatchEntry> entries(std::span<const arch::BatchToken> batch) {
-    entries_.resize(batch.size());
-    for (size_t i = 0; i < batch.size(); ++i) {
-      entries_[i] = cuda::BatchEntry{batch[i].token, batch[i].pos, batch[i].seq, batch[i].logits};
-    }
-    return entries_;
-  }
-
   std::unique_ptr<cuda::CudaBatchForward> forward_;
-  std::vector<cuda::BatchEntry> entries_;
   std::string device_;
   int64_t sampler_max_rows_ = 0;  // > 0: GPU sampling on
   cuda::DeviceLogits device_logits_;  // the last forward_for_sampling()'s rows
@@ -159,9 +151,9 @@ std::unique_ptr<BatchBackend> make_batch_backend(const LoadedModel& model, const
     params.max_seq_positions = options.n_ctx;
     params.use_cuda_graph = options.cuda_graphs;
     params.prefill_graph_max_tokens = options.prefill_graph_max_tokens;
-    params.rope_freq_factors = arch::rope_freq_factors_for_forward(model);
     try {
-      return std::make_unique<CudaBatchBackend>(cuda::make_cuda_llama_batch_forward(model, params), gpu_index,
+      return std::make_unique<CudaBatchBackend>(
+          cuda::make_cuda_batch_forward(model, *arch::make_program_factory(model), params), gpu_index,
                                                 options.max_seqs, options.gpu_sampling);
     } catch (const Error& e) {
       if (!is_auto || e.kind() != ErrorKind::Unsupported) throw;

@@ -1,11 +1,12 @@
 // BatchBackend: the one thing the Scheduler needs from a device: evaluate a step's batch of
 // (token, position, sequence) entries over a paged KV pool that the backend owns, and hand back the
-// logits of the entries that sample.
+// logits of the entries that sample. The pool holds every sequence's state: the pages of K/V its
+// architecture's attention layers keep (step::StateSpec); the Scheduler hands out pages by block id.
 //
 // Why an interface here: the Scheduler's policy (admission, block manager, prefix cache,
 // preemption, cancellation, sampling) is the same whatever computes the step, so it is written once
 // against this class, and the device is chosen once, when the backend is made. The CPU backend is
-// arch::LlamaBatchForward + arch::KvPool (f32 or f16 KV); the CUDA backend is
+// arch::BatchForward + cpu::KvPool (f32 or f16 KV); the CUDA backend is
 // cuda::CudaBatchForward (f16 KV on the device, backends/cuda/cuda_forward.h, a CUDA-free header:
 // a build without CUDA answers Unsupported, so there is no #ifdef here either).
 #pragma once
@@ -18,7 +19,7 @@
 
 #include "gpu_accel/model.h"
 #include "gpu_accel/session.h"
-#include "model/arch/llama.h"
+#include "model/arch/forward.h"
 #include "runtime/engine/sampler_gpu.h"
 
 namespace ga {
@@ -48,7 +49,7 @@ struct BatchBackendOptions {
 class BatchBackend {
  public:
   virtual ~BatchBackend() = default;
-  // arch::LlamaBatchForward::forward's contract (the entries of one sequence consecutive, at
+  // arch::BatchForward::forward's contract (the entries of one sequence consecutive, at
   // consecutive positions); the logits rows of the entries with logits = true in batch order,
   // [n][n_vocab], valid until the next call.
   virtual std::span<const float> forward(std::span<const arch::BatchToken> batch,

@@ -1,6 +1,6 @@
 // Bookkeeping of the paged KV cache: which block belongs to whom, and which blocks hold a known
 // prompt prefix (automatic prefix caching, as vLLM does it). The K/V memory itself is the model
-// layer's arch::KvPool; this class only hands out block ids.
+// backend's pool (cpu::KvPool, the CUDA engine's); this class only hands out block ids.
 //
 // Blocks have reference counts. A sequence holds one reference on every block of its block table.
 // A FULL block of prompt tokens whose K/V has been written can be published to the prefix cache:

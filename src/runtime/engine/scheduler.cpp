@@ -62,7 +62,7 @@
 #include "core/spin_wait.h"
 #include "core/thread_pool.h"
 #include "gpu_accel/error.h"
-#include "model/arch/llama.h"
+#include "model/arch/forward.h"
 #include "runtime/engine/batch_backend.h"
 #include "runtime/engine/generate_stream.h"
 #include "runtime/engine/kv_cache.h"

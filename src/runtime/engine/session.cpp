@@ -7,8 +7,8 @@
 // the GPU (out of memory with the byte counts, a failed kernel with its name) are ga::Errors like
 // any other, so a caller can report them and go on.
 //
-// The Session owns the thread pool and the architecture's forward state (LlamaForward: the batched
-// forward pass with a one-sequence KV pool, the same code the Scheduler runs), and
+// The Session owns the thread pool and the architecture's forward state (arch::SequenceForward: the
+// batched forward pass with a one-sequence KV pool, the same code the Scheduler runs), and
 // keeps only the bookkeeping the forward does not: how many positions are filled. All input checks
 // happen in the forward's eval before any work, so a rejected call leaves the session as it was.
 // The returned logits vector is the one allocation per call the API needs; the forward itself does
@@ -30,7 +30,8 @@
 #include "core/thread_pool.h"
 #include "gpu_accel/device.h"
 #include "gpu_accel/error.h"
-#include "model/arch/llama.h"
+#include "model/arch/architecture.h"
+#include "model/arch/forward.h"
 #include "runtime/engine/batch_backend.h"
 #include "runtime/engine/kv_cache.h"
 #include "runtime/engine/sampler_gpu.h"
@@ -41,7 +42,7 @@ namespace ga {
 struct Session::Impl {
   const LoadedModel* model = nullptr;
   std::unique_ptr<ThreadPool> pool;
-  std::unique_ptr<arch::LlamaForward> forward;    // CPU
+  std::unique_ptr<arch::SequenceForward> forward;  // CPU
   std::unique_ptr<cuda::CudaForward> gpu;         // or GPU
   std::string device = "cpu";
   int64_t n_past = 0;
@@ -72,9 +73,8 @@ Session::Session(const LoadedModel& model, const SessionOptions& options) : impl
     params.n_ctx = n_ctx;
     params.use_cuda_graph = options.cuda_graphs;
     params.prefill_graph_max_tokens = options.prefill_graph_max_tokens;
-    params.rope_freq_factors = arch::rope_freq_factors_for_forward(model);
     try {
-      impl_->gpu = cuda::make_cuda_llama_forward(model, params);
+      impl_->gpu = cuda::make_cuda_forward(model, *arch::make_program_factory(model), params);
       impl_->device = "cuda:" + std::to_string(gpu_index);
       return;
     } catch (const Error& e) {
@@ -83,10 +83,10 @@ Session::Session(const LoadedModel& model, const SessionOptions& options) : impl
     }
   }
   impl_->pool = std::make_unique<ThreadPool>(options.n_threads);
-  arch::LlamaContextParams params;
+  arch::SequenceParams params;
   params.n_ctx = n_ctx;
   params.kv_type = options.kv_type == KvType::F16 ? DType::F16 : DType::F32;
-  impl_->forward = std::make_unique<arch::LlamaForward>(model, params, impl_->pool.get());
+  impl_->forward = std::make_unique<arch::SequenceForward>(model, params, impl_->pool.get());
 }
 
 Session::~Session() = default;

@@ -1,0 +1,51 @@
+// The CPU KV pool (see kv_pool.h).
+#include "backends/cpu/kv_pool.h"
+
+#include <new>
+#include <stdexcept>
+
+#include "gpu_accel/error.h"
+
+namespace ga::cpu {
+
+KvPool::KvPool(const step::StateSpec& state, const KvPoolParams& params) : params_(params) {
+  GA_CHECK(params.n_blocks > 0 && params.block_size > 0, InvalidArgument, "KV pool needs n_blocks > 0 and ",
+           "block_size > 0 (got ", params.n_blocks, " and ", params.block_size, ")");
+  GA_CHECK(params.kv_type == DType::F32 || params.kv_type == DType::F16, InvalidArgument, "KV cache type ",
+           dtype_name(params.kv_type), " (supported: F32, F16)");
+  constexpr int64_t kMaxPositions = int64_t{1} << 32;  // keeps every size computation far from overflow
+  GA_CHECK(params.n_blocks <= kMaxPositions / params.block_size, InvalidArgument, "KV pool of ", params.n_blocks,
+           " blocks x ", params.block_size, " positions is too large");
+  const uint64_t elem = params.kv_type == DType::F16 ? 2 : 4;
+  const uint64_t slots = static_cast<uint64_t>(params.n_blocks * params.block_size);
+  uint64_t total = 0;
+  for (const step::KvLayerSpec& l : state.kv_layers) {
+    GA_CHECK(l.n_head_kv > 0 && l.head_dim > 0, InvalidArgument, "KV layer with ", l.n_head_kv, " heads of ",
+             l.head_dim);
+    Layer layer;
+    layer.kv_dim = l.n_head_kv * l.head_dim;
+    const uint64_t plane = slots * static_cast<uint64_t>(layer.kv_dim) * elem;
+    layer.k_offset = total;
+    layer.v_offset = total + plane;
+    total += 2 * plane;
+    layers_.push_back(layer);
+  }
+  const double mib = static_cast<double>(total) / (1 << 20);
+  try {
+    data_.resize(total);
+  } catch (const std::bad_alloc&) {
+    GA_THROW(OutOfMemory, "cannot allocate the KV cache of ", slots, " positions (", mib, " MiB)");
+  } catch (const std::length_error&) {
+    GA_THROW(OutOfMemory, "KV cache of ", mib, " MiB exceeds the addressable size");
+  }
+}
+
+bool KvPool::matches(const step::StateSpec& state) const {
+  if (state.kv_layers.size() != layers_.size()) return false;
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    if (state.kv_layers[i].n_head_kv * state.kv_layers[i].head_dim != layers_[i].kv_dim) return false;
+  }
+  return true;
+}
+
+}  // namespace ga::cpu

@@ -1,0 +1,47 @@
+// The CPU backend's paged KV pool: K and V of every attention layer for a pool of fixed-size blocks.
+//
+// Memory only, no bookkeeping: which blocks a sequence owns is the runtime's block manager's business
+// (runtime/engine/kv_cache.h). Per layer, K then V, each [n_blocks][block_size][n_head_kv][head_dim] of
+// kv_type; layers may differ in their KV width (step::StateSpec lists them).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "backends/step_ops.h"
+#include "gpu_accel/dtype.h"
+
+namespace ga::cpu {
+
+struct KvPoolParams {
+  int64_t n_blocks = 0;
+  int64_t block_size = 16;     // positions per block
+  DType kv_type = DType::F32;  // F32 or F16
+};
+
+class KvPool {
+ public:
+  // OutOfMemory when it cannot allocate; InvalidArgument for a bad size or type.
+  KvPool(const step::StateSpec& state, const KvPoolParams& params);
+  int64_t n_blocks() const { return params_.n_blocks; }
+  int64_t block_size() const { return params_.block_size; }
+  DType kv_type() const { return params_.kv_type; }
+  int64_t n_layers() const { return static_cast<int64_t>(layers_.size()); }
+  int64_t kv_dim(int64_t layer) const { return layers_[static_cast<size_t>(layer)].kv_dim; }
+  uint64_t bytes() const { return static_cast<uint64_t>(data_.size()); }
+  uint8_t* k(int64_t layer) { return data_.data() + layers_[static_cast<size_t>(layer)].k_offset; }
+  uint8_t* v(int64_t layer) { return data_.data() + layers_[static_cast<size_t>(layer)].v_offset; }
+  // Whether this pool holds the layers `state` describes (same count and widths).
+  bool matches(const step::StateSpec& state) const;
+
+ private:
+  struct Layer {
+    int64_t kv_dim = 0;
+    uint64_t k_offset = 0, v_offset = 0;
+  };
+  KvPoolParams params_;
+  std::vector<Layer> layers_;
+  std::vector<uint8_t> data_;
+};
+
+}  // namespace ga::cpu

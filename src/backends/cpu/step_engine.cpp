@@ -1,0 +1,477 @@
+// The CPU step engine (see step_engine.h): the Binder and the Ops of backends/step_ops.h on the host.
+//
+// Every op is a loop over the step's rows calling the reference ops of ops.h / quant.h; the matrix
+// products and the attention are threaded. The step's metadata (ids, positions, each token's block table
+// and cache row, the rows that want logits) is filled once by forward() after validation, and the ops
+// read it. RoPE angles are computed once per step and table, at the first op that needs them.
+#include "backends/cpu/step_engine.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "backends/cpu/moe.h"
+#include "backends/cpu/ops.h"
+#include "backends/cpu/quant.h"
+#include "core/thread_pool.h"
+#include "gpu_accel/error.h"
+
+namespace ga::cpu {
+namespace {
+
+template <typename T>
+void grow(std::vector<T>& v, int64_t n) {
+  if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
+}
+
+// A weight as the CPU reads it: a matrix of rows (a 3-D expert stack is n_expert blocks of rows).
+struct CpuWeight {
+  std::string name;
+  MatrixRef m;
+  int64_t n_expert = 1;  // ne[2] for a stack
+};
+
+struct CpuBuffer {
+  int64_t cols = 0;
+  std::vector<float> data;  // [rows][cols]
+};
+
+struct CpuRope {
+  step::RopeTable table;
+  std::vector<float> cos_v, sin_v;  // [n][n_rot / 2] for the current step
+  uint64_t step = 0;                // the step they were computed for (0: never)
+};
+
+}  // namespace
+
+struct StepEngine::Impl final : step::Binder, step::Ops {
+  const LoadedModel* model = nullptr;
+  ThreadPool* pool = nullptr;
+  int64_t n_ctx = 0;
+  step::StateSpec state_spec;
+  std::unique_ptr<step::Program> program;
+
+  std::vector<CpuWeight> weights;
+  std::vector<std::vector<float>> vectors;
+  std::vector<CpuBuffer> buffers;
+  std::vector<CpuRope> ropes;
+
+  // The current step (forward's validated metadata).
+  uint64_t step_serial = 0;
+  int64_t n = 0;
+  std::vector<int32_t> ids;
+  std::vector<int64_t> positions;
+  std::vector<const int32_t*> tables;  // each token's block table
+  std::vector<uint64_t> kv_rows;       // each token's row in the pool
+  std::vector<int64_t> logit_rows;
+  KvPool* cache = nullptr;  // the step's pool
+  float* logits_out = nullptr;
+  std::vector<float> attn_work;   // [threads][work floats]
+  std::vector<float> logits_in;   // [n_logit_rows][n_embd]: the gathered, normed rows
+  MoeScratch moe_scratch;
+
+  int threads() const { return pool != nullptr ? pool->size() : 1; }
+
+  // ---- Binder ----
+  const WeightView* find_view(std::string_view name) const {
+    const auto it = model->weights.find(name);
+    return it == model->weights.end() ? nullptr : &it->second;
+  }
+  step::Weight find_matrix(std::string_view name) override {
+    const WeightView* w = find_view(name);
+    if (w == nullptr) return {};
+    GA_CHECK(w->ne.size() >= 2 && w->ne.size() <= 3, InvalidFormat, "tensor ", name, " has ", w->ne.size(),
+             " dimensions; a matrix has 2 (an expert stack 3)");
+    CpuWeight cw;
+    cw.name = std::string(name);
+    cw.m.type = w->type;
+    cw.m.data = w->data;
+    cw.m.cols = w->cols();
+    cw.m.row_stride = row_bytes(w->type, static_cast<uint64_t>(w->cols()));
+    cw.n_expert = w->ne.size() == 3 ? static_cast<int64_t>(w->ne[2]) : 1;
+    cw.m.rows = w->rows() * cw.n_expert;
+    weights.push_back(std::move(cw));
+    return step::Weight{static_cast<int32_t>(weights.size() - 1)};
+  }
+  step::Weight matrix(std::string_view name) override {
+    const step::Weight w = find_matrix(name);
+    GA_CHECK(static_cast<bool>(w), InvalidFormat, "model '", model->config.name, "' has no tensor ", name);
+    return w;
+  }
+  step::Vec find_vector(std::string_view name) override {
+    const WeightView* w = find_view(name);
+    if (w == nullptr) return {};
+    std::vector<float> v(static_cast<size_t>(w->cols()));
+    dequantize_row(w->type, w->data, v.data(), w->cols());
+    vectors.push_back(std::move(v));
+    return step::Vec{static_cast<int32_t>(vectors.size() - 1)};
+  }
+  step::Vec vector(std::string_view name) override {
+    const step::Vec v = find_vector(name);
+    GA_CHECK(static_cast<bool>(v), InvalidFormat, "model '", model->config.name, "' has no tensor ", name);
+    return v;
+  }
+  step::Buf buffer(int64_t cols) override {
+    GA_CHECK(cols > 0, Internal, "an activation buffer needs columns");
+    buffers.push_back(CpuBuffer{cols, {}});
+    return step::Buf{static_cast<int32_t>(buffers.size() - 1)};
+  }
+  step::Rope rope(const step::RopeTable& table) override {
+    GA_CHECK(table.n_rot > 0 && table.n_rot % 2 == 0 &&
+                 static_cast<int64_t>(table.inv_freq.size()) == table.n_rot / 2,
+             Internal, "RoPE table of ", table.inv_freq.size(), " frequencies for ", table.n_rot, " dims");
+    ropes.push_back(CpuRope{table, {}, {}, 0});
+    return step::Rope{static_cast<int32_t>(ropes.size() - 1)};
+  }
+  step::Kv kv(int64_t layer) override {
+    GA_CHECK(layer >= 0 && layer < static_cast<int64_t>(state_spec.kv_layers.size()), Internal, "KV layer ",
+             layer, " of ", state_spec.kv_layers.size());
+    return step::Kv{static_cast<int32_t>(layer)};
+  }
+  int64_t max_step_tokens() const override { return int64_t{1} << 30; }  // the buffers grow
+  int64_t max_positions() const override { return n_ctx; }
+
+  // ---- views ----
+  float* ptr(step::View v, int64_t row = 0) {
+    CpuBuffer& b = buffers[static_cast<size_t>(v.buf.id)];
+    return b.data.data() + row * b.cols + v.col;
+  }
+  int64_t ld(step::View v) const { return buffers[static_cast<size_t>(v.buf.id)].cols; }
+  const CpuWeight& weight(step::Weight w) const { return weights[static_cast<size_t>(w.id)]; }
+  const float* vec(step::Vec v) const { return vectors[static_cast<size_t>(v.id)].data(); }
+  int64_t vec_size(step::Vec v) const { return static_cast<int64_t>(vectors[static_cast<size_t>(v.id)].size()); }
+  void check_view(step::View v, const char* op) const {
+    GA_CHECK(v.buf.id >= 0 && v.buf.id < static_cast<int32_t>(buffers.size()) && v.col >= 0 && v.cols > 0 &&
+                 v.col + v.cols <= buffers[static_cast<size_t>(v.buf.id)].cols,
+             Internal, op, ": view of columns [", v.col, ", ", v.col + v.cols, ") outside its buffer");
+  }
+
+  // ---- Ops ----
+  void embed(step::Weight table, step::View out, float scale) override {
+    const CpuWeight& w = weight(table);
+    check_view(out, "embed");
+    GA_CHECK(w.m.cols == out.cols, Internal, "embed: table rows of ", w.m.cols, " into ", out.cols, " columns");
+    for (int64_t t = 0; t < n; ++t) {
+      float* dst = ptr(out, t);
+      dequantize_row(w.m.type, w.m.data + static_cast<uint64_t>(ids[static_cast<size_t>(t)]) * w.m.row_stride, dst,
+                     w.m.cols);
+      if (scale != 1.0f) {
+        for (int64_t i = 0; i < w.m.cols; ++i) dst[i] *= scale;
+      }
+    }
+  }
+
+  void rms_norm(const step::RmsNormOp& op) override {
+    check_view(op.x, "rms_norm");
+    check_view(op.out, "rms_norm");
+    GA_CHECK(vec_size(op.weight) == op.x.cols && op.out.cols == op.x.cols, Internal, "rms_norm: shapes");
+    for (int64_t t = 0; t < n; ++t) {
+      const float* src = ptr(op.x, t);
+      if (op.residual) {
+        float* r = ptr(op.residual, t);
+        add_inplace(r, src, op.x.cols);
+        src = r;
+      }
+      cpu::rms_norm(src, vec(op.weight), ptr(op.out, t), op.x.cols, op.eps);
+    }
+  }
+
+  void head_rms_norm(const step::HeadNormOp& op) override {
+    const auto one = [&](step::View x, step::Vec w) {
+      if (!x) return;
+      check_view(x, "head_rms_norm");
+      GA_CHECK(op.head_dim > 0 && x.cols % op.head_dim == 0 && vec_size(w) == op.head_dim, Internal,
+               "head_rms_norm: ", x.cols, " columns in heads of ", op.head_dim);
+      for (int64_t t = 0; t < n; ++t) {
+        float* row = ptr(x, t);
+        for (int64_t h = 0; h < x.cols / op.head_dim; ++h) {
+          cpu::rms_norm(row + h * op.head_dim, vec(w), row + h * op.head_dim, op.head_dim, op.eps);
+        }
+      }
+    };
+    one(op.x, op.weight);
+    one(op.x2, op.weight2);
+  }
+
+  void linear(step::Weight w, step::View x, step::View y) override {
+    const CpuWeight& cw = weight(w);
+    check_view(x, "linear");
+    check_view(y, "linear");
+    GA_CHECK(cw.m.cols == x.cols && cw.m.rows == y.cols, Internal, "linear: ", cw.name, " is [", cw.m.rows, " x ",
+             cw.m.cols, "], input ", x.cols, ", output ", y.cols);
+    matmul(cw.m, ptr(x), n, ld(x), ptr(y), ld(y), pool);  // [n][rows]
+  }
+
+  void linear_concat(std::span<const step::Weight> ws, step::View x, step::View y) override {
+    int64_t col = 0;
+    for (const step::Weight w : ws) {
+      const int64_t rows = weight(w).m.rows;
+      linear(w, x, y.slice(col, rows));
+      col += rows;
+    }
+    GA_CHECK(col == y.cols, Internal, "linear_concat: ", col, " rows into ", y.cols, " columns");
+  }
+
+  const CpuRope& angles(step::Rope r) {
+    CpuRope& rope = ropes[static_cast<size_t>(r.id)];
+    if (rope.step == step_serial) return rope;
+    const int64_t half = rope.table.n_rot / 2;
+    grow(rope.cos_v, n * half);
+    grow(rope.sin_v, n * half);
+    for (int64_t t = 0; t < n; ++t) {
+      rope_angles(rope.table.inv_freq.data(), half, static_cast<double>(positions[static_cast<size_t>(t)]),
+                  rope.cos_v.data() + t * half, rope.sin_v.data() + t * half);
+    }
+    rope.step = step_serial;
+    return rope;
+  }
+
+  void rope_kv(const step::RopeKvOp& op) override {
+    for (const step::View v : {op.q, op.k, op.v}) check_view(v, "rope_kv");
+    const int64_t hd = op.head_dim;
+    GA_CHECK(op.q.cols == op.n_head * hd && op.k.cols == op.n_head_kv * hd && op.v.cols == op.k.cols, Internal,
+             "rope_kv: shapes");
+    const int64_t kv_dim = op.k.cols;
+    GA_CHECK(cache->kv_dim(op.kv.id) == kv_dim, Internal, "rope_kv: KV layer ", op.kv.id, " holds ",
+             cache->kv_dim(op.kv.id), " values per position, not ", kv_dim);
+    const CpuRope& r = angles(op.rope);
+    const int64_t half = r.table.n_rot / 2;
+    const RopeLayout layout = r.table.neox ? RopeLayout::Halves : RopeLayout::AdjacentPairs;
+    const uint64_t row_bytes_kv = static_cast<uint64_t>(kv_dim) * (cache->kv_type() == DType::F16 ? 2 : 4);
+    uint8_t* k_blocks = cache->k(op.kv.id);
+    uint8_t* v_blocks = cache->v(op.kv.id);
+    for (int64_t t = 0; t < n; ++t) {
+      float* q = ptr(op.q, t);
+      float* k = ptr(op.k, t);
+      float* v = ptr(op.v, t);
+      if (op.bq) {
+        add_inplace(q, vec(op.bq), op.q.cols);
+        add_inplace(k, vec(op.bk), kv_dim);
+        add_inplace(v, vec(op.bv), kv_dim);
+      }
+      const float* cs = r.cos_v.data() + t * half;
+      const float* sn = r.sin_v.data() + t * half;
+      cpu::rope(q, op.n_head, hd, r.table.n_rot, cs, sn, layout);
+      cpu::rope(k, op.n_head_kv, hd, r.table.n_rot, cs, sn, layout);
+      if (r.table.mscale != 1.0f) {
+        for (int64_t i = 0; i < op.q.cols; ++i) q[i] *= r.table.mscale;
+        for (int64_t i = 0; i < kv_dim; ++i) k[i] *= r.table.mscale;
+      }
+      const uint64_t row = kv_rows[static_cast<size_t>(t)];
+      store_kv(cache->kv_type(), k, k_blocks + row * row_bytes_kv, kv_dim);
+      store_kv(cache->kv_type(), v, v_blocks + row * row_bytes_kv, kv_dim);
+    }
+  }
+
+  void attention(const step::AttentionOp& op) override {
+    check_view(op.q, "attention");
+    check_view(op.out, "attention");
+    GA_CHECK(op.q.cols == op.n_head * op.head_dim && op.out.cols == op.q.cols &&
+                 cache->kv_dim(op.kv.id) == op.n_head_kv * op.head_dim,
+             Internal, "attention: shapes");
+    int64_t max_pos = 0;
+    for (int64_t t = 0; t < n; ++t) max_pos = std::max(max_pos, positions[static_cast<size_t>(t)]);
+    const int64_t work = attention_work_floats(max_pos + 1, op.head_dim);
+    grow(attn_work, threads() * work);
+    PagedAttentionParams ap;
+    ap.n_tokens = n;
+    ap.n_head = op.n_head;
+    ap.n_head_kv = op.n_head_kv;
+    ap.head_dim = op.head_dim;
+    ap.scale = op.scale;
+    ap.window_left = op.window_left;
+    ap.softcap = op.softcap;
+    ap.q = ptr(op.q);
+    ap.q_stride = ld(op.q);
+    ap.positions = positions.data();
+    ap.block_tables = tables.data();
+    ap.block_size = cache->block_size();
+    ap.kv_type = cache->kv_type();
+    ap.k_blocks = cache->k(op.kv.id);
+    ap.v_blocks = cache->v(op.kv.id);
+    ap.out = ptr(op.out);
+    ap.out_stride = ld(op.out);
+    ap.work = attn_work.data();
+    ap.work_stride = work;
+    paged_attention(ap, pool);  // [n][n_head][head_dim]
+  }
+
+  void glu(const step::GluOp& op) override {
+    for (const step::View v : {op.gate, op.up, op.out}) check_view(v, "glu");
+    GA_CHECK(op.gate.cols == op.up.cols && op.out.cols == op.gate.cols, Internal, "glu: shapes");
+    for (int64_t t = 0; t < n; ++t) {
+      if (op.act == step::Activation::kSilu) {
+        swiglu(ptr(op.gate, t), ptr(op.up, t), ptr(op.out, t), op.gate.cols);
+      } else {
+        geglu_tanh(ptr(op.gate, t), ptr(op.up, t), ptr(op.out, t), op.gate.cols);
+      }
+    }
+  }
+
+  void add(step::View x, step::View y) override {
+    check_view(x, "add");
+    check_view(y, "add");
+    GA_CHECK(x.cols == y.cols, Internal, "add: ", x.cols, " and ", y.cols, " columns");
+    for (int64_t t = 0; t < n; ++t) add_inplace(ptr(x, t), ptr(y, t), x.cols);
+  }
+
+  void moe(const step::MoeOp& op) override {
+    check_view(op.x, "moe");
+    check_view(op.out, "moe");
+    const CpuWeight& router = weight(op.router);
+    const CpuWeight& gate = weight(op.gate_exps);
+    const CpuWeight& up = weight(op.up_exps);
+    const CpuWeight& down = weight(op.down_exps);
+    GA_CHECK(router.m.rows == op.n_expert && router.m.cols == op.x.cols && gate.n_expert == op.n_expert &&
+                 up.n_expert == op.n_expert && down.n_expert == op.n_expert && gate.m.cols == op.x.cols &&
+                 down.m.rows / down.n_expert == op.out.cols,
+             Internal, "moe: shapes of ", router.name, ", ", gate.name, ", ", down.name);
+    MoeFfnParams p;
+    p.n_tokens = n;
+    p.x = ptr(op.x);
+    p.ldx = ld(op.x);
+    p.out = ptr(op.out);
+    p.ld_out = ld(op.out);
+    p.router = router.m;
+    p.n_expert = op.n_expert;
+    p.top_k = op.top_k;
+    p.normalize_top_k = op.normalize_top_k;
+    p.gelu_tanh = op.act == step::Activation::kGeluTanh;
+    const auto stack = [](const CpuWeight& w) {
+      ExpertStack s;
+      s.type = w.m.type;
+      s.data = w.m.data;
+      s.rows = w.m.rows / w.n_expert;
+      s.cols = w.m.cols;
+      s.row_stride = w.m.row_stride;
+      return s;
+    };
+    p.gate = stack(gate);
+    p.up = stack(up);
+    p.down = stack(down);
+    moe_ffn(p, moe_scratch, pool);
+  }
+
+  void sigmoid_gate(step::View y, step::Vec g, step::View x) override {
+    check_view(y, "sigmoid_gate");
+    check_view(x, "sigmoid_gate");
+    GA_CHECK(vec_size(g) == x.cols, Internal, "sigmoid_gate: gate of ", vec_size(g), " for ", x.cols, " columns");
+    for (int64_t t = 0; t < n; ++t) {
+      const float* xr = ptr(x, t);
+      double dot = 0.0;
+      for (int64_t i = 0; i < x.cols; ++i) dot += static_cast<double>(vec(g)[i]) * xr[i];
+      const float s = static_cast<float>(1.0 / (1.0 + std::exp(-dot)));
+      float* yr = ptr(y, t);
+      for (int64_t i = 0; i < y.cols; ++i) yr[i] *= s;
+    }
+  }
+
+  void logits(const step::LogitsOp& op) override {
+    check_view(op.x, "logits");
+    const CpuWeight& out = weight(op.output);
+    const int64_t E = op.x.cols;
+    GA_CHECK(out.m.cols == E && vec_size(op.norm) == E && out.m.rows == model->config.n_vocab, Internal,
+             "logits: classifier [", out.m.rows, " x ", out.m.cols, "] for ", E, " columns");
+    // Only the rows whose logits are wanted are normed and classified; they are gathered into
+    // consecutive rows so the classifier is one matmul.
+    const int64_t n_out = static_cast<int64_t>(logit_rows.size());
+    if (n_out == 0) return;
+    grow(logits_in, n_out * E);
+    for (int64_t i = 0; i < n_out; ++i) {
+      const int64_t t = logit_rows[static_cast<size_t>(i)];
+      const float* src = ptr(op.x, t);
+      if (op.residual) {
+        float* r = ptr(op.residual, t);
+        add_inplace(r, src, E);
+        src = r;
+      }
+      cpu::rms_norm(src, vec(op.norm), logits_in.data() + i * E, E, op.eps);
+    }
+    const int64_t V = out.m.rows;
+    matmul(out.m, logits_in.data(), n_out, E, logits_out, V, pool);  // [n_out][n_vocab]
+    if (op.softcap > 0.0f) softcap(logits_out, n_out * V, op.softcap);
+  }
+
+  // ---- a step ----
+  void validate(std::span<const step::BatchToken> batch, std::span<const std::span<const int32_t>> block_tables,
+                const KvPool& pool_kv) const {
+    GA_CHECK(pool_kv.matches(state_spec), InvalidArgument, "the KV pool's layers (", pool_kv.n_layers(),
+             ") do not match the model's (", state_spec.kv_layers.size(), ")");
+    for (size_t s = 0; s < block_tables.size(); ++s) {
+      for (const int32_t b : block_tables[s]) {
+        GA_CHECK(b >= 0 && b < pool_kv.n_blocks(), InvalidArgument, "block table of sequence ", s, " names block ",
+                 b, " outside the pool of ", pool_kv.n_blocks());
+      }
+    }
+    const int64_t n_vocab = model->config.n_vocab;
+    for (size_t i = 0; i < batch.size(); ++i) {
+      const step::BatchToken& e = batch[i];
+      GA_CHECK(e.token >= 0 && e.token < n_vocab, InvalidArgument, "token id ", e.token, " at index ", i,
+               " is outside the vocabulary [0, ", n_vocab, ")");
+      GA_CHECK(e.seq >= 0 && static_cast<size_t>(e.seq) < block_tables.size(), InvalidArgument, "batch entry ", i,
+               " names sequence ", e.seq, " of ", block_tables.size());
+      const int64_t n_pos =
+          static_cast<int64_t>(block_tables[static_cast<size_t>(e.seq)].size()) * pool_kv.block_size();
+      GA_CHECK(e.pos >= 0 && e.pos < n_pos, OutOfRange, "batch entry ", i, " at position ", e.pos,
+               " is outside its sequence's ", n_pos, " cached positions");
+    }
+  }
+
+  void run(std::span<const step::BatchToken> batch, std::span<const std::span<const int32_t>> block_tables,
+           KvPool& pool_kv, float* logits) {
+    n = static_cast<int64_t>(batch.size());
+    GA_CHECK(n > 0, InvalidArgument, "a forward batch needs at least one token");
+    validate(batch, block_tables, pool_kv);
+    for (CpuBuffer& b : buffers) grow(b.data, n * b.cols);
+    grow(ids, n);
+    grow(positions, n);
+    grow(tables, n);
+    grow(kv_rows, n);
+    logit_rows.clear();
+    const int64_t bs = pool_kv.block_size();
+    for (int64_t t = 0; t < n; ++t) {
+      const step::BatchToken& e = batch[static_cast<size_t>(t)];
+      const std::span<const int32_t> table = block_tables[static_cast<size_t>(e.seq)];
+      ids[static_cast<size_t>(t)] = e.token;
+      positions[static_cast<size_t>(t)] = e.pos;
+      tables[static_cast<size_t>(t)] = table.data();
+      kv_rows[static_cast<size_t>(t)] =
+          static_cast<uint64_t>(table[static_cast<size_t>(e.pos / bs)] * bs + e.pos % bs);
+      if (e.logits) logit_rows.push_back(t);
+    }
+    cache = &pool_kv;
+    logits_out = logits;
+    ++step_serial;
+    program->run(*this);
+    cache = nullptr;
+    logits_out = nullptr;
+  }
+};
+
+StepEngine::StepEngine(const LoadedModel& model, const step::ProgramFactory& factory, ThreadPool* pool,
+                       int64_t max_positions)
+    : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  m.model = &model;
+  m.pool = pool;
+  m.n_ctx = max_positions;
+  m.state_spec = factory.state();
+  m.program = factory.build(m);
+}
+
+StepEngine::~StepEngine() = default;
+StepEngine::StepEngine(StepEngine&&) noexcept = default;
+StepEngine& StepEngine::operator=(StepEngine&&) noexcept = default;
+
+void StepEngine::forward(std::span<const step::BatchToken> batch,
+                         std::span<const std::span<const int32_t>> block_tables, KvPool& kv, float* logits) {
+  impl_->run(batch, block_tables, kv, logits);
+}
+
+const step::StateSpec& StepEngine::state() const { return impl_->state_spec; }
+int64_t StepEngine::n_vocab() const { return impl_->model->config.n_vocab; }
+int64_t StepEngine::max_positions() const { return impl_->n_ctx; }
+
+}  // namespace ga::cpu

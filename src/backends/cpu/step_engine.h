@@ -1,0 +1,56 @@
+// The CPU backend of the step op vocabulary (backends/step_ops.h): runs any architecture's Program on
+// the host, float32 activations, over a paged KV pool (kv_pool.h). It is the reference every GPU
+// forward is tested against, and the engine of the CPU Session and Scheduler.
+//
+// Layout: activations are row-major [n_tokens][cols] buffers grown once to the largest step seen, so
+// every token of a batch, whatever its sequence, goes through each weight matrix in one cpu::matmul
+// (the weights are read once per step: what makes prefill and multi-sequence decoding fast). Only
+// attention looks at sequences. Steady-state decoding allocates nothing.
+//
+// Weights are the LoadedModel's views (no copy); 1-D parameters (norms, biases) are converted to float
+// once at build time.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+
+#include "backends/cpu/kv_pool.h"
+#include "backends/step_ops.h"
+#include "gpu_accel/model.h"
+
+namespace ga {
+class ThreadPool;
+}
+
+namespace ga::cpu {
+
+class StepEngine {
+ public:
+  // Builds the factory's Program over the model's weights. max_positions bounds a sequence's positions
+  // (the programs' RoPE choices may depend on it). The model and the pool must outlive the engine.
+  StepEngine(const LoadedModel& model, const step::ProgramFactory& factory, ThreadPool* pool,
+             int64_t max_positions);
+  ~StepEngine();
+  StepEngine(StepEngine&&) noexcept;
+  StepEngine& operator=(StepEngine&&) noexcept;
+
+  // Evaluates the batch: every entry's K/V go to its (seq, pos) slot of `kv`, then each entry attends to
+  // the positions of its sequence up to its own (earlier positions from previous calls or from this
+  // batch). block_tables[s] lists sequence s's blocks in position order and must cover every position
+  // used. Writes the logits of the entries with logits = true, in batch order, to `logits`
+  // ([n_with_logits][n_vocab]). Checks token ids, sequences, positions, block ids and the pool's shape
+  // before any work (InvalidArgument / OutOfRange), so a rejected batch changes nothing.
+  void forward(std::span<const step::BatchToken> batch, std::span<const std::span<const int32_t>> block_tables,
+               KvPool& kv, float* logits);
+
+  const step::StateSpec& state() const;
+  int64_t n_vocab() const;
+  int64_t max_positions() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ga::cpu

@@ -1,0 +1,231 @@
+// The step op vocabulary: the seam between an architecture's forward pass and the backend that runs it.
+//
+// An architecture (model/arch/) writes its forward ONCE, as a Program that calls the ops below in order;
+// every backend (backends/cpu: the reference, threaded on the host; backends/cuda: kernels enqueued on a
+// stream, captured as CUDA graphs) implements the ops. Nothing here names an architecture, a file format or
+// a device: the handles are small integers the backend hands out, the activations are views of buffers the
+// backend owns, and the step's tokens, positions and sequences are the backend's business (the Program sees
+// only "the rows of this step").
+//
+// Life of a Program (llama.cpp's per-arch graph builders over one op set; FlashInfer's plan/run split):
+//   1. the backend asks the ProgramFactory what per-sequence state the model needs (state()) and which
+//      tensors it may upload back to back (weight_groups(): q/k/v, gate/up), sizes its pools and uploads;
+//   2. build(binder): the Program resolves tensor names to handles, asks for its activation buffers and
+//      RoPE tables, and keeps them; nothing is allocated per step after this;
+//   3. run(ops), once per step (and once per captured CUDA graph): the ops read the step's rows.
+//
+// Conventions: activations are f32 rows, one per token of the step, [n_tokens][cols] within a buffer of
+// max_step_tokens() rows; a View is a range of columns of every row. Ops never allocate. Shapes are checked
+// by the backend when the Program is built or at the op (an error names the op), never silently clipped.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ga::step {
+
+// One entry of a batched step: `token` at position `pos` of sequence `seq` (an index into the step's
+// block tables). The entries of one sequence are consecutive and at consecutive positions (a run: one
+// decode token or a prompt chunk).
+struct BatchToken {
+  int32_t token = 0;
+  int64_t pos = 0;
+  int32_t seq = 0;
+  bool logits = false;  // write this entry's logits
+};
+
+// ---- handles (indices into the backend's tables; -1: none) ----
+struct Weight {  // a matrix (2-D) or a stack of expert matrices (3-D), in its stored type
+  int32_t id = -1;
+  explicit operator bool() const { return id >= 0; }
+};
+struct Vec {  // a 1-D parameter held as f32 (norm weights, biases)
+  int32_t id = -1;
+  explicit operator bool() const { return id >= 0; }
+};
+struct Buf {  // an activation buffer of [max_step_tokens][cols] f32
+  int32_t id = -1;
+  explicit operator bool() const { return id >= 0; }
+};
+struct Rope {  // a RoPE table (below)
+  int32_t id = -1;
+};
+struct Kv {  // one attention layer's K/V in the sequences' pages
+  int32_t id = -1;
+};
+
+// Columns [col, col + cols) of every row of a buffer.
+struct View {
+  Buf buf;
+  int64_t col = 0;
+  int64_t cols = 0;
+  explicit operator bool() const { return static_cast<bool>(buf); }
+  View slice(int64_t c0, int64_t n) const { return View{buf, col + c0, n}; }
+};
+
+enum class Activation {
+  kSilu,      // x * sigmoid(x): SwiGLU (Llama, Qwen, Mistral, Phi-3, the MoE experts)
+  kGeluTanh,  // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))): GeGLU (Gemma's gelu_pytorch_tanh)
+};
+
+// A RoPE of one kind of layer, as the frequencies it turns each pair by: pair i of a token at position p
+// turns by p * inv_freq[i], and the rotated q and k are multiplied by mscale (YaRN's and LongRoPE's
+// attention factor; 1 otherwise). Every scaling scheme (linear, Llama 3, YaRN, LongRoPE) is a different
+// table, computed once by the architecture (model/arch/rope.h); the backends only rotate.
+struct RopeTable {
+  int64_t n_rot = 0;              // rotated dims per head (even, <= head_dim); the rest pass through
+  bool neox = false;              // pairs (i, i + n_rot/2) (NeoX, HF rotate_half) instead of (2i, 2i+1)
+  std::vector<double> inv_freq;   // [n_rot / 2]
+  float mscale = 1.0f;
+};
+
+// What a sequence carries from step to step.
+struct KvLayerSpec {
+  int64_t n_head_kv = 0;
+  int64_t head_dim = 0;
+};
+struct StateSpec {
+  // Attention layers: K/V of every position in pages (blocks) of the shared pool, one entry per layer
+  // that has its own K/V, in the order Binder::kv() numbers them.
+  std::vector<KvLayerSpec> kv_layers;
+};
+
+// ---- the ops' parameters ----
+
+// out = rmsnorm(v) * weight, v = x, or, with `residual`, residual += x first and v = residual (the skip
+// connection and the next block's norm in one pass). `next`: the matrices that will read `out` (a hint:
+// a backend may prepare their input once, e.g. the CUDA int8 GEMV's rounded activations).
+struct RmsNormOp {
+  View x;
+  View residual;
+  Vec weight;
+  View out;
+  float eps = 1e-5f;
+  std::array<Weight, 3> next{};
+};
+
+// Per-head RMSNorm in place (Qwen3's and Gemma 3's q_norm / k_norm): each head_dim slice of x and, when
+// set, of x2 is normalized and multiplied by weight (weight2) of [head_dim].
+struct HeadNormOp {
+  View x;
+  Vec weight;
+  View x2;
+  Vec weight2;
+  int64_t head_dim = 0;
+  float eps = 1e-6f;
+};
+
+// The step between the projections and the attention: q += bq and rope(q) in place; the layer's cache
+// rows of this step's positions get rope(k + bk) and v + bv. Biases are all set or all none.
+struct RopeKvOp {
+  View q, k, v;
+  Vec bq, bk, bv;
+  int64_t n_head = 0, n_head_kv = 0, head_dim = 0;
+  Rope rope;
+  Kv kv;
+};
+
+// out = softmax(cap(scale * q.k) + mask) v over the sequence's cached positions (causal: a token sees its
+// own position and the ones before it; with window_left >= 0 only the window_left positions before it).
+// cap(s) = softcap * tanh(s / softcap) when softcap > 0. Query head h reads KV head h / (n_head / n_head_kv).
+struct AttentionOp {
+  View q;
+  View out;
+  Kv kv;
+  int64_t n_head = 0, n_head_kv = 0, head_dim = 0;
+  float scale = 1.0f;
+  int64_t window_left = -1;  // -1: the whole context
+  float softcap = 0.0f;
+};
+
+// out = act(gate) * up (element-wise; out may alias gate). `next`: the matrix that reads out (hint).
+struct GluOp {
+  View gate, up, out;
+  Activation act = Activation::kSilu;
+  Weight next;
+};
+
+// A mixture-of-experts feed-forward: router logits = router * x, p = softmax over the experts, the top_k
+// experts by p (ties: lower index), weights p_k (divided by their sum when normalize_top_k), and
+// out = sum_k w_k * down_k(act(gate_k x) * up_k x). gate/up/down are 3-D expert stacks (GGUF's
+// ffn_*_exps: expert e's matrix is the e-th block of rows).
+struct MoeOp {
+  View x;
+  View out;
+  Weight router;
+  Weight gate_exps, up_exps, down_exps;
+  int64_t n_expert = 0;
+  int64_t top_k = 0;
+  bool normalize_top_k = true;
+  Activation act = Activation::kSilu;
+};
+
+// The end of the forward for the rows that want logits: v = rmsnorm(residual += x) * norm, then
+// logits = output * v, then logits = softcap * tanh(logits / softcap) when softcap > 0.
+struct LogitsOp {
+  View x;
+  View residual;
+  Vec norm;
+  float eps = 1e-5f;
+  Weight output;
+  float softcap = 0.0f;
+};
+
+// What a backend resolves and allocates for a Program, before the first step.
+class Binder {
+ public:
+  virtual ~Binder() = default;
+  // A tensor of the model by its GGUF name (InvalidFormat naming it when absent). find_*: a null handle.
+  virtual Weight matrix(std::string_view name) = 0;
+  virtual Weight find_matrix(std::string_view name) = 0;
+  virtual Vec vector(std::string_view name) = 0;
+  virtual Vec find_vector(std::string_view name) = 0;
+  virtual Buf buffer(int64_t cols) = 0;  // [max_step_tokens][cols] f32
+  virtual Rope rope(const RopeTable& table) = 0;
+  virtual Kv kv(int64_t kv_layer) = 0;  // StateSpec::kv_layers[kv_layer]
+  virtual int64_t max_step_tokens() const = 0;
+  virtual int64_t max_positions() const = 0;  // positions one sequence may reach (the context)
+};
+
+// The ops of one step. Rows are the step's tokens; positions, sequences and logits rows are the backend's.
+class Ops {
+ public:
+  virtual ~Ops() = default;
+  virtual void embed(Weight table, View out, float scale) = 0;  // out = table[token] * scale
+  virtual void rms_norm(const RmsNormOp& op) = 0;
+  virtual void head_rms_norm(const HeadNormOp& op) = 0;
+  virtual void linear(Weight w, View x, View y) = 0;  // y = W x
+  // y = [W_0 x | W_1 x | ...] in consecutive columns (q/k/v, gate/up): one product where the backend
+  // placed the matrices back to back (ProgramFactory::weight_groups).
+  virtual void linear_concat(std::span<const Weight> ws, View x, View y) = 0;
+  virtual void rope_kv(const RopeKvOp& op) = 0;
+  virtual void attention(const AttentionOp& op) = 0;
+  virtual void glu(const GluOp& op) = 0;
+  virtual void add(View x, View y) = 0;  // x += y
+  virtual void moe(const MoeOp& op) = 0;
+  virtual void sigmoid_gate(View y, Vec gate, View x) = 0;  // y *= sigmoid(gate . x), per row (Qwen2-MoE)
+  virtual void logits(const LogitsOp& op) = 0;
+};
+
+class Program {
+ public:
+  virtual ~Program() = default;
+  virtual void run(Ops& ops) = 0;
+};
+
+class ProgramFactory {
+ public:
+  virtual ~ProgramFactory() = default;
+  virtual StateSpec state() const = 0;
+  // Tensors a backend may place back to back so that one product covers them (linear_concat).
+  virtual std::vector<std::vector<std::string>> weight_groups() const = 0;
+  virtual std::unique_ptr<Program> build(Binder& binder) const = 0;
+  virtual std::string name() const = 0;  // for logs: the architecture
+};
+
+}  // namespace ga::step

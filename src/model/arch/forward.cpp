@@ -1,0 +1,110 @@
+// The CPU forward of any architecture (see forward.h).
+//
+// The single-sequence engine is the multi-sequence one with a private KV pool of one block that holds the
+// whole context and a block table {0}. Long evals are cut into steps of max_batch tokens, which bounds the
+// activation scratch for long prompts; only the last step (or every step, with all_logits) asks for logits.
+#include "model/arch/forward.h"
+
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include "gpu_accel/error.h"
+#include "model/arch/architecture.h"
+
+namespace ga::arch {
+namespace {
+
+constexpr int64_t kMaxContext = int64_t{1} << 24;  // keeps every cache size computation far from overflow
+
+cpu::KvPoolParams single_block_pool(const SequenceParams& params) {
+  GA_CHECK(params.n_ctx > 0 && params.n_ctx <= kMaxContext, InvalidArgument, "context length ", params.n_ctx,
+           " is outside [1, ", kMaxContext, "]");
+  GA_CHECK(params.kv_type == DType::F32 || params.kv_type == DType::F16, InvalidArgument, "KV cache type ",
+           dtype_name(params.kv_type), " (supported: F32, F16)");
+  GA_CHECK(params.max_batch > 0, InvalidArgument, "max_batch must be positive");
+  cpu::KvPoolParams p;
+  p.n_blocks = 1;
+  p.block_size = params.n_ctx;
+  p.kv_type = params.kv_type;
+  return p;
+}
+
+}  // namespace
+
+struct BatchForward::Impl {
+  const LoadedModel* model;
+  std::unique_ptr<step::ProgramFactory> factory;
+  cpu::StepEngine engine;
+  Impl(const LoadedModel& m, ThreadPool* pool, int64_t max_positions)
+      : model(&m),
+        factory(make_program_factory(m)),
+        engine(m, *factory, pool, max_positions > 0 ? max_positions : std::max<int64_t>(m.config.n_ctx_train, 1)) {}
+};
+
+BatchForward::BatchForward(const LoadedModel& model, ThreadPool* pool, int64_t max_positions)
+    : impl_(std::make_unique<Impl>(model, pool, max_positions)) {}
+BatchForward::~BatchForward() = default;
+BatchForward::BatchForward(BatchForward&&) noexcept = default;
+BatchForward& BatchForward::operator=(BatchForward&&) noexcept = default;
+
+void BatchForward::forward(std::span<const BatchToken> batch, std::span<const std::span<const int32_t>> block_tables,
+                           cpu::KvPool& kv, float* logits) {
+  impl_->engine.forward(batch, block_tables, kv, logits);
+}
+const step::StateSpec& BatchForward::state() const { return impl_->engine.state(); }
+const ModelConfig& BatchForward::config() const { return impl_->model->config; }
+int64_t BatchForward::n_vocab() const { return impl_->engine.n_vocab(); }
+
+struct SequenceForward::Impl {
+  SequenceParams params;
+  BatchForward forward;
+  cpu::KvPool kv;
+  std::vector<BatchToken> batch;  // reused: decoding allocates nothing
+  static constexpr int32_t kTable[1] = {0};
+
+  Impl(const LoadedModel& model, const SequenceParams& p, ThreadPool* pool)
+      : params(p), forward(model, pool, p.n_ctx), kv(forward.state(), single_block_pool(p)) {}
+};
+
+SequenceForward::SequenceForward(const LoadedModel& model, const SequenceParams& params, ThreadPool* pool)
+    : impl_(std::make_unique<Impl>(model, params, pool)) {}
+SequenceForward::~SequenceForward() = default;
+SequenceForward::SequenceForward(SequenceForward&&) noexcept = default;
+SequenceForward& SequenceForward::operator=(SequenceForward&&) noexcept = default;
+
+int64_t SequenceForward::n_ctx() const { return impl_->params.n_ctx; }
+int64_t SequenceForward::n_vocab() const { return impl_->forward.n_vocab(); }
+
+void SequenceForward::eval(std::span<const int32_t> tokens, int64_t pos0, bool all_logits, float* logits) {
+  Impl& m = *impl_;
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  const int64_t n_vocab = m.forward.n_vocab();
+  GA_CHECK(n > 0, InvalidArgument, "eval needs at least one token");
+  GA_CHECK(pos0 >= 0 && pos0 + n <= m.params.n_ctx, OutOfRange, "context overflow: ", pos0, " positions used + ", n,
+           " new tokens > n_ctx ", m.params.n_ctx);
+  for (int64_t i = 0; i < n; ++i) {  // all ids before any step, so a bad id changes nothing
+    const int32_t id = tokens[static_cast<size_t>(i)];
+    GA_CHECK(id >= 0 && id < n_vocab, InvalidArgument, "token id ", id, " at index ", i,
+             " is outside the vocabulary [0, ", n_vocab, ")");
+  }
+  const std::span<const int32_t> table(Impl::kTable, 1);
+  const std::span<const std::span<const int32_t>> tables(&table, 1);
+  for (int64_t done = 0; done < n;) {
+    const int64_t step_n = std::min(m.params.max_batch, n - done);
+    const bool last_step = done + step_n == n;
+    m.batch.resize(static_cast<size_t>(step_n));
+    for (int64_t t = 0; t < step_n; ++t) {
+      BatchToken& e = m.batch[static_cast<size_t>(t)];
+      e.token = tokens[static_cast<size_t>(done + t)];
+      e.pos = pos0 + done + t;
+      e.seq = 0;
+      e.logits = all_logits || (last_step && t == step_n - 1);
+    }
+    float* step_logits = all_logits ? logits + done * n_vocab : logits;
+    m.forward.forward(m.batch, tables, m.kv, step_logits);
+    done += step_n;
+  }
+}
+
+}  // namespace ga::arch

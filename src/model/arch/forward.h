@@ -1,0 +1,73 @@
+// The CPU forward of any registered architecture: its Program (architecture.h) on the CPU step engine
+// (backends/cpu/step_engine.h), over a paged KV pool (BatchForward, the Scheduler's CPU engine) or over a
+// private pool of one block that holds one sequence's whole context (SequenceForward, the Session's CPU
+// engine). One code path: the Session's numbers are by construction the scheduler's.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+
+#include "backends/cpu/kv_pool.h"
+#include "backends/cpu/step_engine.h"
+#include "backends/step_ops.h"
+#include "gpu_accel/model.h"
+
+namespace ga {
+class ThreadPool;
+}
+
+namespace ga::arch {
+
+using step::BatchToken;
+
+// The model's Program on the CPU. Not thread-safe; the model and the thread pool must outlive it.
+class BatchForward {
+ public:
+  // max_positions: the context one sequence may reach (RoPE choices may depend on it); 0: the model's
+  // training context.
+  BatchForward(const LoadedModel& model, ThreadPool* pool, int64_t max_positions = 0);
+  ~BatchForward();
+  BatchForward(BatchForward&&) noexcept;
+  BatchForward& operator=(BatchForward&&) noexcept;
+
+  // cpu::StepEngine::forward's contract.
+  void forward(std::span<const BatchToken> batch, std::span<const std::span<const int32_t>> block_tables,
+               cpu::KvPool& kv, float* logits);
+  const step::StateSpec& state() const;
+  const ModelConfig& config() const;
+  int64_t n_vocab() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+struct SequenceParams {
+  int64_t n_ctx = 0;           // positions the KV cache holds
+  DType kv_type = DType::F32;  // F32 or F16
+  int64_t max_batch = 512;     // tokens per internal step; longer evals are split (bounds scratch memory)
+};
+
+// One sequence over a loaded model. Not thread-safe; the model and the pool must outlive it.
+class SequenceForward {
+ public:
+  SequenceForward(const LoadedModel& model, const SequenceParams& params, ThreadPool* pool);
+  ~SequenceForward();
+  SequenceForward(SequenceForward&&) noexcept;
+  SequenceForward& operator=(SequenceForward&&) noexcept;
+
+  // Evaluates tokens at positions pos0 .. pos0 + n - 1 (the cache must hold positions < pos0).
+  // Writes the last token's logits ([n_vocab]) or, with all_logits, every token's ([n][n_vocab]) to
+  // `logits`. Validates ids (InvalidArgument) and the context (OutOfRange) before any work.
+  void eval(std::span<const int32_t> tokens, int64_t pos0, bool all_logits, float* logits);
+
+  int64_t n_ctx() const;
+  int64_t n_vocab() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ga::arch
