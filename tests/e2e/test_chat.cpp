@@ -149,11 +149,14 @@ size_t send(PtyCli& chat, size_t from, const std::string& message) {
   return echo == std::string::npos ? std::string::npos : echo + message.size() + 1;
 }
 
-// The reply starting at `at` must be exactly `expected`, followed by the line break and the next prompt.
-void expect_reply(PtyCli& chat, size_t at, const std::string& expected) {
-  ASSERT_NE(at, std::string::npos);
+// The reply starting at `at` must be exactly `expected`, followed by the line break and the next prompt. Returns
+// where that prompt is (npos on a failure), so that the next message is typed after it, never after a "> " that a
+// reply happened to contain.
+size_t expect_reply(PtyCli& chat, size_t at, const std::string& expected) {
+  if (at == std::string::npos) return std::string::npos;
   const size_t found = chat.wait_for(expected + "\n> ", at, kTimeout);
   EXPECT_EQ(found, at) << "expected reply:\n" << expected << "\n--- terminal:\n" << chat.output();
+  return found == at ? at + expected.size() + 1 : std::string::npos;
 }
 
 TEST(Chat, TerminalTwoTurnsResetSaveAndEndOfInput) {
@@ -164,18 +167,17 @@ TEST(Chat, TerminalTwoTurnsResetSaveAndEndOfInput) {
   const std::string reply2 = run_reply(chatml({{first, reply1}}, second));
 
   PtyCli chat(greedy_chat());
-  size_t at = send(chat, 0, first);
-  expect_reply(chat, at, reply1);
-  at = send(chat, at, second);
-  expect_reply(chat, at, reply2);
+  size_t at = expect_reply(chat, send(chat, 0, first), reply1);
+  at = expect_reply(chat, send(chat, at, second), reply2);
+  ASSERT_NE(at, std::string::npos);
 
   // /reset forgets both turns: the first message gets the first reply again, and is all there is to save.
-  at = send(chat, at, "/reset");
-  ASSERT_NE(chat.wait_for("conversation cleared\n", at, kTimeout), std::string::npos) << chat.output();
-  at = send(chat, at, first);
-  expect_reply(chat, at, reply1);
-  at = send(chat, at, "/save " + saved);
-  ASSERT_NE(chat.wait_for("saved 2 messages", at, kTimeout), std::string::npos) << chat.output();
+  at = chat.wait_for("conversation cleared\n", send(chat, at, "/reset"), kTimeout);
+  ASSERT_NE(at, std::string::npos) << chat.output();
+  at = expect_reply(chat, send(chat, at, first), reply1);
+  ASSERT_NE(at, std::string::npos);
+  at = chat.wait_for("saved 2 messages", send(chat, at, "/save " + saved), kTimeout);
+  ASSERT_NE(at, std::string::npos) << chat.output();
   EXPECT_EQ(read_json(saved), (nlohmann::json{{{"role", "user"}, {"content", first}},
                                              {{"role", "assistant"}, {"content", reply1}}}));
 
