@@ -131,7 +131,7 @@ int cmd_chat(int argc, char** argv) {
                    "multi-line block. /help lists the commands (/reset, /system TEXT, /save FILE, /exit).\n"
                    "Ctrl-C stops a reply; at the prompt Ctrl-C or Ctrl-D ends the chat. With stdin from a pipe,\n"
                    "every line is a message and the chat ends with the input.");
-  add_generation_options(parser, a);
+  add_generation_options(parser, a, "tokens per reply at most; -1: no limit (a reply ends with the model's turn)");
   parser.option("--system", &system, "TEXT", "the system message (/system changes it)");
   if (!parser.parse(argc, argv)) return 0;
   finish_generation_options(parser, a);

@@ -59,7 +59,7 @@ int cmd_run(int argc, char** argv) {
                    "Generates a continuation of PROMPT and streams it to stdout (only the generated text);\n"
                    "logs and timings go to stderr.");
   parser.option("-p,--prompt", &prompt, "PROMPT", "the text to continue (may be empty: \"\")");
-  add_generation_options(parser, a);
+  add_generation_options(parser, a, "tokens to generate; -1: until the context is full");
   parser.flag("--no-bos", &no_bos, "do not add BOS/EOS to the prompt");
   parser.flag("--parse-special", &parse_special, "text spelling a special token becomes that token");
   parser.option("--time-prompt-again", &prompt_repeats, "N",

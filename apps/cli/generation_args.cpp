@@ -33,9 +33,9 @@ std::string number_text(float v) {
   return os.str();
 }
 
-void add_generation_options(ArgParser& parser, GenerationArgs& a) {
+void add_generation_options(ArgParser& parser, GenerationArgs& a, const std::string& n_predict_help) {
   parser.option("-m,--model", &a.model, "MODEL", "a .gguf file or a Hugging Face model folder");
-  parser.option("-n,--n-predict", &a.n_predict, "N", "tokens to generate; -1: until the context is full");
+  parser.option("-n,--n-predict", &a.n_predict, "N", n_predict_help);
   parser.option("--temp", &a.sampling.temperature, "T", "temperature; 0: greedy (argmax)");
   parser.option("--top-k", &a.sampling.top_k, "K", "keep the K most likely tokens; 0: off");
   parser.option("--top-p", &a.sampling.top_p, "P", "keep the smallest set with probability >= P; 1: off");

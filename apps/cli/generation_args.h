@@ -29,9 +29,9 @@ struct GenerationArgs {
   int64_t prefill_graphs = SessionOptions{}.prefill_graph_max_tokens;
 };
 
-// Declares -m, -n, the sampling options, --threads, --device, --ctx, --stop, --ignore-eos, --host-sampling,
-// --no-warmup and --prefill-graphs, bound to `a`.
-void add_generation_options(ArgParser& parser, GenerationArgs& a);
+// Declares -m, -n (described by n_predict_help), the sampling options, --threads, --device, --ctx, --stop,
+// --ignore-eos, --host-sampling, --no-warmup and --prefill-graphs, bound to `a`.
+void add_generation_options(ArgParser& parser, GenerationArgs& a, const std::string& n_predict_help);
 
 // Range checks after parse() (UsageError), and the seed drawn from the clock when --seed was not given.
 void finish_generation_options(const ArgParser& parser, GenerationArgs& a);
