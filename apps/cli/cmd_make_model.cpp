@@ -23,7 +23,7 @@ int cmd_make_model(int argc, char** argv) {
   uint64_t seed = 0;
   int32_t n_threads = 0;
   ArgParser parser("make-model", "--preset NAME --type TYPE --out FILE.gguf [--vocab VOCAB.gguf] [--seed S]",
-                   "Writes a random-weight Llama-architecture GGUF of a real shape (presets: " + tools::preset_names() +
+                   "Writes a random-weight GGUF of a real model shape, any supported family (presets: " + tools::preset_names() +
                        "). The tokenizer is copied from a vocab-only GGUF. Weights: matrices ~N(0, 1/row length), "
                        "token_embd ~N(0, 1), norms 1 + N(0, 0.01), from a seeded generator (the same seed gives the "
                        "same file), quantized to TYPE (" + tools::file_type_names() + ").");

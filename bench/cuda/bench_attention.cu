@@ -13,7 +13,12 @@
 //    a per-CTA timeline of one call (AttentionParams::decode_trace: entry, first tile, loop end, exit;
 //    GA_BENCH_TRACE_DIR=dir also writes the raw records as CSV); a sweep of merge x forced split counts
 //    (the data behind the split policy); a mixed step (63 decode runs + one 512-token prompt chunk) and a
-//    paged 2048-token prefill next to its contiguous twin.
+//    paged 2048-token prefill next to its contiguous twin;
+//  * sliding window (AttentionParams::window_left; GA_BENCH_WINDOW=W positions, default 4096, 0: off): decode
+//    b1 / b8 over a 32768-position cache with a window of W next to the full 32768 and a cache of W (contiguous,
+//    and paged b16 bs 16), and the ratio "window over 32k / cache of W": about 1 when the kernels read only the
+//    window's key tiles (the split count and workspace follow the window), about 32768 / W if they read it all.
+//    Rates of windowed rows count the bytes of the window (what must be read), not of the cache.
 //
 // Method (as bench_gemv.cu): decode rotates over enough KV caches (>= 4x the L2 size in total) that
 // no launch finds its cache in L2; the launches are captured in one CUDA graph (the decode loop's
@@ -105,12 +110,17 @@ ga::cuda::AttentionParams params_for(const Heads& h, int n_tokens, int64_t pos0,
   return p;
 }
 
+// window_left >= 0: a sliding window (decode rows count the bytes of the window's keys).
 Row bench_case(CachingAllocator& alloc, cudaStream_t stream, const Heads& h, int n_tokens, int64_t kv_len,
-               bool decode, size_t l2_bytes, double copy_gbs, double gemm) {
+               bool decode, size_t l2_bytes, double copy_gbs, double gemm, int window_left = -1) {
   const int64_t pos0 = kv_len - n_tokens;
   ga::cuda::AttentionParams p = params_for(h, n_tokens, pos0, kv_len);
+  p.window_left = window_left;
   const size_t kv_elems = static_cast<size_t>(kv_len) * static_cast<size_t>(p.kv_pos_stride);
   const size_t kv_bytes = 2 * kv_elems * sizeof(__half);  // K and V
+  // the keys the call must read: the cache, or the window of its first token on (and its tokens)
+  const int64_t read_keys = window_left >= 0 ? std::min<int64_t>(kv_len, window_left + n_tokens) : kv_len;
+  const size_t read_bytes = kv_bytes / static_cast<size_t>(kv_len) * static_cast<size_t>(read_keys);
   const int n_buf = decode ? static_cast<int>(std::clamp<size_t>((4 * l2_bytes + kv_bytes - 1) / kv_bytes, 2, 32)) : 1;
   const size_t q_elems = static_cast<size_t>(n_tokens) * static_cast<size_t>(p.q_token_stride);
   DeviceBuffer q(alloc, q_elems * 4), out(alloc, q_elems * 4);
@@ -139,6 +149,7 @@ Row bench_case(CachingAllocator& alloc, cudaStream_t stream, const Heads& h, int
     return ga::cuda::attention(p, stream);
   });
   const double us = time_graph(graph, stream) * 1e3 / n_buf;
+  const int splits = ga::cuda::attention_decode_splits(p);
   GA_CUDA_CHECK(cudaGraphExecDestroy(graph));
   ks.clear();
   vs.clear();
@@ -148,11 +159,12 @@ Row bench_case(CachingAllocator& alloc, cudaStream_t stream, const Heads& h, int
   r.decode = decode;
   r.us = us;
   r.what = std::string(h.model) + " (" + std::to_string(h.n_head) + "/" + std::to_string(h.n_head_kv) + ") " +
-           (decode ? "decode b" + std::to_string(n_tokens) + " kv " + std::to_string(kv_len) + " (" +
-                         std::to_string(ws_bytes / (size_t(n_tokens) * h.n_head * (kHeadDim + 2) * 4)) + " splits)"
+           (decode ? "decode b" + std::to_string(n_tokens) + " kv " + std::to_string(kv_len) +
+                         (window_left >= 0 ? " window " + std::to_string(window_left + 1) : std::string()) + " (" +
+                         std::to_string(splits) + " splits)"
                    : "prefill " + std::to_string(n_tokens) + (pos0 > 0 ? " at pos0 " + std::to_string(pos0) : ""));
   if (decode) {
-    r.rate = static_cast<double>(kv_bytes) / (us * 1e-6) / kGB;
+    r.rate = static_cast<double>(read_bytes) / (us * 1e-6) / kGB;
     r.fraction = r.rate / copy_gbs;
   } else {
     // visible (token, key) pairs: sum over t of (pos0 + t + 1)
@@ -243,6 +255,7 @@ struct PagedTime {
 using DecodeMerge = ga::cuda::AttentionParams::DecodeMerge;
 struct PagedOptions {
   int splits = 0;                       // forced decode split count (0: the policy's)
+  int window_left = -1;                 // AttentionParams::window_left (-1: no window)
   int stages = 0;                       // forced decode stage count (0: the default)
   DecodeMerge merge = DecodeMerge::kAuto;
   bool trace = false;                   // also replay the graph once with AttentionParams::decode_trace set
@@ -336,6 +349,7 @@ PagedTime time_paged(CachingAllocator& alloc, cudaStream_t stream, const Heads& 
   p.decode_splits = forced_splits;
   p.decode_stages = stages;
   p.decode_merge = opt.merge;
+  p.window_left = opt.window_left;
   p.k = pool.k;
   p.v = pool.v;
   p.q = q.as<float>();
@@ -424,6 +438,32 @@ int main() try {
   rows.push_back(bench_case(alloc, stream.get(), llama3, 512, 4096, false, dev.l2_bytes, copy_gbs, gemm));
   GA_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
 
+  // Sliding window (GA_BENCH_WINDOW positions, default 4096; 0: off): decode over a 32k cache with the window, next
+  // to the full 32k cache and a cache of the window's length (same shapes: the kernels should read only the window).
+  const char* window_env = std::getenv("GA_BENCH_WINDOW");
+  const int64_t window = window_env != nullptr ? std::strtoll(window_env, nullptr, 10) : 4096;
+  constexpr int64_t kWindowCache = 32768;
+  std::vector<std::string> window_lines;
+  auto window_ratio = [&](const std::string& what, double windowed_us, double full_us, double short_us) {
+    char line[256];
+    std::snprintf(line, sizeof(line), "| %s | %.2f | %.2f | %.2f | %.2f | %.2f |", what.c_str(), full_us, windowed_us,
+                  short_us, windowed_us / short_us, full_us / windowed_us);
+    window_lines.push_back(line);
+  };
+  if (window > 0 && window < kWindowCache) {
+    const int wl = static_cast<int>(window - 1);
+    const std::pair<Heads, int> shapes[] = {{llama2, 1}, {llama3, 1}, {llama3, 8}};
+    for (const auto& [h, n_tokens] : shapes) {
+      const Row full = bench_case(alloc, stream.get(), h, n_tokens, kWindowCache, true, dev.l2_bytes, copy_gbs, gemm);
+      const Row windowed =
+          bench_case(alloc, stream.get(), h, n_tokens, kWindowCache, true, dev.l2_bytes, copy_gbs, gemm, wl);
+      const Row short_cache = bench_case(alloc, stream.get(), h, n_tokens, window, true, dev.l2_bytes, copy_gbs, gemm);
+      rows.push_back(windowed);
+      window_ratio(std::string(h.model) + " decode b" + std::to_string(n_tokens), windowed.us, full.us, short_cache.us);
+    }
+    GA_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
+  }
+
   // Paged decode: batches of one-token runs over 4096 positions each (Llama-3 heads, block_size 16).
   struct PagedRow {
     std::string what;
@@ -495,6 +535,27 @@ int main() try {
     }
     alloc.release_cached();
   }
+  // The paged form of the window comparison: 16 one-token runs over 32k positions each with the window, the same
+  // without it, and 16 runs over caches of the window's length.
+  if (window > 0 && window < kWindowCache) {
+    PagedPool long_pool(alloc, stream.get(), llama3, 16, kWindowCache, dev.l2_bytes);
+    const std::vector<std::pair<int, int64_t>> long_runs(16, {1, kWindowCache - 1});
+    PagedOptions windowed;
+    windowed.window_left = static_cast<int>(window - 1);
+    int splits_full = 0, splits_window = 0, splits_short = 0;
+    const PagedTime full = time_paged(alloc, stream.get(), llama3, long_pool, long_runs, PagedOptions{}, &splits_full);
+    const PagedTime win = time_paged(alloc, stream.get(), llama3, long_pool, long_runs, windowed, &splits_window);
+    alloc.release_cached();
+    PagedPool short_pool(alloc, stream.get(), llama3, 16, window, dev.l2_bytes);
+    const std::vector<std::pair<int, int64_t>> short_runs(16, {1, window - 1});
+    const PagedTime shrt = time_paged(alloc, stream.get(), llama3, short_pool, short_runs, PagedOptions{}, &splits_short);
+    alloc.release_cached();
+    window_ratio("paged decode b16 bs 16 (splits " + std::to_string(splits_full) + " / " +
+                     std::to_string(splits_window) + " / " + std::to_string(splits_short) + ")",
+                 win.us, full.us, shrt.us);
+    std::printf("paged decode b16 kv 32768 window %lld: %.2f us (full %.2f us, kv %lld %.2f us)\n",
+                static_cast<long long>(window), win.us, full.us, static_cast<long long>(window), shrt.us);
+  }
   PagedTime paged_prefill;
   {
     PagedPool pool(alloc, stream.get(), llama3, 1, 2048, dev.l2_bytes);
@@ -519,6 +580,14 @@ int main() try {
                 r.bytes / (r.t.us * 1e-6) / kGB, pct(r.bytes, r.t.us));
     std::printf("| Llama-3-8B (32/8) %s, steady | %.2f | %.0f GB/s | %.0f%% of copy |\n", r.what.c_str(), r.t.steady_us,
                 r.bytes / (r.t.steady_us * 1e-6) / kGB, pct(r.bytes, r.t.steady_us));
+  }
+  if (!window_lines.empty()) {
+    std::printf("\nSliding window %lld over a %lld-position cache (decode, time us): the window next to the whole "
+                "cache and to a cache of the window's length; windowed / short near 1 means only the window's key "
+                "tiles are read\n\n", static_cast<long long>(window), static_cast<long long>(kWindowCache));
+    std::printf("| case | full 32k | window over 32k | cache of the window | windowed / short | full / windowed |\n"
+                "|---|---:|---:|---:|---:|---:|\n");
+    for (const std::string& line : window_lines) std::printf("%s\n", line.c_str());
   }
   std::printf("\nPaged decode (32/8, kv 4096 per run, bs 16): merge x forced split counts ((n) = the policy's "
               "count); per cell time and %% of copy, time_graph / steady (launches back to back)\n\n");

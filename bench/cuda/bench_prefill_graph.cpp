@@ -27,7 +27,8 @@
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/cuda_forward.h"
 #include "gpu_accel/model.h"
-#include "model/arch/llama.h"
+#include "model/arch/architecture.h"
+#include "model/arch/forward.h"
 #include "bench_util.cuh"
 
 namespace {
@@ -113,9 +114,8 @@ int main(int argc, char** argv) {
         if (!paged) {
           ga::cuda::CudaForwardParams p;
           p.n_ctx = n_ctx;
-          p.rope_freq_factors = ga::arch::rope_freq_factors_for_forward(model);
           p.prefill_graph_max_tokens = max_tokens;
-          seq[graphs] = ga::cuda::make_cuda_llama_forward(model, p);
+          seq[graphs] = ga::cuda::make_cuda_forward(model, *ga::arch::make_program_factory(model), p);
           seq[graphs]->warm_up_matmuls();
           if (graphs) notes.push_back("contiguous: " + seq[graphs]->description());
         } else {
@@ -124,9 +124,8 @@ int main(int argc, char** argv) {
           p.n_blocks = 2048;
           p.max_seqs = 64;
           p.max_seq_positions = n_ctx;
-          p.rope_freq_factors = ga::arch::rope_freq_factors_for_forward(model);
           p.prefill_graph_max_tokens = max_tokens;
-          batch[graphs] = ga::cuda::make_cuda_llama_batch_forward(model, p);
+          batch[graphs] = ga::cuda::make_cuda_batch_forward(model, *ga::arch::make_program_factory(model), p);
           batch[graphs]->warm_up_matmuls();
           if (graphs) notes.push_back("paged: " + batch[graphs]->description());
         }

@@ -88,6 +88,7 @@ struct RopeTable {
 struct KvLayerSpec {
   int64_t n_head_kv = 0;
   int64_t head_dim = 0;
+  int64_t n_head = 0;  // query heads that read it (sizes a backend's attention workspace)
 };
 struct StateSpec {
   // Attention layers: K/V of every position in pages (blocks) of the shared pool, one entry per layer

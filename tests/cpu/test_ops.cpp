@@ -150,7 +150,9 @@ TEST(CpuOps, StoreKvRoundsToHalf) {
   EXPECT_THROW(ga::cpu::store_kv(DType::Q8_0, x.data(), f.data(), 32), ga::Error);
 }
 
-// Naive causal GQA attention in float64 over caches of float values.
+// Naive causal GQA attention in float64 over caches of float values: query position i sees every
+// position j <= i with i - j <= window_left (when >= 0), scores soft-capped (c tanh(s / c)) when
+// softcap > 0, written from the definitions (a mask of -inf on the others, not a shorter loop).
 std::vector<double> attention_ref(const ga::cpu::AttentionParams& p, const std::vector<float>& kc,
                                   const std::vector<float>& vc) {
   const int64_t kv_row = p.n_head_kv * p.head_dim;
@@ -158,7 +160,7 @@ std::vector<double> attention_ref(const ga::cpu::AttentionParams& p, const std::
   for (int64_t t = 0; t < p.n_tokens; ++t) {
     for (int64_t h = 0; h < p.n_head; ++h) {
       const int64_t kvh = h / (p.n_head / p.n_head_kv);
-      const int64_t n_keys = p.pos0 + t + 1;
+      const int64_t i = p.pos0 + t, n_keys = i + 1;
       std::vector<double> s(n_keys);
       double mx = -INFINITY;
       for (int64_t j = 0; j < n_keys; ++j) {
@@ -166,7 +168,9 @@ std::vector<double> attention_ref(const ga::cpu::AttentionParams& p, const std::
         for (int64_t e = 0; e < p.head_dim; ++e) {
           d += static_cast<double>(p.q[t * p.q_stride + h * p.head_dim + e]) * kc[j * kv_row + kvh * p.head_dim + e];
         }
-        s[j] = d / std::sqrt(static_cast<double>(p.head_dim));
+        s[j] = d * static_cast<double>(p.scale);
+        if (p.softcap > 0) s[j] = p.softcap * std::tanh(s[j] / p.softcap);
+        if (p.window_left >= 0 && i - j > p.window_left) s[j] = -INFINITY;
         mx = std::max(mx, s[j]);
       }
       double sum = 0;
@@ -182,10 +186,11 @@ std::vector<double> attention_ref(const ga::cpu::AttentionParams& p, const std::
 }
 
 void check_attention(DType kv_type, int64_t n_head, int64_t n_head_kv, int64_t head_dim, int64_t pos0,
-                     int64_t n_tokens, int threads) {
+                     int64_t n_tokens, int threads, int64_t window_left = -1, float softcap = 0.0f,
+                     float scale_mul = 1.0f) {
   SCOPED_TRACE(testing::Message() << "kv " << ga::dtype_name(kv_type) << " heads " << n_head << "/" << n_head_kv
                                   << " head_dim " << head_dim << " pos0 " << pos0 << " n " << n_tokens << " threads "
-                                  << threads);
+                                  << threads << " window_left " << window_left << " softcap " << softcap);
   const int64_t n_pos = pos0 + n_tokens;
   const int64_t kv_n = n_pos * n_head_kv * head_dim;
   std::vector<float> q = random_vec(n_tokens * n_head * head_dim, 11, 1.5f);
@@ -209,7 +214,9 @@ void check_attention(DType kv_type, int64_t n_head, int64_t n_head_kv, int64_t h
   p.n_head_kv = n_head_kv;
   p.head_dim = head_dim;
   p.pos0 = pos0;
-  p.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)));
+  p.scale = static_cast<float>(scale_mul / std::sqrt(static_cast<double>(head_dim)));
+  p.window_left = window_left;
+  p.softcap = softcap;
   p.q = q.data();
   p.q_stride = n_head * head_dim;
   p.kv_type = kv_type;
@@ -233,12 +240,70 @@ TEST(CpuOps, AttentionMatchesFloat64) {
   }
 }
 
+// Sliding windows of 1, 2, 7 and 64 positions (HF sliding_window W = window_left W - 1) over caches
+// shorter and longer than the window, and soft-caps small enough to bend every score (1, 2) or only the
+// large ones (30, 50, with scores scaled up 12x so that they reach the cap).
+TEST(CpuOps, AttentionWindowAndSoftcapMatchFloat64) {
+  for (DType kv : {DType::F32, DType::F16}) {
+    for (int threads : {1, 3}) {
+      for (int64_t w : {1, 2, 7, 64}) {
+        check_attention(kv, 6, 2, 19, 7, 5, threads, w - 1);
+        check_attention(kv, 4, 4, 7, 0, 37, threads, w - 1);
+        check_attention(kv, 8, 1, 37, 733, 1, threads, w - 1);
+        check_attention(kv, 6, 3, 19, 100, 19, threads, w - 1, 2.0f);
+      }
+      check_attention(kv, 6, 2, 19, 7, 5, threads, -1, 1.0f);
+      check_attention(kv, 8, 1, 37, 733, 1, threads, -1, 2.0f);
+      check_attention(kv, 4, 4, 7, 0, 37, threads, -1, 30.0f, 12.0f);
+      check_attention(kv, 6, 2, 19, 40, 3, threads, 6, 50.0f, 12.0f);
+    }
+  }
+}
+
+// A window that covers the whole cache and the options off give the plain attention's bits (the
+// engine's default path stays bit-identical); a window or cap that acts changes the result.
+TEST(CpuOps, AttentionOptionsOffAreBitIdentical) {
+  const int64_t n_head = 6, n_head_kv = 2, head_dim = 19, pos0 = 30, n_tokens = 4, n_pos = pos0 + n_tokens;
+  const std::vector<float> q = random_vec(n_tokens * n_head * head_dim, 51, 1.5f);
+  const std::vector<float> kc = random_vec(n_pos * n_head_kv * head_dim, 52, 1.5f);
+  const std::vector<float> vc = random_vec(n_pos * n_head_kv * head_dim, 53);
+  auto run = [&](int64_t window_left, float softcap) {
+    std::vector<float> work(ga::cpu::attention_work_floats(n_pos, head_dim));
+    std::vector<float> out(n_tokens * n_head * head_dim, NAN);
+    ga::cpu::AttentionParams p;
+    p.n_tokens = n_tokens;
+    p.n_head = n_head;
+    p.n_head_kv = n_head_kv;
+    p.head_dim = head_dim;
+    p.pos0 = pos0;
+    p.scale = 0.3f;
+    p.q = q.data();
+    p.q_stride = n_head * head_dim;
+    p.k_cache = kc.data();
+    p.v_cache = vc.data();
+    p.out = out.data();
+    p.out_stride = n_head * head_dim;
+    p.work = work.data();
+    p.work_stride = static_cast<int64_t>(work.size());
+    p.window_left = window_left;
+    p.softcap = softcap;
+    ga::cpu::attention(p, nullptr);
+    return out;
+  };
+  const std::vector<float> plain = run(-1, 0.0f);
+  EXPECT_EQ(run(n_pos, 0.0f), plain);
+  EXPECT_EQ(run(n_pos - 1, 0.0f), plain);
+  EXPECT_NE(run(n_pos - 2 - n_tokens, 0.0f), plain);
+  EXPECT_NE(run(-1, 1.0f), plain);
+}
+
 // Paged attention: two sequences of different lengths whose positions are scattered over a shuffled
 // pool of 5-position blocks (partial last blocks), queries of both sequences interleaved in one
 // call. The reference for each query is the float64 attention over that sequence's positions laid
 // out contiguously.
-void check_paged_attention(DType kv_type, int threads) {
-  SCOPED_TRACE(testing::Message() << "kv " << ga::dtype_name(kv_type) << " threads " << threads);
+void check_paged_attention(DType kv_type, int threads, int64_t window_left = -1, float softcap = 0.0f) {
+  SCOPED_TRACE(testing::Message() << "kv " << ga::dtype_name(kv_type) << " threads " << threads << " window_left "
+                                  << window_left << " softcap " << softcap);
   const int64_t n_head = 6, n_head_kv = 2, head_dim = 19, block_size = 5, n_blocks = 11;
   const int64_t kv_row = n_head_kv * head_dim;
   const std::vector<int64_t> seq_len = {23, 7};
@@ -294,6 +359,8 @@ void check_paged_attention(DType kv_type, int threads) {
   p.out_stride = n_head * head_dim;
   p.work = work.data();
   p.work_stride = stride;
+  p.window_left = window_left;
+  p.softcap = softcap;
   ga::cpu::paged_attention(p, &pool);
 
   std::vector<double> ref;
@@ -306,6 +373,9 @@ void check_paged_attention(DType kv_type, int threads) {
     one.pos0 = q_pos[t];
     one.q = q.data() + t * n_head * head_dim;
     one.q_stride = n_head * head_dim;
+    one.scale = p.scale;
+    one.window_left = window_left;
+    one.softcap = softcap;
     const std::vector<double> r = attention_ref(one, kc[q_seq[t]], vc[q_seq[t]]);
     ref.insert(ref.end(), r.begin(), r.end());
   }
@@ -321,6 +391,18 @@ TEST(CpuOps, PagedAttentionMatchesFloat64) {
   }
 }
 
+// Windows that start inside a block, on a block boundary and before position 0 (the 5-position blocks
+// of check_paged_attention), with and without a soft-cap.
+TEST(CpuOps, PagedAttentionWindowAndSoftcapMatchFloat64) {
+  for (DType kv : {DType::F32, DType::F16}) {
+    for (int threads : {1, 3}) {
+      for (int64_t window_left : {0, 1, 4, 5, 6, 12, 30}) check_paged_attention(kv, threads, window_left);
+      check_paged_attention(kv, threads, -1, 1.0f);
+      check_paged_attention(kv, threads, 6, 2.0f);
+    }
+  }
+}
+
 TEST(CpuOps, AttentionRejectsBadHeadsAndSmallWorkspace) {
   ga::cpu::AttentionParams p;
   p.n_tokens = 1;
@@ -331,6 +413,14 @@ TEST(CpuOps, AttentionRejectsBadHeadsAndSmallWorkspace) {
   EXPECT_THROW(ga::cpu::attention(p, nullptr), ga::Error);
   p.n_head_kv = 3;
   p.work_stride = 8;  // needs 1 + 8
+  EXPECT_THROW(ga::cpu::attention(p, nullptr), ga::Error);
+  p.work_stride = 100;
+  p.window_left = -2;
+  EXPECT_THROW(ga::cpu::attention(p, nullptr), ga::Error);
+  p.window_left = -1;
+  p.softcap = -1.0f;
+  EXPECT_THROW(ga::cpu::attention(p, nullptr), ga::Error);
+  p.softcap = NAN;
   EXPECT_THROW(ga::cpu::attention(p, nullptr), ga::Error);
 }
 

@@ -71,26 +71,34 @@ inline void random_kv_row(std::normal_distribution<float>& kv_dist, std::mt19937
   }
 }
 
-// float64 softmax attention of one query head q[hd] over the keys at rows[0..last] (element offsets
-// into k and v, plus kv_off for the head): o[hd] += softmax(q.k * scale) v. p holds >= last + 1.
+// float64 softmax attention of one query head q[hd] over the keys at rows[first..last] (element offsets
+// into k and v, plus kv_off for the head): o[hd] += softmax(cap(q.k * scale)) v, cap(s) = softcap tanh(s /
+// softcap) when softcap > 0. p holds >= last + 1. A sliding window is first = max(0, last - window_left)
+// (window_first).
 template <class KV>
 void attend_one_head(const float* q, int hd, double scale, int64_t last, const int64_t* rows, const KV* k,
-                     const KV* v, int64_t kv_off, double* p, double* o) {
+                     const KV* v, int64_t kv_off, double* p, double* o, int64_t first = 0, double softcap = 0.0) {
   double m = -INFINITY;
-  for (int64_t j = 0; j <= last; ++j) {
+  for (int64_t j = first; j <= last; ++j) {
     const KV* kj = k + rows[j] + kv_off;
     double dot = 0.0;
     for (int d = 0; d < hd; ++d) dot += static_cast<double>(q[d]) * kv_value(kj[d]);
     p[j] = dot * scale;
-    m = std::max(m, dot * scale);
+    if (softcap > 0.0) p[j] = softcap * std::tanh(p[j] / softcap);
+    m = std::max(m, p[j]);
   }
   double sum = 0.0;
-  for (int64_t j = 0; j <= last; ++j) sum += (p[j] = std::exp(p[j] - m));
-  for (int64_t j = 0; j <= last; ++j) {
+  for (int64_t j = first; j <= last; ++j) sum += (p[j] = std::exp(p[j] - m));
+  for (int64_t j = first; j <= last; ++j) {
     const KV* vj = v + rows[j] + kv_off;
     const double w = p[j] / sum;
     for (int d = 0; d < hd; ++d) o[d] += w * kv_value(vj[d]);
   }
+}
+
+// The first position a query at position `pos` sees under window_left (-1: no window).
+inline int64_t window_first(int64_t pos, int64_t window_left) {
+  return window_left >= 0 ? std::max<int64_t>(0, pos - window_left) : 0;
 }
 
 // Runs work(t_begin, t_step) on up to 16 threads: thread i takes tokens i, i + n, i + 2n, ...

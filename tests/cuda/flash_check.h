@@ -26,6 +26,11 @@ struct FlashShape {
   bool causal;
   bool padded;  // the outputs' rows (O; dq, dk, dv) with 64 elements of padding
   int causal_section_heads = -1;  // forward: FlashParams::causal_section_heads (the causal tile order)
+  // forward: FlashParams::window_left / window_right (-1: unbounded) and softcap (0: off); scale_mul multiplies
+  // the softmax scale 1 / sqrt(hd), so that scores reach a large cap
+  int window_left = -1, window_right = -1;
+  float softcap = 0.0f;
+  float scale_mul = 1.0f;
 };
 
 inline std::string name_of(const FlashShape& s) {
@@ -35,8 +40,13 @@ inline std::string name_of(const FlashShape& s) {
                 : s.dtype == ::ga::cuda::FlashDtype::kF16  ? "f16"
                                                            : "fp8", s.hd, s.n_head, s.n_head_kv, s.batch,
                 s.seqlen_q, s.seqlen_k, s.causal ? "causal" : "full", s.padded ? " padded" : "");
-  if (s.causal_section_heads >= 0) return std::string(buf) + " sections of " + std::to_string(s.causal_section_heads);
-  return buf;
+  std::string name = buf;
+  if (s.causal_section_heads >= 0) name += " sections of " + std::to_string(s.causal_section_heads);
+  if (s.window_left >= 0 || s.window_right >= 0) {
+    name += " window (" + std::to_string(s.window_left) + ", " + std::to_string(s.window_right) + ")";
+  }
+  if (s.softcap > 0.0f) name += " softcap " + std::to_string(s.softcap) + " scale x" + std::to_string(s.scale_mul);
+  return name;
 }
 
 inline uint16_t to_bits(double x, ::ga::cuda::FlashDtype dt) {
@@ -69,28 +79,38 @@ void random_tensor(std::mt19937& rng, size_t n, float amp, ::ga::cuda::FlashDtyp
   }
 }
 
-// The last key query row i sees (causal is bottom-right aligned); < 0 when it sees none.
+// The last key query row i sees (causal and windows are bottom-right aligned: i' = i + seqlen_k - seqlen_q sees
+// keys i' - window_left .. i' + window_right, causal being window_right 0); < first_visible_key when it sees none.
 inline int last_visible_key(const FlashShape& s, int i) {
-  return s.causal ? std::min(s.seqlen_k - 1, i + s.seqlen_k - s.seqlen_q) : s.seqlen_k - 1;
+  const int diag = i + s.seqlen_k - s.seqlen_q;
+  if (s.causal) return std::min(s.seqlen_k - 1, diag);
+  return s.window_right >= 0 ? std::min(s.seqlen_k - 1, diag + s.window_right) : s.seqlen_k - 1;
 }
 
-// float64 softmax of query row qi[hd] over keys 0..last of batch b, kv head hk (k contiguous
-// [b][sk][hkv][d]): p[j] = softmax(q.k_j * scale), normalised. Returns the row's log-sum-exp.
+// The first key query row i sees (0 without a left window).
+inline int first_visible_key(const FlashShape& s, int i) {
+  return s.window_left >= 0 ? std::max(0, i + s.seqlen_k - s.seqlen_q - s.window_left) : 0;
+}
+
+// float64 softmax of query row qi[hd] over keys first..last of batch b, kv head hk (k contiguous
+// [b][sk][hkv][d]): p[j] = softmax(cap(q.k_j * scale)), normalised, cap(x) = softcap tanh(x / softcap) when
+// softcap > 0. Returns the row's log-sum-exp.
 template <class T>
 double softmax_row(const FlashShape& s, double scale, const T* qi, const std::vector<T>& k, int b, int hk, int last,
-                   std::vector<double>& p) {
+                   std::vector<double>& p, int first = 0, double softcap = 0.0) {
   const int d = s.hd;
   double mx = -INFINITY;
-  for (int j = 0; j <= last; ++j) {
+  for (int j = first; j <= last; ++j) {
     const T* kj = &k[((size_t(b) * s.seqlen_k + j) * s.n_head_kv + hk) * d];
     double dot = 0.0;
     for (int c = 0; c < d; ++c) dot += double(qi[c]) * double(kj[c]);
     p[j] = dot * scale;
+    if (softcap > 0.0) p[j] = softcap * std::tanh(p[j] / softcap);
     mx = std::max(mx, p[j]);
   }
   double sum = 0.0;
-  for (int j = 0; j <= last; ++j) sum += (p[j] = std::exp(p[j] - mx));
-  for (int j = 0; j <= last; ++j) p[j] /= sum;
+  for (int j = first; j <= last; ++j) sum += (p[j] = std::exp(p[j] - mx));
+  for (int j = first; j <= last; ++j) p[j] /= sum;
   return mx + std::log(sum);
 }
 

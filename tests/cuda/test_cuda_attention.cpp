@@ -1,6 +1,12 @@
 // Parity of the CUDA causal GQA attention (backends/cuda/kernels/attention.h) with a float64
 // reference computed here from the same f16 K/V, and with the project's CPU reference
-// (ga::cpu::attention, F16 cache) on its contiguous layout.
+// (ga::cpu::attention, F16 cache) on its contiguous layout; and of the simple attention
+// (kernels/attention_simple.h) the engine takes for other head sizes.
+//
+// Sliding windows (W = 1, 2, 7, 64, 255, 1000 keys: window_left W - 1) and soft-caps (1, 2, 30, 50) run
+// the same grid of decode and prefill shapes; the keys below every query's window hold f16 NaN, so a
+// kernel that reads a key tile outside the window (instead of skipping it) fails. Head dim 96 (Phi-3)
+// joins 64 and 128 in the main grid.
 //
 // The grid covers both kernels (decode n_tokens 1, 2, 7 with split-KV; prefill 19, 37, 133), cache
 // lengths 1, 7, 129, 1000, 4097 with pos0 0 and > 0 (a prompt continuing a cache), GQA ratios 1, 2,
@@ -16,6 +22,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <random>
 #include <string>
 #include <vector>
@@ -23,6 +30,7 @@
 #include "attention_check.h"
 #include "backends/cpu/ops.h"
 #include "backends/cuda/kernels/attention.h"
+#include "backends/cuda/kernels/attention_simple.h"
 #include "backends/cuda/stream.h"
 #include "common/test_data.h"
 #include "cuda_harness.h"
@@ -38,12 +46,19 @@ struct Shape {
   int head_dim, n_head, n_head_kv, n_tokens;
   int64_t pos0, capacity;
   bool padded;  // q/out/kv strides with padding
+  int window_left = -1;   // AttentionParams::window_left
+  float softcap = 0.0f;   // AttentionParams::softcap
+  float scale_mul = 1.0f;  // times 1 / sqrt(head_dim): large scores that reach a large cap
 };
 
 std::string name_of(const Shape& s) {
   return str("hd ", s.head_dim, " heads ", s.n_head, "/", s.n_head_kv, " tokens ", s.n_tokens, " pos0 ", s.pos0,
-             " cap ", s.capacity, s.padded ? " padded" : "");
+             " cap ", s.capacity, s.padded ? " padded" : "",
+             s.window_left >= 0 ? str(" window_left ", s.window_left) : std::string(),
+             s.softcap > 0.0f ? str(" softcap ", s.softcap, " scale x", s.scale_mul) : std::string());
 }
+
+double scale_of(const Shape& s) { return s.scale_mul / std::sqrt(static_cast<double>(s.head_dim)); }
 
 // Host copies of one problem: q as floats, K/V as f16 bits (NaN past the valid length).
 struct Problem {
@@ -65,7 +80,8 @@ Problem make_problem(const Shape& s, std::mt19937& rng) {
   const int64_t kv_len = s.pos0 + s.n_tokens;
   pr.k.assign(static_cast<size_t>(pr.kv_stride * s.capacity), kHalfNaN);
   pr.v.assign(pr.k.size(), kHalfNaN);
-  for (int64_t j = 0; j < kv_len; ++j) {
+  // Positions below the first query's window stay NaN: no kernel may read them (their tiles are skipped).
+  for (int64_t j = window_first(s.pos0, s.window_left); j < kv_len; ++j) {
     random_kv_row(kv_dist, rng, pr.k.data() + j * pr.kv_stride, pr.v.data() + j * pr.kv_stride,
                   int64_t{s.n_head_kv} * s.head_dim);
   }
@@ -76,7 +92,7 @@ Problem make_problem(const Shape& s, std::mt19937& rng) {
 std::vector<double> reference(const Problem& pr, int64_t pos0) {
   const Shape& s = pr.s;
   const int hd = s.head_dim, group = s.n_head / s.n_head_kv;
-  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+  const double scale = scale_of(s);
   std::vector<double> out(static_cast<size_t>(s.n_tokens) * s.n_head * hd);
   std::vector<double> k(pr.k.size()), v(pr.v.size());  // decoded once (exact: f16 fits a double)
   for (size_t i = 0; i < k.size(); ++i) {
@@ -91,7 +107,8 @@ std::vector<double> reference(const Problem& pr, int64_t pos0) {
       for (int h = 0; h < s.n_head; ++h) {
         attend_one_head(pr.q.data() + t * pr.q_stride + int64_t{h} * hd, hd, scale, pos0 + t, rows.data(), k.data(),
                         v.data(), int64_t{h / group} * hd, p.data(),
-                        out.data() + (static_cast<size_t>(t) * s.n_head + h) * hd);
+                        out.data() + (static_cast<size_t>(t) * s.n_head + h) * hd,
+                        window_first(pos0 + t, s.window_left), s.softcap);
       }
     }
   });
@@ -139,7 +156,9 @@ struct DeviceProblem {
     p.head_dim = pr.s.head_dim;
     p.pos0 = device_pos0 ? 0 : pr.s.pos0;
     p.max_kv_positions = pr.s.capacity;
-    p.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(pr.s.head_dim)));
+    p.scale = static_cast<float>(scale_of(pr.s));
+    p.window_left = pr.s.window_left;
+    p.softcap = pr.s.softcap;
     return p;
   }
   static size_t workspace_for(const Problem& pr, bool device_pos0) {
@@ -181,7 +200,7 @@ TEST(CudaAttention, DecodeAndPrefillMatchFloat64Reference) {
   };
   const Heads heads[] = {{3, 3}, {4, 2}, {8, 2}, {8, 1}};  // GQA ratios 1, 2, 4, 8
   int case_index = 0;
-  for (int hd : {64, 128}) {
+  for (int hd : {64, 96, 128}) {
     for (const Heads& h : heads) {
       for (int n_tokens : {1, 2, 7, 19, 37, 133}) {
         std::vector<int64_t> kv_lens = {n_tokens};  // pos0 0
@@ -282,6 +301,147 @@ TEST(CudaAttention, AgreesWithCpuReferenceOp) {
   parity.finish();
 }
 
+// Sliding windows over the decode (1, 2, 7 tokens: split-KV) and prefill (19, 133 tokens) kernels: windows of 1, 2,
+// 7, 64, 255 and 1000 keys over caches of 1, 7, 129, 1000 and 4097 positions (shorter and longer than the window),
+// head dims 64 / 96 / 128 / 256, GQA 1-8; the keys below the first query's window are NaN (make_problem).
+TEST(CudaAttention, SlidingWindowsMatchFloat64Reference) {
+  GA_REQUIRE_CUDA_DEVICE();
+  CachingAllocator alloc(0);
+  Parity parity("attention windows");
+  std::mt19937 rng(777);
+  const int heads[][2] = {{3, 3}, {4, 2}, {8, 2}, {8, 1}};
+  int case_index = 0;
+  for (int w : {1, 2, 7, 64, 255, 1000}) {
+    for (int n_tokens : {1, 2, 7, 19, 133}) {
+      for (int64_t len : {1, 7, 129, 1000, 4097}) {
+        if (len < n_tokens) continue;
+        const int ci = case_index++;
+        const int hd = ci % 7 == 6 ? 256 : ci % 3 == 0 ? 64 : ci % 3 == 1 ? 96 : 128;
+        Shape s{hd, heads[ci % 4][0], heads[ci % 4][1], n_tokens, len - n_tokens, len + (ci % 3) * 300, ci % 2 == 1};
+        s.window_left = w - 1;
+        run_and_check(parity, alloc, s, rng);
+      }
+    }
+  }
+  parity.finish();
+}
+
+// Soft-caps that bend every score (1, 2) and caps only large scores reach (30, 50, with the scale 6x), alone and with
+// a window, decode and prefill; the cap must act (the uncapped reference is far off).
+TEST(CudaAttention, SoftcapMatchesFloat64Reference) {
+  GA_REQUIRE_CUDA_DEVICE();
+  CachingAllocator alloc(0);
+  Parity parity("attention softcap");
+  std::mt19937 rng(3050);
+  const float caps[][2] = {{1.0f, 1.0f}, {2.0f, 1.0f}, {30.0f, 6.0f}, {50.0f, 6.0f}};
+  int case_index = 0;
+  for (const auto& cap : caps) {
+    for (int n_tokens : {1, 5, 37, 133}) {
+      const int ci = case_index++;
+      Shape s{ci % 3 == 0 ? 64 : ci % 3 == 1 ? 96 : 128, 8, ci % 2 ? 2 : 8, n_tokens, ci % 2 ? 1000 : 64, 1200, ci % 2 == 0};
+      s.softcap = cap[0];
+      s.scale_mul = cap[1];
+      if (ci % 3 == 2) s.window_left = 63;
+      const Problem pr = make_problem(s, rng);
+      Shape plain = s;
+      plain.softcap = 0.0f;
+      Problem pr_plain = pr;
+      pr_plain.s = plain;
+      const std::vector<double> capped = reference(pr, s.pos0), uncapped = reference(pr_plain, s.pos0);
+      double diff = 0.0, norm = 0.0;
+      for (size_t i = 0; i < capped.size(); ++i) {
+        diff += (capped[i] - uncapped[i]) * (capped[i] - uncapped[i]);
+        norm += uncapped[i] * uncapped[i];
+      }
+      if (!(std::sqrt(diff / norm) > 1e-2)) parity.fail(name_of(s) + ": the cap does not act");
+      DeviceProblem dev(alloc, pr, false);
+      if (const char* why = ::ga::cuda::attention_unsupported_reason(dev.p)) {
+        parity.fail(name_of(s) + ": rejected: " + why);
+        continue;
+      }
+      dev.out.poison();
+      GA_CUDA_CHECK(::ga::cuda::attention(dev.p, nullptr));
+      GA_CUDA_CHECK(cudaDeviceSynchronize());
+      check_output(parity, name_of(s), pr, dev.out.download(), capped);
+    }
+  }
+  parity.finish();
+}
+
+// The decode's split count and workspace follow the window's range, not the cache's: a 4k window over a 32k cache
+// splits like a 4k cache (the kernels then read ~4k keys per column), here for a device-side pos0 (graph replay: the
+// bound is the capacity).
+TEST(CudaAttention, DecodeSplitsFollowTheWindow) {
+  GA_REQUIRE_CUDA_DEVICE();
+  CachingAllocator alloc(0);
+  std::mt19937 rng(32768);
+  const Problem pr = make_problem(Shape{128, 32, 8, 1, 100, 32768, false}, rng);
+  DeviceProblem dev(alloc, pr, true);
+  ::ga::cuda::AttentionParams full = dev.p;
+  ::ga::cuda::AttentionParams window = dev.p;
+  window.window_left = 4095;
+  ::ga::cuda::AttentionParams short_cache = dev.p;
+  short_cache.max_kv_positions = 4096;
+  ASSERT_EQ(::ga::cuda::attention_unsupported_reason(window), nullptr);
+  EXPECT_EQ(::ga::cuda::attention_decode_splits(window), ::ga::cuda::attention_decode_splits(short_cache));
+  EXPECT_EQ(::ga::cuda::attention_workspace_bytes(window), ::ga::cuda::attention_workspace_bytes(short_cache));
+  EXPECT_GT(::ga::cuda::attention_decode_splits(full), ::ga::cuda::attention_decode_splits(window));
+  std::printf("decode splits: 32k cache %d, 4k window over it %d, 4k cache %d\n",
+              ::ga::cuda::attention_decode_splits(full), ::ga::cuda::attention_decode_splits(window),
+              ::ga::cuda::attention_decode_splits(short_cache));
+}
+
+// The simple attention (attention_simple.h: any head_dim <= 256) against the same float64 reference: tiny and odd
+// head dims, decode and prefill, with and without a window and a soft-cap; pos0 from device memory.
+TEST(CudaAttention, SimpleAttentionMatchesFloat64Reference) {
+  GA_REQUIRE_CUDA_DEVICE();
+  CachingAllocator alloc(0);
+  Parity parity("simple attention");
+  std::mt19937 rng(88);
+  int case_index = 0;
+  for (int hd : {8, 32, 96, 200}) {
+    for (int n_tokens : {1, 7, 40}) {
+      const int ci = case_index++;
+      Shape s{hd, 4, ci % 2 ? 2 : 4, n_tokens, ci % 3 == 0 ? 0 : 300, 400, false};
+      if (ci % 3 != 1) s.window_left = ci % 2 ? 6 : 63;
+      if (ci % 4 == 1) s.softcap = 2.0f;
+      const Problem pr = make_problem(s, rng);
+      DeviceArray<float> q(alloc, pr.q.size()), out(alloc, static_cast<size_t>(pr.out_stride * n_tokens));
+      DeviceArray<uint16_t> k(alloc, pr.k.size()), v(alloc, pr.v.size());
+      DeviceArray<int32_t> pos0(alloc, 1);
+      q.upload(pr.q);
+      k.upload(pr.k);
+      v.upload(pr.v);
+      pos0.upload({static_cast<int32_t>(s.pos0)});
+      ::ga::cuda::SimpleAttentionParams sp;
+      sp.q = q.get();
+      sp.q_stride = pr.q_stride;
+      sp.k = reinterpret_cast<const __half*>(k.get());
+      sp.v = reinterpret_cast<const __half*>(v.get());
+      sp.out = out.get();
+      sp.out_stride = pr.out_stride;
+      sp.n_tokens = n_tokens;
+      sp.n_head = s.n_head;
+      sp.n_head_kv = s.n_head_kv;
+      sp.head_dim = hd;
+      sp.pos0 = pos0.get();
+      sp.max_positions = s.capacity;
+      sp.scale = static_cast<float>(scale_of(s));
+      sp.window_left = s.window_left;
+      sp.softcap = s.softcap;
+      if (const char* why = ::ga::cuda::simple_attention_unsupported_reason(sp)) {
+        parity.fail(name_of(s) + ": rejected: " + why);
+        continue;
+      }
+      out.poison();
+      GA_CUDA_CHECK(::ga::cuda::simple_attention(sp, nullptr));
+      GA_CUDA_CHECK(cudaDeviceSynchronize());
+      check_output(parity, "simple " + name_of(s), pr, out.download(), reference(pr, s.pos0));
+    }
+  }
+  parity.finish();
+}
+
 TEST(CudaAttention, UnsupportedParamsAreRejectedWithAReason) {
   GA_REQUIRE_CUDA_DEVICE();
   CachingAllocator alloc(0);
@@ -294,8 +454,17 @@ TEST(CudaAttention, UnsupportedParamsAreRejectedWithAReason) {
     expect_attention_rejected(dev.out, p, word);
   };
   ::ga::cuda::AttentionParams p = dev.p;
-  p.head_dim = 96;
+  p.head_dim = 80;
   expect_rejected(p, "head_dim");
+  p = dev.p;
+  p.window_left = -2;
+  expect_rejected(p, "window_left");
+  p = dev.p;
+  p.softcap = -1.0f;
+  expect_rejected(p, "softcap");
+  p = dev.p;
+  p.softcap = NAN;
+  expect_rejected(p, "softcap");
   p = dev.p;
   p.n_head = 6;
   p.n_head_kv = 4;

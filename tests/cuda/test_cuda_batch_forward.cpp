@@ -1,5 +1,5 @@
 // The batched CUDA forward over a paged KV pool (cuda::CudaBatchForward) against the CPU reference
-// arch::LlamaBatchForward + arch::KvPool (f16 KV, the same block tables) on the same batches.
+// arch::BatchForward + cpu::KvPool (f16 KV, the same block tables) on the same batches.
 //
 // A script of steps drives both with what a scheduler produces: prompt chunks of awkward lengths,
 // decode tokens of sequences that started in earlier steps, chunks that continue a prompt, a new
@@ -28,11 +28,13 @@
 #include "common/test_data.h"
 #include "core/thread_pool.h"
 #include "cuda/cuda_harness.h"
+#include "cuda/family_models.h"
 #include "cuda/logits_check.h"
 #include "cuda/random_test_model.h"
 #include "gpu_accel/error.h"
 #include "gpu_accel/model.h"
-#include "model/arch/llama.h"
+#include "model/arch/architecture.h"
+#include "model/arch/forward.h"
 #include "model/tools/random_model.h"
 
 namespace {
@@ -84,8 +86,8 @@ size_t check_model(const std::string& tag, const ga::LoadedModel& model, int64_t
   }
 
   ga::ThreadPool pool(2);
-  ga::arch::LlamaBatchForward cpu(model, &pool);
-  ga::arch::KvPool cpu_kv(model.config, ga::arch::KvPoolParams{n_blocks, block_size, ga::DType::F16});
+  ga::arch::BatchForward cpu(model, &pool);
+  ga::cpu::KvPool cpu_kv(cpu.state(), ga::cpu::KvPoolParams{n_blocks, block_size, ga::DType::F16});
   ga::cuda::CudaBatchForwardParams p;
   p.block_size = block_size;
   p.n_blocks = n_blocks;
@@ -93,7 +95,7 @@ size_t check_model(const std::string& tag, const ga::LoadedModel& model, int64_t
   p.max_seqs = 24;  // bounds the logits rows too (step 3 wants 21)
   p.max_seq_positions = max_positions;
   p.use_cuda_graph = graphs;  // steps 4 and 5 are decode-only: replayed graphs when on
-  auto gpu = ga::cuda::make_cuda_llama_batch_forward(model, p);
+  auto gpu = ga::cuda::make_cuda_batch_forward(model, *ga::arch::make_program_factory(model), p);
   EXPECT_EQ(gpu->n_blocks(), n_blocks);
   EXPECT_EQ(gpu->block_size(), block_size);
 
@@ -186,6 +188,17 @@ TEST(CudaBatchForward, MatchesTheCpuBatchForwardWithTheTunedPagedAttention) {
   EXPECT_GT(check_model("random tiny-hd64", tiny_hd64(), 7, false), 0u);
 }
 
+// Every architecture family (family_models.h): the script reaches 61 positions, past every model's window, so
+// the windowed layers' paged decode and prefill skip and mask keys; block size 7 cuts windows mid-block.
+TEST(CudaBatchForward, MatchesTheCpuBatchForwardForEveryFamily) {
+  GA_REQUIRE_CUDA_DEVICE();
+  for (const ga::test::cuda::FamilyModel& m : ga::test::cuda::family_models()) {
+    SCOPED_TRACE(m.tag);
+    EXPECT_GT(check_model(m.tag, m.model, 16, true), 0u);
+    EXPECT_GT(check_model(m.tag, m.model, 7, false), 0u);
+  }
+}
+
 TEST(CudaBatchForward, RefusesBadBatchesAndPoolsThatDoNotFit) {
   GA_REQUIRE_CUDA_DEVICE();
   const ga::LoadedModel model = ga::load_model(ga::test::shared_path("models/tinyllamas/stories260K.gguf"));
@@ -195,7 +208,7 @@ TEST(CudaBatchForward, RefusesBadBatchesAndPoolsThatDoNotFit) {
   p.max_batch_tokens = 32;
   p.max_seqs = 4;
   p.max_seq_positions = 64;
-  auto gpu = ga::cuda::make_cuda_llama_batch_forward(model, p);
+  auto gpu = ga::cuda::make_cuda_batch_forward(model, *ga::arch::make_program_factory(model), p);
   const std::vector<int32_t> table = {3, 1}, table_b = {5};
   const std::vector<std::span<const int32_t>> tables = {table, table_b};
   const auto refused = [&](std::vector<ga::cuda::BatchEntry> batch) {
@@ -217,7 +230,7 @@ TEST(CudaBatchForward, RefusesBadBatchesAndPoolsThatDoNotFit) {
   p.n_blocks = int64_t{1} << 26;  // 2^30 positions x 640 bytes: far beyond any GPU
   p.block_size = 16;
   try {
-    ga::cuda::make_cuda_llama_batch_forward(model, p);
+    ga::cuda::make_cuda_batch_forward(model, *ga::arch::make_program_factory(model), p);
     ADD_FAILURE() << "a pool larger than the device was accepted";
   } catch (const ga::Error& e) {
     EXPECT_EQ(e.kind(), ga::ErrorKind::OutOfMemory) << e.what();

@@ -48,6 +48,7 @@ using ::ga::test::cuda::Parity;
 
 using Shape = ::ga::test::cuda::FlashShape;
 using ::ga::test::cuda::from_bits;
+using ::ga::test::cuda::first_visible_key;
 using ::ga::test::cuda::last_visible_key;
 using ::ga::test::cuda::name_of;
 using ::ga::test::cuda::random_tensor;
@@ -65,12 +66,12 @@ void reference(const Shape& s, float scale, const std::vector<float>& q, const s
     for (int h = 0; h < s.n_head; ++h) {
       const int hk = h / group;
       for (int i = 0; i < s.seqlen_q; ++i) {
-        const int last = last_visible_key(s, i);
-        if (last < 0) continue;  // sees no key: zeros, lse -inf
+        const int first = first_visible_key(s, i), last = last_visible_key(s, i);
+        if (last < first) continue;  // sees no key: zeros, lse -inf
         const float* qi = &q[((size_t(b) * s.seqlen_q + i) * s.n_head + h) * d];
-        const double row_lse = softmax_row(s, scale, qi, k, b, hk, last, p);
+        const double row_lse = softmax_row(s, scale, qi, k, b, hk, last, p, first, s.softcap);
         double* o = &(*out)[((size_t(b) * s.seqlen_q + i) * s.n_head + h) * d];
-        for (int j = 0; j <= last; ++j) {
+        for (int j = first; j <= last; ++j) {
           const float* vj = &v[((size_t(b) * s.seqlen_k + j) * s.n_head_kv + hk) * d];
           for (int c = 0; c < d; ++c) o[c] += p[j] * vj[c];
         }
@@ -119,8 +120,11 @@ FlashParams make_params(const Shape& s, const void* q, const void* k, const void
   p.seqlen_q = s.seqlen_q;
   p.seqlen_k = s.seqlen_k;
   p.causal = s.causal;
-  p.softmax_scale = 1.0f / std::sqrt(float(s.hd));
+  p.softmax_scale = s.scale_mul / std::sqrt(float(s.hd));
   p.causal_section_heads = s.causal_section_heads;
+  p.window_left = s.window_left;
+  p.window_right = s.window_right;
+  p.softcap = s.softcap;
   return p;
 }
 
@@ -349,8 +353,21 @@ TEST(CudaFlashAttention, UnsupportedParamsAreRejectedWithAReason) {
                                        [&] { return ::ga::cuda::flash_forward(p, nullptr, 0, nullptr); });
   };
   FlashParams p = good;
-  p.head_dim = 96;
-  expect_refused(p, "head_dim 96");
+  p.head_dim = 80;
+  expect_refused(p, "head_dim 80");
+  p = good;
+  p.causal = true;
+  p.window_right = 3;  // causal is window_right 0
+  expect_refused(p, "causal with window_right 3");
+  p = good;
+  p.window_left = -2;
+  expect_refused(p, "window_left -2");
+  p = good;
+  p.softcap = -1.0f;
+  expect_refused(p, "softcap -1");
+  p = good;
+  p.softcap = INFINITY;
+  expect_refused(p, "softcap inf");
   p = good;
   p.n_head_kv = 3;
   expect_refused(p, "n_head % n_head_kv");
@@ -367,6 +384,142 @@ TEST(CudaFlashAttention, UnsupportedParamsAreRejectedWithAReason) {
   if (const char* device = ::ga::cuda::flash_unsupported_reason(good)) {
     GTEST_SKIP() << device;  // no flash forward for this GPU: the parameter checks above still ran
   }
+}
+
+// ---- sliding windows, soft-capping and head dim 96 (Gemma 2/3, Mistral, Phi-3) ----
+// Every compiled variant (the Hopper defaults, the mma.sync forward and its sm_75 build) on each case. Windows of
+// W = 1, 2, 7, 64, 255, 1000 keys (window_left W - 1) with causal (window_right 0) and without (a band of W - 1 keys
+// on each side, or only a left side), over lengths 1, 7, 129, 1000 and 4097, seqlen_q != seqlen_k both ways
+// (bottom-right aligned: rows of a band may see no key at all: zeros, lse -inf), GQA, every head dim.
+
+TEST(CudaFlashAttention, SlidingWindowsMatchFloat64Reference) {
+  GA_REQUIRE_CUDA_DEVICE();
+  CachingAllocator alloc(0);
+  Parity parity("flash forward windows");
+  std::mt19937 rng(4242);
+  const int lengths[][2] = {{1, 1}, {7, 7}, {129, 129}, {1000, 1000}, {129, 1000}, {1000, 129}};
+  const int windows[] = {1, 2, 7, 64, 255, 1000};
+  const int gqa[][2] = {{2, 2}, {4, 2}, {4, 1}};
+  int case_index = 0;
+  for (int hd : {64, 96, 128, 256})
+    for (bool causal : {true, false})
+      for (int w : windows)
+        for (const auto& len : lengths) {
+          if (w >= 255 && len[1] < 255) continue;  // the same as no window: covered by the plain grid
+          const int ci = case_index++;
+          const FlashDtype dt = ci % 2 ? FlashDtype::kF16 : FlashDtype::kBf16;
+          const auto& g = gqa[ci % 3];
+          Shape s{dt, hd, g[0], g[1], len[0] > 200 ? 1 : 2, len[0], len[1], causal, ci % 4 == 1};
+          s.window_left = w - 1;
+          s.window_right = causal ? (ci % 2 ? 0 : -1) : (ci % 3 == 0 ? -1 : w - 1);  // causal: -1 and 0 alike
+          run_and_check(parity, alloc, s, rng);
+          if (testing::Test::HasFatalFailure()) return;
+        }
+  parity.finish();
+}
+
+// Long sequences: 4097 keys under windows of 64 and 1000 (a key tile range in the middle of the sequence for most
+// query tiles), causal and a band, and a right-only window (window_left -1).
+TEST(CudaFlashAttention, SlidingWindows4097) {
+  GA_REQUIRE_CUDA_DEVICE();
+  CachingAllocator alloc(0);
+  Parity parity("flash forward windows 4097");
+  std::mt19937 rng(40970);
+  auto with_window = [](Shape s, int left, int right) {
+    s.window_left = left;
+    s.window_right = right;
+    return s;
+  };
+  for (const Shape& s : {with_window(Shape{FlashDtype::kBf16, 128, 4, 1, 1, 4097, 4097, true, false}, 63, 0),
+                         with_window(Shape{FlashDtype::kF16, 64, 2, 2, 1, 4097, 4097, true, true}, 999, 0),
+                         with_window(Shape{FlashDtype::kBf16, 96, 2, 1, 1, 4097, 4097, false, false}, 254, 254),
+                         with_window(Shape{FlashDtype::kF16, 256, 2, 1, 1, 4097, 4097, false, true}, 63, 0),
+                         with_window(Shape{FlashDtype::kBf16, 128, 2, 2, 1, 1000, 4097, false, false}, -1, 6)}) {
+    run_and_check(parity, alloc, s, rng);
+    if (testing::Test::HasFatalFailure()) return;
+  }
+  parity.finish();
+}
+
+// Soft-caps that bend every score (1, 2) and caps that only large scores reach (30, 50, with the softmax scale 8x so
+// scores reach them), alone and with a window; the LSE is that of the capped scores. Each case also checks that the
+// cap acts: the reference without it differs by more than 10x the bar.
+TEST(CudaFlashAttention, SoftcapMatchesFloat64Reference) {
+  GA_REQUIRE_CUDA_DEVICE();
+  CachingAllocator alloc(0);
+  Parity parity("flash forward softcap");
+  std::mt19937 rng(5050);
+  const float caps[][2] = {{1.0f, 1.0f}, {2.0f, 1.0f}, {30.0f, 8.0f}, {50.0f, 8.0f}};
+  int case_index = 0;
+  for (int hd : {64, 96, 128, 256})
+    for (bool causal : {true, false})
+      for (const auto& cap : caps) {
+        const int ci = case_index++;
+        const int len_q = ci % 3 == 0 ? 1000 : ci % 3 == 1 ? 129 : 7, len_k = ci % 2 ? len_q : 300;
+        Shape s{ci % 2 ? FlashDtype::kBf16 : FlashDtype::kF16, hd, 4, ci % 2 ? 2 : 1, 2, len_q, len_k, causal,
+                ci % 2 == 0};
+        s.softcap = cap[0];
+        s.scale_mul = cap[1];
+        if (ci % 4 == 3) s.window_left = 63;
+        // the cap must act: the uncapped reference is far from the capped one
+        std::vector<float> qf(size_t(s.batch) * s.seqlen_q * s.n_head * hd), kf(size_t(s.batch) * s.seqlen_k *
+                                                                               s.n_head_kv * hd);
+        std::mt19937 probe(ci);
+        std::normal_distribution<float> dist(0.0f, 1.5f);
+        for (float& x : qf) x = dist(probe);
+        for (float& x : kf) x = dist(probe);
+        std::vector<float> vf(kf.size(), 0.0f);
+        for (size_t i = 0; i < vf.size(); ++i) vf[i] = float(i % 7) - 3.0f;
+        std::vector<double> capped, plain, lse;
+        Shape u = s;
+        u.softcap = 0.0f;
+        const float scale = s.scale_mul / std::sqrt(float(hd));
+        reference(s, scale, qf, kf, vf, &capped, &lse);
+        reference(u, scale, qf, kf, vf, &plain, &lse);
+        double diff = 0.0, norm = 0.0;
+        for (size_t i = 0; i < plain.size(); ++i) {
+          diff += (capped[i] - plain[i]) * (capped[i] - plain[i]);
+          norm += plain[i] * plain[i];
+        }
+        if (!(std::sqrt(diff / std::max(norm, 1e-30)) > 0.1)) parity.fail(name_of(s) + ": the cap does not act");
+        run_and_check(parity, alloc, s, rng);
+        if (testing::Test::HasFatalFailure()) return;
+      }
+  parity.finish();
+}
+
+// Head dim 96 (Phi-3) on the plain grid's lengths, causal and full, GQA, O with and without row padding (the kernels
+// run the 128 tiles with 32 zero columns and must write exactly 96 columns), and one 4097-token case.
+TEST(CudaFlashAttention, HeadDim96MatchesFloat64Reference) {
+  GA_REQUIRE_CUDA_DEVICE();
+  CachingAllocator alloc(0);
+  Parity parity("flash forward hd96");
+  std::mt19937 rng(96);
+  const int lengths[][2] = {{1, 1}, {7, 7}, {129, 129}, {1000, 1000}, {7, 1000}, {129, 7}};
+  int case_index = 0;
+  for (bool causal : {false, true})
+    for (const auto& len : lengths) {
+      const int ci = case_index++;
+      const Shape s{ci % 2 ? FlashDtype::kF16 : FlashDtype::kBf16, 96, 4, ci % 3 == 0 ? 4 : 1, 2, len[0], len[1],
+                    causal, ci % 2 == 0};
+      run_and_check(parity, alloc, s, rng);
+      if (testing::Test::HasFatalFailure()) return;
+    }
+  run_and_check(parity, alloc, Shape{FlashDtype::kBf16, 96, 2, 1, 1, 4097, 4097, true, true}, rng);
+  parity.finish();
+}
+
+// Small window / soft-cap / head dim 96 shapes for compute-sanitizer (what the device script runs under memcheck).
+TEST(CudaFlashAttention, WindowSoftcapSmallShapesForSanitizer) {
+  GA_REQUIRE_CUDA_DEVICE();
+  Shape a{FlashDtype::kBf16, 128, 2, 1, 1, 300, 300, true, true};
+  a.window_left = 63;
+  Shape b{FlashDtype::kF16, 96, 2, 2, 2, 7, 300, false, false};
+  b.window_left = b.window_right = 6;
+  Shape c{FlashDtype::kF16, 64, 16, 4, 10, 7, 200, true, true};
+  c.softcap = 2.0f;
+  c.window_left = 1;
+  check_shape_table("flash forward window small", 77, {a, b, c});
 }
 
 // ---- sm_75 (Turing) build of the mma.sync forward: variant kFlashSm75Variant, fp16 only ----
@@ -432,8 +585,8 @@ TEST(CudaFlashAttention, Sm75RefusesWhatTuringCannotRun) {
   p.o_f32 = true;
   expect_refused(p, "o_f32", "o_f32");
   p = good;
-  p.head_dim = 96;
-  expect_refused(p, "head_dim 96", "head_dim");
+  p.head_dim = 80;
+  expect_refused(p, "head_dim 80", "head_dim");
   // fp16 is accepted wherever compute capability >= 7.5 (every GPU this build can run on).
   EXPECT_EQ(::ga::cuda::flash_variant_unsupported_reason(good, kSm75), nullptr);
 }
@@ -587,6 +740,27 @@ TEST(CudaFlashAttention, Fp8ForwardMatchesFloat64Reference) {
   parity.finish();
 }
 
+// The FP8 defaults (29 at hd 128, 39 at hd 256; the window lives in the consumers they share with 16-bit) under
+// sliding windows: causal, bands and left-only windows. (Soft-capping is 16-bit only: refused, below.)
+TEST(CudaFlashAttention, Fp8WindowsMatchFloat64Reference) {
+  GA_REQUIRE_CUDA_DEVICE();
+  CachingAllocator alloc(0);
+  Parity parity("flash forward fp8 windows");
+  std::mt19937 rng(88);
+  int case_index = 0;
+  for (int hd : {128, 256})
+    for (bool causal : {true, false})
+      for (int w : {7, 64, 1000}) {
+        const int ci = case_index++;
+        Shape s{FlashDtype::kFp8E4m3, hd, 4, ci % 2 ? 1 : 2, 1, ci % 2 ? 1000 : 700, 1000, causal, ci % 2 == 0};
+        s.window_left = w - 1;
+        if (!causal && ci % 3 == 0) s.window_right = w - 1;
+        run_and_check_fp8(parity, alloc, s, ci % 2 ? FlashDtype::kF16 : FlashDtype::kBf16, rng);
+        if (testing::Test::HasFatalFailure()) return;
+      }
+  parity.finish();
+}
+
 TEST(CudaFlashAttention, Fp8LongSequences4097) {
   GA_REQUIRE_CUDA_DEVICE();
   CachingAllocator alloc(0);
@@ -603,7 +777,7 @@ TEST(CudaFlashAttention, Fp8LongSequences4097) {
 }
 
 // Scores that jump from one key tile to the next: the online softmax's rescale when the running max moves by ~2^12
-// and by ~2^145 between tiles (exp2 arguments far outside what random inputs reach; session 10's stale-max softmax,
+// and by ~2^145 between tiles (exp2 arguments far outside what random inputs reach; a stale-max softmax candidate,
 // which took such jumps down a recompute path, was checked on these). q rows are positive and k row n is gain(n)
 // times one positive vector, so every score of key n is gain(n) times its row's: base keys at gains 0.9-1.0 (scores
 // ~12 log2 units), a spike at gain 2 (+~12 units: the rest of its tile then weighs ~5%, so a wrong rescale shows), a
@@ -686,6 +860,12 @@ TEST(CudaFlashAttention, Fp8UnsupportedParamsAreRejectedWithAReason) {
   p = good;
   p.descale_v = 0.0f;
   expect_refused(p, "descale 0", true);
+  p = good;
+  p.softcap = 30.0f;  // soft-capping: 16-bit only
+  expect_refused(p, "fp8 softcap", true);
+  p = good;
+  p.head_dim = 96;
+  expect_refused(p, "fp8 head_dim 96", true);
   p = good;
   p.k_seq_stride += 8;  // 8 bytes: a multiple of 8 elements but not of 16 bytes
   expect_refused(p, "fp8 stride of 8 bytes", true);

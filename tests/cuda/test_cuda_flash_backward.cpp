@@ -39,6 +39,7 @@ using ::ga::test::cuda::DeviceArray;
 using ::ga::test::cuda::Parity;
 
 using Shape = ::ga::test::cuda::FlashShape;
+using ::ga::test::cuda::first_visible_key;
 using ::ga::test::cuda::last_visible_key;
 using ::ga::test::cuda::name_of;
 using ::ga::test::cuda::random_tensor;
@@ -67,13 +68,14 @@ Reference reference(const Shape& s, double scale, const std::vector<double>& q, 
     for (int h = 0; h < s.n_head; ++h) {
       const int hk = h / group;
       for (int i = 0; i < s.seqlen_q; ++i) {
-        const int last = last_visible_key(s, i);
-        if (last < 0) continue;  // sees no key: o = 0, dq = 0, lse = -inf
+        const int first = first_visible_key(s, i), last = last_visible_key(s, i);
+        if (last < first) continue;  // sees no key: o = 0, dq = 0, lse = -inf
         const double* qi = &q[qrow(b, i, h)];
         const double* doi = &dout[qrow(b, i, h)];
-        r.lse[(size_t(b) * s.n_head + h) * s.seqlen_q + i] = softmax_row(s, scale, qi, k, b, hk, last, p);
+        r.lse[(size_t(b) * s.n_head + h) * s.seqlen_q + i] =
+            softmax_row(s, scale, qi, k, b, hk, last, p, first, s.softcap);
         double* oi = &r.o[qrow(b, i, h)];
-        for (int j = 0; j <= last; ++j) {
+        for (int j = first; j <= last; ++j) {
           const double* vj = &v[krow(b, j, hk)];
           double dot = 0.0;
           for (int c = 0; c < d; ++c) {
@@ -85,9 +87,17 @@ Reference reference(const Shape& s, double scale, const std::vector<double>& q, 
         double dsum = 0.0;
         for (int c = 0; c < d; ++c) dsum += doi[c] * oi[c];
         double* dqi = &r.dq[qrow(b, i, h)];
-        for (int j = 0; j <= last; ++j) {
-          const double ds = p[j] * (dp[j] - dsum) * scale;
+        for (int j = first; j <= last; ++j) {
           const double* kj = &k[krow(b, j, hk)];
+          // soft-capping: the score is c tanh(x / c) of x = scale q.k, whose derivative is 1 - tanh^2(x / c)
+          double dcap = 1.0;
+          if (s.softcap > 0.0f) {
+            double x = 0.0;
+            for (int c = 0; c < d; ++c) x += qi[c] * kj[c];
+            const double t = std::tanh(x * scale / s.softcap);
+            dcap = 1.0 - t * t;
+          }
+          const double ds = p[j] * (dp[j] - dsum) * dcap * scale;
           double* dkj = &r.dk[krow(b, j, hk)];
           double* dvj = &r.dv[krow(b, j, hk)];
           for (int c = 0; c < d; ++c) {
@@ -144,8 +154,8 @@ void run_and_check(Parity& parity, CachingAllocator& alloc, const Shape& s, std:
   random_tensor(rng, nk, 1.5f, s.dtype, &kb, &kf);
   random_tensor(rng, nk, 1.0f, s.dtype, &vb, &vf);
   random_tensor(rng, nq, 1.0f, s.dtype, &dob, &dof);
-  const double scale = 1.0 / std::sqrt(double(s.hd));
-  const Reference ref = reference(s, float(scale), qf, kf, vf, dof);
+  const double scale = double(float(s.scale_mul / std::sqrt(double(s.hd))));  // the kernel's f32 scale
+  const Reference ref = reference(s, scale, qf, kf, vf, dof);
   std::vector<uint16_t> ob(nq);
   for (size_t i = 0; i < nq; ++i) ob[i] = to_bits(ref.o[i], s.dtype);
   std::vector<float> lse(ref.lse.begin(), ref.lse.end());
@@ -186,6 +196,9 @@ void run_and_check(Parity& parity, CachingAllocator& alloc, const Shape& s, std:
   f.seqlen_k = s.seqlen_k;
   f.causal = s.causal;
   f.softmax_scale = float(scale);
+  f.window_left = s.window_left;
+  f.window_right = s.window_right;
+  f.softcap = s.softcap;
   p.dout = d_do.get();
   p.do_head_stride = s.hd;
   p.do_seq_stride = q_pitch;
@@ -310,6 +323,44 @@ TEST(CudaFlashBackward, SmallShapesForSanitizer) {
                    });
 }
 
+// Sliding windows and soft-capping on the mma.sync backward (the Hopper kernel refuses them: SKIPPED lines with its
+// reason): windows of 1, 7, 64 and 255 keys, causal, bands and left-only, soft-caps 1 and 2 (every score bent) and 30
+// with the scale 4x (only large scores reach it: dS through the cap's derivative 1 - tanh^2), lengths where q != k.
+TEST(CudaFlashBackward, WindowsAndSoftcapMatchFloat64Reference) {
+  GA_REQUIRE_CUDA_DEVICE();
+  CachingAllocator alloc(0);
+  Parity parity("flash backward windows softcap");
+  g_worst_rel_l2 = g_worst_elem_over_rms = 0.0;
+  g_runs[0] = g_runs[1] = g_runs[2] = 0;
+  std::mt19937 rng(2027);
+  const int lengths[][2] = {{129, 129}, {129, 300}, {300, 129}, {1000, 1000}};
+  int case_index = 0;
+  for (int hd : {64, 128, 256})
+    for (int w : {1, 7, 64, 255}) {
+      const int ci = case_index++;
+      const auto& len = lengths[ci % 4];
+      Shape s{ci % 2 ? FlashDtype::kF16 : FlashDtype::kBf16, hd, 4, ci % 3 == 0 ? 4 : 2, len[0] > 200 ? 1 : 2,
+              len[0], len[1], ci % 3 != 2, ci % 2 == 0};
+      s.window_left = w - 1;
+      if (!s.causal && ci % 2 == 0) s.window_right = w - 1;
+      if (ci % 4 == 1) s.softcap = 2.0f;
+      run_and_check(parity, alloc, s, rng);
+      if (testing::Test::HasFatalFailure()) return;
+    }
+  for (const float cap : {1.0f, 2.0f, 30.0f}) {
+    for (bool causal : {true, false}) {
+      Shape s{causal ? FlashDtype::kBf16 : FlashDtype::kF16, causal ? 128 : 64, 4, 2, 2, 129, causal ? 300 : 129,
+              causal, true};
+      s.softcap = cap;
+      s.scale_mul = cap > 10.0f ? 4.0f : 1.0f;
+      run_and_check(parity, alloc, s, rng);
+      if (testing::Test::HasFatalFailure()) return;
+    }
+  }
+  print_worst("flash backward windows softcap");
+  parity.finish();
+}
+
 TEST(CudaFlashBackward, UnsupportedParamsAreRejectedWithAReason) {
   GA_REQUIRE_CUDA_DEVICE();
   CachingAllocator alloc(0);
@@ -359,6 +410,21 @@ TEST(CudaFlashBackward, UnsupportedParamsAreRejectedWithAReason) {
   FlashBwdParams p = good;
   p.fwd.head_dim = 96;
   expect_refused(p, "head_dim 96");
+  // windows and soft-caps: the mma.sync backward takes them (kAuto goes there), the Hopper one refuses with a reason
+  for (int which = 0; which < 3; ++which) {
+    p = good;
+    if (which == 0) p.fwd.window_left = 63;
+    if (which == 1) p.fwd.window_right = 5;
+    if (which == 2) p.fwd.softcap = 30.0f;
+    const char* hopper = ::ga::cuda::flash_backward_unsupported_reason(p, FlashBwdKernel::kHopper);
+    ASSERT_NE(hopper, nullptr) << "the Hopper backward accepted a window or a soft-cap";
+    std::printf("refused (forced Hopper kernel, window / softcap): %s\n", hopper);
+    EXPECT_EQ(::ga::cuda::flash_backward_unsupported_reason(p, FlashBwdKernel::kMmaSync),
+              ::ga::cuda::flash_backward_unsupported_reason(good, FlashBwdKernel::kMmaSync));
+  }
+  p = good;
+  p.fwd.window_left = -2;
+  expect_refused(p, "window_left -2");
   p = good;
   p.fwd.lse = nullptr;
   expect_refused(p, "no lse");

@@ -48,6 +48,8 @@ struct VarCase {
   std::vector<Seq> seqs;
   int page_size = 0;  // 0: packed keys (cu_seqlens_k)
   bool o_f32 = false;
+  int window_left = -1;  // FlashParams::window_left (causal: the right side is the diagonal)
+  float softcap = 0.0f;
 };
 
 std::string name_of(const VarCase& c) {
@@ -57,6 +59,9 @@ std::string name_of(const VarCase& c) {
                         c.dtype == FlashDtype::kBf16 ? "bf16" : "f16",
                         c.hd, c.n_head, c.n_head_kv, c.causal ? "causal" : "full", c.page_size > 0 ? "paged" : "packed",
                         c.page_size, c.o_f32 ? " o_f32" : "");
+  if (n >= 0 && n < static_cast<int>(sizeof(buf)) && (c.window_left >= 0 || c.softcap > 0.0f)) {
+    n += std::snprintf(buf + n, sizeof(buf) - size_t(n), " window_left %d softcap %g", c.window_left, c.softcap);
+  }
   for (const Seq& q : c.seqs) {
     if (n < 0 || n >= static_cast<int>(sizeof(buf))) break;
     n += std::snprintf(buf + n, sizeof(buf) - size_t(n), " %d/%d(%d)", q.n_q, q.n_k, q.used_q);
@@ -133,22 +138,24 @@ void run_case(Parity& parity, CachingAllocator& alloc, const VarCase& c, std::mt
       const int row = cu_q[b] + i;
       computed[size_t(row)] = 1;
       const int last = c.causal ? std::min(sk - 1, i + sk - sq) : sk - 1;
-      if (last < 0) continue;
+      const int first = c.window_left >= 0 ? std::max(0, i + sk - sq - c.window_left) : 0;
+      if (last < first) continue;
       for (int h = 0; h < c.n_head; ++h) {
         const int hk = h / group;
         const float* qi = &qf[(size_t(row) * c.n_head + h) * d];
         double mx = -INFINITY;
-        for (int j = 0; j <= last; ++j) {
+        for (int j = first; j <= last; ++j) {
           const float* kj = &kf[(size_t(key_rows[b][j]) * c.n_head_kv + hk) * d];
           double dot = 0.0;
           for (int e = 0; e < d; ++e) dot += double(qi[e]) * double(kj[e]);
           p[j] = dot * scale;
+          if (c.softcap > 0.0f) p[j] = c.softcap * std::tanh(p[j] / c.softcap);
           mx = std::max(mx, p[j]);
         }
         double sum = 0.0;
-        for (int j = 0; j <= last; ++j) sum += (p[j] = std::exp(p[j] - mx));
+        for (int j = first; j <= last; ++j) sum += (p[j] = std::exp(p[j] - mx));
         double* o = &ref[(size_t(row) * c.n_head + h) * d];
-        for (int j = 0; j <= last; ++j) {
+        for (int j = first; j <= last; ++j) {
           const float* vj = &vf[(size_t(key_rows[b][j]) * c.n_head_kv + hk) * d];
           for (int e = 0; e < d; ++e) o[e] += p[j] / sum * vj[e];
         }
@@ -193,6 +200,8 @@ void run_case(Parity& parity, CachingAllocator& alloc, const VarCase& c, std::mt
   fp.seqlen_k = max_k;
   fp.causal = c.causal;
   fp.softmax_scale = scale;
+  fp.window_left = c.window_left;
+  fp.softcap = c.softcap;
   fp.cu_seqlens_q = dcu_q.get();
   fp.total_q = total_q;
   if (any_used_q) fp.seqused_q = dused_q.get();
@@ -312,6 +321,40 @@ TEST(CudaFlashVarlen, PagedKvMatchesFloat64Reference) {
   run_case(parity, alloc, VarCase{FlashDtype::kBf16, 64, 4, 2, true, runs, 16, false}, rng);
   run_case(parity, alloc, VarCase{FlashDtype::kF16, 256, 2, 2, true, runs, 16, true}, rng);
   run_case(parity, alloc, VarCase{FlashDtype::kF16, 256, 2, 1, false, runs, 64, false}, rng);
+  parity.finish();
+}
+
+// Sliding windows (W = 1, 7, 64, 255 keys: window_left W - 1) and soft-caps (2, 30) over packed and paged sequences
+// of awkward lengths, causal and full, head dims 64 / 96 / 128 / 256: every query tile's key range starts at its
+// window (pages shuffled, unowned slots NaN: a key tile outside a sequence that leaked in turns the output NaN).
+TEST(CudaFlashVarlen, WindowsAndSoftcapMatchFloat64Reference) {
+  GA_REQUIRE_CUDA_DEVICE();
+  CachingAllocator alloc(0);
+  Parity parity("flash varlen windows");
+  std::mt19937 rng(414);
+  const std::vector<Seq> self{{1, 1}, {7, 7}, {129, 129}, {1000, 1000}};
+  const std::vector<Seq> runs{{129, 129}, {7, 1000}, {300, 557, 200}, {1, 70}, {1000, 1000}};
+  int i = 0;
+  for (int hd : {64, 96, 128, 256})
+    for (int w : {1, 7, 64, 255}) {
+      const FlashDtype dt = (i % 2) ? FlashDtype::kF16 : FlashDtype::kBf16;
+      const bool causal = i % 3 != 2;
+      const float cap = i % 4 == 1 ? 2.0f : i % 4 == 3 ? 30.0f : 0.0f;
+      ++i;
+      VarCase packed{dt, hd, 4, 2, causal, self};
+      packed.window_left = w - 1;
+      packed.softcap = cap;
+      run_case(parity, alloc, packed, rng);
+      if (testing::Test::HasFatalFailure()) return;
+      VarCase paged{dt, hd, 4, 1, causal, runs, hd == 256 ? 64 : 16, i % 2 == 0};
+      paged.window_left = w - 1;
+      paged.softcap = cap;
+      run_case(parity, alloc, paged, rng);
+      if (testing::Test::HasFatalFailure()) return;
+    }
+  // head dim 96 without a window (the 128 tiles with 32 zero columns), packed and paged, f32 O
+  run_case(parity, alloc, VarCase{FlashDtype::kF16, 96, 4, 2, true, self}, rng);
+  run_case(parity, alloc, VarCase{FlashDtype::kBf16, 96, 4, 1, false, runs, 64, true}, rng);
   parity.finish();
 }
 

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "backends/cuda/cuda_forward.h"
+#include "model/arch/architecture.h"
 #include "common/test_data.h"
 #include "cuda/cuda_harness.h"
 #include "cuda/logits_check.h"
@@ -168,7 +169,7 @@ TEST_P(CudaForwardInt8, ModesAgreeBitForBit) {
     ga::cuda::CudaForwardParams params;
     params.n_ctx = 128;
     params.int8_activations = mode;
-    const std::unique_ptr<ga::cuda::CudaForward> gpu = ga::cuda::make_cuda_llama_forward(model, params);
+    const std::unique_ptr<ga::cuda::CudaForward> gpu = ga::cuda::make_cuda_forward(model, *ga::arch::make_program_factory(model), params);
     std::vector<float> logits(prompt.size() * static_cast<size_t>(n_vocab));  // a small-batch GEMV step
     gpu->eval(prompt, 0, true, logits.data());
     int64_t pos = static_cast<int64_t>(prompt.size());

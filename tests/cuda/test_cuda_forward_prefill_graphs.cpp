@@ -35,7 +35,8 @@
 #include "cuda/random_test_model.h"
 #include "gpu_accel/model.h"
 #include "gpu_accel/session.h"
-#include "model/arch/llama.h"
+#include "model/arch/architecture.h"
+#include "model/arch/forward.h"
 #include "model/tools/random_model.h"
 
 namespace {
@@ -74,11 +75,10 @@ void check_contiguous(const std::string& tag, const ga::LoadedModel& model) {
   ga::cuda::CudaForwardParams p;
   p.n_ctx = n_ctx;
   p.max_batch = kGraphMax;
-  p.rope_freq_factors = ga::arch::rope_freq_factors_for_forward(model);
   p.prefill_graph_max_tokens = kGraphMax;
-  auto graph = ga::cuda::make_cuda_llama_forward(model, p);
+  auto graph = ga::cuda::make_cuda_forward(model, *ga::arch::make_program_factory(model), p);
   p.prefill_graph_max_tokens = 0;
-  auto eager = ga::cuda::make_cuda_llama_forward(model, p);
+  auto eager = ga::cuda::make_cuda_forward(model, *ga::arch::make_program_factory(model), p);
   graph->warm_up_matmuls();  // captures every bucket's graph
   eager->warm_up_matmuls();
   const ga::cuda::PrefillGraphStats warm = graph->prefill_graph_stats();
@@ -175,16 +175,15 @@ TEST(CudaForwardPrefillGraphs, PagedMatchesEagerAndCpuAndLeavesOtherSequencesAlo
   p.max_batch_tokens = kGraphMax;
   p.max_seqs = 4;
   p.max_seq_positions = 64;
-  p.rope_freq_factors = ga::arch::rope_freq_factors_for_forward(model);
   p.prefill_graph_max_tokens = kGraphMax;
-  auto graph = ga::cuda::make_cuda_llama_batch_forward(model, p);
+  auto graph = ga::cuda::make_cuda_batch_forward(model, *ga::arch::make_program_factory(model), p);
   p.prefill_graph_max_tokens = 0;
-  auto eager = ga::cuda::make_cuda_llama_batch_forward(model, p);
+  auto eager = ga::cuda::make_cuda_batch_forward(model, *ga::arch::make_program_factory(model), p);
   graph->warm_up_matmuls();
   EXPECT_EQ(graph->prefill_graph_stats().captured, 9);
   ga::ThreadPool pool(2);
-  ga::arch::LlamaBatchForward cpu(model, &pool);
-  ga::arch::KvPool cpu_kv(model.config, ga::arch::KvPoolParams{n_blocks, bs, ga::DType::F16});
+  ga::arch::BatchForward cpu(model, &pool);
+  ga::cpu::KvPool cpu_kv(cpu.state(), ga::cpu::KvPoolParams{n_blocks, bs, ga::DType::F16});
 
   struct Run {
     const std::vector<int32_t>* table;
@@ -237,9 +236,8 @@ TEST(CudaForwardPrefillGraphs, CapturesOnFirstUseAndHonoursTheBound) {
   ga::cuda::CudaForwardParams p;
   p.n_ctx = 128;
   p.max_batch = kGraphMax;
-  p.rope_freq_factors = ga::arch::rope_freq_factors_for_forward(model);
   p.prefill_graph_max_tokens = 24;
-  auto fwd = ga::cuda::make_cuda_llama_forward(model, p);
+  auto fwd = ga::cuda::make_cuda_forward(model, *ga::arch::make_program_factory(model), p);
   std::vector<float> logits(static_cast<size_t>(model.config.n_vocab));
   const std::vector<int32_t> t21(21, 3), t30(30, 3);
   fwd->eval(t21, 0, false, logits.data());  // bucket 24: captured now
@@ -251,7 +249,7 @@ TEST(CudaForwardPrefillGraphs, CapturesOnFirstUseAndHonoursTheBound) {
   EXPECT_EQ(s.padded_rows, 6);
   for (const float v : logits) ASSERT_TRUE(std::isfinite(v));
   p.use_cuda_graph = false;  // no graphs at all
-  auto off = ga::cuda::make_cuda_llama_forward(model, p);
+  auto off = ga::cuda::make_cuda_forward(model, *ga::arch::make_program_factory(model), p);
   off->warm_up_matmuls();
   off->eval(t21, 0, false, logits.data());
   EXPECT_EQ(off->prefill_graph_stats().max_tokens, 0);

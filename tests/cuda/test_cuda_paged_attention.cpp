@@ -14,6 +14,11 @@
 // lengths 1, 7, 17, 129, 1000, 4097, and both split merges (workspace, cluster; decode_merge). One
 // workspace sized for the largest batch serves every smaller call (the zero-filled-counter contract)
 // and a captured graph replays with new device-side positions.
+// Sliding windows (W = 1, 2, 7, 64, 255, 1000: window_left W - 1) and soft-caps run over the same kinds of
+// batches; positions more than 256 below each run's first window hold f16 NaN (no kernel reads a key tile
+// that far below a window: the mma.sync kernels start exactly at it, the Hopper prefill at its key tile), and
+// the Hopper prefill (prefill_staging: the flash kernel's paged varlen form) runs the same cases as the
+// mma.sync prefill, head dim 96 included.
 // Tolerance: as test_cuda_attention.cpp (relative L2 1e-3 per case, 2e-2 of the row RMS per element;
 // the check, the f16 helpers and the float64 softmax are attention_check.h, shared with it).
 #include <cuda_fp16.h>
@@ -53,7 +58,19 @@ struct Case {
   int decode_splits = 0;
   int decode_stages = 0;  // 0: the default; 3: the 3-stage decode kernel (hd 128, when built)
   ::ga::cuda::AttentionParams::DecodeMerge merge = ::ga::cuda::AttentionParams::DecodeMerge::kAuto;
+  int window_left = -1;     // AttentionParams::window_left
+  float softcap = 0.0f;     // AttentionParams::softcap
+  float scale_mul = 1.0f;   // times 1 / sqrt(head_dim)
+  bool hopper_prefill = false;  // pass prefill_staging: the prefill part on the Hopper flash kernel where it applies
 };
+
+// Positions of a run at pos0 that no kernel may read under the case's window: more than 256 below its first
+// query's window (a key tile of the Hopper prefill starts at most 255 keys below a row's window).
+int64_t unread_below(const Case& c, int64_t pos0) {
+  return c.window_left >= 0 ? std::max<int64_t>(0, pos0 - c.window_left - 256) : 0;
+}
+
+double scale_of(const Case& c) { return c.scale_mul / std::sqrt(static_cast<double>(c.head_dim)); }
 
 using DecodeMerge = ::ga::cuda::AttentionParams::DecodeMerge;
 
@@ -66,7 +83,10 @@ std::string name_of(const Case& c) {
              c.decode_stages > 0 ? str(" stages ", c.decode_stages) : std::string(),
              c.merge == DecodeMerge::kCluster     ? " cluster merge"
              : c.merge == DecodeMerge::kWorkspace ? " workspace merge"
-                                                  : "");
+                                                  : "",
+             c.window_left >= 0 ? str(" window_left ", c.window_left) : std::string(),
+             c.softcap > 0.0f ? str(" softcap ", c.softcap, " scale x", c.scale_mul) : std::string(),
+             c.hopper_prefill ? " hopper prefill" : "");
 }
 
 // Host copies of one batch: q as floats, the pool as f16 bits, the run and table arrays.
@@ -124,7 +144,7 @@ Problem make_problem(const Case& c, std::mt19937& rng) {
   pr.k.assign(static_cast<size_t>(pr.n_blocks * bs * pr.kv_stride), kHalfNaN);
   pr.v.assign(pr.k.size(), kHalfNaN);
   for (size_t s = 0; s < c.runs.size(); ++s) {
-    for (int64_t j = 0; j < c.runs[s].pos0 + c.runs[s].n_q; ++j) {
+    for (int64_t j = unread_below(c, c.runs[s].pos0); j < c.runs[s].pos0 + c.runs[s].n_q; ++j) {
       const int64_t row = slot_of(pr, static_cast<int>(s), j) * pr.kv_stride;
       random_kv_row(kv_dist, rng, pr.k.data() + row, pr.v.data() + row, kv_row);
     }
@@ -136,7 +156,7 @@ Problem make_problem(const Case& c, std::mt19937& rng) {
 std::vector<double> reference(const Problem& pr) {
   const Case& c = pr.c;
   const int hd = c.head_dim, group = c.n_head / c.n_head_kv;
-  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+  const double scale = scale_of(c);
   std::vector<double> out(static_cast<size_t>(pr.n_tokens) * c.n_head * hd, 0.0);
   std::vector<int> seq_of(static_cast<size_t>(pr.n_tokens));
   for (size_t s = 0; s < c.runs.size(); ++s) {
@@ -148,11 +168,12 @@ std::vector<double> reference(const Problem& pr) {
     for (int t = t_begin; t < pr.n_tokens; t += t_step) {
       const int s = seq_of[static_cast<size_t>(t)];
       const int64_t last = pr.pos0[static_cast<size_t>(s)] + (t - pr.q_start[static_cast<size_t>(s)]);
-      for (int64_t j = 0; j <= last; ++j) rows[static_cast<size_t>(j)] = slot_of(pr, s, j) * pr.kv_stride;
+      const int64_t first = window_first(last, c.window_left);
+      for (int64_t j = first; j <= last; ++j) rows[static_cast<size_t>(j)] = slot_of(pr, s, j) * pr.kv_stride;
       for (int h = 0; h < c.n_head; ++h) {
         attend_one_head(pr.q.data() + t * pr.q_stride + int64_t{h} * hd, hd, scale, last, rows.data(), pr.k.data(),
                         pr.v.data(), int64_t{h / group} * hd, p.data(),
-                        out.data() + (static_cast<size_t>(t) * c.n_head + h) * hd);
+                        out.data() + (static_cast<size_t>(t) * c.n_head + h) * hd, first, c.softcap);
       }
     }
   });
@@ -170,7 +191,9 @@ std::vector<double> reference(const Problem& pr) {
   p.n_head_kv = pr.c.n_head_kv;
   p.head_dim = pr.c.head_dim;
   p.max_kv_positions = pr.max_kv;
-  p.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(pr.c.head_dim)));
+  p.scale = static_cast<float>(scale_of(pr.c));
+  p.window_left = pr.c.window_left;
+  p.softcap = pr.c.softcap;
   p.n_seqs = static_cast<int>(pr.c.runs.size());
   p.block_table_stride = pr.table_stride;
   p.block_size = pr.c.block_size;
@@ -185,19 +208,21 @@ std::vector<double> reference(const Problem& pr) {
 
 // The problem on the device. The workspace is the caller's (shared between calls) or its own.
 struct DeviceProblem {
+  CachingAllocator* alloc;  // the case's (the Hopper prefill's staging comes from it too)
   DeviceArray<float> q, out;
   DeviceArray<uint16_t> k, v;
   DeviceArray<int32_t> q_start, pos0, table;
   ::ga::cuda::AttentionParams p;
 
-  DeviceProblem(CachingAllocator& alloc, const Problem& pr)
-      : q(alloc, pr.q.size()),
-        out(alloc, static_cast<size_t>(pr.out_stride * pr.n_tokens)),
-        k(alloc, pr.k.size()),
-        v(alloc, pr.v.size()),
-        q_start(alloc, pr.q_start.size()),
-        pos0(alloc, pr.pos0.size()),
-        table(alloc, pr.table.size()) {
+  DeviceProblem(CachingAllocator& a, const Problem& pr)
+      : alloc(&a),
+        q(a, pr.q.size()),
+        out(a, static_cast<size_t>(pr.out_stride * pr.n_tokens)),
+        k(a, pr.k.size()),
+        v(a, pr.v.size()),
+        q_start(a, pr.q_start.size()),
+        pos0(a, pr.pos0.size()),
+        table(a, pr.table.size()) {
     q.upload(pr.q);
     k.upload(pr.k);
     v.upload(pr.v);
@@ -230,6 +255,14 @@ void launch_and_check(Parity& parity, DeviceProblem& dev, const Problem& pr, Dev
   if (const char* why = ::ga::cuda::attention_unsupported_reason(dev.p)) {
     parity.fail(name + ": rejected: " + why);
     return;
+  }
+  // The Hopper prefill: staging for it (256-byte aligned: the allocator's blocks are), and it must take the call
+  // where the device and the layout allow (else the case runs the mma.sync prefill and says why).
+  DeviceArray<uint8_t> staging(*dev.alloc, std::max<size_t>(::ga::cuda::attention_prefill_staging_bytes(dev.p), 1));
+  if (pr.c.hopper_prefill) {
+    dev.p.prefill_staging = staging.get();
+    dev.p.prefill_staging_bytes = staging.size();
+    if (const char* why = ::ga::cuda::attention_hopper_prefill_reason(dev.p)) parity.skip(name + " (hopper)", why);
   }
   dev.out.poison();
   GA_CUDA_CHECK(::ga::cuda::attention(dev.p, nullptr));
@@ -346,7 +379,7 @@ bool cluster_merge_runs(CachingAllocator& alloc, std::mt19937& rng) {
 }
 
 // The two split merges (AttentionParams::decode_merge: workspace counters + last CTA, or a cluster of
-// the splits merging in distributed shared memory; session 7) on small shapes for compute-sanitizer
+// the splits merging in distributed shared memory) on small shapes for compute-sanitizer
 // (filter *Small*): empty trailing splits, 2..8 splits, multi-token runs, both kernels of hd 128.
 TEST(CudaPagedAttention, SmallMergeShapesMatchFloat64Reference) {
   GA_REQUIRE_CUDA_DEVICE();
@@ -364,7 +397,7 @@ TEST(CudaPagedAttention, SmallMergeShapesMatchFloat64Reference) {
   parity.finish();
 }
 
-// Both merges over the grid of session 7: split counts 2..8 incl. uneven ones (3, 5, 7) and the
+// Both merges over the grid the cluster merge was tuned on: split counts 2..8 incl. uneven ones (3, 5, 7) and the
 // policy's, scattered block tables (every case's), GQA ratios 1, 4 and 8, 1..8 query tokens per run,
 // caches of 1, 17 (most of 8 splits empty) and 4097 positions, head dims 64/128/256, both stage counts
 // at hd 128; and the default (kAuto) picks the cluster merge on sm_90 for 2..8 splits in one wave only.
@@ -509,14 +542,99 @@ TEST(CudaPagedAttention, SharedWorkspaceAndGraphReplay) {
   parity.finish();
 }
 
+// Sliding windows over paged batches: shuffled block tables, block sizes 1 / 7 / 16, pure decode batches (split-KV:
+// each column's range starts at its run's window), multi-token decode runs, and mixed batches of decode runs and
+// prompt chunks (both launches of one call), windows of 1, 2, 7, 64, 255 and 1000 keys, head dims 64 / 96 / 128 / 256.
+TEST(CudaPagedAttention, SlidingWindowsMatchFloat64Reference) {
+  GA_REQUIRE_CUDA_DEVICE();
+  CachingAllocator alloc(0);
+  Parity parity("paged attention windows");
+  std::mt19937 rng(1234);
+  int case_index = 0;
+  for (int w : {1, 2, 7, 64, 255, 1000}) {
+    for (int bs : {1, 7, 16}) {
+      const int ci = case_index++;
+      const int hd = ci % 4 == 0 ? 64 : ci % 4 == 1 ? 96 : ci % 4 == 2 ? 128 : 256;
+      Case decode{hd, hd == 256 ? 8 : 32, 8, bs, decode_runs(hd == 256 ? 5 : 12, {1, 7, 129, 1000, 4097}, rng),
+                  ci % 2 == 0};
+      decode.window_left = w - 1;
+      run_case(parity, alloc, decode, rng);
+      Case mixed{hd, 8, ci % 2 ? 2 : 8, bs,
+                 {{1, 0}, {1, 6}, {133, 0}, {1, 128}, {37, 92}, {1, 999}, {3, 50}, {19, 1000}, {8, 4089}}, bs == 7};
+      mixed.window_left = w - 1;
+      run_case(parity, alloc, mixed, rng);
+    }
+  }
+  // forced split counts over a window (many splits of a short range: empty trailing splits), the cluster merge
+  Case many{128, 32, 8, 16, decode_runs(4, {4097}, rng), false, 64};
+  many.window_left = 300;
+  run_case(parity, alloc, many, rng);
+  Case one{128, 32, 8, 16, decode_runs(4, {4097, 1000}, rng), false, 1};
+  one.window_left = 63;
+  run_case(parity, alloc, one, rng);
+  parity.finish();
+}
+
+// Soft-caps (1, 2; 30 and 50 with the scale 6x) over mixed paged batches, with and without a window.
+TEST(CudaPagedAttention, SoftcapMatchesFloat64Reference) {
+  GA_REQUIRE_CUDA_DEVICE();
+  CachingAllocator alloc(0);
+  Parity parity("paged attention softcap");
+  std::mt19937 rng(4321);
+  const float caps[][2] = {{1.0f, 1.0f}, {2.0f, 1.0f}, {30.0f, 6.0f}, {50.0f, 6.0f}};
+  int case_index = 0;
+  for (const auto& cap : caps) {
+    for (int bs : {7, 16}) {
+      const int ci = case_index++;
+      Case c{ci % 3 == 0 ? 64 : ci % 3 == 1 ? 96 : 128, 16, 4, bs,
+             {{1, 0}, {1, 300}, {133, 0}, {5, 1000}, {37, 92}, {1, 2000}}, ci % 2 == 1};
+      c.softcap = cap[0];
+      c.scale_mul = cap[1];
+      if (ci % 2 == 1) c.window_left = 127;
+      run_case(parity, alloc, c, rng);
+    }
+  }
+  parity.finish();
+}
+
+// The prefill part on the Hopper flash kernel (prefill_staging; block sizes it can assemble its key tiles from:
+// 16 here): the mixed batches of the mma.sync tests with and without windows and soft-caps, head dims 64 / 96 / 128 /
+// 256; a block size the flash kernel refuses (7) falls back to the mma.sync prefill (the reason is printed) and must
+// give the same results. On another GPU every case runs the mma.sync prefill (SKIPPED lines name why).
+TEST(CudaPagedAttention, HopperPrefillMatchesFloat64Reference) {
+  GA_REQUIRE_CUDA_DEVICE();
+  CachingAllocator alloc(0);
+  Parity parity("paged attention hopper prefill");
+  std::mt19937 rng(90);
+  const std::vector<QueryRun> runs = {{1, 0}, {133, 0}, {1, 128}, {37, 92}, {1, 999}, {19, 1000}, {300, 3900}};
+  int case_index = 0;
+  for (int hd : {64, 96, 128, 256}) {
+    for (int variant = 0; variant < 4; ++variant) {
+      const int ci = case_index++;
+      Case c{hd, hd == 256 ? 8 : 32, 8, ci == 5 ? 7 : 16, runs, ci % 2 == 0};
+      c.hopper_prefill = true;
+      if (variant == 1 || variant == 3) c.window_left = variant == 1 ? 63 : 999;
+      if (variant >= 2) {
+        c.softcap = variant == 2 ? 2.0f : 30.0f;
+        c.scale_mul = variant == 2 ? 1.0f : 6.0f;
+      }
+      run_case(parity, alloc, c, rng);
+    }
+  }
+  parity.finish();
+}
+
 // The same batch through ga::cpu::paged_attention (F16 blocks, per-token tables).
 TEST(CudaPagedAttention, AgreesWithCpuPagedAttention) {
   GA_REQUIRE_CUDA_DEVICE();
   CachingAllocator alloc(0);
   Parity parity("paged attention vs cpu::paged_attention");
   std::mt19937 rng(5);
+  Case windowed{96, 8, 2, 16, {{1, 300}, {1, 4}, {40, 100}, {1, 1000}, {2, 17}}, false};
+  windowed.window_left = 63;
+  windowed.softcap = 2.0f;
   for (const Case& c : {Case{128, 32, 8, 16, {{1, 300}, {1, 4}, {40, 100}, {1, 1000}, {2, 17}}, false},
-                        Case{64, 6, 3, 7, {{1, 0}, {23, 9}, {5, 200}}, false}}) {
+                        Case{64, 6, 3, 7, {{1, 0}, {23, 9}, {5, 200}}, false}, windowed}) {
     const Problem pr = make_problem(c, rng);
     DeviceProblem dev(alloc, pr);
     DeviceArray<uint8_t> workspace(alloc, ::ga::cuda::attention_workspace_bytes(dev.p) + 1);
@@ -547,6 +665,8 @@ TEST(CudaPagedAttention, AgreesWithCpuPagedAttention) {
     cp.block_tables = tables.data();
     cp.block_size = c.block_size;
     cp.kv_type = DType::F16;
+    cp.window_left = c.window_left;
+    cp.softcap = c.softcap;
     cp.k_blocks = pr.k.data();
     cp.v_blocks = pr.v.data();
     std::vector<float> cpu_out(static_cast<size_t>(pr.n_tokens) * c.n_head * c.head_dim);

@@ -37,17 +37,24 @@ struct StoreCase {
   bool neox, bias, paged;
 };
 
-// Rotates x[d0], x[d1] of each rotated pair by pos * freq_scale * base^(-2i / n_rot), in double.
-void rope_ref(std::vector<double>& x, int n_heads, int head_dim, int n_rot, bool neox, double pos, double base,
-              double freq_scale) {
+// The RoPE table the kernel is given: pair i turns by pos * freq_scale * base^(-2i / n_rot) (a linear scaling).
+std::vector<double> rope_table(int n_rot, double base, double freq_scale) {
+  std::vector<double> t(static_cast<size_t>(n_rot / 2));
+  for (int i = 0; i < n_rot / 2; ++i) t[static_cast<size_t>(i)] = freq_scale * std::pow(base, -2.0 * i / n_rot);
+  return t;
+}
+
+// Rotates x[d0], x[d1] of each rotated pair by pos * inv_freq[i] and scales them by mscale, in double.
+void rope_ref(std::vector<double>& x, int n_heads, int head_dim, int n_rot, bool neox, double pos,
+              const std::vector<double>& inv_freq, double mscale) {
   for (int h = 0; h < n_heads; ++h) {
     double* v = x.data() + static_cast<size_t>(h) * head_dim;
     for (int i = 0; i < n_rot / 2; ++i) {
-      const double theta = pos * freq_scale * std::pow(base, -2.0 * i / n_rot);
+      const double theta = pos * inv_freq[static_cast<size_t>(i)];
       const int d0 = neox ? i : 2 * i, d1 = neox ? i + n_rot / 2 : 2 * i + 1;
       const double a = v[d0], b = v[d1];
-      v[d0] = a * std::cos(theta) - b * std::sin(theta);
-      v[d1] = a * std::sin(theta) + b * std::cos(theta);
+      v[d0] = mscale * (a * std::cos(theta) - b * std::sin(theta));
+      v[d1] = mscale * (a * std::sin(theta) + b * std::cos(theta));
     }
   }
 }
@@ -73,10 +80,14 @@ void run_case(Parity& parity, CachingAllocator& alloc, const StoreCase& c, std::
   std::vector<int32_t> slots(rows.begin(), rows.begin() + c.n_tokens);
   if (c.paged && c.n_tokens > 2) slots[static_cast<size_t>(c.n_tokens / 2)] = -1;
   const std::vector<int32_t>& cache_rows = c.paged ? slots : positions;
+  const std::vector<double> inv_freq = rope_table(c.n_rot, 500000.0, 0.5);
+  const double mscale = c.neox ? 1.25 : 1.0;  // YaRN / LongRoPE's attention factor, and none
 
   DeviceArray<float> d_qkv(alloc, qkv.size()), d_bias(alloc, bias.size());
   DeviceArray<uint16_t> k_cache(alloc, static_cast<size_t>(n_rows * kv_dim)), v_cache(alloc, k_cache.size());
   DeviceArray<int32_t> d_pos(alloc, positions.size()), d_slots(alloc, slots.size());
+  DeviceArray<double> d_inv_freq(alloc, inv_freq.size());
+  d_inv_freq.upload(inv_freq);
   d_qkv.upload(qkv);
   d_bias.upload(bias);
   d_pos.upload(positions);
@@ -104,8 +115,8 @@ void run_case(Parity& parity, CachingAllocator& alloc, const StoreCase& c, std::
   p.head_dim = c.head_dim;
   p.n_rot = c.n_rot;
   p.neox = c.neox;
-  p.freq_base = 500000.0f;
-  p.freq_scale = 0.5f;
+  p.inv_freq = d_inv_freq.get();
+  p.mscale = static_cast<float>(mscale);
   if (const char* why = ::ga::cuda::llama::qkv_rope_store_unsupported_reason(p)) {
     parity.fail(name + ": rejected: " + why);
     return;
@@ -128,8 +139,8 @@ void run_case(Parity& parity, CachingAllocator& alloc, const StoreCase& c, std::
       v[static_cast<size_t>(i)] = biased(q_dim + kv_dim + i);
     }
     const double pos = positions[static_cast<size_t>(t)];
-    rope_ref(q, c.n_head, c.head_dim, c.n_rot, c.neox, pos, 500000.0, 0.5);
-    rope_ref(k, c.n_head_kv, c.head_dim, c.n_rot, c.neox, pos, 500000.0, 0.5);
+    rope_ref(q, c.n_head, c.head_dim, c.n_rot, c.neox, pos, inv_freq, mscale);
+    rope_ref(k, c.n_head_kv, c.head_dim, c.n_rot, c.neox, pos, inv_freq, mscale);
     want_q.insert(want_q.end(), q.begin(), q.end());
     got_q.insert(got_q.end(), got_qkv.begin() + static_cast<ptrdiff_t>(t) * ld,
                  got_qkv.begin() + static_cast<ptrdiff_t>(t) * ld + q_dim);

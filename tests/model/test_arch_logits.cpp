@@ -14,6 +14,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <filesystem>
+#include <memory>
+#include <unistd.h>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -21,6 +24,8 @@
 #include "common/test_data.h"
 #include "gpu_accel/model.h"
 #include "model/arch/forward.h"
+#include "model/tools/quantize_model.h"
+#include "backends/cpu/quant.h"
 
 namespace {
 
@@ -106,6 +111,51 @@ TEST(ArchLogits, ShardedFolderEqualsOneFile) {
   const ga::LoadedModel sharded = ga::load_model(dir("qwen3-sharded"));
   const ga::LoadedModel whole = ga::load_model(dir("qwen3"));
   expect_close(logits(sharded, 64), logits(whole, 64), 1e-7, "qwen3 3 shards vs 1 file");
+}
+
+// Expert stacks in quantized types: `gpu-accel quantize` converts 3-D tensors row by row like any matrix, and the
+// forward must read each expert's rows in that type. The reference is the same quantized file with every
+// quantized tensor replaced by its dequantization in F32 (cpu::dequantize_row, bit-exact with ggml's): the
+// same numbers, so only summation order may differ. (Against the float model the quantization noise moves
+// the hidden states enough to flip near-tied routing decisions: no useful bar.)
+ga::LoadedModel dequantized_copy(const ga::LoadedModel& q) {
+  ga::LoadedModel d = q;  // views into q's storage, shared
+  for (auto& [name, w] : d.weights) {
+    if (!ga::traits(w.type).quantized) continue;
+    uint64_t n = 1;
+    for (const uint64_t e : w.ne) n *= e;
+    auto values = std::make_shared<std::vector<float>>(n);
+    const uint64_t row = ga::row_bytes(w.type, w.ne[0]);
+    for (uint64_t r = 0; r < n / w.ne[0]; ++r) {
+      ga::cpu::dequantize_row(w.type, w.data + r * row, values->data() + r * w.ne[0], static_cast<int64_t>(w.ne[0]));
+    }
+    w.type = ga::DType::F32;
+    w.data = reinterpret_cast<const uint8_t*>(values->data());
+    w.nbytes = n * 4;
+    d.storage.push_back(values);
+  }
+  return d;
+}
+
+TEST(ArchLogits, QuantizedExpertsReadInTheirType) {
+  for (const char* m : {"mixtral", "qwen2moe", "qwen3moe"}) {
+    for (const char* type : {"Q8_0", "Q5_1", "Q4_0"}) {
+      const std::string out = (std::filesystem::temp_directory_path() /
+                               (std::string("ga_arch_") + m + "_" + type + std::to_string(getpid()) + ".gguf"))
+                                  .string();
+      ga::tools::QuantizeOptions o;
+      o.type = type;
+      o.pure = true;  // every matrix of the type, the experts too
+      o.n_threads = 2;
+      ga::tools::quantize_model(dir(m) + "/model.gguf", out, o);
+      const ga::LoadedModel q = ga::load_model(out);
+      std::filesystem::remove(out);  // the mapping stays valid
+      EXPECT_STREQ(ga::dtype_name(q.weight("blk.0.ffn_gate_exps.weight").type), type) << m;
+      EXPECT_STREQ(ga::dtype_name(q.weight("blk.1.ffn_down_exps.weight").type), type) << m;
+      expect_close(logits(q, 64), logits(dequantized_copy(q), 64), 1e-5,
+                   std::string(m) + " " + type + " vs its dequantization");
+    }
+  }
 }
 
 }  // namespace

@@ -115,11 +115,15 @@ void attention_items(const Problem& p, const Slots& slot_of, int64_t begin, int6
   }
 }
 
-void check_common(int64_t n_head, int64_t n_head_kv, DType kv_type) {
+void check_common(int64_t n_head, int64_t n_head_kv, DType kv_type, int64_t window_left, float softcap) {
   GA_CHECK(n_head > 0 && n_head_kv > 0 && n_head % n_head_kv == 0, InvalidArgument, "attention: n_head ", n_head,
            " is not a multiple of n_head_kv ", n_head_kv);
   GA_CHECK(kv_type == DType::F32 || kv_type == DType::F16, Unsupported, "attention: KV cache type ",
            dtype_name(kv_type), " (supported: F32, F16)");
+  // a bad option is an error, not a silent plain attention
+  GA_CHECK(window_left >= -1, InvalidArgument, "attention: window_left must be -1 (off) or >= 0, got ", window_left);
+  GA_CHECK(std::isfinite(softcap) && softcap >= 0.0f, InvalidArgument,
+           "attention: softcap must be 0 (off) or a finite positive cap, got ", softcap);
 }
 
 template <typename Slots>
@@ -142,7 +146,7 @@ void run_items(const Problem& prob, DType kv_type, int64_t n_tokens, const Slots
 }  // namespace
 
 void paged_attention(const PagedAttentionParams& p, ThreadPool* pool) {
-  check_common(p.n_head, p.n_head_kv, p.kv_type);
+  check_common(p.n_head, p.n_head_kv, p.kv_type, p.window_left, p.softcap);
   GA_CHECK(p.block_size > 0, InvalidArgument, "paged attention: block_size must be positive, got ", p.block_size);
   GA_CHECK(p.n_tokens >= 0 && (p.n_tokens == 0 || (p.positions != nullptr && p.block_tables != nullptr)),
            InvalidArgument, "paged attention: positions and block tables are required");
@@ -162,7 +166,7 @@ void paged_attention(const PagedAttentionParams& p, ThreadPool* pool) {
 }
 
 void attention(const AttentionParams& p, ThreadPool* pool) {
-  check_common(p.n_head, p.n_head_kv, p.kv_type);
+  check_common(p.n_head, p.n_head_kv, p.kv_type, p.window_left, p.softcap);
   GA_CHECK(p.work_stride >= attention_work_floats(p.pos0 + p.n_tokens, p.head_dim), Internal,
            "attention: workspace stride ", p.work_stride, " too small for ", p.pos0 + p.n_tokens, " positions");
   // The whole cache is block 0 of a pool of one block that holds every position the call reads.

@@ -224,6 +224,12 @@ struct StepEngine::Impl final : step::Binder, step::Ops {
       rope_angles(rope.table.inv_freq.data(), half, static_cast<double>(positions[static_cast<size_t>(t)]),
                   rope.cos_v.data() + t * half, rope.sin_v.data() + t * half);
     }
+    if (rope.table.mscale != 1.0f) {  // YaRN / LongRoPE: the rotated dims scaled (the others pass through)
+      for (int64_t i = 0; i < n * half; ++i) {
+        rope.cos_v[static_cast<size_t>(i)] *= rope.table.mscale;
+        rope.sin_v[static_cast<size_t>(i)] *= rope.table.mscale;
+      }
+    }
     rope.step = step_serial;
     return rope;
   }
@@ -255,10 +261,6 @@ struct StepEngine::Impl final : step::Binder, step::Ops {
       const float* sn = r.sin_v.data() + t * half;
       cpu::rope(q, op.n_head, hd, r.table.n_rot, cs, sn, layout);
       cpu::rope(k, op.n_head_kv, hd, r.table.n_rot, cs, sn, layout);
-      if (r.table.mscale != 1.0f) {
-        for (int64_t i = 0; i < op.q.cols; ++i) q[i] *= r.table.mscale;
-        for (int64_t i = 0; i < kv_dim; ++i) k[i] *= r.table.mscale;
-      }
       const uint64_t row = kv_rows[static_cast<size_t>(t)];
       store_kv(cache->kv_type(), k, k_blocks + row * row_bytes_kv, kv_dim);
       store_kv(cache->kv_type(), v, v_blocks + row * row_bytes_kv, kv_dim);

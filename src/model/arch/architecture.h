@@ -66,6 +66,8 @@ struct ArchInfo {
   std::vector<std::string_view> hf_model_types;  // config.json "model_type" for configs without architectures
   // The family's GGUF keys beyond the common ones (read_gguf_common has filled those).
   std::function<void(const GgufKeys&, ModelConfig&)> read_gguf;
+  // The inverse: every `<arch>.*` key a GGUF of this config needs (make-model's random models).
+  std::function<void(const ModelConfig&, gguf::Writer&)> write_gguf;
   // config.json -> the whole ModelConfig (the family calls read_hf_common with its defaults).
   std::function<void(const hf::HfConfig&, ModelConfig&)> read_hf;
   std::function<std::optional<HfTensorName>(std::string_view hf_name)> hf_tensor_name;

@@ -99,7 +99,7 @@ class DecoderProgram final : public step::Program {
           L.gate_sh = b.matrix(name("ffn_gate_shexp.weight"));
           L.up_sh = b.matrix(name("ffn_up_shexp.weight"));
           L.down_sh = b.matrix(name("ffn_down_shexp.weight"));
-          L.gate_inp_sh = b.find_vector(name("ffn_gate_inp_shexp.weight"));
+          L.gate_inp_sh = b.vector(name("ffn_gate_inp_shexp.weight"));
         }
       } else {
         if (!tp.fused_gate_up) L.w_gate = b.matrix(name("ffn_gate.weight"));
@@ -289,7 +289,7 @@ class DecoderFactory final : public step::ProgramFactory {
 
   step::StateSpec state() const override {
     step::StateSpec s;
-    s.kv_layers.assign(static_cast<size_t>(c_.n_layer), step::KvLayerSpec{c_.n_head_kv, c_.head_dim});
+    s.kv_layers.assign(static_cast<size_t>(c_.n_layer), step::KvLayerSpec{c_.n_head_kv, c_.head_dim, c_.n_head});
     return s;
   }
 
@@ -368,7 +368,7 @@ std::vector<TensorSpec> decoder_tensor_specs(const ModelConfig& c) {
         specs.push_back({p + "ffn_gate_shexp.weight", {E, S}, true});
         specs.push_back({p + "ffn_up_shexp.weight", {E, S}, true});
         specs.push_back({p + "ffn_down_shexp.weight", {S, E}, true});
-        specs.push_back({p + "ffn_gate_inp_shexp.weight", {E}, false});
+        specs.push_back({p + "ffn_gate_inp_shexp.weight", {E}, true});
       }
     } else if (tp.fused_gate_up) {
       specs.push_back({p + "ffn_up.weight", {E, 2 * u(c.n_ff)}, true});
@@ -404,8 +404,9 @@ void check_decoder_config(const ModelConfig& c) {
            c.rope_freq_base, " is not positive");
   GA_CHECK(std::isfinite(c.rope_scaling.factor) && c.rope_scaling.factor > 0, InvalidFormat, "rope scaling factor ",
            c.rope_scaling.factor, " is not positive");
-  GA_CHECK(c.rope_scaling.type != RopeScalingType::Yarn && c.rope_scaling.type != RopeScalingType::LongRope ||
-               c.rope_scaling.original_context > 0,
+  const bool needs_original = c.rope_scaling.type == RopeScalingType::Yarn ||
+                              c.rope_scaling.type == RopeScalingType::LongRope;
+  GA_CHECK(!needs_original || c.rope_scaling.original_context > 0,
            InvalidFormat, "rope scaling needs a positive original context length");
   GA_CHECK(std::isfinite(tp.attn_softcap) && tp.attn_softcap >= 0 && std::isfinite(tp.final_softcap) &&
                tp.final_softcap >= 0,

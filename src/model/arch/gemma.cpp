@@ -155,6 +155,16 @@ void refuse_multimodal(const hf::HfConfig& cfg, ModelConfig&) {
            " is a vision-language checkpoint; gpu_accel runs the text model alone (Gemma3ForCausalLM)");
 }
 
+void write_gemma_gguf(const ModelConfig& c, gguf::Writer& w) {
+  write_gguf_common(c, w);
+  const TransformerParams& tp = c.transformer;
+  const std::string a = c.arch + ".";
+  if (c.arch == "gemma2") w.set(a + "attn_logit_softcapping", gguf::Value::f32(tp.attn_softcap));
+  if (c.arch == "gemma2" || tp.final_softcap > 0) w.set(a + "final_logit_softcapping", gguf::Value::f32(tp.final_softcap));
+  if (tp.sliding_window > 0) w.set(a + "attention.sliding_window", gguf::Value::u32(static_cast<uint32_t>(tp.sliding_window)));
+  if (c.arch == "gemma3") w.set(a + "rope.freq_base_swa", gguf::Value::f32(tp.rope_freq_base_swa));
+}
+
 }  // namespace
 
 std::vector<ArchInfo> gemma_family() {
@@ -162,6 +172,7 @@ std::vector<ArchInfo> gemma_family() {
   gemma2.hf_classes = {"Gemma2ForCausalLM"};
   gemma2.hf_model_types = {"gemma2"};
   gemma2.read_gguf = read_gemma2_gguf;
+  gemma2.write_gguf = write_gemma_gguf;
   gemma2.read_hf = [](const hf::HfConfig& cfg, ModelConfig& m) { read_gemma_hf(cfg, m, false); };
   gemma2.hf_tensor_name = [](std::string_view n) { return map_hf_tensor_name(n, kGemmaHfNames); };
   gemma2.hf_fixup = gemma_hf_fixup;
@@ -179,6 +190,7 @@ std::vector<ArchInfo> gemma_family() {
   gemma3_vl.hf_classes = {"Gemma3ForConditionalGeneration"};
   gemma3_vl.hf_model_types = {"gemma3"};
   gemma3_vl.read_gguf = nullptr;
+  gemma3_vl.write_gguf = nullptr;
   gemma3_vl.read_hf = refuse_multimodal;
   return {gemma2, gemma3, gemma3_vl};
 }

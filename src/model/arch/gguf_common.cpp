@@ -89,6 +89,43 @@ void read_gguf_experts(const GgufKeys& hp, ModelConfig& c) {
            " is not supported");
 }
 
+void write_gguf_common(const ModelConfig& c, gguf::Writer& w) {
+  const std::string a = c.arch + ".";
+  const auto u32 = [](int64_t v) { return gguf::Value::u32(static_cast<uint32_t>(v)); };
+  w.set(a + "context_length", u32(c.n_ctx_train));
+  w.set(a + "embedding_length", u32(c.n_embd));
+  w.set(a + "block_count", u32(c.n_layer));
+  w.set(a + "feed_forward_length", u32(c.n_ff));
+  w.set(a + "attention.head_count", u32(c.n_head));
+  w.set(a + "attention.head_count_kv", u32(c.n_head_kv));
+  w.set(a + "attention.key_length", u32(c.head_dim));
+  w.set(a + "attention.value_length", u32(c.head_dim));
+  w.set(a + "rope.dimension_count", u32(c.n_rot));
+  w.set(a + "attention.layer_norm_rms_epsilon", gguf::Value::f32(c.rms_eps));
+  w.set(a + "rope.freq_base", gguf::Value::f32(c.rope_freq_base));
+  w.set(a + "vocab_size", u32(c.n_vocab));
+  const RopeScaling& rs = c.rope_scaling;
+  if (rs.type == RopeScalingType::Linear || rs.type == RopeScalingType::Yarn) {
+    w.set(a + "rope.scaling.type", gguf::Value::string(rs.type == RopeScalingType::Linear ? "linear" : "yarn"));
+    w.set(a + "rope.scaling.factor", gguf::Value::f32(rs.factor));
+  }
+  if (rs.type == RopeScalingType::Yarn || rs.type == RopeScalingType::LongRope) {
+    w.set(a + "rope.scaling.original_context_length", u32(rs.original_context));
+  }
+  if (rs.attn_factor > 0) w.set(a + "rope.scaling.attn_factor", gguf::Value::f32(rs.attn_factor));
+}
+
+void write_gguf_experts(const ModelConfig& c, gguf::Writer& w) {
+  const TransformerParams& tp = c.transformer;
+  if (tp.n_expert == 0) return;
+  const std::string a = c.arch + ".";
+  const auto u32 = [](int64_t v) { return gguf::Value::u32(static_cast<uint32_t>(v)); };
+  w.set(a + "expert_count", u32(tp.n_expert));
+  w.set(a + "expert_used_count", u32(tp.n_expert_used));
+  if (tp.n_ff_exp != c.n_ff) w.set(a + "expert_feed_forward_length", u32(tp.n_ff_exp));
+  if (tp.n_ff_shexp > 0) w.set(a + "expert_shared_feed_forward_length", u32(tp.n_ff_shexp));
+}
+
 void set_swa_period(const GgufKeys& hp, ModelConfig& c, int64_t default_period) {
   const int64_t period = hp.optional_int("attention.sliding_window_pattern").value_or(default_period);
   GA_CHECK(period >= 0, InvalidFormat, "gguf: ", hp.key("attention.sliding_window_pattern"), " is negative");

@@ -105,6 +105,11 @@ std::optional<HfTensorName> llama_hf_name(std::string_view hf_name) {
   return map_hf_tensor_name(hf_name, kMixtralHfNames);
 }
 
+void write_llama_gguf(const ModelConfig& c, gguf::Writer& w) {
+  write_gguf_common(c, w);
+  write_gguf_experts(c, w);
+}
+
 }  // namespace
 
 std::vector<ArchInfo> llama_family() {
@@ -112,6 +117,7 @@ std::vector<ArchInfo> llama_family() {
   llama.hf_classes = {"LlamaForCausalLM", "MistralForCausalLM", "MixtralForCausalLM"};
   llama.hf_model_types = {"llama", "mistral", "mixtral"};
   llama.read_gguf = read_llama_gguf;
+  llama.write_gguf = write_llama_gguf;
   llama.read_hf = read_llama_hf;
   llama.hf_tensor_name = llama_hf_name;
 
@@ -119,6 +125,7 @@ std::vector<ArchInfo> llama_family() {
   qwen2.hf_classes = {"Qwen2ForCausalLM"};
   qwen2.hf_model_types = {"qwen2"};
   qwen2.read_gguf = read_qwen2_gguf;
+  qwen2.write_gguf = write_llama_gguf;
   qwen2.read_hf = read_qwen2_hf;
   qwen2.hf_tensor_name = [](std::string_view n) { return map_hf_tensor_name(n, kLlamaHfNames); };
   return {llama, qwen2};

@@ -76,6 +76,12 @@ void phi3_hf_fixup(const hf::HfConfig& cfg, LoadedModel& model) {
   }
 }
 
+void write_phi3_gguf(const ModelConfig& c, gguf::Writer& w) {
+  write_gguf_common(c, w);
+  w.set(c.arch + ".attention.sliding_window",
+        gguf::Value::u32(static_cast<uint32_t>(c.transformer.sliding_window)));
+}
+
 }  // namespace
 
 std::vector<ArchInfo> phi3_family() {
@@ -83,6 +89,7 @@ std::vector<ArchInfo> phi3_family() {
   phi3.hf_classes = {"Phi3ForCausalLM"};
   phi3.hf_model_types = {"phi3"};
   phi3.read_gguf = read_phi3_gguf;
+  phi3.write_gguf = write_phi3_gguf;
   phi3.read_hf = read_phi3_hf;
   phi3.hf_tensor_name = [](std::string_view n) { return map_hf_tensor_name(n, kPhi3HfNames); };
   phi3.hf_fixup = phi3_hf_fixup;

@@ -137,6 +137,11 @@ void qwen2moe_hf_fixup(const hf::HfConfig& /*cfg*/, LoadedModel& model) {
   }
 }
 
+void write_qwen_gguf(const ModelConfig& c, gguf::Writer& w) {
+  write_gguf_common(c, w);
+  write_gguf_experts(c, w);
+}
+
 }  // namespace
 
 std::vector<ArchInfo> qwen_family() {
@@ -144,6 +149,7 @@ std::vector<ArchInfo> qwen_family() {
   qwen3.hf_classes = {"Qwen3ForCausalLM"};
   qwen3.hf_model_types = {"qwen3"};
   qwen3.read_gguf = read_qwen3_gguf;
+  qwen3.write_gguf = write_qwen_gguf;
   qwen3.read_hf = read_qwen3_hf;
   qwen3.hf_tensor_name = qwen_hf_name;
 
@@ -151,6 +157,7 @@ std::vector<ArchInfo> qwen_family() {
   qwen2moe.hf_classes = {"Qwen2MoeForCausalLM"};
   qwen2moe.hf_model_types = {"qwen2_moe"};
   qwen2moe.read_gguf = read_qwen2moe_gguf;
+  qwen2moe.write_gguf = write_qwen_gguf;
   qwen2moe.read_hf = read_qwen2moe_hf;
   qwen2moe.hf_tensor_name = qwen_hf_name;
   qwen2moe.hf_fixup = qwen2moe_hf_fixup;
@@ -159,6 +166,7 @@ std::vector<ArchInfo> qwen_family() {
   qwen3moe.hf_classes = {"Qwen3MoeForCausalLM"};
   qwen3moe.hf_model_types = {"qwen3_moe"};
   qwen3moe.read_gguf = read_qwen3moe_gguf;
+  qwen3moe.write_gguf = write_qwen_gguf;
   qwen3moe.read_hf = read_qwen3moe_hf;
   qwen3moe.hf_tensor_name = qwen_hf_name;
   return {qwen3, qwen2moe, qwen3moe};

@@ -14,19 +14,34 @@
 #include "core/thread_pool.h"
 #include "gpu_accel/error.h"
 #include "gpu_accel/gguf.h"
+#include "model/arch/architecture.h"
 #include "model/tools/row_convert.h"
 
 namespace ga::tools {
 namespace {
 
+// name, arch, n_embd, n_layer, n_head, n_head_kv, n_ff, n_ctx, [head_dim, experts, used, ff_exp, ff_shexp, window]
+// (the real models' shapes; make_gguf.py's for the Llama ones). The tiny-* ones are test sizes with head dim 64
+// (or Phi-3's 96), the smallest the tuned attention kernels take.
 constexpr ModelPreset kPresets[] = {
-    // name, n_embd, n_layer, n_head, n_head_kv, n_ff, n_ctx (make_gguf.py's PRESETS)
-    {"llama2-7b", 4096, 32, 32, 32, 11008, 4096},
-    {"llama3-8b", 4096, 32, 32, 8, 14336, 8192},
-    {"llama3-1b", 2048, 16, 32, 8, 8192, 8192},
-    {"tiny", 256, 4, 8, 4, 768, 1024},
-    // head_dim 64 (as llama3-1b) at test size: the tuned attention kernels' smallest head
-    {"tiny-hd64", 256, 2, 4, 2, 512, 1024},
+    {"llama2-7b", "llama", 4096, 32, 32, 32, 11008, 4096},
+    {"llama3-8b", "llama", 4096, 32, 32, 8, 14336, 8192},
+    {"llama3-1b", "llama", 2048, 16, 32, 8, 8192, 8192},
+    {"qwen3-8b", "qwen3", 4096, 36, 32, 8, 12288, 40960, 128},
+    {"gemma2-9b", "gemma2", 3584, 42, 16, 8, 14336, 8192, 256, 0, 0, 0, 0, 4096},
+    {"gemma3-4b", "gemma3", 2560, 34, 8, 4, 10240, 131072, 256, 0, 0, 0, 0, 1024},
+    {"phi3-mini", "phi3", 3072, 32, 32, 32, 8192, 4096, 96, 0, 0, 0, 0, 2047},
+    {"mixtral-8x7b", "llama", 4096, 32, 32, 8, 14336, 32768, 128, 8, 2, 14336},
+    {"qwen3-30b-a3b", "qwen3moe", 2048, 48, 32, 4, 6144, 40960, 128, 128, 8, 768},
+    {"tiny", "llama", 256, 4, 8, 4, 768, 1024},
+    {"tiny-hd64", "llama", 256, 2, 4, 2, 512, 1024},
+    {"tiny-qwen3", "qwen3", 256, 2, 4, 2, 512, 1024, 64},
+    {"tiny-gemma2", "gemma2", 256, 4, 4, 2, 512, 1024, 64, 0, 0, 0, 0, 24},
+    {"tiny-gemma3", "gemma3", 256, 7, 4, 1, 512, 1024, 64, 0, 0, 0, 0, 24},
+    {"tiny-phi3", "phi3", 384, 2, 4, 4, 512, 1024, 96, 0, 0, 0, 0, 40},
+    {"tiny-mixtral", "llama", 256, 2, 4, 2, 512, 1024, 64, 4, 2, 512},
+    {"tiny-qwen2moe", "qwen2moe", 256, 2, 4, 2, 512, 1024, 64, 8, 2, 128, 256},
+    {"tiny-qwen3moe", "qwen3moe", 256, 2, 4, 2, 512, 1024, 64, 16, 4, 128},
 };
 
 constexpr uint32_t kAlignment = 32;
@@ -34,6 +49,7 @@ constexpr uint32_t kQuantizationVersion = 2;
 constexpr float kRmsEps = 1e-5f;
 constexpr float kRopeFreqBase = 10000.0f;
 constexpr float kNormWeightStd = 0.1f;
+constexpr float kRouterStd = 3.0f;  // router logits of std ~3: the top-k changes from token to token
 
 uint64_t splitmix64_mix(uint64_t z) {
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
@@ -66,41 +82,73 @@ class RowRng {
   uint64_t state_;
 };
 
-struct TensorSpec {
-  std::string name;
-  std::vector<uint64_t> ne;  // ggml order
+// How a tensor's values are drawn, from its name and shape (see the header).
+struct Distribution {
   float mean = 0.0f;
   float std = 1.0f;
 };
 
-std::vector<TensorSpec> llama_tensors(const ModelPreset& p, int64_t n_vocab) {
-  const uint64_t dim = static_cast<uint64_t>(p.n_embd), ffn = static_cast<uint64_t>(p.n_ff);
-  const uint64_t kv_dim = dim / static_cast<uint64_t>(p.n_head) * static_cast<uint64_t>(p.n_head_kv);
-  const uint64_t vocab = static_cast<uint64_t>(n_vocab);
-  auto matrix = [](std::string name, uint64_t cols, uint64_t rows) {
-    return TensorSpec{std::move(name), {cols, rows}, 0.0f, 1.0f / std::sqrt(static_cast<float>(cols))};
-  };
-  auto norm = [&](std::string name) { return TensorSpec{std::move(name), {dim}, 1.0f, kNormWeightStd}; };
-  std::vector<TensorSpec> t;
-  t.push_back(TensorSpec{"token_embd.weight", {dim, vocab}, 0.0f, 1.0f});  // a lookup: fan_in 1
-  for (int64_t i = 0; i < p.n_layer; ++i) {
-    const std::string b = "blk." + std::to_string(i) + ".";
-    t.push_back(norm(b + "attn_norm.weight"));
-    t.push_back(matrix(b + "attn_q.weight", dim, dim));
-    t.push_back(matrix(b + "attn_k.weight", dim, kv_dim));
-    t.push_back(matrix(b + "attn_v.weight", dim, kv_dim));
-    t.push_back(matrix(b + "attn_output.weight", dim, dim));
-    t.push_back(norm(b + "ffn_norm.weight"));
-    t.push_back(matrix(b + "ffn_gate.weight", dim, ffn));
-    t.push_back(matrix(b + "ffn_up.weight", dim, ffn));
-    t.push_back(matrix(b + "ffn_down.weight", ffn, dim));
-  }
-  t.push_back(norm("output_norm.weight"));
-  t.push_back(matrix("output.weight", dim, vocab));
-  return t;
+Distribution distribution(const arch::TensorSpec& t) {
+  const std::string& n = t.name;
+  const float fan_in = static_cast<float>(t.ne[0]);
+  if (n == "token_embd.weight") return {0.0f, 1.0f};  // a lookup: fan_in 1
+  if (n.ends_with("norm.weight")) return {1.0f, kNormWeightStd};
+  if (n.ends_with(".bias")) return {0.0f, kNormWeightStd};
+  if (n.starts_with("rope_factors")) return {1.0f, 0.0f};
+  if (n.ends_with("ffn_gate_inp.weight")) return {0.0f, kRouterStd / std::sqrt(fan_in)};
+  return {0.0f, 1.0f / std::sqrt(fan_in)};
 }
 
 }  // namespace
+
+ModelConfig preset_config(const ModelPreset& p, int64_t n_vocab) {
+  ModelConfig c;
+  c.arch = p.arch;
+  c.name = std::string("random-") + p.name;
+  c.n_vocab = n_vocab;
+  c.n_embd = p.n_embd;
+  c.n_layer = p.n_layer;
+  c.n_head = p.n_head;
+  c.n_head_kv = p.n_head_kv;
+  c.head_dim = p.head_dim > 0 ? p.head_dim : p.n_embd / p.n_head;
+  c.n_rot = c.head_dim;
+  c.n_ff = p.n_ff;
+  c.n_ctx_train = p.n_ctx;
+  c.rms_eps = kRmsEps;
+  c.rope_freq_base = kRopeFreqBase;
+  TransformerParams& tp = c.transformer;
+  tp.n_expert = p.n_expert;
+  tp.n_expert_used = p.n_expert_used;
+  tp.n_ff_exp = p.n_ff_exp;
+  tp.n_ff_shexp = p.n_ff_shexp;
+  tp.sliding_window = p.sliding_window;
+  const std::string_view arch = p.arch;
+  if (arch == "qwen3" || arch == "qwen3moe") {
+    tp.qk_norm = true;
+    c.rope_freq_base = 1e6f;
+  } else if (arch == "qwen2moe") {
+    c.qkv_bias = true;
+  } else if (arch == "gemma2") {
+    c.tied_embeddings = true;
+    tp.attn_softcap = 50.0f;
+    tp.final_softcap = 30.0f;
+    tp.post_norms = true;
+  } else if (arch == "gemma3") {
+    c.tied_embeddings = true;
+    tp.qk_norm = true;
+    tp.post_norms = true;
+    c.rope_freq_base = 1e6f;
+    tp.rope_freq_base_swa = 10000.0f;
+    c.rope_scaling.type = RopeScalingType::Linear;
+    c.rope_scaling.factor = 8.0f;
+  } else if (arch == "phi3") {
+    tp.fused_qkv = true;
+    tp.fused_gate_up = true;
+  } else if (arch == "llama" && p.n_expert > 0) {
+    c.rope_freq_base = 1e6f;
+  }
+  return c;
+}
 
 const ModelPreset* find_preset(std::string_view name) {
   for (const auto& p : kPresets) {
@@ -129,22 +177,15 @@ MakeModelSummary make_random_model(const std::string& output_path, const MakeMod
   const int64_t n_vocab = static_cast<int64_t>(tokens->size());
   const ModelPreset& p = *preset;
 
+  const ModelConfig config = preset_config(p, n_vocab);
+  const arch::ArchInfo& family = arch::arch_of(config);
+  GA_CHECK(static_cast<bool>(family.write_gguf), Internal, "architecture ", config.arch, " has no GGUF writer");
   gguf::Writer writer;
-  writer.set("general.architecture", gguf::Value::string("llama"));
-  writer.set("general.name", gguf::Value::string(std::string("random-") + p.name));
+  writer.set("general.architecture", gguf::Value::string(config.arch));
+  writer.set("general.name", gguf::Value::string(config.name));
   writer.set("general.alignment", gguf::Value::u32(kAlignment));
   writer.set("general.file_type", gguf::Value::u32(ftype->id));
-  auto u32 = [](int64_t v) { return gguf::Value::u32(static_cast<uint32_t>(v)); };
-  writer.set("llama.context_length", u32(p.n_ctx));
-  writer.set("llama.embedding_length", u32(p.n_embd));
-  writer.set("llama.block_count", u32(p.n_layer));
-  writer.set("llama.feed_forward_length", u32(p.n_ff));
-  writer.set("llama.rope.dimension_count", u32(p.n_embd / p.n_head));
-  writer.set("llama.attention.head_count", u32(p.n_head));
-  writer.set("llama.attention.head_count_kv", u32(p.n_head_kv));
-  writer.set("llama.attention.layer_norm_rms_epsilon", gguf::Value::f32(kRmsEps));
-  writer.set("llama.rope.freq_base", gguf::Value::f32(kRopeFreqBase));
-  writer.set("llama.vocab_size", u32(n_vocab));
+  family.write_gguf(config, writer);
   writer.copy_metadata(vocab, "tokenizer.");
   writer.set("general.quantization_version", gguf::Value::u32(kQuantizationVersion));
 
@@ -152,21 +193,24 @@ MakeModelSummary make_random_model(const std::string& output_path, const MakeMod
   ctx.n_layer = p.n_layer;
   ctx.n_gqa = p.n_head / p.n_head_kv;
   ctx.n_attn_v = p.n_layer;
-  ctx.has_output = true;
+  ctx.has_output = !config.tied_embeddings;
 
   ThreadPool pool(options.n_threads);
   MakeModelSummary summary;
   summary.ftype = *ftype;
   summary.n_vocab = n_vocab;
-  const std::vector<TensorSpec> specs = llama_tensors(p, n_vocab);
+  std::vector<arch::TensorSpec> specs = family.tensor_specs(config);
+  std::erase_if(specs, [](const arch::TensorSpec& t) { return !t.required; });
   for (size_t index = 0; index < specs.size(); ++index) {
-    const TensorSpec& spec = specs[index];
+    const arch::TensorSpec& spec = specs[index];
     const bool matrix = should_quantize(spec.name, spec.ne.size());
     const DType type = matrix ? choose_tensor_type(*ftype, ctx, spec.name, spec.ne[0], false) : DType::F32;
     const int64_t cols = static_cast<int64_t>(spec.ne[0]);
-    const int64_t rows = spec.ne.size() > 1 ? static_cast<int64_t>(spec.ne[1]) : 1;
+    int64_t rows = 1;  // a 3-D expert stack is quantized and drawn as rows too
+    for (size_t d = 1; d < spec.ne.size(); ++d) rows *= static_cast<int64_t>(spec.ne[d]);
     const uint64_t seed = options.seed;
-    const float mean = spec.mean, std_dev = spec.std;
+    const Distribution dist = distribution(spec);
+    const float mean = dist.mean, std_dev = dist.std;
     writer.add_tensor_deferred(spec.name, type, spec.ne, [=, &pool](uint8_t* dst) {
       generate_rows(type, dst, rows, cols, &pool, [&](int64_t row, float* out) {
         RowRng rng(seed, index, static_cast<uint64_t>(row));

@@ -23,11 +23,22 @@ int current_sm_count() {
   return sms;
 }
 
-// The longest cache a call may see: the capacity when pos0 is read on the device, else the real length.
+// The most keys a decode column (one run) may read: the capacity when pos0 is read on the device, else the
+// real length; with a sliding window at most the window plus the run's tokens (the decode kernel reads
+// [pos0 - window_left, pos0 + n_q) only), so the split count and the workspace follow the window's range,
+// not the cache's.
 int64_t kv_len_bound(const AttentionParams& p, bool for_workspace) {
-  if (detail::attention_is_paged(p)) return p.max_kv_positions;  // the sequences' ends live on the device
-  if (p.pos0_device != nullptr || for_workspace) return std::max<int64_t>(p.max_kv_positions, p.pos0 + p.n_tokens);
-  return p.pos0 + p.n_tokens;
+  int64_t bound = p.pos0 + p.n_tokens;
+  if (detail::attention_is_paged(p)) {
+    bound = p.max_kv_positions;  // the sequences' ends live on the device
+  } else if (p.pos0_device != nullptr || for_workspace) {
+    bound = std::max<int64_t>(p.max_kv_positions, p.pos0 + p.n_tokens);
+  }
+  if (p.window_left >= 0) {
+    const int tokens = detail::attention_is_paged(p) ? detail::paged_decode_q(p) : p.n_tokens;
+    bound = std::min<int64_t>(bound, int64_t{p.window_left} + tokens);
+  }
+  return bound;
 }
 
 // Decode CTAs the device holds at once (of p's decode kernel): the split count is sized from this
@@ -84,7 +95,7 @@ const char* cluster_merge_unavailable(const AttentionParams& p, int n_splits) {
 
 // Whether the decode launch of p (n_splits splits) merges them in a cluster. kAuto: only when the grid
 // fits in one wave of resident CTAs. A cluster's CTAs must be resident together in one GPC, and with a
-// second wave that costs more than the merge saves (session 7's sweep, b16: 4 splits = 512 CTAs on 264
+// second wave that costs more than the merge saves (the merge sweep, b16: 4 splits = 512 CTAs on 264
 // slots, 98.3 us with clusters vs 81.7 us with the workspace merge; one wave, 2 splits: 74.3 vs 76.1 us).
 bool decode_cluster_merge(const AttentionParams& p, int n_splits) {
   if (n_splits < 2 || p.decode_merge == AttentionParams::DecodeMerge::kWorkspace) return false;
@@ -104,9 +115,11 @@ const char* attention_unsupported_reason(const AttentionParams& p) {
   if (!current_device_has_sm80()) {
     return "the CUDA attention kernels need compute capability 8.0 or newer (cp.async, mma.sync m16n8k16)";
   }
-  if (p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256) {
-    return "head_dim not supported by the CUDA attention (supported: 64, 128, 256)";
+  if (p.head_dim != 64 && p.head_dim != 96 && p.head_dim != 128 && p.head_dim != 256) {
+    return "head_dim not supported by the CUDA attention (supported: 64, 96, 128, 256)";
   }
+  if (p.window_left < -1) return "window_left must be -1 (no sliding window) or >= 0";
+  if (!std::isfinite(p.softcap) || p.softcap < 0.0f) return "softcap must be 0 (off) or finite and > 0";
   if (p.n_tokens < 1 || p.n_head < 1 || p.n_head_kv < 1) return "n_tokens, n_head and n_head_kv must be positive";
   if (p.n_head % p.n_head_kv != 0) return "n_head must be a multiple of n_head_kv (grouped-query attention)";
   if (p.n_head_kv > 65535) return "n_head_kv above 65535 (a grid dimension)";
@@ -155,7 +168,7 @@ size_t attention_workspace_bytes(const AttentionParams& p) {
   if (p.n_tokens < 1 || p.n_head_kv < 1 || p.n_head % p.n_head_kv != 0 || !detail::attention_uses_decode(p)) return 0;
   if (detail::attention_is_paged(p)) {
     if (p.n_seqs < 1 || p.max_seq_tokens < 1) return 0;
-    const size_t partials = detail::paged_partial_bound(p, p.max_kv_positions, resident_decode_ctas(p));
+    const size_t partials = detail::paged_partial_bound(p, kv_len_bound(p, true), resident_decode_ctas(p));
     return partials == 0 ? 0 : detail::paged_done_bytes(p) + partials + 16;  // 16: the partials' alignment
   }
   return detail::decode_workspace_bytes(p,
@@ -189,7 +202,11 @@ cudaError_t attention(const AttentionParams& p, cudaStream_t stream) {
   a.pos0 = p.pos0;
   a.pos0_device = p.pos0_device;
   a.max_kv = p.max_kv_positions;
-  a.q_scale = p.scale * detail::kLog2e;
+  // Soft-capping: q carries 2 log2(e) scale / c, and the kernels turn q.k into c log2(e) tanh(scale q.k / c)
+  // (attention_softcap.cuh); otherwise scale log2(e), scores in log2 units for the exp2 softmax.
+  a.softcap_log2 = p.softcap > 0.0f ? p.softcap * detail::kLog2e : 0.0f;
+  a.q_scale = p.softcap > 0.0f ? 2.0f * detail::kLog2e * p.scale / p.softcap : p.scale * detail::kLog2e;
+  a.window_left = p.window_left;
   a.n_splits = 1;
   a.ws_rows_total = int64_t{p.n_tokens} * p.n_head;
   const bool paged = detail::attention_is_paged(p);

@@ -14,6 +14,13 @@
 // Query token t sits at position pos0 + t and attends to cache positions [0, pos0 + t] (causal);
 // query head h reads KV head h / (n_head / n_head_kv). scores are scaled by `scale`
 // (1/sqrt(head_dim) for Llama), softmax in f32.
+// Sliding window (window_left >= 0; Mistral, Gemma 2/3, Phi-3): the token at position i attends to
+// [max(0, i - window_left), i] only (FlashAttention-2's window_size = (window_left, 0); Hugging Face's
+// sliding_window = W is window_left = W - 1). The kernels never read the keys below the window: the decode
+// kernel's split-KV range starts at the run's window (its split count and workspace follow the window's
+// length, not the cache's), and the prefill kernels skip the key tiles below it.
+// Soft-capping (softcap > 0; Gemma 2): s = scale q.k, then s = softcap tanh(s / softcap), then the mask and
+// the softmax. The same in the paged form, per run.
 // pos0 may live in device memory (pos0_device) so a captured CUDA graph replays for every step.
 //
 // The multi-sequence paged form (block_table != nullptr; the Scheduler's batched step) computes the
@@ -58,11 +65,13 @@ struct AttentionParams {
   int n_tokens = 0;
   int n_head = 0;
   int n_head_kv = 0;
-  int head_dim = 0;              // 64, 128, 256 (and others the implementation lists)
+  int head_dim = 0;              // 64, 96, 128, 256 (attention_unsupported_reason lists them)
   int64_t pos0 = 0;              // used when pos0_device is null
   const int32_t* pos0_device = nullptr;  // device scalar: overrides pos0 (graph replay)
   int64_t max_kv_positions = 0;  // capacity of the cache: bounds the split-KV workspace
   float scale = 1.0f;
+  int window_left = -1;   // -1: no sliding window; >= 0: keys at distance <= window_left before the query
+  float softcap = 0.0f;   // 0: off; > 0: logits soft-capped at +-softcap (Gemma 2)
   // attention_workspace_bytes(params) bytes of device memory, ZERO-FILLED before the first call: it
   // holds the split-KV partials and the counters of their fused merge, which every call leaves at
   // zero again (so a workspace zeroed once serves every later call and batch size of the model).

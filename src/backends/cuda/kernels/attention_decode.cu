@@ -30,20 +30,20 @@
 // (KvPipeline, attention_detail.cuh). Splits are sized from n_seqs * n_head_kv * row tiles, so with
 // many sequences (64 x 8 KV heads = 512 CTAs) the grid is already full and the splits shrink to 1-2.
 //
-// Cluster merge (paged, sm_90, 2..8 splits; session 7): the splits of one (run, KV head, row tile) are
+// Cluster merge (paged, sm_90, 2..8 splits): the splits of one (run, KV head, row tile) are
 // launched as one thread-block cluster. Each CTA leaves its partial (o, max, sum) in its own shared
 // memory, a cluster barrier publishes them, and every CTA of the cluster finishes a slice of the tile's
 // outputs reading its peers' partials through distributed shared memory (cluster_merge). That takes
 // the workspace round trip (partial stores, __threadfence, the counter's atomic, two dependent L2 reads
 // by the last CTA) off the tail of a one-wave call, where nothing overlaps it: at batch 16 (2 splits,
 // 256 CTAs, all starting and ending together) the tail is part of the ~15 us per call that does not
-// scale with the keys (docs/results/2026-11-22-h200-paged-attention.md, sessions 3 and 7).
+// scale with the keys (docs/results/2026-11-22-h200-paged-attention.md).
 //
-// Start of a paged CTA (session 7): the run's bounds, the block-table loads of its first three tiles
+// Start of a paged CTA: the run's bounds, the block-table loads of its first three tiles
 // and the copies of its first tiles that hold only keys below pos0 go out BEFORE the wait for the
 // previous kernel (attention.h states what callers guarantee for that), so a CTA that the PDL launch
 // made resident while the previous kernel drains has its first tiles in flight when it is released;
-// q (written by the previous kernel) is loaded after the wait. In session 7's timeline the release ->
+// q (written by the previous kernel) is loaded after the wait. In the per-CTA timeline the release ->
 // first tile latency was 4.6 us at b1 with everything after the wait.
 #include "backends/cuda/kernels/attention_impl.cuh"
 #include "backends/cuda/kernels/pdl.cuh"
@@ -73,7 +73,7 @@ __device__ __forceinline__ void merge_if_last(const AttnArgs& a, int64_t tok0, i
   __threadfence();
 
   // The (max, sum) pairs are read from L2 once, as float2, and parked in shared memory by the lane that then turns
-  // them into weights: one L2 round trip on the tail of the call instead of two (session 3, Turing engineer).
+  // them into weights: one L2 round trip on the tail of the call instead of two.
   float* const sm_w = reinterpret_cast<float*>(smem_bytes);  // [kMmaRows][kMaxSplits] split max, then weight
   float* const sm_ls = sm_w + kMmaRows * kMaxSplits;         // [kMmaRows][kMaxSplits] split sums
   float* const sm_l = sm_ls + kMmaRows * kMaxSplits;         // [kMmaRows] sum of the weighted sums
@@ -93,7 +93,8 @@ __device__ __forceinline__ void merge_if_last(const AttnArgs& a, int64_t tok0, i
       m = fmaxf(m, ml.x);
     }
 #pragma unroll
-    for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));  // finite: split 0 saw key 0
+    // finite: the split holding the row's own position saw a visible key
+    for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
     float l = 0.0f;
     for (int sp = lane; sp < a.n_splits; sp += 32) {  // the entries this lane wrote above
       const float w = exp2f(sm_w[row * kMaxSplits + sp] - m);
@@ -107,7 +108,7 @@ __device__ __forceinline__ void merge_if_last(const AttnArgs& a, int64_t tok0, i
   __syncthreads();
   // The accumulators: each thread takes kElems of the tile's valid (row, dim) elements at a time and
   // issues the loads of kSplitBatch splits for all of them before the first use (32 independent L2
-  // reads in flight). One element and 8 splits at a time, as before session 7, cost a dependent round
+  // reads in flight). One element and 8 splits at a time (the first version) cost a dependent round
   // trip per 8 splits per element: 6.8 us from the last tile to the last exit at b1 (16 splits, 4 rows).
   // The sums run over the splits in the same order as before (bit-identical results).
   constexpr int kElems = 4, kSplitBatch = 8;
@@ -186,7 +187,7 @@ __device__ __forceinline__ void cluster_merge(const AttnArgs& a, int64_t tok0, i
       }
     }
 #pragma unroll
-    for (int sp = 0; sp < kMaxClusterSplits; ++sp) m = fmaxf(m, ms[sp]);  // finite: split 0 saw key 0
+    for (int sp = 0; sp < kMaxClusterSplits; ++sp) m = fmaxf(m, ms[sp]);  // finite: some split saw the row's key
     float l = 0.0f, o = 0.0f;
 #pragma unroll
     for (int sp = 0; sp < kMaxClusterSplits; ++sp) {
@@ -228,7 +229,7 @@ __global__ void __launch_bounds__(kAttnThreads, HD <= 128 ? (kStages == 2 ? 3 : 
   trace.mark(0);
   if constexpr (!kPaged) {
     pdl_wait_prior_grid();  // launched after the previous kernel (pdl.cuh): its outputs are ready from here
-    pdl_allow_dependents();  // after the wait: triggering first measured slower (session 3, run 2)
+    pdl_allow_dependents();  // after the wait: triggering first measured slower
     trace.mark(1);
   }
   extern __shared__ __align__(16) unsigned char attn_smem[];
@@ -271,9 +272,12 @@ __global__ void __launch_bounds__(kAttnThreads, HD <= 128 ? (kStages == 2 ? 3 : 
   const int rows = run.n_q * a.group;
   const int64_t rows_total = a.ws_rows_total;  // workspace rows per split: (ws_tok0 + t) * n_head + head
 
-  int64_t chunk = (kv_len + a.n_splits - 1) / a.n_splits;
+  // The keys any token of the run sees: [kv_first, kv_len) (a sliding window starts at its first token's
+  // window; the keys below it are never read), cut into n_splits chunks.
+  const int64_t kv_first = a.window_left >= 0 ? max(pos0 - a.window_left, int64_t{0}) : 0;
+  int64_t chunk = (kv_len - kv_first + a.n_splits - 1) / a.n_splits;
   chunk = (chunk + kSplitKeyGranule - 1) / kSplitKeyGranule * kSplitKeyGranule;
-  const int64_t begin = int64_t{split} * chunk;
+  const int64_t begin = kv_first + int64_t{split} * chunk;
   const int64_t end = min(begin + chunk, kv_len);
 
   const int tile_row0 = row_tile * kMmaRows;
@@ -325,7 +329,8 @@ __global__ void __launch_bounds__(kAttnThreads, HD <= 128 ? (kStages == 2 ? 3 : 
     return;
   }
 
-  int64_t lim[2];
+  StepMask mask;
+  mask.softcap_log2 = a.softcap_log2;
   const float* q_row[2];
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
@@ -333,10 +338,14 @@ __global__ void __launch_bounds__(kAttnThreads, HD <= 128 ? (kStages == 2 ? 3 : 
     const bool valid = r < rows;
     const int t = r / a.group;
     const int head = kv_head * a.group + r % a.group;
-    lim[i] = valid ? min(pos0 + t, end - 1) : -1;
+    mask.lim[i] = valid ? min(pos0 + t, end - 1) : -1;
+    mask.lo[i] = a.window_left >= 0 ? static_cast<int>(pos0 + t - a.window_left) : 0;
     q_row[i] = valid ? a.q + (run.tok0 + t) * a.q_stride + int64_t{head} * HD : nullptr;
   }
   const int64_t min_lim = min(pos0 + tile_row0 / a.group, end - 1);  // the smallest limit of a valid row
+  // the largest lower bound of a valid row (its last one's): keys below it are masked for some row
+  const int64_t max_lo =
+      a.window_left >= 0 ? pos0 + min(tile_row0 + kMmaRows - 1, rows - 1) / a.group - a.window_left : 0;
 
   // The first tile's copies go out before the q loads, whose latency they then hide (paged: above).
   uint32_t qf[HD / 16][4];
@@ -356,8 +365,9 @@ __global__ void __launch_bounds__(kAttnThreads, HD <= 128 ? (kStages == 2 ? 3 : 
     const int64_t key0 = pipe.tile_start(i) + warp * kKeysPerWarp;
     if (key0 < end) {  // a slice wholly past the chunk would be fully masked: skip it
       const int slice = warp * kKeysPerWarp * smem_row_halves<HD>();
-      warp_flash_step<HD, kKeysPerWarp>(st, qf, pipe.k_stage(i) + slice, pipe.v_stage(i) + slice, key0, lim,
-                                        key0 + kKeysPerWarp - 1 > min_lim);
+      mask.upper = key0 + kKeysPerWarp - 1 > min_lim;
+      mask.lower = key0 < max_lo;
+      warp_flash_step<HD, kKeysPerWarp>(st, qf, pipe.k_stage(i) + slice, pipe.v_stage(i) + slice, key0, mask);
     }
     pipe.map_ahead(i, n_tiles);
     __syncthreads();
@@ -402,7 +412,7 @@ __global__ void __launch_bounds__(kAttnThreads, HD <= 128 ? (kStages == 2 ? 3 : 
     const int64_t t = run.tok0 + r / a.group;
     const int head = kv_head * a.group + r % a.group;
     if (a.n_splits == 1) {
-      a.out[t * a.out_stride + int64_t{head} * HD + d] = o / l;  // one split saw key 0: l > 0
+      a.out[t * a.out_stride + int64_t{head} * HD + d] = o / l;  // one split saw every key, its own too: l > 0
     } else if (cluster) {
       sm_part_o[idx] = o;
       if (d == 0) {
@@ -537,12 +547,15 @@ bool decode_cluster_merge_supported(int stages) {
 }
 
 template bool decode_cluster_merge_supported<64>(int);
+template bool decode_cluster_merge_supported<96>(int);
 template bool decode_cluster_merge_supported<128>(int);
 template bool decode_cluster_merge_supported<256>(int);
 template int decode_ctas_per_sm<64>(int);
+template int decode_ctas_per_sm<96>(int);
 template int decode_ctas_per_sm<128>(int);
 template int decode_ctas_per_sm<256>(int);
 template cudaError_t launch_attention_decode<64>(const AttnArgs&, int, cudaStream_t);
+template cudaError_t launch_attention_decode<96>(const AttnArgs&, int, cudaStream_t);
 template cudaError_t launch_attention_decode<128>(const AttnArgs&, int, cudaStream_t);
 template cudaError_t launch_attention_decode<256>(const AttnArgs&, int, cudaStream_t);
 

@@ -15,12 +15,20 @@
 // probabilities are rounded to f16 for the P V product (the FlashAttention-2 recipe). Masked scores
 // are replaced (never added) by -inf, and K/V rows past the valid range are zero-filled, so a NaN or
 // garbage beyond the cache's valid length can never reach the output.
+//
+// Sliding windows (AttentionParams::window_left) and soft-capping: the kernels skip the key tiles below
+// every row's window (their ranges start at the window), so the step only masks the tiles that straddle a
+// row's lower bound; with soft-capping q is pre-scaled by 2 log2(e) scale / c instead of scale log2(e), and
+// the step turns each score into c log2(e) tanh(scale q.k / c) (attention_softcap.cuh) before the mask.
+// Both are uniform branches around the masking and the softmax, so the off path runs the same loop.
 #pragma once
 
 #include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+
+#include "backends/cuda/kernels/attention_softcap.cuh"
 
 namespace ga::cuda::detail {
 
@@ -55,7 +63,9 @@ struct AttnArgs {
   int64_t pos0;
   const int32_t* pos0_device;
   int64_t max_kv;       // cache capacity (>= n_tokens): a device pos0 is clamped so reads stay inside
-  float q_scale;        // scale * log2(e)
+  float q_scale;        // scale * log2(e); with soft-capping 2 * log2(e) * scale / softcap (attention_softcap.cuh)
+  float softcap_log2;   // softcap * log2(e), or 0: no soft-capping
+  int window_left;      // -1, or the sliding window: query position i sees positions >= i - window_left
   int n_splits;         // decode only: CTAs along the KV range per (KV head, row tile)
   float* ws_o;          // decode, n_splits > 1: [n_splits][n_tokens * n_head][head_dim]
   float* ws_ml;         // decode, n_splits > 1: [n_splits][n_tokens * n_head][2] (max in log2 units, sum)
@@ -367,7 +377,7 @@ struct KvPipeline {
   // (cp.async groups are counted in issue order). start() is both at once (stable_end 0: nothing early).
   // The start of a CTA is a chain of dependent round trips (run bounds -> table -> first tiles) that no
   // other work hides when every CTA of a one-wave grid starts at once: 4.6 us from the wait to the
-  // first tile at b1 in session 7's timeline.
+  // first tile at b1 in the per-CTA timeline (bench_attention's decode_trace).
   __device__ __forceinline__ int start_stable(int n_tiles, int64_t stable_end) {
     int issued = 0;
     if constexpr (kPaged) {
@@ -497,13 +507,23 @@ __device__ __forceinline__ void start_kv_and_q(KvPipeline<HD, kPaged, kStages>& 
   st.init();
 }
 
+// Which keys a step may mask: a key at position j is visible to row g (g + 8) when lo[0] <= j <= lim[0]
+// (lo[1], lim[1]). upper / lower: whether the step's keys reach past some row's lim / below some row's lo
+// (uniform per warp; each false skips its masking loop). softcap_log2: AttnArgs::softcap_log2.
+struct StepMask {
+  int64_t lim[2];
+  int lo[2];  // (positions are below 2^31: max_kv_positions is; 32 bits keep the decode's registers)
+  bool upper, lower;
+  float softcap_log2;
+};
+
 // One flash step: the warp's 16 rows against NK keys in shared memory (sk, sv point at the first
-// key; rows of smem_row_halves<HD>). key0 is the position of the first key; a key at position j is
-// visible to row g (g + 8) when j <= lim[0] (lim[1]); masking is skipped when need_mask is false.
+// key; rows of smem_row_halves<HD>). key0 is the position of the first key; mask says which keys each
+// row sees and which masking loops run.
 template <int HD, int NK>
 __device__ __forceinline__ void warp_flash_step(WarpRows<HD>& st, const uint32_t (&qf)[HD / 16][4],
                                                 const __half* sk, const __half* sv, int64_t key0,
-                                                const int64_t (&lim)[2], bool need_mask) {
+                                                const StepMask& mask) {
   static_assert(NK % 16 == 0, "keys come in mma k-steps of 16");
   constexpr int kRow = smem_row_halves<HD>();
   const int lane = threadIdx.x % 32;
@@ -527,13 +547,30 @@ __device__ __forceinline__ void warp_flash_step(WarpRows<HD>& st, const uint32_t
     }
   }
 
-  if (need_mask) {
+  if (mask.softcap_log2 != 0.0f) {  // s = c log2(e) tanh(scale q.k / c): q carries 2 log2(e) scale / c
+#pragma unroll
+    for (int j = 0; j < NK / 8; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[j][e] = mask.softcap_log2 * softcap_tanh(s[j][e]);
+    }
+  }
+  if (mask.upper) {
 #pragma unroll
     for (int j = 0; j < NK / 8; ++j) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int64_t pos = key0 + j * 8 + 2 * c + (e & 1);
-        if (pos > lim[e / 2]) s[j][e] = -INFINITY;
+        if (pos > mask.lim[e / 2]) s[j][e] = -INFINITY;
+      }
+    }
+  }
+  if (mask.lower) {
+#pragma unroll
+    for (int j = 0; j < NK / 8; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int64_t pos = key0 + j * 8 + 2 * c + (e & 1);
+        if (pos < mask.lo[e / 2]) s[j][e] = -INFINITY;
       }
     }
   }

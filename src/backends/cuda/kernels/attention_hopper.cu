@@ -1,4 +1,4 @@
-// The engine's prefill attention on the Hopper flash kernel (issue 4 item 5): AttentionParams (f32 q and out,
+// The engine's prefill attention on the Hopper flash kernel: AttentionParams (f32 q and out,
 // f16 KV cache, contiguous or paged, several runs per call) mapped onto the flash kernel's varlen API
 // (kernels/flash/flash_attention.h) instead of the mma.sync prefill (attention_prefill.cu).
 //
@@ -16,6 +16,8 @@
 //   - paged KV: the block table as is (page_size = block_size; the kernel assembles each key tile from
 //     pages by TMA). Contiguous: one sequence over the cache as packed keys (cu_seqlens_k = {0, ..}), with
 //     pos0 read on the device when pos0_device is set, like the mma.sync kernel.
+//   - window_left and softcap map onto FlashParams' window_left (window_right is the causal diagonal) and softcap,
+//     with the same semantics; head dim 96 runs on the flash kernel's 128 tiles (flash_forward.cu).
 // The same clamps as the mma.sync path (attention.h) keep bad device values from faulting.
 #include <cuda_fp16.h>
 
@@ -127,6 +129,8 @@ FlashParams flash_params_of(const AttentionParams& p, const Staging& st) {
   f.n_head = p.n_head;
   f.n_head_kv = p.n_head_kv;
   f.causal = true;
+  f.window_left = p.window_left;  // causal: the right side is the diagonal
+  f.softcap = p.softcap;
   f.softmax_scale = p.scale;
   f.cu_seqlens_q = st.cu_q;
   f.seqused_q = st.used_q;

@@ -27,7 +27,7 @@ inline constexpr int kMaxClusterSplits = 8;       // the cluster merge's largest
 
 // cp.async stages of the paged decode kernel at head_dim 128 when AttentionParams::decode_stages is
 // 0: 3 (2 CTAs per SM, two tiles in flight per CTA) beat 2 (3 CTAs per SM, one tile in flight) at
-// every batch of the H200 sweep (docs/results/2026-11-22-h200-paged-attention.md, "Session 2"):
+// every batch of the H200 sweep (docs/results/2026-11-22-h200-paged-attention.md, the stage-count table):
 // b16 83.8 -> 80.6 us, b32 151.9 -> 143.7 us, b64 303.5 -> 276.0 us, b1 15.7 -> 15.2 us. Every other
 // (head_dim, form) uses 2 stages (not measured with 3). The 3-stage kernel is compiled only when it
 // is the default or the build asks for the benchmark variants (GA_ATTN_DECODE_VARIANTS).
@@ -83,7 +83,7 @@ inline int decode_row_tiles(const AttentionParams& p) {
 // 76%) and splits under 256 keys cost more than they bring (b1: 16 splits 16.3 us, 32 splits 18.9 us);
 // with a full wave of columns already (64 runs x 8 KV heads = 512 CTAs) the count of 1..4 that
 // wastes least of the last wave wins (b64: 1 split 76%, 2-4 splits 87%). The 3-stage paged kernel
-// (2 CTAs per SM) fills its resident slots instead: the same two CTAs per SM; its sweep (session 2)
+// (2 CTAs per SM) fills its resident slots instead: the same two CTAs per SM; its sweep
 // has the policy's count as the best forced count at b1 (16), b16 (2), b32 (1) and b64 (1).
 inline int decode_splits_for(int64_t ctas_per_split, int64_t kv_len_bound, int resident_ctas, int forced, bool paged,
                              int stages) {
@@ -168,6 +168,7 @@ template <class F>
 cudaError_t visit_head_dim(int head_dim, F&& f) {
   switch (head_dim) {
     case 64: return f(std::integral_constant<int, 64>{});
+    case 96: return f(std::integral_constant<int, 96>{});  // Phi-3
     case 128: return f(std::integral_constant<int, 128>{});
     case 256: return f(std::integral_constant<int, 256>{});
     default: return cudaErrorNotSupported;
@@ -183,7 +184,7 @@ cudaError_t set_attention_smem(Kernel* kernel, size_t bytes) {
   return cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
 }
 
-// Defined and instantiated (HD 64, 128, 256) in attention_decode.cu / attention_prefill.cu.
+// Defined and instantiated (HD 64, 96, 128, 256) in attention_decode.cu / attention_prefill.cu.
 template <int HD>
 cudaError_t launch_attention_decode(const AttnArgs& a, int row_tiles, cudaStream_t stream);
 template <int HD>
@@ -202,6 +203,7 @@ bool decode_cluster_merge_supported(int stages);
   extern template int decode_ctas_per_sm<HD>(int);                                            \
   extern template bool decode_cluster_merge_supported<HD>(int);
 GA_ATTN_EXTERN(64)
+GA_ATTN_EXTERN(96)
 GA_ATTN_EXTERN(128)
 GA_ATTN_EXTERN(256)
 #undef GA_ATTN_EXTERN

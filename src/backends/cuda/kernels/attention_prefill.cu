@@ -9,6 +9,9 @@
 // tiles that reach past the warp's first visible limit; warps whose rows end earlier skip the tail.
 // Row tiles are issued last-first because causal work grows with the row index (the longest CTAs
 // start first and the short ones fill the tail).
+// A sliding window (window_left) moves the start of the CTA's keys to the window of its first row, so
+// the tiles below it are never copied; a warp skips the tiles wholly below its own rows' windows and
+// masks those that straddle one (attention_detail.cuh, StepMask).
 //
 // Paged form (kPaged, attention.h): grid x walks a list of (run, row tile) pairs: run s owns the
 // entries [T(s), T(s + 1)) with T(s) = floor(seq_q_start[s] * G / 64) + s, which is at least its
@@ -70,15 +73,22 @@ __global__ void __launch_bounds__(kAttnThreads) attention_prefill_kernel(const A
 
   const int cta_row0 = row_tile * kPrefillRows;
   const int cta_last_row = min(cta_row0 + kPrefillRows - 1, rows - 1);
-  const int64_t cta_kv_end = pos0 + cta_last_row / a.group + 1;  // keys [0, cta_kv_end) are needed
-  const int n_tiles = static_cast<int>((cta_kv_end + kAttnTileKeys - 1) / kAttnTileKeys);
+  const int64_t cta_kv_end = pos0 + cta_last_row / a.group + 1;  // keys [cta_kv_first, cta_kv_end) are needed
+  const bool window = a.window_left >= 0;
+  const int64_t cta_kv_first = window ? max(pos0 + cta_row0 / a.group - a.window_left, int64_t{0}) : 0;
+  const int n_tiles = static_cast<int>((cta_kv_end - cta_kv_first + kAttnTileKeys - 1) / kAttnTileKeys);
 
   // This warp's rows: g and g + 8 of [warp_row0, warp_row0 + 16).
   const int warp_row0 = cta_row0 + warp * kMmaRows;
   const bool warp_active = warp_row0 < rows;
+  const int warp_last_t = min(warp_row0 + kMmaRows - 1, rows - 1) / a.group;
   const int64_t warp_min_lim = pos0 + warp_row0 / a.group;
-  const int64_t warp_kv_end = pos0 + min(warp_row0 + kMmaRows - 1, rows - 1) / a.group + 1;
-  int64_t lim[2];
+  const int64_t warp_kv_end = pos0 + warp_last_t + 1;
+  // the window of the warp's first row starts lowest, that of its last row highest
+  const int64_t warp_min_lo = window ? pos0 + warp_row0 / a.group - a.window_left : 0;
+  const int64_t warp_max_lo = window ? pos0 + warp_last_t - a.window_left : 0;
+  StepMask mask;
+  mask.softcap_log2 = a.softcap_log2;
   const float* q_row[2];
   float* out_row[2];
 #pragma unroll
@@ -87,7 +97,8 @@ __global__ void __launch_bounds__(kAttnThreads) attention_prefill_kernel(const A
     const bool valid = r < rows;
     const int64_t t = run.tok0 + r / a.group;
     const int head = kv_head * a.group + r % a.group;
-    lim[i] = valid ? pos0 + r / a.group : -1;
+    mask.lim[i] = valid ? pos0 + r / a.group : -1;
+    mask.lo[i] = window ? static_cast<int>(pos0 + r / a.group - a.window_left) : 0;
     q_row[i] = valid ? a.q + t * a.q_stride + int64_t{head} * HD : nullptr;
     out_row[i] = valid ? a.out + t * a.out_stride + int64_t{head} * HD : nullptr;
   }
@@ -95,14 +106,16 @@ __global__ void __launch_bounds__(kAttnThreads) attention_prefill_kernel(const A
   // The first tile's copies go out before the q loads, whose latency they then hide.
   uint32_t qf[HD / 16][4];
   WarpRows<HD> st;
-  start_kv_and_q(pipe, smem, a, kv_head, 0, cta_kv_end, n_tiles, q_row, qf, st);
+  start_kv_and_q(pipe, smem, a, kv_head, cta_kv_first, cta_kv_end, n_tiles, q_row, qf, st);
   for (int i = 0; i < n_tiles; ++i) {
     pipe.issue_next(i, n_tiles);
     __syncthreads();
     const int64_t tile_start = pipe.tile_start(i);
-    if (warp_active && tile_start < warp_kv_end) {
-      const bool need_mask = tile_start + kAttnTileKeys - 1 > warp_min_lim;
-      warp_flash_step<HD, kAttnTileKeys>(st, qf, pipe.k_stage(i), pipe.v_stage(i), tile_start, lim, need_mask);
+    // tiles past the warp's last row's key, or wholly below its first row's window, are skipped
+    if (warp_active && tile_start < warp_kv_end && tile_start + kAttnTileKeys > warp_min_lo) {
+      mask.upper = tile_start + kAttnTileKeys - 1 > warp_min_lim;
+      mask.lower = tile_start < warp_max_lo;
+      warp_flash_step<HD, kAttnTileKeys>(st, qf, pipe.k_stage(i), pipe.v_stage(i), tile_start, mask);
     }
     pipe.map_ahead(i, n_tiles);
     __syncthreads();  // the stage is overwritten by the copy issued next iteration
@@ -112,7 +125,7 @@ __global__ void __launch_bounds__(kAttnThreads) attention_prefill_kernel(const A
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     if (out_row[i] == nullptr) continue;
-    const float inv = 1.0f / st.l[i];  // key 0 is visible to every row: l > 0
+    const float inv = 1.0f / st.l[i];  // a row's own position is visible to it: l > 0
 #pragma unroll
     for (int j = 0; j < HD / 8; ++j) {
       *reinterpret_cast<float2*>(out_row[i] + j * 8 + 2 * c) =
@@ -136,6 +149,7 @@ cudaError_t launch_attention_prefill(const AttnArgs& a, cudaStream_t stream) {
 }
 
 template cudaError_t launch_attention_prefill<64>(const AttnArgs&, cudaStream_t);
+template cudaError_t launch_attention_prefill<96>(const AttnArgs&, cudaStream_t);
 template cudaError_t launch_attention_prefill<128>(const AttnArgs&, cudaStream_t);
 template cudaError_t launch_attention_prefill<256>(const AttnArgs&, cudaStream_t);
 

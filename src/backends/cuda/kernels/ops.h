@@ -84,7 +84,12 @@ struct RopeParams {
 const char* rope_unsupported_reason(const RopeParams& p);
 cudaError_t rope(const RopeParams& p, cudaStream_t stream);
 
-// out[r][i] = silu(gate[r][i]) * up[r][i], silu(g) = g / (1 + exp(-g)). out may alias gate or up.
+enum class GluActivation {
+  kSilu,      // silu(g) = g / (1 + exp(-g)): SwiGLU
+  kGeluTanh,  // 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))): GeGLU (Gemma's gelu_pytorch_tanh)
+};
+
+// out[r][i] = act(gate[r][i]) * up[r][i] (act: SiLU, or GELU-tanh). out may alias gate or up.
 struct SwigluParams {
   const float* gate = nullptr;  // [n_rows][n], ld_gate
   const float* up = nullptr;    // [n_rows][n], ld_up
@@ -94,6 +99,7 @@ struct SwigluParams {
   int64_t ld_gate = 0;
   int64_t ld_up = 0;
   int64_t ld_out = 0;
+  GluActivation act = GluActivation::kSilu;
   // Optional: out also rounded to the int8 GEMV's activations (gemv.h: gemv_x_int8_bytes(n, n_rows) bytes,
   // the GemvParams::x_int8 of the projection that reads out), in the same kernel: the down projection of a
   // Q8_0 model then skips its per-CTA quantization. Needs n a multiple of 32, gate/up/out 16-byte aligned

@@ -1,4 +1,5 @@
-// SwiGLU: out = silu(gate) * up, element-wise over rows with their own strides.
+// SwiGLU / GeGLU: out = act(gate) * up, element-wise over rows with their own strides; the activation is
+// a template parameter (one kernel each: SiLU for the Llama family, GELU-tanh for Gemma).
 //
 // A grid-stride loop over the flattened [n_rows][n] index; the op is a pure stream (12 bytes per
 // element), so coalesced scalar loads already run at bandwidth. expf (not __expf) keeps the result
@@ -21,7 +22,19 @@ namespace {
 
 constexpr int kSwigluThreads = 256;
 constexpr int64_t kSwigluMaxBlocks = 65535;
+constexpr float kSqrt2OverPi = 0.7978845608028654f;
+constexpr float kGeluCubic = 0.044715f;
 
+template <GluActivation A>
+__device__ __forceinline__ float activate(float g) {
+  if constexpr (A == GluActivation::kSilu) {
+    return g / (1.0f + expf(-g));
+  } else {
+    return 0.5f * g * (1.0f + tanhf(kSqrt2OverPi * (g + kGeluCubic * g * g * g)));
+  }
+}
+
+template <GluActivation A>
 __global__ void __launch_bounds__(kSwigluThreads) swiglu_kernel(const SwigluParams p) {
   pdl_wait_prior_grid();  // launched after the previous kernel (pdl.cuh): its outputs are ready from here
   pdl_allow_dependents();  // after the wait: triggering first measured slower (H200, 2026-11-22)
@@ -32,12 +45,13 @@ __global__ void __launch_bounds__(kSwigluThreads) swiglu_kernel(const SwigluPara
     const int64_t i = idx - r * p.n;
     const float g = p.gate[r * p.ld_gate + i];
     const float u = p.up[r * p.ld_up + i];
-    p.out[r * p.ld_out + i] = g / (1.0f + expf(-g)) * u;
+    p.out[r * p.ld_out + i] = activate<A>(g) * u;
   }
 }
 
 constexpr int kSwigluInt8Threads = 64;  // one thread per 32 outputs: small CTAs spread 344 threads per 7B row
 
+template <GluActivation A>
 __global__ void __launch_bounds__(kSwigluInt8Threads) swiglu_int8_kernel(const SwigluParams p) {
   pdl_wait_prior_grid();
   pdl_allow_dependents();
@@ -51,10 +65,10 @@ __global__ void __launch_bounds__(kSwigluInt8Threads) swiglu_int8_kernel(const S
     for (int k = 0; k < 8; ++k) {  // coherent loads: PDL (pdl.cuh)
       const float4 g = load_activations_4(gate + 4 * k);
       const float4 u = load_activations_4(up + 4 * k);
-      v[4 * k] = g.x / (1.0f + expf(-g.x)) * u.x;
-      v[4 * k + 1] = g.y / (1.0f + expf(-g.y)) * u.y;
-      v[4 * k + 2] = g.z / (1.0f + expf(-g.z)) * u.z;
-      v[4 * k + 3] = g.w / (1.0f + expf(-g.w)) * u.w;
+      v[4 * k] = activate<A>(g.x) * u.x;
+      v[4 * k + 1] = activate<A>(g.y) * u.y;
+      v[4 * k + 2] = activate<A>(g.z) * u.z;
+      v[4 * k + 3] = activate<A>(g.w) * u.w;
     }
     float4* out = reinterpret_cast<float4*>(p.out + r * p.ld_out + i0);  // may alias gate: this thread's block
 #pragma unroll
@@ -87,15 +101,18 @@ cudaError_t swiglu(const SwigluParams& p, cudaStream_t stream) {
   if (swiglu_unsupported_reason(p) != nullptr) return cudaErrorInvalidValue;
   const int64_t total = p.n_rows * p.n;
   if (total == 0) return cudaSuccess;
+  const bool gelu = p.act == GluActivation::kGeluTanh;
   if (p.out_int8 != nullptr) {
-    return detail::launch_after_prior(detail::swiglu_int8_kernel,
-                                      dim3(detail::x_block_ctas(total / 32, detail::kSwigluInt8Threads)),
-                                      dim3(detail::kSwigluInt8Threads), 0, stream, p);
+    return detail::launch_after_prior(
+        gelu ? detail::swiglu_int8_kernel<GluActivation::kGeluTanh> : detail::swiglu_int8_kernel<GluActivation::kSilu>,
+        dim3(detail::x_block_ctas(total / 32, detail::kSwigluInt8Threads)), dim3(detail::kSwigluInt8Threads), 0,
+        stream, p);
   }
   int64_t blocks = (total + detail::kSwigluThreads - 1) / detail::kSwigluThreads;
   if (blocks > detail::kSwigluMaxBlocks) blocks = detail::kSwigluMaxBlocks;
-  return detail::launch_after_prior(detail::swiglu_kernel, dim3(static_cast<unsigned>(blocks)),
-                                    dim3(detail::kSwigluThreads), 0, stream, p);
+  return detail::launch_after_prior(
+      gelu ? detail::swiglu_kernel<GluActivation::kGeluTanh> : detail::swiglu_kernel<GluActivation::kSilu>,
+      dim3(static_cast<unsigned>(blocks)), dim3(detail::kSwigluThreads), 0, stream, p);
 }
 
 }  // namespace ga::cuda

@@ -1,7 +1,7 @@
 // Small kernels the CUDA Llama forward needs beyond kernels/ (gemv, ops, attention): the fused
 // bias + RoPE + f16 KV-cache store, activation conversion for the cuBLAS prefill, the
-// dequantization of a weight matrix into an f16 scratch (the prefill's first version for quantized weights) and a simple
-// attention for head sizes the tuned kernel does not take.
+// dequantization of a weight matrix into an f16 scratch (the prefill's first version for quantized weights). (The simple
+// attention for head sizes the tuned kernel does not take is kernels/attention_simple.h.)
 //
 // Same conventions as kernels/ops.h: device pointers, sizes in elements, the stream last, the launch
 // status back. Positions are read from device memory so a captured decode graph replays unchanged.
@@ -21,9 +21,11 @@ namespace ga::cuda::llama {
 //   q[t] = rope(q[t] + bq)                          in place, f32
 //   k_cache[row] = half(rope(k[t] + bk))            k itself is left unchanged
 //   v_cache[row] = half(v[t] + bv)
-// Biases are all null or all set. rope as kernels/ops.h (Normal or NeoX pairs over the first n_rot
-// dims, angle pos * freq_scale * base^(-2i/n_rot) / freq_factors[i]). q, k, v may be slices of one
-// [n_tokens][q|k|v] buffer (the fused QKV projection): then ld_q == ld_kv is that buffer's stride.
+// Biases are all null or all set. rope: Normal or NeoX pairs over the first n_rot dims, pair i turned by
+// positions[t] * inv_freq[i] (a table of the architecture's RoPE, step::RopeTable, in device memory, double:
+// every scaling scheme is a different table) and the rotated values multiplied by mscale (YaRN's / LongRoPE's
+// attention factor; 1 otherwise). q, k, v may be slices of one [n_tokens][q|k|v] buffer (the fused QKV
+// projection): then ld_q == ld_kv is that buffer's stride.
 struct QkvRopeStoreParams {
   float* q = nullptr;              // [n_tokens][n_head][head_dim], ld_q floats between tokens
   const float* k = nullptr;        // [n_tokens][n_head_kv][head_dim], ld_kv floats between tokens
@@ -42,9 +44,8 @@ struct QkvRopeStoreParams {
   int64_t n_tokens = 0;
   int n_head = 0, n_head_kv = 0, head_dim = 0, n_rot = 0;
   bool neox = false;
-  float freq_base = 10000.0f;
-  float freq_scale = 1.0f;
-  const float* freq_factors = nullptr;  // [n_rot / 2] or null
+  const double* inv_freq = nullptr;  // [n_rot / 2], device memory
+  float mscale = 1.0f;
 };
 const char* qkv_rope_store_unsupported_reason(const QkvRopeStoreParams& p);
 cudaError_t qkv_rope_store(const QkvRopeStoreParams& p, cudaStream_t stream);
@@ -58,36 +59,6 @@ cudaError_t convert_rows(const float* src, int64_t ld_src, void* dst, int64_t ld
 bool dequantize_f16_supports(DType type);
 cudaError_t dequantize_to_f16(DType type, const void* w, int64_t rows, int64_t cols, __half* dst, cudaStream_t stream,
                               WeightLayout layout = WeightLayout::kGguf);
-
-// Causal GQA attention, any head_dim <= 256 (one block per (token, head), scores in shared memory).
-// Layouts as kernels/attention.h. Two forms, as there:
-//   * one sequence (block_table == null): query t sits at position *pos0 + t of a contiguous cache;
-//   * many sequences over a paged pool (block_table set): the n_tokens queries are n_seqs runs,
-//     run s = tokens [seq_q_start[s], seq_q_start[s + 1]) at positions seq_pos0[s] + i, position j
-//     of run s in cache row block_table[s * block_table_stride + j / block_size] * block_size +
-//     j % block_size.
-// Used when the tuned kernel reports the shape unsupported (tiny test models: head_dim 8, 32).
-struct SimpleAttentionParams {
-  const float* q = nullptr;        // [n_tokens][n_head][head_dim], q_stride floats between tokens
-  int64_t q_stride = 0;
-  const __half* k = nullptr;       // [n_rows][n_head_kv][head_dim]
-  const __half* v = nullptr;
-  float* out = nullptr;            // [n_tokens][n_head][head_dim], out_stride floats between tokens
-  int64_t out_stride = 0;
-  int n_tokens = 0, n_head = 0, n_head_kv = 0, head_dim = 0;
-  const int32_t* pos0 = nullptr;   // device scalar (one-sequence form)
-  int64_t max_positions = 0;       // bound on any query's position + 1 (sizes the shared memory)
-  float scale = 1.0f;
-  // paged form (device arrays)
-  int n_seqs = 0;
-  const int32_t* seq_q_start = nullptr;  // [n_seqs + 1]
-  const int32_t* seq_pos0 = nullptr;     // [n_seqs]
-  const int32_t* block_table = nullptr;  // [n_seqs][block_table_stride]
-  int block_table_stride = 0;
-  int block_size = 0;
-};
-const char* simple_attention_unsupported_reason(const SimpleAttentionParams& p);
-cudaError_t simple_attention(const SimpleAttentionParams& p, cudaStream_t stream);
 
 // dst[i][c] = src[rows[i]][c] for i < n_rows, c < n (rows: device [n_rows]): the rows of a batch
 // whose logits are wanted, gathered for one classifier matmul.

@@ -7,8 +7,8 @@
 // Grid (token, slot blocks): one thread per (head, pair) slot of the q, k and v heads together, so
 // every load of a step is in flight at once (a first version walked a token's 6144 slots of a 7B
 // layer with one block: 24 dependent round trips, 17 us). Each thread computes its own angle in
-// double, as kernels/rope.cu (theta = pos * inv_freq reaches thousands of radians at long contexts);
-// a few hundred flops, hidden behind the loads. Roped k never goes back to f32: the attention reads
+// double from the RoPE table (theta = pos * inv_freq reaches thousands of radians at long contexts);
+// a few dozen flops, hidden behind the loads. Roped k never goes back to f32: the attention reads
 // k only from the cache. With `slots` (a paged KV pool) the cache row of a token is its slot, not its
 // position; a negative slot skips the K/V stores of that token (the q rotation still happens).
 #include <cmath>
@@ -47,13 +47,10 @@ __global__ void __launch_bounds__(kThreads) qkv_rope_store_kernel(const QkvRopeS
   const bool rotated = pair < rot_pairs && head < p.n_head + p.n_head_kv;
   float cos_v = 1.0f, sin_v = 0.0f;
   if (rotated) {
-    double inv_freq = pow(static_cast<double>(p.freq_base), -2.0 * pair / static_cast<double>(p.n_rot));
-    inv_freq *= static_cast<double>(p.freq_scale);
-    if (p.freq_factors != nullptr) inv_freq /= static_cast<double>(p.freq_factors[pair]);
     double sin_d = 0.0, cos_d = 0.0;
-    sincos(static_cast<double>(pos) * inv_freq, &sin_d, &cos_d);
-    cos_v = static_cast<float>(cos_d);
-    sin_v = static_cast<float>(sin_d);
+    sincos(static_cast<double>(pos) * p.inv_freq[pair], &sin_d, &cos_d);
+    cos_v = static_cast<float>(cos_d) * p.mscale;
+    sin_v = static_cast<float>(sin_d) * p.mscale;
   }
   int d0 = 2 * pair, d1 = 2 * pair + 1;
   if (rotated && p.neox) {
@@ -122,7 +119,8 @@ const char* qkv_rope_store_unsupported_reason(const QkvRopeStoreParams& p) {
   if (p.n_tokens > 1 && (p.ld_q < int64_t{p.n_head} * p.head_dim || p.ld_kv < int64_t{p.n_head_kv} * p.head_dim)) {
     return "ld_q < n_head * head_dim or ld_kv < n_head_kv * head_dim";
   }
-  if (!(p.freq_base > 0.0f) || !(p.freq_scale > 0.0f)) return "freq_base and freq_scale must be positive";
+  if (p.inv_freq == nullptr) return "the RoPE table inv_freq must be a device pointer";
+  if (!(p.mscale > 0.0f)) return "mscale must be positive";
   return nullptr;
 }
 

@@ -1,4 +1,4 @@
-// FlashAttention forward on the GPU: the kernel-library entry point (issue 4 item 1).
+// FlashAttention forward and backward on the GPU: the kernel-library entry points.
 //
 // Pure entry point (DESIGN.md, FlashInfer's plan/run split): device pointers with explicit strides in
 // elements, a params struct, the stream last; never allocates; returns a cudaError_t. flash_plan() sizes
@@ -15,8 +15,20 @@
 // Causal masks are bottom-right aligned as in FlashAttention: query i sees key j iff
 // j <= i + seqlen_k - seqlen_q. A row that sees no key (causal, seqlen_q > seqlen_k) writes zeros and
 // lse = -inf (the neutral element when merging partial results by LSE).
+// Sliding windows (local attention) are FlashAttention-2's window_size = (window_left, window_right), in the
+// same bottom-right coordinates: with i' = i + seqlen_k - seqlen_q, query i sees key j iff
+// i' - window_left <= j <= i' + window_right, -1 meaning unbounded on that side; causal is window_right = 0.
+// Hugging Face's sliding_window = W (Mistral, Gemma 2/3, Phi-3) is (W - 1, 0) with causal. Key tiles wholly
+// outside a query tile's window are never loaded (the key-tile range of each query tile starts and ends at
+// its window), only the tiles it straddles are masked.
+// Soft-capping (softcap > 0, Gemma 2; FlashAttention-2's softcap): s = softmax_scale q.k, then
+// s = softcap tanh(s / softcap), then the mask, then the softmax; the LSE is that of the capped scores. 16-bit
+// inputs only (one kernel has the soft-cap code, flash_fwd_launch.h's 59; FP8 gets a reason).
+// Head dim 96 (Phi-3) runs on the head dim 128 tiles of every kernel with the last 32 columns zero (the Hopper
+// kernels' TMA boxes zero-fill them; the mma.sync ones keep 128-column shared-memory rows and step only 96 of
+// them), so it costs what head dim 128 does.
 //
-// FP8 (dtype kFp8E4m3, issue 4): q, k, v are e4m3 bytes (torch.float8_e4m3fn) with per-tensor dequantization
+// FP8 (dtype kFp8E4m3): q, k, v are e4m3 bytes (torch.float8_e4m3fn) with per-tensor dequantization
 // scales: the kernel computes softmax(softmax_scale * descale_q * descale_k * Q K^T) V * descale_v in f32 from
 // the raw e4m3 values, P rounded to e4m3 for the second GEMM (FA3's recipe), and writes o in out_dtype (bf16 or
 // fp16). Head dims 128 and 256; q/k/v strides must be multiples of 16 elements (16 bytes). 8-bit wgmma needs
@@ -56,7 +68,7 @@ struct FlashParams {
   int64_t v_batch_stride = 0, v_seq_stride = 0, v_head_stride = 0;
   int64_t o_batch_stride = 0, o_seq_stride = 0, o_head_stride = 0;
   FlashDtype dtype = FlashDtype::kBf16;
-  int head_dim = 0;  // 64, 128, 256
+  int head_dim = 0;  // 64, 96, 128, 256 (FP8: 128, 256)
   int n_head = 0;
   int n_head_kv = 0;
   int batch = 0;
@@ -64,6 +76,9 @@ struct FlashParams {
   int seqlen_k = 0;
   bool causal = false;
   float softmax_scale = 0.0f;  // usually 1/sqrt(head_dim)
+  // Sliding window (above): -1 = unbounded on that side. With causal, window_right must be -1 or 0.
+  int window_left = -1, window_right = -1;
+  float softcap = 0.0f;  // 0: off; > 0: logit soft-capping at +-softcap (above)
   // FP8 only (dtype kFp8E4m3): o's dtype (kBf16 or kF16) and the per-tensor dequantization scales
   // (real value = stored e4m3 value * descale); finite and > 0. Ignored for 16-bit inputs.
   FlashDtype out_dtype = FlashDtype::kBf16;
@@ -101,7 +116,7 @@ struct FlashParams {
   // last tiles to start are the light ones and the SMs finish together (longest-processing-time first), while the
   // running CTAs share the K/V of one section in L2 (FlashAttention-3's L2-aware LPT order). -1 (any negative):
   // automatic (a section's K/V is about kCausalSectionL2Bytes); 0 or 1: one head at a time, heaviest first within
-  // each head (the order before session 12: its last head's heaviest tile starts when little else is left). For
+  // each head (the order before the sections: its last head's heaviest tile starts when little else is left). For
   // tests and benchmarks; other values than -1 change speed only, never results.
   int causal_section_heads = -1;
 };
@@ -133,7 +148,7 @@ cudaError_t flash_forward(const FlashParams& p, void* workspace, size_t workspac
 // non-causal, with flash_plan's workspace; otherwise it runs as 4); 24 (bf16/fp16, Hopper; the head dim 128
 // non-causal default) is 21 with O written by TMA stores from shared memory (dense O of the input dtype, non-causal;
 // otherwise it runs 21); 22, 23 are retired numbers (not compiled); 28-34 (FP8 e4m3, head dim 128) are the 224-key
-// tile variants (29: the FP8 hd 128 default) and session 8's candidates (flash_fwd_launch.h; 30, 31 retired); 55, 56
+// tile variants (29: the FP8 hd 128 default) and the candidates measured against it (flash_fwd_launch.h; 30, 31 retired); 55, 56
 // (bf16/fp16, Hopper; 56 in benchmark builds) are 4 and 13 taking their tiles from a counter in flash_plan's workspace
 // (dense batches; otherwise they run 4 / 13; 55 is the causal default at head dims 64 / 128 from 2k to 4k / 8k keys).
 // For the tests and benchmarks that compare them.
@@ -161,7 +176,8 @@ cudaError_t flash_fp8_transpose_v(const FlashParams& p, void* workspace, size_t 
 //   Hopper (kernels/flash/flash_bwd_sm90.cuh, FA3's design: TMA, wgmma, warp specialization, dQ by bulk
 //     add-reduce): sm_90a builds on compute capability 9.0, head dim 128; what flash_backward runs there.
 //   mma.sync (kernels/flash/flash_bwd_sm80.cuh, FlashAttention-2's algorithm): any sm_80+ GPU, head dims 64, 128,
-//     256; the fallback for everything else.
+//     256; the fallback for everything else, and the kernel of windowed or soft-capped calls (fwd.window_left /
+//     window_right / softcap with the forward's semantics; the Hopper backward refuses them).
 //
 // Gradients of O = softmax(scale * Q K^T [+ causal mask]) V with respect to q, k, v, given dO and the
 // forward's O and LSE (fwd.o and fwd.lse, both required: the backward recomputes P = exp(scale * q.k - lse)
@@ -169,7 +185,7 @@ cudaError_t flash_fp8_transpose_v(const FlashParams& p, void* workspace, size_t 
 // per KV head: with GQA the group's query heads are summed into it). dq/dk/dv are fully written (rows that
 // see no key get dq = 0; keys no query sees get dk = dv = 0).
 struct FlashBwdParams {
-  FlashParams fwd;  // q, k, v, o, lse (required), their strides, the shape, causal, softmax_scale
+  FlashParams fwd;  // q, k, v, o, lse (required), their strides, the shape, causal, window, softcap, softmax_scale
   const void* dout = nullptr;  // [batch][seqlen_q][n_head][head_dim], dtype
   int64_t do_batch_stride = 0, do_seq_stride = 0, do_head_stride = 0;
   void* dq = nullptr;  // [batch][seqlen_q][n_head][head_dim]

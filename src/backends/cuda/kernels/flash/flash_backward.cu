@@ -6,7 +6,9 @@
 // them to traps and the host refuses those devices here with a reason. Hopper kernel (flash_bwd_sm90.cuh,
 // flash_bwd_sm90_hd128.cu): head dim 128 on compute capability 9.0 in a build with sm_90a code; the host encodes
 // its four TMA maps here (Q, dO, K, V as 4-D [batch][head][seq][head_dim] views over the caller's strides).
-// The two kernels lay out their workspace differently; flash_backward_plan sizes it for either.
+// The two kernels lay out their workspace differently; flash_backward_plan sizes it for either. Sliding windows and
+// soft-capping run on the mma.sync kernels only (kAuto takes them there; a forced Hopper run is refused).
+#include <algorithm>
 #include <climits>
 
 #include "backends/cuda/kernels/flash/flash_attention.h"
@@ -46,6 +48,7 @@ const char* params_reason(const FlashBwdParams& p) {
   if (const char* r = flash_detail::shared_params_reason(p.fwd)) return r;
   const FlashParams& f = p.fwd;
   if (f.dtype == FlashDtype::kFp8E4m3) return "the backward takes bf16 or fp16 tensors (FP8 is forward-only)";
+  if (f.head_dim == 96) return "the backward is built for head dims 64, 128 and 256 (head dim 96 is forward-only)";
   if (f.cu_seqlens_q != nullptr || f.block_table != nullptr || f.o_f32) {
     return "the backward takes dense [batch][seq][head][dim] tensors (varlen, paged KV and f32 o are forward-only)";
   }
@@ -93,6 +96,11 @@ const char* hopper_reason(const FlashBwdParams& p) {
   return "this build has no sm_90a code for the Hopper flash backward (add 90a to GA_CUDA_ARCHS)";
 #else
   if (p.fwd.head_dim != 128) return "the Hopper flash backward is built for head dim 128 only";
+  // Its consumers recompute P with the plain causal / full mask and exp2: windows and soft-capping run on the
+  // mma.sync backward (kAuto picks it), never silently as another function's gradients here.
+  if (p.fwd.window_left >= 0 || p.fwd.window_right >= 0 || p.fwd.softcap > 0.0f) {
+    return "the Hopper flash backward has no sliding window or soft-capping (the mma.sync backward has both)";
+  }
   int dev = 0, major = 0, minor = 0;
   if (cudaGetDevice(&dev) != cudaSuccess) return "no current CUDA device";
   if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
@@ -231,6 +239,16 @@ cudaError_t run_backward(const FlashBwdParams& p, FlashBwdKernel kernel, int sch
   a.causal = f.causal ? 1 : 0;
   a.scale = f.softmax_scale;
   a.scale_log2 = f.softmax_scale * detail::kLog2e;
+  // The window as offsets from the bottom-right diagonal (query i sees keys i + diag_lo .. i + diag_hi), clamped so
+  // that an unbounded side never masks and the sums stay in int (keys in [0, seqlen_k), rows in [0, seqlen_q)).
+  const int64_t diag = int64_t{f.seqlen_k} - f.seqlen_q;
+  const int64_t hi = f.causal ? diag : f.window_right >= 0 ? diag + f.window_right : int64_t{f.seqlen_k};
+  const int64_t lo = f.window_left >= 0 ? diag - f.window_left : -int64_t{f.seqlen_q};
+  a.diag_hi = static_cast<int>(std::min<int64_t>(hi, f.seqlen_k));
+  a.diag_lo = static_cast<int>(std::max<int64_t>(lo, -int64_t{f.seqlen_q}));
+  a.windowed = f.window_left >= 0 ? 1 : 0;
+  a.softcap_k2 = f.softcap > 0.0f ? 2.0f * detail::kLog2e * f.softmax_scale / f.softcap : 0.0f;
+  a.cap_log2 = f.softcap * detail::kLog2e;
   if (got == FlashBwdKernel::kHopper) return run_hopper(p, a, workspace, sched, stream);
   const bool bf16 = f.dtype == FlashDtype::kBf16;
   switch (f.head_dim) {

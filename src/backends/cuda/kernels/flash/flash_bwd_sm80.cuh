@@ -20,6 +20,13 @@
 //     128 dims x 2 per warp) inside the register file at head dim 256.
 //  3. flash_bwd_convert_dq: dq = scale * accumulator in the caller's dtype and strides. One warp per row.
 //
+// Sliding windows and soft-capping (flash_attention.h), as the forward: a key block's CTA walks only the query
+// blocks whose rows' windows reach it (m_begin .. m_end), and masks the straddling ones with the causal test;
+// with soft-capping S = c tanh(scale q.k / c) (attention_softcap.cuh), P = exp(S - LSE) with the forward's capped
+// LSE, and dS picks up the derivative 1 - tanh^2 (the chain rule through the cap), so dK / dQ keep their scale at
+// the end. The cap's two code paths are separate instantiations of phase 1's element loop (a uniform branch per
+// step), so the plain path is the plain FA2 arithmetic.
+//
 // Numerics: f32 accumulation everywhere; dK and dQ get the softmax scale at the end (dS is the gradient of
 // the scaled scores). Masking replaces P by 0 (select, never arithmetic on -inf), so rows with LSE = -inf
 // (no visible key) and key/query padding past the sequence ends give exact zeros. Keys and queries past the
@@ -31,6 +38,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "backends/cuda/kernels/attention_detail.cuh"
 #include "backends/cuda/kernels/flash/flash_mma_sm80.cuh"
@@ -60,7 +68,12 @@ struct BwdArgs {
   float* dsum;      // workspace D [batch][n_head][seqlen_q]
   int seqlen_q, seqlen_k, n_head, n_head_kv, group, batch;
   int causal;
+  // Query row i sees keys i + diag_lo .. i + diag_hi (flash_backward.cu: the forward's window as offsets from the
+  // bottom-right diagonal, clamped to -seqlen_q / seqlen_k where a side is unbounded, so they never mask).
+  int diag_lo, diag_hi, windowed;
   float scale, scale_log2;
+  float softcap_k2;  // 0, or 2 log2(e) softmax_scale / softcap (attention_softcap.cuh)
+  float cap_log2;    // softcap * log2(e): the capped score's exp2 scale
 };
 
 template <int HD>
@@ -194,7 +207,6 @@ __global__ void __launch_bounds__(BwdTraits<HD>::kThreads, 1) flash_bwd_main(Bwd
   const int n0 = static_cast<int>(blockIdx.x) * kBc;
   const int hk = static_cast<int>(blockIdx.y), b = static_cast<int>(blockIdx.z);
   const int keys_valid = min(kBc, a.seqlen_k - n0);
-  const int diag = a.seqlen_k - a.seqlen_q;  // query i sees key j iff j <= i + diag (causal)
 
   // K, V of this block: one cp.async group, completes with the first query block's.
   load_tile<HD, kBc, T::kThreads>(sK, a.k + b * a.k_st.batch + int64_t{n0} * a.k_st.seq + hk * a.k_st.head,
@@ -203,8 +215,12 @@ __global__ void __launch_bounds__(BwdTraits<HD>::kThreads, 1) flash_bwd_main(Bwd
                                   a.v_st.seq, keys_valid);
 
   const int m_blocks = (a.seqlen_q + kBr - 1) / kBr;
-  const int m_begin = a.causal ? max(0, n0 - diag) / kBr : 0;  // first query block that sees key n0
-  const int per_head = max(0, m_blocks - m_begin);
+  // The query blocks whose rows see a key of the block: row i sees keys up to i + diag_hi (from i >= n0 - diag_hi on)
+  // and from i + diag_lo (up to i <= n0 + kBc - 1 - diag_lo).
+  const int m_begin = max(0, n0 - a.diag_hi) / kBr;
+  const int last_row = min(a.seqlen_q - 1, n0 + kBc - 1 - a.diag_lo);
+  const int m_end = last_row < 0 ? 0 : last_row / kBr + 1;
+  const int per_head = max(0, m_end - m_begin);
   const int steps = per_head * a.group;
 
   // Step s: query head hk * group + s / per_head, query block m_begin + s % per_head, into buffer s % 2.
@@ -283,26 +299,46 @@ __global__ void __launch_bounds__(BwdTraits<HD>::kThreads, 1) flash_bwd_main(Bwd
           mma<kBf16>(dpt[2 * j + 1], va, bd[2], bd[3]);
         }
       }
-      const bool need_mask = n0 + kBc > a.seqlen_k || m0 + kBr > a.seqlen_q || (a.causal && n0 + kBc - 1 > m0 + diag);
+      // keys past seqlen_k or queries past seqlen_q in the tile, keys past the first row's right end (the causal
+      // diagonal or a window), keys below the last row's left end (a window)
+      const bool need_mask = n0 + kBc > a.seqlen_k || m0 + kBr > a.seqlen_q || n0 + kBc - 1 > m0 + a.diag_hi ||
+                             (a.windowed && n0 < m0 + kBr - 1 + a.diag_lo);
+      // P and dS of this warp's tile; kCap: through the soft-cap (S = c t, t = tanh(scale q.k / c), dS *= 1 - t^2)
+      auto p_and_ds = [&](auto cap) {
+        constexpr bool kCap = decltype(cap)::value;
 #pragma unroll
-      for (int j = 0; j < kNq / 8; ++j) {
+        for (int j = 0; j < kNq / 8; ++j) {
 #pragma unroll
-        for (int half = 0; half < 2; ++half) {  // key rows g and g + 8
-          const int key = kg * 16 + g + 8 * half;
-          const int q = qp * kNq + j * 8 + 2 * c;
-          float p[2], ds[2];
+          for (int half = 0; half < 2; ++half) {  // key rows g and g + 8
+            const int key = kg * 16 + g + 8 * half;
+            const int q = qp * kNq + j * 8 + 2 * c;
+            float p[2], ds[2];
 #pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const float x = exp2f(st[j][2 * half + e] * a.scale_log2 - lse[q + e]);
-            const int kpos = n0 + key, qpos = m0 + q + e;
-            const bool visible =
-                !need_mask || (kpos < a.seqlen_k && qpos < a.seqlen_q && (!a.causal || kpos <= qpos + diag));
-            p[e] = visible ? x : 0.0f;
-            ds[e] = p[e] * (dpt[j][2 * half + e] - dsum[q + e]);
+            for (int e = 0; e < 2; ++e) {
+              float x, dcap = 1.0f;
+              if constexpr (kCap) {
+                const float t = detail::softcap_tanh(st[j][2 * half + e] * a.softcap_k2);
+                x = exp2f(t * a.cap_log2 - lse[q + e]);
+                dcap = 1.0f - t * t;
+              } else {
+                x = exp2f(st[j][2 * half + e] * a.scale_log2 - lse[q + e]);
+              }
+              const int kpos = n0 + key, qpos = m0 + q + e;
+              const bool visible = !need_mask || (kpos < a.seqlen_k && qpos < a.seqlen_q && kpos <= qpos + a.diag_hi &&
+                                                  kpos >= qpos + a.diag_lo);
+              p[e] = visible ? x : 0.0f;
+              ds[e] = p[e] * (dpt[j][2 * half + e] - dsum[q + e]);
+              if constexpr (kCap) ds[e] *= dcap;
+            }
+            *reinterpret_cast<uint32_t*>(sP + key * kPRow + q) = pack2<kBf16>(p[0], p[1]);
+            *reinterpret_cast<uint32_t*>(sDs + key * kPRow + q) = pack2<kBf16>(ds[0], ds[1]);
           }
-          *reinterpret_cast<uint32_t*>(sP + key * kPRow + q) = pack2<kBf16>(p[0], p[1]);
-          *reinterpret_cast<uint32_t*>(sDs + key * kPRow + q) = pack2<kBf16>(ds[0], ds[1]);
         }
+      };
+      if (a.softcap_k2 != 0.0f) {
+        p_and_ds(std::true_type{});
+      } else {
+        p_and_ds(std::false_type{});
       }
     }
     __syncthreads();

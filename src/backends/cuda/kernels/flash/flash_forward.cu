@@ -151,12 +151,28 @@ cudaError_t run_sm80(const FlashParams& p, bool turing, cudaStream_t stream) {
   a.n_head = p.n_head;
   a.group = p.n_head / p.n_head_kv;
   a.causal = p.causal ? 1 : 0;
-  a.scale = p.softmax_scale;
-  a.scale_log2 = p.softmax_scale * 1.4426950408889634f;
+  // The window as offsets from the diagonal (query row i sees keys i + diag_lo .. i + diag_hi), clamped so that a
+  // side without bound never masks and the sums stay in int: keys are in [0, seqlen_k), rows in [0, seqlen_q).
+  const int diag = p.seqlen_k - p.seqlen_q;
+  const int64_t hi = p.causal ? diag : p.window_right >= 0 ? int64_t{diag} + p.window_right : p.seqlen_k;
+  const int64_t lo = p.window_left >= 0 ? int64_t{diag} - p.window_left : -int64_t{p.seqlen_q};
+  a.diag_hi = static_cast<int>(std::min<int64_t>(hi, p.seqlen_k));
+  a.diag_lo = static_cast<int>(std::max<int64_t>(lo, -int64_t{p.seqlen_q}));
+  a.windowed = p.window_left >= 0 ? 1 : 0;
+  constexpr float kLog2e = 1.4426950408889634f;
+  if (p.softcap > 0.0f) {  // S becomes tanh(softmax_scale q.k / softcap); the cap moves into the scales
+    a.softcap_k2 = 2.0f * kLog2e * p.softmax_scale / p.softcap;
+    a.scale = p.softcap;
+  } else {
+    a.softcap_k2 = 0.0f;
+    a.scale = p.softmax_scale;
+  }
+  a.scale_log2 = a.scale * kLog2e;
   const bool bf16 = p.dtype == FlashDtype::kBf16;
   if (turing) {
     switch (p.head_dim) {
       case 64: return flash_sm80::launch_fwd_sm75<64>(a, p.batch, stream);
+      case 96: return flash_sm80::launch_fwd_sm75<96>(a, p.batch, stream);
       case 128: return flash_sm80::launch_fwd_sm75<128>(a, p.batch, stream);
       case 256: return flash_sm80::launch_fwd_sm75<256>(a, p.batch, stream);
       default: return cudaErrorInvalidValue;
@@ -164,6 +180,7 @@ cudaError_t run_sm80(const FlashParams& p, bool turing, cudaStream_t stream) {
   }
   switch (p.head_dim) {
     case 64: return flash_sm80::launch_fwd_sm80<64>(a, bf16, p.batch, stream);
+    case 96: return flash_sm80::launch_fwd_sm80<96>(a, bf16, p.batch, stream);
     case 128: return flash_sm80::launch_fwd_sm80<128>(a, bf16, p.batch, stream);
     case 256: return flash_sm80::launch_fwd_sm80<256>(a, bf16, p.batch, stream);
     default: return cudaErrorInvalidValue;
@@ -177,9 +194,23 @@ const char* params_reason(const FlashParams& p) {
   if (p.dtype != FlashDtype::kBf16 && p.dtype != FlashDtype::kF16 && !fp8) {
     return "dtype must be bf16, fp16 or fp8 e4m3";
   }
-  if (p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256) return "head_dim must be 64, 128 or 256";
+  if (p.head_dim != 64 && p.head_dim != 96 && p.head_dim != 128 && p.head_dim != 256) {
+    return "head_dim must be 64, 96, 128 or 256";
+  }
+  if (p.window_left < -1 || p.window_right < -1) {
+    return "window_left and window_right must be -1 (unbounded) or >= 0 (a sliding window)";
+  }
+  if (p.causal && p.window_right > 0) {
+    return "causal attention is window_right = 0: pass window_right -1 or 0 with causal (or causal = false for a "
+           "window that reaches past the diagonal)";
+  }
+  if (!std::isfinite(p.softcap) || p.softcap < 0.0f) return "softcap must be 0 (off) or finite and > 0";
   if (fp8) {
-    if (p.head_dim == 64) return "the FP8 forward is built for head dims 128 and 256 only";
+    if (p.head_dim != 128 && p.head_dim != 256) return "the FP8 forward is built for head dims 128 and 256 only";
+    if (p.softcap > 0.0f) {
+      return "soft-capping runs on 16-bit inputs only (the FP8 kernels have no soft-cap code: compiled into them, it "
+             "made FP8 head dim 256 spill)";
+    }
     if (p.out_dtype != FlashDtype::kBf16 && p.out_dtype != FlashDtype::kF16) {
       return "the FP8 forward writes o as bf16 or fp16 (out_dtype)";
     }
@@ -224,12 +255,17 @@ const char* params_reason(const FlashParams& p) {
 
 // workspace: the caller's (flash_plan); the split-tail variant uses it when its schedule applies and it is large
 // enough, and otherwise runs as its persistent counterpart (the kernel's split_tail flag off).
+// HD: the kernels' head dim; p.head_dim may be smaller (96 on the 128 tiles): the tensor maps are p.head_dim wide,
+// so the boxes' columns past it arrive as zeros (Q K^T and P V unchanged), and the epilogue writes p.head_dim
+// columns (FwdArgs::o_cols).
 template <int HD>
 cudaError_t run(const FlashParams& p, int variant, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
   using T = flash_detail::FwdTraits<HD>;
   const bool bf16 = p.dtype == FlashDtype::kBf16;
   flash_detail::FwdArgs a{};
   const bool varlen = p.cu_seqlens_q != nullptr, paged = p.block_table != nullptr;
+  // soft-capping: the one kernel with the cap's code (flash_fwd_launch.h, 59), whatever variant was named
+  variant = flash_detail::softcap_variant(variant, p.softcap > 0.0f);
   if (paged) variant = flash_detail::paged_variant(variant);  // pages divide the default key tile only
   variant = flash_detail::head_dim_variant<HD>(variant);        // Q in registers, split tail: head dim 128 only
   const bool split_kernel = flash_detail::split_tail_kernel(variant);  // 21, 24 (hd 128: head_dim_variant)
@@ -250,11 +286,12 @@ cudaError_t run(const FlashParams& p, int variant, void* workspace, size_t works
     k_batch_stride = p.k_seq_stride * p.page_size;
     v_batch_stride = p.v_seq_stride * p.page_size;
   }
-  if (tile::encode_tma_map_bshd(&a.tm_q, 2, bf16, p.q, HD, q_rows, p.n_head, q_batches, p.q_seq_stride, p.q_head_stride,
-                                p.q_batch_stride, T::kBlockM) != nullptr ||
-      tile::encode_tma_map_bshd(&a.tm_k, 2, bf16, p.k, HD, k_rows, p.n_head_kv, k_batches, p.k_seq_stride,
+  const int cols = p.head_dim;  // <= HD
+  if (tile::encode_tma_map_bshd(&a.tm_q, 2, bf16, p.q, cols, q_rows, p.n_head, q_batches, p.q_seq_stride,
+                                p.q_head_stride, p.q_batch_stride, T::kBlockM) != nullptr ||
+      tile::encode_tma_map_bshd(&a.tm_k, 2, bf16, p.k, cols, k_rows, p.n_head_kv, k_batches, p.k_seq_stride,
                                 p.k_head_stride, k_batch_stride, kv_box) != nullptr ||
-      tile::encode_tma_map_bshd(&a.tm_v, 2, bf16, p.v, HD, k_rows, p.n_head_kv, k_batches, p.v_seq_stride,
+      tile::encode_tma_map_bshd(&a.tm_v, 2, bf16, p.v, cols, k_rows, p.n_head_kv, k_batches, p.v_seq_stride,
                                 p.v_head_stride, v_batch_stride, kv_box) != nullptr) {
     return cudaErrorInvalidValue;
   }
@@ -275,13 +312,14 @@ cudaError_t run(const FlashParams& p, int variant, void* workspace, size_t works
   flash_detail::set_fwd_problem(a, p, T::kBlockM);
   const int num_sms = flash_detail::current_sm_count();
   if (num_sms < 1) return cudaErrorInvalidDevice;
-  a.scale = p.softmax_scale;
-  a.scale_log2 = p.softmax_scale * 1.4426950408889634f;
+  flash_detail::set_fwd_scales(a, p, p.softmax_scale);
   // The TMA-store epilogue (variant 24): dense non-causal O of the input dtype only (varlen / paged: a box would run
-  // into the next sequence's rows; f32 O: another element size; causal: a tile may have no key block, hence no V
-  // slot to stage O in). The kernel has no register store: those cases, and an O map the driver refuses, run 21.
+  // into the next sequence's rows; f32 O: another element size; causal or a window: a tile may have no key block,
+  // hence no V slot to stage O in; head dim 96: the slot's tile is 128 columns). The kernel has no register store:
+  // those cases, and an O map the driver refuses, run 21.
   if (variant == flash_detail::kStageInVVariant) {
-    const bool usable = !varlen && !paged && !p.o_f32 && !p.causal;
+    const bool usable = !varlen && !paged && !p.o_f32 && !p.causal && p.window_left < 0 && p.window_right < 0 &&
+                        p.head_dim == HD;
     a.o_tma = usable && tile::encode_tma_map_bshd(&a.tm_o, 2, bf16, p.o, HD, p.seqlen_q, p.n_head, p.batch,
                                                   p.o_seq_stride, p.o_head_stride, p.o_batch_stride,
                                                   T::kBlockM) == nullptr
@@ -368,7 +406,7 @@ static_assert(kFlashSm80Variant == flash_detail::kFwdVariants, "the mma.sync var
 static_assert(kFlashSm75Variant == flash_detail::kFwdVariantsEnd, "the sm_75 variant follows the tile variants");
 static_assert(flash_detail::kFirstQRegVariant == kFlashSm75Variant + 1, "the Q-in-registers variants follow it");
 static_assert(flash_detail::kSplitTailVariant == flash_detail::kQRegVariantsEnd, "the split tail follows them");
-static_assert(flash_detail::kStageInVVariant == flash_detail::kSplitTailVariant + 3, "22, 23 retired (session 6b)");
+static_assert(flash_detail::kStageInVVariant == flash_detail::kSplitTailVariant + 3, "22, 23 retired");
 int flash_variant_count() { return flash_detail::kFwdAllVariantsEnd; }
 bool flash_variant_compiled(int variant) {
   return variant == kFlashSm80Variant || variant == kFlashSm75Variant || flash_detail::variant_compiled(variant);
@@ -423,6 +461,7 @@ cudaError_t flash_forward_with_schedule(const FlashParams& p, int sched, void* w
   }
   switch (p.head_dim) {
     case 64: return run<64>(p, sched, workspace, workspace_bytes, stream);
+    case 96: return run<128>(p, sched, workspace, workspace_bytes, stream);  // the 128 tiles, 32 zero columns
     case 128: return run<128>(p, sched, workspace, workspace_bytes, stream);
     case 256: return run<256>(p, sched, workspace, workspace_bytes, stream);
     default: return cudaErrorInvalidValue;

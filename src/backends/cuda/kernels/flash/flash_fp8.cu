@@ -7,7 +7,7 @@
 // kernel (ldmatrix/stmatrix by the producer warps); the defaults transpose V once in global memory instead
 // (memory-bound: 2 * bytes(V), 3-4% of the attention time at 4k keys, ~1% at 16k), which keeps the kernel's
 // producer a single TMA thread. The in-kernel transpose exists as benchmark variants 57 / 58
-// (kSchedFp8VtInKernel, flash_fp8_vt.cuh): measured 0.69-0.95x of the defaults from 4k keys on (session 13: the
+// (kSchedFp8VtInKernel, flash_fp8_vt.cuh): measured 0.69-0.95x of the defaults from 4k keys on (the
 // transposing warps' instructions compete with the issue-bound consumers), so the pre-pass stays. The same pass
 // stores each 16-key group's columns in the order fp8_key_of_column gives, so the consumers need no register
 // shuffle to turn S into the 8-bit A operand (flash_fwd_sm90.cuh), and zero-fills keys past seqlen_k up to the
@@ -152,8 +152,7 @@ cudaError_t run_fp8(const FlashParams& p, int variant, uint8_t* vt, int num_sms,
     return e;
   }
   set_fwd_problem(a, p, block_m);
-  a.scale = p.softmax_scale * p.descale_q * p.descale_k;  // S in real units = raw Q K^T * descale_q * descale_k
-  a.scale_log2 = a.scale * 1.4426950408889634f;
+  set_fwd_scales(a, p, p.softmax_scale * p.descale_q * p.descale_k);  // S in real units = raw Q K^T * descales
   a.o_scale = p.descale_v;
   a.out_bf16 = p.out_dtype == FlashDtype::kBf16 ? 1 : 0;
   a.tile_counter = tile_counter_of(p, vt);  // zeroed above (same stream, before this launch)

@@ -23,8 +23,16 @@ struct FwdArgs {
   // Causal tile order (decode_tile): sections of section_bh (batch, head) pairs, heaviest query blocks first within
   // a section; 0 or 1: one head at a time (FlashParams::causal_section_heads).
   int section_bh;
-  float scale_log2;  // softmax_scale * log2(e) (FP8: times descale_q * descale_k)
-  float scale;       // softmax_scale (FP8: times descale_q * descale_k), for the LSE
+  float scale_log2;  // softmax_scale * log2(e) (FP8: times descale_q * descale_k); soft-capping: softcap * log2(e)
+  float scale;       // softmax_scale (FP8: times descale_q * descale_k), for the LSE; soft-capping: softcap
+  // Soft-capping (FlashParams::softcap): 0 = off; else 2 log2(e) softmax_scale / softcap (FP8: times the descales),
+  // the factor that turns a raw q.k into attention_softcap.cuh's argument: the consumers replace S by
+  // tanh(softmax_scale q.k / softcap), and scale / scale_log2 above carry the cap.
+  float softcap_k2;
+  // Sliding window (FlashParams::window_left / window_right), in keys around the bottom-right diagonal: win_left -1
+  // = unbounded; win_right -1 = unbounded, only read when not causal (causal is 0).
+  int win_left, win_right;
+  int o_cols;        // columns of O to write: the head dim (96 on the 128 tiles; flash_forward.cu)
   float o_scale;     // FP8: descale_v, applied with 1 / l in the epilogue; 1 otherwise
   int out_bf16;      // FP8: output dtype bf16 (1) or fp16 (0); 16-bit inputs write their own dtype
   int out_f32;       // 16-bit inputs: o is f32 (FlashParams::o_f32)

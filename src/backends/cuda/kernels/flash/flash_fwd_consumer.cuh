@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "backends/cuda/kernels/attention_softcap.cuh"
 #include "backends/cuda/kernels/tile/hopper.cuh"
 #include "backends/cuda/kernels/tile/hopper_wide.cuh"
 #include "backends/cuda/kernels/tile/hopper_wide_fp8.cuh"
@@ -45,7 +46,7 @@ constexpr int fp8_wide_block_n() { return 224; }
 
 // kElemBytes 2: bf16/fp16; 1: FP8 e4m3 (V given as V^T: one tile is [HD][kBlockN] bytes, one column block).
 // kBlockNT: keys per tile, 0 = the default below (a multiple of 16; the wide variants pass wide_block_n).
-// kConsumerWGs: consumer warpgroups of 64 query rows each (2; 3 for session 11's FP8 hd 128 candidate: three warps
+// kConsumerWGs: consumer warpgroups of 64 query rows each (2; 3 for an FP8 hd 128 candidate, variant 48: three warps
 // per scheduler instead of two, under setmaxnreg 160).
 template <int HD, int kStagesT = default_stages<HD>(), int kElemBytes = 2, int kBlockNT = 0, int kConsumerWGsT = 2>
 struct FwdTraits {
@@ -80,8 +81,18 @@ struct FwdTraits {
   static constexpr size_t kSmemBytes = 1024 + kQBytes + 2 * size_t{kStages} * kTileBytes + 8 * kBarriers + 16;
 };
 
+// kSched flag: logit soft-capping in the consumers' softmax (Consumer's kSoftcap). Only the kernels with the flag have
+// the code (variant 59, flash_fwd_launch.h: a soft-capped 16-bit call runs it whatever variant it asked for), so the
+// default kernels' key loop is the plain softmax's. (Compiled into every kernel behind a uniform test, the cap's exp2
+// and reciprocal per score made the hd 256 80-key kernels spill 4-20 bytes and FP8 hd 256 spill 132 instead of 24.)
+constexpr int kSchedSoftcap = 32768;
+template <ElemKind E, int kSched>
+__host__ __device__ constexpr bool softcap_sched() {
+  return (kSched & kSchedSoftcap) != 0;
+}
+
 // kSched flag (the others are in flash_fwd_sm90.cuh): a 16-bit persistent kernel that takes its tiles from a global
-// counter like FP8's (flash_fwd_launch.h 55, 56; session 12), so the causal tiles' longest-first order (decode_tile)
+// counter like FP8's (flash_fwd_launch.h 55, 56), so the causal tiles' longest-first order (decode_tile)
 // reaches the CTAs as they free up instead of in static rounds.
 constexpr int kSchedDynamicTiles = 4096;
 // FP8's persistent kernels schedule tiles dynamically (see the top of flash_fwd_sm90.cuh); the 16-bit ones statically
@@ -129,11 +140,12 @@ __host__ __device__ constexpr int fp8_key_of_column(int l) { return 2 * (l / 4) 
 // (qa, HD / 16 k steps x 4 registers) and S = Q K^T is the register-A form: Q is read from shared memory once per
 // tile instead of once per key tile, and its slot is released to the producer right away.
 // kFp8Tree (FP8 only; kSchedFp8TreeSoftmax): row max and row sum by 4 independent partial chains instead of one serial
-// chain of N / 4 dependent FMNMX / FADD per row (the consumers are latency bound: ~2 warps per scheduler; session 8:
-// +6-11% on the 224-key tile). Not for 16-bit: branch fwd9 owns that key loop. (Also measured in session 8 and dropped:
+// chain of N / 4 dependent FMNMX / FADD per row (the consumers are latency bound: ~2 warps per scheduler;
+// +6-11% on the 224-key tile). Not for 16-bit: branch fwd9 owns that key loop. (Also measured and dropped:
 // exp2 on f16 pairs, ex2.approx.f16x2: ptxas emits two MUFU.EX2 per pair plus conversions, 20-30% slower.)
+// kSoftcap (softcap_sched): the softmax soft-caps S when FwdArgs::softcap_k2 != 0.
 template <ElemKind E, int HD, bool kPolyExp = false, int kBN = 0, bool kQReg = false, bool kFp8Tree = false,
-          int kWGs = 2>
+          int kWGs = 2, bool kSoftcap = false>
 struct Consumer {
   using T = FwdTraits<HD, default_stages<HD>(), elem_bytes<E>(), kBN, kWGs>;
   static constexpr ElemKind kElem = E;
@@ -144,7 +156,14 @@ struct Consumer {
 
   float o[T::kPvParts][T::kPvN / 2];
   float m_run[2], l_run[2];
-  int lim[2];  // last visible key of each of this thread's two rows (inclusive)
+  // Row g's diagonal key (bottom-right aligned: row + seqlen_k - seqlen_q; keys are numbered from 0 in every work
+  // item, split tail pieces and windows included: flash_fwd_sm90.cuh).
+  // Every bound of both of this thread's rows follows from it, the item's key count and the kernel arguments (kept in
+  // the constant bank): row g sees keys lo .. lim with lim = min(keys - 1, diag_key + right) (right: 0 causal,
+  // win_right for a band; keys - 1 without a right bound) and lo = diag_key - win_left (0 without a left bound); row
+  // g + 8 sees lo + 8 .. min(lim + 8, keys - 1). One register for all of them (the two upper limits alone took two
+  // before windows): the hd 256 kernels have no room for more (lim_of, lower_bound).
+  int diag_key;
   uint32_t q_addr;
   uint32_t qa[kQReg ? kQSteps : 1][4];  // kQReg: Q's A fragments (row g / g + 8 of this warp's 16, k 2c.. / 8+2c..)
 
@@ -176,13 +195,13 @@ struct Consumer {
     for (int p = 0; p < T::kPvParts; ++p)
 #pragma unroll
       for (int i = 0; i < T::kPvN / 2; ++i) o[p][i] = 0.0f;
+    const int diag = seqlen_k - seqlen_q;  // bottom-right alignment
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       m_run[r] = -INFINITY;
       l_run[r] = 0.0f;
-      const int row = row0 + 8 * r;
-      lim[r] = a.causal ? min(seqlen_k - 1, row + seqlen_k - seqlen_q) : seqlen_k - 1;
     }
+    diag_key = row0 + diag;
     q_addr = tile::smem_u32(sq) + static_cast<uint32_t>(wg_row_base) * 128u;
   }
 
@@ -233,22 +252,45 @@ struct Consumer {
     for (int p = 0; p < T::kPvParts; ++p) tile::fence_regs(o[p]);
   }
 
-  // Split tail pieces: keys are counted from the piece's first key (the softmax offsets start at 0).
-  __device__ __forceinline__ void shift_keys(int first_key) {
-    lim[0] -= first_key;
-    lim[1] -= first_key;
+  // Row g's last visible key for an item of `keys` keys (diag_key above).
+  __device__ __forceinline__ int lim_of(const FwdArgs& a, int keys) const {
+    if (a.causal) return min(keys - 1, diag_key);
+    return a.win_right >= 0 ? min(keys - 1, diag_key + a.win_right) : keys - 1;
   }
 
-  // Masks S (keys past each row's limit), updates the running max/sum, turns S into P (in place) and
-  // returns the factor the previous O must be scaled by.
-  __device__ __forceinline__ void softmax(float (&s)[T::kSAcc], int n0, int c, float scale_log2, float (&corr)[2]) {
-    if (n0 + N - 1 > min(lim[0], lim[1])) {
+  // Soft-caps S (kSoftcap and softcap_k2 != 0: S = tanh(softmax_scale q.k / softcap), the cap then being in
+  // scale_log2), masks it (keys past each row's limit, keys below its window), updates the running max/sum, turns S
+  // into P (in place) and returns the factor the previous O must be scaled by. n0: the tile's first key; keys: the
+  // sequence's key count. The bounds come from diag_key and the arguments per key tile (a few scalar ops), the lower-bound
+  // test is false without a window, so the per-element code of the default kernels is the plain softmax's (and they
+  // have no soft-cap code at all: kSoftcap).
+  __device__ __forceinline__ void softmax(float (&s)[T::kSAcc], int n0, int c, const FwdArgs& a, int keys,
+                                          float (&corr)[2]) {
+    if constexpr (kSoftcap) {
+      if (a.softcap_k2 != 0.0f) {
+#pragma unroll
+        for (int i = 0; i < T::kSAcc; ++i) s[i] = detail::softcap_tanh(s[i] * a.softcap_k2);
+      }
+    }
+    const int lim = lim_of(a, keys);
+    if (n0 + N - 1 > lim) {  // (row g + 8's limit is at least row g's)
+      const int lim8 = min(lim + 8, keys - 1);
 #pragma unroll
       for (int i = 0; i < T::kSAcc; ++i) {
         const int key = n0 + 8 * (i / 4) + 2 * c + (i % 2);
-        if (key > lim[(i / 2) % 2]) s[i] = -INFINITY;
+        if (key > ((i / 2) % 2 ? lim8 : lim)) s[i] = -INFINITY;
       }
     }
+    // some key of the tile lies below row g + 8's window (row g's starts at lo, g + 8's at lo + 8)
+    if (a.win_left >= 0 && n0 < diag_key - a.win_left + 8) {
+      const int lo = diag_key - a.win_left;
+#pragma unroll
+      for (int i = 0; i < T::kSAcc; ++i) {
+        const int key = n0 + 8 * (i / 4) + 2 * c + (i % 2);
+        if (key < lo + 8 * ((i / 2) % 2)) s[i] = -INFINITY;
+      }
+    }
+    const float scale_log2 = a.scale_log2;
     if constexpr (kFp8 && kFp8Tree) {
       softmax_fp8_split(s, scale_log2, corr);
     } else {

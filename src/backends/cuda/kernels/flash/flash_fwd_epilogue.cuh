@@ -17,12 +17,12 @@
 // clips rows past seqlen_q and never writes past head_dim, so partial query blocks and padded O rows work as with
 // the register store; the LSE still goes out from registers. The kernel has no register store for O: the host runs
 // variant 21 where a TMA store cannot be used (varlen, paged, f32 O, causal, a refused O map).
-// Why the producer issues the stores (session 7, docs/results/2026-11-22-h200-flash.md): with one consumer thread per
+// Why the producer issues the stores (docs/results/2026-11-22-h200-flash.md): with one consumer thread per
 // warpgroup issuing them (warp 0 syncing a named barrier while warps 1-3 only arrive, thread 0 waiting for the bulk
 // reads), ptxas no longer proved the consumer warps converged: the ring counters of the key loop moved from uniform
 // to per-thread registers (uniform ops 267 -> 54 in the kernel, R2UR before each wgmma descriptor), WARPSYNC before
 // the wgmma and a collective fallback for the quad shuffles; those kernels ran 1-3.5% slower than 21 whatever the
-// epilogue did (session 6b's dedicated 32 KB staging tile, 22/23, and a first V-slot version). The 32 KB of shared
+// epilogue did (a dedicated 32 KB staging tile, 22/23, and a first V-slot version). The 32 KB of shared
 // memory itself cost nothing (21 asking for it ran as fast as 21, with the same SASS).
 #pragma once
 
@@ -83,6 +83,9 @@ __device__ __forceinline__ void store_o_regs_as(const C& st, const FwdArgs& a, i
 #pragma unroll
       for (int i = 0; i < T::kPvN / 2; i += 4) {
         const int col = p * T::kPvN + 8 * (i / 4) + 2 * c;
+        // head dim 96 runs on the 128 tiles (flash_forward.cu): its columns 96.. are zeros, not written. Only the
+        // 128 kernels carry the test (once per store, in the epilogue).
+        if (C::T::kPvN * C::T::kPvParts == 128 && col >= a.o_cols) continue;
         const float x0 = st.o[p][i + 2 * r] * inv, x1 = st.o[p][i + 2 * r + 1] * inv;
         if constexpr (kF32) {
           *reinterpret_cast<float2*>(out + col) = make_float2(x0, x1);

@@ -30,7 +30,7 @@ namespace ga::cuda::flash_detail {
 // else runs it as variant 4. Variant 24 (kStageInVVariant): 21 with the TMA-store epilogue (kSchedTmaStore: O
 // staged in the last key block's V slot and written by the producer's TMA stores; flash_fwd_epilogue.cuh), for dense
 // non-causal 16-bit O of the input dtype at head dim 128; elsewhere (varlen, paged, f32 O, causal, a refused O map)
-// it runs 21, and off head dim 128 it runs 4. Numbers 22, 23 and 25 are retired (session 6b / 7 diagnostics: a
+// it runs 21, and off head dim 128 it runs 4. Numbers 22, 23 and 25 are retired (diagnostics of the TMA-store work: a
 // dedicated 32 KB staging tile, its register-store twin, 21 with that tile's shared memory; measured in
 // docs/results/2026-11-22-h200-flash.md); they answer "not compiled".
 struct FwdVariant {
@@ -47,29 +47,29 @@ constexpr int kFirstTileVariant = 12, kFwdVariantsEnd = 18;  // 12-17: wide tile
 constexpr int kFirstQRegVariant = 19, kQRegVariantsEnd = 21;  // 19-20: Q in registers (18: the sm_75 build)
 constexpr int kSplitTailVariant = 21;                          // 21: split tail
 constexpr int kStageInVVariant = 24;  // 24: 21 + TMA store staged in V (22, 23: retired)
-// FP8-only variants 28-33 (session 8; head dim 128; flash_fwd_fp8_wide_hd128.cu), all the persistent overlap kernel (4)
+// FP8-only variants 28-33 (head dim 128; flash_fwd_fp8_wide_hd128.cu), all the persistent overlap kernel (4)
 // with FA3's 224-key FP8 tile (fp8_wide_block_n): 28 alone; 29 = 28 + the split-chain softmax (kSchedFp8TreeSoftmax),
 // the hd 128 FP8 default (every build); 32 = 29 + ping-pong (schedule 2); 33 = 29 with a 3-deep K/V ring; 34 = 29 + the
 // lazy O rescale (kSchedLazyRescale: O *= corr while S runs, skipped when no row max moved). 28, 32-34 are
-// benchmark-only (GA_FLASH_FP8_WIDE). 30 and 31 are retired (session 8 run 1: exp2 on f16 pairs, 20-30% slower). 25-27
+// benchmark-only (GA_FLASH_FP8_WIDE). 30 and 31 are retired (exp2 on f16 pairs, 20-30% slower). 25-27
 // are left to the 16-bit branches (25 retired, 26 branch fwd8).
 constexpr int kFp8WideVariant = 28, kFp8TreeVariant = 29, kFp8PingPongVariant = 32, kFp8DeepVariant = 33;
 constexpr int kFp8LazyVariant = 34;
-// FP8 head dim 256 (session 10; flash_fwd_fp8_hd256.cu): 39 = the persistent overlap schedule (4's) with the
+// FP8 head dim 256 (flash_fwd_fp8_hd256.cu): 39 = the persistent overlap schedule (4's) with the
 // split-chain softmax, the hd 256 FP8 default (every build): +9-17% over the persistent serial 3 at 4k-16k, full and
-// causal, in the same run. Numbers 35-38 are retired (session 8's S lookahead; session 10's stale-max softmax and a
-// quarter of the exp2 on the FMA pipes at hd 128, 7-15% slower than 29, and both together). (Session 10's run 2
-// measured another kernel as 40, 3 with the split chains: 5-6% slower than 3; the number now names 39's one-tile twin.)
+// causal, in the same run. Numbers 35-38 are retired (an S lookahead; a stale-max softmax and a
+// quarter of the exp2 on the FMA pipes at hd 128, 7-15% slower than 29, and both together). (40 once named another
+// kernel, 3 with the split chains: 5-6% slower than 3; the number now names 39's one-tile twin.)
 constexpr int kFp8Hd256OverlapVariant = 39;
 // Benchmark builds (GA_FLASH_FP8_WIDE): 40 = 39 with one tile per CTA, 41 = 39 with a 3-deep K/V ring (225 KB).
-// (42, session 10: 29 with the row sums on the tensor cores, ones rows after V^T and N = 136, was within 3% of 29
+// (42: 29 with the row sums on the tensor cores, ones rows after V^T and N = 136, was within 3% of 29
 // and less accurate: sums of e4m3-rounded P renormalize away the P values e4m3 flushes to zero. Not kept.)
 constexpr int kFp8Hd256OneTileVariant = 40, kFp8Hd256DeepVariant = 41;
-// Session 11 (benchmark builds, GA_FLASH_FP8_WIDE): 43 = 29 with the PV wait pinned below the softmax
+// Benchmark builds (GA_FLASH_FP8_WIDE): 43 = 29 with the PV wait pinned below the softmax
 // (kSchedPinPvWait: in 29 as compiled, ptxas had hoisted that wait above the softmax, so the softmax never overlapped
 // the PV GEMM; pinned, the overlap is real, and 43 was 9% slower to 1% faster than 29). 48 = three consumer warpgroups
 // (kSchedThreeWG: 192 x 128 tiles, setmaxnreg 160, three warps per scheduler), serial schedule, split chains: 5-14%
-// slower than 29. Retired the same session (docs/results/2026-11-28-h200-session11.md): 44 (43 at 192 keys), 45 / 46
+// slower than 29. Retired after the same run (the 2026-11-28 H200 results, docs/results): 44 (43 at 192 keys), 45 / 46
 // (39 + the pin at 128 / 96 keys), 47 (48 on the overlap schedule: 164 bytes of spills), 49 / 50 (43 / 44 +
 // ping-pong, FA3's FP8 schedule: 12-20% slower).
 constexpr int kFp8PinVariant = 43, kFp8ThreeWGVariant = 48;
@@ -77,7 +77,7 @@ constexpr int kFp8PinVariant = 43, kFp8ThreeWGVariant = 48;
 // 13 (wide key tile, persistent) + the pinned PV wait. At hd 128, 52 was 0-4% ahead of the default at 4k-8k and 2%
 // behind at 16k (9 paired rounds), 51 within 3% of 4: kept as benchmark variants, not defaults.
 constexpr int kPinVariant = 51, kWidePinVariant = 52;
-// Session 12: 55 = 4 and 56 = 13 (wide key tile) taking their tiles from a global counter (kSchedDynamicTiles) instead
+// 55 = 4 and 56 = 13 (wide key tile) taking their tiles from a global counter (kSchedDynamicTiles) instead
 // of static rounds, so causal tiles go out longest-first across L2-sized sections of heads (decode_tile) to whichever
 // CTA frees up: the persistent kernels' hidden prologues with the one-tile kernels' balance. Dense batches with
 // flash_plan's workspace (the counter, zeroed before the launch); otherwise they run 4 / 13. 55 is built in every build
@@ -90,17 +90,24 @@ constexpr bool dynamic_variant(int variant) { return variant == kDynamicVariant 
 constexpr int static_variant(int variant) {
   return variant == kDynamicVariant ? 4 : variant == kWideDynamicVariant ? 13 : variant;
 }
-// Session 13 (benchmark builds, GA_FLASH_FP8_WIDE): 57 = 39 (FP8 hd 256) and 58 = 29 (FP8 hd 128, 224-key tile) with
+// Benchmark builds (GA_FLASH_FP8_WIDE): 57 = 39 (FP8 hd 256) and 58 = 29 (FP8 hd 128, 224-key tile) with
 // V^T made in the kernel (kSchedFp8VtInKernel: two spare warps of the producer warpgroup transpose each staged V tile
 // with ldmatrix / stmatrix) instead of by the pre-pass over V in the workspace. Measured against the defaults in the
-// same run (docs/results/2026-11-28-h200-session13.md): 58 at 0.88-0.95x of 29 from 4k to 16k keys (1.03-1.04x at
+// same run (the 2026-11-28 H200 results, docs/results): 58 at 0.88-0.95x of 29 from 4k to 16k keys (1.03-1.04x at
 // 1k), 57 at 0.69-0.80x of 39: the transposing warps' instructions and shared-memory traffic cost more than the
 // pre-pass (0.8-3.9% at 4k-16k). Not defaults.
 constexpr int kFp8Hd256VtVariant = 57, kFp8VtVariant = 58;
 constexpr bool fp8_vt_in_kernel_variant(int variant) {
   return variant == kFp8Hd256VtVariant || variant == kFp8VtVariant;
 }
-constexpr int kFwdAllVariantsEnd = 59;
+// 59 (kSoftcapVariant, every build; 16-bit): 4 (persistent overlap, default key tile) with logit soft-capping in the
+// softmax (kSchedSoftcap). The only 16-bit kernel with soft-cap code: a call with FlashParams::softcap > 0 runs it
+// whatever variant it names (softcap_variant), so the other kernels' key loops stay the plain softmax (with the cap's
+// exp2 and reciprocal per score compiled in behind a uniform test, the hd 256 80-key kernels spilled 4-20 bytes).
+constexpr int kSoftcapVariant = 59;
+constexpr int kFwdAllVariantsEnd = 60;
+// What a 16-bit Hopper variant runs for these parameters: itself, or 59 when they soft-cap.
+constexpr int softcap_variant(int variant, bool softcap) { return softcap ? kSoftcapVariant : variant; }
 // The kernels built on the split tail (21, 24): they take its plan and workspace, and run 4 off head dim 128.
 constexpr bool split_tail_kernel(int variant) { return variant == kSplitTailVariant || variant == kStageInVVariant; }
 // The default build compiles only the variants default_variant picks (4, 12, 13, 24, 55), 24's fallback 21 and 1 (what
@@ -143,7 +150,7 @@ constexpr bool split_tail_kernel(int variant) { return variant == kSplitTailVari
 #define GA_FLASH_FWD_DYNAMIC GA_FLASH_FWD_CANDIDATES
 #endif
 constexpr bool variant_compiled(int variant) {
-  return variant == 1 || variant == 4 || variant == 12 || variant == 13 ||
+  return variant == 1 || variant == 4 || variant == 12 || variant == 13 || variant == kSoftcapVariant ||
          (GA_FLASH_FWD_PIN && (variant == kPinVariant || variant == kWidePinVariant)) ||
          variant == kDynamicVariant || (GA_FLASH_FWD_DYNAMIC && variant == kWideDynamicVariant) ||
          (GA_FLASH_ALL_VARIANTS && variant >= 0 && variant < k16BitVariants) ||
@@ -176,8 +183,10 @@ struct SplitTailPlan {
 };
 inline SplitTailPlan split_tail_plan(const FlashParams& p, int num_sms) {
   SplitTailPlan sp;
+  // (a sliding window gives tiles of different key counts: no even split; head dim 96 runs as 128 but its
+  // workspace plan is head dim 128's only when asked as such)
   if (p.head_dim != 128 || p.dtype == FlashDtype::kFp8E4m3 || p.causal || p.cu_seqlens_q != nullptr ||
-      num_sms < 1) {
+      p.window_left >= 0 || p.window_right >= 0 || num_sms < 1) {
     return sp;
   }
   constexpr int kBlockM = FwdTraits<128>::kBlockM, kBlockN = FwdTraits<128>::kBlockN;
@@ -224,19 +233,19 @@ constexpr int variant_block_n(int variant, bool paged) {
 }
 
 // What flash_forward runs: the fastest variant of the H200 measurements (docs/results/2026-11-22-h200-flash.md,
-// FA3 methodology; session 4: medians of interleaved rounds). Short key ranges: persistent (4, 13): the per-tile
+// FA3 methodology: medians of interleaved rounds). Short key ranges: persistent (4, 13): the per-tile
 // prologue/epilogue is a large share of a short tile and the persistent CTA hides it. Long causal ones: one tile
 // per CTA (1, 12): the static persistent split of long causal tiles is uneven (up to 35% slower at 16k) and the
 // hardware block scheduler balances them. Head dim 256: FA3's 80-key tile (13 / 12: +4-18% over 64 keys);
 // head dim 64: the 192-key tile above 4k keys (+2-5%; at <= 4k it lost). Head dim 128 keeps 128 keys (176 was
-// within noise); non-causal: persistent at every length (session 4b, 15 paired rounds: 4 ahead of 1 by 1-4% at
+// within noise); non-causal: persistent at every length (15 paired rounds: 4 ahead of 1 by 1-4% at
 // 4k-16k, and of 13 by 0-2%; equal tiles, so the static split is even). Ping-pong (2, 5, 6) was never more than
 // 2% ahead of overlap alone and often behind; the lazy rescale (14-17) and Q in registers (19-20) within noise.
-// Session 6: hd 128 non-causal runs 21 (= 4 plus the split tail, where split_tail_plan turns it on and the caller
+// hd 128 non-causal runs 21 (= 4 plus the split tail, where split_tail_plan turns it on and the caller
 // gives flash_plan's workspace; otherwise it is 4): paired per round ahead of 4 by 0.5 / 2.0 / 1.0% at 4k / 8k / 16k.
-// Session 7: 24 (21 + the TMA-store epilogue staged in V), paired per round ahead of 21 by 1.2 / 0.5 / 1.9% at
+// Then 24 (21 + the TMA-store epilogue staged in V), paired per round ahead of 21 by 1.2 / 0.5 / 1.9% at
 // 4k / 8k / 16k (25 rounds; 7 rounds: 1.0 / 0.1 / 1.6 / 2.4% at 2k-16k); where it cannot store by TMA it runs 21.
-// Session 12: with the causal tiles heaviest-first across sections of heads (decode_tile), hd 128 causal past 8k keys
+// With the causal tiles heaviest-first across sections of heads (decode_tile), hd 128 causal past 8k keys
 // runs the 176-key tile one per CTA (12): paired per round ahead of 1 by 5.5% (7 rounds), 5.6% (15) and 2.7% (11) at
 // 16k in three runs; at 8k 4, 1 and 12 are within 2%. And causal past 2k keys up to 8k (hd 128) / 4k (hd 64) runs 4
 // with dynamic tiles (55; with flash_plan's workspace, else 4): the persistent kernel's hidden prologues and the
@@ -255,10 +264,10 @@ constexpr int default_variant(int head_dim, bool causal, int seqlen_k) {
 // 256, for every mask and length (with the static split, long causal lost up to 45% to one tile per CTA; with the
 // counter it is even or ahead: hd 128 16k causal 810 vs 772, hd 256 8k causal 877 vs 858). One tile per CTA (1, 0)
 // stays compiled for the tests and for comparison. Measured and not kept: ping-pong (2, 5; 7, 8 = serial +
-// ping-pong) 0-15% slower, poly_exp2 (9, 10) within noise of 2/5. Session 8: hd 128 runs 29 (FA3's 224-key tile +
-// the split-chain softmax), ahead of 4 by 8-15% at 4k-16k, full and causal, in the same run ("Session 8: FP8").
-// Session 10: hd 256 runs 39 (the overlap schedule with the split chains, persistent), ahead of 3 by 9-17% (same run).
-// GA_FLASH_FP8_WIDE (default: GA_FLASH_FP8_ALL_VARIANTS) compiles the session 8 candidates 28, 32-34 (their own
+// ping-pong) 0-15% slower, poly_exp2 (9, 10) within noise of 2/5. hd 128 runs 29 (FA3's 224-key tile +
+// the split-chain softmax), ahead of 4 by 8-15% at 4k-16k, full and causal, in the same run (the "FP8" sections of the results).
+// hd 256 runs 39 (the overlap schedule with the split chains, persistent), ahead of 3 by 9-17% (same run).
+// GA_FLASH_FP8_WIDE (default: GA_FLASH_FP8_ALL_VARIANTS) compiles the 224-key candidates 28, 32-34 (their own
 // translation unit, flash_fwd_fp8_wide_hd128.cu, beside the default 29), variant 4, which 29 replaced, and 3, which
 // 39 replaced.
 #ifndef GA_FLASH_FP8_WIDE
@@ -293,8 +302,24 @@ inline int causal_section_bh(const FlashParams& p) {
                               p.dtype == FlashDtype::kFp8E4m3 ? 1 : 2, p.causal_section_heads, kCausalSectionL2Bytes);
 }
 
+// The scales of S every forward launch fills alike: `scale` turns a raw q.k into the softmax's score (softmax_scale;
+// FP8: times descale_q * descale_k). With soft-capping the consumers replace S by tanh(scale q.k / softcap)
+// (softcap_k2: attention_softcap.cuh's factor) and the cap moves into scale (the LSE) and scale_log2 (the exp2).
+inline void set_fwd_scales(FwdArgs& a, const FlashParams& p, float scale) {
+  constexpr float kLog2e = 1.4426950408889634f;
+  if (p.softcap > 0.0f) {
+    a.softcap_k2 = 2.0f * kLog2e * scale / p.softcap;
+    a.scale = p.softcap;
+    a.scale_log2 = p.softcap * kLog2e;
+  } else {
+    a.softcap_k2 = 0.0f;
+    a.scale = scale;
+    a.scale_log2 = scale * kLog2e;
+  }
+}
+
 // The problem fields every forward launch fills alike (16-bit and FP8): o and its strides, the LSE, the lengths,
-// the heads and GQA group, and the tile count for query tiles of block_m rows.
+// the heads and GQA group, the window, and the tile count for query tiles of block_m rows.
 inline void set_fwd_problem(FwdArgs& a, const FlashParams& p, int block_m) {
   a.o = p.o;
   a.lse = p.lse;
@@ -310,6 +335,9 @@ inline void set_fwd_problem(FwdArgs& a, const FlashParams& p, int block_m) {
   a.batch = p.batch;
   a.total_tiles = a.m_blocks * p.n_head * p.batch;
   a.section_bh = causal_section_bh(p);
+  a.win_left = p.window_left;
+  a.win_right = p.causal ? 0 : p.window_right;
+  a.o_cols = p.head_dim;
 }
 
 // Launches the forward of head dim HD; num_sms sizes the persistent grid.
@@ -383,6 +411,9 @@ template <ElemKind E, int HD>
 cudaError_t launch_fwd_variant(const FwdArgs& args, int variant, int num_sms, cudaStream_t stream) {
   constexpr int kDefault = default_stages<HD>(), kDeep = deep_stages<HD>();
   (void)kDeep;
+  if (variant == kSoftcapVariant) {
+    return launch_fwd_instance<E, HD, 1 | kSchedSoftcap, true, kDefault>(args, num_sms, stream);
+  }
   if (variant >= kFirstTileVariant) return launch_fwd_tiles<HD>(args, E == ElemKind::kBf16, variant, num_sms, stream);
   switch (variant) {
     case 1: return launch_fwd_instance<E, HD, 1, false, kDefault>(args, num_sms, stream);

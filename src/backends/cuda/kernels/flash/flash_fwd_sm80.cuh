@@ -27,6 +27,14 @@
 // that warp ever read them) so the global stores are whole 16-byte chunks of a row; LSE = m scale + ln(sum).
 // A row that sees no key (causal, seqlen_q > seqlen_k) keeps m = -inf and sum = 0: zeros and LSE = -inf.
 //
+// Sliding windows and soft-capping (flash_attention.h): the key blocks a query block's window leaves out are not
+// walked (the loop runs from the block of its last row's right end down to that of its first row's left end), the
+// blocks that straddle a row's window are masked with the causal ones; soft-capping turns S into
+// tanh(softmax_scale q.k / softcap) (attention_softcap.cuh) before the mask, the cap then being the softmax's scale.
+// Both tests are uniform per key block, outside the per-element loops.
+// Head dim 96 (Phi-3): shared-memory rows of 128 columns (kPitch: the swizzle permutes chunks within 128-byte
+// groups), of which the copies fill and the k-loops step the first 96 only.
+//
 // Arch: cp.async and bf16 mma.sync need sm_80; the kTuring instantiation (below) is the same kernel with only
 // sm_75 instructions. The sm_80 instantiations' bodies compile to a trap in the sm_75 build; the host
 // (flash_forward.cu) never launches them there.
@@ -63,12 +71,17 @@ struct FwdSm80Args {
   Strides q_st, k_st, v_st, o_st;
   int seqlen_q, seqlen_k, n_head, group;  // group = n_head / n_head_kv
   int causal;
-  float scale, scale_log2;  // softmax scale, and times log2(e)
+  // Query row i sees keys i + diag_lo .. i + diag_hi (causal: diag_hi = seqlen_k - seqlen_q; a window's sides;
+  // clamped to -seqlen_q / seqlen_k where unbounded, so they never mask); windowed: diag_lo bounds (window_left).
+  int diag_lo, diag_hi, windowed;
+  float scale, scale_log2;  // softmax scale (the LSE's), and times log2(e); soft-capping: the cap
+  float softcap_k2;         // 0, or 2 log2(e) softmax_scale / softcap (attention_softcap.cuh)
 };
 
 // Tile shapes. kTuring: the sm_75 build (64 KB of shared memory per block, m16n8k8, no cp.async; see the top).
 template <int HD, bool kTuring = false>
 struct FwdSm80Traits {
+  static constexpr int kPitch = HD == 96 ? 128 : HD;  // shared-memory row (elements): whole 128-byte swizzle groups
   static constexpr int kBlockM = kTuring ? 64 : 128;  // query rows per CTA
   static constexpr int kBlockN = kTuring ? (HD == 64 ? 64 : 32) : (HD == 64 ? 128 : 64);  // keys per block
   static constexpr int kWarps = (HD == 256 && !kTuring) ? 8 : 4;
@@ -78,39 +91,52 @@ struct FwdSm80Traits {
   static constexpr int kMinBlocks = HD == 256 ? 1 : 2;  // CTAs per SM the registers must allow
   static constexpr bool kRegisterStaged = kTuring;      // global -> registers -> shared (no cp.async)
   static constexpr bool kMmaK8 = kTuring;               // m16n8k8 pairs instead of m16n8k16
-  // Shared memory (halves): Q [kBlockM][HD], K [kBlockN][HD], V [kBlockN][HD], each swizzled.
-  static constexpr int kOffK = kBlockM * HD;
-  static constexpr int kOffV = kOffK + kBlockN * HD;
-  static constexpr size_t kSmemBytes = size_t{kOffV + kBlockN * HD} * 2;
-  static_assert(HD % 64 == 0, "the swizzle permutes 16-byte chunks within 128-byte groups");
+  // Shared memory (halves): Q [kBlockM][kPitch], K [kBlockN][kPitch], V [kBlockN][kPitch], each swizzled.
+  static constexpr int kOffK = kBlockM * kPitch;
+  static constexpr int kOffV = kOffK + kBlockN * kPitch;
+  static constexpr size_t kSmemBytes = size_t{kOffV + kBlockN * kPitch} * 2;
+  static_assert(kPitch % 64 == 0 && HD % 16 == 0, "the swizzle permutes 16-byte chunks within 128-byte groups");
   static_assert(kMTiles >= 1 && kWarpRows % 16 == 0, "whole m16 tiles per warp");
   static_assert(!kTuring || kSmemBytes <= 64 * 1024, "sm_75: at most 64 KB of shared memory per block");
 };
 
-// Offset (halves) of element (row, col) of a swizzled [rows][HD] tile.
-template <int HD>
+// Offset (halves) of element (row, col) of a swizzled [rows][P] tile (P: the row pitch, a multiple of 64).
+template <int P>
 __device__ __forceinline__ int swz(int row, int col) {
-  return row * HD + ((((col >> 3) ^ row) & 7) | ((col >> 3) & ~7)) * 8 + (col & 7);
+  return row * P + ((((col >> 3) ^ row) & 7) | ((col >> 3) & ~7)) * 8 + (col & 7);
 }
 
-// Rows [0, kRows) of a [rows][HD] global tile (row pitch row_stride elements) into a swizzled shared tile with
-// cp.async; rows at or past `valid` become zeros. Every thread of the CTA takes part; the caller commits. A thread
-// copies the same chunk column of rows r0, r0 + kRowStep, ...: kRowStep is a multiple of 8, so the swizzle is the
-// same for all of them and the shared addresses differ by immediates.
-template <int HD, int kRows, int kThreads>
+// Rows [0, kRows) of a [rows][HD] global tile (row pitch row_stride elements) into a swizzled shared tile of row pitch
+// P with cp.async; rows at or past `valid` become zeros. Every thread of the CTA takes part; the caller commits. When
+// the threads cover whole rows (HD / 8 chunks divide kThreads), a thread copies the same chunk column of rows r0,
+// r0 + kRowStep, ...: kRowStep is a multiple of 8, so the swizzle is the same for all of them and the shared
+// addresses differ by immediates. Head dim 96 (12 chunks a row): chunk i of the tile is thread i % kThreads's.
+template <int HD, int P, int kRows, int kThreads>
 __device__ __forceinline__ void load_tile(uint16_t* dst, const uint16_t* src, int64_t row_stride, int valid) {
   constexpr int kChunksPerRow = HD / 8;
-  constexpr int kRowStep = kThreads / kChunksPerRow;
-  static_assert(kThreads % kChunksPerRow == 0 && kRowStep % 8 == 0 && kRows % kRowStep == 0, "copy tiling");
-  const int r0 = static_cast<int>(threadIdx.x) / kChunksPerRow, col = static_cast<int>(threadIdx.x) % kChunksPerRow * 8;
-  uint16_t* const d = dst + swz<HD>(r0, col);
-  const uint16_t* s = src + r0 * row_stride + col;
-  const int64_t step = kRowStep * row_stride;
+  if constexpr (kThreads % kChunksPerRow == 0) {
+    constexpr int kRowStep = kThreads / kChunksPerRow;
+    static_assert(kRowStep % 8 == 0 && kRows % kRowStep == 0, "copy tiling");
+    const int r0 = static_cast<int>(threadIdx.x) / kChunksPerRow;
+    const int col = static_cast<int>(threadIdx.x) % kChunksPerRow * 8;
+    uint16_t* const d = dst + swz<P>(r0, col);
+    const uint16_t* s = src + r0 * row_stride + col;
+    const int64_t step = kRowStep * row_stride;
 #pragma unroll
-  for (int n = 0; n < kRows / kRowStep; ++n) {
-    const bool ok = r0 + n * kRowStep < valid;
-    detail::cp_async_16(d + n * kRowStep * HD, ok ? s : src, ok ? 16 : 0);
-    s += step;
+    for (int n = 0; n < kRows / kRowStep; ++n) {
+      const bool ok = r0 + n * kRowStep < valid;
+      detail::cp_async_16(d + n * kRowStep * P, ok ? s : src, ok ? 16 : 0);
+      s += step;
+    }
+  } else {
+    static_assert(kRows * kChunksPerRow % kThreads == 0, "copy tiling");
+#pragma unroll
+    for (int n = 0; n < kRows * kChunksPerRow / kThreads; ++n) {
+      const int i = n * kThreads + static_cast<int>(threadIdx.x);
+      const int r = i / kChunksPerRow, col = i % kChunksPerRow * 8;
+      const bool ok = r < valid;
+      detail::cp_async_16(dst + swz<P>(r, col), ok ? src + r * row_stride + col : src, ok ? 16 : 0);
+    }
   }
 }
 
@@ -119,41 +145,43 @@ __device__ __forceinline__ void load_tile(uint16_t* dst, const uint16_t* src, in
 // memory for this thread's part (the caller's barrier then publishes it to the CTA).
 //   cp.async (sm_80+): fetch issues and commits a group straight into shared memory; land waits for it.
 //   register-staged (sm_75): fetch loads this thread's 16-byte chunks into registers; land stores them.
-template <int HD, int kRows, int kThreads, bool kRegisterStaged>
+template <int HD, int P, int kRows, int kThreads, bool kRegisterStaged>
 struct TileCopy;
 
-template <int HD, int kRows, int kThreads>
-struct TileCopy<HD, kRows, kThreads, false> {
+template <int HD, int P, int kRows, int kThreads>
+struct TileCopy<HD, P, kRows, kThreads, false> {
   uint16_t* dst;
   __device__ __forceinline__ void fetch(const uint16_t* src, int64_t row_stride, int valid) {
-    load_tile<HD, kRows, kThreads>(dst, src, row_stride, valid);
+    load_tile<HD, P, kRows, kThreads>(dst, src, row_stride, valid);
     detail::cp_async_commit();
   }
   __device__ __forceinline__ void land() { detail::cp_async_wait<0>(); }
 };
 
-template <int HD, int kRows, int kThreads>
-struct TileCopy<HD, kRows, kThreads, true> {
+// Chunk n of this thread is chunk n * kThreads + threadIdx.x of the tile (row-major, HD / 8 chunks a row): whole rows
+// per thread step where HD / 8 divides kThreads, the same chunk order otherwise (head dim 96).
+template <int HD, int P, int kRows, int kThreads>
+struct TileCopy<HD, P, kRows, kThreads, true> {
   static constexpr int kChunksPerRow = HD / 8;
-  static constexpr int kRowStep = kThreads / kChunksPerRow;  // 4 at head dim 256: the swizzle varies per row
-  static constexpr int kPerThread = kRows / kRowStep;
-  static_assert(kThreads % kChunksPerRow == 0 && kRows % kRowStep == 0, "copy tiling");
+  static constexpr int kPerThread = kRows * kChunksPerRow / kThreads;
+  static_assert(kRows * kChunksPerRow % kThreads == 0, "copy tiling");
   uint16_t* dst;
   uint4 chunk[kPerThread];
   __device__ __forceinline__ void fetch(const uint16_t* src, int64_t row_stride, int valid) {
-    const int r0 = static_cast<int>(threadIdx.x) / kChunksPerRow, col = static_cast<int>(threadIdx.x) % kChunksPerRow * 8;
-    const uint16_t* s = src + r0 * row_stride + col;
 #pragma unroll
     for (int n = 0; n < kPerThread; ++n) {
+      const int i = n * kThreads + static_cast<int>(threadIdx.x);
+      const int r = i / kChunksPerRow, col = i % kChunksPerRow * 8;
       // Rows past the end are zeros, never loaded: finite values keep 0 * x out of P V (see the top).
-      chunk[n] = r0 + n * kRowStep < valid ? __ldg(reinterpret_cast<const uint4*>(s)) : make_uint4(0, 0, 0, 0);
-      s += kRowStep * row_stride;
+      chunk[n] = r < valid ? __ldg(reinterpret_cast<const uint4*>(src + r * row_stride + col)) : make_uint4(0, 0, 0, 0);
     }
   }
   __device__ __forceinline__ void land() {
-    const int r0 = static_cast<int>(threadIdx.x) / kChunksPerRow, col = static_cast<int>(threadIdx.x) % kChunksPerRow * 8;
 #pragma unroll
-    for (int n = 0; n < kPerThread; ++n) *reinterpret_cast<uint4*>(dst + swz<HD>(r0 + n * kRowStep, col)) = chunk[n];
+    for (int n = 0; n < kPerThread; ++n) {
+      const int i = n * kThreads + static_cast<int>(threadIdx.x);
+      *reinterpret_cast<uint4*>(dst + swz<P>(i / kChunksPerRow, i % kChunksPerRow * 8)) = chunk[n];
+    }
   }
 };
 
@@ -172,18 +200,18 @@ __device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], uint32_t addr) {
 // Fragment addresses in a swizzled [rows][HD] tile for a lane that reads row `row` (row % 8 fixed by the lane) and
 // chunk 2 k + `odd` of k16 step k: the physical chunk is ((2 k) % 8 ^ x) + 8 (k / 4) with x = odd ^ (row % 8), so
 // four per-thread bases (k % 4) plus immediates ((k / 4) * 128 bytes, and whole rows) cover every step.
-template <int HD>
+template <int P>
 struct FragAddr {
   uint32_t base[4];
   __device__ __forceinline__ FragAddr(const uint16_t* tile, int row, int odd) {
-    const uint32_t row_addr = detail::smem_addr(tile + row * HD);
+    const uint32_t row_addr = detail::smem_addr(tile + row * P);
     const int x = odd ^ (row & 7);
 #pragma unroll
     for (int t = 0; t < 4; ++t) base[t] = row_addr + static_cast<uint32_t>(((2 * t) ^ x) * 16);
   }
   // Step k of rows `row + rows` (rows a multiple of 8).
   __device__ __forceinline__ uint32_t at(int k, int rows) const {
-    return base[k % 4] + static_cast<uint32_t>((k / 4) * 128 + rows * HD * 2);
+    return base[k % 4] + static_cast<uint32_t>((k / 4) * 128 + rows * P * 2);
   }
 };
 
@@ -199,7 +227,7 @@ template <bool kBf16, int HD, bool kTuring>
 __device__ __forceinline__ void flash_fwd_sm80_cta(const FwdSm80Args& a) {
   using T = FwdSm80Traits<HD, kTuring>;
   constexpr bool kK8 = T::kMmaK8;
-  constexpr int kBlockM = T::kBlockM, kBlockN = T::kBlockN, kMT = T::kMTiles;
+  constexpr int kBlockM = T::kBlockM, kBlockN = T::kBlockN, kMT = T::kMTiles, P = T::kPitch;
   constexpr int kSN = kBlockN / 8;  // n8 tiles of S per m16 tile
   constexpr int kON = HD / 8;       // n8 tiles of O per m16 tile
   extern __shared__ __align__(128) unsigned char smem_raw[];
@@ -215,13 +243,16 @@ __device__ __forceinline__ void flash_fwd_sm80_cta(const FwdSm80Args& a) {
   const int hk = h / a.group;
   const int m0 = m_block * kBlockM;
   const int rows_valid = min(kBlockM, a.seqlen_q - m0);
-  const int diag = a.seqlen_k - a.seqlen_q;  // query i sees key j iff j <= i + diag (causal)
-  const int key_end = a.causal ? min(a.seqlen_k, m0 + kBlockM + diag) : a.seqlen_k;  // keys the block may see
+  // Query i sees keys i + diag_lo .. i + diag_hi (flash_forward.cu clamps the unbounded sides): the block sees keys
+  // [key_begin, key_end), key blocks [n_first, n_blocks).
+  const int key_end = min(a.seqlen_k, m0 + kBlockM + a.diag_hi);
+  const int key_begin = max(m0 + a.diag_lo, 0);
   const int n_blocks = key_end > 0 ? (key_end + kBlockN - 1) / kBlockN : 0;
+  const int n_first = min(key_begin / kBlockN, n_blocks);
   uint16_t* const o_tile = a.o + b * a.o_st.batch + int64_t{m0} * a.o_st.seq + h * a.o_st.head;
   float* const lse_rows = a.lse == nullptr ? nullptr : a.lse + (int64_t{b} * a.n_head + h) * a.seqlen_q + m0;
 
-  if (n_blocks == 0) {  // causal with seqlen_q > seqlen_k: no row of this block sees a key
+  if (n_blocks == n_first) {  // no row of this block sees a key (causal with seqlen_q > seqlen_k, a window)
     for (int i = static_cast<int>(threadIdx.x); i < rows_valid * (HD / 8); i += T::kThreads) {
       const int r = i / (HD / 8), col = (i % (HD / 8)) * 8;
       *reinterpret_cast<uint4*>(o_tile + r * a.o_st.seq + col) = make_uint4(0, 0, 0, 0);
@@ -234,7 +265,7 @@ __device__ __forceinline__ void flash_fwd_sm80_cta(const FwdSm80Args& a) {
 
   const uint16_t* const k_head = a.k + b * a.k_st.batch + hk * a.k_st.head;
   const uint16_t* const v_head = a.v + b * a.v_st.batch + hk * a.v_st.head;
-  TileCopy<HD, kBlockN, T::kThreads, T::kRegisterStaged> k_copy{sK}, v_copy{sV};
+  TileCopy<HD, P, kBlockN, T::kThreads, T::kRegisterStaged> k_copy{sK}, v_copy{sV};
   auto fetch_k = [&](int n) {
     k_copy.fetch(k_head + int64_t{n} * kBlockN * a.k_st.seq, a.k_st.seq, a.seqlen_k - n * kBlockN);
   };
@@ -242,7 +273,7 @@ __device__ __forceinline__ void flash_fwd_sm80_cta(const FwdSm80Args& a) {
     v_copy.fetch(v_head + int64_t{n} * kBlockN * a.v_st.seq, a.v_st.seq, a.seqlen_k - n * kBlockN);
   };
   {
-    TileCopy<HD, kBlockM, T::kThreads, T::kRegisterStaged> q_copy{sQ};
+    TileCopy<HD, P, kBlockM, T::kThreads, T::kRegisterStaged> q_copy{sQ};
     q_copy.fetch(a.q + b * a.q_st.batch + int64_t{m0} * a.q_st.seq + h * a.q_st.head, a.q_st.seq, rows_valid);
     fetch_k(n_blocks - 1);
     q_copy.land();  // cp.async: waits for Q and K[last] together; registers: Q's stores (K lands in the loop)
@@ -265,11 +296,11 @@ __device__ __forceinline__ void flash_fwd_sm80_cta(const FwdSm80Args& a) {
   // ldmatrix x4 lane addresses. Q (A operand, step kk): matrices rows +0/+8 x dims +0/+8 in a0..a3 order.
   // K (B operand of S, step kk, keys j * 16): keys +0 x dims +0/+8 (b0, b1 of keys +0), keys +8 x dims +0/+8.
   // V (B operand of O through .trans, keys kk * 16, dims jd * 16): keys +0/+8 x dims +0 (b0, b1), then dims +8.
-  const FragAddr<HD> q_frag(sQ, warp_row0 + (lane % 8) + ((lane / 8) % 2) * 8, lane / 16);
-  const FragAddr<HD> k_frag(sK, (lane / 16) * 8 + (lane % 8), (lane / 8) % 2);
-  const FragAddr<HD> v_frag(sV, ((lane / 8) % 2) * 8 + (lane % 8), lane / 16);
+  const FragAddr<P> q_frag(sQ, warp_row0 + (lane % 8) + ((lane / 8) % 2) * 8, lane / 16);
+  const FragAddr<P> k_frag(sK, (lane / 16) * 8 + (lane % 8), (lane / 8) % 2);
+  const FragAddr<P> v_frag(sV, ((lane / 8) % 2) * 8 + (lane % 8), lane / 16);
 
-  for (int n = n_blocks - 1; n >= 0; --n) {
+  for (int n = n_blocks - 1; n >= n_first; --n) {
     k_copy.land();  // K[n], fetched before the previous block's softmax (or in the prologue)
     __syncthreads();  // K[n] (and Q) landed; every warp is done with V[n + 1]
     fetch_v(n);
@@ -301,10 +332,20 @@ __device__ __forceinline__ void flash_fwd_sm80_cta(const FwdSm80Args& a) {
 
     v_copy.land();
     __syncthreads();  // V[n] landed; every warp is done with K[n]
-    if (n > 0) fetch_k(n - 1);  // lands at the top of the next block, after this block's softmax and P V
+    if (n > n_first) fetch_k(n - 1);  // lands at the top of the next block, after this block's softmax and P V
 
+    if (a.softcap_k2 != 0.0f) {  // S = tanh(softmax_scale q.k / softcap); the cap is in scale_log2
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int j = 0; j < kSN; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) s[mt][j][e] = detail::softcap_tanh(s[mt][j][e] * a.softcap_k2);
+    }
     const int key0 = n * kBlockN;
-    const bool need_mask = key0 + kBlockN > a.seqlen_k || (a.causal && key0 + kBlockN - 1 > m0 + diag);
+    // keys past seqlen_k, past the first row's right end (causal diagonal or window), below the last row's left end
+    const bool need_mask = key0 + kBlockN > a.seqlen_k || key0 + kBlockN - 1 > m0 + a.diag_hi ||
+                           (a.windowed && key0 < m0 + kBlockM - 1 + a.diag_lo);
     if (need_mask) {
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt)
@@ -314,7 +355,7 @@ __device__ __forceinline__ void flash_fwd_sm80_cta(const FwdSm80Args& a) {
           for (int e = 0; e < 4; ++e) {
             const int row = m0 + warp_row0 + mt * 16 + g + 8 * (e / 2);
             const int key = key0 + j * 8 + 2 * c + (e % 2);
-            if (key >= a.seqlen_k || (a.causal && key > row + diag)) s[mt][j][e] = -INFINITY;
+            if (key >= a.seqlen_k || key > row + a.diag_hi || key < row + a.diag_lo) s[mt][j][e] = -INFINITY;
           }
     }
 
@@ -390,7 +431,7 @@ __device__ __forceinline__ void flash_fwd_sm80_cta(const FwdSm80Args& a) {
       }
 #pragma unroll
       for (int j = 0; j < kON; ++j) {
-        *reinterpret_cast<uint32_t*>(sQ + swz<HD>(row, j * 8 + 2 * c)) =
+        *reinterpret_cast<uint32_t*>(sQ + swz<P>(row, j * 8 + 2 * c)) =
             pack2<kBf16>(o[mt][j][2 * half] * inv, o[mt][j][2 * half + 1] * inv);
       }
     }
@@ -400,7 +441,7 @@ __device__ __forceinline__ void flash_fwd_sm80_cta(const FwdSm80Args& a) {
   for (int i = lane; i < T::kWarpRows * kChunksPerRow; i += 32) {
     const int r = warp_row0 + i / kChunksPerRow, col = (i % kChunksPerRow) * 8;
     if (r < rows_valid) {
-      *reinterpret_cast<uint4*>(o_tile + r * a.o_st.seq + col) = *reinterpret_cast<const uint4*>(sQ + swz<HD>(r, col));
+      *reinterpret_cast<uint4*>(o_tile + r * a.o_st.seq + col) = *reinterpret_cast<const uint4*>(sQ + swz<P>(r, col));
     }
   }
 }

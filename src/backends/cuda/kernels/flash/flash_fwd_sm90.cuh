@@ -22,13 +22,13 @@
 //   1 intra-warpgroup overlap (FA3 section 3.2): issue S_{j} = Q K_j and O += P_{j-1} V_{j-1} together,
 //     wait for S_j only, run its softmax while the PV wgmma still runs, then wait for PV. (That is the source
 //     order; ptxas moves the PV wait above the softmax unless kSchedPinPvWait pins it, below: the default kernels
-//     issue both GEMMs together and wait for both. Session 11 measured the pinned form: no faster at the defaults.)
+//     issue both GEMMs together and wait for both. The pinned form measured no faster at the defaults.)
 //   2 = 1 plus ping-pong between the two consumer warpgroups (FA3 section 3.1): named barriers make the
 //     two warpgroups take strict turns issuing their GEMMs (one issues while the other does softmax).
 //     The turns run on across tiles of a persistent CTA, so each arrival is matched before the next.
 //   3 = 0 plus ping-pong: each GEMM (S, then PV) is one turn, so the tensor cores run S_a, S_b, PV_a, PV_b
 //     and each warpgroup's softmax sits under the other's GEMM. Written for FP8 at head dim 256, where the
-//     overlapped consumer does not fit in 240 registers (O 128 + S 64 + P 16); it lost, and since session 10 FP8
+//     overlapped consumer does not fit in 240 registers (O 128 + S 64 + P 16); it lost, and FP8
 //     hd 256 runs the overlap schedule anyway (ptxas spills 36 bytes, and it is 9-17% faster than serial).
 //   + kSchedPolyExp (16): a quarter of the softmax exp2 on the FMA pipes (poly_exp2), for FP8 at hd 128.
 //   + kSchedLazyRescale (32), kSchedQReg (64; Q as register A fragments: S = Q K^T reads only K from shared
@@ -54,8 +54,8 @@
 // dequantization scales fold into the softmax scale (descale_q * descale_k) and the epilogue (descale_v).
 // FP8 at head dim 128 defaults to FA3's 224-key tile (fp8_wide_block_n; V^T tile = two 128-key swizzle blocks, ring
 // slots of max(K, V^T) bytes) with the row max / row sum in 4 independent partial chains (kSchedFp8TreeSoftmax:
-// the consumers are latency bound, and one serial FMNMX / FADD chain per row was on the critical path). Session 8
-// candidates (flash_fwd_launch.h 28, 32-34): the tile alone, ping-pong, a deeper ring, the lazy rescale.
+// the consumers are latency bound, and one serial FMNMX / FADD chain per row was on the critical path). The
+// candidates measured against it (flash_fwd_launch.h 28, 32-34): the tile alone, ping-pong, a deeper ring, the lazy rescale.
 //
 // Variable-length batches (FwdArgs::varlen, FlashAttention's varlen API; FA3 does the same): the maps view the
 // packed q / k / v as one batch of total rows, and a tile's coordinates start at its sequence's offset
@@ -157,9 +157,9 @@ struct FwdTile {
 // head) pairs, then the next heaviest of each, ... (longest-processing-time first, so the tiles that start last are
 // light and the SMs finish together), the section small enough that its K/V stays in L2 (FA3's L2-aware LPT order;
 // heaviest-first across all heads measured 3-10% slower at 16k causal: the running CTAs then stream every head's
-// K/V at once). section_bh <= 1: heaviest first within one head at a time (until session 12; there the last head's
+// K/V at once). section_bh <= 1: heaviest first within one head at a time (the order before the sections; there the last head's
 // heaviest tile starts when little else is left, and its CTA finishes long after the others). The sections pay where
-// tiles go to whichever CTA frees up first: FP8's dynamic counter (+1-9% causal, 4k-16k, session 12) and one tile
+// tiles go to whichever CTA frees up first: FP8's dynamic counter (+1-9% causal, 4k-16k) and one tile
 // per CTA (the hardware's block scheduler; bf16 hd 256 8k / 16k +5-7%). The 16-bit persistent kernels' static rounds
 // (cta_tile) run one head at a time (launch_fwd_instance): each CTA takes every 132nd tile, which samples a section's
 // long heavy-to-light ramp so coarsely that the CTAs' sums drift apart (bf16 8-30% slower at 4k-8k with sections).
@@ -184,10 +184,19 @@ __device__ __forceinline__ FwdTile decode_tile(const FwdArgs& a, int t, int jb =
     f.seqlen_k = max(f.seqlen_k, 0);
   }
   f.skip = f.m0 >= f.seqlen_q && a.varlen;
-  int kv_end = f.seqlen_k;  // keys [0, kv_end) are visible to some row of the block
-  if (a.causal) kv_end = min(kv_end, f.m0 + T::kBlockM + f.seqlen_k - f.seqlen_q);
-  f.n_tiles = kv_end > 0 && !f.skip ? (kv_end + T::kBlockN - 1) / T::kBlockN : 0;
-  f.j0 = 0;
+  // Keys [kv_begin, kv_end) are visible to some row of the block: up to the last row's diagonal (causal) or its
+  // window's right end, from the first row's window's left end (sliding window). Key tiles outside are not loaded.
+  const int diag = f.seqlen_k - f.seqlen_q;
+  int kv_end = f.seqlen_k;
+  if (a.causal) {
+    kv_end = min(kv_end, f.m0 + T::kBlockM + diag);
+  } else if (a.win_right >= 0) {
+    kv_end = min(kv_end, f.m0 + T::kBlockM + diag + a.win_right);
+  }
+  const int j_first = a.win_left >= 0 ? max(f.m0 + diag - a.win_left, 0) / T::kBlockN : 0;
+  const int j_end = kv_end > 0 && !f.skip ? (kv_end + T::kBlockN - 1) / T::kBlockN : 0;
+  f.n_tiles = max(j_end - j_first, 0);
+  f.j0 = f.n_tiles > 0 ? j_first : 0;
   if (je >= 0) {  // a split tail piece (dense non-causal only: every tile has kv_blocks key tiles)
     f.j0 = jb;
     f.n_tiles = je - jb;
@@ -216,13 +225,13 @@ constexpr int kSchedTmaStore = 256;
 // + kSchedFp8TreeSoftmax (FP8): row max / row sum by partial chains (Consumer::softmax_fp8_split). (512 is left to
 // branch fwd8's kSchedCrossTile.)
 constexpr int kSchedFp8TreeSoftmax = 1024;
-// + kSchedPinPvWait (overlap schedule): the wait for PV_{j-1} stays below S_j's softmax. Session 11's Nsight Compute
+// + kSchedPinPvWait (overlap schedule): the wait for PV_{j-1} stays below S_j's softmax. An Nsight Compute
 // source view of 29 found that ptxas had hoisted that WARPGROUP.DEPBAR above the softmax, to the top of its basic
 // block (the P conversion writes the registers PV_{j-1} reads, and the scheduler interleaves it with the exp2), so as
 // compiled the default overlap kernels (16-bit and FP8) wait for PV before the softmax instead of running it under
 // the PV GEMM.
-// A never-taken branch after the softmax (Consumer::end_block) ends the block there. Measured in
-// docs/results/2026-11-28-h200-session11.md: with two consumer warpgroups the other warpgroup's GEMMs already fill the
+// A never-taken branch after the softmax (Consumer::end_block) ends the block there. Measured (the 2026-11-28 H200
+// results, docs/results): with two consumer warpgroups the other warpgroup's GEMMs already fill the
 // tensor cores during a softmax, and the real overlap was no faster (FP8) or within a few % (16-bit): benchmark
 // variants only (flash_fwd_launch.h 43, 51, 52).
 constexpr int kSchedPinPvWait = 2048;
@@ -236,7 +245,7 @@ __host__ __device__ constexpr int sched_wgs(int sched) { return (sched & kSchedT
 // 384, and the consumers' setmaxnreg.inc waits forever for registers the pool does not have) transpose each into the
 // V^T ring slot the consumers read (transpose_v_tile, flash_fp8_vt.cuh) and complete its full barrier
 // (kVtTransposeWarps arrivals instead of TMA bytes). FA3's design: no pass over V in global memory before the kernel
-// (3.7-6.5% of the FP8 time at 4k keys, session 12) and no V-sized workspace; measured slower than the pre-pass
+// (3.7-6.5% of the FP8 time at 4k keys) and no V-sized workspace; measured slower than the pre-pass
 // (flash_fwd_launch.h, variants 57 / 58).
 constexpr int kSchedFp8VtInKernel = 16384;
 template <ElemKind E, int kSched>
@@ -278,7 +287,8 @@ __device__ __forceinline__ void consumer_main(const FwdArgs& a, unsigned char* s
   static_assert(!kTmaStore || (E != ElemKind::kE4m3 && kBase == 1 && T::kBlockN == T::kBlockM),
                 "O staged in V: 16-bit, overlap schedule, 128 x HD V slots");
   using C = Consumer<E, HD, (kSched & kSchedPolyExp) != 0, kBN, kQReg,
-                     E == ElemKind::kE4m3 && (kSched & kSchedFp8TreeSoftmax) != 0, sched_wgs(kSched)>;
+                     E == ElemKind::kE4m3 && (kSched & kSchedFp8TreeSoftmax) != 0, sched_wgs(kSched),
+                     softcap_sched<E, kSched>()>;
   static_assert(T::kConsumerWGs == 2 || (!kPingPong && !kSplit && !kTmaStore), "3 warpgroups: no 2-way turns");
   bool first_turn = true;
   auto turn_begin = [&]() {
@@ -343,24 +353,24 @@ __device__ __forceinline__ void consumer_main(const FwdArgs& a, unsigned char* s
     if (t < 0) break;
     const FwdTile f = decode_tile<T>(a, t, jb, je);
     if (f.skip) continue;
-    // Keys are counted from this work item's first key (f.j0 key tiles in: split tail pieces; else 0): the row
-    // limits shift instead of every softmax offset, so nothing more stays live across the key loop.
-    const int kv_left = f.seqlen_k - f.j0 * T::kBlockN;
+    // Key tiles keep their numbers from key 0: this work item covers tiles [j0, jend) (j0 > 0: a sliding window's first
+    // tile, a split tail piece's). Tile j's ring position is kv_base + j, so no offset stays live across the key loop,
+    // and a dense item's key count stays the kernel argument, not a register (the hd 256 kernels had no room for one).
     const int row0 = f.m0 + wg_row_base + warp * 16 + g;
-    const int n = f.n_tiles;
+    const int j0 = f.j0, jend = f.j0 + f.n_tiles;
+    const int kv_base = kv_count - j0;
     C st;
     st.init(a, row0, wg_row_base, sq, f.seqlen_q, f.seqlen_k);
-    if constexpr (kSplit) st.shift_keys(f.j0 * T::kBlockN);
     if constexpr (!kDynamic) tile::mbar_wait(bars.q_full(), q_count & 1);
     if constexpr (kQReg) {
       st.load_q_regs(warp, lane);
       arrive(bars.q_empty());  // the ldmatrix reads are done before lane 0's release (__syncwarp in arrive)
     }
-    auto stage_of = [&](int j) { return (kv_count + j) % kStages; };
-    auto parity_of = [&](int j) { return static_cast<uint32_t>(((kv_count + j) / kStages) & 1); };
+    auto stage_of = [&](int j) { return (kv_base + j) % kStages; };
+    auto parity_of = [&](int j) { return static_cast<uint32_t>(((kv_base + j) / kStages) & 1); };
 
     if constexpr (kSerial) {
-      for (int j = 0; j < n; ++j) {
+      for (int j = j0; j < jend; ++j) {
         const int stage = stage_of(j);
         tile::mbar_wait(bars.k_full(stage), parity_of(j));
         turn_begin();
@@ -369,12 +379,12 @@ __device__ __forceinline__ void consumer_main(const FwdArgs& a, unsigned char* s
         tile::wgmma_wait<0>();
         tile::fence_regs(s);
         arrive(bars.k_empty(stage));
-        if (j == n - 1) release_q_after_s();
-        st.softmax(s, j * T::kBlockN, c, a.scale_log2, corr);
+        if (j == jend - 1) release_q_after_s();
+        st.softmax(s, j * T::kBlockN, c, a, f.seqlen_k, corr);
         st.rescale_o(corr);
         C::to_a_fragments(s, pa);
         tile::mbar_wait(bars.v_full(stage), parity_of(j));
-        if (j == n - 1) zero_v_tail(stage, kv_left - j * T::kBlockN);
+        if (j == jend - 1) zero_v_tail(stage, f.seqlen_k - j * T::kBlockN);
         turn_begin();
         st.issue_pv(pa, v_base + stage * T::kTileBytes);
         turn_end();
@@ -382,20 +392,20 @@ __device__ __forceinline__ void consumer_main(const FwdArgs& a, unsigned char* s
         st.fence_o();
         arrive(bars.v_empty(stage));
       }
-      if (n == 0) release_q_after_s();
+      if (jend == j0) release_q_after_s();
     } else {
-      if (n > 0) {
-        tile::mbar_wait(bars.k_full(stage_of(0)), parity_of(0));
+      if (jend > j0) {
+        tile::mbar_wait(bars.k_full(stage_of(j0)), parity_of(j0));
         turn_begin();
-        st.issue_s(s, k_base + stage_of(0) * T::kTileBytes);
+        st.issue_s(s, k_base + stage_of(j0) * T::kTileBytes);
         turn_end();
         tile::wgmma_wait<0>();
         tile::fence_regs(s);
-        arrive(bars.k_empty(stage_of(0)));
-        if (n == 1) release_q_after_s();
-        st.softmax(s, 0, c, a.scale_log2, corr);  // O is zero: no rescale needed
+        arrive(bars.k_empty(stage_of(j0)));
+        if (jend == j0 + 1) release_q_after_s();
+        st.softmax(s, j0 * T::kBlockN, c, a, f.seqlen_k, corr);  // O is zero: no rescale needed
         C::to_a_fragments(s, pa);
-        for (int j = 1; j < n; ++j) {
+        for (int j = j0 + 1; j < jend; ++j) {
           const int stage = stage_of(j), prev = stage_of(j - 1);
           tile::mbar_wait(bars.k_full(stage), parity_of(j));
           if constexpr (!kLazy) tile::mbar_wait(bars.v_full(prev), parity_of(j - 1));
@@ -410,8 +420,8 @@ __device__ __forceinline__ void consumer_main(const FwdArgs& a, unsigned char* s
           tile::wgmma_wait<1>();  // S_j done; PV_{j-1} may still run (it reads pa and writes O)
           tile::fence_regs(s);
           arrive(bars.k_empty(stage));
-          if (j == n - 1) release_q_after_s();
-          st.softmax(s, j * T::kBlockN, c, a.scale_log2, corr);
+          if (j == jend - 1) release_q_after_s();
+          st.softmax(s, j * T::kBlockN, c, a, f.seqlen_k, corr);
           if constexpr (kPinWait) st.end_block();  // the PV wait below stays below the softmax
           tile::wgmma_wait<0>();
           st.fence_o();
@@ -421,9 +431,9 @@ __device__ __forceinline__ void consumer_main(const FwdArgs& a, unsigned char* s
           C::to_a_fragments(s, pa);
         }
         if constexpr (kLazy) st.rescale_o_lazy(corr);  // (n == 1: O is zero, corr 0 or 1: harmless)
-        const int last = stage_of(n - 1);
-        tile::mbar_wait(bars.v_full(last), parity_of(n - 1));
-        zero_v_tail(last, kv_left - (n - 1) * T::kBlockN);
+        const int last = stage_of(jend - 1);
+        tile::mbar_wait(bars.v_full(last), parity_of(jend - 1));
+        zero_v_tail(last, f.seqlen_k - (jend - 1) * T::kBlockN);
         turn_begin();
         st.issue_pv(pa, v_base + last * T::kTileBytes);
         turn_end();
@@ -435,7 +445,7 @@ __device__ __forceinline__ void consumer_main(const FwdArgs& a, unsigned char* s
         release_q_after_s();
       }
     }
-    kv_count += n;
+    kv_count += f.n_tiles;
     ++q_count;
     if constexpr (kSplit) {
       const int ctid = cwg * 128 + wtid;

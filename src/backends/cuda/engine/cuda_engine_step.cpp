@@ -1,9 +1,8 @@
-// CudaLlamaForward: one step of the forward pass on the stream, and eval() (one sequence) and
-// forward() (a batch of sequence runs over the paged pool) around it; see the header for the design.
-// Every launcher's status goes through GA_CUDA_CHECK; launchers that can reject their parameters
-// are asked why first, so an error names the op, the layer and the reason instead of a bare
-// cudaErrorInvalidValue. Both entry points check all of their input on the host before the first
-// copy, so a rejected call leaves the cache as it was.
+// CudaEngine: one step of the Program on the stream, and eval() (one sequence) and forward() (a batch of
+// sequence runs over the paged pool) around it; see the header for the design. Every launcher's status goes
+// through GA_CUDA_CHECK; launchers that can reject their parameters are asked why first, so an error names
+// the op and the reason instead of a bare cudaErrorInvalidValue. Both entry points check all of their input
+// on the host before the first copy, so a rejected call leaves the cache as it was.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -16,23 +15,18 @@
 
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/device_info.h"
+#include "backends/cuda/engine/cuda_engine.h"
+#include "backends/cuda/engine/engine_checks.h"
 #include "backends/cuda/kernels/attention.h"
+#include "backends/cuda/kernels/attention_simple.h"
 #include "backends/cuda/kernels/gemv.h"
 #include "backends/cuda/kernels/ops.h"
-#include "backends/cuda/llama/cuda_llama_forward.h"
 #include "backends/cuda/llama/llama_kernels.h"
 #include "core/env.h"
 #include "gpu_accel/error.h"
 
-namespace ga::cuda::llama {
+namespace ga::cuda::engine {
 namespace {
-
-// Throws with the op's own reason when a launcher rejects its parameters.
-template <class P>
-void check_params(const char* op, const char* (*reason)(const P&), const P& p) {
-  const char* why = reason(p);
-  GA_CHECK(why == nullptr, Internal, "CUDA ", op, " rejected its parameters: ", why);
-}
 
 // The GEMV of x [n][w.cols] (ld ldx) into y [n][w.rows] (ld ldy) through w.
 
@@ -54,6 +48,8 @@ GemvParams gemv_params(const DeviceMatrix& w, const float* x, int64_t ldx, int64
   return g;
 }
 
+bool is_float(DType t) { return t == DType::F16 || t == DType::BF16 || t == DType::F32; }
+
 }  // namespace
 
 // Whether the GEMV of w reads a pre-rounded x (gemv_reads_x_int8: Q8_0 split rows, GGUF Q4_0 / Q4_K) under
@@ -61,20 +57,25 @@ GemvParams gemv_params(const DeviceMatrix& w, const float* x, int64_t ldx, int64
 // The RMSNorms (kOnceAll) round x only for split-row GEMVs: their kernel is launched in stream order and its
 // per-CTA prologue is exposed, while the GGUF int8 kernel (PDL) hides most of it behind the RMSNorm, which then
 // only gets longer: 7B tg128 on an H200, same run, RMSNorm rounding for every int8 GEMV vs none: Q8_0 334.6 vs
-// 328.0, Q4_0 400.0 vs 409.0, Q4_K_M 370.3 vs 372.9 tok/s (docs/results/2026-11-22-h200-gemv-session2.md).
-bool CudaLlamaForward::takes_x_int8(const DeviceMatrix& w, int64_t n, Int8Activations from) const {
+// 328.0, Q4_0 400.0 vs 409.0, Q4_K_M 370.3 vs 372.9 tok/s.
+bool CudaEngine::takes_x_int8(const DeviceMatrix& w, int64_t n, Int8Activations from) const {
   if (static_cast<int>(layout_.int8_activations) < static_cast<int>(from) || xq_.data() == nullptr || n < 1 ||
-      n > kGemvMaxTokens || w.rows <= 0 || gemv_x_int8_bytes(w.cols, n) > x_int8_scratch_bytes()) {
+      n > kGemvMaxTokens || w.rows <= 0 || w.n_expert != 1 || gemv_x_int8_bytes(w.cols, n) > x_int8_scratch_bytes_) {
     return false;
   }
   if (from == Int8Activations::kOnceAll && w.layout != WeightLayout::kSplitRows) return false;
-  float* const any = xn_.as<float>();
+  float* const any = final_x_.as<float>();  // any 16-byte aligned device floats: only the validation reads them
   return gemv_reads_x_int8(gemv_params(w, any, (w.cols + 3) / 4 * 4, n, any, w.rows, xq_.data()));
 }
 
-void CudaLlamaForward::matmul(const DeviceMatrix& w, const float* x, int64_t ldx, int64_t n, float* y, int64_t ldy,
-                              const void* x_int8) {
+void CudaEngine::matmul(const DeviceMatrix& w, const float* x, int64_t ldx, int64_t n, float* y, int64_t ldy,
+                        const void* x_int8) {
   cudaStream_t s = stream_.get();
+  if (warm_matmuls_only_) {  // warm_up_matmuls: each GEMM shape once per bucket
+    if (n <= kGemvMaxTokens) return;
+    const int type = is_float(w.type) ? static_cast<int>(w.type) : static_cast<int>(DType::F16);
+    if (!warmed_.emplace(type, w.rows, w.cols, gemm_bucket(n), ldx, ldy).second) return;
+  }
   GA_CHECK(x_int8 == nullptr || n <= kGemvMaxTokens, Internal, "a pre-rounded x is for the GEMV only");
   if (n <= kGemvMaxTokens) {
     const GemvParams g = gemv_params(w, x, ldx, n, y, ldy, x_int8);
@@ -93,7 +94,7 @@ void CudaLlamaForward::matmul(const DeviceMatrix& w, const float* x, int64_t ldx
     p.w = w.data;
   } else {
     // [rows][cols] f16 staging of the quantized matrix (first version of the quantized prefill).
-    GA_CUDA_CHECK(dequantize_to_f16(w.type, w.data, w.rows, w.cols, w_stage_.as<__half>(), s, w.layout));
+    GA_CUDA_CHECK(llama::dequantize_to_f16(w.type, w.data, w.rows, w.cols, w_stage_.as<__half>(), s, w.layout));
     p.type = DType::F16;
     p.w = w_stage_.data();
   }
@@ -102,27 +103,30 @@ void CudaLlamaForward::matmul(const DeviceMatrix& w, const float* x, int64_t ldx
     p.x = x;
     p.ldx = ldx;
   } else {
-    GA_CUDA_CHECK(convert_rows(x, ldx, x_stage_.data(), w.cols, p.type, n, w.cols, s));  // [n][cols] f16/bf16
+    GA_CUDA_CHECK(llama::convert_rows(x, ldx, x_stage_.data(), w.cols, p.type, n, w.cols, s));  // [n][cols] f16/bf16
     p.x = x_stage_.data();
     p.ldx = w.cols;
   }
   gemm_->run(p);
 }
 
-AttentionParams CudaLlamaForward::attention_params(const DeviceLayer& L, const StepShape& shape) const {
+AttentionParams CudaEngine::attention_params(const step::AttentionOp& op, const KvLayer& kv,
+                                             const StepShape& shape) const {
   AttentionParams ap;
-  ap.q = qkv_.as<float>();  // the q slice of [n][q | k | v]
-  ap.q_token_stride = ld_qkv_;
-  ap.k = L.k_cache;
-  ap.v = L.v_cache;
-  ap.kv_pos_stride = kv_dim_;
-  ap.out = attn_.as<float>();
-  ap.out_token_stride = ld_q_;
+  ap.q = op.q ? ptr(op.q) : nullptr;
+  ap.q_token_stride = op.q ? ld(op.q) : op.n_head * op.head_dim;
+  ap.k = kv.k;
+  ap.v = kv.v;
+  ap.kv_pos_stride = kv.spec.n_head_kv * kv.spec.head_dim;
+  ap.out = op.out ? ptr(op.out) : nullptr;
+  ap.out_token_stride = op.out ? ld(op.out) : op.n_head * op.head_dim;
   ap.n_tokens = static_cast<int>(shape.n_tokens);
-  ap.n_head = static_cast<int>(c_.n_head);
-  ap.n_head_kv = static_cast<int>(c_.n_head_kv);
-  ap.head_dim = static_cast<int>(c_.head_dim);
-  ap.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c_.head_dim)));
+  ap.n_head = static_cast<int>(op.n_head);
+  ap.n_head_kv = static_cast<int>(op.n_head_kv);
+  ap.head_dim = static_cast<int>(op.head_dim);
+  ap.scale = op.scale;
+  ap.window_left = static_cast<int>(op.window_left);
+  ap.softcap = op.softcap;
   ap.workspace = attn_workspace_.data();
   ap.workspace_bytes = attn_workspace_bytes_;
   ap.prefill_staging = prefill_staging_.data();  // the Hopper flash prefill where the device runs it
@@ -144,217 +148,20 @@ AttentionParams CudaLlamaForward::attention_params(const DeviceLayer& L, const S
   return ap;
 }
 
-void CudaLlamaForward::enqueue_attention(const DeviceLayer& L, const StepShape& shape) {
-  cudaStream_t s = stream_.get();
-  const AttentionParams ap = attention_params(L, shape);
-  if (attention_unsupported_reason(ap) == nullptr && attention_workspace_bytes(ap) <= attn_workspace_bytes_) {
-    GA_CUDA_CHECK(attention(ap, s));
-    return;
+void CudaEngine::enqueue_step(const StepShape& shape) {
+  shape_ = &shape;
+  xq_of_ = step::View{};
+  attn_out_ = step::View{};
+  try {
+    program_->run(*this);
+  } catch (...) {
+    shape_ = nullptr;
+    throw;
   }
-  // Shapes the tuned kernel does not instantiate (tiny heads of test models).
-  SimpleAttentionParams sp;
-  sp.q = ap.q;
-  sp.q_stride = ld_qkv_;
-  sp.k = L.k_cache;
-  sp.v = L.v_cache;
-  sp.out = ap.out;
-  sp.out_stride = ld_q_;
-  sp.n_tokens = ap.n_tokens;
-  sp.n_head = ap.n_head;
-  sp.n_head_kv = ap.n_head_kv;
-  sp.head_dim = ap.head_dim;
-  sp.scale = ap.scale;
-  if (shape.paged) {
-    sp.n_seqs = shape.n_seqs;
-    sp.seq_q_start = ap.seq_q_start;
-    sp.seq_pos0 = ap.seq_pos0;
-    sp.block_table = ap.block_table;
-    sp.block_table_stride = static_cast<int>(ap.block_table_stride);
-    sp.block_size = ap.block_size;
-    sp.max_positions = shape.max_kv_positions;
-  } else {
-    sp.pos0 = ap.pos0_device;
-    sp.max_positions = n_slots_;
-  }
-  check_params("attention", simple_attention_unsupported_reason, sp);
-  GA_CUDA_CHECK(simple_attention(sp, s));
+  shape_ = nullptr;
 }
 
-void CudaLlamaForward::enqueue_qkv_rope_store(const DeviceLayer& L, const StepShape& shape) {
-  QkvRopeStoreParams r;
-  r.q = qkv_.as<float>();
-  r.k = r.q + q_dim_;
-  r.v = r.q + q_dim_ + kv_dim_;
-  r.ld_q = ld_qkv_;
-  r.ld_kv = ld_qkv_;
-  r.bq = L.bq;
-  r.bk = L.bk;
-  r.bv = L.bv;
-  r.k_cache = L.k_cache;
-  r.v_cache = L.v_cache;
-  r.positions = positions();
-  // paged (and padded steps): the cache row is the slot, not the position; a pad row's slot is -1 (no store)
-  r.slots = shape.paged || shape.pad_rows ? meta(off_slots()) : nullptr;
-  r.n_tokens = shape.n_tokens;
-  r.n_head = static_cast<int>(c_.n_head);
-  r.n_head_kv = static_cast<int>(c_.n_head_kv);
-  r.head_dim = static_cast<int>(c_.head_dim);
-  r.n_rot = static_cast<int>(c_.n_rot);
-  r.neox = c_.rope_mode == RopeMode::NeoX;
-  r.freq_base = c_.rope_freq_base;
-  r.freq_scale = c_.rope_scaling.type == RopeScalingType::Linear ? 1.0f / c_.rope_scaling.factor : 1.0f;
-  r.freq_factors = freq_factors_;
-  check_params("qkv_rope_store", qkv_rope_store_unsupported_reason, r);
-  GA_CUDA_CHECK(qkv_rope_store(r, stream_.get()));
-}
-
-void CudaLlamaForward::enqueue_layer(const DeviceLayer& L, const StepShape& shape, bool first) {
-  cudaStream_t s = stream_.get();
-  const int64_t E = c_.n_embd;
-  const int64_t n = shape.n_tokens;
-
-  // h = rmsnorm(resid [+= tmp: the previous layer's FFN output]) * attn_norm      [n][n_embd]
-  RmsNormParams norm;
-  norm.x = first ? resid_.as<float>() : tmp_.as<float>();
-  norm.residual = first ? nullptr : resid_.as<float>();
-  norm.weight = L.attn_norm;
-  norm.out = xn_.as<float>();
-  norm.n_rows = n;
-  norm.n = E;
-  norm.ldx = ld_embd_;
-  norm.ld_residual = ld_embd_;
-  norm.ld_out = ld_embd_;
-  norm.eps = c_.rms_eps;
-  // the q/k/v projections that read x rounded once take it from this norm (xq_, [n][n_embd / 32] blocks)
-  const auto rounded = [&](const DeviceMatrix& w) -> const void* {
-    return takes_x_int8(w, n, Int8Activations::kOnceAll) ? xq_.data() : nullptr;
-  };
-  const DeviceMatrix* attn_in[3] = {&L.wq, &L.wk, &L.wv};
-  if (L.wqkv.rows > 0) attn_in[0] = attn_in[1] = attn_in[2] = &L.wqkv;
-  if (L.wqk.rows > 0) attn_in[0] = attn_in[1] = &L.wqk;
-  norm.out_int8 = nullptr;
-  for (const DeviceMatrix* w : attn_in) norm.out_int8 = rounded(*w) != nullptr ? xq_.data() : norm.out_int8;
-  check_params("rms_norm", rms_norm_unsupported_reason, norm);
-  GA_CUDA_CHECK(rms_norm(norm, s));
-
-  // [n][q | k | v]: one GEMV over the fused matrix, q+k fused and v, or three into the same slices.
-  float* const qkv = qkv_.as<float>();
-  const float* const h = xn_.as<float>();
-  if (L.wqkv.rows > 0) {
-    matmul(L.wqkv, h, ld_embd_, n, qkv, ld_qkv_, rounded(L.wqkv));
-  } else {
-    if (L.wqk.rows > 0) {
-      matmul(L.wqk, h, ld_embd_, n, qkv, ld_qkv_, rounded(L.wqk));                // [n][q | k]
-    } else {
-      matmul(L.wq, h, ld_embd_, n, qkv, ld_qkv_, rounded(L.wq));                  // [n][n_head][head_dim]
-      matmul(L.wk, h, ld_embd_, n, qkv + q_dim_, ld_qkv_, rounded(L.wk));         // [n][n_head_kv][head_dim]
-    }
-    matmul(L.wv, h, ld_embd_, n, qkv + q_dim_ + kv_dim_, ld_qkv_, rounded(L.wv));
-  }
-  enqueue_qkv_rope_store(L, shape);
-  enqueue_attention(L, shape);                                            // [n][n_head][head_dim]
-  const void* attn_int8 = nullptr;
-  if (takes_x_int8(L.wo, n, Int8Activations::kOnceFfnAndAttnO)) {  // rounded once, not in every GEMV CTA
-    QuantizeXInt8Params q;
-    q.x = attn_.as<float>();
-    q.ldx = ld_q_;
-    q.cols = L.wo.cols;
-    q.n_tokens = n;
-    q.out = xq_.data();
-    check_params("quantize_x_int8", quantize_x_int8_unsupported_reason, q);
-    GA_CUDA_CHECK(quantize_x_int8(q, s));
-    attn_int8 = xq_.data();
-  }
-  matmul(L.wo, attn_.as<float>(), ld_q_, n, tmp_.as<float>(), ld_embd_, attn_int8);  // [n][n_embd]
-
-  // h = rmsnorm(resid += tmp) * ffn_norm; tmp = W_down (silu(W_gate h) * W_up h)
-  norm.x = tmp_.as<float>();
-  norm.residual = resid_.as<float>();
-  norm.weight = L.ffn_norm;
-  const DeviceMatrix* ffn_in[2] = {&L.w_gate, &L.w_up};
-  if (L.w_gate_up.rows > 0) ffn_in[0] = ffn_in[1] = &L.w_gate_up;
-  norm.out_int8 = nullptr;
-  for (const DeviceMatrix* w : ffn_in) norm.out_int8 = rounded(*w) != nullptr ? xq_.data() : norm.out_int8;
-  check_params("rms_norm", rms_norm_unsupported_reason, norm);
-  GA_CUDA_CHECK(rms_norm(norm, s));
-  float* const gate = gu_.as<float>();  // [n][gate | up], gate [n_ff] then up [n_ff]
-  if (L.w_gate_up.rows > 0) {
-    matmul(L.w_gate_up, h, ld_embd_, n, gate, ld_gu_, rounded(L.w_gate_up));
-  } else {
-    matmul(L.w_gate, h, ld_embd_, n, gate, ld_gu_, rounded(L.w_gate));
-    matmul(L.w_up, h, ld_embd_, n, gate + c_.n_ff, ld_gu_, rounded(L.w_up));
-  }
-  SwigluParams sw;
-  sw.gate = gate;
-  sw.up = gate + c_.n_ff;
-  sw.out = gate;  // in place: the down projection reads the gate slice
-  sw.n_rows = n;
-  sw.n = c_.n_ff;
-  sw.ld_gate = ld_gu_;
-  sw.ld_up = ld_gu_;
-  sw.ld_out = ld_gu_;
-  // a Q8_0 down projection reads x rounded by SwiGLU (xq_, [n][n_ff / 32] blocks) instead of rounding it
-  // in each of its CTAs; the float out is written too (other paths, and the GEMM of longer steps)
-  sw.out_int8 = takes_x_int8(L.w_down, n, Int8Activations::kOnceFfn) ? xq_.data() : nullptr;
-  check_params("swiglu", swiglu_unsupported_reason, sw);
-  GA_CUDA_CHECK(swiglu(sw, s));
-  matmul(L.w_down, gate, ld_gu_, n, tmp_.as<float>(), ld_embd_, sw.out_int8);  // [n][n_embd]
-}
-
-void CudaLlamaForward::enqueue_step(const StepShape& shape) {
-  cudaStream_t s = stream_.get();
-  const int64_t n = shape.n_tokens;
-  EmbeddingParams emb;
-  emb.type = token_embd_.type;
-  emb.w = token_embd_.data;
-  emb.n_rows_w = token_embd_.rows;
-  emb.n_cols = token_embd_.cols;
-  emb.row_stride = token_embd_.row_bytes;
-  emb.ids = ids();
-  emb.n_ids = n;
-  emb.out = resid_.as<float>();  // [n][n_embd]
-  emb.ld_out = ld_embd_;
-  emb.layout = token_embd_.layout;
-  check_params("embedding", embedding_unsupported_reason, emb);
-  GA_CUDA_CHECK(embedding(emb, s));
-
-  for (size_t il = 0; il < layers_.size(); ++il) enqueue_layer(layers_[il], shape, il == 0);
-  if (shape.n_logits == 0) return;  // a step of prompt chunks that do not end yet: K/V only
-
-  // Final norm (resid += tmp) of the rows whose logits are wanted, then the classifier over them.
-  // A contiguous range of rows is normalized in place of the whole batch; scattered rows (the last
-  // token of each prompt chunk among decode tokens) are normalized with the rest, then gathered
-  // into consecutive rows of tmp_ so the classifier is one matmul over [n_logits][n_embd].
-  const bool gather = shape.gather_logits;
-  const int64_t first_row = gather ? 0 : shape.first_logit_row;
-  RmsNormParams norm;
-  norm.x = tmp_.as<float>() + first_row * ld_embd_;
-  norm.residual = resid_.as<float>() + first_row * ld_embd_;
-  norm.weight = output_norm_;
-  norm.out = xn_.as<float>();
-  norm.n_rows = gather ? n : shape.n_logits;
-  norm.n = c_.n_embd;
-  norm.ldx = ld_embd_;
-  norm.ld_residual = ld_embd_;
-  norm.ld_out = ld_embd_;
-  norm.eps = c_.rms_eps;
-  // the classifier reads these rows rounded once when they are its input as they stand (no gather)
-  void* const out_int8 =
-      !gather && takes_x_int8(output_, shape.n_logits, Int8Activations::kOnceAll) ? xq_.data() : nullptr;
-  norm.out_int8 = out_int8;
-  check_params("rms_norm", rms_norm_unsupported_reason, norm);
-  GA_CUDA_CHECK(rms_norm(norm, s));
-  const float* classifier_in = xn_.as<float>();
-  if (gather) {
-    GA_CUDA_CHECK(gather_rows(xn_.as<float>(), ld_embd_, meta(off_logit_rows()), shape.n_logits, c_.n_embd,
-                              tmp_.as<float>(), ld_embd_, s));
-    classifier_in = tmp_.as<float>();
-  }
-  matmul(output_, classifier_in, ld_embd_, shape.n_logits, logits_.as<float>(), c_.n_vocab,  // [n_logits][n_vocab]
-         out_int8);
-}
-
-void CudaLlamaForward::destroy_graphs() noexcept {
+void CudaEngine::destroy_graphs() noexcept {
   const auto destroy = [](CapturedStep& g) {
     if (g.exec != nullptr) (void)cudaGraphExecDestroy(g.exec);
     if (g.graph != nullptr) (void)cudaGraphDestroy(g.graph);
@@ -367,7 +174,7 @@ void CudaLlamaForward::destroy_graphs() noexcept {
 
 // The shape every decode step of n tokens is captured with: contiguous, one token at the position in
 // the metadata; paged, n one-token runs, each sampling, with the attention's position bound fixed.
-StepShape CudaLlamaForward::decode_shape(int64_t n) const {
+StepShape CudaEngine::decode_shape(int64_t n) const {
   StepShape shape;
   shape.n_tokens = n;
   shape.paged = layout_.paged;
@@ -379,14 +186,14 @@ StepShape CudaLlamaForward::decode_shape(int64_t n) const {
   return shape;
 }
 
-void CudaLlamaForward::capture_graph(const StepShape& shape) {
+void CudaEngine::capture_graph(const StepShape& shape) {
   if (graphs_.empty()) graphs_.resize(static_cast<size_t>(layout_.max_seqs + 1));
   CapturedStep& g = graphs_[static_cast<size_t>(shape.n_tokens)];
   if (g.exec == nullptr) capture_into(g, shape);
 }
 
 // The step of `shape` captured (nothing runs) and instantiated into g.
-void CudaLlamaForward::capture_into(CapturedStep& g, const StepShape& shape) {
+void CudaEngine::capture_into(CapturedStep& g, const StepShape& shape) {
   cudaStream_t s = stream_.get();
   GA_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
   try {
@@ -407,22 +214,22 @@ void CudaLlamaForward::capture_into(CapturedStep& g, const StepShape& shape) {
   }
 }
 
-void CudaLlamaForward::launch_graph(const StepShape& shape) {
+void CudaEngine::launch_graph(const StepShape& shape) {
   capture_graph(shape);
   GA_CUDA_CHECK(cudaGraphLaunch(graphs_[static_cast<size_t>(shape.n_tokens)].exec, stream_.get()));
 }
 
-void CudaLlamaForward::eval(std::span<const int32_t> tokens, int64_t pos0, bool all_logits, float* logits) {
+void CudaEngine::eval(std::span<const int32_t> tokens, int64_t pos0, bool all_logits, float* logits) {
   GA_CHECK(logits != nullptr, InvalidArgument, "eval needs a logits buffer");
   run_contiguous(tokens, pos0, all_logits, logits);
 }
 
-DeviceLogits CudaLlamaForward::eval_device(std::span<const int32_t> tokens, int64_t pos0) {
+DeviceLogits CudaEngine::eval_device(std::span<const int32_t> tokens, int64_t pos0) {
   run_contiguous(tokens, pos0, false, nullptr);
-  return DeviceLogits{logits_.as<float>(), 1, c_.n_vocab, stream_.get()};
+  return DeviceLogits{logits_.as<float>(), 1, n_vocab_, stream_.get()};
 }
 
-void CudaLlamaForward::run_contiguous(std::span<const int32_t> tokens, int64_t pos0, bool all_logits,
+void CudaEngine::run_contiguous(std::span<const int32_t> tokens, int64_t pos0, bool all_logits,
                                       float* logits) {
   GA_CHECK(!layout_.paged, Internal, "eval() is the single-sequence face; this forward has a paged pool");
   GA_CHECK(logits != nullptr || !all_logits, Internal, "all logits stay on the host only");
@@ -432,8 +239,8 @@ void CudaLlamaForward::run_contiguous(std::span<const int32_t> tokens, int64_t p
            " new tokens > n_ctx ", n_slots_);
   for (int64_t i = 0; i < n; ++i) {  // all ids before any step, so a bad id changes nothing
     const int32_t id = tokens[static_cast<size_t>(i)];
-    GA_CHECK(id >= 0 && id < c_.n_vocab, InvalidArgument, "token id ", id, " at index ", i,
-             " is outside the vocabulary [0, ", c_.n_vocab, ")");
+    GA_CHECK(id >= 0 && id < n_vocab_, InvalidArgument, "token id ", id, " at index ", i,
+             " is outside the vocabulary [0, ", n_vocab_, ")");
   }
   DeviceGuard guard(layout_.device);
   cudaStream_t s = stream_.get();
@@ -471,10 +278,10 @@ void CudaLlamaForward::run_contiguous(std::span<const int32_t> tokens, int64_t p
       enqueue_step(shape);
     }
     if (all_logits) {
-      GA_CUDA_CHECK(cudaMemcpyAsync(logits + done * c_.n_vocab, logits_.data(),
-                                    static_cast<size_t>(step_n * c_.n_vocab) * 4, cudaMemcpyDeviceToHost, s));
+      GA_CUDA_CHECK(cudaMemcpyAsync(logits + done * n_vocab_, logits_.data(),
+                                    static_cast<size_t>(step_n * n_vocab_) * 4, cudaMemcpyDeviceToHost, s));
     } else if (last_step && logits != nullptr) {
-      GA_CUDA_CHECK(cudaMemcpyAsync(logits, logits_.data(), static_cast<size_t>(c_.n_vocab) * 4,
+      GA_CUDA_CHECK(cudaMemcpyAsync(logits, logits_.data(), static_cast<size_t>(n_vocab_) * 4,
                                     cudaMemcpyDeviceToHost, s));
     }
     // The logits are the caller's now (on the host, or final in logits_ for a device reader);
@@ -486,7 +293,7 @@ void CudaLlamaForward::run_contiguous(std::span<const int32_t> tokens, int64_t p
 
 // Checks the batch and writes its metadata into host_staging_ (see the header's layout); fills
 // `shape`. Nothing is written to the device here, so a rejected batch changes nothing.
-void CudaLlamaForward::validate_batch(std::span<const BatchEntry> batch,
+void CudaEngine::validate_batch(std::span<const BatchEntry> batch,
                                       std::span<const std::span<const int32_t>> block_tables, StepShape& shape) {
   const int64_t n = static_cast<int64_t>(batch.size());
   const int64_t bs = layout_.block_size;
@@ -514,8 +321,8 @@ void CudaLlamaForward::validate_batch(std::span<const BatchEntry> batch,
   shape.paged = true;
   for (int64_t t = 0; t < n; ++t) {
     const BatchEntry& e = batch[static_cast<size_t>(t)];
-    GA_CHECK(e.token >= 0 && e.token < c_.n_vocab, InvalidArgument, "token id ", e.token, " at index ", t,
-             " is outside the vocabulary [0, ", c_.n_vocab, ")");
+    GA_CHECK(e.token >= 0 && e.token < n_vocab_, InvalidArgument, "token id ", e.token, " at index ", t,
+             " is outside the vocabulary [0, ", n_vocab_, ")");
     GA_CHECK(e.seq >= 0 && static_cast<size_t>(e.seq) < block_tables.size(), InvalidArgument, "batch entry ", t,
              " names sequence ", e.seq, " of ", block_tables.size());
     const std::span<const int32_t> table = block_tables[static_cast<size_t>(e.seq)];
@@ -559,36 +366,36 @@ void CudaLlamaForward::validate_batch(std::span<const BatchEntry> batch,
   shape.gather_logits = n_logits > 0 && rows_h[n_logits - 1] - rows_h[0] != n_logits - 1;
 }
 
-std::span<const float> CudaLlamaForward::forward(std::span<const BatchEntry> batch,
+std::span<const float> CudaEngine::forward(std::span<const BatchEntry> batch,
                                                  std::span<const std::span<const int32_t>> block_tables) {
   const int64_t rows = run_paged(batch, block_tables, StepEnd::kHostRows);
-  return {host_logits_, static_cast<size_t>(rows * c_.n_vocab)};
+  return {host_logits_, static_cast<size_t>(rows * n_vocab_)};
 }
 
-DeviceLogits CudaLlamaForward::forward_device(std::span<const BatchEntry> batch,
+DeviceLogits CudaEngine::forward_device(std::span<const BatchEntry> batch,
                                               std::span<const std::span<const int32_t>> block_tables) {
   const int64_t rows = run_paged(batch, block_tables, StepEnd::kDeviceRows);
-  return DeviceLogits{logits_.as<float>(), rows, c_.n_vocab, stream_.get()};
+  return DeviceLogits{logits_.as<float>(), rows, n_vocab_, stream_.get()};
 }
 
-DeviceLogits CudaLlamaForward::forward_device_queued(std::span<const BatchEntry> batch,
+DeviceLogits CudaEngine::forward_device_queued(std::span<const BatchEntry> batch,
                                                      std::span<const std::span<const int32_t>> block_tables) {
   const int64_t rows = run_paged(batch, block_tables, StepEnd::kQueued);
-  return DeviceLogits{logits_.as<float>(), rows, c_.n_vocab, stream_.get()};
+  return DeviceLogits{logits_.as<float>(), rows, n_vocab_, stream_.get()};
 }
 
-void CudaLlamaForward::settle_queued_step() {
+void CudaEngine::settle_queued_step() {
   if (!step_queued_) return;
   step_queued_ = false;  // a failure below is reported once; the stream is then in an error state anyway
   DeviceGuard guard(layout_.device);
   stream_.synchronize();
 }
 
-int64_t CudaLlamaForward::run_paged(std::span<const BatchEntry> batch,
+int64_t CudaEngine::run_paged(std::span<const BatchEntry> batch,
                                     std::span<const std::span<const int32_t>> block_tables, StepEnd end) {
   GA_CHECK(layout_.paged, Internal, "forward() is the paged face; this forward has a contiguous cache");
-  // GA_SCHEDULER_TRACE=1 (a diagnostic): a lone prefill's host part before the GPU starts, split (session 14: 9 us
-  // back to back, 20-40 us after a pause).
+  // GA_SCHEDULER_TRACE=1 (a diagnostic): a lone prefill's host part before the GPU starts, split (on an H200 host:
+  // 9 us back to back, 20-40 us after a pause).
   static const bool trace = env_flag("GA_SCHEDULER_TRACE");
   using TraceClock = std::chrono::steady_clock;
   const TraceClock::time_point t0 = trace ? TraceClock::now() : TraceClock::time_point{};
@@ -623,7 +430,7 @@ int64_t CudaLlamaForward::run_paged(std::span<const BatchEntry> batch,
   } else {
     enqueue_step(shape);
   }
-  const size_t logit_floats = static_cast<size_t>(shape.n_logits * c_.n_vocab);
+  const size_t logit_floats = static_cast<size_t>(shape.n_logits * n_vocab_);
   if (logit_floats > 0 && end == StepEnd::kHostRows) {
     GA_CUDA_CHECK(cudaMemcpyAsync(host_logits_, logits_.data(), logit_floats * 4, cudaMemcpyDeviceToHost, s));
   }
@@ -636,12 +443,12 @@ int64_t CudaLlamaForward::run_paged(std::span<const BatchEntry> batch,
   return shape.n_logits;
 }
 
-}  // namespace ga::cuda::llama
+}  // namespace ga::cuda::engine
 
 namespace ga::cuda {
 namespace {
 
-// GA_CUDA_SCHEDULE=spin|yield|blocking|auto (a diagnostic, docs/results/2026-11-22-h200-serving.md "Session 7b"): how
+// GA_CUDA_SCHEDULE=spin|yield|blocking|auto (a diagnostic for serving latency measurements): how
 // a host thread waits in a synchronize (cudaSetDeviceFlags; the runtime's default, auto, spins while the process has
 // fewer contexts than cores). It must come before the device's primary context exists: when it is too late the
 // runtime refuses it and the default stays. One stderr line says what happened.
@@ -665,19 +472,18 @@ void apply_schedule_override(int device) {
   (void)cudaSetDevice(previous);
 }
 
-// What both factories check and fill alike: the device must exist; the device, the RoPE factors, the graph
-// switch and the int8 mode go into the layout as given. Each factory adds the shape of its KV pool.
+// What both factories check and fill alike: the device must exist; the device, the graph switch and the int8
+// mode go into the layout as given. Each factory adds the shape of its KV pool.
 template <class Params>
-llama::EngineLayout layout_from_common_params(const Params& params) {
+engine::EngineLayout layout_from_common_params(const Params& params) {
   std::string reason;
   const int count = device_count(&reason);
   GA_CHECK(count > 0, Unsupported, "no CUDA device (", reason, ")");
   GA_CHECK(params.device >= 0 && params.device < count, InvalidArgument, "CUDA device ", params.device,
            " does not exist (", count, " devices)");
   apply_schedule_override(params.device);
-  llama::EngineLayout layout;
+  engine::EngineLayout layout;
   layout.device = params.device;
-  layout.rope_freq_factors = params.rope_freq_factors;
   layout.use_cuda_graph = params.use_cuda_graph;
   layout.int8_activations = params.int8_activations;
   layout.prefill_graph_max_tokens = params.use_cuda_graph ? std::max<int64_t>(params.prefill_graph_max_tokens, 0) : 0;
@@ -690,20 +496,22 @@ llama::EngineLayout layout_from_common_params(const Params& params) {
 
 }  // namespace
 
-std::unique_ptr<CudaForward> make_cuda_llama_forward(const LoadedModel& model, const CudaForwardParams& params) {
-  llama::EngineLayout layout = layout_from_common_params(params);
+std::unique_ptr<CudaForward> make_cuda_forward(const LoadedModel& model, const step::ProgramFactory& factory,
+                                               const CudaForwardParams& params) {
+  engine::EngineLayout layout = layout_from_common_params(params);
   layout.paged = false;
   layout.block_size = params.n_ctx;
   layout.n_blocks = 1;
   layout.max_batch = params.max_batch;
   layout.max_seqs = 1;
   layout.max_seq_positions = params.n_ctx;
-  return std::make_unique<llama::CudaLlamaForward>(model, layout);
+  return std::make_unique<engine::CudaEngine>(model, factory, layout);
 }
 
-std::unique_ptr<CudaBatchForward> make_cuda_llama_batch_forward(const LoadedModel& model,
-                                                                const CudaBatchForwardParams& params) {
-  llama::EngineLayout layout = layout_from_common_params(params);
+std::unique_ptr<CudaBatchForward> make_cuda_batch_forward(const LoadedModel& model,
+                                                          const step::ProgramFactory& factory,
+                                                          const CudaBatchForwardParams& params) {
+  engine::EngineLayout layout = layout_from_common_params(params);
   GA_CHECK(params.kv_memory_fraction > 0.0 && params.kv_memory_fraction <= 1.0, InvalidArgument,
            "kv_memory_fraction ", params.kv_memory_fraction, " is outside (0, 1]");
   layout.paged = true;
@@ -714,7 +522,7 @@ std::unique_ptr<CudaBatchForward> make_cuda_llama_batch_forward(const LoadedMode
   layout.max_batch = params.max_batch_tokens;
   layout.max_seqs = params.max_seqs;
   layout.max_seq_positions = params.max_seq_positions;
-  return std::make_unique<llama::CudaLlamaForward>(model, layout);
+  return std::make_unique<engine::CudaEngine>(model, factory, layout);
 }
 
 }  // namespace ga::cuda

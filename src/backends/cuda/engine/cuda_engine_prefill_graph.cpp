@@ -1,12 +1,11 @@
-// CudaLlamaForward's prefill graphs: a prompt step of L tokens (8 < L <= layout_.prefill_graph_max_tokens,
+// CudaEngine's prefill graphs: a prompt step of L tokens (8 < L <= layout_.prefill_graph_max_tokens,
 // no all-logits, in the paged layout one run alone with one logits row: a lone request's prefill) replays a
 // CUDA graph captured once for the GEMM bucket of L (gemm_bucket: 16, 20, 24, 28, 32, 40, ..., 448, 512).
 //
 // Why: a short prefill is bound by its launches, not by the GPU. A 1B layer is ~12 kernels (norms, the
 // cuBLASLt GEMMs, RoPE + KV store, attention, SwiGLU), 16 layers ~200 launches at a few microseconds of
 // host time each; the 128-token prefill takes ~1.7 ms warm and ~0.15 ms more when the host's launch path
-// has gone cold (an idle server: docs/results/2026-11-22-h200-serving.md, "Session 4"). One graph launch
-// replaces them all.
+// has gone cold (an idle server). One graph launch replaces them all.
 //
 // Why one graph per bucket and not per length: every host-known value of the step (the GEMMs' n, the
 // attention's grid, the logits row) must be the same for every L the graph serves. So the graph runs the
@@ -34,15 +33,15 @@
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/gemm.h"
 #include "backends/cuda/kernels/gemv.h"
-#include "backends/cuda/llama/cuda_llama_forward.h"
+#include "backends/cuda/engine/cuda_engine.h"
 #include "backends/cuda/stream.h"
 #include "core/env.h"
 #include "gpu_accel/error.h"
 
-namespace ga::cuda::llama {
+namespace ga::cuda::engine {
 
-int64_t CudaLlamaForward::prefill_graph_bucket(int64_t n, int64_t pos0) const {
-  if (layout_.prefill_graph_max_tokens <= 0 || n <= kGemvMaxTokens) return 0;
+int64_t CudaEngine::prefill_graph_bucket(int64_t n, int64_t pos0) const {
+  if (!prefill_graphs_allowed_ || layout_.prefill_graph_max_tokens <= 0 || n <= kGemvMaxTokens) return 0;
   const int64_t bucket = gemm_bucket(n);
   if (bucket > layout_.prefill_graph_max_tokens || bucket > layout_.max_batch) return 0;
   const int64_t end = layout_.paged ? layout_.max_seq_positions : n_slots_;
@@ -50,7 +49,7 @@ int64_t CudaLlamaForward::prefill_graph_bucket(int64_t n, int64_t pos0) const {
   return bucket;
 }
 
-std::vector<int64_t> CudaLlamaForward::prefill_graph_buckets() const {
+std::vector<int64_t> CudaEngine::prefill_graph_buckets() const {
   std::vector<int64_t> out;
   const int64_t limit = std::min(layout_.prefill_graph_max_tokens, layout_.max_batch);
   if (limit <= kGemvMaxTokens) return out;
@@ -61,7 +60,7 @@ std::vector<int64_t> CudaLlamaForward::prefill_graph_buckets() const {
   return out;
 }
 
-StepShape CudaLlamaForward::prefill_shape(int64_t bucket) const {
+StepShape CudaEngine::prefill_shape(int64_t bucket) const {
   StepShape shape;
   shape.n_tokens = bucket;
   shape.paged = layout_.paged;
@@ -75,7 +74,7 @@ StepShape CudaLlamaForward::prefill_shape(int64_t bucket) const {
   return shape;
 }
 
-void CudaLlamaForward::pad_prefill_metadata(int64_t n, int64_t bucket) {
+void CudaEngine::pad_prefill_metadata(int64_t n, int64_t bucket) {
   int32_t* const ids = host_staging_;
   int32_t* const positions = host_staging_ + off_positions();
   int32_t* const slots = host_staging_ + off_slots();
@@ -88,7 +87,7 @@ void CudaLlamaForward::pad_prefill_metadata(int64_t n, int64_t bucket) {
   if (layout_.paged) host_staging_[off_q_start() + 1] = static_cast<int32_t>(bucket);  // the one run spans the bucket
 }
 
-void CudaLlamaForward::capture_prefill_graph(int64_t bucket) {
+void CudaEngine::capture_prefill_graph(int64_t bucket) {
   if (prefill_graphs_.count(bucket) != 0) return;
   const auto t0 = std::chrono::steady_clock::now();
   cudaStream_t s = stream_.get();
@@ -110,7 +109,7 @@ void CudaLlamaForward::capture_prefill_graph(int64_t bucket) {
 
 namespace {
 
-// GA_PREFILL_GPU_TIMING=1: a diagnostic (docs/results/2026-11-22-h200-serving.md, "Session 7b"). Each replay is timed
+// GA_PREFILL_GPU_TIMING=1: a diagnostic. Each replay is timed
 // on the GPU (events right before and after the graph on its stream) and on the host (the cudaGraphLaunch call; from
 // its return to the stop event seen complete), one line on stderr each. It answers whether a prefill after an idle
 // pause is slower on the GPU itself (clocks, power state) or on the host's way to it. It waits for the replay
@@ -122,7 +121,7 @@ bool time_prefill_replays() {
 
 }  // namespace
 
-void CudaLlamaForward::launch_prefill_graph(int64_t n, int64_t bucket) {
+void CudaEngine::launch_prefill_graph(int64_t n, int64_t bucket) {
   capture_prefill_graph(bucket);
   if (time_prefill_replays()) {
     Event start, stop;
@@ -145,4 +144,4 @@ void CudaLlamaForward::launch_prefill_graph(int64_t n, int64_t bucket) {
   prefill_stats_.padded_rows += bucket - n;
 }
 
-}  // namespace ga::cuda::llama
+}  // namespace ga::cuda::engine

@@ -1,44 +1,39 @@
-// CudaLlamaForward: the Llama-family forward pass on one GPU, for one sequence (CudaForward, the
-// Session's engine) or for a batch of entries from many sequences over a paged KV pool
-// (CudaBatchForward, the Scheduler's engine). Internal header; the runtime sees it only through
-// backends/cuda/cuda_forward.h.
+// CudaEngine: the CUDA backend of the step op vocabulary (backends/step_ops.h). It runs any architecture's
+// Program on one GPU, for one sequence (CudaForward, the Session's engine) or for a batch of entries from
+// many sequences over a paged KV pool (CudaBatchForward, the Scheduler's engine). Internal header; the
+// runtime sees it only through backends/cuda/cuda_forward.h.
 //
-// One class, one step: both faces enqueue the same layer loop (cuda_llama_step.cpp); they differ
-// only in where K/V of a token go and how attention finds them (StepShape::paged):
-//   * contiguous (one sequence): the KV pool is one block of n_ctx positions, a token's cache row
-//     is its position, attention takes the single-sequence form (pos0 read from device memory), so
-//     the one-token step is captured once as a CUDA graph and replayed for every position;
-//   * paged (many sequences): the pool is n_blocks x block_size positions, a token's cache row is
-//     its slot (block_table[pos / block_size] * block_size + pos % block_size), attention takes the
-//     multi-sequence paged form: one launch per layer for the whole mixed batch. A decode-only step
-//     (every run one token, every token sampling) of n sequences is captured once per n as a CUDA
-//     graph (with the attention's host bound on positions fixed at max_seq_positions, so the graph
-//     is valid for every later step of n sequences) and replayed: ~200 launches become one. All
-//     n = 1 .. max_seqs are captured at construction (as vLLM does at startup): a capture costs
-//     milliseconds, and a server meets every batch size as sequences finish at different steps, so
-//     capturing on first use put one capture into most steps of a batch's tail.
+// One class, one step: both faces enqueue the same Program (cuda_engine_step.cpp); they differ only in where
+// K/V of a token go and how attention finds them (StepShape::paged):
+//   * contiguous (one sequence): the KV pool is one block of n_ctx positions, a token's cache row is its
+//     position, attention takes the single-sequence form (pos0 read from device memory), so the one-token
+//     step is captured once as a CUDA graph and replayed for every position;
+//   * paged (many sequences): the pool is n_blocks x block_size positions, a token's cache row is its slot
+//     (block_table[pos / block_size] * block_size + pos % block_size), attention takes the multi-sequence
+//     paged form: one launch per layer for the whole mixed batch. A decode-only step (every run one token,
+//     every token sampling) of n sequences is captured once per n as a CUDA graph (with the attention's host
+//     bound on positions fixed at max_seq_positions, so the graph is valid for every later step of n
+//     sequences) and replayed: ~200 launches become one. All n = 1 .. max_seqs are captured at construction
+//     (as vLLM does at startup): a capture costs milliseconds, and a server meets every batch size as
+//     sequences finish at different steps.
 // A prompt step of 9..prefill_graph_max_tokens tokens alone (contiguous: any eval without all_logits; paged: one
 // run, one logits row: a lone request) replays a graph captured per GEMM length bucket with the rows past the
-// prompt padded (cuda_llama_prefill_graph.cpp: the short prefill is launch-bound).
-// Everything a step reads from the host (ids, positions, slots, logits rows, sequence runs, block
-// tables) is in one int32 device buffer filled by one host->device copy per step.
+// prompt padded (cuda_engine_prefill_graph.cpp: the short prefill is launch-bound).
+// Everything a step reads from the host (ids, positions, slots, logits rows, sequence runs, block tables) is
+// in one int32 device buffer filled by one host->device copy per step; the ops read it, the Program never does.
 //
 // What lives on the device, allocated once at construction (after checking that it fits):
-//   * the weights in their stored types: matrices as their GGUF bytes (quantized blocks untouched),
-//     1-D norms and biases as f32; one buffer, every tensor 256-byte aligned;
-//   * the KV pool, f16, per layer K and V of [n_slots][n_head_kv][head_dim] (kernels/attention.h);
-//   * scratch for max_batch tokens: the residual stream and every activation of a layer
-//     ([max_batch][features] f32), the f16/bf16 staging of a GEMM's input, the f16 staging of one
-//     dequantized weight matrix (prefill of quantized models), the logits and the attention workspace.
-//
-// One step: embedding -> per layer [fused residual + RMSNorm, Q/K/V projection, fused bias + RoPE +
-// f16 KV store, attention, output projection, fused residual + RMSNorm, gate/up projection, SwiGLU,
-// down] -> final fused residual + RMSNorm -> (gather of the rows that sample) -> classifier.
-// Q, K and V (and gate and up) of a layer are uploaded back to back when they share type and width,
-// so each pair/triple is ONE matrix and one GEMV launch: a decode step pays each kernel's launch
-// gap and ramp-up/drain once per matrix, and small matrices (K, V of GQA models) reach far less of
-// the memory bandwidth on their own than as part of a larger one. Projections of up to 8 tokens
-// are the quantized GEMV (weights read once for all tokens), larger batches a cuBLAS GEMM.
+//   * the weights the Program asked for, in their stored types: matrices as their GGUF bytes (quantized blocks
+//     untouched, Q4_0 / Q8_0 rows repacked for the GEMV where it reads them faster), 1-D parameters as f32;
+//     one buffer, every tensor 256-byte aligned, the architecture's weight groups (q/k/v, gate/up) back to
+//     back so each group is ONE matrix and one GEMV launch (a decode step pays each kernel's launch gap and
+//     ramp-up/drain once per matrix, and small matrices reach far less of the bandwidth alone);
+//   * the KV pool, f16, per attention layer K and V of [n_slots][n_head_kv][head_dim] (kernels/attention.h);
+//   * the Program's activation buffers for max_batch tokens ([max_batch][cols] f32, rows 16-byte aligned),
+//     the f16/bf16 staging of a GEMM's input, the f16 staging of one dequantized weight matrix (prefill of
+//     quantized models), the logits, the attention workspace and the RoPE tables.
+// Projections of up to 8 tokens are the quantized GEMV (weights read once for all tokens), larger ones a
+// cuBLAS GEMM.
 #pragma once
 
 #include <cuda_fp16.h>
@@ -47,8 +42,10 @@
 #include <algorithm>
 #include <map>
 #include <memory>
+#include <set>
 #include <span>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "backends/cuda/allocator.h"
@@ -58,10 +55,12 @@
 #include "backends/cuda/kernels/gemv.h"
 #include "backends/cuda/kernels/weight_layout.h"
 #include "backends/cuda/stream.h"
+#include "backends/step_ops.h"
 
-namespace ga::cuda::llama {
+namespace ga::cuda::engine {
 
-// A weight matrix on the device: rows of `cols` weights of `type`, packed.
+// A weight matrix on the device: rows of `cols` weights of `type`, packed. A 3-D expert stack is n_expert
+// blocks of `rows` rows, expert_stride bytes apart.
 struct DeviceMatrix {
   DType type = DType::F32;
   const uint8_t* data = nullptr;
@@ -69,23 +68,10 @@ struct DeviceMatrix {
   int64_t cols = 0;
   int64_t row_bytes = 0;
   WeightLayout layout = WeightLayout::kGguf;  // kSplitRows: repacked at upload for the GEMV (weight_layout.h)
+  int64_t n_expert = 1;
 };
 
-struct DeviceLayer {
-  const float* attn_norm = nullptr;  // [n_embd]
-  const float* ffn_norm = nullptr;   // [n_embd]
-  const float* bq = nullptr;         // [q_dim] or null
-  const float* bk = nullptr;         // [kv_dim] or null
-  const float* bv = nullptr;         // [kv_dim] or null
-  DeviceMatrix wq, wk, wv, wo, w_gate, w_up, w_down;
-  DeviceMatrix wqkv;       // wq, wk, wv as one [q_dim + 2 kv_dim][n_embd] matrix; rows 0: not fusable
-  DeviceMatrix wqk;        // wq, wk as one [q_dim + kv_dim][n_embd] matrix where only wv's type differs (Q4_K_M)
-  DeviceMatrix w_gate_up;  // w_gate, w_up as one [2 n_ff][n_embd] matrix; rows 0: not fusable
-  __half* k_cache = nullptr;         // [n_slots][n_head_kv][head_dim]
-  __half* v_cache = nullptr;
-};
-
-// How a CudaLlamaForward is laid out: the KV pool, the scratch bounds and the metadata capacity.
+// How a CudaEngine is laid out: the KV pool, the scratch bounds and the metadata capacity.
 struct EngineLayout {
   int device = 0;
   bool paged = false;               // false: one sequence, contiguous cache (block_size = n_ctx, 1 block)
@@ -96,7 +82,6 @@ struct EngineLayout {
   int64_t max_batch = 512;          // tokens per step
   int64_t max_seqs = 1;             // sequence runs per step; logits rows forward() returns
   int64_t max_seq_positions = 0;    // positions one sequence may reach
-  std::vector<float> rope_freq_factors;
   bool use_cuda_graph = true;       // capture decode steps (contiguous: 1 token; paged: n one-token runs)
   int64_t prefill_graph_max_tokens = 0;  // prefill graphs per bucket up to this step size; 0: none
   Int8Activations int8_activations = Int8Activations::kOnceAll;  // cuda_forward.h
@@ -119,10 +104,10 @@ struct StepShape {
   bool pad_rows = false;
 };
 
-class CudaLlamaForward final : public CudaForward, public CudaBatchForward {
+class CudaEngine final : public CudaForward, public CudaBatchForward, private step::Binder, private step::Ops {
  public:
-  CudaLlamaForward(const LoadedModel& model, const EngineLayout& layout);
-  ~CudaLlamaForward() override;
+  CudaEngine(const LoadedModel& model, const step::ProgramFactory& factory, const EngineLayout& layout);
+  ~CudaEngine() override;
 
   // CudaForward (contiguous layout only)
   void eval(std::span<const int32_t> tokens, int64_t pos0, bool all_logits, float* logits) override;
@@ -140,23 +125,93 @@ class CudaLlamaForward final : public CudaForward, public CudaBatchForward {
   uint64_t kv_bytes() const override { return kv_bytes_; }
   // both
   int device() const override { return layout_.device; }
-  int64_t n_vocab() const override { return c_.n_vocab; }
+  int64_t n_vocab() const override { return n_vocab_; }
   std::string description() const override;  // with the prefill graphs captured so far
   uint64_t device_bytes() const override { return device_bytes_; }
   void warm_up_matmuls() override;
   PrefillGraphStats prefill_graph_stats() const override { return prefill_stats_; }
 
  private:
+  // ---- Binder (cuda_engine.cpp): the Program's handles, resolved while it is built ----
+  step::Weight matrix(std::string_view name) override;
+  step::Weight find_matrix(std::string_view name) override;
+  step::Vec vector(std::string_view name) override;
+  step::Vec find_vector(std::string_view name) override;
+  step::Buf buffer(int64_t cols) override;
+  step::Rope rope(const step::RopeTable& table) override;
+  step::Kv kv(int64_t kv_layer) override;
+  int64_t max_step_tokens() const override { return layout_.max_batch; }
+  int64_t max_positions() const override { return layout_.max_seq_positions; }
+
+  // ---- Ops (cuda_engine_ops.cpp): what the Program enqueues, for the step in shape_ ----
+  void embed(step::Weight table, step::View out, float scale) override;
+  void rms_norm(const step::RmsNormOp& op) override;
+  void head_rms_norm(const step::HeadNormOp& op) override;
+  void linear(step::Weight w, step::View x, step::View y) override;
+  void linear_concat(std::span<const step::Weight> ws, step::View x, step::View y) override;
+  void rope_kv(const step::RopeKvOp& op) override;
+  void attention(const step::AttentionOp& op) override;
+  void glu(const step::GluOp& op) override;
+  void add(step::View x, step::View y) override;
+  void moe(const step::MoeOp& op) override;
+  void sigmoid_gate(step::View y, step::Vec gate, step::View x) override;
+  void logits(const step::LogitsOp& op) override;
+
+  // ---- tables ----
+  struct WeightEntry {
+    std::string name;
+    DeviceMatrix m;  // data set at upload
+  };
+  struct VectorEntry {
+    std::string name;
+    std::vector<float> host;       // uploaded once
+    const float* data = nullptr;   // in weights_
+  };
+  struct BufferEntry {
+    int64_t cols = 0;
+    int64_t ld = 0;  // floats between rows (a multiple of 4)
+    DeviceBuffer mem;
+  };
+  struct RopeEntry {
+    step::RopeTable table;
+    DeviceBuffer inv_freq;  // [n_rot / 2] double
+  };
+  struct KvLayer {
+    step::KvLayerSpec spec;
+    __half* k = nullptr;  // [n_slots][n_head_kv][head_dim]
+    __half* v = nullptr;
+  };
+  // One matrix placed over consecutive weights of a group: weights [first, first + count) of the group run as
+  // one product (a group whose members differ in type fuses its leading members only: q/k of Q4_K_M).
+  struct FusedRun {
+    int32_t first = -1;
+    int32_t count = 0;
+    std::vector<int32_t> members;
+    DeviceMatrix m;
+  };
+
+  const DeviceMatrix& dm(step::Weight w) const { return weights_table_[static_cast<size_t>(w.id)].m; }
+  const float* dvec(step::Vec v) const { return vectors_[static_cast<size_t>(v.id)].data; }
+  int64_t vec_size(step::Vec v) const { return static_cast<int64_t>(vectors_[static_cast<size_t>(v.id)].host.size()); }
+  float* ptr(step::View v, int64_t row = 0) const;
+  int64_t ld(step::View v) const { return buffers_[static_cast<size_t>(v.buf.id)].ld; }
+  void check_view(step::View v, const char* op) const;
+  // The matrices linear_concat(ws) runs: fused runs where the upload placed them, single matrices elsewhere.
+  std::vector<const DeviceMatrix*> products(std::span<const step::Weight> ws) const;
+
+  // ---- construction (cuda_engine.cpp) ----
   struct Sizes;
-  Sizes plan_sizes(const LoadedModel& model) const;
+  Sizes plan_sizes() const;
   void upload_weights(const LoadedModel& model);
   void allocate_state();
+  void check_weight_types() const;
+
+  // ---- steps (cuda_engine_step.cpp) ----
   // eval()'s steps; host_logits == nullptr: the logits stay in logits_ (all_logits must be false).
   void run_contiguous(std::span<const int32_t> tokens, int64_t pos0, bool all_logits, float* host_logits);
   // How a paged step ends: its rows copied to host_logits_ and the stream synchronized (forward()), left on the
   // device with the stream synchronized (forward_device()), or left queued (forward_device_queued()).
   enum class StepEnd { kHostRows, kDeviceRows, kQueued };
-  // forward()'s step. Returns the number of rows.
   int64_t run_paged(std::span<const BatchEntry> batch, std::span<const std::span<const int32_t>> block_tables,
                     StepEnd end);
   // Waits for a step forward_device_queued() left on the stream (host_staging_ and the scratch are free again).
@@ -164,43 +219,37 @@ class CudaLlamaForward final : public CudaForward, public CudaBatchForward {
   bool step_queued_ = false;  // the last paged step ended without a synchronize
   void validate_batch(std::span<const BatchEntry> batch, std::span<const std::span<const int32_t>> block_tables,
                       StepShape& shape);
-
-  // Enqueues one step whose metadata is in step_in_; the classifier's rows land in logits_.
+  // Enqueues one step whose metadata is in step_in_ (the Program, its ops reading shape); the classifier's rows
+  // land in logits_.
   void enqueue_step(const StepShape& shape);
-  void enqueue_layer(const DeviceLayer& L, const StepShape& shape, bool first);
-  void enqueue_attention(const DeviceLayer& L, const StepShape& shape);
-  // The tuned attention's parameters for layer L and a step of `shape`, with the workspace and the prefill
-  // staging as they are allocated now: what enqueue_attention launches and what allocate_state sizes those two
+  // The attention's parameters for an op of the Program and a step of `shape`, with the workspace and the
+  // prefill staging as they are allocated now: what attention() launches and what allocate_state sizes those two
   // buffers by (for the largest shapes), so the sizing cannot drift from the launches.
-  AttentionParams attention_params(const DeviceLayer& L, const StepShape& shape) const;
-  void enqueue_qkv_rope_store(const DeviceLayer& L, const StepShape& shape);
+  AttentionParams attention_params(const step::AttentionOp& op, const KvLayer& kv, const StepShape& shape) const;
   // y[n][w.rows] (ld ldy) = x[n][w.cols] (ld ldx) * W^T: GEMV for n <= 8, else GEMM.
   // x_int8: x already rounded for the int8 GEMV (gemv.h, GemvParams::x_int8), or null.
   void matmul(const DeviceMatrix& w, const float* x, int64_t ldx, int64_t n, float* y, int64_t ldy,
               const void* x_int8 = nullptr);
   // Whether the step's projection through w reads its x rounded once (xq_) under mode `from`.
   bool takes_x_int8(const DeviceMatrix& w, int64_t n, Int8Activations from) const;
-  // Captures (once) / replays the step for shape.n_tokens; shape must be the canonical decode shape
-  // (decode_shape).
+  // Captures (once) / replays the step for shape.n_tokens; shape must be the canonical decode shape.
   void capture_graph(const StepShape& shape);
   void launch_graph(const StepShape& shape);
   StepShape decode_shape(int64_t n) const;
   void destroy_graphs() noexcept;
 
-  // K and V of every layer for one position, f16.
-  uint64_t kv_bytes_per_slot() const {
-    return 2 * static_cast<uint64_t>(c_.n_layer) * static_cast<uint64_t>(c_.n_head_kv * c_.head_dim) * 2;
-  }
-
   ModelConfig c_;
   EngineLayout layout_;
-  int64_t n_slots_ = 0;  // n_blocks * block_size: KV rows per layer
+  int64_t n_vocab_ = 0;
+  int64_t n_slots_ = 0;       // n_blocks * block_size: KV rows per layer
   int64_t table_stride_ = 0;  // block-table entries per sequence in the metadata
-  int64_t q_dim_ = 0, kv_dim_ = 0;
-  int64_t ld_embd_ = 0, ld_q_ = 0, ld_qkv_ = 0, ld_gu_ = 0;  // row strides (floats) of the scratch, multiples of 4
   std::string description_;
   uint64_t device_bytes_ = 0;
   uint64_t kv_bytes_ = 0;
+
+  step::StateSpec state_;
+  std::vector<std::vector<std::string>> weight_groups_;
+  const LoadedModel* model_ = nullptr;  // during construction only (the Binder resolves names in it)
 
   // Declaration order is destruction order reversed: buffers return to the allocator before it dies,
   // the cuBLAS handle goes before its stream.
@@ -210,25 +259,31 @@ class CudaLlamaForward final : public CudaForward, public CudaBatchForward {
 
   DeviceBuffer weights_;
   DeviceBuffer kv_;
-  std::vector<DeviceLayer> layers_;
-  DeviceMatrix token_embd_, output_;
-  const float* output_norm_ = nullptr;
-  const float* freq_factors_ = nullptr;  // [n_rot/2] or null: in weights_ or freq_buf_
-  DeviceBuffer freq_buf_;
+  std::vector<WeightEntry> weights_table_;
+  std::map<std::string, int32_t, std::less<>> weight_ids_;
+  std::vector<VectorEntry> vectors_;
+  std::map<std::string, int32_t, std::less<>> vector_ids_;
+  std::vector<BufferEntry> buffers_;
+  std::vector<RopeEntry> ropes_;
+  std::vector<KvLayer> kv_layers_;
+  std::vector<FusedRun> fused_;  // every placed group (or group prefix)
+  std::unique_ptr<step::Program> program_;
 
-  // f32 activations, [max_batch][ld]. qkv_ rows are [q | k | v] (ld_qkv_), gu_ rows [gate | up] (ld_gu_):
-  // the layouts the fused projections write, and what the separate ones write too.
-  DeviceBuffer resid_, xn_, tmp_, qkv_, attn_, gu_;
-  // The int8 GEMV's rounded x of one projection input (gemv_x_int8_bytes(max(n_ff, q_dim, n_embd), 8)), written
-  // by an RMSNorm, SwiGLU or the quantize pre-pass right before the GEMVs that read it; empty when the mode is
-  // kInGemv.
+  // The step being enqueued, for the ops.
+  const StepShape* shape_ = nullptr;
+  // The int8 GEMV's rounded x of one projection input (gemv_x_int8_bytes(widest input, 8)), written by an
+  // RMSNorm or GLU op with a `next` hint, or by the quantize pre-pass, right before the GEMVs that read it;
+  // empty when the mode is kInGemv. xq_of_ is the view it holds the rounding of (invalid: none), xq_from_ the
+  // mode it was produced under; attn_out_ the view the last attention op wrote (its projection may round once).
   DeviceBuffer xq_;
-  int64_t x_int8_scratch_bytes() const {
-    if (layout_.int8_activations == Int8Activations::kInGemv) return 0;
-    // down / attention output / every other projection's input
-    const int64_t widest = std::max<int64_t>({c_.n_ff, c_.n_head * c_.head_dim, c_.n_embd});
-    return gemv_x_int8_bytes(widest, std::min<int64_t>(layout_.max_batch, kGemvMaxTokens));
-  }
+  step::View xq_of_;
+  Int8Activations xq_from_ = Int8Activations::kInGemv;
+  step::View attn_out_;
+  int64_t x_int8_scratch_bytes_ = 0;
+  void wrote(step::View v);  // an op wrote v: a rounding of it is stale
+  // The final norm's rows before the classifier: [max_batch][ld_embd_] and the gathered [max_seqs] rows.
+  DeviceBuffer final_x_, final_rows_;
+  int64_t ld_embd_ = 0;
   DeviceBuffer logits_;           // [max_batch][n_vocab]
   // The step's metadata, int32, as host_staging_ (one copy per step fills all of it):
   //   ids [B] | positions [B] | slots [B] | logit_rows [B] | seq_q_start [S + 1] | seq_pos0 [S] |
@@ -262,7 +317,14 @@ class CudaLlamaForward final : public CudaForward, public CudaBatchForward {
   std::vector<CapturedStep> graphs_;  // [max_seqs + 1], by tokens in the step
   void capture_into(CapturedStep& g, const StepShape& shape);
 
-  // ---- prefill graphs (cuda_llama_prefill_graph.cpp) ----
+  // ---- matmul warm-up: the Program run with every op but the products skipped ----
+  bool warm_matmuls_only_ = false;
+  // The products already warmed: (type, rows, cols, GEMM bucket, ldx, ldy) as the GEMM's algorithm cache keys
+  // them, so each is run once per bucket however many layers share its shape.
+  std::set<std::tuple<int, int64_t, int64_t, int64_t, int64_t, int64_t>> warmed_;
+  void warm_up_matmuls_at(int64_t n);
+
+  // ---- prefill graphs (cuda_engine_prefill_graph.cpp) ----
   // The bucket whose graph serves a prompt step of n tokens at pos0 (gemm_bucket(n)), or 0 when it runs
   // enqueued: graphs off, n <= kGemvMaxTokens, the bucket above the bound or max_batch, or the padded rows
   // would pass the cache's end.
@@ -276,11 +338,10 @@ class CudaLlamaForward final : public CudaForward, public CudaBatchForward {
   // Replays the bucket's graph (capturing it first if warm_up_matmuls() has not).
   void launch_prefill_graph(int64_t n, int64_t bucket);
   void capture_prefill_graph(int64_t bucket);
-  // The GEMMs of a step of n tokens on the scratch (warm_up_matmuls' body for one n).
-  void warm_up_matmuls_at(int64_t n);
   std::map<int64_t, CapturedStep> prefill_graphs_;  // by bucket
   PrefillGraphStats prefill_stats_;
   bool gemms_warm_ = false;  // warm_up_matmuls() has chosen every GEMM bucket's algorithm
+  bool prefill_graphs_allowed_ = true;  // false when an op of the Program synchronizes with the host
 };
 
-}  // namespace ga::cuda::llama
+}  // namespace ga::cuda::engine

@@ -1,0 +1,155 @@
+// The small per-row kernels of elementwise.h.
+//
+// All of them are a few KB per step: their cost is the launch and one dependent round trip, so they are
+// written for clarity (a grid-stride loop, or one block per row or head with a shared-memory reduction),
+// not for bandwidth. Reductions accumulate in float with the warp shuffles of device_bytes.cuh; the CPU
+// reference accumulates the RMSNorm in double, a difference far below the engine's 1e-2 parity bar.
+#include <cmath>
+
+#include "backends/cuda/kernels/device_bytes.cuh"
+#include "backends/cuda/kernels/elementwise.h"
+#include "backends/cuda/kernels/pdl.cuh"
+
+namespace ga::cuda {
+namespace detail {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int64_t kMaxBlocks = 65535;
+
+// The sum over the block of v; every thread gets it.
+__device__ float block_total(float v, float* warp_sums) {
+  v = warp_sum(v);
+  if ((threadIdx.x & 31) == 0) warp_sums[threadIdx.x >> 5] = v;
+  __syncthreads();
+  float total = 0.0f;
+  for (int w = 0; w < static_cast<int>(blockDim.x >> 5); ++w) total += warp_sums[w];
+  __syncthreads();  // warp_sums may be reused by the next reduction
+  return total;
+}
+
+// blockIdx.x = row, blockIdx.y = head over both segments.
+__global__ void __launch_bounds__(kThreads) head_rms_norm_kernel(const HeadRmsNormParams p) {
+  __shared__ float warp_sums[kThreads / 32];
+  pdl_wait_prior_grid();
+  pdl_allow_dependents();
+  const int64_t r = blockIdx.x;
+  int64_t h = blockIdx.y;
+  float* x = p.x + r * p.ldx;
+  const float* w = p.weight;
+  if (h >= p.n_heads) {
+    h -= p.n_heads;
+    x = p.x2 + r * p.ldx2;
+    w = p.weight2;
+  }
+  x += h * p.head_dim;
+  float sum_sq = 0.0f;
+  for (int64_t i = threadIdx.x; i < p.head_dim; i += kThreads) sum_sq += x[i] * x[i];
+  const float total = block_total(sum_sq, warp_sums);
+  const float inv = rsqrtf(total / static_cast<float>(p.head_dim) + p.eps);
+  for (int64_t i = threadIdx.x; i < p.head_dim; i += kThreads) x[i] = x[i] * inv * w[i];
+}
+
+template <class F>
+__global__ void __launch_bounds__(kThreads) rows_kernel(float* x, int64_t ldx, int64_t n_rows, int64_t n, F f) {
+  pdl_wait_prior_grid();
+  pdl_allow_dependents();
+  const int64_t total = n_rows * n;
+  for (int64_t idx = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; idx < total;
+       idx += static_cast<int64_t>(gridDim.x) * kThreads) {
+    const int64_t r = idx / n;
+    const int64_t i = idx - r * n;
+    f(x[r * ldx + i], r, i);
+  }
+}
+
+template <class F>
+cudaError_t launch_rows(float* x, int64_t ldx, int64_t n_rows, int64_t n, F f, cudaStream_t stream) {
+  if (x == nullptr || n_rows < 0 || n < 0 || (n_rows > 1 && ldx < n)) return cudaErrorInvalidValue;
+  const int64_t total = n_rows * n;
+  if (total == 0) return cudaSuccess;
+  int64_t blocks = (total + kThreads - 1) / kThreads;
+  if (blocks > kMaxBlocks) blocks = kMaxBlocks;
+  return launch_after_prior(rows_kernel<F>, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), 0, stream, x, ldx,
+                            n_rows, n, f);
+}
+
+struct Softcap {
+  float cap, inv;
+  __device__ void operator()(float& v, int64_t, int64_t) const { v = cap * tanhf(v * inv); }
+};
+struct Scale {
+  float s;
+  __device__ void operator()(float& v, int64_t, int64_t) const { v *= s; }
+};
+struct AddRows {
+  const float* y;
+  int64_t ldy;
+  __device__ void operator()(float& v, int64_t r, int64_t i) const { v += y[r * ldy + i]; }
+};
+
+__global__ void __launch_bounds__(kThreads) sigmoid_gate_kernel(float* y, int64_t ldy, int64_t n_y, const float* gate,
+                                                                const float* x, int64_t ldx, int64_t n_x) {
+  __shared__ float warp_sums[kThreads / 32];
+  pdl_wait_prior_grid();
+  pdl_allow_dependents();
+  const int64_t r = blockIdx.x;
+  float dot = 0.0f;
+  for (int64_t i = threadIdx.x; i < n_x; i += kThreads) dot += gate[i] * x[r * ldx + i];
+  const float total = block_total(dot, warp_sums);
+  const float s = 1.0f / (1.0f + expf(-total));
+  for (int64_t i = threadIdx.x; i < n_y; i += kThreads) y[r * ldy + i] *= s;
+}
+
+}  // namespace
+}  // namespace detail
+
+const char* head_rms_norm_unsupported_reason(const HeadRmsNormParams& p) {
+  if (p.x == nullptr || p.weight == nullptr) return "x and weight must be device pointers";
+  if (p.x2 != nullptr && p.weight2 == nullptr) return "x2 needs weight2";
+  if (p.n_rows < 0 || p.n_heads <= 0 || (p.x2 != nullptr && p.n_heads2 <= 0)) return "sizes must be positive";
+  if (p.head_dim <= 0 || p.head_dim > 1024) return "head_dim must be in [1, 1024]";
+  if (p.n_rows > 1 && (p.ldx < p.n_heads * p.head_dim || (p.x2 != nullptr && p.ldx2 < p.n_heads2 * p.head_dim))) {
+    return "a row stride is shorter than its heads";
+  }
+  if (p.n_rows > 0x7fffffff || p.n_heads + p.n_heads2 > 65535) return "more rows or heads than a grid holds";
+  if (!(p.eps > 0.0f)) return "eps must be positive";
+  return nullptr;
+}
+
+cudaError_t head_rms_norm(const HeadRmsNormParams& p, cudaStream_t stream) {
+  if (head_rms_norm_unsupported_reason(p) != nullptr) return cudaErrorInvalidValue;
+  if (p.n_rows == 0) return cudaSuccess;
+  const int64_t heads = p.n_heads + (p.x2 != nullptr ? p.n_heads2 : 0);
+  return detail::launch_after_prior(detail::head_rms_norm_kernel,
+                                    dim3(static_cast<unsigned>(p.n_rows), static_cast<unsigned>(heads)),
+                                    dim3(detail::kThreads), 0, stream, p);
+}
+
+cudaError_t softcap_rows(float* x, int64_t ldx, int64_t n_rows, int64_t n, float cap, cudaStream_t stream) {
+  if (!(cap > 0.0f)) return cudaErrorInvalidValue;
+  return detail::launch_rows(x, ldx, n_rows, n, detail::Softcap{cap, 1.0f / cap}, stream);
+}
+
+cudaError_t scale_rows(float* x, int64_t ldx, int64_t n_rows, int64_t n, float scale, cudaStream_t stream) {
+  return detail::launch_rows(x, ldx, n_rows, n, detail::Scale{scale}, stream);
+}
+
+cudaError_t add_rows(float* x, int64_t ldx, const float* y, int64_t ldy, int64_t n_rows, int64_t n,
+                     cudaStream_t stream) {
+  if (y == nullptr || (n_rows > 1 && ldy < n)) return cudaErrorInvalidValue;
+  return detail::launch_rows(x, ldx, n_rows, n, detail::AddRows{y, ldy}, stream);
+}
+
+cudaError_t sigmoid_gate_rows(float* y, int64_t ldy, int64_t n_y, const float* gate, const float* x, int64_t ldx,
+                              int64_t n_x, int64_t n_rows, cudaStream_t stream) {
+  if (y == nullptr || gate == nullptr || x == nullptr || n_y <= 0 || n_x <= 0 || n_rows < 0 ||
+      n_rows > 0x7fffffff || (n_rows > 1 && (ldy < n_y || ldx < n_x))) {
+    return cudaErrorInvalidValue;
+  }
+  if (n_rows == 0) return cudaSuccess;
+  return detail::launch_after_prior(detail::sigmoid_gate_kernel, dim3(static_cast<unsigned>(n_rows)),
+                                    dim3(detail::kThreads), 0, stream, y, ldy, n_y, gate, x, ldx, n_x);
+}
+
+}  // namespace ga::cuda

@@ -1,0 +1,50 @@
+// Small per-row kernels of the architectures beyond Llama: per-head RMSNorm (Qwen3 / Gemma 3 q and k),
+// soft-capping (Gemma 2 logits), row scaling (Gemma's embedding scale), row addition (the MoE shared
+// expert's output) and the sigmoid gate of a row (Qwen2-MoE's shared expert).
+//
+// Same conventions as ops.h: device pointers, sizes and strides in elements, a params struct where there
+// are many, the stream last, the launch status back; *_unsupported_reason says why parameters are refused.
+// Every kernel is launched after the previous one with PDL (pdl.cuh) and reads its inputs after the wait.
+// CPU references: cpu::rms_norm per head, cpu::softcap, the plain loops of backends/cpu/step_engine.cpp;
+// tests/cuda/test_cuda_elementwise.cpp compares them.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace ga::cuda {
+
+// In place, for each row r < n_rows and head h: x[r][h*head_dim .. +head_dim) = rmsnorm(that slice) *
+// weight, for n_heads heads; the same for x2 / weight2 / n_heads2 when x2 is set (q and k in one launch).
+struct HeadRmsNormParams {
+  float* x = nullptr;
+  int64_t ldx = 0;
+  int64_t n_heads = 0;
+  const float* weight = nullptr;  // [head_dim]
+  float* x2 = nullptr;
+  int64_t ldx2 = 0;
+  int64_t n_heads2 = 0;
+  const float* weight2 = nullptr;
+  int64_t n_rows = 0;
+  int64_t head_dim = 0;  // <= 1024
+  float eps = 1e-6f;
+};
+const char* head_rms_norm_unsupported_reason(const HeadRmsNormParams& p);
+cudaError_t head_rms_norm(const HeadRmsNormParams& p, cudaStream_t stream);
+
+// x[r][i] = cap * tanh(x[r][i] / cap) for r < n_rows, i < n; cap > 0.
+cudaError_t softcap_rows(float* x, int64_t ldx, int64_t n_rows, int64_t n, float cap, cudaStream_t stream);
+
+// x[r][i] *= scale.
+cudaError_t scale_rows(float* x, int64_t ldx, int64_t n_rows, int64_t n, float scale, cudaStream_t stream);
+
+// x[r][i] += y[r][i].
+cudaError_t add_rows(float* x, int64_t ldx, const float* y, int64_t ldy, int64_t n_rows, int64_t n,
+                     cudaStream_t stream);
+
+// y[r][0..n_y) *= sigmoid(gate . x[r][0..n_x)) (the dot in float, one block per row).
+cudaError_t sigmoid_gate_rows(float* y, int64_t ldy, int64_t n_y, const float* gate, const float* x, int64_t ldx,
+                              int64_t n_x, int64_t n_rows, cudaStream_t stream);
+
+}  // namespace ga::cuda
