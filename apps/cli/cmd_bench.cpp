@@ -207,7 +207,8 @@ Stats stats(const std::vector<double>& v) {
   return s;
 }
 
-// What one token costs: bytes of weights read and parameters multiplied (see the file comment).
+// What one token costs: bytes of weights read and parameters multiplied (see the file comment). Of a mixture
+// of experts' stacks, the routed experts' share (n_expert_used of n_expert): what a token reads at batch 1.
 struct ModelCost {
   uint64_t bytes_per_token = 0;
   uint64_t matmul_params = 0;
@@ -221,6 +222,14 @@ ModelCost model_cost(const LoadedModel& model) {
     const bool lookup_only = name == "token_embd.weight" && !model.config.tied_embeddings;
     if (lookup_only) {
       c.bytes_per_token += w.nbytes / static_cast<uint64_t>(std::max<int64_t>(1, w.rows()));
+      continue;
+    }
+    if (w.ne.size() == 3) {
+      // an expert stack: a token reads (and multiplies by) the n_expert_used experts it is routed to
+      const TransformerParams& tp = model.config.transformer;
+      const uint64_t n_expert = w.ne[2], used = static_cast<uint64_t>(std::max<int64_t>(tp.n_expert_used, 1));
+      c.bytes_per_token += w.nbytes / n_expert * used;
+      c.matmul_params += w.ne[0] * w.ne[1] * used;
       continue;
     }
     c.bytes_per_token += w.nbytes;

@@ -3,18 +3,24 @@
 // A GGUF file is read through ga::gguf::File directly, not load_model: inspect must work on files
 // gpu_accel cannot run (vocab-only files, unsupported architectures, tensor types we do not
 // compute), because that is exactly when someone wants to look inside. A Hugging Face folder has no
-// single header to read, so it goes through load_model. Values are printed one per line: long arrays
+// single header to read, so it goes through load_model; when its architecture is not one gpu_accel runs
+// (a vision-language checkpoint, another family), the config's keys and the safetensors tensors are
+// listed as they are, under the reason it does not load. Values are printed one per line: long arrays
 // are abbreviated, and long strings (chat templates) shortened, with newlines shown as \n.
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "args.h"
 #include "cli_common.h"
 #include "commands.h"
+#include "gpu_accel/error.h"
 #include "gpu_accel/gguf.h"
+#include "model/formats/hf_config.h"
+#include "model/formats/safetensors.h"
 
 namespace ga::cli {
 
@@ -97,8 +103,35 @@ void inspect_gguf(const std::string& path) {
   print_tensor_table(rows, total);
 }
 
+// A folder load_model refuses (Unsupported): config.json's keys and every safetensors tensor, as stored.
+void inspect_raw_folder(const std::string& path, const Error& why) {
+  std::printf("folder: %s\n", path.c_str());
+  std::printf("not loadable: %s\n", why.message().c_str());
+  const hf::HfConfig config = hf::read_config((std::filesystem::path(path) / "config.json").string());
+  std::printf("metadata: %zu keys\n", config.entries.size());
+  for (const auto& m : config.entries) std::printf("  %s = %s\n", m.key.c_str(), printable(m.value).c_str());
+  const safetensors::Checkpoint ckpt = safetensors::Checkpoint::open_dir(path);
+  std::vector<TensorRow> rows;
+  uint64_t total = 0;
+  for (const auto& [name, entry] : ckpt.entries()) {
+    const safetensors::TensorInfo& t = *ckpt.find(name);
+    std::vector<uint64_t> ne(t.shape.rbegin(), t.shape.rend());  // ggml order, as the loaded view shows it
+    rows.push_back({name, t.dtype, shape_text(ne), std::to_string(t.nbytes()), "-"});
+    total += t.nbytes();
+  }
+  print_tensor_table(rows, total);
+}
+
 void inspect_folder(const std::string& path) {
-  const LoadedModel model = load_model_verbose(path);
+  std::optional<LoadedModel> loaded;
+  try {
+    loaded.emplace(load_model_verbose(path));
+  } catch (const Error& e) {
+    if (e.kind() != ErrorKind::Unsupported) throw;
+    inspect_raw_folder(path, e);
+    return;
+  }
+  const LoadedModel& model = *loaded;
   const ModelConfig& c = model.config;
   std::printf("folder: %s\n", path.c_str());
   std::printf("format: %s, architecture %s, %lld layers, n_embd %lld, n_head %lld, n_head_kv %lld, vocab %lld\n",

@@ -68,17 +68,6 @@ double time_graph(cudaGraphExec_t graph, cudaStream_t stream) {
     }                                                                                      \
   } while (0)
 
-// Pseudo-random bytes (a hash of the index), written on the device: no host transfer of GBs.
-__global__ void fill_bytes(uint8_t* p, size_t n, uint32_t seed) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    uint32_t h = static_cast<uint32_t>(i) * 0x9E3779B1u ^ seed;
-    h ^= h >> 15;
-    h *= 0x85EBCA77u;
-    h ^= h >> 13;
-    p[i] = static_cast<uint8_t>(h);
-  }
-}
-
 // Small finite floats for x, and their fp16 copy for cuBLAS.
 __global__ void fill_activations(float* x, __half* xh, size_t n) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
@@ -220,7 +209,7 @@ int main(int argc, char** argv) try {
       std::vector<DeviceBuffer> weights;
       for (int i = 0; i < n_buf; ++i) {
         weights.emplace_back(alloc, w_bytes);
-        fill_bytes<<<1024, 256, 0, stream.get()>>>(weights.back().as<uint8_t>(), w_bytes, 77u + i);
+        ga::bench::fill_bytes<<<1024, 256, 0, stream.get()>>>(weights.back().as<uint8_t>(), w_bytes, 77u + i);
         GA_CUDA_CHECK_LAUNCH();
       }
       ga::cuda::GemvParams p;

@@ -30,4 +30,29 @@ void set_finite_fp16_fields(DType type, uint8_t* blocks, int64_t n_blocks, std::
   }
 }
 
+std::vector<uint8_t> random_weight_rows(DType type, int64_t rows, int64_t cols, uint64_t row_stride, std::mt19937& rng) {
+  const auto& tr = traits(type);
+  const uint64_t rb = row_bytes(type, static_cast<uint64_t>(cols));
+  std::vector<uint8_t> data(rows > 0 ? row_stride * static_cast<uint64_t>(rows - 1) + rb : 0);
+  for (auto& b : data) b = static_cast<uint8_t>(rng());
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (int64_t r = 0; r < rows; ++r) {
+    uint8_t* row = data.data() + static_cast<uint64_t>(r) * row_stride;
+    if (tr.quantized) {
+      set_finite_fp16_fields(type, row, cols / tr.block_size, rng);
+      continue;
+    }
+    for (int64_t i = 0; i < cols; ++i) {
+      const float v = normal(rng);
+      if (type == DType::F32) {
+        std::memcpy(row + 4 * i, &v, 4);
+      } else {
+        const uint16_t h = type == DType::F16 ? f32_to_fp16(v) : f32_to_bf16(v);
+        std::memcpy(row + 2 * i, &h, 2);
+      }
+    }
+  }
+  return data;
+}
+
 }  // namespace ga::test

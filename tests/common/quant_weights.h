@@ -23,4 +23,9 @@ std::vector<int> fp16_field_offsets(DType type);
 // +-U(0.001, 0.05) (either sign), the min with U(0.001, 0.05).
 void set_finite_fp16_fields(DType type, uint8_t* blocks, int64_t n_blocks, std::mt19937& rng);
 
+// `rows` random rows of `cols` weights of `type`, row_stride bytes apart: F32 / F16 / BF16 values from N(0, 1),
+// quant types random stored bytes with set_finite_fp16_fields. The buffer ends right after the last row's
+// bytes (row_stride * (rows - 1) + row_bytes), so a read past it is caught by a sanitizer; padding is random.
+std::vector<uint8_t> random_weight_rows(DType type, int64_t rows, int64_t cols, uint64_t row_stride, std::mt19937& rng);
+
 }  // namespace ga::test

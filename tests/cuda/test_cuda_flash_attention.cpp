@@ -740,15 +740,16 @@ TEST(CudaFlashAttention, Fp8ForwardMatchesFloat64Reference) {
   parity.finish();
 }
 
-// The FP8 defaults (29 at hd 128, 39 at hd 256; the window lives in the consumers they share with 16-bit) under
-// sliding windows: causal, bands and left-only windows. (Soft-capping is 16-bit only: refused, below.)
+// The FP8 default at head dim 128 (29; the window lives in the consumers it shares with 16-bit) under sliding
+// windows: causal, bands and left-only windows. Head dim 256 (39) refuses windows, and soft-capping is 16-bit only:
+// refused (Fp8UnsupportedParamsAreRejectedWithAReason).
 TEST(CudaFlashAttention, Fp8WindowsMatchFloat64Reference) {
   GA_REQUIRE_CUDA_DEVICE();
   CachingAllocator alloc(0);
   Parity parity("flash forward fp8 windows");
   std::mt19937 rng(88);
   int case_index = 0;
-  for (int hd : {128, 256})
+  for (int hd : {128})
     for (bool causal : {true, false})
       for (int w : {7, 64, 1000}) {
         const int ci = case_index++;
@@ -863,6 +864,10 @@ TEST(CudaFlashAttention, Fp8UnsupportedParamsAreRejectedWithAReason) {
   p = good;
   p.softcap = 30.0f;  // soft-capping: 16-bit only
   expect_refused(p, "fp8 softcap", true);
+  p = good;
+  p.head_dim = 256;
+  p.window_left = 63;  // FP8 head dim 256: no window
+  expect_refused(p, "fp8 hd 256 window", true);
   p = good;
   p.head_dim = 96;
   expect_refused(p, "fp8 head_dim 96", true);

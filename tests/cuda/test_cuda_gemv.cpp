@@ -32,7 +32,9 @@
 #include "backends/cuda/kernels/ops.h"
 #include "backends/cuda/kernels/weight_layout.h"
 #include "backends/cuda/llama/llama_kernels.h"
+#include "common/quant_weights.h"
 #include "cuda_harness.h"
+#include "gemv_reference.h"
 #include "gpu_accel/dtype.h"
 #include "gpu_accel/error.h"
 
@@ -45,131 +47,6 @@ using ::ga::cuda::CachingAllocator;
 const DType kTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1,
                         DType::Q8_0, DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K};
 const DType kSplitTypes[] = {DType::Q4_0, DType::Q8_0};
-
-// byte offsets of the fp16 scale fields inside one block (ggml-common.h layouts)
-std::vector<int> half_offsets(DType type) {
-  switch (type) {
-    case DType::Q4_0: case DType::Q5_0: case DType::Q8_0: return {0};
-    case DType::Q4_1: case DType::Q5_1: case DType::Q4_K: case DType::Q5_K: return {0, 2};
-    case DType::Q6_K: return {208};
-    case DType::Q2_K: return {80, 82};  // d, dmin after scales[16] and qs[64]
-    case DType::Q3_K: return {108};     // d after hmask[32], qs[64], scales[12]
-    default: return {};
-  }
-}
-
-// `rows` random rows of `cols` weights, row_stride bytes apart; the buffer ends right after the
-// last row (so a read past it would be caught by compute-sanitizer).
-std::vector<uint8_t> random_matrix(DType type, int64_t rows, int64_t cols, uint64_t row_stride, std::mt19937& rng) {
-  const auto& tr = traits(type);
-  const uint64_t rb = row_bytes(type, static_cast<uint64_t>(cols));
-  std::vector<uint8_t> data(row_stride * static_cast<uint64_t>(rows - 1) + rb);
-  for (auto& b : data) b = static_cast<uint8_t>(rng());
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::uniform_real_distribution<float> scale(0.001f, 0.05f);
-  for (int64_t r = 0; r < rows; ++r) {
-    uint8_t* row = data.data() + static_cast<uint64_t>(r) * row_stride;
-    if (!tr.quantized) {
-      for (int64_t i = 0; i < cols; ++i) {
-        const float v = normal(rng);
-        if (type == DType::F32) {
-          std::memcpy(row + 4 * i, &v, 4);
-        } else {
-          const uint16_t h = type == DType::F16 ? f32_to_fp16(v) : f32_to_bf16(v);
-          std::memcpy(row + 2 * i, &h, 2);
-        }
-      }
-      continue;
-    }
-    const auto offsets = half_offsets(type);
-    for (int64_t blk = 0; blk < cols / tr.block_size; ++blk) {
-      for (size_t k = 0; k < offsets.size(); ++k) {
-        const float v = k == 0 ? (rng() % 2 ? 1.0f : -1.0f) * scale(rng) : scale(rng);
-        const uint16_t h = f32_to_fp16(v);
-        std::memcpy(row + blk * tr.type_size + offsets[k], &h, 2);
-      }
-    }
-  }
-  return data;
-}
-
-// The fp16 at byte `off` of a block, as float.
-float block_half(const uint8_t* blk, size_t off) {
-  uint16_t h = 0;
-  std::memcpy(&h, blk + off, 2);
-  return fp16_to_f32(h);
-}
-
-// The offset o of a classic block, w = d * q + o: the min (Q4_1, Q5_1) or -bias * d.
-double classic_offset(DType type, const uint8_t* blk, double d) {
-  switch (type) {
-    case DType::Q4_0: return -8.0 * d;
-    case DType::Q5_0: return -16.0 * d;
-    case DType::Q4_1: case DType::Q5_1: return block_half(blk, 2);
-    default: return 0.0;  // Q8_0
-  }
-}
-
-// One 32-weight block's scale d, offset o (w = d * q + o) and its 32 codes q, read from the row's
-// bytes: classic blocks (codes recovered from the CPU's dequantized weights `w`), or sub-block b % 8
-// of Q4_K super-block b / 8 (d = d_super * sc, o = -(dmin * m), the CPU's float products from
-// quant_blocks.h; codes from the nibbles, since d may be 0 when sc is).
-void int8_block(DType type, const uint8_t* row_bytes_ptr, const float* w, int64_t b, double& d, double& o,
-                double* codes) {
-  const auto& tr = traits(type);
-  if (type == DType::Q4_K) {
-    const uint8_t* sb = row_bytes_ptr + (b / 8) * static_cast<int64_t>(tr.type_size);
-    const int j = static_cast<int>(b % 8);
-    uint8_t sc = 0, m = 0;
-    ::ga::cpu::blocks::k4_scale_min(j, sb + 4, &sc, &m);
-    d = static_cast<double>(block_half(sb, 0) * static_cast<float>(sc));
-    o = -static_cast<double>(block_half(sb, 2) * static_cast<float>(m));
-    const uint8_t* qs = sb + 16 + 32 * (j / 2);
-    for (int k = 0; k < 32; ++k) codes[k] = static_cast<double>((qs[k] >> (4 * (j % 2))) & 0xF);
-    return;
-  }
-  const uint8_t* blk = row_bytes_ptr + b * static_cast<int64_t>(tr.type_size);
-  d = block_half(blk, 0);
-  o = classic_offset(type, blk, d);
-  // the code (exact for w = d q + o)
-  for (int k = 0; k < 32; ++k) codes[k] = std::nearbyint((static_cast<double>(w[32 * b + k]) - o) / d);
-}
-
-// Reference of the int8 path for one row and token, from the CPU's dequantized weights `w`:
-// x is rounded per block of 32 as gemv.h says (d_x = amax / 127, s = x * (127 / amax), q1 = rint(s),
-// q2 = rint((s - q1) * 254), float steps), the block's dot is d * d_x * sum(q_w (q1 + q2 / 254)) +
-// o * sum(x) in float64 (d, o, q: int8_block; sum(x) unquantized as in the kernel). `rounding_bound`
-// gets the largest possible distance to the exact dot: element k errs by |d q_k| * |x_k - d_x (q1 +
-// q2 / 254)| <= |w_k - o| * d_x * (1 / 508 + 1e-4) (the 1e-4: |s| <= 127.5 with 3 float roundings of
-// relative 2^-24 between x / d_x and q1 + q2 / 254), summed over the row.
-double int8_reference(DType type, const uint8_t* row_bytes_ptr, const float* w, const float* x, int64_t cols,
-                      double& rounding_bound) {
-  double sum = 0.0;
-  rounding_bound = 0.0;
-  for (int64_t b = 0; b < cols / 32; ++b) {
-    double d = 0.0, o = 0.0, codes[32];
-    int8_block(type, row_bytes_ptr, w, b, d, o, codes);
-    const float* xb = x + 32 * b;
-    float amax = 0.0f;
-    for (int k = 0; k < 32; ++k) amax = std::max(amax, std::fabs(xb[k]));
-    const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
-    const float dx = amax / 127.0f;
-    double idot = 0.0, xsum = 0.0, wabs = 0.0;
-    for (int k = 0; k < 32; ++k) {
-      const float scaled = xb[k] * inv;  // rounded to float, as __fmul_rn
-      const float q1 = std::nearbyint(scaled);
-      const float residual = (scaled - q1) * 254.0f;  // exact difference, product rounded to float
-      const double qx = static_cast<double>(q1) + static_cast<double>(std::nearbyint(residual)) / 254.0;
-      const double qw = codes[k];
-      idot += qw * qx;
-      xsum += xb[k];
-      wabs += std::fabs(d * qw);
-    }
-    sum += d * static_cast<double>(dx) * idot + o * xsum;
-    rounding_bound += wabs * static_cast<double>(dx) * (1.0 / 508.0 + 1e-4);
-  }
-  return sum;
-}
 
 struct GemvCase {
   int64_t rows;
@@ -205,7 +82,7 @@ void run_gemv_case(CachingAllocator& alloc, Parity& parity, DType type, const Ge
     return;
   }
   const uint64_t stride = row_bytes(type, static_cast<uint64_t>(c.cols)) + static_cast<uint64_t>(c.pad);
-  const std::vector<uint8_t> w_host = random_matrix(type, c.rows, c.cols, stride, rng);
+  const std::vector<uint8_t> w_host = ::ga::test::random_weight_rows(type, c.rows, c.cols, stride, rng);
   const int64_t ldx = c.cols + 4;   // padded activations
   const int64_t ldy = c.rows + 3;   // padded outputs: the padding must stay poisoned
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -289,43 +166,17 @@ void run_gemv_case(CachingAllocator& alloc, Parity& parity, DType type, const Ge
   // reference: the CPU's dequantization, float64 dot products (and the int8 variant, see int8_reference)
   const bool int8 = ::ga::cuda::gemv_uses_int8_activations(p);
   std::vector<float> row(static_cast<size_t>(c.cols));
-  std::vector<double> ref(static_cast<size_t>(c.rows * c.n_tokens));
-  std::vector<double> magnitude(ref.size());
-  std::vector<double> ref_int8(int8 ? ref.size() : 0), bound_int8(ref_int8.size());
+  std::vector<GemvRowRef> refs(static_cast<size_t>(c.rows * c.n_tokens));  // [token][row]
   for (int64_t r = 0; r < c.rows; ++r) {
     ::ga::cpu::dequantize_row(type, w_host.data() + static_cast<uint64_t>(r) * stride, row.data(), c.cols);
     for (int t = 0; t < c.n_tokens; ++t) {
-      double sum = 0.0, mag = 0.0;
-      const float* xt = x_host.data() + t * ldx;
-      for (int64_t k = 0; k < c.cols; ++k) {
-        const double prod = static_cast<double>(row[static_cast<size_t>(k)]) * xt[k];
-        sum += prod;
-        mag += std::fabs(prod);
-      }
-      const auto at = static_cast<size_t>(t * c.rows + r);
-      ref[at] = sum;
-      magnitude[at] = mag;
-      if (int8) {
-        ref_int8[at] = int8_reference(type, w_host.data() + static_cast<uint64_t>(r) * stride, row.data(), xt, c.cols,
-                                      bound_int8[at]);
-        bound_int8[at] += 1e-5 * mag;  // the kernel's float accumulation
-      }
+      refs[static_cast<size_t>(t * c.rows + r)] = gemv_row_reference(
+          type, w_host.data() + static_cast<uint64_t>(r) * stride, row.data(), x_host.data() + t * ldx, c.cols, int8);
     }
   }
   for (int t = 0; t < c.n_tokens; ++t) {
     const float* yt = y_host.data() + t * ldy;
-    if (int8) {
-      // tight: the same int8 x, float accumulation (well under 1e-5 of sum |w x|); loose: the float
-      // reference within the int8 rounding bound
-      parity.compare(name + str(" int8 token ", t), yt, ref_int8.data() + t * c.rows, static_cast<size_t>(c.rows),
-                     1e-5, 1e-30, magnitude.data() + t * c.rows);
-      parity.compare(name + str(" int8 vs float token ", t), yt, ref.data() + t * c.rows, static_cast<size_t>(c.rows),
-                     1.0, 1e-30, bound_int8.data() + t * c.rows);
-    } else {
-      // float accumulation over a few thousand terms: well under 1e-5 of sum |w x|
-      parity.compare(name + str(" token ", t), yt, ref.data() + t * c.rows, static_cast<size_t>(c.rows), 1e-5, 1e-30,
-                     magnitude.data() + t * c.rows);
-    }
+    compare_gemv(parity, name + str(" token ", t), yt, refs.data() + t * c.rows, static_cast<size_t>(c.rows), int8);
     parity.expect_untouched(name + str(" token ", t), yt + c.rows, static_cast<size_t>(ldy - c.rows));
   }
 }
@@ -481,7 +332,7 @@ void run_embedding_case(CachingAllocator& alloc, Parity& parity, DType type, int
   const int64_t n_rows_w = 37;
   const std::string name = str(dtype_name(type), split ? " split" : "", " cols ", cols, " pad ", pad);
   const uint64_t stride = row_bytes(type, static_cast<uint64_t>(cols)) + static_cast<uint64_t>(pad);
-  const std::vector<uint8_t> w_host = random_matrix(type, n_rows_w, cols, stride, rng);
+  const std::vector<uint8_t> w_host = ::ga::test::random_weight_rows(type, n_rows_w, cols, stride, rng);
   const std::vector<int32_t> ids_host = {0, 36, 5, 5, 19, 1, 35};  // first, last, repeated
   const int64_t ld_out = cols + 5;
   DeviceArray<uint8_t> w(alloc, w_host.size());
@@ -550,7 +401,7 @@ TEST(CudaDequantizeF16, BitExactWithCpuDequantizationRoundedToF16) {
         const int64_t rows = 13;
         const std::string name = str(dtype_name(type), split ? " split" : "", " ", rows, "x", cols);
         const uint64_t stride = row_bytes(type, static_cast<uint64_t>(cols));
-        const std::vector<uint8_t> w_host = random_matrix(type, rows, cols, stride, rng);
+        const std::vector<uint8_t> w_host = ::ga::test::random_weight_rows(type, rows, cols, stride, rng);
         DeviceArray<uint8_t> w(alloc, w_host.size());
         DeviceArray<uint16_t> out(alloc, static_cast<size_t>(rows * cols));
         w.upload(w_host);
@@ -582,7 +433,7 @@ TEST(CudaEmbedding, OutOfRangeIdGivesNanRow) {
   CachingAllocator alloc(0);
   std::mt19937 rng(5);
   const int64_t cols = 256;
-  const std::vector<uint8_t> w_host = random_matrix(DType::Q4_K, 4, cols, row_bytes(DType::Q4_K, cols), rng);
+  const std::vector<uint8_t> w_host = ::ga::test::random_weight_rows(DType::Q4_K, 4, cols, row_bytes(DType::Q4_K, cols), rng);
   DeviceArray<uint8_t> w(alloc, w_host.size());
   DeviceArray<int32_t> ids(alloc, 2);
   DeviceArray<float> out(alloc, 2 * cols);

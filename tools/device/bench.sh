@@ -10,6 +10,7 @@
 #                  the first prefill of a length against the same prefill repeated (the warm-up's job)
 #   gemv           ga_bench_gemv: every weight type's GEMV on Llama-7B-shaped matrices against the same run's copy
 #   sampling       ga_bench_sampling: the GPU sampler's kernels against copying the logits to the host
+#   moe            ga_bench_moe: the MoE kernels (routing, the grouped expert GEMV, the decode FFN and the prefill)
 # Usage (GPU machine, from a copy of the repository): GA_SHARED=... OUT=... bash tools/device/bench.sh [STAGE...]
 set -uo pipefail
 source "$(dirname "$0")/common.sh"
@@ -20,6 +21,7 @@ note "gpu: $(gpu_state)"
 targets="gpu-accel"
 [[ " ${stages[*]} " == *" gemv "* ]] && targets+=" ga_bench_gemv"
 [[ " ${stages[*]} " == *" sampling "* ]] && targets+=" ga_bench_sampling"
+[[ " ${stages[*]} " == *" moe "* ]] && targets+=" ga_bench_moe"
 # shellcheck disable=SC2086
 device_build $targets || finish 1
 GA=$B/bin/gpu-accel
@@ -77,6 +79,7 @@ PY
       ;;
     gemv) run_step "ga_bench_gemv" 200 gemv.md "$B/bin/ga_bench_gemv" ;;
     sampling) run_step "ga_bench_sampling" 120 sampling.md "$B/bin/ga_bench_sampling" ;;
+    moe) run_step "ga_bench_moe" 120 moe.md "$B/bin/ga_bench_moe" ;;
     *) note "unknown stage $stage"; finish 2 ;;
   esac
 done

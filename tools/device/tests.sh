@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Every CUDA test on the GPU machine: builds gpu-accel and every test_cuda_* binary for sm_90a, runs each binary,
-# then compute-sanitizer memcheck on a CUDA generation (stories260K) and on the batched forward, and memcheck +
-# racecheck on the flash kernels' small shapes (every FP8 variant and backward schedule of the build). CI has no GPU:
+# then compute-sanitizer memcheck on a CUDA generation (stories260K), on the batched forward and on the small MoE
+# tests, and memcheck + racecheck on the flash kernels' small shapes (every FP8 variant and backward schedule of
+# the build). CI has no GPU:
 # there these tests report SKIPPED, so this is where they run.
 #
 # Usage (GPU machine, from a copy of the repository): GA_SHARED=... OUT=... bash tools/device/tests.sh [REGEX]
@@ -25,6 +26,9 @@ if [[ ${SANITIZE:-1} == 1 ]]; then
     -m models/stories260K.gguf -p "Once upon a time" -n 24 --temp 0.8 --seed 7 --device cuda
   [[ -x $B/bin/test_cuda_batch_forward ]] && run_step "memcheck batched forward" 200 memcheck.log $SAN --tool memcheck --error-exitcode 9 \
     "$B/bin/test_cuda_batch_forward" --gtest_filter='*Stories*'
+  [[ -x $B/bin/test_cuda_moe ]] && run_step "memcheck MoE small tests" 120 memcheck.log $SAN --tool memcheck \
+    --error-exitcode 9 "$B/bin/test_cuda_moe" \
+    --gtest_filter='CudaMoePlan.*:CudaMoeGroupedGemm.*:CudaMoeFfn.DecodeStep*:CudaMoeOps.*'
   for tool in memcheck racecheck; do
     [[ -x $B/bin/test_cuda_flash_attention && -x $B/bin/test_cuda_flash_backward ]] || break
     run_step "$tool flash FP8 small shapes" 240 "$tool-flash.log" $SAN --tool $tool --error-exitcode 9 \

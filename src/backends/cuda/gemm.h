@@ -84,6 +84,7 @@ class Gemm {
 
   void run(const GemmParams& p);  // throws ga::Error on a bad type or a cuBLAS failure
   const GemmStats& stats() const { return stats_; }
+  cudaStream_t stream() const { return stream_; }  // every run() is enqueued here
   bool uses_gemm_ex() const { return use_gemm_ex_; }
 
  private:

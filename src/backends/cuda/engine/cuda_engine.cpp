@@ -31,8 +31,10 @@
 #include "backends/cuda/device_info.h"
 #include "backends/cuda/kernels/attention.h"
 #include "backends/cuda/kernels/gemv.h"
+#include "backends/cuda/kernels/moe.h"
 #include "backends/cuda/kernels/ops.h"
 #include "backends/cuda/llama/llama_kernels.h"
+#include "backends/cuda/moe_prefill.h"
 #include "gpu_accel/error.h"
 
 #ifndef GA_CUDA_ARCHS_STR
@@ -181,8 +183,36 @@ CudaEngine::Sizes CudaEngine::plan_sizes() const {
   s.scratch = b * act * 4 + static_cast<uint64_t>(layout_.max_seqs * ld_embd_) * 4 +
               b * static_cast<uint64_t>(s.max_cols) * 2 + s.max_dequant * 2 +
               static_cast<uint64_t>(metadata_ints()) * 4 + kGemmWorkspace;
-  s.scratch += static_cast<uint64_t>(x_int8_scratch_bytes_);
+  s.scratch += static_cast<uint64_t>(x_int8_scratch_bytes_) + moe_scratch_bytes();
   return s;
+}
+
+namespace {
+
+// The MoE shapes the scratch is sized for: every step up to max_batch tokens (route, plan, prefill) and the
+// grouped GEMV's steps up to its token bound.
+MoeShape moe_shape(int64_t n_tokens, int64_t n_expert, int64_t top_k) {
+  MoeShape s;
+  s.n_tokens = n_tokens;
+  s.n_expert = static_cast<int>(n_expert);
+  s.top_k = static_cast<int>(top_k);
+  return s;
+}
+
+}  // namespace
+
+uint64_t CudaEngine::moe_scratch_bytes() const {
+  if (moe_max_experts_ == 0) return 0;
+  const int64_t B = layout_.max_batch, E = moe_max_experts_, K = moe_max_top_k_;
+  const int64_t ff = c_.transformer.n_ff_exp;
+  const uint64_t route = static_cast<uint64_t>(B * E) * 4 + 2 * static_cast<uint64_t>(B * K) * 4;
+  const uint64_t plan = static_cast<uint64_t>(moe_plan_bytes(moe_shape(B, E, K)));
+  const uint64_t gemv = static_cast<uint64_t>(moe_ffn_gemv_workspace_bytes(
+      moe_shape(std::min<int64_t>(B, kMoeRouteFusedMaxTokens), E, K), c_.n_embd, ff));
+  const uint64_t prefill = B > kMoeRouteFusedMaxTokens
+                               ? static_cast<uint64_t>(moe_prefill_workspace_bytes(moe_shape(B, E, K), c_.n_embd, ff))
+                               : 0;
+  return route + plan + gemv + prefill;
 }
 
 void CudaEngine::check_weight_types() const {
@@ -249,6 +279,21 @@ CudaEngine::CudaEngine(const LoadedModel& model, const step::ProgramFactory& fac
     fused_.push_back(f);
   }
   model_ = nullptr;
+  // Expert stacks: the MoE scratch, sized by the model's routing; the prefill of their layers synchronizes
+  // with the host (moe_prefill.h), so such a model runs its prefill steps without graphs.
+  for (const WeightEntry& e : weights_table_) {
+    if (e.m.n_expert > 1) {
+      moe_max_experts_ = std::max(moe_max_experts_, e.m.n_expert);
+      moe_max_top_k_ = std::max<int64_t>(moe_max_top_k_, c_.transformer.n_expert_used);
+      prefill_graphs_allowed_ = false;
+    }
+  }
+  if (moe_max_experts_ > 0) {
+    const MoeShape probe = moe_shape(1, moe_max_experts_, moe_max_top_k_);
+    const char* why = moe_shape_unsupported_reason(probe);
+    GA_CHECK(why == nullptr, Unsupported, "the CUDA MoE kernels do not take ", moe_max_experts_, " experts, top ",
+             moe_max_top_k_, ": ", why);
+  }
 
   // The int8 GEMV's rounded x: for the widest input among the matrices the Program uses.
   if (layout_.int8_activations != Int8Activations::kInGemv) {
@@ -402,6 +447,20 @@ void CudaEngine::allocate_state() {
   final_x_ = DeviceBuffer(allocator_, static_cast<size_t>(B * ld_embd_) * 4);
   final_rows_ = DeviceBuffer(allocator_, static_cast<size_t>(layout_.max_seqs * ld_embd_) * 4);
   if (x_int8_scratch_bytes_ > 0) xq_ = DeviceBuffer(allocator_, static_cast<size_t>(x_int8_scratch_bytes_));
+  if (moe_max_experts_ > 0) {
+    const int64_t E = moe_max_experts_, K = moe_max_top_k_, ff = c_.transformer.n_ff_exp;
+    moe_logits_ = DeviceBuffer(allocator_, static_cast<size_t>(B * E) * 4);
+    moe_ids_ = DeviceBuffer(allocator_, static_cast<size_t>(B * K) * 4);
+    moe_weights_ = DeviceBuffer(allocator_, static_cast<size_t>(B * K) * 4);
+    moe_plan_ = DeviceBuffer(allocator_, static_cast<size_t>(moe_plan_bytes(moe_shape(B, E, K))));
+    moe_gemv_workspace_ = DeviceBuffer(
+        allocator_, static_cast<size_t>(moe_ffn_gemv_workspace_bytes(
+                        moe_shape(std::min<int64_t>(B, kMoeRouteFusedMaxTokens), E, K), c_.n_embd, ff)));
+    if (B > kMoeRouteFusedMaxTokens) {
+      moe_prefill_workspace_ =
+          DeviceBuffer(allocator_, static_cast<size_t>(moe_prefill_workspace_bytes(moe_shape(B, E, K), c_.n_embd, ff)));
+    }
+  }
   logits_ = DeviceBuffer(allocator_, static_cast<size_t>(B * n_vocab_) * 4);
   const size_t meta_bytes = static_cast<size_t>(metadata_ints()) * 4;
   step_in_ = DeviceBuffer(allocator_, meta_bytes);

@@ -281,6 +281,11 @@ class CudaEngine final : public CudaForward, public CudaBatchForward, private st
   step::View attn_out_;
   int64_t x_int8_scratch_bytes_ = 0;
   void wrote(step::View v);  // an op wrote v: a rounding of it is stale
+  // The MoE layers' scratch (allocated when the Program uses expert stacks): router logits [max_batch][n_expert],
+  // the routing ids / weights [max_batch][top_k], the plan, and the grouped GEMV's and the prefill's workspaces.
+  int64_t moe_max_experts_ = 0, moe_max_top_k_ = 0;
+  DeviceBuffer moe_logits_, moe_ids_, moe_weights_, moe_plan_, moe_gemv_workspace_, moe_prefill_workspace_;
+  uint64_t moe_scratch_bytes() const;
   // The final norm's rows before the classifier: [max_batch][ld_embd_] and the gathered [max_seqs] rows.
   DeviceBuffer final_x_, final_rows_;
   int64_t ld_embd_ = 0;

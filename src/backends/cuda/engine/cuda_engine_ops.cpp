@@ -19,8 +19,10 @@
 #include "backends/cuda/kernels/attention_simple.h"
 #include "backends/cuda/kernels/elementwise.h"
 #include "backends/cuda/kernels/gemv.h"
+#include "backends/cuda/kernels/moe.h"
 #include "backends/cuda/kernels/ops.h"
 #include "backends/cuda/llama/llama_kernels.h"
+#include "backends/cuda/moe_prefill.h"
 #include "gpu_accel/error.h"
 
 namespace ga::cuda::engine {
@@ -318,9 +320,88 @@ void CudaEngine::add(step::View x, step::View y) {
   wrote(x);
 }
 
+// Router (GEMV / GEMM on ffn_gate_inp), moe_route (ids, weights and the plan: the pairs grouped by expert),
+// then the routed experts' FFN: for up to kMoeRouteFusedMaxTokens tokens (decode and small batches, what the
+// graphs capture) the grouped expert GEMV, which reads only the routed experts' weights; for longer steps
+// (prefill) per-expert cuBLAS GEMMs on the gathered rows (moe_prefill.h: one host sync on the counts, so a
+// model with experts runs its prefill without graphs).
 void CudaEngine::moe(const step::MoeOp& op) {
-  (void)op;
-  GA_THROW(Unsupported, "mixture-of-experts layers do not run on CUDA in this build");
+  check_view(op.x, "moe");
+  check_view(op.out, "moe");
+  const DeviceMatrix& router = dm(op.router);
+  const DeviceMatrix& gate = dm(op.gate_exps);
+  const DeviceMatrix& up = dm(op.up_exps);
+  const DeviceMatrix& down = dm(op.down_exps);
+  const int64_t n = shape_->n_tokens;
+  GA_CHECK(router.n_expert == 1 && router.rows == op.n_expert && router.cols == op.x.cols &&
+               gate.n_expert == op.n_expert && up.n_expert == op.n_expert && down.n_expert == op.n_expert &&
+               gate.cols == op.x.cols && down.rows == op.out.cols && op.n_expert <= moe_max_experts_ &&
+               op.top_k <= moe_max_top_k_,
+           Internal, "moe: shapes");
+  matmul(router, ptr(op.x), ld(op.x), n, moe_logits_.as<float>(), op.n_expert);  // [n][n_expert]
+  if (warm_matmuls_only_) return;
+  cudaStream_t s = stream_.get();
+  MoeShape shape;
+  shape.n_tokens = n;
+  shape.n_expert = static_cast<int>(op.n_expert);
+  shape.top_k = static_cast<int>(op.top_k);
+  MoeRouteParams route;
+  route.shape = shape;
+  route.logits = moe_logits_.as<float>();
+  route.ld_logits = op.n_expert;
+  route.normalize = op.normalize_top_k;
+  route.ids = moe_ids_.as<int32_t>();
+  route.weights = moe_weights_.as<float>();
+  route.plan = moe_plan_.data();
+  check_params("moe_route", moe_route_unsupported_reason, route);
+  GA_CUDA_CHECK(moe_route(route, s));
+  const auto experts = [](const DeviceMatrix& m) {
+    MoeExperts e;
+    e.type = m.type;
+    e.data = m.data;
+    e.rows = m.rows;
+    e.cols = m.cols;
+    e.row_stride = m.row_bytes;
+    e.expert_stride = m.rows * m.row_bytes;
+    return e;
+  };
+  const MoeActivation act = op.act == step::Activation::kGeluTanh ? MoeActivation::kGeluTanh : MoeActivation::kSilu;
+  if (n <= kMoeRouteFusedMaxTokens) {
+    MoeFfnGemvParams f;
+    f.shape = shape;
+    f.plan = moe_plan_.data();
+    f.ids = moe_ids_.as<int32_t>();
+    f.weights = moe_weights_.as<float>();
+    f.gate = experts(gate);
+    f.up = experts(up);
+    f.down = experts(down);
+    f.x = ptr(op.x);
+    f.ldx = ld(op.x);
+    f.out = ptr(op.out);
+    f.ld_out = ld(op.out);
+    f.act = act;
+    f.workspace = moe_gemv_workspace_.data();
+    check_params("moe_ffn_gemv", moe_ffn_gemv_unsupported_reason, f);
+    GA_CUDA_CHECK(moe_ffn_gemv(f, s));
+  } else {
+    MoePrefillParams f;
+    f.shape = shape;
+    f.plan = moe_plan_.data();
+    f.ids = moe_ids_.as<int32_t>();
+    f.weights = moe_weights_.as<float>();
+    f.gate = experts(gate);
+    f.up = experts(up);
+    f.down = experts(down);
+    f.x = ptr(op.x);
+    f.ldx = ld(op.x);
+    f.out = ptr(op.out);
+    f.ld_out = ld(op.out);
+    f.act = act;
+    f.workspace = moe_prefill_workspace_.data();
+    f.workspace_bytes = static_cast<int64_t>(moe_prefill_workspace_.size());
+    moe_prefill_host_sync(*gemm_, f);
+  }
+  wrote(op.out);
 }
 
 void CudaEngine::sigmoid_gate(step::View y, step::Vec gate, step::View x) {

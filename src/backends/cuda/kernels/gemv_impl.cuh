@@ -7,6 +7,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "backends/cuda/kernels/gemv.h"
 #include "backends/cuda/kernels/gemv_int8.cuh"
@@ -17,27 +18,30 @@ namespace ga::cuda::detail {
 
 inline constexpr int64_t kDefaultSharedLimit = 48 * 1024;  // dynamic shared memory without an opt-in
 
-template <class D, int NT, class Cfg>
-cudaError_t launch_gemv_staged(const GemvArgs& a, cudaStream_t stream) {
+// Batch: DenseBatch (gemv()) or the expert GEMV's policy (moe_gemv_impl.cuh); see gemv_kernel.cuh.
+template <class D, int NT, class Cfg, class Batch = DenseBatch>
+cudaError_t launch_gemv_staged(const typename Batch::Args& args, cudaStream_t stream) {
+  const GemvArgs& a = Batch::base(args);
   const int64_t blocks = (a.rows + Cfg::kRows - 1) / Cfg::kRows;
   if (blocks > 0x7fffffff) return cudaErrorInvalidValue;
   constexpr int64_t smem = gemv_stage_bytes<D, Cfg>();
   if constexpr (smem > kDefaultSharedLimit) {
     // per call, not cached: the attribute belongs to the current device, and it costs ~1 us of host time
     const cudaError_t status = cudaFuncSetAttribute(
-        gemv_staged_kernel<D, NT, Cfg>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+        gemv_staged_kernel<D, NT, Cfg, Batch>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
     if (status != cudaSuccess) return status;
   }
-  return launch_after_prior(gemv_staged_kernel<D, NT, Cfg>, dim3(static_cast<unsigned>(blocks)), dim3(kGemvWarps * 32),
-                            static_cast<size_t>(smem), stream, a);
+  return launch_after_prior(gemv_staged_kernel<D, NT, Cfg, Batch>, Batch::grid(static_cast<unsigned>(blocks), args),
+                            dim3(kGemvWarps * 32), static_cast<size_t>(smem), stream, a, Batch::extra(args));
 }
 
-template <class D, int NT, class Cfg>
-cudaError_t launch_gemv_direct(const GemvArgs& a, cudaStream_t stream) {
+template <class D, int NT, class Cfg, class Batch = DenseBatch>
+cudaError_t launch_gemv_direct(const typename Batch::Args& args, cudaStream_t stream) {
+  const GemvArgs& a = Batch::base(args);
   const int64_t blocks = (a.rows + Cfg::kRows - 1) / Cfg::kRows;
   if (blocks > 0x7fffffff) return cudaErrorInvalidValue;
-  return launch_after_prior(gemv_direct_kernel<D, NT, Cfg>, dim3(static_cast<unsigned>(blocks)), dim3(kGemvWarps * 32),
-                            0, stream, a);
+  return launch_after_prior(gemv_direct_kernel<D, NT, Cfg, Batch>, Batch::grid(static_cast<unsigned>(blocks), args),
+                            dim3(kGemvWarps * 32), 0, stream, a, Batch::extra(args));
 }
 
 // Rows per CTA of the staged kernel: D::kRows for one token; for several, the decoded weights of all
@@ -81,27 +85,42 @@ GemvArgs make_gemv_args(const GemvParams& p) {
   return a;
 }
 
-template <class D, int NT>
-cudaError_t launch_gemv_tokens(const GemvArgs& a, cudaStream_t stream) {
-  if constexpr (SplitRows<D>::kEnabled) {
+// Which kernel family a launch may take: the routing below (kAuto), or one forced (the expert GEMV's
+// MoeGemvKernel, for its benchmark and tests): kFloat never the int8 kernel, kInt8 only it (the caller
+// has checked gemv_int8_eligible).
+enum class GemvPath : uint8_t { kAuto, kFloat, kInt8 };
+
+// Whether the routing sends these arguments to the int8 kernel (`r`: Batch::routing(args), the launch's
+// shape as the routing limits see it).
+template <class D>
+bool gemv_routes_to_int8(const GemvArgs& r, GemvPath path) {
+  return path == GemvPath::kInt8 || (path == GemvPath::kAuto && gemv_int8_eligible<D>(r));
+}
+
+template <class D, int NT, class Batch = DenseBatch>
+cudaError_t launch_gemv_tokens(const typename Batch::Args& args, cudaStream_t stream, GemvPath path = GemvPath::kAuto) {
+  constexpr bool kDense = std::is_same_v<Batch, DenseBatch>;
+  const GemvArgs& a = Batch::base(args);
+  const GemvArgs r = Batch::routing(args);
+  if constexpr (SplitRows<D>::kEnabled && kDense) {
     // rows repacked at upload (weight_layout.h): aligned code chunks read straight into registers
     if (a.split_rows) return launch_gemv_split<D, NT>(a, stream);
   }
   if constexpr (Int8Traits<D>::kEnabled) {
     // classic quant types with 16-byte aligned rows: int8 activations and DP4A (gemv_int8.cuh)
-    if (gemv_int8_eligible<D>(a)) return launch_gemv_int8<D, NT>(a, stream);
+    if (gemv_routes_to_int8<D>(r, path)) return launch_gemv_int8<D, NT, Batch>(args, stream);
   }
   if constexpr (D::kUnitScale) {
     // float types read rows straight into registers when every chunk is 16-byte aligned (w is)
-    if (a.row_stride % kChunkBytes == 0) return launch_gemv_direct<D, NT, DefaultDirect<NT>>(a, stream);
+    if (a.row_stride % kChunkBytes == 0) return launch_gemv_direct<D, NT, DefaultDirect<NT>, Batch>(args, stream);
   }
   if constexpr (D::kType == DType::Q6_K && NT == 1) {
     // few rows, long rows (Q4_K_M's ffn_down, 4096x11008): 2 rows x 2 chunks x 4 stages per warp measured
     // 24.6 us against the default's 27.0 us; elsewhere the default was as fast or faster (bench_gemv --sweep,
     // H200, 2026-11-22)
-    if (a.rows <= 4096 && a.blocks_per_row >= 32) return launch_gemv_staged<D, 1, StagedConfig<2, 2, 4>>(a, stream);
+    if (r.rows <= 4096 && r.blocks_per_row >= 32) return launch_gemv_staged<D, 1, StagedConfig<2, 2, 4>, Batch>(args, stream);
   }
-  return launch_gemv_staged<D, NT, DefaultStaged<D, NT>>(a, stream);
+  return launch_gemv_staged<D, NT, DefaultStaged<D, NT>, Batch>(args, stream);
 }
 
 // The per-type entry point; its explicit instantiations live in gemv_instances/gemv_<type>.cu.

@@ -34,6 +34,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "backends/cuda/kernels/device_bytes.cuh"
 #include "backends/cuda/kernels/gemv_kernel.cuh"
@@ -248,18 +249,27 @@ bool gemv_int8_reads_x_int8(const GemvArgs& a) {
   }
 }
 
-// Whether gemv() takes the int8 path for these arguments (rows 16-byte aligned, whole units, the
-// type's routing limits, the shared memory within kInt8MaxSmem: with x pre-quantized only the stages
-// live there); otherwise the float kernels run.
+// Whether the int8 kernel can run these arguments at all: rows 16-byte aligned, whole units, the shared
+// memory within kInt8MaxSmem (with x pre-quantized only the stages live there).
 template <class D>
-bool gemv_int8_eligible(const GemvArgs& a) {
+bool gemv_int8_possible(const GemvArgs& a) {
   if constexpr (!Int8Traits<D>::kEnabled) {
     return false;
   } else {
     const int64_t x_blocks = gemv_int8_x_blocks<D>(a.blocks_per_row);
     return !a.split_rows && a.row_stride % kChunkBytes == 0 && x_blocks % Int8Traits<D>::kUnitBlocks == 0 &&
-           a.rows >= Int8Traits<D>::kMinRows && a.n_tokens <= Int8Traits<D>::kMaxTokens &&
            (gemv_int8_reads_x_int8<D>(a) || gemv_int8_smem<D>(x_blocks, a.n_tokens) <= kInt8MaxSmem);
+  }
+}
+
+// Whether gemv() takes the int8 path for these arguments: possible, and within the type's routing limits;
+// otherwise the float kernels run.
+template <class D>
+bool gemv_int8_eligible(const GemvArgs& a) {
+  if constexpr (!Int8Traits<D>::kEnabled) {
+    return false;
+  } else {
+    return a.rows >= Int8Traits<D>::kMinRows && a.n_tokens <= Int8Traits<D>::kMaxTokens && gemv_int8_possible<D>(a);
   }
 }
 
@@ -302,9 +312,11 @@ __host__ __device__ constexpr int gemv_int8_min_ctas() {
 // kPreQuantX: x comes quantized in a.x_int8 (x_int8.cuh layout, written by an earlier kernel: read with
 // coherent loads after pdl_wait_prior_grid()), so the CTA has no prologue and its shared memory holds
 // only the stages; else each CTA quantizes a.x into shared memory first.
-template <class D, int NT, bool kPreQuantX>
+// Batch: DenseBatch or the expert GEMV's policy (gemv_kernel.cuh); a pre-quantized x only for the plain GEMV.
+template <class D, int NT, bool kPreQuantX, class Batch = DenseBatch>
 __global__ void __launch_bounds__(kGemvWarps * 32, gemv_int8_min_ctas<D>())
-    gemv_int8_kernel(const GemvArgs a, int64_t n_tiles) {
+    gemv_int8_kernel(const GemvArgs args, int64_t n_tiles, const typename Batch::Extra extra) {
+  static_assert(!kPreQuantX || Batch::kDense, "x_int8 is laid out for the plain GEMV's tokens");
   using T = Int8Traits<D>;
   using G = Int8Geometry<D>;
   constexpr int C = G::kUnitChunks;
@@ -313,6 +325,11 @@ __global__ void __launch_bounds__(kGemvWarps * 32, gemv_int8_min_ctas<D>())
   extern __shared__ uint4 gemv_dynamic_smem[];
   __shared__ float partial[kGemvWarps][kInt8Rows][NT];
 
+  typename Batch::template Cta<NT> cta;
+  if constexpr (!Batch::kDense) {
+    if (!cta.bind(args, extra)) return;  // no work for this CTA
+  }
+  const GemvArgs& a = Batch::kDense ? args : cta.a;
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
   const int nb = static_cast<int>(gemv_int8_x_blocks<D>(a.blocks_per_row));  // x blocks of 32 per row
@@ -347,7 +364,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32, gemv_int8_min_ctas<D>())
     for (int i = static_cast<int>(threadIdx.x); i < a.n_tokens * nb; i += kGemvWarps * 32) {
       const int t = i / nb;
       const int b = i - t * nb;
-      gemv_quantize_x_block(a.x + t * a.ldx + int64_t{32} * b, smem_qx + static_cast<int64_t>(i) * kXBlockBytes,
+      gemv_quantize_x_block(a.x + cta.x_any(a, t) + int64_t{32} * b, smem_qx + static_cast<int64_t>(i) * kXBlockBytes,
                             smem_ds + i);
     }
     __syncthreads();
@@ -434,19 +451,21 @@ __global__ void __launch_bounds__(kGemvWarps * 32, gemv_int8_min_ctas<D>())
       float sum = 0.0f;
 #pragma unroll
       for (int w = 0; w < kGemvWarps; ++w) sum += partial[w][i][t];
-      if (row0 + i < a.rows && t < a.n_tokens) a.y[t * a.ldy + row0 + i] = sum;
+      if (row0 + i < a.rows && t < a.n_tokens) a.y[cta.y(a, t) + row0 + i] = sum;
     }
     __syncthreads();  // partial is rewritten by the next tile
   }
 }
 
-// Persistent launch: as many CTAs as fit on the device at once (at most one per tile).
-template <class D, int NT, bool kPreQuantX>
-cudaError_t launch_gemv_int8_variant(const GemvArgs& a, cudaStream_t stream) {
+// Persistent launch: as many CTAs as fit on the device at once (at most one per tile), shared by the
+// matrices of a batched launch (Batch::concurrent_matrices: each gets its share of the resident CTAs).
+template <class D, int NT, bool kPreQuantX, class Batch = DenseBatch>
+cudaError_t launch_gemv_int8_variant(const typename Batch::Args& args, cudaStream_t stream) {
+  const GemvArgs& a = Batch::base(args);
   const int64_t n_tiles = (a.rows + kInt8Rows - 1) / kInt8Rows;
   const auto smem = static_cast<int>(kPreQuantX ? Int8Geometry<D>::kStageBytes
                                                 : gemv_int8_smem<D>(gemv_int8_x_blocks<D>(a.blocks_per_row), a.n_tokens));
-  auto* const kernel = gemv_int8_kernel<D, NT, kPreQuantX>;
+  auto* const kernel = gemv_int8_kernel<D, NT, kPreQuantX, Batch>;
   cudaError_t status = cudaSuccess;
   if (smem > 48 * 1024) {
     status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
@@ -457,18 +476,18 @@ cudaError_t launch_gemv_int8_variant(const GemvArgs& a, cudaStream_t stream) {
   if ((status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess) return status;
   status = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kGemvWarps * 32, smem);
   if (status != cudaSuccess) return status;
-  const int64_t resident = int64_t{sms} * (per_sm < 1 ? 1 : per_sm);
-  const int64_t grid = n_tiles < resident ? n_tiles : resident;
-  return launch_after_prior(kernel, dim3(static_cast<unsigned>(grid)), dim3(kGemvWarps * 32),
-                            static_cast<size_t>(smem), stream, a, n_tiles);
+  const int64_t resident = int64_t{sms} * (per_sm < 1 ? 1 : per_sm) / Batch::concurrent_matrices(args);
+  const int64_t grid = n_tiles < resident ? n_tiles : (resident < 1 ? 1 : resident);
+  return launch_after_prior(kernel, Batch::grid(static_cast<unsigned>(grid), args), dim3(kGemvWarps * 32),
+                            static_cast<size_t>(smem), stream, a, n_tiles, Batch::extra(args));
 }
 
-template <class D, int NT>
-cudaError_t launch_gemv_int8(const GemvArgs& a, cudaStream_t stream) {
-  if constexpr (Int8Traits<D>::kPreQuantX) {
-    if (a.x_int8 != nullptr) return launch_gemv_int8_variant<D, NT, true>(a, stream);
+template <class D, int NT, class Batch = DenseBatch>
+cudaError_t launch_gemv_int8(const typename Batch::Args& args, cudaStream_t stream) {
+  if constexpr (Int8Traits<D>::kPreQuantX && std::is_same_v<Batch, DenseBatch>) {
+    if (args.x_int8 != nullptr) return launch_gemv_int8_variant<D, NT, true>(args, stream);
   }
-  return launch_gemv_int8_variant<D, NT, false>(a, stream);
+  return launch_gemv_int8_variant<D, NT, false, Batch>(args, stream);
 }
 
 }  // namespace ga::cuda::detail

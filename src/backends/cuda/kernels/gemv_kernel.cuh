@@ -59,6 +59,40 @@ struct GemvArgs {
   const void* x_int8;  // GemvParams::x_int8: x pre-quantized (x_int8.cuh layout) or null
 };
 
+// How a CTA finds its matrix and its tokens: a compile-time policy of the kernels (gemv_staged_kernel,
+// gemv_direct_kernel, gemv_int8_kernel). DenseBatch is the plain GEMV: the launch's one matrix, token t's x at
+// x + t * ldx and its y at y + t * ldy, a 1-D grid. The grouped expert GEMV (moe_gemv_impl.cuh, ExpertBatch)
+// points each CTA at one routed expert's matrix and the rows of the pairs routed to it. A policy gives
+//   kDense                  the plain GEMV: the kernels read their GemvArgs parameter itself,
+//   Args                    what the host launches with: base(args) the GemvArgs parameter (the shape of one
+//                           matrix), extra(args) the Extra parameter (the policy's own fields),
+//   Cta<NT>::bind(g, extra) (not kDense) false when the CTA has no work: it returns before any load; else
+//   Cta<NT>::a              the GemvArgs of the CTA's matrix and tokens (a.n_tokens <= NT),
+//   Cta<NT>::x(a, t), y(a, t)  element offsets of token t's x and y rows from a.x / a.y (x: t a compile-time
+//                           index after unrolling; x_any(a, t): any t, for loops that are not unrolled),
+//   grid(blocks, args), concurrent_matrices(args), routing(args)  the host side: the grid, the matrices that
+//                           share the device at once (the persistent int8 grid), the shape the routing limits see.
+// The kernels bind `const GemvArgs& a = kDense ? args : cta.a`: the plain GEMV's PTX is then identical to
+// the code before the policy existed (checked; a reference returned by a function, or the body moved into
+// an inlined device function, changed the int8 kernel's loops).
+struct DenseBatch {
+  static constexpr bool kDense = true;
+  using Args = GemvArgs;
+  struct Extra {};
+  template <int NT>
+  struct Cta {
+    GemvArgs a;  // never set: the kernels read the parameter itself
+    __device__ __forceinline__ int64_t x(const GemvArgs& a, int t) const { return t * a.ldx; }
+    __device__ __forceinline__ int64_t x_any(const GemvArgs& a, int t) const { return t * a.ldx; }
+    __device__ __forceinline__ int64_t y(const GemvArgs& a, int t) const { return t * a.ldy; }
+  };
+  static const GemvArgs& base(const GemvArgs& a) { return a; }
+  static Extra extra(const GemvArgs&) { return {}; }
+  static dim3 grid(unsigned blocks, const GemvArgs&) { return dim3(blocks); }
+  static int64_t concurrent_matrices(const GemvArgs&) { return 1; }
+  static GemvArgs routing(const GemvArgs& a) { return a; }
+};
+
 // Tunables of the staged kernel: rows per CTA, 16-byte chunks per lane and row in a stage, ring depth.
 template <int Rows, int ChunksPerLane, int Stages>
 struct StagedConfig {
@@ -198,10 +232,10 @@ __device__ __forceinline__ void gemv_zero_acc(float (&acc)[R][NT]) {
   }
 }
 
-// Sums acc over the CTA's warps and writes y (rows row0.., tokens < n_tokens).
-template <int R, int NT>
+// Sums acc over the CTA's warps and writes y (rows row0.., tokens < n_tokens; token t's row at cta.y(a, t)).
+template <int R, int NT, class Cta = DenseBatch::Cta<NT>>
 __device__ __forceinline__ void gemv_reduce_store(const GemvArgs& a, int64_t row0, float (&acc)[R][NT],
-                                                  float (&partial)[kGemvWarps][R][NT]) {
+                                                  float (&partial)[kGemvWarps][R][NT], const Cta& cta = Cta{}) {
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
   pdl_wait_prior_grid();  // y may still be read by the kernel before (pdl.cuh); returns at once if waited
@@ -220,12 +254,13 @@ __device__ __forceinline__ void gemv_reduce_store(const GemvArgs& a, int64_t row
     float sum = 0.0f;
 #pragma unroll
     for (int w = 0; w < kGemvWarps; ++w) sum += partial[w][i][t];
-    if (row0 + i < a.rows && t < a.n_tokens) a.y[t * a.ldy + row0 + i] = sum;
+    if (row0 + i < a.rows && t < a.n_tokens) a.y[cta.y(a, t) + row0 + i] = sum;
   }
 }
 
-template <class D, int NT, class Cfg>
-__global__ void __launch_bounds__(kGemvWarps * 32) gemv_staged_kernel(const GemvArgs a) {
+template <class D, int NT, class Cfg, class Batch = DenseBatch>
+__global__ void __launch_bounds__(kGemvWarps * 32)
+    gemv_staged_kernel(const GemvArgs args, const typename Batch::Extra extra) {
   using G = GemvGeometry<D, Cfg::kChunksPerLane>;
   constexpr int R = Cfg::kRows;
   constexpr int P = Cfg::kStages;
@@ -235,6 +270,11 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_staged_kernel(const Gemv
   __shared__ float partial[kGemvWarps][R][NT];
 
   pdl_allow_dependents();
+  typename Batch::template Cta<NT> cta;
+  if constexpr (!Batch::kDense) {
+    if (!cta.bind(args, extra)) return;  // no work for this CTA
+  }
+  const GemvArgs& a = Batch::kDense ? args : cta.a;
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
   const int64_t row0 = static_cast<int64_t>(blockIdx.x) * R;
@@ -294,7 +334,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_staged_kernel(const Gemv
       if constexpr (NT == 1) {
         // one token: x first, then each row is decoded and consumed at once (few live registers)
         float xv[kE], x_sum[kG];
-        gemv_load_x<D>(x_block, part, xv, x_sum);
+        gemv_load_x<D>(x_block + cta.x(a, 0), part, xv, x_sum);
 #pragma unroll
         for (int i = 0; i < R; ++i) {
           float q[kE], scale[kG], offset[kG];
@@ -312,7 +352,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_staged_kernel(const Gemv
         for (int t = 0; t < NT; ++t) {
           if (t >= a.n_tokens) break;
           float xv[kE], x_sum[kG];
-          gemv_load_x<D>(x_block + t * a.ldx, part, xv, x_sum);
+          gemv_load_x<D>(x_block + cta.x(a, t), part, xv, x_sum);
 #pragma unroll
           for (int i = 0; i < R; ++i) {
             acc[i][t] = gemv_block_dot<D>(q[i], scale[i], offset[i], xv, x_sum, acc[i][t]);
@@ -323,20 +363,26 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_staged_kernel(const Gemv
     __syncwarp();  // the stage may be refilled by the next iteration's copies
   }
   copy_wait<0>();  // no copy may outlive the CTA's shared memory (all groups past n_mine are empty)
-  gemv_reduce_store<R, NT>(a, row0, acc, partial);
+  gemv_reduce_store<R, NT>(a, row0, acc, partial, cta);
 }
 
 // F32/F16/BF16 with 16-byte aligned rows: a "block" is one 16-byte chunk (blocks_per_row chunks per
 // row). Warp w takes chunk groups w, w + W, ... of 32 * U chunks; lane l loads chunk 32u + l of the
 // group for all R rows (U x R loads in flight) before decoding any.
-template <class D, int NT, class Cfg>
-__global__ void __launch_bounds__(kGemvWarps * 32) gemv_direct_kernel(const GemvArgs a) {
+template <class D, int NT, class Cfg, class Batch = DenseBatch>
+__global__ void __launch_bounds__(kGemvWarps * 32)
+    gemv_direct_kernel(const GemvArgs args, const typename Batch::Extra extra) {
   constexpr int R = Cfg::kRows;
   constexpr int U = Cfg::kUnroll;
   constexpr int kE = D::kElems;
   static_assert(D::kBlockBytes == kChunkBytes && D::kUnitScale, "direct path: float types, a chunk per block");
   __shared__ float partial[kGemvWarps][R][NT];
   pdl_allow_dependents();
+  typename Batch::template Cta<NT> cta;
+  if constexpr (!Batch::kDense) {
+    if (!cta.bind(args, extra)) return;  // no work for this CTA
+  }
+  const GemvArgs& a = Batch::kDense ? args : cta.a;
 
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
@@ -371,7 +417,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_direct_kernel(const Gemv
       for (int t = 0; t < NT; ++t) {
         if (t >= a.n_tokens) break;
         float xv[kE], x_sum[1];
-        gemv_load_x<D>(a.x + t * a.ldx + idx * kE, 0, xv, x_sum);
+        gemv_load_x<D>(a.x + cta.x(a, t) + idx * kE, 0, xv, x_sum);
 #pragma unroll
         for (int i = 0; i < R; ++i) {
           float dot = 0.0f;
@@ -382,7 +428,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_direct_kernel(const Gemv
       }
     }
   }
-  gemv_reduce_store<R, NT>(a, row0, acc, partial);
+  gemv_reduce_store<R, NT>(a, row0, acc, partial, cta);
 }
 
 }  // namespace ga::cuda::detail

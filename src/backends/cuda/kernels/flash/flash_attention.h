@@ -20,7 +20,8 @@
 // i' - window_left <= j <= i' + window_right, -1 meaning unbounded on that side; causal is window_right = 0.
 // Hugging Face's sliding_window = W (Mistral, Gemma 2/3, Phi-3) is (W - 1, 0) with causal. Key tiles wholly
 // outside a query tile's window are never loaded (the key-tile range of each query tile starts and ends at
-// its window), only the tiles it straddles are masked.
+// its window), only the tiles it straddles are masked. FP8 has windows at head dim 128 only (head dim 256 gets a
+// reason: its kernel's registers are full).
 // Soft-capping (softcap > 0, Gemma 2; FlashAttention-2's softcap): s = softmax_scale q.k, then
 // s = softcap tanh(s / softcap), then the mask, then the softmax; the LSE is that of the capped scores. 16-bit
 // inputs only (one kernel has the soft-cap code, flash_fwd_launch.h's 59; FP8 gets a reason).

@@ -211,6 +211,10 @@ const char* params_reason(const FlashParams& p) {
       return "soft-capping runs on 16-bit inputs only (the FP8 kernels have no soft-cap code: compiled into them, it "
              "made FP8 head dim 256 spill)";
     }
+    if (p.head_dim == 256 && (p.window_left >= 0 || p.window_right >= 0)) {
+      return "the FP8 forward at head dim 256 has no sliding window (its kernel's registers are full: the window's "
+             "bounds made it spill; FP8 head dim 128 and 16-bit inputs have windows)";
+    }
     if (p.out_dtype != FlashDtype::kBf16 && p.out_dtype != FlashDtype::kF16) {
       return "the FP8 forward writes o as bf16 or fp16 (out_dtype)";
     }
@@ -227,6 +231,8 @@ const char* params_reason(const FlashParams& p) {
   if (p.batch < 1 || p.n_head < 1 || p.n_head_kv < 1) return "batch, n_head and n_head_kv must be >= 1";
   if (p.n_head % p.n_head_kv != 0) return "n_head must be a multiple of n_head_kv (GQA groups of equal size)";
   if (p.seqlen_q < 1 || p.seqlen_k < 1) return "seqlen_q and seqlen_k must be >= 1";
+  // (the kernels add a window's offsets, up to flash_detail::kNoWindow = 2^29, to key and row numbers in int32)
+  if (p.seqlen_q >= (1 << 30) || p.seqlen_k >= (1 << 30)) return "seqlen_q and seqlen_k must be below 2^30";
   if (int64_t{(p.seqlen_q + 127) / 128} * p.n_head * p.batch > INT32_MAX) {
     return "too many 128-row query blocks (batch * n_head * ceil(seqlen_q / 128) must fit in int32)";
   }

@@ -10,6 +10,9 @@
 
 namespace ga::cuda::flash_detail {
 
+// FwdArgs::win_left / win_right of an unbounded side: more keys than any sequence has (bounds stay in int).
+inline constexpr int kNoWindow = 1 << 29;
+
 struct FwdArgs {
   CUtensorMap tm_q;  // [batch][n_head][seqlen_q][HD] as 4-D boxes {64, kBlockM, 1, 1}
   CUtensorMap tm_k;  // [batch][n_head_kv][seqlen_k][HD], boxes {64, kBlockN, 1, 1}
@@ -29,8 +32,9 @@ struct FwdArgs {
   // the factor that turns a raw q.k into attention_softcap.cuh's argument: the consumers replace S by
   // tanh(softmax_scale q.k / softcap), and scale / scale_log2 above carry the cap.
   float softcap_k2;
-  // Sliding window (FlashParams::window_left / window_right), in keys around the bottom-right diagonal: win_left -1
-  // = unbounded; win_right -1 = unbounded, only read when not causal (causal is 0).
+  // The keys a query row sees around its bottom-right diagonal key d: d - win_left .. d + win_right (FlashParams'
+  // window; causal: win_right 0). An unbounded side is kNoWindow, so the bounds are plain sums (no branch on the
+  // mode in the kernels) that never mask: set_fwd_problem.
   int win_left, win_right;
   int o_cols;        // columns of O to write: the head dim (96 on the 128 tiles; flash_forward.cu)
   float o_scale;     // FP8: descale_v, applied with 1 / l in the epilogue; 1 otherwise

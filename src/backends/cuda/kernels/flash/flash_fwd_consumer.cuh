@@ -143,6 +143,13 @@ __host__ __device__ constexpr int fp8_key_of_column(int l) { return 2 * (l / 4) 
 // chain of N / 4 dependent FMNMX / FADD per row (the consumers are latency bound: ~2 warps per scheduler;
 // +6-11% on the 224-key tile). Not for 16-bit: branch fwd9 owns that key loop. (Also measured and dropped:
 // exp2 on f16 pairs, ex2.approx.f16x2: ptxas emits two MUFU.EX2 per pair plus conversions, 20-30% slower.)
+// Whether the kernels of element kind E and head dim HD have sliding windows: all but FP8 head dim 256 (its consumer
+// registers are full: the window's bounds made it spill; flash_forward.cu refuses windows there).
+template <ElemKind E, int HD>
+__host__ __device__ constexpr bool window_kernel() {
+  return !(E == ElemKind::kE4m3 && HD == 256);
+}
+
 // kSoftcap (softcap_sched): the softmax soft-caps S when FwdArgs::softcap_k2 != 0.
 template <ElemKind E, int HD, bool kPolyExp = false, int kBN = 0, bool kQReg = false, bool kFp8Tree = false,
           int kWGs = 2, bool kSoftcap = false>
@@ -159,11 +166,15 @@ struct Consumer {
   // Row g's diagonal key (bottom-right aligned: row + seqlen_k - seqlen_q; keys are numbered from 0 in every work
   // item, split tail pieces and windows included: flash_fwd_sm90.cuh).
   // Every bound of both of this thread's rows follows from it, the item's key count and the kernel arguments (kept in
-  // the constant bank): row g sees keys lo .. lim with lim = min(keys - 1, diag_key + right) (right: 0 causal,
-  // win_right for a band; keys - 1 without a right bound) and lo = diag_key - win_left (0 without a left bound); row
+  // the constant bank): row g sees keys lo .. lim with lim = min(keys - 1, diag_key + win_right) (0 causal) and
+  // lo = diag_key - win_left (FwdArgs: kNoWindow for an unbounded side, so no mode test); row
   // g + 8 sees lo + 8 .. min(lim + 8, keys - 1). One register for all of them (the two upper limits alone took two
-  // before windows): the hd 256 kernels have no room for more (lim_of, lower_bound).
+  // before windows): the hd 256 kernels have no room for more (lim_of, softmax).
   int diag_key;
+  // Without a window (kWindow false: FP8 head dim 256, whose registers are full; flash_forward.cu refuses its windows):
+  // the two rows' last keys, computed once per item as before windows existed.
+  static constexpr bool kWindow = window_kernel<E, HD>();
+  int lim_fixed[kWindow ? 1 : 2];
   uint32_t q_addr;
   uint32_t qa[kQReg ? kQSteps : 1][4];  // kQReg: Q's A fragments (row g / g + 8 of this warp's 16, k 2c.. / 8+2c..)
 
@@ -201,7 +212,12 @@ struct Consumer {
       m_run[r] = -INFINITY;
       l_run[r] = 0.0f;
     }
-    diag_key = row0 + diag;
+    if constexpr (kWindow) {
+      diag_key = row0 + diag;
+    } else {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) lim_fixed[r] = a.causal ? min(seqlen_k - 1, row0 + 8 * r + diag) : seqlen_k - 1;
+    }
     q_addr = tile::smem_u32(sq) + static_cast<uint32_t>(wg_row_base) * 128u;
   }
 
@@ -252,11 +268,8 @@ struct Consumer {
     for (int p = 0; p < T::kPvParts; ++p) tile::fence_regs(o[p]);
   }
 
-  // Row g's last visible key for an item of `keys` keys (diag_key above).
-  __device__ __forceinline__ int lim_of(const FwdArgs& a, int keys) const {
-    if (a.causal) return min(keys - 1, diag_key);
-    return a.win_right >= 0 ? min(keys - 1, diag_key + a.win_right) : keys - 1;
-  }
+  // Row g's last visible key in a sequence of `keys` keys (diag_key above; win_right is kNoWindow when unbounded).
+  __device__ __forceinline__ int lim_of(const FwdArgs& a, int keys) const { return min(keys - 1, diag_key + a.win_right); }
 
   // Soft-caps S (kSoftcap and softcap_k2 != 0: S = tanh(softmax_scale q.k / softcap), the cap then being in
   // scale_log2), masks it (keys past each row's limit, keys below its window), updates the running max/sum, turns S
@@ -272,22 +285,48 @@ struct Consumer {
         for (int i = 0; i < T::kSAcc; ++i) s[i] = detail::softcap_tanh(s[i] * a.softcap_k2);
       }
     }
-    const int lim = lim_of(a, keys);
-    if (n0 + N - 1 > lim) {  // (row g + 8's limit is at least row g's)
-      const int lim8 = min(lim + 8, keys - 1);
+    if constexpr (!kWindow) {
+      if (n0 + N - 1 > min(lim_fixed[0], lim_fixed[1])) {
 #pragma unroll
-      for (int i = 0; i < T::kSAcc; ++i) {
-        const int key = n0 + 8 * (i / 4) + 2 * c + (i % 2);
-        if (key > ((i / 2) % 2 ? lim8 : lim)) s[i] = -INFINITY;
+        for (int i = 0; i < T::kSAcc; ++i) {
+          const int key = n0 + 8 * (i / 4) + 2 * c + (i % 2);
+          if (key > lim_fixed[(i / 2) % 2]) s[i] = -INFINITY;
+        }
       }
-    }
-    // some key of the tile lies below row g + 8's window (row g's starts at lo, g + 8's at lo + 8)
-    if (a.win_left >= 0 && n0 < diag_key - a.win_left + 8) {
-      const int lo = diag_key - a.win_left;
+    } else if constexpr (kFp8) {
+      // FP8 (head dim 128): the two bounds in two branches (the form its registers fit without a spill)
+      const int lim = lim_of(a, keys);
+      if (n0 + N - 1 > lim) {  // (row g + 8's limit is at least row g's)
+        const int lim8 = min(lim + 8, keys - 1);
 #pragma unroll
-      for (int i = 0; i < T::kSAcc; ++i) {
-        const int key = n0 + 8 * (i / 4) + 2 * c + (i % 2);
-        if (key < lo + 8 * ((i / 2) % 2)) s[i] = -INFINITY;
+        for (int i = 0; i < T::kSAcc; ++i) {
+          const int key = n0 + 8 * (i / 4) + 2 * c + (i % 2);
+          if (key > ((i / 2) % 2 ? lim8 : lim)) s[i] = -INFINITY;
+        }
+      }
+      const int lo = diag_key - a.win_left;
+      if (n0 < lo + 8) {  // some key of the tile lies below row g + 8's window (never without one: kNoWindow)
+#pragma unroll
+        for (int i = 0; i < T::kSAcc; ++i) {
+          const int key = n0 + 8 * (i / 4) + 2 * c + (i % 2);
+          if (key < lo + 8 * ((i / 2) % 2)) s[i] = -INFINITY;
+        }
+      }
+    } else {
+      // 16-bit: one masking branch for both bounds (row g sees lo .. lim, row g + 8 lo + 8 .. lim8): per key tile one
+      // test of the tile's ends, and the tiles wholly inside every row's window (all of them without a window but the
+      // diagonal's) run no per-element test. Without a left window lo is far below key 0 (FwdArgs::kNoWindow), so the
+      // lower test never fires. (Two branches, upper and lower, made the persistent hd 256 80-key kernel spill 4 bytes;
+      // one branch makes FP8 spill: each kind has the form its registers fit.)
+      const int lim = lim_of(a, keys), lo = diag_key - a.win_left;
+      if (n0 + N - 1 > lim || n0 < lo + 8) {
+        const int lim8 = min(lim + 8, keys - 1);  // (row g + 8's limit is at least row g's)
+#pragma unroll
+        for (int i = 0; i < T::kSAcc; ++i) {
+          const int key = n0 + 8 * (i / 4) + 2 * c + (i % 2);
+          const bool row8 = (i / 2) % 2;
+          if (key > (row8 ? lim8 : lim) || key < lo + 8 * row8) s[i] = -INFINITY;
+        }
       }
     }
     const float scale_log2 = a.scale_log2;

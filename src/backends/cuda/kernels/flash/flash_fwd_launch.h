@@ -5,6 +5,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "backends/cuda/kernels/flash/flash_attention.h"
@@ -335,8 +336,8 @@ inline void set_fwd_problem(FwdArgs& a, const FlashParams& p, int block_m) {
   a.batch = p.batch;
   a.total_tiles = a.m_blocks * p.n_head * p.batch;
   a.section_bh = causal_section_bh(p);
-  a.win_left = p.window_left;
-  a.win_right = p.causal ? 0 : p.window_right;
+  a.win_left = p.window_left >= 0 ? std::min(p.window_left, kNoWindow) : kNoWindow;
+  a.win_right = p.causal ? 0 : p.window_right >= 0 ? std::min(p.window_right, kNoWindow) : kNoWindow;
   a.o_cols = p.head_dim;
 }
 

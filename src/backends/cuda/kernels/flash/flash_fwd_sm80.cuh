@@ -31,7 +31,8 @@
 // walked (the loop runs from the block of its last row's right end down to that of its first row's left end), the
 // blocks that straddle a row's window are masked with the causal ones; soft-capping turns S into
 // tanh(softmax_scale q.k / softcap) (attention_softcap.cuh) before the mask, the cap then being the softmax's scale.
-// Both tests are uniform per key block, outside the per-element loops.
+// Both tests are uniform per key block, outside the per-element loops; soft-capping has its own instantiations
+// (kSoftcap), so the plain kernels carry no code of it.
 // Head dim 96 (Phi-3): shared-memory rows of 128 columns (kPitch: the swizzle permutes chunks within 128-byte
 // groups), of which the copies fill and the k-loops step the first 96 only.
 //
@@ -53,6 +54,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "backends/cuda/kernels/attention_detail.cuh"
 #include "backends/cuda/kernels/flash/flash_mma_sm80.cuh"
@@ -223,7 +225,9 @@ struct FragAddr {
 #endif
 
 // The whole forward of one CTA (the kernel below calls it where the pass's arch has the instructions).
-template <bool kBf16, int HD, bool kTuring>
+// kSoftcap: the kernel soft-caps S (a.softcap_k2 != 0; its own instantiation: the cap's exp2 and reciprocal per
+// score in every kernel made head dim 128 spill 60 bytes instead of 8).
+template <bool kBf16, int HD, bool kTuring, bool kSoftcap>
 __device__ __forceinline__ void flash_fwd_sm80_cta(const FwdSm80Args& a) {
   using T = FwdSm80Traits<HD, kTuring>;
   constexpr bool kK8 = T::kMmaK8;
@@ -334,7 +338,7 @@ __device__ __forceinline__ void flash_fwd_sm80_cta(const FwdSm80Args& a) {
     __syncthreads();  // V[n] landed; every warp is done with K[n]
     if (n > n_first) fetch_k(n - 1);  // lands at the top of the next block, after this block's softmax and P V
 
-    if (a.softcap_k2 != 0.0f) {  // S = tanh(softmax_scale q.k / softcap); the cap is in scale_log2
+    if constexpr (kSoftcap) {  // S = tanh(softmax_scale q.k / softcap); the cap is in scale_log2
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
@@ -346,7 +350,9 @@ __device__ __forceinline__ void flash_fwd_sm80_cta(const FwdSm80Args& a) {
     // keys past seqlen_k, past the first row's right end (causal diagonal or window), below the last row's left end
     const bool need_mask = key0 + kBlockN > a.seqlen_k || key0 + kBlockN - 1 > m0 + a.diag_hi ||
                            (a.windowed && key0 < m0 + kBlockM - 1 + a.diag_lo);
-    if (need_mask) {
+    // The per-element mask with a left bound only where a window has one (a uniform branch): the plain causal mask
+    // keeps its two tests (with the third in every kernel, head dim 128 spilled 20 bytes more).
+    auto mask = [&](auto lower) {
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
@@ -355,8 +361,17 @@ __device__ __forceinline__ void flash_fwd_sm80_cta(const FwdSm80Args& a) {
           for (int e = 0; e < 4; ++e) {
             const int row = m0 + warp_row0 + mt * 16 + g + 8 * (e / 2);
             const int key = key0 + j * 8 + 2 * c + (e % 2);
-            if (key >= a.seqlen_k || key > row + a.diag_hi || key < row + a.diag_lo) s[mt][j][e] = -INFINITY;
+            if (key >= a.seqlen_k || key > row + a.diag_hi || (decltype(lower)::value && key < row + a.diag_lo)) {
+              s[mt][j][e] = -INFINITY;
+            }
           }
+    };
+    if (need_mask) {
+      if (a.windowed) {
+        mask(std::true_type{});
+      } else {
+        mask(std::false_type{});
+      }
     }
 
     // Online softmax; P overwrites S.
@@ -446,7 +461,7 @@ __device__ __forceinline__ void flash_fwd_sm80_cta(const FwdSm80Args& a) {
   }
 }
 
-template <bool kBf16, int HD, bool kTuring = false>
+template <bool kBf16, int HD, bool kTuring = false, bool kSoftcap = false>
 __global__ void __launch_bounds__(FwdSm80Traits<HD, kTuring>::kThreads, FwdSm80Traits<HD, kTuring>::kMinBlocks)
     flash_fwd_sm80_kernel(FwdSm80Args a) {
   static_assert(!(kTuring && kBf16), "sm_75 tensor cores have no bf16 mma: the Turing forward is fp16 only");
@@ -457,7 +472,7 @@ __global__ void __launch_bounds__(FwdSm80Traits<HD, kTuring>::kThreads, FwdSm80T
     (void)a;
     __trap();
   } else {
-    flash_fwd_sm80_cta<kBf16, HD, kTuring>(a);
+    flash_fwd_sm80_cta<kBf16, HD, kTuring, kSoftcap>(a);
   }
 }
 
@@ -468,11 +483,11 @@ cudaError_t launch_fwd_sm80(const FwdSm80Args& args, bool bf16, int batch, cudaS
 template <int HD>
 cudaError_t launch_fwd_sm75(const FwdSm80Args& args, int batch, cudaStream_t stream);
 
-template <bool kBf16, int HD, bool kTuring = false>
-cudaError_t launch_fwd_sm80_instance(const FwdSm80Args& args, int batch, cudaStream_t stream) {
+template <bool kBf16, int HD, bool kTuring, bool kSoftcap>
+cudaError_t launch_fwd_sm80_kernel(const FwdSm80Args& args, int batch, cudaStream_t stream) {
   using T = FwdSm80Traits<HD, kTuring>;
   static_assert(T::kSmemBytes <= 227 * 1024, "shared memory per CTA");
-  const auto kernel = flash_fwd_sm80_kernel<kBf16, HD, kTuring>;
+  const auto kernel = flash_fwd_sm80_kernel<kBf16, HD, kTuring, kSoftcap>;
   static const cudaError_t attr_status =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(T::kSmemBytes));
   if (attr_status != cudaSuccess) return attr_status;
@@ -480,6 +495,13 @@ cudaError_t launch_fwd_sm80_instance(const FwdSm80Args& args, int batch, cudaStr
                   static_cast<unsigned>(args.n_head), static_cast<unsigned>(batch));
   kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(args);
   return cudaGetLastError();
+}
+
+// The soft-capping instantiation where the call soft-caps (FwdSm80Args::softcap_k2), the plain one otherwise.
+template <bool kBf16, int HD, bool kTuring = false>
+cudaError_t launch_fwd_sm80_instance(const FwdSm80Args& args, int batch, cudaStream_t stream) {
+  return args.softcap_k2 != 0.0f ? launch_fwd_sm80_kernel<kBf16, HD, kTuring, true>(args, batch, stream)
+                                 : launch_fwd_sm80_kernel<kBf16, HD, kTuring, false>(args, batch, stream);
 }
 
 }  // namespace ga::cuda::flash_sm80

@@ -163,7 +163,8 @@ struct FwdTile {
 // per CTA (the hardware's block scheduler; bf16 hd 256 8k / 16k +5-7%). The 16-bit persistent kernels' static rounds
 // (cta_tile) run one head at a time (launch_fwd_instance): each CTA takes every 132nd tile, which samples a section's
 // long heavy-to-light ramp so coarsely that the CTAs' sums drift apart (bf16 8-30% slower at 4k-8k with sections).
-template <class T>
+// kWindow: the kernel has sliding windows (window_kernel); without, an item's key tiles are [0, the causal end).
+template <class T, bool kWindow = true>
 __device__ __forceinline__ FwdTile decode_tile(const FwdArgs& a, int t, int jb = 0, int je = -1) {
   const TileOrder o = tile_order(t, a.m_blocks, a.n_head * a.batch, a.section_bh);  // flash_tile_order.h
   const int bh = o.bh;
@@ -186,14 +187,11 @@ __device__ __forceinline__ FwdTile decode_tile(const FwdArgs& a, int t, int jb =
   f.skip = f.m0 >= f.seqlen_q && a.varlen;
   // Keys [kv_begin, kv_end) are visible to some row of the block: up to the last row's diagonal (causal) or its
   // window's right end, from the first row's window's left end (sliding window). Key tiles outside are not loaded.
+  // (FwdArgs::win_left / win_right: kNoWindow where unbounded, so these are plain sums; causal: win_right 0)
   const int diag = f.seqlen_k - f.seqlen_q;
-  int kv_end = f.seqlen_k;
-  if (a.causal) {
-    kv_end = min(kv_end, f.m0 + T::kBlockM + diag);
-  } else if (a.win_right >= 0) {
-    kv_end = min(kv_end, f.m0 + T::kBlockM + diag + a.win_right);
-  }
-  const int j_first = a.win_left >= 0 ? max(f.m0 + diag - a.win_left, 0) / T::kBlockN : 0;
+  const int kv_end = kWindow ? min(f.seqlen_k, f.m0 + T::kBlockM + diag + a.win_right)
+                              : a.causal ? min(f.seqlen_k, f.m0 + T::kBlockM + diag) : f.seqlen_k;
+  const int j_first = kWindow ? max(f.m0 + diag - a.win_left, 0) / T::kBlockN : 0;
   const int j_end = kv_end > 0 && !f.skip ? (kv_end + T::kBlockN - 1) / T::kBlockN : 0;
   f.n_tiles = max(j_end - j_first, 0);
   f.j0 = f.n_tiles > 0 ? j_first : 0;
@@ -351,7 +349,7 @@ __device__ __forceinline__ void consumer_main(const FwdArgs& a, unsigned char* s
       je = w.je;
     }
     if (t < 0) break;
-    const FwdTile f = decode_tile<T>(a, t, jb, je);
+    const FwdTile f = decode_tile<T, window_kernel<E, HD>()>(a, t, jb, je);
     if (f.skip) continue;
     // Key tiles keep their numbers from key 0: this work item covers tiles [j0, jend) (j0 > 0: a sliding window's first
     // tile, a split tail piece's). Tile j's ring position is kv_base + j, so no offset stays live across the key loop,
@@ -445,7 +443,7 @@ __device__ __forceinline__ void consumer_main(const FwdArgs& a, unsigned char* s
         release_q_after_s();
       }
     }
-    kv_count += f.n_tiles;
+    kv_count = kv_base + jend;  // (+= the item's tiles, without keeping kv_count live across the key loop)
     ++q_count;
     if constexpr (kSplit) {
       const int ctid = cwg * 128 + wtid;
@@ -569,7 +567,7 @@ __device__ __forceinline__ void producer_main(const FwdArgs& a, unsigned char* s
       je = w.je;
       if (t < 0) break;
     }
-    const FwdTile f = decode_tile<T>(a, t, jb, je);
+    const FwdTile f = decode_tile<T, window_kernel<E, HD>()>(a, t, jb, je);
     if (f.skip) continue;
     const int kv_head = f.head / a.group;
     const int q_row = a.varlen ? f.q_off + f.m0 : f.m0, z = a.varlen ? 0 : f.batch;
