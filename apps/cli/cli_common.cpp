@@ -7,8 +7,10 @@
 
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 
 #include "gpu_accel/error.h"
@@ -46,6 +48,20 @@ class ProgressBar {
 }  // namespace
 
 bool stderr_is_tty() { return isatty(fileno(stderr)) == 1; }
+
+bool TextOut::write(std::string_view text) {
+  if (std::fwrite(text.data(), 1, text.size(), stdout) != text.size() || std::fflush(stdout) != 0) {
+    errno_ = errno != 0 ? errno : EIO;
+    return false;
+  }
+  return true;
+}
+
+bool TextOut::report_error() const {
+  if (errno_ == 0 || errno_ == EPIPE) return false;
+  std::fprintf(stderr, "error: writing the generated text to stdout failed: %s\n", std::strerror(errno_));
+  return true;
+}
 
 void require_exists(const std::string& path) {
   std::error_code ec;

@@ -1,8 +1,9 @@
 // Helpers shared by the gpu-accel commands: model loading with a progress bar and a log line, and
-// vocabulary loading without the weights (tokenize works on vocab-only GGUF files).
+// vocabulary loading without the weights (tokenize works on vocab-only GGUF files), generated text to stdout.
 #pragma once
 
 #include <string>
+#include <string_view>
 
 #include "gpu_accel/model.h"
 #include "gpu_accel/tokenizer.h"
@@ -22,5 +23,20 @@ LoadedModel load_model_verbose(const std::string& path);
 Vocab load_vocab(const std::string& path);
 
 bool stderr_is_tty();
+
+// Generated text to stdout, flushed per piece so that it streams. A failed write stops the generation (write()
+// returns false); the reader of a pipe going away (`| head`, EPIPE) is a normal way to end, like for any Unix
+// filter, and any other error is reported once the generation has stopped (report_error()).
+class TextOut {
+ public:
+  bool write(std::string_view text);
+  // Prints "error: writing the generated text to stdout failed: ..." and returns true when a write failed for
+  // another reason than EPIPE.
+  bool report_error() const;
+  bool failed() const { return errno_ != 0; }
+
+ private:
+  int errno_ = 0;
+};
 
 }  // namespace ga::cli

@@ -1,6 +1,6 @@
 // gpu-accel bench-serve: continuous-batching throughput and time to first token, in process.
 //
-// What it answers (issue 5): with N concurrent streaming clients, how many tokens per second does
+// What it answers: with N concurrent streaming clients, how many tokens per second does
 // the Scheduler generate in aggregate, against one client; and how long does a lone client wait for
 // its first token, against a plain Session prefill of the same prompt (what `gpu-accel run` does).
 //
@@ -106,7 +106,7 @@ struct ReferenceFigures {
 
 // GA_PREFILL_GPU_TIMING=1 (the CUDA forward then times each prefill replay on the GPU, one stderr line each): the
 // reference's phases are named on stderr too, and one more phase reads the SM clock (NVML) after each idle pause
-// and right after the prefill that follows it (Session 7b: is the idle prefill's extra time the GPU's or the host's).
+// and right after the prefill that follows it (is the idle prefill's extra time the GPU's or the host's?).
 bool gpu_timing_diagnostic() { return env_flag("GA_PREFILL_GPU_TIMING"); }
 
 void phase(const char* name) {

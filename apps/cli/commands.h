@@ -5,6 +5,7 @@
 namespace ga::cli {
 
 int cmd_run(int argc, char** argv);       // generate a continuation of a prompt
+int cmd_chat(int argc, char** argv);      // an interactive conversation through the chat template
 int cmd_tokenize(int argc, char** argv);  // print token ids
 int cmd_inspect(int argc, char** argv);   // print metadata and the tensor table
 int cmd_logits(int argc, char** argv);    // write the logits of given token ids (parity checks)

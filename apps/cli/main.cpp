@@ -14,6 +14,7 @@
 #include "args.h"
 #include "commands.h"
 #include "gpu_accel/error.h"
+#include "version.h"
 
 namespace {
 
@@ -25,6 +26,7 @@ const char* const kUsage =
     "\n"
     "commands:\n"
     "  run       generate a continuation of a prompt (streams text to stdout)\n"
+    "  chat      an interactive conversation through the model's chat template\n"
     "  tokenize  print the token ids of a text\n"
     "  inspect   print a model's metadata and tensor table\n"
     "  logits    write the logits of given token ids (parity checks)\n"
@@ -35,7 +37,7 @@ const char* const kUsage =
     "  make-model  write a random-weight Llama model of a real shape\n"
     "\n"
     "  gpu-accel <command> --help   options of a command\n"
-    "  gpu-accel --version          version\n";
+    "  gpu-accel --version          version, git commit and build options\n";
 
 int dispatch(int argc, char** argv) {
   if (argc < 2) throw ga::cli::UsageError("no command given (try 'gpu-accel --help')");
@@ -45,10 +47,11 @@ int dispatch(int argc, char** argv) {
     return 0;
   }
   if (command == "--version" || command == "-v") {
-    std::cout << "gpu-accel " << GA_VERSION << "\n";
+    std::cout << ga::cli::version_text();
     return 0;
   }
   if (command == "run") return ga::cli::cmd_run(argc, argv);
+  if (command == "chat") return ga::cli::cmd_chat(argc, argv);
   if (command == "tokenize") return ga::cli::cmd_tokenize(argc, argv);
   if (command == "inspect") return ga::cli::cmd_inspect(argc, argv);
   if (command == "logits") return ga::cli::cmd_logits(argc, argv);

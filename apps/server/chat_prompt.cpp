@@ -7,14 +7,12 @@
 namespace ga::server {
 
 struct ChatPrompter::Impl {
-  ChatTemplate chat_template;
-  ChatTemplateOptions options;
+  const Tokenizer& tokenizer;
+  ChatFormat format;
 };
 
 ChatPrompter::ChatPrompter(const Tokenizer& tokenizer)
-    : tokenizer_(tokenizer),
-      impl_(std::make_unique<Impl>(Impl{ChatTemplate::for_vocab(tokenizer.vocab()),
-                                        ChatTemplate::options_for_vocab(tokenizer.vocab(), true)})) {}
+    : impl_(std::make_unique<Impl>(Impl{tokenizer, ChatFormat(tokenizer)})) {}
 
 ChatPrompter::~ChatPrompter() = default;
 
@@ -23,7 +21,7 @@ std::string ChatPrompter::render(const std::vector<ChatMessage>& messages) const
   converted.reserve(messages.size());
   for (const ChatMessage& m : messages) converted.push_back({m.role, m.content});
   try {
-    return impl_->chat_template.apply(converted, impl_->options);
+    return impl_->format.render(converted);
   } catch (const Error& e) {
     // A template's raise_exception() is about the conversation the client sent (e.g. "roles must
     // alternate user/assistant"): the client's to fix.
@@ -33,12 +31,12 @@ std::string ChatPrompter::render(const std::vector<ChatMessage>& messages) const
 }
 
 std::vector<int32_t> ChatPrompter::tokens(const std::vector<ChatMessage>& messages) const {
-  return with_bos(tokenizer_, tokenizer_.encode(render(messages), /*add_special=*/false, /*parse_special=*/true));
+  return prompt_text_tokens(impl_->tokenizer, render(messages));
 }
 
 std::vector<int32_t> completion_prompt_tokens(const Tokenizer& tokenizer, const ParsedRequest& request) {
   if (!request.prompt_is_tokens) {
-    return with_bos(tokenizer, tokenizer.encode(request.prompt_text, /*add_special=*/false, /*parse_special=*/true));
+    return prompt_text_tokens(tokenizer, request.prompt_text);
   }
   const int64_t n_vocab = tokenizer.n_vocab();
   std::vector<int32_t> tokens;
@@ -52,14 +50,6 @@ std::vector<int32_t> completion_prompt_tokens(const Tokenizer& tokenizer, const 
     tokens.push_back(static_cast<int32_t>(id));
   }
   return tokens;  // ids are the client's exact choice: no BOS added
-}
-
-std::vector<int32_t> with_bos(const Tokenizer& tokenizer, std::vector<int32_t> tokens) {
-  const int32_t bos = tokenizer.bos();
-  if (tokenizer.vocab().add_bos && bos >= 0 && (tokens.empty() || tokens.front() != bos)) {
-    tokens.insert(tokens.begin(), bos);
-  }
-  return tokens;
 }
 
 }  // namespace ga::server

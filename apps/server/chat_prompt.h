@@ -1,14 +1,12 @@
 // From a request to prompt tokens.
 //
-// Chat: the messages go through the model's chat template (ga::ChatTemplate: the GGUF/HF template,
-// or its ChatML fallback when the model has none), and the rendered text is tokenized with special
-// tokens parsed (the template's "<|im_start|>" must become the control token, not text). BOS is
-// added when the vocabulary asks for it, unless the template already wrote it (Llama 2/3 templates
-// start with {{ bos_token }}): never twice.
+// Chat: the messages go through the model's chat format (ga::ChatFormat: the GGUF/HF template, or its
+// ChatML fallback when the model has none, tokenized with special tokens parsed and BOS never twice), the
+// same as `gpu-accel chat`; a template's rejection of the messages is the client's error (400).
 //
-// Completions: a string prompt is tokenized the same way (BOS as the vocabulary says, special tokens
-// parsed, like llama.cpp's server, so hand-written templates work); token-id prompts are used as
-// given after a range check against the vocabulary.
+// Completions: a string prompt is tokenized the same way (ga::prompt_text_tokens: BOS as the vocabulary
+// says, special tokens parsed, like llama.cpp's server, so hand-written templates work); token-id prompts
+// are used as given after a range check against the vocabulary.
 #pragma once
 
 #include <cstdint>
@@ -31,14 +29,10 @@ class ChatPrompter {
 
  private:
   struct Impl;
-  const Tokenizer& tokenizer_;
   std::unique_ptr<Impl> impl_;
 };
 
 // The prompt of a /v1/completions request (throws ApiError 400 for token ids outside the vocabulary).
 std::vector<int32_t> completion_prompt_tokens(const Tokenizer& tokenizer, const ParsedRequest& request);
-
-// tokens with BOS in front when the vocabulary adds BOS and tokens do not already start with it.
-std::vector<int32_t> with_bos(const Tokenizer& tokenizer, std::vector<int32_t> tokens);
 
 }  // namespace ga::server

@@ -199,7 +199,7 @@ void trace_first_token(StreamState& s) {
     std::lock_guard<std::mutex> lock(s.channel->mutex);
     first_token = s.channel->first_posted;
   }
-  // The four first fields are the format tools/dev/serve_http.sh reads; the rest split the way in further.
+  // The four first fields are the format tools/device/serve.sh reads; the rest split the way in further.
   std::fprintf(stderr,
                "timing %s: head %.7f submit %.7f first_token %.7f written %.7f readable %.7f routed %.7f body %.7f "
                "parsed %.7f taken %.7f built %.7f arrived %.7f hinted %.7f\n",

@@ -41,7 +41,7 @@ struct ServerOptions {
   int max_keep_alive_spinners = 2;
   // One stderr line per stream with the CLOCK_MONOTONIC times (s) of its way to the first token: request head
   // parsed, submit, first token from the scheduler, first token written (`serve --trace-timing`; a client on the
-  // same machine can add its send and receive times: bench/serve/bench_http.py, tools/dev/serve_http.sh).
+  // same machine can add its send and receive times: bench/serve/bench_http.py, tools/device/serve.sh).
   bool trace_timing = false;
 };
 

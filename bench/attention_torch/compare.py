@@ -14,7 +14,7 @@ starts at higher clocks. Measured on 2026-11-22: the same kernel timed twice in 
 apart, always in favour of the one that followed FA2 (a rotated round-robin keeps every backend's predecessor,
 so rotation does not remove this). Hence: the backends of one problem are interleaved over `--rounds` rounds, each
 timing lasts long enough that the start-up transient is a small share, each backend's figure is the MEDIAN of its
-rounds and ratios are ratios of medians. Session 8 found two leftovers of the predecessor effect (the same kernel in
+rounds and ratios are ratios of medians. Two leftovers of the predecessor effect showed later (the same kernel in
 two columns came out 1-2% apart, run after run): the random order was the same fixed-seed sequence in every run and
 problem, so one column's unlucky predecessors repeated, and 7-15 random rounds do not give every column the same
 predecessors. Now (1) every timing is preceded by the same conditioning load (`--condition-ms` of a bf16 matmul, the
@@ -32,7 +32,8 @@ Our kernels come from libga_attention_c.so (bench/attention_torch/ga_attention_c
            the last V slot, the hd 128 non-causal default; 22, 23, 25 retired; -1: flash_forward's default;
            55 / 56: 4 / 13 with dynamic tiles (benchmark builds, -DGA_FLASH_FWD_DYNAMIC=1);
            kernels/flash/flash_fwd_launch.h; 1000 + v, e.g. 999 for the default: v with the causal query tiles
-           handed out one head at a time, the order before session 12, FlashParams::causal_section_heads = 0;
+           handed out one head at a time, the order before the L2-aware longest-first one,
+           FlashParams::causal_section_heads = 0;
            also for --fp8-variants),
            and variant 11, the mma.sync forward (kernels/flash/flash_fwd_sm80.cuh: what sm_80/86/89 GPUs run;
            --sm80 times only it, against FA2 = the issue's bar >= 0.9x);
@@ -42,7 +43,7 @@ Our kernels come from libga_attention_c.so (bench/attention_torch/ga_attention_c
 The backward (flash_backward against cuDNN's and FA2's backward) is compare_bwd.py beside this, which reuses
 this module's options, loader, timer and JSON output.
 
---fp8: the FP8 e4m3 forward (issue 4: >= 1000 TFLOP/s at hd 128/256, seq >= 4k; rel L2 <= 5e-2). Real bf16
+--fp8: the FP8 e4m3 forward (target >= 1000 TFLOP/s at hd 128/256, seq >= 4k; rel L2 <= 5e-2). Real bf16
 tensors are quantized to torch.float8_e4m3fn with per-tensor scales (descale = amax / 448); ours runs on the
 e4m3 bytes (V^T pre-pass included in its time), torch's bf16 SDPA runs on the dequantized inputs: FA2 gives
 the reference output, cuDNN bf16 the speed peer, timed in the same process on the same data.
@@ -225,7 +226,7 @@ def arg_parser():
                          "the previous backend is a small share")
     ap.add_argument("--condition-ms", type=float, default=10.0,
                     help="before every timing, this much bf16 matmul work (the same predecessor for every backend); "
-                         "0: none (the session 4-7 method)")
+                         "0: none (the method before conditioning)")
     ap.add_argument("--rounds", type=int, default=7, help="interleaved timings per backend (median reported)")
     ap.add_argument("--legacy-timing", action="store_true",
                     help="time as sessions 1-3 did (one timing per backend, torch first) for comparison")
@@ -296,10 +297,10 @@ class Flash:
 
 SM80_VARIANT = 11  # kFlashSm80Variant (kernels/flash/flash_attention.h)
 
-# FP8 variants tried (kernels/flash/flash_fwd_launch.h: 0-10; 28, 29, 32-34 = session 8's 224-key tile at hd 128: alone,
-# + split-chain softmax (the default), + ping-pong, 3-deep ring, lazy rescale; 39 = session 10's hd 256 default, the
-# overlap schedule with the split chains, 40 / 41 its one-tile / 3-stage twins; session 11: 43 = 29 with the PV wait
-# pinned below the softmax, 48 = three consumer warpgroups on 192 x 128 tiles); the ones this build did not compile
+# FP8 variants tried (kernels/flash/flash_fwd_launch.h: 0-10; 28, 29, 32-34 = FA3's 224-key tile at hd 128: alone,
+# + split-chain softmax (the default), + ping-pong, 3-deep ring, lazy rescale; 39 = the hd 256 default, the overlap
+# schedule with the split chains, 40 / 41 its one-tile / 3-stage twins; 43 = 29 with the PV wait pinned below the
+# softmax, 48 = three consumer warpgroups on 192 x 128 tiles; 57 / 58 = 39 / 29 with V^T made in the kernel); the ones this build did not compile
 # answer cudaErrorNotSupported and are skipped. -1 = the default (fp8_default_variant). --fp8-variants narrows the list.
 FP8_VARIANTS = list(range(-1, 11)) + [28, 29, 32, 33, 34, 39, 40, 41, 43, 48, 57, 58]
 CUDA_ERROR_NOT_SUPPORTED = 801

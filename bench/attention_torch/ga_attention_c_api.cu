@@ -67,8 +67,9 @@ ga::cuda::AttentionParams mma_params(const float* q, const void* k, const void* 
   return p;
 }
 
-// The harness's name for "variant v with the causal query tiles handed out one head at a time" (the order before
-// session 12; FlashParams::causal_section_heads = 0), so compare.py can time both orders in one run: 1000 + v
+// The harness's name for "variant v with the causal query tiles handed out one head at a time" (the order before the
+// L2-aware longest-first sections; FlashParams::causal_section_heads = 0), so compare.py can time both orders in one
+// run: 1000 + v
 // (999: the default variant). Returns the variant to run.
 constexpr int kPerHeadOrderBase = 1000;
 int take_tile_order(int sched, ga::cuda::FlashParams& p) {

@@ -2,8 +2,8 @@
 
 Why a Latin square and not a random order: the H200 runs attention at its power limit, and a timing depends on what
 ran just before it (a kernel timed right after a light one starts at higher clocks). Random orders over 7-15 rounds
-leave some backend with luckier predecessors than another (session 8 measured the same kernel 1-2% apart in two
-columns, run after run, with a fixed seed). A Williams Latin square gives every backend every position equally often
+leave some backend with luckier predecessors than another (the same kernel measured 1-2% apart in two columns,
+run after run, with a fixed seed). A Williams Latin square gives every backend every position equally often
 and every immediate predecessor equally often over one cycle of its rows.
 """
 

@@ -8,7 +8,7 @@
 //    (8192^3, f32 accumulate) measured in the same run, a practical mma ceiling;
 //  * paged (the multi-sequence form the Scheduler uses): batches of 1, 16, 32, 64 one-token decode
 //    runs over 4096 positions each, Llama-3 heads (32/8), block_size 16 with shuffled block tables,
-//    as KV-read GB/s and % of the copy bandwidth (issue 4's target: >= 80% at batch >= 16), the default
+//    as KV-read GB/s and % of the copy bandwidth (the target: >= 80% at batch >= 16), the default
 //    next to the workspace merge (the A/B of the cluster merge, AttentionParams::decode_merge), each with
 //    a per-CTA timeline of one call (AttentionParams::decode_trace: entry, first tile, loop end, exit;
 //    GA_BENCH_TRACE_DIR=dir also writes the raw records as CSV); a sweep of merge x forced split counts
@@ -500,8 +500,8 @@ int main() try {
       timelines.push_back("b" + std::to_string(batch) + " " + paged_rows.back().what + ": " + t.timeline);
       std::printf("  timeline: %s\n", t.timeline.c_str());
     }
-    // the sweep: forced split counts (0 = the policy's) x merge, at the default stage count (the 2-stage
-    // rows are in session 2's table), both timing methods per cell
+    // the sweep: forced split counts (0 = the policy's) x merge, at this build's stage count, both timing
+    // methods per cell
     for (DecodeMerge merge : {DecodeMerge::kWorkspace, DecodeMerge::kCluster}) {
       std::string line = "| b" + std::to_string(batch) + " | " + (stages3 ? "3" : "2") + " | " +
                          (merge == DecodeMerge::kCluster ? "cluster" : "workspace") + " |";

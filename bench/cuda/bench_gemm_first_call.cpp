@@ -1,6 +1,5 @@
-// The prefill GEMM's first call at a new token count vs the same call warm (issue: the first prefill of
-// each new prompt length paid one-time costs; docs/results/2026-11-22-h200-serving.md, "First prefill
-// of a new length").
+// The prefill GEMM's first call at a new token count vs the same call warm (the first prefill of each new
+// prompt length used to pay one-time costs; docs/results/2026-11-22-h200-first-prefill.md).
 //
 //   ga_bench_gemm_first_call [--shapes 1b|7b] [--prewarm] [--first N,N,...] [--sweep N,N,...]
 //

@@ -119,7 +119,7 @@ int main(int argc, char** argv) {
           seq[graphs]->warm_up_matmuls();
           if (graphs) notes.push_back("contiguous: " + seq[graphs]->description());
         } else {
-          ga::cuda::CudaBatchForwardParams p;  // the server's shape (tools/dev/serve_http.sh): 64 sequences
+          ga::cuda::CudaBatchForwardParams p;  // the server's shape (tools/device/serve.sh): 64 sequences
           p.block_size = block;
           p.n_blocks = 2048;
           p.max_seqs = 64;

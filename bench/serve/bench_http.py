@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Load generator for `gpu-accel serve`: N concurrent streaming clients of /v1/completions over HTTP.
 
-What it answers (issue 5): the aggregate generation throughput with N concurrent streaming clients against
+What it answers: the aggregate generation throughput with N concurrent streaming clients against
 one client, and the time to first token (TTFT) a lone client sees, measured the way a real client sees them:
 through the socket, the server's HTTP threads, JSON and server-sent events. `gpu-accel bench-serve` measures
 the same rounds in process (no HTTP); the difference between the two is the serving path's cost.

@@ -1,8 +1,9 @@
-// The server's CPU work on a lone completion's way in and out, without sockets or a model (issue 5's TTFT: the
-// HTTP thread's work between "request readable" and submit, and between "first token posted" and the write).
+// The server's CPU work on a lone completion's way in and out, without sockets or a model (part of a lone
+// request's time to first token: the HTTP thread's work between "request readable" and submit, and between
+// "first token posted" and the write).
 //
 // Times, per call (median and minimum over rounds of many calls, ns): parse_request of the body
-// tools/dev/ttft_probe.py sends (128 random ids, max_tokens, temperature, stream, ignore_eos); the
+// bench/serve/bench_http.py sends for a lone request (128 random ids, max_tokens, temperature, stream, ignore_eos); the
 // same with 512 ids; the body's Content-Type checks as guarded_post makes them; and
 // a first token's SSE event (DeltaEventTemplate::event). Each measures our code only: httplib's own parsing and
 // the system calls are outside it (see docs/performance.md for the whole path, `serve --trace-timing`).

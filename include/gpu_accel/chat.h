@@ -14,6 +14,7 @@
 // A parsed ChatTemplate is immutable: one object may render from several threads at once.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -22,6 +23,7 @@
 namespace ga {
 
 struct Vocab;
+class Tokenizer;
 
 struct ChatMessage {
   std::string role;  // "system", "user", "assistant", "tool", ...
@@ -67,5 +69,34 @@ class ChatTemplate {
   struct Impl;
   std::shared_ptr<const Impl> impl_;
 };
+
+// A model's conversation format: its chat template (or the ChatML fallback) with its vocabulary's special-token
+// texts, and the tokenization a rendered conversation needs. What `gpu-accel serve` (/v1/chat/completions) and
+// `gpu-accel chat` both turn messages into. The tokenizer must outlive it; one object may render from several
+// threads at once.
+class ChatFormat {
+ public:
+  explicit ChatFormat(const Tokenizer& tokenizer);  // parses the template once (throws ga::Error if it is broken)
+
+  // The conversation as prompt text, ending with the opening of the assistant's turn. Throws as
+  // ChatTemplate::apply (InvalidArgument for the template's raise_exception(), e.g. roles that do not alternate).
+  std::string render(const std::vector<ChatMessage>& messages) const;
+  // render() tokenized by prompt_text_tokens().
+  std::vector<int32_t> tokens(const std::vector<ChatMessage>& messages) const;
+
+  // false: the vocabulary has no template and the ChatML fallback renders.
+  bool has_model_template() const { return has_model_template_; }
+
+ private:
+  const Tokenizer& tokenizer_;
+  ChatTemplate template_;
+  ChatTemplateOptions options_;
+  bool has_model_template_;
+};
+
+// A prompt text in the model's own format, as tokens: text spelling a special token becomes it (a template's
+// "<|im_start|>" must be the control token, not text), and BOS is added when the vocabulary asks for it unless
+// the text already starts with it (Llama 2/3 templates write {{ bos_token }}): never twice.
+std::vector<int32_t> prompt_text_tokens(const Tokenizer& tokenizer, std::string_view text);
 
 }  // namespace ga

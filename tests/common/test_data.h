@@ -1,6 +1,7 @@
 // Where tests find their data, and how they treat missing data.
 //
-// ../shared (models, fixtures, vocab) must exist: a test that needs it fails when it is absent.
+// ../shared (models, fixtures, vocab) must exist: a test that needs it fails when it is absent. The
+// repository's own models/ (stories260K) is always there.
 // Data fetched by tools/fetch_test_data.sh (npm tokenizers) may be absent on a developer machine:
 // such tests are skipped with a reason, unless GA_REQUIRE_TEST_DATA=1 (CI), where absence fails.
 #pragma once

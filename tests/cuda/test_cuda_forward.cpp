@@ -10,7 +10,7 @@
 //   * the whole sequence as one batch of > 8 tokens after a reset (the cuBLAS GEMM prefill, with
 //     quantized matrices dequantized to f16).
 // Every row of logits must satisfy rel L2 <= 1e-2 (f16 KV cache on both sides; the GPU stages GEMM
-// inputs in f16). Every fixture type has CUDA kernels (Q2_K and Q3_K since session 2), so none may be
+// inputs in f16). Every fixture type has CUDA kernels (Q2_K and Q3_K included), so none may be
 // refused; a run that compared nothing fails. Q4_0 / Q8_0 fixture matrices are 256 wide, so the Q8_0
 // model runs on split rows (weight_layout.h): GEMV, embedding and prefill dequantizer of that layout.
 #include <gtest/gtest.h>

@@ -192,18 +192,30 @@ TEST(Cli, InspectListsEveryTensor) {
   EXPECT_EQ(rows, 48u);
 }
 
-TEST(Cli, HelpAndVersion) {
+TEST(Cli, HelpOfEveryCommand) {
   const CliResult help = run_cli({"--help"});
   EXPECT_EQ(help.exit_code, 0);
   EXPECT_NE(help.out.find("usage: gpu-accel"), std::string::npos);
-  for (const char* cmd : {"run", "tokenize", "inspect"}) {
+  for (const char* cmd : {"run", "chat", "tokenize", "inspect"}) {
     const CliResult r = run_cli({cmd, "--help"});
     EXPECT_EQ(r.exit_code, 0) << describe(r);
     EXPECT_NE(r.out.find(std::string("usage: gpu-accel ") + cmd), std::string::npos) << r.out;
   }
+}
+
+// --version: the version, the commit the build was configured from, and the build's options, one per line.
+TEST(Cli, VersionNamesTheCommitAndTheBuildOptions) {
   const CliResult version = run_cli({"--version"});
-  EXPECT_EQ(version.exit_code, 0);
-  EXPECT_EQ(version.out, std::string("gpu-accel ") + GA_VERSION + "\n");
+  EXPECT_EQ(version.exit_code, 0) << describe(version);
+  const std::string commit = GA_BUILD_GIT_COMMIT;
+  EXPECT_TRUE(commit == "unknown" ||
+              (commit.size() >= 7 && commit.find_first_not_of("0123456789abcdef") == std::string::npos))
+      << commit;
+  EXPECT_EQ(version.out, std::string("gpu-accel ") + GA_VERSION + "\ncommit: " + commit + "\ncuda: " + GA_BUILD_CUDA +
+                             "\nserver: " + GA_BUILD_SERVER_TEXT + "\n");
+  const std::string cuda = GA_BUILD_CUDA;
+  EXPECT_TRUE(cuda == "off" || cuda.rfind("on (archs ", 0) == 0) << cuda;
+  EXPECT_EQ(run_cli({"-v"}).out, version.out);
 }
 
 TEST(Cli, UsageErrorsAreOneLineAndExit2) {

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """CTest `bench_http`: the HTTP load generator (bench/serve/bench_http.py) against `gpu-accel serve` on the CPU.
 
-Why: the issue-5 figures over HTTP are taken on the GPU machine in one run with this generator, so it must be
+Why: the serving figures over HTTP (docs/performance.md) are taken on the GPU machine in one run with this generator, so it must be
 known to work before: every request completes, its usage counts are right, and a failing request makes it
 fail. The counts are checked twice, independently: the generator checks each stream's usage against what it
 asked for, and this test checks the server's own counter (/metrics gpu_accel_generated_tokens_total) against

@@ -10,7 +10,7 @@
 // every new n (tokens) and gets a different kernel for many of them; with CUDA's lazy module loading
 // each new kernel is loaded on its first launch, so the first prefill of every new prompt length paid
 // one-time costs (2026-11-22, H200, 1B F16: 21.6 ms for a 99-token prompt that takes 1.7 ms warm;
-// docs/results/2026-11-22-h200-serving.md, "First prefill of a new length"). Here the algorithm is
+// docs/results/2026-11-22-h200-first-prefill.md). Here the algorithm is
 // chosen once per (matrix shape, strides, alignment, n bucket): n is rounded up to the next bucket bound
 // (16, then kGemmBucketsPerOctave bounds per octave: 20, 24, 28, 32, 40, 48, ...), the heuristic is asked
 // once for that bound, and every n of the bucket reuses its algorithm (a tile kernel for the bucket's

@@ -117,7 +117,7 @@ cudaError_t launch_gemv_tokens(const typename Batch::Args& args, cudaStream_t st
   if constexpr (D::kType == DType::Q6_K && NT == 1) {
     // few rows, long rows (Q4_K_M's ffn_down, 4096x11008): 2 rows x 2 chunks x 4 stages per warp measured
     // 24.6 us against the default's 27.0 us; elsewhere the default was as fast or faster (bench_gemv --sweep,
-    // docs/results/2026-11-22-h200-gemv-session2.md)
+    // H200, 2026-11-22)
     if (r.rows <= 4096 && r.blocks_per_row >= 32) return launch_gemv_staged<D, 1, StagedConfig<2, 2, 4>, Batch>(args, stream);
   }
   return launch_gemv_staged<D, NT, DefaultStaged<D, NT>, Batch>(args, stream);

@@ -4,7 +4,7 @@
 // and one offset per 32 weights, like Q4_1 (Q6_K's 210-byte super-blocks make no 16-byte unit).
 //
 // Design (why, not how llama.cpp names it; the scheme is the one its mmvq uses):
-//  * The float path spends ~5.3 instructions per weight (docs/results/2026-11-22-h200-gemv-tuning.md):
+//  * The float path spends ~5.3 instructions per weight (SASS of the H200 build, 2026-11-22):
 //    every weight becomes a float and meets a float x. Here x is quantized once per CTA per block of
 //    32 into two int8 digits, x ~ d_x * (q1 + q2 / 254) (d_x = amax / 127; q2 rounds q1's residual),
 //    plus the float sum of the block, kept in shared memory; a weight block's dot is two integer dots
@@ -90,7 +90,7 @@ __device__ __forceinline__ void nibble_codes(const uint32_t* u, int qs_off, uint
 // Routing limits (kMinRows, kMaxTokens): where the float kernel measured faster, gemv() keeps it. Q8_0's
 // int8 path spills (17 chunks per lane) and runs 3 CTAs per SM: on 4096-row matrices it measured 32-34 %
 // of copy against the float kernel's 39-44 % (n_tokens 1) and 24 % vs 28 % (n_tokens 2, 4096x4096), and
-// at n_tokens 8 it is no faster (docs/results/2026-11-22-h200-gemv-int8.md); it only wins from ~8k rows.
+// at n_tokens 8 it is no faster (H200, 2026-11-22); it only wins from ~8k rows.
 template <class D>
 struct Int8Traits {
   static constexpr bool kEnabled = false;

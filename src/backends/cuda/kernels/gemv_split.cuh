@@ -22,13 +22,13 @@
 // swiglu's out_int8 or the quantize_x_int8 pre-pass), the kernel has no prologue at all and reads the x
 // words straight from global memory through L1 (ld.global.nc: 72 bytes per 32 weights, the same for every
 // CTA of an SM, so L1 hits after the first touch). That removes the per-CTA cost that grows with the row
-// length and kept 4096x11008 (ffn_down) on the float kernel: 24.4 us at 46 % of copy (session 4). For one token
+// length and kept 4096x11008 (ffn_down) on the float kernel: 24.4 us at 46 % of copy. For one token
 // each warp issues its next chunk group (of this tile, else of its next tile) before the DP4A of the
 // current one, so two groups per warp are in flight (112 registers, 4 CTAs per SM).
 //
 // Launch: unlike the other GEMVs, these two kernels are launched in stream order, NOT with programmatic
-// dependent launch (pdl.cuh), and read x with __ldg. Measured on the H200 (session 4 of
-// docs/results/2026-11-22-h200-gemv-session2.md), 7B Q8_0 tg128: PDL + coherent x loads 268 tok/s, stream
+// dependent launch (pdl.cuh), and read x with __ldg. Measured on the H200 (2026-11-22), 7B Q8_0
+// tg128: PDL + coherent x loads 268 tok/s, stream
 // order + __ldg 313, PDL + coherent loads + the prefetch above 312, stream order + __ldg + prefetch 315 (this
 // code); capping the PDL grid at 4 CTAs per SM 255. An early-launched persistent grid of 4-5 CTAs per SM
 // (57 K of 64 K registers) waits inside the SMs that the kernel before it still needs. Launched in order,
@@ -162,7 +162,7 @@ __host__ __device__ constexpr int64_t split_int8_smem(int64_t blocks_per_row, in
 // Whether gemv() reads these split rows with int8 activations: Q8_0, rows of at most 8192 weights
 // (longer rows make every CTA's x prologue longer: 4096x11008 measured 28.1 us int8 vs 25.9 us float,
 // while 4096 columns measured 10.5 vs 11.1 us and 19.0 vs 24.5 us for 11008 rows), quantized x within
-// the shared-memory cap (docs/results/2026-11-22-h200-gemv-session2.md).
+// the shared-memory cap (H200 runs of 2026-11-22; their logs are in git history under docs/results/).
 // With x pre-quantized (a.x_int8) there is no prologue and no shared copy of x: every shape is eligible.
 inline constexpr int64_t kSplitInt8MaxBlocks = 256;
 template <class D>

@@ -5,7 +5,7 @@
 // Why: a decode step is ~9 short kernels per layer in one CUDA graph; every boundary costs the
 // previous grid's drain plus the next grid's launch and first memory round trip, which is why a
 // 4096-row GEMV sits at an 8.5-11 us floor whatever its bytes
-// (docs/results/2026-11-22-h200-gemv-session2.md). With the launch attribute
+// (H200 runs of 2026-11-22; their logs are in git history under docs/results/). With the launch attribute
 // cudaLaunchAttributeProgrammaticStreamSerialization the next kernel may be scheduled as soon as every
 // CTA of the previous one has called pdl_allow_dependents() (or exited); captured into a graph this
 // becomes a programmatic edge.

@@ -32,7 +32,7 @@ constexpr int kNormThreads = 256;
 __global__ void __launch_bounds__(kNormThreads) rms_norm_kernel(const RmsNormParams p) {
   __shared__ float warp_sums[kNormThreads / 32];
   pdl_wait_prior_grid();  // launched after the previous kernel (pdl.cuh): its outputs are ready from here
-  pdl_allow_dependents();  // after the wait: triggering first measured slower (session 3, run 2)
+  pdl_allow_dependents();  // after the wait: triggering first measured slower (H200, 2026-11-22)
   const int64_t row = blockIdx.x;
   const float* x = p.x + row * p.ldx;
   float* res = p.residual != nullptr ? p.residual + row * p.ld_residual : nullptr;
@@ -79,7 +79,7 @@ template <int kVec>
 __global__ void __launch_bounds__(kNormThreads) rms_norm_vec_kernel(const RmsNormParams p) {
   __shared__ float warp_sums[kNormThreads / 32];
   pdl_wait_prior_grid();  // launched after the previous kernel (pdl.cuh): its outputs are ready from here
-  pdl_allow_dependents();  // after the wait: triggering first measured slower (session 3, run 2)
+  pdl_allow_dependents();  // after the wait: triggering first measured slower (H200, 2026-11-22)
   const int64_t row = blockIdx.x;
   const int n4 = static_cast<int>(p.n / 4);
   const float4* x = reinterpret_cast<const float4*>(p.x + row * p.ldx);

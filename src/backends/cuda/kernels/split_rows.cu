@@ -136,7 +136,7 @@ bool split_rows_supported(DType type, int64_t cols) {
 }
 
 bool gemv_prefers_split_rows(DType type, int64_t cols) {
-  // Q8_0 only: see docs/results/2026-11-22-h200-gemv-session2.md for Q4_0 (its int8 path stays)
+  // Q8_0 only: Q4_0 split rows measured no faster than its GGUF-order int8 path, which stays (H200 runs of 2026-11-22; their logs are in git history under docs/results/)
   return type == DType::Q8_0 && split_rows_supported(type, cols) &&
          static_cast<int64_t>(row_bytes(type, static_cast<uint64_t>(cols))) <= detail::kMaxRowBytes;
 }

@@ -4,7 +4,7 @@
 // Why: a Q8_0 block is 34 bytes and a Q4_0 block 18 (fp16 scale + codes), so in GGUF order a row's
 // codes are never 16-byte aligned and the GEMV must stage rows through shared memory (cp.async) or
 // transpose them between lanes before it can decode: measured 39-62 % of the copy bandwidth for Q8_0
-// (docs/results/2026-11-22-h200-gemv-int8.md) where F16, read straight into registers, reaches
+// (H200, 2026-11-22) where F16, read straight into registers, reaches
 // 72-100 %. Split rows keep every row's bytes and only change their order:
 //
 //   row r (row_stride bytes apart, unchanged):  [codes of block 0 | codes of block 1 | ... ] [d_0 d_1 ...]
@@ -36,7 +36,7 @@ enum class WeightLayout : uint8_t {
 bool split_rows_supported(DType type, int64_t cols);
 
 // Whether the forward should split this matrix at upload: supported and measured faster in the
-// decode GEMV (docs/results/2026-11-22-h200-gemv-session2.md).
+// decode GEMV (H200 runs of 2026-11-22; their logs are in git history under docs/results/).
 bool gemv_prefers_split_rows(DType type, int64_t cols);
 
 // nullptr when split_rows_in_place() accepts the arguments, else why not.

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# The whole-model figures of docs/performance.md on the GPU machine, against the ceilings measured in the same
+# process: `gpu-accel bench` (device copy and cuBLAS GEMM ceilings first, then pp512 / tg128) on random-weight models
+# of the ANCHORS shapes, and the micro-benchmarks behind them. Stages, run in the order given (default: models):
+#   models         gpu-accel bench -p 512 -n 128 -r 3 on 7B Q4_0 / Q4_K_M / Q8_0 / F16 and 1B F16
+#   peer           llama.cpp's llama-bench on the same models in the same call (the peer of ../shared/peers, built
+#                  into /tmp/llama.cpp-build by its build_llamacpp.sh when missing: ~6 min on 16 cores, so on a
+#                  fresh machine run `peer` in a call of its own first)
+#   first-prefill  `gpu-accel run --time-prompt-again 5`, one process per prompt length (1 .. 2000 tokens, 1B F16):
+#                  the first prefill of a length against the same prefill repeated (the warm-up's job)
+#   gemv           ga_bench_gemv: every weight type's GEMV on Llama-7B-shaped matrices against the same run's copy
+#   sampling       ga_bench_sampling: the GPU sampler's kernels against copying the logits to the host
+#   moe            ga_bench_moe: the MoE kernels (routing, the grouped expert GEMV, the decode FFN and the prefill)
+# Usage (GPU machine, from a copy of the repository): GA_SHARED=... OUT=... bash tools/device/bench.sh [STAGE...]
+set -uo pipefail
+source "$(dirname "$0")/common.sh"
+stages=("${@:-models}")
+# shellcheck disable=SC2034  # read by finish (common.sh)
+KEEP_FILES="bench.md peer.md first-prefill.md"
+note "gpu: $(gpu_state)"
+targets="gpu-accel"
+[[ " ${stages[*]} " == *" gemv "* ]] && targets+=" ga_bench_gemv"
+[[ " ${stages[*]} " == *" sampling "* ]] && targets+=" ga_bench_sampling"
+[[ " ${stages[*]} " == *" moe "* ]] && targets+=" ga_bench_moe"
+# shellcheck disable=SC2086
+device_build $targets || finish 1
+GA=$B/bin/gpu-accel
+
+models=()
+make_models() {
+  ((${#models[@]})) && return 0
+  local spec f
+  for spec in llama2-7b:Q4_0 llama2-7b:Q4_K_M llama2-7b:Q8_0 llama2-7b:F16 llama3-1b:F16; do
+    f=$(bench_model "${spec%%:*}" "${spec##*:}") || finish 1
+    models+=("$f")
+  done
+}
+
+for stage in "${stages[@]}"; do
+  case $stage in
+    models)
+      make_models
+      args=()
+      for m in "${models[@]}"; do args+=(-m "$m"); done
+      run_step "gpu-accel bench" 330 bench.md "$GA" bench "${args[@]}" -p 512 -n 128 -r 3 --device cuda
+      ;;
+    peer)
+      make_models
+      llama=/tmp/llama.cpp-build/bin/llama-bench
+      if [[ ! -x $llama ]]; then
+        run_step "build llama.cpp" 480 peer-build.log bash "$GA_SHARED/peers/build_llamacpp.sh" \
+          "$GA_SHARED"/peers/llama.cpp-*.tar.xz /tmp/llama.cpp /tmp/llama.cpp-build
+      fi
+      [[ -x $llama ]] || { note "llama-bench missing: run the peer stage again on the warm machine"; continue; }
+      for m in "${models[@]}"; do
+        run_step "llama-bench $(basename "$m")" 150 peer.md "$llama" -m "$m" -p 512 -n 128 -r 3 -fa 1 -ngl 99
+      done
+      ;;
+    first-prefill)
+      m=$(bench_model llama3-1b F16) || finish 1
+      echo "| prompt tokens | start-up: session ms | warm-up ms | first prompt ms | again (median of 5) ms | first / again |" \
+        > "$OUT/first-prefill.md"
+      echo "|---:|---:|---:|---:|---:|---:|" >> "$OUT/first-prefill.md"
+      for len in 1 7 9 13 50 99 129 200 257 300 407 512 1000 2000; do
+        ((len > 1)) && text=$(python3 -c "import sys; print(' '.join(['the'] * (int(sys.argv[1]) - 1)))" "$len") || text=""
+        log=$OUT/first-prefill-$len.log
+        timeout 60 "$GA" run -m "$m" --device cuda -p "$text" -n 4 --temp 0 --ignore-eos -c 4096 --time-prompt-again 5 \
+          > /dev/null 2> "$log"
+        python3 - "$log" >> "$OUT/first-prefill.md" << 'PY'
+import re, sys
+text = open(sys.argv[1], errors="replace").read()
+patterns = [r"prompt: (\d+) tokens", r"start-up: session ([0-9.]+) ms", r"warm-up ([0-9.]+) ms",
+            r"prompt: \d+ tokens in ([0-9.]+) ms", r"prompt again: .* in ([0-9.]+) ms", r"first / again = ([0-9.]+)"]
+cells = [m.group(1) if (m := re.search(p, text)) else "-" for p in patterns]
+print("| " + " | ".join(cells) + " |")
+PY
+      done
+      note "first prefill per length: $(tail -n +3 "$OUT/first-prefill.md" | awk -F'|' '{printf "%s:%s ", $2, $7}')"
+      ;;
+    gemv) run_step "ga_bench_gemv" 200 gemv.md "$B/bin/ga_bench_gemv" ;;
+    sampling) run_step "ga_bench_sampling" 120 sampling.md "$B/bin/ga_bench_sampling" ;;
+    moe) run_step "ga_bench_moe" 120 moe.md "$B/bin/ga_bench_moe" ;;
+    *) note "unknown stage $stage"; finish 2 ;;
+  esac
+done
+for f in bench.md peer.md first-prefill.md; do [[ -f $OUT/$f ]] && grep -E "^\||ceiling|copy" "$OUT/$f"; done
+finish 0
