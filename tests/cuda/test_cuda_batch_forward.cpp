@@ -86,7 +86,7 @@ size_t check_model(const std::string& tag, const ga::LoadedModel& model, int64_t
   }
 
   ga::ThreadPool pool(2);
-  ga::arch::BatchForward cpu(model, &pool);
+  ga::arch::BatchForward cpu(model, &pool, max_positions);  // the GPU's context (LongRoPE picks its factors by it)
   ga::cpu::KvPool cpu_kv(cpu.state(), ga::cpu::KvPoolParams{n_blocks, block_size, ga::DType::F16});
   ga::cuda::CudaBatchForwardParams p;
   p.block_size = block_size;
