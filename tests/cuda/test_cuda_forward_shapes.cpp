@@ -158,6 +158,13 @@ TEST(CudaForwardShapes, TunedAttentionShapesMatchCpuSession) {
                                       worst);
     }
     std::printf("%-30s worst rel L2 %.2e (%s)\n", s.name, worst, gpu.device_description().c_str());
+    // these shapes are the tuned kernels' (a refused sizing would send them to the simple attention: correct, slow)
+    EXPECT_NE(gpu.device_description().find("decode attention: split-KV"), std::string::npos)
+        << gpu.device_description();
+    if (gpu.device_description().find("(sm_90") != std::string::npos) {
+      EXPECT_NE(gpu.device_description().find("prefill attention: Hopper flash"), std::string::npos)
+          << gpu.device_description();
+    }
   }
   EXPECT_GT(rows, 0u);
 }

@@ -348,6 +348,9 @@ CudaEngine::CudaEngine(const LoadedModel& model, const step::ProgramFactory& fac
                      info.sm_count, " SMs), ", factory.name(), ", kernels sm_",
                      binary >= 0 ? std::to_string(binary) : std::string("?"), " (built for ", GA_CUDA_ARCHS_STR,
                      "), ", static_cast<double>(needed) / kMiB, " MiB on device");
+  // Which attention kernels the steps take: a refused sizing probe (allocate_state) would leave them on the
+  // simple fallback, correct and several times slower, so it is said here and checked by the GPU tests.
+  description_ += attn_workspace_bytes_ > 0 ? ", decode attention: split-KV" : ", decode attention: simple";
   description_ += prefill_staging_.data() != nullptr ? ", prefill attention: Hopper flash (sm_90a)"
                                                      : ", prefill attention: mma.sync";
   prefill_stats_.max_tokens = prefill_graphs_allowed_ ? layout_.prefill_graph_max_tokens : 0;

@@ -113,12 +113,16 @@ void CudaEngine::matmul(const DeviceMatrix& w, const float* x, int64_t ldx, int6
 AttentionParams CudaEngine::attention_params(const step::AttentionOp& op, const KvLayer& kv,
                                              const StepShape& shape) const {
   AttentionParams ap;
-  ap.q = op.q ? ptr(op.q) : nullptr;
+  // An op without views is allocate_state's sizing probe: any 16-byte aligned device floats stand in for q and
+  // out (the checks want device pointers; nothing is launched). A null there would make every check refuse,
+  // leave the workspace unsized and send every step to the simple attention.
+  float* const stand_in = logits_.as<float>();
+  ap.q = op.q ? ptr(op.q) : stand_in;
   ap.q_token_stride = op.q ? ld(op.q) : op.n_head * op.head_dim;
   ap.k = kv.k;
   ap.v = kv.v;
   ap.kv_pos_stride = kv.spec.n_head_kv * kv.spec.head_dim;
-  ap.out = op.out ? ptr(op.out) : nullptr;
+  ap.out = op.out ? ptr(op.out) : stand_in;
   ap.out_token_stride = op.out ? ld(op.out) : op.n_head * op.head_dim;
   ap.n_tokens = static_cast<int>(shape.n_tokens);
   ap.n_head = static_cast<int>(op.n_head);
