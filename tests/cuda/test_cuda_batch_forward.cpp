@@ -148,7 +148,7 @@ const ga::LoadedModel& tiny_hd64() {
 }
 
 // A Q4_K_M mix (quant_mix.h): 4 layers, attn_v and ffn_down in Q6_K in layers 2 and 3 (use_more_bits), so
-// those layers run q+k as one fused Q4_K GEMV and v apart (cuda_llama_forward.cpp), the others q+k+v fused;
+// those layers run q+k as one fused Q4_K GEMV and v apart (the CUDA engine's linear_concat), the others q+k+v fused;
 // the Q4_K ffn_down / attn_o GEMVs read x rounded once by SwiGLU / the pre-pass, the others round it themselves
 // and the Q6_K ones read x in float.
 const ga::LoadedModel& tiny_q4_k_m() {

@@ -31,7 +31,7 @@
 #include "backends/cuda/kernels/gemv.h"
 #include "backends/cuda/kernels/ops.h"
 #include "backends/cuda/kernels/weight_layout.h"
-#include "backends/cuda/llama/llama_kernels.h"
+#include "backends/cuda/engine/engine_kernels.h"
 #include "common/quant_weights.h"
 #include "cuda_harness.h"
 #include "gemv_reference.h"
@@ -407,7 +407,7 @@ TEST(CudaDequantizeF16, BitExactWithCpuDequantizationRoundedToF16) {
         w.upload(w_host);
         GA_CUDA_CHECK(cudaMemset(out.get(), 0xFF, out.size() * 2));  // f16 NaN: unwritten values fail
         if (split && !split_on_device(parity, name, type, w.get(), rows, cols, stride)) continue;
-        GA_CUDA_CHECK(::ga::cuda::llama::dequantize_to_f16(
+        GA_CUDA_CHECK(::ga::cuda::engine::dequantize_to_f16(
             type, w.get(), rows, cols, reinterpret_cast<__half*>(out.get()), nullptr,
             split ? ::ga::cuda::WeightLayout::kSplitRows : ::ga::cuda::WeightLayout::kGguf));
         GA_CUDA_CHECK(cudaDeviceSynchronize());

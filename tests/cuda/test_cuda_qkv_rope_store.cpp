@@ -1,4 +1,4 @@
-// qkv_rope_store (backends/cuda/llama/llama_kernels.h) against a float64 reference computed here:
+// qkv_rope_store (backends/cuda/engine/engine_kernels.h) against a float64 reference computed here:
 // q rotated in place, k rotated and v stored as f16 into the cache row of each token: its position
 // (contiguous cache) or its slot (QkvRopeStoreParams::slots, a paged pool), with RoPE always at the
 // token's position. The cache is NaN-poisoned: every row no token owns must still hold the poison
@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "backends/cuda/llama/llama_kernels.h"
+#include "backends/cuda/engine/engine_kernels.h"
 #include "cuda_harness.h"
 #include "gpu_accel/error.h"
 
@@ -95,7 +95,7 @@ void run_case(Parity& parity, CachingAllocator& alloc, const StoreCase& c, std::
   GA_CUDA_CHECK(cudaMemset(k_cache.get(), 0xFF, k_cache.size() * 2));
   GA_CUDA_CHECK(cudaMemset(v_cache.get(), 0xFF, v_cache.size() * 2));
 
-  ::ga::cuda::llama::QkvRopeStoreParams p;
+  ::ga::cuda::engine::QkvRopeStoreParams p;
   p.q = d_qkv.get();
   p.k = d_qkv.get() + q_dim;
   p.v = d_qkv.get() + q_dim + kv_dim;
@@ -117,11 +117,11 @@ void run_case(Parity& parity, CachingAllocator& alloc, const StoreCase& c, std::
   p.neox = c.neox;
   p.inv_freq = d_inv_freq.get();
   p.mscale = static_cast<float>(mscale);
-  if (const char* why = ::ga::cuda::llama::qkv_rope_store_unsupported_reason(p)) {
+  if (const char* why = ::ga::cuda::engine::qkv_rope_store_unsupported_reason(p)) {
     parity.fail(name + ": rejected: " + why);
     return;
   }
-  GA_CUDA_CHECK(::ga::cuda::llama::qkv_rope_store(p, nullptr));
+  GA_CUDA_CHECK(::ga::cuda::engine::qkv_rope_store(p, nullptr));
   GA_CUDA_CHECK(cudaDeviceSynchronize());
   const std::vector<float> got_qkv = d_qkv.download();
   const std::vector<uint16_t> got_k = k_cache.download(), got_v = v_cache.download();

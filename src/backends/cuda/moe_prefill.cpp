@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "backends/cuda/cuda_check.h"
-#include "backends/cuda/llama/llama_kernels.h"
+#include "backends/cuda/engine/engine_kernels.h"
 #include "gpu_accel/error.h"
 
 namespace ga::cuda {
@@ -108,7 +108,7 @@ const char* prefill_shape_reason(const MoePrefillParams& p) {
     return "gate / up must be [n_ff][n_embd] of one type and down [n_embd][n_ff]";
   }
   for (const MoeExperts* w : {&p.gate, &p.up, &p.down}) {
-    if (w->data == nullptr || !llama::dequantize_f16_supports(w->type)) return "a stack is null or of a type the f16 dequantizer does not read";
+    if (w->data == nullptr || !engine::dequantize_f16_supports(w->type)) return "a stack is null or of a type the f16 dequantizer does not read";
     if (!packed(*w)) return "the prefill needs packed rows (row_stride = row_bytes)";
     if (w->expert_stride % 16 != 0 || w->expert_stride < w->rows * w->row_stride) return "expert_stride must be a multiple of 16 holding an expert";
   }
@@ -159,7 +159,7 @@ void moe_prefill_host_sync(Gemm& gemm, const MoePrefillParams& p) {
   auto f16_weights = [&](const MoeExperts& w, int e) -> const void* {
     const auto* base = static_cast<const uint8_t*>(w.data) + static_cast<int64_t>(e) * w.expert_stride;
     if (w.type == DType::F16) return base;
-    GA_CUDA_CHECK(llama::dequantize_to_f16(w.type, base, w.rows, w.cols, w16, stream));
+    GA_CUDA_CHECK(engine::dequantize_to_f16(w.type, base, w.rows, w.cols, w16, stream));
     return w16;
   };
   for (int e = 0; e < n_expert; ++e) {
@@ -182,7 +182,7 @@ void moe_prefill_host_sync(Gemm& gemm, const MoePrefillParams& p) {
     }
     const MoeActivateParams a{gate_up, 2 * n_ff, gate_up, 2 * n_ff, count, n_ff, p.act};
     GA_CUDA_CHECK(moe_activate(a, stream));
-    GA_CUDA_CHECK(llama::convert_rows(gate_up, 2 * n_ff, act16, n_ff, DType::F16, count, n_ff, stream));
+    GA_CUDA_CHECK(engine::convert_rows(gate_up, 2 * n_ff, act16, n_ff, DType::F16, count, n_ff, stream));
     GemmParams d;
     d.type = DType::F16;
     d.w = f16_weights(p.down, e);
@@ -261,7 +261,7 @@ cudaError_t moe_prefill_graph(const MoePrefillParams& p, cudaStream_t stream) {
     if (copy != nullptr) return copy;
     void* dst = ws + offset;
     if (status == cudaSuccess) {
-      status = llama::dequantize_to_f16(w.type, w.data, int64_t{p.shape.n_expert} * w.rows, w.cols,
+      status = engine::dequantize_to_f16(w.type, w.data, int64_t{p.shape.n_expert} * w.rows, w.cols,
                                         static_cast<__half*>(dst), stream);
     }
     return dst;
@@ -287,7 +287,7 @@ cudaError_t moe_prefill_graph(const MoePrefillParams& p, cudaStream_t stream) {
   // all n_pairs sorted rows (past the valid ones: workspace left over, never read by the GEMM below)
   const MoeActivateParams a{gate_up, 2 * n_ff, gate_up, 2 * n_ff, pairs, n_ff, p.act};
   if ((status = moe_activate(a, stream)) != cudaSuccess) return status;
-  if ((status = llama::convert_rows(gate_up, 2 * n_ff, ws + f.act16, n_ff, DType::F16, pairs, n_ff, stream)) !=
+  if ((status = engine::convert_rows(gate_up, 2 * n_ff, ws + f.act16, n_ff, DType::F16, pairs, n_ff, stream)) !=
       cudaSuccess) {
     return status;
   }

@@ -33,7 +33,7 @@
 #include "backends/cuda/kernels/gemv.h"
 #include "backends/cuda/kernels/moe.h"
 #include "backends/cuda/kernels/ops.h"
-#include "backends/cuda/llama/llama_kernels.h"
+#include "backends/cuda/engine/engine_kernels.h"
 #include "backends/cuda/moe_prefill.h"
 #include "gpu_accel/error.h"
 
@@ -218,7 +218,7 @@ uint64_t CudaEngine::moe_scratch_bytes() const {
 void CudaEngine::check_weight_types() const {
   // Every matrix must be readable by the GEMV (decode) and the embedding gather; say which is not.
   for (const WeightEntry& e : weights_table_) {
-    GA_CHECK(gemv_supports(e.m.type) && llama::dequantize_f16_supports(e.m.type), Unsupported, "tensor ", e.name,
+    GA_CHECK(gemv_supports(e.m.type) && engine::dequantize_f16_supports(e.m.type), Unsupported, "tensor ", e.name,
              " has type ", dtype_name(e.m.type),
              ", which the CUDA kernels do not read yet (supported: F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K "
              "Q4_K Q5_K Q6_K)");
@@ -343,7 +343,7 @@ CudaEngine::CudaEngine(const LoadedModel& model, const step::ProgramFactory& fac
     for (int64_t n = 1; n <= layout_.max_seqs; ++n) capture_graph(decode_shape(n));
   }
 
-  const int binary = llama::kernel_binary_version();
+  const int binary = engine::kernel_binary_version();
   description_ = str("cuda:", layout.device, " ", info.name, " (sm_", info.cc_major, info.cc_minor, ", ",
                      info.sm_count, " SMs), ", factory.name(), ", kernels sm_",
                      binary >= 0 ? std::to_string(binary) : std::string("?"), " (built for ", GA_CUDA_ARCHS_STR,

@@ -21,7 +21,7 @@
 #include "backends/cuda/kernels/gemv.h"
 #include "backends/cuda/kernels/moe.h"
 #include "backends/cuda/kernels/ops.h"
-#include "backends/cuda/llama/llama_kernels.h"
+#include "backends/cuda/engine/engine_kernels.h"
 #include "backends/cuda/moe_prefill.h"
 #include "gpu_accel/error.h"
 
@@ -207,7 +207,7 @@ void CudaEngine::rope_kv(const step::RopeKvOp& op) {
   GA_CHECK(op.q.cols == op.n_head * op.head_dim && op.k.cols == op.n_head_kv * op.head_dim && op.v.cols == op.k.cols &&
                op.n_head_kv == kv.spec.n_head_kv && op.head_dim == kv.spec.head_dim && ld(op.k) == ld(op.v),
            Internal, "rope_kv: shapes");
-  llama::QkvRopeStoreParams p;
+  engine::QkvRopeStoreParams p;
   p.q = ptr(op.q);
   p.k = ptr(op.k);
   p.v = ptr(op.v);
@@ -229,8 +229,8 @@ void CudaEngine::rope_kv(const step::RopeKvOp& op) {
   p.neox = r.table.neox;
   p.inv_freq = r.inv_freq.as<double>();
   p.mscale = r.table.mscale;
-  check_params("qkv_rope_store", llama::qkv_rope_store_unsupported_reason, p);
-  GA_CUDA_CHECK(llama::qkv_rope_store(p, stream_.get()));
+  check_params("qkv_rope_store", engine::qkv_rope_store_unsupported_reason, p);
+  GA_CUDA_CHECK(engine::qkv_rope_store(p, stream_.get()));
   wrote(op.q);
 }
 
@@ -452,7 +452,7 @@ void CudaEngine::logits(const step::LogitsOp& op) {
     check_params("rms_norm", rms_norm_unsupported_reason, norm);
     GA_CUDA_CHECK(ga::cuda::rms_norm(norm, s));
     if (gather) {
-      GA_CUDA_CHECK(llama::gather_rows(final_x_.as<float>(), ld_embd_, meta(off_logit_rows()), shape.n_logits, E,
+      GA_CUDA_CHECK(engine::gather_rows(final_x_.as<float>(), ld_embd_, meta(off_logit_rows()), shape.n_logits, E,
                                        final_rows_.as<float>(), ld_embd_, s));
       classifier_in = final_rows_.as<float>();
     }

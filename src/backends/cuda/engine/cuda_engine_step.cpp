@@ -21,7 +21,7 @@
 #include "backends/cuda/kernels/attention_simple.h"
 #include "backends/cuda/kernels/gemv.h"
 #include "backends/cuda/kernels/ops.h"
-#include "backends/cuda/llama/llama_kernels.h"
+#include "backends/cuda/engine/engine_kernels.h"
 #include "core/env.h"
 #include "gpu_accel/error.h"
 
@@ -94,7 +94,7 @@ void CudaEngine::matmul(const DeviceMatrix& w, const float* x, int64_t ldx, int6
     p.w = w.data;
   } else {
     // [rows][cols] f16 staging of the quantized matrix (first version of the quantized prefill).
-    GA_CUDA_CHECK(llama::dequantize_to_f16(w.type, w.data, w.rows, w.cols, w_stage_.as<__half>(), s, w.layout));
+    GA_CUDA_CHECK(engine::dequantize_to_f16(w.type, w.data, w.rows, w.cols, w_stage_.as<__half>(), s, w.layout));
     p.type = DType::F16;
     p.w = w_stage_.data();
   }
@@ -103,7 +103,7 @@ void CudaEngine::matmul(const DeviceMatrix& w, const float* x, int64_t ldx, int6
     p.x = x;
     p.ldx = ldx;
   } else {
-    GA_CUDA_CHECK(llama::convert_rows(x, ldx, x_stage_.data(), w.cols, p.type, n, w.cols, s));  // [n][cols] f16/bf16
+    GA_CUDA_CHECK(engine::convert_rows(x, ldx, x_stage_.data(), w.cols, p.type, n, w.cols, s));  // [n][cols] f16/bf16
     p.x = x_stage_.data();
     p.ldx = w.cols;
   }

@@ -1,5 +1,5 @@
 // Causal GQA attention over a per-sequence KV cache on the GPU: the prefill (many query tokens) and
-// the decode (one or a few query tokens over a long cache) of the Llama-family forward pass.
+// the decode (one or a few query tokens over a long cache) of the engine's forward pass.
 //
 // Pure entry points (DESIGN.md): device pointers, explicit strides (in elements), a params struct,
 // the stream last; never allocate (split-KV partials go to a caller-provided workspace sized by

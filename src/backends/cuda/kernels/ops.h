@@ -1,4 +1,4 @@
-// Element-wise and per-row kernels of the Llama-family forward pass on the GPU: embedding gather,
+// Element-wise and per-row kernels of the model forward pass on the GPU: embedding gather,
 // RMSNorm fused with the residual add, RoPE, SwiGLU and argmax.
 //
 // Pure entry points (DESIGN.md): raw device pointers, explicit sizes and strides (in elements), a

@@ -1,4 +1,4 @@
-// The small kernels of the CUDA Llama forward (see llama_kernels.h for the contracts).
+// The small kernels of the CUDA engine (see engine_kernels.h for the contracts).
 //
 // These are simple on purpose: conversions are a few KB per token next to the weight traffic, so one
 // thread per element with grid-stride loops is enough. The dequantization
@@ -9,9 +9,9 @@
 
 #include "backends/cuda/kernels/device_bytes.cuh"
 #include "backends/cuda/kernels/dispatch.cuh"
-#include "backends/cuda/llama/llama_kernels.h"
+#include "backends/cuda/engine/engine_kernels.h"
 
-namespace ga::cuda::llama {
+namespace ga::cuda::engine {
 namespace {
 
 constexpr int kThreads = 256;
@@ -131,4 +131,4 @@ int kernel_binary_version() {
   return attr.binaryVersion;
 }
 
-}  // namespace ga::cuda::llama
+}  // namespace ga::cuda::engine

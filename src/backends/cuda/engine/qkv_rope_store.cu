@@ -14,9 +14,9 @@
 #include <cmath>
 
 #include "backends/cuda/kernels/pdl.cuh"
-#include "backends/cuda/llama/llama_kernels.h"
+#include "backends/cuda/engine/engine_kernels.h"
 
-namespace ga::cuda::llama {
+namespace ga::cuda::engine {
 namespace {
 
 constexpr int kThreads = 256;
@@ -132,4 +132,4 @@ cudaError_t qkv_rope_store(const QkvRopeStoreParams& p, cudaStream_t stream) {
   return ga::cuda::detail::launch_after_prior(qkv_rope_store_kernel, grid, dim3(kThreads), 0, stream, p);
 }
 
-}  // namespace ga::cuda::llama
+}  // namespace ga::cuda::engine

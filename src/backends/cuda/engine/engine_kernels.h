@@ -1,4 +1,4 @@
-// Small kernels the CUDA Llama forward needs beyond kernels/ (gemv, ops, attention): the fused
+// Small kernels the CUDA engine needs beyond kernels/ (gemv, ops, attention): the fused
 // bias + RoPE + f16 KV-cache store, activation conversion for the cuBLAS prefill, the
 // dequantization of a weight matrix into an f16 scratch (the prefill's first version for quantized weights). (The simple
 // attention for head sizes the tuned kernel does not take is kernels/attention_simple.h.)
@@ -15,7 +15,7 @@
 #include "backends/cuda/kernels/weight_layout.h"
 #include "gpu_accel/dtype.h"
 
-namespace ga::cuda::llama {
+namespace ga::cuda::engine {
 
 // For each token t at position positions[t] (qkv_rope_store.cu), with row = slots ? slots[t] : positions[t]:
 //   q[t] = rope(q[t] + bq)                          in place, f32
@@ -69,4 +69,4 @@ cudaError_t gather_rows(const float* src, int64_t ld_src, const int32_t* rows, i
 // (cudaFuncAttributes::binaryVersion of one of them, e.g. 90), or a negative value on failure.
 int kernel_binary_version();
 
-}  // namespace ga::cuda::llama
+}  // namespace ga::cuda::engine
