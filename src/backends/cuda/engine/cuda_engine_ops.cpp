@@ -366,8 +366,8 @@ void CudaEngine::moe(const step::MoeOp& op) {
     return e;
   };
   const MoeActivation act = op.act == step::Activation::kGeluTanh ? MoeActivation::kGeluTanh : MoeActivation::kSilu;
-  if (n <= kMoeRouteFusedMaxTokens) {
-    MoeFfnGemvParams f;
+  // The decode and prefill paths take the same routed problem; only their workspaces differ.
+  const auto routed_problem = [&](auto& f) {
     f.shape = shape;
     f.plan = moe_plan_.data();
     f.ids = moe_ids_.as<int32_t>();
@@ -380,23 +380,16 @@ void CudaEngine::moe(const step::MoeOp& op) {
     f.out = ptr(op.out);
     f.ld_out = ld(op.out);
     f.act = act;
+  };
+  if (n <= kMoeRouteFusedMaxTokens) {
+    MoeFfnGemvParams f;
+    routed_problem(f);
     f.workspace = moe_gemv_workspace_.data();
     check_params("moe_ffn_gemv", moe_ffn_gemv_unsupported_reason, f);
     GA_CUDA_CHECK(moe_ffn_gemv(f, s));
   } else {
     MoePrefillParams f;
-    f.shape = shape;
-    f.plan = moe_plan_.data();
-    f.ids = moe_ids_.as<int32_t>();
-    f.weights = moe_weights_.as<float>();
-    f.gate = experts(gate);
-    f.up = experts(up);
-    f.down = experts(down);
-    f.x = ptr(op.x);
-    f.ldx = ld(op.x);
-    f.out = ptr(op.out);
-    f.ld_out = ld(op.out);
-    f.act = act;
+    routed_problem(f);
     f.workspace = moe_prefill_workspace_.data();
     f.workspace_bytes = static_cast<int64_t>(moe_prefill_workspace_.size());
     moe_prefill_host_sync(*gemm_, f);
