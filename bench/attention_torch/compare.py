@@ -108,7 +108,7 @@ def sm_clock_mhz():
         return None
 
 
-LEGACY_TIMING = False  # --legacy-timing: the sessions 1-3 method, to measure what the interleaving changes
+LEGACY_TIMING = False  # --legacy-timing: one timing per backend, torch first, to measure what the interleaving changes
 
 
 MIN_TIMING_MS = 0.0  # --min-timing-ms
@@ -229,7 +229,7 @@ def arg_parser():
                          "0: none (the method before conditioning)")
     ap.add_argument("--rounds", type=int, default=7, help="interleaved timings per backend (median reported)")
     ap.add_argument("--legacy-timing", action="store_true",
-                    help="time as sessions 1-3 did (one timing per backend, torch first) for comparison")
+                    help="one timing per backend, torch first, without the interleaving (for comparison)")
     ap.add_argument("--head-dims", default="64,128,256")
     ap.add_argument("--seqlens", default="512,1024,2048,4096,8192,16384")
     ap.add_argument("--dtype", default="bf16")

@@ -81,7 +81,7 @@ inline constexpr int64_t kWarmUpPrefillTokens = 512;
 // (every GEMM algorithm bucket's algorithm chosen and kernel loaded) and one prefill of each length of
 // cuda::warm_up_step_tokens (1..8, 9 and the largest step: the kernels of ours whose choice depends on
 // the step size), so that after the warm-up a prompt of any length finds its kernels loaded and its
-// matrix algorithms chosen (docs/results/2026-11-22-h200-serving.md, "First prefill of a new length").
+// matrix algorithms chosen (docs/results/2026-11-22-h200-first-prefill.md).
 // CPU: one 1-token prefill. GA_WARMUP=prefill512 (a diagnostic switch, for before/after runs in one
 // build) restores the warm-up before that change: one prefill of min(kWarmUpPrefillTokens, max_tokens).
 struct WarmUpPlan {

@@ -10,9 +10,9 @@
 // largest logit (Sampler::sample's one-pass path), so when every row of a call is one, one argmax kernel and a
 // 12-byte copy per row replace the two-kernel candidate selection with its double-precision exp sums and its
 // parameter upload. That is what a lone greedy request's first token waits for after its prefill (the Scheduler
-// queues the sampling behind the forward: docs/results/2026-11-22-h200-serving.md, "Session 8"). A row holding a
-// NaN or no finite logit goes to the full row as in the candidate path. (Session 8's A/B switch GA_GPU_ARGMAX=0,
-// greedy rows through the candidate selection, was retired once session 9 confirmed its numbers on the merged tree.)
+// queues the sampling behind the forward); on the H200 the candidate selection takes 0.015-0.025 ms longer there than
+// the argmax (1B F16, 128-token prompt). A row holding a NaN or no finite logit goes to the full row as in the
+// candidate path.
 #include "runtime/engine/sampler_gpu.h"
 
 #include <algorithm>

@@ -46,7 +46,7 @@
 // the workspace round trip (partial stores, __threadfence, the counter's atomic, two dependent L2 reads
 // by the last CTA) off the tail of a one-wave call, where nothing overlaps it: at batch 16 (2 splits,
 // 256 CTAs, all starting and ending together) the tail is part of the ~15 us per call that does not
-// scale with the keys (docs/results/2026-11-22-h200-paged-attention.md).
+// scale with the keys (H200, bench_attention).
 //
 // Start of a paged CTA: the run's bounds, the block-table loads of its first three tiles
 // and the copies of its first tiles that hold only keys below pos0 go out BEFORE the wait for the

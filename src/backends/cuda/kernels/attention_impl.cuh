@@ -27,7 +27,7 @@ inline constexpr int kMaxClusterSplits = 8;       // the cluster merge's largest
 
 // cp.async stages of the paged decode kernel at head_dim 128 when AttentionParams::decode_stages is
 // 0: 3 (2 CTAs per SM, two tiles in flight per CTA) beat 2 (3 CTAs per SM, one tile in flight) at
-// every batch of the H200 sweep (docs/results/2026-11-22-h200-paged-attention.md, the stage-count table):
+// every batch of the H200 sweep (bench_attention, GQA 32/8, 4096 positions per sequence):
 // b16 83.8 -> 80.6 us, b32 151.9 -> 143.7 us, b64 303.5 -> 276.0 us, b1 15.7 -> 15.2 us. Every other
 // (head_dim, form) uses 2 stages (not measured with 3). The 3-stage kernel is compiled only when it
 // is the default or the build asks for the benchmark variants (GA_ATTN_DECODE_VARIANTS).
@@ -76,9 +76,9 @@ inline int decode_row_tiles(const AttentionParams& p) {
 // to kv_len_bound positions.
 // Contiguous form (one sequence, a handful of columns): as many as fit on the GPU at once (columns x
 // splits <= resident CTAs: one full wave, no half-empty second wave), no split shorter than
-// kMinKeysPerSplit (tuned for the Session's decode, docs/results/2026-11-22-h200-attention.md).
+// kMinKeysPerSplit (tuned on the H200 for the Session's decode).
 // Paged form, from the forced-split sweep of bench_attention (H200, 32/8 heads, 4096 positions per
-// run, docs/results/2026-11-22-h200-paged-attention.md): with fewer columns than resident CTAs,
+// run): with fewer columns than resident CTAs,
 // about two CTAs per SM of the three that fit beat a full wave (b16: 2 splits 79% of copy, 3 splits
 // 76%) and splits under 256 keys cost more than they bring (b1: 16 splits 16.3 us, 32 splits 18.9 us);
 // with a full wave of columns already (64 runs x 8 KV heads = 512 CTAs) the count of 1..4 that

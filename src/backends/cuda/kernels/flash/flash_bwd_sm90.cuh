@@ -7,9 +7,9 @@
 //  1. preprocess: per query row (padded to whole 64-row blocks) D = rowsum(dO * O), LSE * log2(e) (+inf for rows
 //     past seqlen_q and rows that see no key, so P = exp2(s - lse) is exactly 0 there without a mask), and zeroes
 //     the row's share of the dQ accumulator (in the same launch: no memset pass). preprocess_wide, 8 threads per
-//     row with 16-byte accesses, is 12-20% faster than one warp per row with 4-byte ones (session 6; the backward
-//     +1.4-3.7% at 512 tokens, within the harness's noise from 2k). (Session 4's one CTA per 64-row tile,
-//     changed together with the convert, was slower.)
+//     row with 16-byte accesses, is 12-20% faster than one warp per row with 4-byte ones (H200; the backward
+//     +1.4-3.7% at 512 tokens, within the harness's noise from 2k). (One CTA per 64-row tile, measured together
+//     with a changed convert, was slower.)
 //  2. main: one CTA per (128-key block, KV head, batch); K and V of the block stay in shared memory. It walks every
 //     query head of the GQA group and every 64-row query block that can see its keys (causal: from the first that
 //     reaches key n0). Warpgroup 0 is the producer (setmaxnreg 24): one thread loads K/V once, then per step Q and
@@ -29,7 +29,7 @@
 //     accumulator registers (the A-fragment layout of a k16 step is two accumulator n8 blocks), so only dS makes
 //     the round trip through shared memory, which dQ needs anyway (it sums over both warpgroups' keys).
 //  3. convert: dq = scale * accumulator in the caller's dtype and strides, one warp per row pair (r, r + 8) of a tile
-//     so every accumulator sector read is used whole (convert_dq_pairs; session 5, run 2: the convert 32% faster
+//     so every accumulator sector read is used whole (convert_dq_pairs; H200: the convert 32% faster
 //     than one row per warp, the whole backward +3-5% at 512-1k tokens, within noise from 4k).
 //
 // dQ accumulator layout: per (batch, head, 64-row query block) a contiguous 32 KB tile, [warpgroup w][n8 block j]
@@ -43,20 +43,20 @@
 // q_empty[stage] gets one arrival per consumer warp once the step's GEMMs (dK last) are waited for; the warpgroup's
 // 128-thread named barrier that ends the step also publishes the next step's LSE/D (shared-memory vectors ordered
 // only by mbarriers were correct but flagged by compute-sanitizer's racecheck, and an L2 read of them in the step's
-// critical path was slower: docs/results/2026-11-22-h200-flash.md, "Hopper backward").
+// critical path was slower).
 //
-// Since session 9 the default is schedule 26: schedule 19 below with dK and dV staged in the freed Q/dO ring and
-// written by TMA stores (store_dk_dv_tma): the 4-byte register stores of store_dk_dv (half-used sectors, 64 per
-// thread) had cost ~3.5 us of a ~29 us CTA at 512 tokens (the main kernel 567 -> 510 us per backward there).
-// Since session 8 the default was schedule 19 (flash_bwd_sm90_pingpong.cuh, consumer_pingpong_shared_dq): the step
-// above, but the two warpgroups no longer meet at a dS barrier; they issue their GEMM groups (S^T + dP^T; dV + dQ + dK)
-// in alternating turns (named barriers), so one's exp / dS phase runs under the other's GEMMs, and warpgroup 0 adds
-// its dQ columns a step late (when warpgroup 1's dS^T half exists). 1.02-1.13x schedule 1 at every length 512-16k
-// (session 8, runs 2-3: 0.87-0.99x cuDNN). consumer_main below is schedule 1 and the older schedules.
-// Measured on an H200 (same file, "Session 4: backward", "Session 5", "Session 6"): schedule 1 with preprocess_wide
-// 0.85-0.89x cuDNN's backward at head dim 128 (session 6, run 3; schedule 0, v4, 0.74-0.83x in session 4), 1.6-2.4x
-// the mma.sync kernel. Converting dQ inside the main kernel (a dQ writer warp counting each tile's finished
-// contributions, the last CTA converting it from L2) was 8-30% slower at every length (session 6): not kept.
+// The default is schedule 26: schedule 19 below with dK and dV staged in the freed Q/dO ring and written by TMA
+// stores (store_dk_dv_tma): the 4-byte register stores of store_dk_dv (half-used sectors, 64 per thread) cost
+// ~3.5 us of a ~29 us CTA at 512 tokens (the main kernel 567 -> 510 us per backward there).
+// Schedule 19 (flash_bwd_sm90_pingpong.cuh, consumer_pingpong_shared_dq) is the step above, but the two warpgroups
+// no longer meet at a dS barrier; they issue their GEMM groups (S^T + dP^T; dV + dQ + dK) in alternating turns (named
+// barriers), so one's exp / dS phase runs under the other's GEMMs, and warpgroup 0 adds its dQ columns a step late
+// (when warpgroup 1's dS^T half exists): 1.02-1.13x schedule 1 at every length 512-16k (0.87-0.99x cuDNN).
+// consumer_main below is schedule 1 and the older schedules.
+// Measured on an H200: schedule 1 with preprocess_wide 0.85-0.89x cuDNN's backward at head dim 128 (schedule 0, v4,
+// 0.74-0.83x), 1.6-2.4x the mma.sync kernel. Converting dQ inside the main kernel (a dQ writer warp counting each
+// tile's finished contributions, the last CTA converting it from L2) was 8-30% slower at every length: not kept
+// (docs/performance.md, "Tried, measured, not kept").
 // Numerics as the sm80 path: f32 accumulation, P and dS rounded to the input dtype for the tensor cores, dK and dQ
 // scaled by softmax_scale at the end. Keys past seqlen_k arrive as zeros from TMA and are masked; query rows past
 // seqlen_q arrive as zeros and have LSE = +inf (P = 0).
@@ -194,8 +194,8 @@ __global__ void __launch_bounds__(256) preprocess(flash_bwd::BwdArgs a, float* l
 
 // The same work with 8 threads per row and 16-byte accesses (4 rows per warp): each thread has 64 bytes of O and dO
 // in flight (the one-warp-per-row kernel above 16), and the CTA zeroes its 32 rows' 16 KB of the accumulator with
-// float4 stores, 512 contiguous bytes per warp store. Session 6: 12-20% faster alone (schedule 10 vs 8, runs 1-3), the
-// whole backward +1.4-3.7% at 512 tokens, within the harness's +-4% noise from 2k; the default since. Head dim 128.
+// float4 stores, 512 contiguous bytes per warp store. On the H200: 12-20% faster alone (schedule 10 vs 8, three runs),
+// the whole backward +1.4-3.7% at 512 tokens, within the harness's +-4% noise from 2k; hence the default. Head dim 128.
 template <bool kBf16, int HD>
 __global__ void __launch_bounds__(256) preprocess_wide(flash_bwd::BwdArgs a, float* lse_log2, int m_blocks) {
   static_assert(HD == 128, "8 threads x 16 elements per row");
@@ -557,10 +557,10 @@ __device__ __forceinline__ void stage_dq_fragments(float* stage, int wtid, const
 // kSched: 0 = v4 (dV and dK issued together before the dS^T barrier, everything waited for before the dQ staging);
 // 1 = FA3's order (dV before the barrier, then dQ, then dK, the dQ staging under dK); 2 = 1 with dK waited for only
 // behind the next step's S^T and dP^T (the tensor cores get the next step's work before this one's dK ends).
-// Session 5 (shared-memory traffic per step is the bound: docs/results/2026-11-22-h200-flash.md): 3 = 1 with dQ
+// 3 and 4 drop the dQ staging (shared-memory traffic per step is the bound): 3 = 1 with dQ
 // added into the workspace by red.global.add.v4.f32 straight from the accumulator registers once dK is done (no
 // 16 KB staging write and bulk read per warpgroup and step, no bulk bookkeeping); 4 = 3 with the reductions issued
-// while dK runs (as 1's staging). Measured (session 5, run 1): 3 5-9% and 4 2-3% slower than 1 at every size (both
+// while dK runs (as 1's staging). Measured on the H200: 3 5-9% and 4 2-3% slower than 1 at every size (both
 // spill 40 bytes; the L2 takes register vector reductions more slowly than the copy engine's bulk add), kept in the
 // variants build only. (K_w held in registers as the S^T GEMM's A operand, 32 more registers, made ptxas spill 100
 // bytes and serialize the wgmmas: not run.)
@@ -783,18 +783,18 @@ __global__ void __launch_bounds__(384, 1) main_kernel(const __grid_constant__ Ar
 // benchmarks (flash_backward_hopper_variant in flash_bwd_variants.h). kPrePostOnly runs the preprocess and convert
 // kernels alone (wrong gradients; a benchmark's measure of their share of the time). Every schedule but kPreOnly,
 // kRowPre and kPreRowConvertOnly runs preprocess_wide.
-// 26 (19's kernel, dK/dV written by TMA stores; session 9): the main kernel 7-10% faster than 19 at 512-1k tokens,
-// 2-3% at 4k (torch.profiler, same run), 0.91-0.97x cuDNN at 512-1k where 19 was 0.84-0.88x. 19
-// (flash_bwd_sm90_pingpong.cuh): 1.02-1.10x schedule 1 at every length 512-16k, causal and full (session 8, run 2);
-// schedule 1 was 3.5-7% faster than 0 at every size, 2 in between (session 4, run 1).
+// 26 (19's kernel, dK/dV written by TMA stores; docs/results/2026-11-28-h200-attention.md): the main kernel 7-10%
+// faster than 19 at 512-1k tokens, 2-3% at 4k (torch.profiler, same run), 0.91-0.97x cuDNN at 512-1k where 19 was
+// 0.84-0.88x. 19 (flash_bwd_sm90_pingpong.cuh): 1.02-1.10x schedule 1 at every length 512-16k, causal and full;
+// schedule 1 was 3.5-7% faster than 0 at every size, 2 in between.
 constexpr int kDefaultSched = kTmaDkDvSched;
-constexpr int kFa3OrderSched = 1;  // the default of sessions 4-7 (consumer_main), in the variants build since
+constexpr int kFa3OrderSched = 1;  // FA3's order, both warpgroups in lockstep (consumer_main): variants build
 constexpr int kPrePostOnly = 9;
 constexpr int kPreOnly = 8;  // the preprocess kernel alone (its share; s9 - s8 = the convert's)
-constexpr int kPreRowConvertOnly = 6;  // as 9 with the one-row-per-warp convert_dq (session 5's A/B of the convert)
+constexpr int kPreRowConvertOnly = 6;  // as 9 with the one-row-per-warp convert_dq (the A/B of convert_dq_pairs)
 constexpr int kRowConvert = 7;         // schedule 1 with the one-row-per-warp convert_dq (same A/B, whole backward)
 constexpr int kWidePreOnly = 10;       // preprocess_wide alone (kPreOnly times the one-warp-per-row preprocess)
-constexpr int kRowPre = 12;            // schedule 1 with the one-warp-per-row preprocess (session 6's A/B)
+constexpr int kRowPre = 12;            // schedule 1 with the one-warp-per-row preprocess (the A/B of preprocess_wide)
 
 // The main kernel a schedule runs: schedules that differ only in their launch (22-24) or in the preprocess or
 // convert kernels (7, 12) share another's.

@@ -1,14 +1,14 @@
 // Instantiations of the Hopper flash backward for head dim 128 (bf16, fp16): see flash_bwd_sm90.cuh. The only head
 // dim the Hopper backward is built for; flash_backward sends the others to the mma.sync kernels (flash_bwd_hd*.cu).
-// CI builds only the default schedule's kernel (26 since session 9: 19's kernel with a TMA-store epilogue; each
+// CI builds only the default schedule's kernel (26: 19's kernel with a TMA-store epilogue; each
 // instantiation is a heavy wgmma kernel);
-// -DGA_FLASH_ALL_VARIANTS=ON (or GA_FLASH_BWD_VARIANTS=1 alone, without the forward's variants) adds schedule 1 (the
-// default of sessions 4-7), session 6's A/B of the preprocess (12), the preprocess/convert-only timing runs (8, 9,
-// 10) and session 8's ping-pong schedules (16, 17, 18 = 16 without the dQ reduction, timing only; 20, 21: variants of
-// 19; flash_bwd_sm90_pingpong.cuh), for benchmarks; 22-24 (19's kernel with another launch: the causal work order,
+// -DGA_FLASH_ALL_VARIANTS=ON (or GA_FLASH_BWD_VARIANTS=1 alone, without the forward's variants) adds schedule 1
+// (FA3's order, both warpgroups in lockstep), the A/B of the wide preprocess (12), the preprocess/convert-only timing
+// runs (8, 9, 10) and the ping-pong schedules (16, 17, 18 = 16 without the dQ reduction, timing only; 20, 21: variants
+// of 19; flash_bwd_sm90_pingpong.cuh), for benchmarks; 22-24 (19's kernel with another launch: the causal work order,
 // programmatic dependent launches) cost no kernel of their own and are in every build; 25 (19's steps in persistent
-// CTAs, session 9: 10-30% slower) in the variants build; -DGA_FLASH_BWD_OLD_SCHEDULES=1 the schedules sessions 4-5
-// measured and dropped (0, 2, 3, 4, 6, 7: their code stays in consumer_main for a rerun).
+// CTAs: 10-30% slower) in the variants build; -DGA_FLASH_BWD_OLD_SCHEDULES=1 the schedules measured slower and
+// dropped (0, 2, 3, 4, 6, 7: their code stays in consumer_main for a rerun).
 #include "backends/cuda/kernels/flash/flash_bwd_sm90.cuh"
 
 #ifndef GA_FLASH_ALL_VARIANTS
@@ -60,7 +60,7 @@ cudaError_t launch<128>(const flash_bwd::BwdArgs& args, const Args& m, float* ls
     default: break;
   }
 #endif
-#if GA_FLASH_BWD_OLD_SCHEDULES  // measured and dropped in sessions 4-5 (docs/results/2026-11-22-h200-flash.md)
+#if GA_FLASH_BWD_OLD_SCHEDULES  // measured slower and dropped (the figures: flash_bwd_sm90.cuh, Sched)
   switch (sched) {
     case 0: return launch_sched<0>(args, m, lse_log2, bf16, stream);
     case 2: return launch_sched<2>(args, m, lse_log2, bf16, stream);

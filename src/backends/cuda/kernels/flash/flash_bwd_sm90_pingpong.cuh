@@ -1,11 +1,11 @@
 // Hopper flash backward, head dim 128: the two consumer warpgroups out of lockstep (schedules 16-21 of
-// flash_bwd_sm90.cuh; 19, consumer_pingpong_shared_dq at the end of this file, is the default since session 8;
+// flash_bwd_sm90.cuh; 19, consumer_pingpong_shared_dq at the end of this file, is also the kernel of the default, 26;
 // included by flash_bwd_sm90.cuh after the pieces this file uses: Traits, Args, Work, Bars, softmax_grad,
 // store_dk_dv, to_a_fragments).
 //
 // Why: in schedule 1 both consumer warpgroups meet at the dS barrier every step (dQ = dS K sums over both
 // warpgroups' keys), so their exp / dS phases coincide and the tensor cores idle while both do them. Nsight Compute
-// on schedule 1 at 4k tokens (session 7): tensor pipe 54.5% of cycles, shared memory 56%, L2 reductions 31%, issue
+// on schedule 1 at 4k tokens (H200): tensor pipe 54.5% of cycles, shared memory 56%, L2 reductions 31%, issue
 // slots 32%, 0.43 eligible warps per scheduler: bound by the latency of that lockstep chain, not by a pipe.
 //
 // What: each warpgroup computes dQ over its own 64 keys for all 128 columns (split dQ: dQ_w = dS_w K_w, SS wgmma
@@ -17,8 +17,8 @@
 // dV, dQ and dK) only when it holds the turn, and hands the turn to the other right after issuing, so the tensor
 // cores take the two warpgroups' groups alternately and each one's exp / dS / dQ-staging phase runs under the
 // other's GEMMs (FA3's forward ping-pong, with named barriers 4 and 5: warpgroup w syncs on 4 + w, the other
-// arrives). Schedule 17 is the same code without the turns (split dQ alone: session 4's split-dQ measurement was
-// 3-6% slower, but with dK and dV waited for before dQ and no overlap of the staging), to measure what the order buys;
+// arrives). Schedule 17 is the same code without the turns (split dQ alone: measured 3-6% slower in a schedule that
+// waited for dK and dV before dQ and did not overlap the staging), to measure what the order buys;
 // schedule 18 is 16 without the dQ staging and bulk reduce (wrong dQ: a timing of what the doubled reduction costs).
 //
 // Per step and warpgroup: q_full -> [turn] S^T = K_w Q^T, dP^T = V_w dO^T -> [hand over] -> P^T, dS^T (registers,
@@ -211,7 +211,7 @@ __device__ __forceinline__ void store_dk_dv_tma(const Args& a, const Work& w, un
 }
 
 // Schedule 19: the ping-pong of schedule 16 with schedule 1's shared dQ (one 16 KB bulk reduce per warpgroup and
-// step, half of 16's: run 1 of session 8 measured 16 at 0.86-0.90x schedule 1 but 18, i.e. 16 without its dQ
+// step, half of 16's: on the H200 16 measured 0.86-0.90x schedule 1 but 18, i.e. 16 without its dQ
 // reduction, at 1.2-1.4x, so the doubled staging and reduction was what lost). dQ[:, 64 cwg ..] of a step needs both
 // warpgroups' dS^T halves; in the turn order (0.G1(s), 1.G1(s), 0.G2(s), 1.G2(s), 0.G1(s + 1), ...) warpgroup 1's
 // dS^T(s) exists only after warpgroup 0's second turn of step s, so warpgroup 1 adds its columns of step s's dQ in

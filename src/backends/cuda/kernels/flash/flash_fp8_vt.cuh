@@ -47,9 +47,9 @@ constexpr int kVtTransposeWarps = 2;
 //     round in the second matrix), so its 8 rows have 8 different d % 8, i.e. 8 different swizzled chunks: no bank
 //     conflict (all even rows would hit 4 chunks twice). The loads read 8 consecutive keys per matrix: 8 chunks too.
 // Per step only the group changes: the load address moves by a constant, the store address's swizzle is one XOR
-// (the row base is 128-byte aligned, the chunk bits below it). (Version 1 moved 4-byte words with 32-bit loads and
-// stores, version 2 had the step's indices computed at run time: ~40 instructions per 512 bytes, and the transposing
-// warps' instructions, +42% over the kernel's, made 58 1.5x slower than 29; Nsight Compute, session 13.)
+// (the row base is 128-byte aligned, the chunk bits below it). (Moving 4-byte words with 32-bit loads and stores,
+// or computing the step's indices at run time, took ~40 instructions per 512 bytes, and the transposing warps'
+// instructions, +42% over the kernel's, made 58 1.5x slower than 29; Nsight Compute on the H200.)
 // Groups run over the tile's kBlockN / 16 (the 224-key tile's second V^T block has 6; its other columns are never
 // read).
 template <int HD, int kBlockN>

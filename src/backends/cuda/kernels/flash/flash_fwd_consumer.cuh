@@ -141,7 +141,7 @@ __host__ __device__ constexpr int fp8_key_of_column(int l) { return 2 * (l / 4) 
 // tile instead of once per key tile, and its slot is released to the producer right away.
 // kFp8Tree (FP8 only; kSchedFp8TreeSoftmax): row max and row sum by 4 independent partial chains instead of one serial
 // chain of N / 4 dependent FMNMX / FADD per row (the consumers are latency bound: ~2 warps per scheduler;
-// +6-11% on the 224-key tile). Not for 16-bit: branch fwd9 owns that key loop. (Also measured and dropped:
+// +6-11% on the 224-key tile). (Also measured and dropped:
 // exp2 on f16 pairs, ex2.approx.f16x2: ptxas emits two MUFU.EX2 per pair plus conversions, 20-30% slower.)
 // Whether the kernels of element kind E and head dim HD have sliding windows: all but FP8 head dim 256 (its consumer
 // registers are full: the window's bounds made it spill; flash_forward.cu refuses windows there).

@@ -17,7 +17,7 @@
 // clips rows past seqlen_q and never writes past head_dim, so partial query blocks and padded O rows work as with
 // the register store; the LSE still goes out from registers. The kernel has no register store for O: the host runs
 // variant 21 where a TMA store cannot be used (varlen, paged, f32 O, causal, a refused O map).
-// Why the producer issues the stores (docs/results/2026-11-22-h200-flash.md): with one consumer thread per
+// Why the producer issues the stores (measured on the H200): with one consumer thread per
 // warpgroup issuing them (warp 0 syncing a named barrier while warps 1-3 only arrive, thread 0 waiting for the bulk
 // reads), ptxas no longer proved the consumer warps converged: the ring counters of the key loop moved from uniform
 // to per-thread registers (uniform ops 267 -> 54 in the kernel, R2UR before each wgmma descriptor), WARPSYNC before

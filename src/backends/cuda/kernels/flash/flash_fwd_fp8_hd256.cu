@@ -1,7 +1,7 @@
 // Instantiations of the Hopper FP8 (e4m3) forward for head dim 256: the variants fp8_variant_compiled names
 // (flash_fwd_launch.h): serial, one tile per CTA (0) and the default 39, the persistent overlap schedule with the
 // split-chain softmax (O 128 + S 64 + P 16 registers per thread with 128-key tiles: ptxas spills 36 bytes, and it is
-// still 9-17% faster than the persistent serial 3, the default until session 10). Benchmark builds
+// still 9-17% faster than the persistent serial 3). Benchmark builds
 // (GA_FLASH_FP8_WIDE) add 3, 39's twins 40 / 41 and 57 (39 with V^T made in the kernel); -DGA_FLASH_ALL_VARIANTS=ON (or
 // GA_FLASH_FP8_ALL_VARIANTS=1) also serial + ping-pong (7, 8), measured against them.
 #include "backends/cuda/kernels/flash/flash_fwd_launch.h"

@@ -1,9 +1,9 @@
 // Instantiations of the FP8 (e4m3) forward's 224-key variants at head dim 128 (flash_fwd_launch.h kFp8*Variant):
 // the persistent overlap kernel with FA3's 224-key FP8 tile and the split-chain softmax (29, the hd 128 FP8 default,
-// in every build), and the candidates measured against it (benchmark builds: GA_FLASH_FP8_WIDE): session 8's tile
-// alone (28), 29 + ping-pong (32), 29 with a 3-deep K/V ring (33), 29 + the lazy O rescale (34); session 11's 29 with
-// the PV wait pinned below the softmax (43), three consumer warpgroups on 192 x 128 tiles (48); session 13's 29 with
-// V^T made in the kernel (58). Their own translation unit, so the build compiles them beside flash_fwd_fp8_hd128.cu
+// in every build), and the candidates measured against it (benchmark builds: GA_FLASH_FP8_WIDE): the 224-key tile
+// alone (28), 29 + ping-pong (32), 29 with a 3-deep K/V ring (33), 29 + the lazy O rescale (34), 29 with the PV
+// wait pinned below the softmax (43), three consumer warpgroups on 192 x 128 tiles (48) and 29 with V^T made in the
+// kernel (58). Their own translation unit, so the build compiles them beside flash_fwd_fp8_hd128.cu
 // instead of after it.
 #include "backends/cuda/kernels/flash/flash_fwd_launch.h"
 

@@ -16,8 +16,8 @@ namespace ga::cuda::flash_detail {
 
 // Kernel variants flash_forward_with_schedule can pick (flash_fwd_sm90.cuh): consumer schedule
 // (0 serial, 1 intra-warpgroup overlap, 2 overlap + ping-pong, 3 serial + ping-pong), persistent tile
-// scheduler or one tile per CTA, default or deep K/V ring. Measured against each other in
-// docs/results/2026-11-22-h200-flash.md. Variants 7-10 exist for FP8 only: serial + ping-pong (7, 8) and
+// scheduler or one tile per CTA, default or deep K/V ring. Measured against each other on the H200
+// (default_variant below). Variants 7-10 exist for FP8 only: serial + ping-pong (7, 8) and
 // overlap + ping-pong with a quarter of the exp2 on the FMA pipes (9, 10: flash_fwd_sm90.cuh poly_exp2).
 // Variants 12-17 (16-bit only, after the mma.sync forward's 11 so its number stays): FlashAttention-3's wide key
 // tiles (wide_block_n: 176 keys at hd 128, 80 at hd 256, 192 at hd 64) and/or the lazy O rescale
@@ -32,8 +32,8 @@ namespace ga::cuda::flash_detail {
 // staged in the last key block's V slot and written by the producer's TMA stores; flash_fwd_epilogue.cuh), for dense
 // non-causal 16-bit O of the input dtype at head dim 128; elsewhere (varlen, paged, f32 O, causal, a refused O map)
 // it runs 21, and off head dim 128 it runs 4. Numbers 22, 23 and 25 are retired (diagnostics of the TMA-store work: a
-// dedicated 32 KB staging tile, its register-store twin, 21 with that tile's shared memory; measured in
-// docs/results/2026-11-22-h200-flash.md); they answer "not compiled".
+// dedicated 32 KB staging tile, its register-store twin, 21 with that tile's shared memory; measured on the
+// H200); they answer "not compiled".
 struct FwdVariant {
   int sched;
   bool persistent;
@@ -53,7 +53,7 @@ constexpr int kStageInVVariant = 24;  // 24: 21 + TMA store staged in V (22, 23:
 // the hd 128 FP8 default (every build); 32 = 29 + ping-pong (schedule 2); 33 = 29 with a 3-deep K/V ring; 34 = 29 + the
 // lazy O rescale (kSchedLazyRescale: O *= corr while S runs, skipped when no row max moved). 28, 32-34 are
 // benchmark-only (GA_FLASH_FP8_WIDE). 30 and 31 are retired (exp2 on f16 pairs, 20-30% slower). 25-27
-// are left to the 16-bit branches (25 retired, 26 branch fwd8).
+// are 16-bit numbers (25 retired; 26 named a cross-tile start, 5-8% slower than 24, not kept; 27 unused).
 constexpr int kFp8WideVariant = 28, kFp8TreeVariant = 29, kFp8PingPongVariant = 32, kFp8DeepVariant = 33;
 constexpr int kFp8LazyVariant = 34;
 // FP8 head dim 256 (flash_fwd_fp8_hd256.cu): 39 = the persistent overlap schedule (4's) with the
@@ -70,9 +70,9 @@ constexpr int kFp8Hd256OneTileVariant = 40, kFp8Hd256DeepVariant = 41;
 // (kSchedPinPvWait: in 29 as compiled, ptxas had hoisted that wait above the softmax, so the softmax never overlapped
 // the PV GEMM; pinned, the overlap is real, and 43 was 9% slower to 1% faster than 29). 48 = three consumer warpgroups
 // (kSchedThreeWG: 192 x 128 tiles, setmaxnreg 160, three warps per scheduler), serial schedule, split chains: 5-14%
-// slower than 29. Retired after the same run (the 2026-11-28 H200 results, docs/results): 44 (43 at 192 keys), 45 / 46
-// (39 + the pin at 128 / 96 keys), 47 (48 on the overlap schedule: 164 bytes of spills), 49 / 50 (43 / 44 +
-// ping-pong, FA3's FP8 schedule: 12-20% slower).
+// slower than 29 (docs/performance.md, "Tried, measured, not kept"). Retired after the same run: 44 (43 at 192
+// keys), 45 / 46 (39 + the pin at 128 / 96 keys), 47 (48 on the overlap schedule: 164 bytes of spills), 49 / 50
+// (43 / 44 + ping-pong, FA3's FP8 schedule: 12-20% slower).
 constexpr int kFp8PinVariant = 43, kFp8ThreeWGVariant = 48;
 // 16-bit (GA_FLASH_FWD_PIN): the 16-bit overlap kernels had the same hoisted wait; 51 = 4 + the pinned PV wait, 52 =
 // 13 (wide key tile, persistent) + the pinned PV wait. At hd 128, 52 was 0-4% ahead of the default at 4k-8k and 2%
@@ -84,7 +84,7 @@ constexpr int kPinVariant = 51, kWidePinVariant = 52;
 // flash_plan's workspace (the counter, zeroed before the launch); otherwise they run 4 / 13. 55 is built in every build
 // at head dims 64 and 128 (a causal default there, default_variant); 56 only with GA_FLASH_FWD_DYNAMIC (within 3% of
 // the defaults in its one run).
-// (53 and 54 were branch fp8-softmax-turns' numbers: FP8 softmax turns, within noise, not merged.)
+// (53 and 54 named the FP8 softmax turns: within noise, not kept; docs/performance.md, "Tried, measured, not kept".)
 constexpr int kDynamicVariant = 55, kWideDynamicVariant = 56;
 constexpr bool dynamic_variant(int variant) { return variant == kDynamicVariant || variant == kWideDynamicVariant; }
 // What a dynamic-tile variant runs without a counter (no workspace, varlen, paged): its static counterpart.
@@ -94,9 +94,9 @@ constexpr int static_variant(int variant) {
 // Benchmark builds (GA_FLASH_FP8_WIDE): 57 = 39 (FP8 hd 256) and 58 = 29 (FP8 hd 128, 224-key tile) with
 // V^T made in the kernel (kSchedFp8VtInKernel: two spare warps of the producer warpgroup transpose each staged V tile
 // with ldmatrix / stmatrix) instead of by the pre-pass over V in the workspace. Measured against the defaults in the
-// same run (the 2026-11-28 H200 results, docs/results): 58 at 0.88-0.95x of 29 from 4k to 16k keys (1.03-1.04x at
-// 1k), 57 at 0.69-0.80x of 39: the transposing warps' instructions and shared-memory traffic cost more than the
-// pre-pass (0.8-3.9% at 4k-16k). Not defaults.
+// same run (docs/performance.md, "Tried, measured, not kept"): 58 at 0.88-0.95x of 29 from 4k to 16k keys
+// (1.03-1.04x at 1k), 57 at 0.69-0.80x of 39: the transposing warps' instructions and shared-memory traffic cost
+// more than the pre-pass (0.8-3.9% at 4k-16k). Not defaults.
 constexpr int kFp8Hd256VtVariant = 57, kFp8VtVariant = 58;
 constexpr bool fp8_vt_in_kernel_variant(int variant) {
   return variant == kFp8Hd256VtVariant || variant == kFp8VtVariant;
@@ -123,7 +123,7 @@ constexpr bool split_tail_kernel(int variant) { return variant == kSplitTailVari
 #define GA_FLASH_FP8_ALL_VARIANTS GA_FLASH_ALL_VARIANTS
 #endif
 // GA_FLASH_FWD_CANDIDATES adds the variants 14-17 that are not defaults (benchmark builds: CMAKE_CUDA_FLAGS
-// -DGA_FLASH_FWD_CANDIDATES=1, as tools/dev/flash_fwd4.sh does).
+// -DGA_FLASH_FWD_CANDIDATES=1; GA_FLASH_ALL_VARIANTS, e.g. tools/device/attention.sh's ALL_VARIANTS=1, adds them too).
 #ifndef GA_FLASH_FWD_CANDIDATES
 #define GA_FLASH_FWD_CANDIDATES GA_FLASH_ALL_VARIANTS
 #endif
@@ -233,8 +233,8 @@ constexpr int variant_block_n(int variant, bool paged) {
              : FwdTraits<HD>::kBlockN;
 }
 
-// What flash_forward runs: the fastest variant of the H200 measurements (docs/results/2026-11-22-h200-flash.md,
-// FA3 methodology: medians of interleaved rounds). Short key ranges: persistent (4, 13): the per-tile
+// What flash_forward runs: the fastest variant of the H200 measurements (docs/performance.md, "Method":
+// FA3 methodology, medians of interleaved rounds). Short key ranges: persistent (4, 13): the per-tile
 // prologue/epilogue is a large share of a short tile and the persistent CTA hides it. Long causal ones: one tile
 // per CTA (1, 12): the static persistent split of long causal tiles is uneven (up to 35% slower at 16k) and the
 // hardware block scheduler balances them. Head dim 256: FA3's 80-key tile (13 / 12: +4-18% over 64 keys);
@@ -260,13 +260,13 @@ constexpr int default_variant(int head_dim, bool causal, int seqlen_k) {
 }
 
 // FP8 variants (flash_fwd_fp8_hd*.cu compile only these; GA_FLASH_FP8_ALL_VARIANTS adds the candidates that lost,
-// for benchmarks). fp8_default_variant: the fastest in the H200 runs (docs/results/2026-11-22-h200-flash.md, "FP8
-// forward"): the persistent kernels with the dynamic tile scheduler, overlap (4) at hd 128 and serial (3) at hd
-// 256, for every mask and length (with the static split, long causal lost up to 45% to one tile per CTA; with the
+// for benchmarks). fp8_default_variant: the fastest in the H200 runs (the defaults' figures: docs/performance.md,
+// "FP8 e4m3 forward"): the persistent kernels with the dynamic tile scheduler, overlap (4) at hd 128 and serial (3)
+// at hd 256, for every mask and length (with the static split, long causal lost up to 45% to one tile per CTA; with the
 // counter it is even or ahead: hd 128 16k causal 810 vs 772, hd 256 8k causal 877 vs 858). One tile per CTA (1, 0)
 // stays compiled for the tests and for comparison. Measured and not kept: ping-pong (2, 5; 7, 8 = serial +
 // ping-pong) 0-15% slower, poly_exp2 (9, 10) within noise of 2/5. hd 128 runs 29 (FA3's 224-key tile +
-// the split-chain softmax), ahead of 4 by 8-15% at 4k-16k, full and causal, in the same run (the "FP8" sections of the results).
+// the split-chain softmax), ahead of 4 by 8-15% at 4k-16k, full and causal, in the same run.
 // hd 256 runs 39 (the overlap schedule with the split chains, persistent), ahead of 3 by 9-17% (same run).
 // GA_FLASH_FP8_WIDE (default: GA_FLASH_FP8_ALL_VARIANTS) compiles the 224-key candidates 28, 32-34 (their own
 // translation unit, flash_fwd_fp8_wide_hd128.cu, beside the default 29), variant 4, which 29 replaced, and 3, which

@@ -17,7 +17,7 @@
 //     mask, online softmax (row max/sum via quad shuffles; exp2 with the scale folded into one FFMA),
 //     P to 16-bit A fragments in registers, O = O * corr + P V (wgmma RS, V read N-major with the
 //     transpose bit, so V needs no transpose pass).
-// Schedules (template kSched, measured against each other in docs/results/2026-11-22-h200-flash.md):
+// Schedules (template kSched, measured against each other on the H200: flash_fwd_launch.h default_variant):
 //   0 serial: S GEMM, wait, softmax, PV GEMM, wait (the FA2 order on wgmma).
 //   1 intra-warpgroup overlap (FA3 section 3.2): issue S_{j} = Q K_j and O += P_{j-1} V_{j-1} together,
 //     wait for S_j only, run its softmax while the PV wgmma still runs, then wait for PV. (That is the source
@@ -230,18 +230,18 @@ __host__ __device__ constexpr bool split_tail_sched(int sched, bool persistent) 
 // + kSchedTmaStore (16-bit dense, overlap schedule): O staged in the V slot of the tile's last key block and written
 // by the producer's TMA stores (flash_fwd_epilogue.cuh); such a kernel has no register store for O.
 constexpr int kSchedTmaStore = 256;
-// + kSchedFp8TreeSoftmax (FP8): row max / row sum by partial chains (Consumer::softmax_fp8_split). (512 is left to
-// branch fwd8's kSchedCrossTile.)
+// + kSchedFp8TreeSoftmax (FP8): row max / row sum by partial chains (Consumer::softmax_fp8_split). (512 named
+// kSchedCrossTile, a cross-tile start measured 5-8% slower than variant 24, not kept.)
 constexpr int kSchedFp8TreeSoftmax = 1024;
 // + kSchedPinPvWait (overlap schedule): the wait for PV_{j-1} stays below S_j's softmax. An Nsight Compute
 // source view of 29 found that ptxas had hoisted that WARPGROUP.DEPBAR above the softmax, to the top of its basic
 // block (the P conversion writes the registers PV_{j-1} reads, and the scheduler interleaves it with the exp2), so as
 // compiled the default overlap kernels (16-bit and FP8) wait for PV before the softmax instead of running it under
 // the PV GEMM.
-// A never-taken branch after the softmax (Consumer::end_block) ends the block there. Measured (the 2026-11-28 H200
-// results, docs/results): with two consumer warpgroups the other warpgroup's GEMMs already fill the
-// tensor cores during a softmax, and the real overlap was no faster (FP8) or within a few % (16-bit): benchmark
-// variants only (flash_fwd_launch.h 43, 51, 52).
+// A never-taken branch after the softmax (Consumer::end_block) ends the block there. Measured on the H200
+// (docs/performance.md, "Tried, measured, not kept"): with two consumer warpgroups the other warpgroup's GEMMs
+// already fill the tensor cores during a softmax, and the real overlap was no faster (FP8) or within a few %
+// (16-bit): benchmark variants only (flash_fwd_launch.h 43, 51, 52).
 constexpr int kSchedPinPvWait = 2048;
 // + kSchedThreeWG (FP8 hd 128, 128-key tiles): three consumer warpgroups, a 192-row query tile (FwdTraits).
 constexpr int kSchedThreeWG = 8192;
