@@ -260,14 +260,14 @@ constexpr int default_variant(int head_dim, bool causal, int seqlen_k) {
 }
 
 // FP8 variants (flash_fwd_fp8_hd*.cu compile only these; GA_FLASH_FP8_ALL_VARIANTS adds the candidates that lost,
-// for benchmarks). fp8_default_variant: the fastest in the H200 runs (the defaults' figures: docs/performance.md,
-// "FP8 e4m3 forward"): the persistent kernels with the dynamic tile scheduler, overlap (4) at hd 128 and serial (3)
-// at hd 256, for every mask and length (with the static split, long causal lost up to 45% to one tile per CTA; with the
-// counter it is even or ahead: hd 128 16k causal 810 vs 772, hd 256 8k causal 877 vs 858). One tile per CTA (1, 0)
-// stays compiled for the tests and for comparison. Measured and not kept: ping-pong (2, 5; 7, 8 = serial +
-// ping-pong) 0-15% slower, poly_exp2 (9, 10) within noise of 2/5. hd 128 runs 29 (FA3's 224-key tile +
-// the split-chain softmax), ahead of 4 by 8-15% at 4k-16k, full and causal, in the same run.
-// hd 256 runs 39 (the overlap schedule with the split chains, persistent), ahead of 3 by 9-17% (same run).
+// for benchmarks). fp8_default_variant, the fastest in the H200 runs (figures: docs/performance.md, "FP8 e4m3
+// forward"): hd 128 runs 29 (FA3's 224-key tile + the split-chain softmax), ahead of 4 by 8-15% at 4k-16k, full and
+// causal, in the same run; hd 256 runs 39 (the overlap schedule with the split chains, persistent), ahead of 3 by
+// 9-17%. Both grew from the persistent kernels with the dynamic tile scheduler, overlap (4) at hd 128 and serial (3)
+// at hd 256 (with the static split, long causal lost up to 45% to one tile per CTA; with the counter it is even or
+// ahead: hd 128 16k causal 810 vs 772, hd 256 8k causal 877 vs 858). One tile per CTA (1, 0) stays compiled for the
+// tests and for comparison. Measured and not kept: ping-pong (2, 5; 7, 8 = serial + ping-pong) 0-15% slower,
+// poly_exp2 (9, 10) within noise of 2/5.
 // GA_FLASH_FP8_WIDE (default: GA_FLASH_FP8_ALL_VARIANTS) compiles the 224-key candidates 28, 32-34 (their own
 // translation unit, flash_fwd_fp8_wide_hd128.cu, beside the default 29), variant 4, which 29 replaced, and 3, which
 // 39 replaced.
