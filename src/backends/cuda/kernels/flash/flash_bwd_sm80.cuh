@@ -214,7 +214,6 @@ __global__ void __launch_bounds__(BwdTraits<HD>::kThreads, 1) flash_bwd_main(Bwd
   load_tile<HD, kBc, T::kThreads>(sV, a.v + b * a.v_st.batch + int64_t{n0} * a.v_st.seq + hk * a.v_st.head,
                                   a.v_st.seq, keys_valid);
 
-  const int m_blocks = (a.seqlen_q + kBr - 1) / kBr;
   // The query blocks whose rows see a key of the block: row i sees keys up to i + diag_hi (from i >= n0 - diag_hi on)
   // and from i + diag_lo (up to i <= n0 + kBc - 1 - diag_lo).
   const int m_begin = max(0, n0 - a.diag_hi) / kBr;
