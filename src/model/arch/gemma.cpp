@@ -20,11 +20,6 @@
 namespace ga::arch {
 namespace {
 
-constexpr HfRename kGemmaTop[] = {
-    {"model.embed_tokens.weight", "token_embd.weight"},
-    {"model.norm.weight", "output_norm.weight"},
-    {"lm_head.weight", "output.weight"},
-};
 constexpr HfRename kGemmaLayer[] = {
     {"input_layernorm.weight", "attn_norm.weight"},
     {"self_attn.q_proj.weight", "attn_q.weight"},
@@ -40,7 +35,7 @@ constexpr HfRename kGemmaLayer[] = {
     {"mlp.up_proj.weight", "ffn_up.weight"},
     {"mlp.down_proj.weight", "ffn_down.weight"},
 };
-const HfNameScheme kGemmaHfNames{kGemmaTop, kGemmaLayer, {}, {}};
+const HfNameScheme kGemmaHfNames{kLlamaHfNames.top, kGemmaLayer, {}, {}};
 
 constexpr int64_t kGemma2Layers27B = 46;
 constexpr int64_t kGemma3Layers27B = 62;

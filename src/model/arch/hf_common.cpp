@@ -172,7 +172,8 @@ bool all_digits(std::string_view s) {
 
 }  // namespace
 
-const HfNameScheme kLlamaHfNames{kLlamaTop, kLlamaLayer, {}, {}};
+// constinit: the other families' schemes take its top-level names in their own static initializers.
+constinit const HfNameScheme kLlamaHfNames{kLlamaTop, kLlamaLayer, {}, {}};
 
 std::optional<HfTensorName> map_hf_tensor_name(std::string_view hf_name, const HfNameScheme& s) {
   for (const HfRename& r : s.top) {

@@ -15,11 +15,6 @@
 namespace ga::arch {
 namespace {
 
-constexpr HfRename kPhi3Top[] = {
-    {"model.embed_tokens.weight", "token_embd.weight"},
-    {"model.norm.weight", "output_norm.weight"},
-    {"lm_head.weight", "output.weight"},
-};
 constexpr HfRename kPhi3Layer[] = {
     {"input_layernorm.weight", "attn_norm.weight"},
     {"self_attn.qkv_proj.weight", "attn_qkv.weight"},
@@ -28,7 +23,7 @@ constexpr HfRename kPhi3Layer[] = {
     {"mlp.gate_up_proj.weight", "ffn_up.weight"},
     {"mlp.down_proj.weight", "ffn_down.weight"},
 };
-const HfNameScheme kPhi3HfNames{kPhi3Top, kPhi3Layer, {}, {}};
+const HfNameScheme kPhi3HfNames{kLlamaHfNames.top, kPhi3Layer, {}, {}};
 
 void window_every_layer(ModelConfig& c) {
   if (c.transformer.sliding_window > 0) c.transformer.swa_layers.assign(static_cast<size_t>(c.n_layer), 1);

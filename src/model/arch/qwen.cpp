@@ -12,11 +12,6 @@
 namespace ga::arch {
 namespace {
 
-constexpr HfRename kQwenTop[] = {
-    {"model.embed_tokens.weight", "token_embd.weight"},
-    {"model.norm.weight", "output_norm.weight"},
-    {"lm_head.weight", "output.weight"},
-};
 constexpr HfRename kQwenLayer[] = {
     {"input_layernorm.weight", "attn_norm.weight"},
     {"self_attn.q_proj.weight", "attn_q.weight"},
@@ -44,7 +39,7 @@ constexpr HfRename kQwenExpert[] = {
     {"up_proj.weight", "ffn_up_exps.weight"},
     {"down_proj.weight", "ffn_down_exps.weight"},
 };
-const HfNameScheme kQwenHfNames{kQwenTop, kQwenLayer, kQwenExperts, kQwenExpert};
+const HfNameScheme kQwenHfNames{kLlamaHfNames.top, kQwenLayer, kQwenExperts, kQwenExpert};
 
 std::optional<HfTensorName> qwen_hf_name(std::string_view hf_name) { return map_hf_tensor_name(hf_name, kQwenHfNames); }
 
