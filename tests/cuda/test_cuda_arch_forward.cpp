@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <random>
 #include <span>
 #include <string>
@@ -104,6 +105,41 @@ TEST(CudaArchForward, EveryFamilyGreedyTokensMatchTheCpu) {
     std::printf("%-24s %d greedy tokens identical\n", m.tag.c_str(), compared);
     EXPECT_GT(compared, 0);
   }
+}
+
+// A MoE layer's prefill (steps of more than 64 tokens) has two CUDA paths, chosen by the experts' shape
+// (cuda_engine.cpp): the grouped GEMM, captured in the prefill graphs, and cuBLAS per routed expert. Both,
+// forced through GA_MOE_PREFILL, on every MoE family: an 80-token prefill, then decode steps after it.
+TEST(CudaArchForward, MoePrefillPathsMatchTheCpuSession) {
+  GA_REQUIRE_CUDA_DEVICE();
+  size_t rows = 0;
+  for (const ga::test::cuda::FamilyModel& m : ga::test::cuda::family_models()) {
+    if (m.model.config.transformer.n_expert == 0) continue;
+    const int64_t n_vocab = m.model.config.n_vocab;
+    const std::vector<int32_t> seq = random_tokens(n_vocab, 84, 7);
+    const std::span<const int32_t> prompt(seq.data(), 80);
+    ga::Session cpu(m.model, options("cpu"));
+    const std::vector<float> want = cpu.eval(prompt, true);
+    std::vector<std::vector<float>> want_decode;
+    for (size_t i = 80; i < seq.size(); ++i) want_decode.push_back(cpu.eval(std::span<const int32_t>(&seq[i], 1)));
+    const auto& t = m.model.config;
+    const bool grouped_fits = t.n_embd % 64 == 0 && t.transformer.n_ff_exp % 64 == 0;  // the grouped GEMM's tiles
+    for (const char* path : {"grouped", "per-expert"}) {
+      if (!grouped_fits && std::string(path) == "grouped") continue;
+      SCOPED_TRACE(m.tag + ", prefill " + path);
+      ASSERT_EQ(setenv("GA_MOE_PREFILL", path, 1), 0);
+      ga::Session gpu(m.model, options("cuda"));
+      double worst = 0;
+      rows += expect_logit_rows_close(m.tag + " prefill", gpu.eval(prompt, true), want, n_vocab, kMaxRelL2, worst);
+      for (size_t i = 80; i < seq.size(); ++i) {
+        rows += expect_logit_rows_close(m.tag + " decode", gpu.eval(std::span<const int32_t>(&seq[i], 1)),
+                                        want_decode[i - 80], n_vocab, kMaxRelL2, worst);
+      }
+      std::printf("%-24s prefill %-10s worst rel L2 %.2e\n", m.tag.c_str(), path, worst);
+    }
+    unsetenv("GA_MOE_PREFILL");
+  }
+  EXPECT_GT(rows, 0u);
 }
 
 }  // namespace

@@ -3,9 +3,13 @@
 # process: `gpu-accel bench` (device copy and cuBLAS GEMM ceilings first, then pp512 / tg128) on random-weight models
 # of the ANCHORS shapes, and the micro-benchmarks behind them. Stages, run in the order given (default: models):
 #   models         gpu-accel bench -p 512 -n 128 -r 3 on 7B Q4_0 / Q4_K_M / Q8_0 / F16 and 1B F16
-#   peer           llama.cpp's llama-bench on the same models in the same call (the peer of ../shared/peers, built
-#                  into /tmp/llama.cpp-build by its build_llamacpp.sh when missing: ~6 min on 16 cores, so on a
-#                  fresh machine run `peer` in a call of its own first)
+#   families       the same on each dense family's real shape (Llama-3-8B, Qwen3-8B, Gemma-2-9B, Gemma-3-4B,
+#                  Phi-3-mini Q4_K_M) and Llama-3.2-1B F16
+#   moe-models     the same on Qwen3-30B-A3B and Mixtral-8x7B Q4_K_M (43 GiB of models: the dense ones of this
+#                  machine are removed first), each with both MoE prefill paths (GA_MOE_PREFILL)
+#   peer           llama.cpp's llama-bench on the models of the stages before it in this call (none: the `models`
+#                  set); the peer of ../shared/peers, built into /tmp/llama.cpp-build by its build_llamacpp.sh when
+#                  missing (~6 min on 16 cores, so on a fresh machine build it in a call of its own first)
 #   first-prefill  `gpu-accel run --time-prompt-again 5`, one process per prompt length (1 .. 2000 tokens, 1B F16):
 #                  the first prefill of a length against the same prefill repeated (the warm-up's job)
 #   gemv           ga_bench_gemv: every weight type's GEMV on Llama-7B-shaped matrices against the same run's copy
@@ -26,26 +30,44 @@ targets="gpu-accel"
 device_build $targets || finish 1
 GA=$B/bin/gpu-accel
 
-models=()
+models=()  # every model the stages of this call benchmarked (the peer's list)
+# make_models SPEC...: the random-weight models of PRESET:TYPE specs, added to models; their paths in made
 make_models() {
-  ((${#models[@]})) && return 0
   local spec f
-  for spec in llama2-7b:Q4_0 llama2-7b:Q4_K_M llama2-7b:Q8_0 llama2-7b:F16 llama3-1b:F16; do
+  made=()
+  for spec in "$@"; do
     f=$(bench_model "${spec%%:*}" "${spec##*:}") || finish 1
-    models+=("$f")
+    made+=("$f")
+    [[ " ${models[*]} " == *" $f "* ]] || models+=("$f")
   done
+}
+bench_ours() {  # NAME SECS: gpu-accel bench on the models in made
+  local args=() m
+  for m in "${made[@]}"; do args+=(-m "$m"); done
+  run_step "$1" "$2" bench.md "$GA" bench "${args[@]}" -p 512 -n 128 -r 3 --device cuda
 }
 
 for stage in "${stages[@]}"; do
   case $stage in
     models)
-      make_models
-      args=()
-      for m in "${models[@]}"; do args+=(-m "$m"); done
-      run_step "gpu-accel bench" 330 bench.md "$GA" bench "${args[@]}" -p 512 -n 128 -r 3 --device cuda
+      make_models llama2-7b:Q4_0 llama2-7b:Q4_K_M llama2-7b:Q8_0 llama2-7b:F16 llama3-1b:F16
+      bench_ours "gpu-accel bench" 330
+      ;;
+    families)
+      make_models llama3-8b:Q4_K_M qwen3-8b:Q4_K_M gemma2-9b:Q4_K_M gemma3-4b:Q4_K_M phi3-mini:Q4_K_M llama3-1b:F16
+      bench_ours "gpu-accel bench families" 330
+      ;;
+    moe-models)
+      for f in /tmp/models/*.gguf; do [[ $f == *qwen3-30b-a3b* || $f == *mixtral* ]] || rm -f "$f"; done
+      make_models qwen3-30b-a3b:Q4_K_M mixtral-8x7b:Q4_K_M
+      for path in grouped per-expert; do
+        export GA_MOE_PREFILL=$path
+        bench_ours "gpu-accel bench MoE, prefill $path" 240
+      done
+      unset GA_MOE_PREFILL
       ;;
     peer)
-      make_models
+      ((${#models[@]})) || make_models llama2-7b:Q4_0 llama2-7b:Q4_K_M llama2-7b:Q8_0 llama2-7b:F16 llama3-1b:F16
       llama=/tmp/llama.cpp-build/bin/llama-bench
       if [[ ! -x $llama ]]; then
         run_step "build llama.cpp" 480 peer-build.log bash "$GA_SHARED/peers/build_llamacpp.sh" \

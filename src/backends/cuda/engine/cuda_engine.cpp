@@ -24,6 +24,7 @@
 #include <cstring>
 #include <map>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -50,6 +51,7 @@ constexpr int64_t kMaxContext = int64_t{1} << 24;
 constexpr int64_t kMaxSlots = (int64_t{1} << 31) - 1;  // KV pool rows: slots are int32 in the step metadata
 constexpr double kMiB = 1024.0 * 1024.0;
 constexpr uint64_t kGemmWorkspace = uint64_t{32} << 20;  // the cuBLAS workspace
+constexpr int64_t kMoeGroupedPrefillMinExperts = 32;  // experts per layer from which prefill takes the grouped GEMM
 
 uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 int64_t ld4(int64_t n) { return (n + 3) / 4 * 4; }  // float4-friendly row stride
@@ -209,10 +211,23 @@ uint64_t CudaEngine::moe_scratch_bytes() const {
   const uint64_t plan = static_cast<uint64_t>(moe_plan_bytes(moe_shape(B, E, K)));
   const uint64_t gemv = static_cast<uint64_t>(moe_ffn_gemv_workspace_bytes(
       moe_shape(std::min<int64_t>(B, kMoeRouteFusedMaxTokens), E, K), c_.n_embd, ff));
-  const uint64_t prefill = B > kMoeRouteFusedMaxTokens
-                               ? static_cast<uint64_t>(moe_prefill_workspace_bytes(moe_shape(B, E, K), c_.n_embd, ff))
-                               : 0;
-  return route + plan + gemv + prefill;
+  return route + plan + gemv + static_cast<uint64_t>(moe_prefill_bytes());
+}
+
+int64_t CudaEngine::moe_prefill_bytes() const {
+  const int64_t B = layout_.max_batch;
+  if (moe_max_experts_ == 0 || B <= kMoeRouteFusedMaxTokens) return 0;
+  const MoeShape shape = moe_shape(B, moe_max_experts_, moe_max_top_k_);
+  const int64_t ff = c_.transformer.n_ff_exp;
+  if (!moe_prefill_grouped_) return moe_prefill_workspace_bytes(shape, c_.n_embd, ff);
+  // The grouped GEMM dequantizes every expert of a quantized stack into the workspace (one layer at a time).
+  MoePrefillParams p;
+  p.shape = shape;
+  const DType t = moe_stacks_all_f16_ ? DType::F16 : DType::Q8_0;
+  p.gate = MoeExperts{t, nullptr, ff, c_.n_embd, 0, 0};
+  p.up = p.gate;
+  p.down = MoeExperts{t, nullptr, c_.n_embd, ff, 0, 0};
+  return moe_prefill_graph_workspace_bytes(p);
 }
 
 void CudaEngine::check_weight_types() const {
@@ -279,14 +294,32 @@ CudaEngine::CudaEngine(const LoadedModel& model, const step::ProgramFactory& fac
     fused_.push_back(f);
   }
   model_ = nullptr;
-  // Expert stacks: the MoE scratch, sized by the model's routing; the prefill of their layers synchronizes
-  // with the host (moe_prefill.h), so such a model runs its prefill steps without graphs.
+  // Expert stacks: the MoE scratch, sized by the model's routing, and the prefill path by the experts' shape.
+  // Many small experts (Qwen3-30B-A3B: 128 of n_ff 768, 512 tokens give each ~32 rows) leave cuBLAS per expert
+  // launch-bound (10.5 TFLOP/s against the grouped GEMM's 54, docs/performance.md); few large ones (Mixtral: 8
+  // of 14336, ~128 rows each) run at 324 TFLOP/s through cuBLAS against 106. The per-expert path reads the
+  // routing's counts on the host, so with it the prefill steps run without graphs. GA_MOE_PREFILL=grouped |
+  // per-expert overrides the choice (benchmarks).
   for (const WeightEntry& e : weights_table_) {
     if (e.m.n_expert > 1) {
       moe_max_experts_ = std::max(moe_max_experts_, e.m.n_expert);
       moe_max_top_k_ = std::max<int64_t>(moe_max_top_k_, c_.transformer.n_expert_used);
-      prefill_graphs_allowed_ = false;
+      moe_stacks_all_f16_ = moe_stacks_all_f16_ && e.m.type == DType::F16;
     }
+  }
+  if (moe_max_experts_ > 0) {
+    const int64_t ff = c_.transformer.n_ff_exp;
+    const bool grouped_fits = c_.n_embd % 64 == 0 && ff % 64 == 0;
+    moe_prefill_grouped_ = grouped_fits && moe_max_experts_ >= kMoeGroupedPrefillMinExperts;
+    if (const char* env = std::getenv("GA_MOE_PREFILL"); env != nullptr && *env != '\0') {
+      const std::string_view v(env);
+      GA_CHECK(v == "grouped" || v == "per-expert", InvalidArgument, "GA_MOE_PREFILL=", v,
+               ": expected grouped or per-expert");
+      GA_CHECK(v != "grouped" || grouped_fits, Unsupported,
+               "GA_MOE_PREFILL=grouped: the grouped GEMM needs n_embd and n_ff multiples of 64");
+      moe_prefill_grouped_ = v == "grouped";
+    }
+    if (!moe_prefill_grouped_) prefill_graphs_allowed_ = false;
   }
   if (moe_max_experts_ > 0) {
     const MoeShape probe = moe_shape(1, moe_max_experts_, moe_max_top_k_);
@@ -350,7 +383,12 @@ CudaEngine::CudaEngine(const LoadedModel& model, const step::ProgramFactory& fac
                      "), ", static_cast<double>(needed) / kMiB, " MiB on device");
   // Which attention kernels the steps take: a refused sizing probe (allocate_state) would leave them on the
   // simple fallback, correct and several times slower, so it is said here and checked by the GPU tests.
-  description_ += attn_workspace_bytes_ > 0 ? ", decode attention: split-KV" : ", decode attention: simple";
+  description_ += decode_attention_tuned_ ? str(", decode attention: split-KV (workspace ",
+                                                static_cast<double>(attn_workspace_bytes_) / kMiB, " MiB)")
+                                          : str(", decode attention: simple (", decode_attention_refusal_, ")");
+  if (moe_max_experts_ > 0) {
+    description_ += moe_prefill_grouped_ ? ", MoE prefill: grouped GEMM" : ", MoE prefill: cuBLAS per expert";
+  }
   description_ += prefill_staging_.data() != nullptr ? ", prefill attention: Hopper flash (sm_90a)"
                                                      : ", prefill attention: mma.sync";
   prefill_stats_.max_tokens = prefill_graphs_allowed_ ? layout_.prefill_graph_max_tokens : 0;
@@ -459,9 +497,8 @@ void CudaEngine::allocate_state() {
     moe_gemv_workspace_ = DeviceBuffer(
         allocator_, static_cast<size_t>(moe_ffn_gemv_workspace_bytes(
                         moe_shape(std::min<int64_t>(B, kMoeRouteFusedMaxTokens), E, K), c_.n_embd, ff)));
-    if (B > kMoeRouteFusedMaxTokens) {
-      moe_prefill_workspace_ =
-          DeviceBuffer(allocator_, static_cast<size_t>(moe_prefill_workspace_bytes(moe_shape(B, E, K), c_.n_embd, ff)));
+    if (const int64_t bytes = moe_prefill_bytes(); bytes > 0) {
+      moe_prefill_workspace_ = DeviceBuffer(allocator_, static_cast<size_t>(bytes));
     }
   }
   logits_ = DeviceBuffer(allocator_, static_cast<size_t>(B * n_vocab_) * 4);
@@ -548,7 +585,13 @@ void CudaEngine::allocate_state() {
         ap.workspace = attn_workspace_.data();
         ap.workspace_bytes = bytes;
       }
-      if (attention_unsupported_reason(ap) == nullptr) attn_workspace_bytes_ = std::max(attn_workspace_bytes_, bytes);
+      // A shape may need no workspace (one split); it still runs the tuned kernel.
+      if (const char* why = attention_unsupported_reason(ap); why == nullptr) {
+        decode_attention_tuned_ = true;
+        attn_workspace_bytes_ = std::max(attn_workspace_bytes_, bytes);
+      } else if (decode_attention_refusal_.empty()) {
+        decode_attention_refusal_ = why;
+      }
     }
   }
   if (attn_workspace_bytes_ > 0) {

@@ -284,8 +284,13 @@ class CudaEngine final : public CudaForward, public CudaBatchForward, private st
   // The MoE layers' scratch (allocated when the Program uses expert stacks): router logits [max_batch][n_expert],
   // the routing ids / weights [max_batch][top_k], the plan, and the grouped GEMV's and the prefill's workspaces.
   int64_t moe_max_experts_ = 0, moe_max_top_k_ = 0;
+  // Prefill steps of the MoE layers: the grouped GEMM (moe_prefill_graph: no host sync, so the step is a CUDA
+  // graph) for models of many small experts, cuBLAS per routed expert (moe_prefill_host_sync) for few large ones.
+  bool moe_prefill_grouped_ = false;
+  bool moe_stacks_all_f16_ = true;
   DeviceBuffer moe_logits_, moe_ids_, moe_weights_, moe_plan_, moe_gemv_workspace_, moe_prefill_workspace_;
   uint64_t moe_scratch_bytes() const;
+  int64_t moe_prefill_bytes() const;  // the prefill path's workspace for max_batch tokens (0: no prefill steps)
   // The final norm's rows before the classifier: [max_batch][ld_embd_] and the gathered [max_seqs] rows.
   DeviceBuffer final_x_, final_rows_;
   int64_t ld_embd_ = 0;
@@ -308,6 +313,9 @@ class CudaEngine final : public CudaForward, public CudaBatchForward, private st
   DeviceBuffer w_stage_;          // f16 [largest quantized matrix]: dequantized weights of a GEMM
   DeviceBuffer attn_workspace_;
   size_t attn_workspace_bytes_ = 0;
+  // Whether the sizing probe found the tuned decode attention for some step shape, and else the first refusal.
+  bool decode_attention_tuned_ = false;
+  std::string decode_attention_refusal_;
   // The prefill attention's staging for the Hopper flash kernel (AttentionParams::prefill_staging): f16 q and
   // the runs' lengths, for the largest step. Empty (the mma.sync prefill serves) when the device cannot run the
   // flash kernel or GA_ATTN_PREFILL=mma is set (a diagnostic switch: before/after benchmarks in one run).

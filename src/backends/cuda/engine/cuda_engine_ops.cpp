@@ -323,8 +323,8 @@ void CudaEngine::add(step::View x, step::View y) {
 // Router (GEMV / GEMM on ffn_gate_inp), moe_route (ids, weights and the plan: the pairs grouped by expert),
 // then the routed experts' FFN: for up to kMoeRouteFusedMaxTokens tokens (decode and small batches, what the
 // graphs capture) the grouped expert GEMV, which reads only the routed experts' weights; for longer steps
-// (prefill) per-expert cuBLAS GEMMs on the gathered rows (moe_prefill.h: one host sync on the counts, so a
-// model with experts runs its prefill without graphs).
+// (prefill) the grouped GEMM or per-expert cuBLAS GEMMs on the gathered rows, as moe_prefill_grouped_ chose
+// (moe_prefill.h; the per-expert path syncs with the host on the counts, so its prefill runs without graphs).
 void CudaEngine::moe(const step::MoeOp& op) {
   check_view(op.x, "moe");
   check_view(op.out, "moe");
@@ -392,7 +392,12 @@ void CudaEngine::moe(const step::MoeOp& op) {
     routed_problem(f);
     f.workspace = moe_prefill_workspace_.data();
     f.workspace_bytes = static_cast<int64_t>(moe_prefill_workspace_.size());
-    moe_prefill_host_sync(*gemm_, f);
+    if (moe_prefill_grouped_) {
+      check_params("moe_prefill_graph", moe_prefill_graph_unsupported_reason, f);
+      GA_CUDA_CHECK(moe_prefill_graph(f, s));
+    } else {
+      moe_prefill_host_sync(*gemm_, f);
+    }
   }
   wrote(op.out);
 }
