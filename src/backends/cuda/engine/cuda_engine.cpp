@@ -574,7 +574,18 @@ void CudaEngine::allocate_state() {
   };
   // Sized before asking attention_unsupported_reason: that check also wants the workspace, so asking
   // it first left the workspace empty and sent every decode step to the simple attention.
+  // One probe per distinct layer shape (a model's layers share one or two), not per layer: the probe runs at
+  // start-up for every step shape.
+  std::vector<const KvLayer*> distinct;
   for (const KvLayer& l : kv_layers_) {
+    const bool seen = std::any_of(distinct.begin(), distinct.end(), [&](const KvLayer* d) {
+      return d->spec.n_head == l.spec.n_head && d->spec.n_head_kv == l.spec.n_head_kv &&
+             d->spec.head_dim == l.spec.head_dim;
+    });
+    if (!seen) distinct.push_back(&l);
+  }
+  for (const KvLayer* lp : distinct) {
+    const KvLayer& l = *lp;
     for (const auto& [n, n_seqs] : shapes) {
       AttentionParams ap = attention_params(layer_op(l), l, bounds(n, n_seqs, n == n_seqs ? 1 : n));
       ap.workspace = nullptr;
