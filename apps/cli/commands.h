@@ -14,5 +14,6 @@ int cmd_bench(int argc, char** argv);       // pp/tg throughput against measured
 int cmd_bench_serve(int argc, char** argv);  // continuous-batching throughput / TTFT with N clients
 int cmd_quantize(int argc, char** argv);    // re-quantize a GGUF model (llama-quantize)
 int cmd_make_model(int argc, char** argv);  // write a random-weight Llama model of a real shape
+int cmd_launch(int argc, char** argv);      // N local ranks of a command with torchrun's variables
 
 }  // namespace ga::cli

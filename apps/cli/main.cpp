@@ -35,6 +35,7 @@ const char* const kUsage =
     "  bench-serve  continuous-batching throughput and time to first token with N clients\n"
     "  quantize  re-quantize a GGUF model (llama.cpp types and k-quant mixes)\n"
     "  make-model  write a random-weight Llama model of a real shape\n"
+    "  launch    run a command as N local ranks with torchrun's variables (multi-process jobs)\n"
     "\n"
     "  gpu-accel <command> --help   options of a command\n"
     "  gpu-accel --version          version, git commit and build options\n";
@@ -60,6 +61,7 @@ int dispatch(int argc, char** argv) {
   if (command == "bench-serve") return ga::cli::cmd_bench_serve(argc, argv);
   if (command == "quantize") return ga::cli::cmd_quantize(argc, argv);
   if (command == "make-model") return ga::cli::cmd_make_model(argc, argv);
+  if (command == "launch") return ga::cli::cmd_launch(argc, argv);
   throw ga::cli::UsageError("unknown command '" + command + "' (try 'gpu-accel --help')");
 }
 
