@@ -73,6 +73,14 @@ struct TransformerParams {
   int64_t n_ff_shexp = 0;
 };
 
+// The part of a tensor-parallel group a model holds (model/arch/tensor_parallel.h): its attention heads and
+// feed-forward columns are rank's share of world; the forward sums the partial outputs of the attention and
+// FFN output projections over the group. world 1: the whole model.
+struct TensorParallelShard {
+  int world = 1;
+  int rank = 0;
+};
+
 struct ModelConfig {
   std::string arch;  // "llama", "qwen3", "gemma2", ... (GGUF general.architecture)
   std::string name;  // general.name or the folder name
@@ -92,6 +100,7 @@ struct ModelConfig {
   bool tied_embeddings = false;  // output.weight absent: the classifier is token_embd.weight
   bool qkv_bias = false;         // Qwen2: attn_{q,k,v}.bias present
   TransformerParams transformer;
+  TensorParallelShard shard;
 };
 
 // A weight tensor in its stored type. ne in ggml order: ne[0] is the row length (in_features),

@@ -210,6 +210,9 @@ class Ops {
   virtual void add(View x, View y) = 0;  // x += y
   virtual void moe(const MoeOp& op) = 0;
   virtual void sigmoid_gate(View y, Vec gate, View x) = 0;  // y *= sigmoid(gate . x), per row (Qwen2-MoE)
+  // x = the sum of x over the ranks of the model's tensor-parallel group (ModelConfig::shard), on every rank:
+  // the row-parallel projections' partial outputs. Called only by a sharded model's Program.
+  virtual void all_reduce(View x) = 0;
   virtual void logits(const LogitsOp& op) = 0;
 };
 

@@ -16,6 +16,7 @@
 #include "backends/cpu/ops.h"
 #include "backends/cpu/quant.h"
 #include "core/thread_pool.h"
+#include "dist/transport.h"
 #include "gpu_accel/error.h"
 
 namespace ga::cpu {
@@ -49,6 +50,8 @@ struct CpuRope {
 struct StepEngine::Impl final : step::Binder, step::Ops {
   const LoadedModel* model = nullptr;
   ThreadPool* pool = nullptr;
+  dist::Transport* transport = nullptr;  // the tensor-parallel group of a sharded model
+  std::vector<float> reduce_scratch;
   int64_t n_ctx = 0;
   step::StateSpec state_spec;
   std::unique_ptr<step::Program> program;
@@ -356,6 +359,17 @@ struct StepEngine::Impl final : step::Binder, step::Ops {
     moe_ffn(p, moe_scratch, pool);
   }
 
+  // The view's rows gathered into one contiguous block, summed over the group, scattered back.
+  void all_reduce(step::View x) override {
+    check_view(x, "all_reduce");
+    GA_CHECK(transport != nullptr && transport->world_size() == model->config.shard.world, Internal,
+             "all_reduce: a shard of a ", model->config.shard.world, "-rank model without its group's transport");
+    reduce_scratch.resize(static_cast<size_t>(n * x.cols));
+    for (int64_t t = 0; t < n; ++t) std::copy_n(ptr(x, t), x.cols, reduce_scratch.data() + t * x.cols);
+    transport->all_reduce_sum(reduce_scratch.data(), reduce_scratch.size());
+    for (int64_t t = 0; t < n; ++t) std::copy_n(reduce_scratch.data() + t * x.cols, x.cols, ptr(x, t));
+  }
+
   void sigmoid_gate(step::View y, step::Vec g, step::View x) override {
     check_view(y, "sigmoid_gate");
     check_view(x, "sigmoid_gate");
@@ -453,11 +467,16 @@ struct StepEngine::Impl final : step::Binder, step::Ops {
 };
 
 StepEngine::StepEngine(const LoadedModel& model, const step::ProgramFactory& factory, ThreadPool* pool,
-                       int64_t max_positions)
+                       int64_t max_positions, dist::Transport* transport)
     : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
+  GA_CHECK(model.config.shard.world == 1 || (transport != nullptr && transport->world_size() == model.config.shard.world &&
+                                             transport->rank() == model.config.shard.rank),
+           InvalidArgument, "rank ", model.config.shard.rank, " of a ", model.config.shard.world,
+           "-rank tensor-parallel model needs its group's transport (as that rank)");
   m.model = &model;
   m.pool = pool;
+  m.transport = transport;
   m.n_ctx = max_positions;
   m.state_spec = factory.state();
   m.program = factory.build(m);

@@ -22,15 +22,19 @@
 namespace ga {
 class ThreadPool;
 }
+namespace ga::dist {
+class Transport;
+}
 
 namespace ga::cpu {
 
 class StepEngine {
  public:
   // Builds the factory's Program over the model's weights. max_positions bounds a sequence's positions
-  // (the programs' RoPE choices may depend on it). The model and the pool must outlive the engine.
+  // (the programs' RoPE choices may depend on it). A tensor-parallel shard (ModelConfig::shard) runs with its
+  // group's transport, as its rank. The model, the pool and the transport must outlive the engine.
   StepEngine(const LoadedModel& model, const step::ProgramFactory& factory, ThreadPool* pool,
-             int64_t max_positions);
+             int64_t max_positions, dist::Transport* transport = nullptr);
   ~StepEngine();
   StepEngine(StepEngine&&) noexcept;
   StepEngine& operator=(StepEngine&&) noexcept;

@@ -20,6 +20,7 @@
 #include "backends/step_ops.h"
 #include "gpu_accel/gguf.h"
 #include "gpu_accel/model.h"
+#include "model/arch/tensor_parallel.h"
 #include "model/formats/hf_config.h"
 
 namespace ga::arch {
@@ -76,6 +77,8 @@ struct ArchInfo {
   std::function<void(const hf::HfConfig&, LoadedModel&)> hf_fixup;
   std::function<std::vector<TensorSpec>(const ModelConfig&)> tensor_specs;
   std::function<void(const ModelConfig&)> check_config;  // hyperparameters the forward cannot take
+  // How each tensor splits over a tensor-parallel group (tensor_parallel.h); empty: the architecture does not.
+  std::function<TensorSplit(const ModelConfig&, std::string_view name)> tensor_split;
   std::function<std::unique_ptr<step::ProgramFactory>(const LoadedModel&)> make_factory;
 };
 

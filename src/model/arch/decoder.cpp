@@ -185,6 +185,7 @@ class DecoderProgram final : public step::Program {
       at.softcap = tp.attn_softcap;
       ops.attention(at);                 // [n][n_head][head_dim]
       ops.linear(L.wo, attn, tmp);       // [n][n_embd]
+      if (c_.shard.world > 1) ops.all_reduce(tmp);  // each rank's heads gave a partial sum
       if (tp.post_norms) post_norm(ops, tmp, L.post_attn_norm);
 
       // h = rmsnorm(resid += tmp) * ffn_norm; tmp = the feed-forward of h
@@ -199,6 +200,7 @@ class DecoderProgram final : public step::Program {
       } else {
         dense_ffn(ops, L.w_gate, L.w_up, L.w_down, c_.n_ff, xn, tmp);
       }
+      if (c_.shard.world > 1) ops.all_reduce(tmp);  // each rank's FFN columns (and experts' columns)
       if (tp.post_norms) post_norm(ops, tmp, L.post_ffw_norm);
     }
     step::LogitsOp lo;
@@ -425,6 +427,33 @@ void check_decoder_config(const ModelConfig& c) {
 
 std::unique_ptr<step::ProgramFactory> make_decoder_factory(const LoadedModel& model) {
   return std::make_unique<DecoderFactory>(model);
+}
+
+TensorSplit decoder_tensor_split(const ModelConfig& c, std::string_view name) {
+  using Kind = TensorSplit::Kind;
+  const auto ends_with = [&](std::string_view suffix) {
+    return name.size() >= suffix.size() && name.substr(name.size() - suffix.size()) == suffix;
+  };
+  const int64_t q_dim = c.n_head * c.head_dim, kv_dim = c.n_head_kv * c.head_dim;
+  if (name.rfind("blk.", 0) != 0) return {};  // embeddings, final norm, classifier, RoPE factors
+  for (const std::string_view t : {"attn_k.weight", "attn_k.bias", "attn_v.weight", "attn_v.bias"}) {
+    if (ends_with(t)) return {Kind::kRows, {kv_dim}, {true}};
+  }
+  for (const std::string_view t : {"attn_q.weight", "attn_q.bias", "ffn_gate.weight", "ffn_gate_exps.weight",
+                                   "ffn_up_exps.weight", "ffn_gate_shexp.weight", "ffn_up_shexp.weight"}) {
+    if (ends_with(t)) return {Kind::kRows, {}, {}};
+  }
+  if (ends_with("attn_qkv.weight") || ends_with("attn_qkv.bias")) {
+    return {Kind::kRows, {q_dim, kv_dim, kv_dim}, {false, true, true}};
+  }
+  if (ends_with("ffn_up.weight")) {
+    return c.transformer.fused_gate_up ? TensorSplit{Kind::kRows, {c.n_ff, c.n_ff}, {}} : TensorSplit{Kind::kRows, {}, {}};
+  }
+  for (const std::string_view t : {"attn_output.weight", "ffn_down.weight", "ffn_down_exps.weight",
+                                   "ffn_down_shexp.weight"}) {
+    if (ends_with(t)) return {Kind::kCols, {}, {}};
+  }
+  return {};  // norms, q/k norms, the router, the shared expert's gate
 }
 
 }  // namespace ga::arch

@@ -31,5 +31,8 @@ std::vector<TensorSpec> decoder_tensor_specs(const ModelConfig& config);
 // Hyperparameters the decoder cannot run (InvalidFormat / Unsupported naming them).
 void check_decoder_config(const ModelConfig& config);
 std::unique_ptr<step::ProgramFactory> make_decoder_factory(const LoadedModel& model);
+// Megatron's split of the decoder's tensors (tensor_parallel.h): column-parallel q/k/v and gate/up, row-parallel
+// attn_output and ffn_down, the rest replicated.
+TensorSplit decoder_tensor_split(const ModelConfig& config, std::string_view name);
 
 }  // namespace ga::arch

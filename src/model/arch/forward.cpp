@@ -36,14 +36,16 @@ struct BatchForward::Impl {
   const LoadedModel* model;
   std::unique_ptr<step::ProgramFactory> factory;
   cpu::StepEngine engine;
-  Impl(const LoadedModel& m, ThreadPool* pool, int64_t max_positions)
+  Impl(const LoadedModel& m, ThreadPool* pool, int64_t max_positions, dist::Transport* transport)
       : model(&m),
         factory(make_program_factory(m)),
-        engine(m, *factory, pool, max_positions > 0 ? max_positions : std::max<int64_t>(m.config.n_ctx_train, 1)) {}
+        engine(m, *factory, pool, max_positions > 0 ? max_positions : std::max<int64_t>(m.config.n_ctx_train, 1),
+               transport) {}
 };
 
-BatchForward::BatchForward(const LoadedModel& model, ThreadPool* pool, int64_t max_positions)
-    : impl_(std::make_unique<Impl>(model, pool, max_positions)) {}
+BatchForward::BatchForward(const LoadedModel& model, ThreadPool* pool, int64_t max_positions,
+                           dist::Transport* transport)
+    : impl_(std::make_unique<Impl>(model, pool, max_positions, transport)) {}
 BatchForward::~BatchForward() = default;
 BatchForward::BatchForward(BatchForward&&) noexcept = default;
 BatchForward& BatchForward::operator=(BatchForward&&) noexcept = default;
@@ -64,7 +66,7 @@ struct SequenceForward::Impl {
   static constexpr int32_t kTable[1] = {0};
 
   Impl(const LoadedModel& model, const SequenceParams& p, ThreadPool* pool)
-      : params(p), forward(model, pool, p.n_ctx), kv(forward.state(), single_block_pool(p)) {}
+      : params(p), forward(model, pool, p.n_ctx, p.transport), kv(forward.state(), single_block_pool(p)) {}
 };
 
 SequenceForward::SequenceForward(const LoadedModel& model, const SequenceParams& params, ThreadPool* pool)

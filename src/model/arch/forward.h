@@ -16,6 +16,9 @@
 namespace ga {
 class ThreadPool;
 }
+namespace ga::dist {
+class Transport;
+}
 
 namespace ga::arch {
 
@@ -25,8 +28,9 @@ using step::BatchToken;
 class BatchForward {
  public:
   // max_positions: the context one sequence may reach (RoPE choices may depend on it); 0: the model's
-  // training context.
-  BatchForward(const LoadedModel& model, ThreadPool* pool, int64_t max_positions = 0);
+  // training context. A tensor-parallel shard (tensor_parallel.h) runs with its group's transport.
+  BatchForward(const LoadedModel& model, ThreadPool* pool, int64_t max_positions = 0,
+               dist::Transport* transport = nullptr);
   ~BatchForward();
   BatchForward(BatchForward&&) noexcept;
   BatchForward& operator=(BatchForward&&) noexcept;
@@ -47,6 +51,7 @@ struct SequenceParams {
   int64_t n_ctx = 0;           // positions the KV cache holds
   DType kv_type = DType::F32;  // F32 or F16
   int64_t max_batch = 512;     // tokens per internal step; longer evals are split (bounds scratch memory)
+  dist::Transport* transport = nullptr;  // a tensor-parallel shard's group (every rank evaluates the same tokens)
 };
 
 // One sequence over a loaded model. Not thread-safe; the model and the pool must outlive it.

@@ -51,6 +51,7 @@ ArchInfo decoder_arch(std::string_view name) {
   a.tensor_specs = decoder_tensor_specs;
   a.check_config = check_decoder_config;
   a.make_factory = make_decoder_factory;
+  a.tensor_split = decoder_tensor_split;
   return a;
 }
 

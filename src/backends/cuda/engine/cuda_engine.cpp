@@ -243,6 +243,8 @@ void CudaEngine::check_weight_types() const {
 CudaEngine::CudaEngine(const LoadedModel& model, const step::ProgramFactory& factory, const EngineLayout& layout)
     : c_(model.config), layout_(layout), allocator_(layout.device), stream_(layout.device) {
   DeviceGuard guard(layout.device);
+  GA_CHECK(c_.shard.world == 1, Unsupported, "tensor parallelism on the GPU is not implemented yet (rank ",
+           c_.shard.rank, " of a ", c_.shard.world, "-rank shard)");
   GA_CHECK(layout_.max_seq_positions > 0 && layout_.max_seq_positions <= kMaxContext, InvalidArgument,
            "context length ", layout_.max_seq_positions, " is outside [1, ", kMaxContext, "]");
   GA_CHECK(layout_.max_batch > 0 && layout_.max_batch <= 8192, InvalidArgument, "max_batch ", layout_.max_batch,

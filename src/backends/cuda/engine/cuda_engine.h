@@ -155,6 +155,7 @@ class CudaEngine final : public CudaForward, public CudaBatchForward, private st
   void add(step::View x, step::View y) override;
   void moe(const step::MoeOp& op) override;
   void sigmoid_gate(step::View y, step::Vec gate, step::View x) override;
+  void all_reduce(step::View x) override;
   void logits(const step::LogitsOp& op) override;
 
   // ---- tables ----

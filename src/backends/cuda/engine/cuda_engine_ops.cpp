@@ -402,6 +402,9 @@ void CudaEngine::moe(const step::MoeOp& op) {
   wrote(op.out);
 }
 
+// Only a sharded model's Program calls it, and the constructor refuses those: one GPU holds the whole model.
+void CudaEngine::all_reduce(step::View x) { check_view(x, "all_reduce"); }
+
 void CudaEngine::sigmoid_gate(step::View y, step::Vec gate, step::View x) {
   if (warm_matmuls_only_) return;
   check_view(y, "sigmoid_gate");
