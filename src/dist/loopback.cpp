@@ -36,6 +36,10 @@ class LoopbackTransport final : public Transport {
   }
 
   void wait(Ticket ticket) override {
+    if (ticket.second >= 0) {  // send_recv: the send is complete, the receive is the second
+      wait(Ticket{ticket.second, -1});
+      return;
+    }
     const auto it = pending_.find(ticket.id);
     if (it == pending_.end()) return;  // a send, or already waited on
     const Pending p = it->second;

@@ -86,7 +86,7 @@ int owner_after(const Transport& t, int step) { return (t.rank() - step % t.worl
 // One K/V pass in flight: the outgoing bytes (valid until the send is waited on) and the incoming buffer.
 struct KvPass {
   std::vector<unsigned char> out, in;
-  Ticket send, recv;
+  Ticket ticket;
   int64_t n_in = 0;
 };
 
@@ -95,13 +95,12 @@ void post_kv_pass(Transport& t, const Block& b, int64_t n_in, int64_t row, KvPas
   pass.out = pack_kv(b);
   pass.in.assign(kv_bytes(n_in, row), 0);
   pass.n_in = n_in;
-  pass.send = t.send(pass.out.data(), pass.out.size(), (t.rank() + 1) % w);
-  pass.recv = t.recv(pass.in.data(), pass.in.size(), (t.rank() + w - 1) % w);
+  pass.ticket = t.send_recv(pass.out.data(), pass.out.size(), (t.rank() + 1) % w, pass.in.data(), pass.in.size(),
+                            (t.rank() + w - 1) % w);
 }
 
 Block finish_kv_pass(Transport& t, KvPass& pass, int64_t row) {
-  t.wait(pass.recv);
-  t.wait(pass.send);
+  t.wait(pass.ticket);
   return unpack_kv(pass.in, pass.n_in, row);
 }
 
@@ -113,10 +112,8 @@ void pass_grads(Transport& t, std::vector<float>& dk, std::vector<float>& dv, in
   std::copy(dk.begin(), dk.end(), out.begin());
   std::copy(dv.begin(), dv.end(), out.begin() + static_cast<std::ptrdiff_t>(dk.size()));
   std::vector<float> in(static_cast<size_t>(2 * n_in * row));
-  const Ticket s = t.send(out.data(), out.size() * sizeof(float), (t.rank() + 1) % w);
-  const Ticket r = t.recv(in.data(), in.size() * sizeof(float), (t.rank() + w - 1) % w);
-  t.wait(r);
-  t.wait(s);
+  t.wait(t.send_recv(out.data(), out.size() * sizeof(float), (t.rank() + 1) % w, in.data(), in.size() * sizeof(float),
+                     (t.rank() + w - 1) % w));
   dk.assign(in.begin(), in.begin() + n_in * row);
   dv.assign(in.begin() + n_in * row, in.end());
 }

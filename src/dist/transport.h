@@ -19,6 +19,7 @@ namespace ga::dist {
 // A posted send or receive (an index into the transport's table of pending operations).
 struct Ticket {
   int64_t id = -1;
+  int64_t second = -1;  // send_recv's default: the receive's own ticket
 };
 
 class Transport {
@@ -30,6 +31,11 @@ class Transport {
   virtual Ticket send(const void* data, size_t bytes, int to) = 0;
   virtual Ticket recv(void* data, size_t bytes, int from) = 0;
   virtual void wait(Ticket ticket) = 0;
+  // A send to `to` and a receive from `from` posted together, one ticket for both: how the ring algorithms
+  // exchange. On GPUs (NCCL) a lone send waits on the device for its receive, so two ranks that each send
+  // first and receive second would wait on each other; posted as one group they cannot.
+  virtual Ticket send_recv(const void* send_data, size_t send_bytes, int to, void* recv_data, size_t recv_bytes,
+                           int from);
   // data[i] = the sum over ranks of data[i], on every rank (a ring reduce-scatter then all-gather over
   // send/recv unless the implementation has its own). Every rank passes the same n.
   virtual void all_reduce_sum(float* data, size_t n);
