@@ -177,8 +177,7 @@ TEST(ChatTemplateRobustness, ReferenceCyclesAndSharedUseAreSafe) {
 }
 
 TEST(ChatTemplateRobustness, RandomMutationsOfRealTemplatesOnlyEverThrowGaError) {
-  const std::filesystem::path dir =
-      std::filesystem::path(__FILE__).parent_path().parent_path() / "data" / "chat_templates" / "templates";
+  const std::filesystem::path dir = ga::test::repo_path("tests/data/chat_templates/templates");
   std::vector<std::string> sources;
   for (const auto& entry : std::filesystem::directory_iterator(dir)) sources.push_back(ga::test::read_file(entry.path()));
   ASSERT_GT(sources.size(), 10u);

@@ -23,7 +23,7 @@ namespace {
 using json = nlohmann::ordered_json;
 
 std::string data_dir() {
-  return (std::filesystem::path(__FILE__).parent_path().parent_path() / "data" / "chat_templates").string();
+  return ga::test::repo_path("tests/data/chat_templates");
 }
 
 json read_json(const std::string& path) { return json::parse(ga::test::read_file(path)); }
