@@ -61,5 +61,7 @@ setup(
     package_dir={"": "python"},
     ext_modules=[Extension("gpu_accel._C", sources=[])],
     cmdclass={"build_ext": CMakeBuild},
+    # setuptools' own folders stay out of CMake's build/ (git ignores /build*/).
+    options={"build": {"build_base": "build-setuptools"}},
     zip_safe=False,
 )
