@@ -33,4 +33,5 @@ def model_path():
 def llm(model_path):
     import gpu_accel
 
-    return gpu_accel.LLM(model_path, device="cpu", threads=2)
+    # the CLI's defaults (device cpu, all cores), so its output is comparable
+    return gpu_accel.LLM(model_path, device="cpu")
