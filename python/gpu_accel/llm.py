@@ -25,6 +25,10 @@ class LLM:
         self.n_ctx = info["n_ctx"]
         self.device = info["device"]
 
+    def __repr__(self):
+        info = self._engine.info()
+        return f"LLM({info['path']!r}, arch={info['arch']!r}, device={info['device']!r}, n_ctx={info['n_ctx']})"
+
     def info(self):
         """The model's and session's facts: arch, name, n_vocab, n_layer, n_ctx, device, bos, eos, ..."""
         return dict(self._engine.info())

@@ -198,13 +198,13 @@ class Engine {
       py::gil_scoped_release release;
       std::lock_guard lock(mutex_);
       session_->reset();
-      std::function<bool(std::string_view)> cb;
-      if (on_text) {
-        cb = [&on_text](std::string_view piece) {
-          py::gil_scoped_acquire acquire;
-          return on_text(std::string(piece));  // a Python exception propagates as error_already_set
-        };
-      }
+      // Each piece also runs the pending signal handlers (on the main thread), so Ctrl-C stops a long generation:
+      // the KeyboardInterrupt propagates as error_already_set, as does an exception of on_text.
+      const std::function<bool(std::string_view)> cb = [&on_text](std::string_view piece) {
+        py::gil_scoped_acquire acquire;
+        if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+        return on_text ? on_text(std::string(piece)) : true;
+      };
       r = fn(cb);
     }
     return py::make_tuple(utf8_text(r.text), finish_reason_name(r.finish), r.prompt_tokens, r.tokens);

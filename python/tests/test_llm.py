@@ -1,7 +1,10 @@
 """gpu_accel.LLM on models/stories260K.gguf, compared with the gpu-accel CLI."""
 
+import os
+import signal
 import subprocess
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -120,3 +123,22 @@ def test_context_overflow_is_an_engine_error(model_path):
     small = gpu_accel.LLM(model_path, device="cpu", n_ctx=8, threads=1)
     with pytest.raises(gpu_accel.Error):
         small.logits(list(range(1, 20)))
+
+
+def test_ctrl_c_stops_a_generation(llm):
+    # A whole context of stories260K takes ~1 s on a CI core; the signal comes after 50 ms.
+    timer = threading.Timer(0.05, lambda: os.kill(os.getpid(), signal.SIGINT))
+    start = time.monotonic()
+    timer.start()
+    try:
+        llm.generate(PROMPT, max_tokens=-1, ignore_eos=True, temperature=0)
+        time.sleep(1.0)  # the generation ended first: the signal lands here instead
+        pytest.fail("no KeyboardInterrupt")
+    except KeyboardInterrupt:
+        pass
+    finally:
+        timer.join()
+    elapsed = time.monotonic() - start
+    if elapsed >= 1.0:
+        pytest.skip(f"the generation ended before the signal ({elapsed:.2f} s)")
+    assert llm.generate(PROMPT, max_tokens=4, temperature=0)  # still usable
