@@ -128,7 +128,9 @@ class Engine {
     }
     const auto n_vocab = static_cast<py::ssize_t>(tokenizer_->n_vocab());
     const auto n_rows = static_cast<py::ssize_t>(rows.size()) / n_vocab;
-    py::array_t<float> out = last_only ? py::array_t<float>({n_vocab}) : py::array_t<float>({n_rows, n_vocab});
+    const std::vector<py::ssize_t> shape = last_only ? std::vector<py::ssize_t>{n_vocab}
+                                                     : std::vector<py::ssize_t>{n_rows, n_vocab};
+    py::array_t<float> out(shape);
     std::memcpy(out.mutable_data(), rows.data(), rows.size() * sizeof(float));
     return out;
   }

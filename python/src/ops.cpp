@@ -117,8 +117,8 @@ py::tuple flash_attn(const Array& q, const Array& k, const Array& v, float scale
   require(d > 0, "flash_attn_func: headdim must be positive");
   require(left >= -1 && right >= -1, "flash_attn_func: window_size bounds must be -1 (none) or >= 0");
   if (causal) right = 0;
-  Array out({b, sq, h, d});
-  Array lse = want_lse ? Array({b, h, sq}) : Array({py::ssize_t{0}});
+  Array out(std::vector<py::ssize_t>{b, sq, h, d});
+  Array lse(want_lse ? std::vector<py::ssize_t>{b, h, sq} : std::vector<py::ssize_t>{0});
   const float* qp = q.data();
   const float* kp = k.data();
   const float* vp = v.data();
