@@ -56,8 +56,8 @@ GenerateOptions generate_options(const SamplingArgs& a) {
   const auto require = [](bool ok, const std::string& message) {
     if (!ok) throw py::value_error(message);
   };
-  require(a.max_tokens >= -1, "max_tokens must be -1 (until the context is full) or >= 0, got " +
-                                  std::to_string(a.max_tokens));
+  require(a.max_tokens >= -1,
+          "max_tokens must be -1 (until the context is full) or >= 0, got " + std::to_string(a.max_tokens));
   require(a.temperature >= 0.0f, "temperature must be >= 0 (0: greedy), got " + std::to_string(a.temperature));
   require(a.top_k >= 0, "top_k must be >= 0 (0: off), got " + std::to_string(a.top_k));
   require(a.top_p >= 0.0f && a.top_p <= 1.0f, "top_p must be in [0, 1], got " + std::to_string(a.top_p));
@@ -128,8 +128,8 @@ class Engine {
     }
     const auto n_vocab = static_cast<py::ssize_t>(tokenizer_->n_vocab());
     const auto n_rows = static_cast<py::ssize_t>(rows.size()) / n_vocab;
-    const std::vector<py::ssize_t> shape = last_only ? std::vector<py::ssize_t>{n_vocab}
-                                                     : std::vector<py::ssize_t>{n_rows, n_vocab};
+    const std::vector<py::ssize_t> shape =
+        last_only ? std::vector<py::ssize_t>{n_vocab} : std::vector<py::ssize_t>{n_rows, n_vocab};
     py::array_t<float> out(shape);
     std::memcpy(out.mutable_data(), rows.data(), rows.size() * sizeof(float));
     return out;
@@ -143,18 +143,22 @@ class Engine {
     GenerateOptions options = generate_options(args);
     options.add_special = add_special;
     options.parse_special = parse_special;
-    return run([&](const std::function<bool(std::string_view)>& cb) {
-      return generate(*session_, *tokenizer_, prompt, options, cb);
-    }, on_text);
+    return run(
+        [&](const std::function<bool(std::string_view)>& cb) {
+          return generate(*session_, *tokenizer_, prompt, options, cb);
+        },
+        on_text);
   }
 
   py::tuple generate_tokens(const std::vector<int32_t>& prompt, const SamplingArgs& args,
                             const std::function<bool(const std::string&)>& on_text) {
     for (const int32_t id : prompt) check_token(id);
     const GenerateOptions options = generate_options(args);
-    return run([&](const std::function<bool(std::string_view)>& cb) {
-      return generate_from_tokens(*session_, *tokenizer_, prompt, options, cb);
-    }, on_text);
+    return run(
+        [&](const std::function<bool(std::string_view)>& cb) {
+          return generate_from_tokens(*session_, *tokenizer_, prompt, options, cb);
+        },
+        on_text);
   }
 
   std::vector<int32_t> chat_tokens(const std::vector<std::pair<std::string, std::string>>& messages) {
@@ -250,8 +254,8 @@ void register_engine(py::module_& m) {
       .def_readwrite("ignore_eos", &SamplingArgs::ignore_eos);
 
   py::class_<Engine>(m, "Engine", "A loaded model with one sequence's session (use gpu_accel.LLM).")
-      .def(py::init<const std::string&, const std::string&, int64_t, int, bool>(), py::arg("path"),
-           py::arg("device"), py::arg("n_ctx"), py::arg("threads"), py::arg("warm_up"))
+      .def(py::init<const std::string&, const std::string&, int64_t, int, bool>(), py::arg("path"), py::arg("device"),
+           py::arg("n_ctx"), py::arg("threads"), py::arg("warm_up"))
       .def("tokenize", &Engine::tokenize, py::arg("text"), py::arg("add_special"), py::arg("parse_special"))
       .def("detokenize", &Engine::detokenize, py::arg("ids"), py::arg("render_special"))
       .def("token_to_piece", &Engine::token_to_piece, py::arg("id"), py::arg("render_special"))

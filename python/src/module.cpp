@@ -18,14 +18,22 @@ PyObject* g_argument_error = nullptr;
 // The kind as a Python identifier-like text (the enumerator's name in snake case).
 const char* kind_text(ga::ErrorKind kind) {
   switch (kind) {
-    case ga::ErrorKind::InvalidArgument: return "invalid_argument";
-    case ga::ErrorKind::InvalidFormat: return "invalid_format";
-    case ga::ErrorKind::Unsupported: return "unsupported";
-    case ga::ErrorKind::Io: return "io";
-    case ga::ErrorKind::OutOfMemory: return "out_of_memory";
-    case ga::ErrorKind::OutOfRange: return "out_of_range";
-    case ga::ErrorKind::Unavailable: return "unavailable";
-    case ga::ErrorKind::Internal: return "internal";
+    case ga::ErrorKind::InvalidArgument:
+      return "invalid_argument";
+    case ga::ErrorKind::InvalidFormat:
+      return "invalid_format";
+    case ga::ErrorKind::Unsupported:
+      return "unsupported";
+    case ga::ErrorKind::Io:
+      return "io";
+    case ga::ErrorKind::OutOfMemory:
+      return "out_of_memory";
+    case ga::ErrorKind::OutOfRange:
+      return "out_of_range";
+    case ga::ErrorKind::Unavailable:
+      return "unavailable";
+    case ga::ErrorKind::Internal:
+      return "internal";
   }
   return "error";
 }
@@ -42,12 +50,11 @@ void raise_engine_error(const ga::Error& e) {
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "gpu_accel's extension module (use the gpu_accel package)";
-  g_error = PyErr_NewExceptionWithDoc("gpu_accel.Error", "An error from the gpu_accel engine.",
-                                      PyExc_RuntimeError, nullptr);
+  g_error =
+      PyErr_NewExceptionWithDoc("gpu_accel.Error", "An error from the gpu_accel engine.", PyExc_RuntimeError, nullptr);
   py::object bases = py::make_tuple(py::handle(g_error), py::handle(PyExc_ValueError));
-  g_argument_error = PyErr_NewExceptionWithDoc("gpu_accel.ArgumentError",
-                                               "The engine refused an argument (also a ValueError).",
-                                               bases.ptr(), nullptr);
+  g_argument_error = PyErr_NewExceptionWithDoc(
+      "gpu_accel.ArgumentError", "The engine refused an argument (also a ValueError).", bases.ptr(), nullptr);
   m.attr("Error") = py::handle(g_error);
   m.attr("ArgumentError") = py::handle(g_argument_error);
   py::register_exception_translator([](std::exception_ptr p) {
@@ -58,23 +65,26 @@ PYBIND11_MODULE(_C, m) {
     }
   });
 
-  m.def("build_info", [] {
-    py::dict d;
-    d["version"] = GA_VERSION;
-    d["git_commit"] = GA_PY_GIT_COMMIT;
-    d["cuda"] = static_cast<bool>(GA_PY_CUDA);
-    py::list archs;
-    const std::string text = GA_PY_CUDA_ARCHS;
-    size_t start = 0;
-    while (start < text.size()) {
-      const size_t comma = text.find(',', start);
-      const size_t end = comma == std::string::npos ? text.size() : comma;
-      if (end > start) archs.append(text.substr(start, end - start));
-      start = end + 1;
-    }
-    d["cuda_archs"] = archs;
-    return d;
-  }, "The build's version, commit, and whether CUDA was compiled in (with its archs).");
+  m.def(
+      "build_info",
+      [] {
+        py::dict d;
+        d["version"] = GA_VERSION;
+        d["git_commit"] = GA_PY_GIT_COMMIT;
+        d["cuda"] = static_cast<bool>(GA_PY_CUDA);
+        py::list archs;
+        const std::string text = GA_PY_CUDA_ARCHS;
+        size_t start = 0;
+        while (start < text.size()) {
+          const size_t comma = text.find(',', start);
+          const size_t end = comma == std::string::npos ? text.size() : comma;
+          if (end > start) archs.append(text.substr(start, end - start));
+          start = end + 1;
+        }
+        d["cuda_archs"] = archs;
+        return d;
+      },
+      "The build's version, commit, and whether CUDA was compiled in (with its archs).");
   m.attr("__version__") = GA_VERSION;
 
   ga::python::register_engine(m);

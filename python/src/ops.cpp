@@ -196,10 +196,12 @@ void register_ops(py::module_& m) {
   py::module_ ops = m.def_submodule("ops", "CPU tensor ops on float32 numpy arrays (gpu_accel.ops wraps them)");
   ops.def("rms_norm", &rms_norm, py::arg("x"), py::arg("weight"), py::arg("eps"));
   ops.def("softmax", &softmax, py::arg("x"));
-  ops.def("swiglu", [](const Array& g, const Array& u) { return glu<cpu::swiglu>(g, u, "swiglu"); }, py::arg("gate"),
-          py::arg("up"));
-  ops.def("geglu_tanh", [](const Array& g, const Array& u) { return glu<cpu::geglu_tanh>(g, u, "geglu_tanh"); },
-          py::arg("gate"), py::arg("up"));
+  ops.def(
+      "swiglu", [](const Array& g, const Array& u) { return glu<cpu::swiglu>(g, u, "swiglu"); }, py::arg("gate"),
+      py::arg("up"));
+  ops.def(
+      "geglu_tanh", [](const Array& g, const Array& u) { return glu<cpu::geglu_tanh>(g, u, "geglu_tanh"); },
+      py::arg("gate"), py::arg("up"));
   ops.def("silu", &activation<cpu::swiglu>, py::arg("x"));
   ops.def("gelu_tanh", &activation<cpu::geglu_tanh>, py::arg("x"));
   ops.def("softcap", &softcap, py::arg("x"), py::arg("cap"));
