@@ -1,0 +1,28 @@
+"""gpu_accel: the gpu_accel LLM engine and its kernels from Python.
+
+- ``gpu_accel.LLM``: load a model (GGUF or a Hugging Face folder), generate, chat, tokenize, logits.
+- ``gpu_accel.flash_attn_func``: flash-attention's forward with flash-attn's signature (numpy float32 on the CPU).
+- ``gpu_accel.ops``: the engine's CPU tensor ops (rms_norm, softmax, silu, swiglu, ...) on numpy arrays.
+- ``gpu_accel.build_info()``: version, commit, whether CUDA was compiled in and for which archs.
+
+Errors raised by the engine are ``gpu_accel.Error`` (a ``RuntimeError``) with the engine's message and a
+``kind`` attribute ("io", "invalid_format", "unsupported", ...); arguments the engine or the package refuse
+raise ``ValueError`` (the engine's own are ``gpu_accel.ArgumentError``, both an ``Error`` and a ``ValueError``).
+See docs/python.md.
+"""
+
+from . import _C
+from ._C import ArgumentError, Error
+from . import ops
+from .attention import flash_attn_func
+from .llm import LLM
+
+__version__ = _C.__version__
+
+
+def build_info():
+    """A dict: ``version``, ``git_commit``, ``cuda`` (bool), ``cuda_archs`` (list of str, empty without CUDA)."""
+    return dict(_C.build_info())
+
+
+__all__ = ["LLM", "Error", "ArgumentError", "flash_attn_func", "ops", "build_info", "__version__"]
