@@ -1,0 +1,160 @@
+// RWKV (rwkv.cpp files) on the CPU reference: rwkv.cpp's own tiny-model test (tests/test_tiny_rwkv.c of
+// RWKV/rwkv.cpp), the state across evals, and the loader's errors.
+//
+// rwkv.cpp's check: feed the bytes '"', 'i', 'n' one at a time from the initial state, then the SUM over the
+// 256 logits of (logits - expected) must satisfy |sum| <= |tolerance| * 1.05, with per-format tolerances
+// (the values below are rwkv.cpp's expected_difference_sum_full for FP32/FP16 and
+// expected_difference_sum_quantized_FP16 for the v6 quantized files, whose references are FP32 logits).
+// The same check runs on the prompt evaluated at once.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "common/test_data.h"
+#include "gpu_accel/error.h"
+#include "gpu_accel/model.h"
+#include "gpu_accel/session.h"
+
+namespace {
+
+struct Case {
+  const char* version;  // expected-logits-<version>.bin
+  const char* format;   // tiny-rwkv-<version>-<format>.bin
+  float tolerance;
+  const char* arch;
+};
+
+// rwkv.cpp tests/test_tiny_rwkv.c at commit 4358e709ab2ba64e0e94f159db5e118cbb77714e.
+const Case kCases[] = {
+    {"4v0-660K", "FP32", 0.001000f, "rwkv4"},   {"4v0-660K", "FP16", -0.013652f, "rwkv4"},
+    {"5v1-730K", "FP32", 0.001000f, "rwkv5.1"}, {"5v1-730K", "FP16", -0.289921f, "rwkv5.1"},
+    {"5v2-730K", "FP32", 0.001000f, "rwkv5.2"}, {"5v2-730K", "FP16", 0.455912f, "rwkv5.2"},
+    {"6v0-3m", "Q5_0", -27.332073f, "rwkv6"},   {"6v0-3m", "Q5_1", 3.576909f, "rwkv6"},
+    {"7v0-834K", "FP32", 0.001000f, "rwkv7"},   {"7v0-834K", "FP16", 0.005766f, "rwkv7"},
+};
+
+std::string model_path(const Case& c) {
+  return ga::test::shared_path(std::string("models/rwkv-tiny/tiny-rwkv-") + c.version + "-" + c.format + ".bin");
+}
+
+double diff_sum(const std::vector<float>& logits, const std::vector<float>& expected) {
+  float sum = 0.0f;  // float, as rwkv.cpp sums
+  for (size_t i = 0; i < expected.size(); ++i) sum += logits[i] - expected[i];
+  return sum;
+}
+
+class TinyRwkv : public ::testing::TestWithParam<Case> {};
+
+TEST_P(TinyRwkv, MatchesRwkvCppExpectedLogits) {
+  const Case& c = GetParam();
+  const ga::LoadedModel model = ga::load_model(model_path(c));
+  EXPECT_EQ(model.config.arch, c.arch);
+  ASSERT_EQ(model.config.n_vocab, 256);
+  const std::vector<float> expected = ga::test::read_f32_file(
+      ga::test::shared_path(std::string("models/rwkv-tiny/expected-logits-") + c.version + ".bin"));
+  ASSERT_EQ(expected.size(), 256u);
+  const std::vector<int32_t> prompt = {'"', 'i', 'n'};
+  const double limit = std::fabs(c.tolerance) * 1.05;
+
+  ga::SessionOptions opts;
+  opts.n_threads = 2;
+  ga::Session s(model, opts);
+  std::vector<float> serial;
+  for (const int32_t t : prompt) serial = s.eval(std::vector<int32_t>{t});
+  const double serial_sum = diff_sum(serial, expected);
+  EXPECT_LE(std::fabs(serial_sum), limit) << "token-by-token difference sum " << serial_sum;
+
+  s.reset();
+  const std::vector<float> whole = s.eval(prompt);
+  const double whole_sum = diff_sum(whole, expected);
+  EXPECT_LE(std::fabs(whole_sum), limit) << "whole-prompt difference sum " << whole_sum;
+  if (std::string(c.format) == "FP32") {  // beyond rwkv.cpp's sum (which could cancel): every logit
+    double worst = 0.0;
+    for (size_t i = 0; i < expected.size(); ++i) worst = std::max(worst, static_cast<double>(std::fabs(serial[i] - expected[i])));
+    EXPECT_LT(worst, 1e-3) << "largest logit difference";
+  }
+  std::printf("%s-%s: difference sum %.6f token by token, %.6f at once (limit %.6f)\n", c.version, c.format,
+              serial_sum, whole_sum, limit);
+  // Same math in the same order either way: the two evaluations agree to rounding.
+  double max_diff = 0.0;
+  for (size_t i = 0; i < whole.size(); ++i) max_diff = std::max(max_diff, static_cast<double>(std::fabs(whole[i] - serial[i])));
+  EXPECT_LT(max_diff, 1e-4);
+}
+
+INSTANTIATE_TEST_SUITE_P(Rwkv, TinyRwkv, ::testing::ValuesIn(kCases), [](const auto& p) {
+  std::string n = std::string(p.param.version) + "_" + p.param.format;
+  for (char& ch : n) ch = std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
+  return n;
+});
+
+// A longer prompt in chunks, token by token and at once agree; a rewind is refused; reset starts over.
+TEST(RwkvSession, ChunksAgreeAndStateCannotRewind) {
+  const ga::LoadedModel model = ga::load_model(model_path(kCases[4]));  // v5.2
+  ga::SessionOptions opts;
+  opts.n_threads = 2;
+  ga::Session s(model, opts);
+  std::vector<int32_t> text;
+  for (const char ch : std::string("The quick brown fox jumps")) text.push_back(static_cast<unsigned char>(ch));
+  const std::vector<float> whole = s.eval(text);
+  s.reset();
+  std::vector<float> pieces = s.eval(std::vector<int32_t>(text.begin(), text.begin() + 7));
+  pieces = s.eval(std::vector<int32_t>(text.begin() + 7, text.end()));
+  for (size_t i = 0; i < whole.size(); ++i) ASSERT_NEAR(whole[i], pieces[i], 1e-4) << i;
+  s.truncate(3);
+  try {
+    s.eval(std::vector<int32_t>{'x'});
+    FAIL() << "a rewound recurrent state was accepted";
+  } catch (const ga::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot go back"), std::string::npos) << e.what();
+  }
+  s.reset();
+  const std::vector<float> again = s.eval(text);
+  for (size_t i = 0; i < whole.size(); ++i) ASSERT_EQ(whole[i], again[i]) << i;
+}
+
+std::string scratch_file(const std::string& name, const std::string& bytes) {
+  const std::string path = (std::filesystem::temp_directory_path() / ("ga_rwkv_" + name)).string();
+  std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  return path;
+}
+
+void expect_error(const std::string& path, ga::ErrorKind kind, const std::string& words) {
+  try {
+    (void)ga::load_model(path);
+    ADD_FAILURE() << path << " loaded";
+  } catch (const ga::Error& e) {
+    EXPECT_EQ(e.kind(), kind) << e.what();
+    EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+  }
+}
+
+TEST(RwkvLoader, CorruptFilesAreClearErrors) {
+  const std::string good = ga::test::read_file(model_path(kCases[0]));
+  ASSERT_GT(good.size(), 1000u);
+  // truncated in the middle of a tensor's data, and inside the header
+  expect_error(scratch_file("trunc.bin", good.substr(0, good.size() - 100)), ga::ErrorKind::InvalidFormat, "truncated");
+  expect_error(scratch_file("trunc_header.bin", good.substr(0, 10)), ga::ErrorKind::InvalidFormat, "truncated");
+  // unknown file version and data type
+  std::string bad_version = good;
+  bad_version[4] = 99;
+  expect_error(scratch_file("version.bin", bad_version), ga::ErrorKind::Unsupported, "file version 99");
+  std::string bad_type = good;
+  bad_type[20] = 5;
+  expect_error(scratch_file("type.bin", bad_type), ga::ErrorKind::Unsupported, "data type 5");
+  // a header that disagrees with the tensors: n_embed 64 instead of 128
+  std::string bad_shape = good;
+  bad_shape[12] = 64;
+  expect_error(scratch_file("shape.bin", bad_shape), ga::ErrorKind::InvalidFormat, "emb.weight");
+  // a PyTorch checkpoint (zip)
+  expect_error(scratch_file("model.pth", std::string("PK\x03\x04", 4) + std::string(64, '\0')), ga::ErrorKind::Unsupported,
+               "convert_pytorch_to_ggml.py");
+}
+
+}  // namespace
