@@ -21,6 +21,7 @@ class File;
 enum class VocabType {
   SPM,  // SentencePiece-style BPE over characters with byte fallback (tokenizer.ggml.model = "llama")
   BPE,  // byte-level BPE with merges (tokenizer.ggml.model = "gpt2")
+  Bytes,  // token id = byte value, 256 tokens "<0xXX>" (rwkv.cpp's tiny byte-level RWKV models)
 };
 
 // ggml token types (tokenizer.ggml.token_type).

@@ -15,6 +15,7 @@
 // named pieces. Every byte count is checked against the file size before a view is made, so a truncated
 // or corrupt file is an InvalidFormat naming the tensor, never a read past the mapping.
 #include <array>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 
@@ -58,26 +59,6 @@ struct Reader {
     return v;
   }
 };
-
-// GPT-2's byte -> character map (printable bytes stand for themselves, the others for U+0100 + n), so
-// that the byte-level BPE tokenizer with no merges is exactly the tiny models' vocabulary: token = byte.
-std::string byte_token(int b) {
-  const auto printable = [](int c) { return (c >= 0x21 && c <= 0x7e) || (c >= 0xa1 && c <= 0xac) || c >= 0xae; };
-  int cp = b;
-  if (!printable(b)) {
-    int n = 0;
-    for (int c = 0; c < b; ++c) n += printable(c) ? 0 : 1;
-    cp = 256 + n;
-  }
-  std::string s;
-  if (cp < 0x80) {
-    s += static_cast<char>(cp);
-  } else {
-    s += static_cast<char>(0xc0 | (cp >> 6));
-    s += static_cast<char>(0x80 | (cp & 0x3f));
-  }
-  return s;
-}
 
 bool ends_with(std::string_view s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
@@ -229,11 +210,15 @@ LoadedModel load_rwkv_model(const std::string& path, const LoadOptions& options)
   model.metadata.push_back({"rwkv.data_type", std::to_string(file_type)});
 
   // Byte-level vocabulary (the tiny models: 256 tokens, token = byte). Larger vocabularies (World, 20B)
-  // need their tokenizer files, which rwkv.cpp keeps outside the model: refused by the CLI when it tokenizes.
+  // live in tokenizer files outside rwkv.cpp's model file: such a model loads without a vocabulary.
   if (n_vocab == 256) {
-    model.vocab.type = VocabType::BPE;
-    model.vocab.pre = "default";
-    for (int b = 0; b < 256; ++b) model.vocab.tokens.push_back(byte_token(b));
+    model.vocab.type = VocabType::Bytes;
+    for (int b = 0; b < 256; ++b) {
+      char name[8];
+      std::snprintf(name, sizeof name, "<0x%02X>", b);
+      model.vocab.tokens.push_back(name);
+      model.vocab.token_types.push_back(TokenType::Byte);
+    }
     model.vocab.add_space_prefix = false;
   }
   arch::check_model(model, options.progress);

@@ -111,7 +111,9 @@ struct Tokenizer::Impl {
       if (!v.tokens[id].empty()) token_ids[v.tokens[id]] = static_cast<int32_t>(id);
     }
     if (!v.merges.empty()) ranks = std::make_unique<tok::RankMerger>(v.merges, token_ids, n);
-    if (v.type == VocabType::SPM) {
+    if (v.type == VocabType::Bytes) {
+      // nothing to merge or split: a byte is its token
+    } else if (v.type == VocabType::SPM) {
       for (const auto& [text, id] : token_ids) joinable.add(text);
       for (const auto& m : v.merges) joinable.add(m.substr(0, m.find(' ', 1)) + m.substr(m.find(' ', 1) + 1));
     } else {
@@ -121,6 +123,10 @@ struct Tokenizer::Impl {
 
     for (int b = 0; b < 256; ++b) {
       std::string text;
+      if (v.type == VocabType::Bytes) {
+        byte_tokens[b] = b;
+        continue;
+      }
       if (v.type == VocabType::SPM) {
         char buf[8];
         std::snprintf(buf, sizeof buf, "<0x%02X>", b);
@@ -274,7 +280,9 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special, 
     std::string nfc_storage;
     const std::string_view raw = m.v.requires_nfc ? tok::to_nfc(text.substr(f.begin, f.end - f.begin), nfc_storage)
                                                   : text.substr(f.begin, f.end - f.begin);
-    if (m.v.type == VocabType::SPM) {
+    if (m.v.type == VocabType::Bytes) {
+      for (const char c : raw) out.push_back(static_cast<uint8_t>(c));
+    } else if (m.v.type == VocabType::SPM) {
       std::string escaped;
       if (m.v.add_space_prefix && after_special) escaped = kSpaceMarker;
       escaped += escape_spaces(raw);
