@@ -19,10 +19,12 @@
 #include <string>
 #include <vector>
 
+#include "backends/cpu/kv_pool.h"
 #include "common/test_data.h"
 #include "gpu_accel/error.h"
 #include "gpu_accel/model.h"
 #include "gpu_accel/session.h"
+#include "model/arch/forward.h"
 
 namespace {
 
@@ -119,6 +121,42 @@ TEST(RwkvSession, ChunksAgreeAndStateCannotRewind) {
   s.reset();
   const std::vector<float> again = s.eval(text);
   for (size_t i = 0; i < whole.size(); ++i) ASSERT_EQ(whole[i], again[i]) << i;
+}
+
+// Several sequences in one batch, each in its own slots, give each sequence's logits alone; a sequence
+// that continues where its state stands in a later step, too.
+TEST(RwkvBatch, SequencesInOneStepKeepTheirOwnState) {
+  const ga::LoadedModel model = ga::load_model(model_path(kCases[8]));  // v7
+  ga::arch::BatchForward forward(model, nullptr, 64);
+  ga::cpu::KvPool kv(forward.state(), ga::cpu::KvPoolParams{4, 64, ga::DType::F32});
+  const std::vector<std::vector<int32_t>> prompts = {{'a', 'b', 'c', 'd'}, {'x', 'y'}, {'h', 'e', 'l', 'l', 'o'}};
+  const std::vector<std::vector<int32_t>> tables = {{2}, {0}, {3}};
+  std::vector<ga::step::BatchToken> batch;
+  for (int32_t s = 0; s < 3; ++s) {
+    for (size_t i = 0; i < prompts[static_cast<size_t>(s)].size(); ++i) {
+      batch.push_back({prompts[static_cast<size_t>(s)][i], static_cast<int64_t>(i), s, i + 1 == prompts[static_cast<size_t>(s)].size()});
+    }
+  }
+  const std::vector<std::span<const int32_t>> spans(tables.begin(), tables.end());
+  std::vector<float> logits(3 * 256);
+  forward.forward(batch, spans, kv, logits.data());
+  // the next token of sequence 1 alone, continuing its state
+  std::vector<float> next(256);
+  const ga::step::BatchToken one{'z', 2, 1, true};
+  forward.forward(std::span<const ga::step::BatchToken>(&one, 1), spans, kv, next.data());
+
+  ga::SessionOptions opts;
+  opts.n_threads = 1;
+  ga::Session alone(model, opts);
+  for (size_t s = 0; s < 3; ++s) {
+    alone.reset();
+    const std::vector<float> ref = alone.eval(prompts[s]);
+    for (size_t i = 0; i < 256; ++i) ASSERT_NEAR(logits[s * 256 + i], ref[i], 1e-5) << "sequence " << s << " logit " << i;
+  }
+  alone.reset();
+  (void)alone.eval(prompts[1]);
+  const std::vector<float> ref_next = alone.eval(std::vector<int32_t>{'z'});
+  for (size_t i = 0; i < 256; ++i) ASSERT_NEAR(next[i], ref_next[i], 1e-5) << i;
 }
 
 std::string scratch_file(const std::string& name, const std::string& bytes) {
