@@ -197,4 +197,39 @@ TEST(RwkvLoader, CorruptFilesAreClearErrors) {
                "convert_pytorch_to_ggml.py");
 }
 
+// Every cut of the first 4 KiB (headers, names, the first tensors) and a grid over the whole file, and bit
+// flips in the header and first tensor records: a ga::Error or a model that loads, never a crash.
+TEST(RwkvLoader, TruncationsAndBitFlipsNeverCrash) {
+  const std::string good = ga::test::read_file(model_path(kCases[3]));  // v5.1 FP16
+  std::vector<size_t> cuts;
+  for (size_t n = 0; n < 4096; n += 3) cuts.push_back(n);
+  for (size_t i = 1; i < 48; ++i) cuts.push_back(good.size() * i / 48);
+  int errors = 0;
+  for (const size_t n : cuts) {
+    const std::string path = scratch_file("cut.bin", good.substr(0, n));
+    try {
+      (void)ga::load_model(path);
+      ADD_FAILURE() << "a file cut at " << n << " of " << good.size() << " bytes loaded";
+    } catch (const ga::Error&) {
+      ++errors;
+    }
+  }
+  EXPECT_EQ(errors, static_cast<int>(cuts.size()));
+  uint32_t seed = 12345;
+  for (int i = 0; i < 300; ++i) {
+    seed = seed * 1664525u + 1013904223u;
+    std::string bad = good;
+    const size_t at = (seed >> 8) % 600;
+    bad[at] = static_cast<char>(bad[at] ^ (1 << ((seed >> 4) % 8)));
+    try {
+      const ga::LoadedModel m = ga::load_model(scratch_file("flip.bin", bad));
+      ga::SessionOptions opts;
+      opts.n_threads = 1;
+      ga::Session s(m, opts);
+      (void)s.eval(std::vector<int32_t>{'a'});
+    } catch (const ga::Error&) {
+    }
+  }
+}
+
 }  // namespace

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "gpu_accel/error.h"
@@ -132,6 +133,13 @@ class RwkvProgram final : public step::Program {
   static constexpr float kEps = 1e-5f;         // rwkv.cpp's LayerNorm and v5's group norm
   static constexpr float kGroupEpsV6 = 64e-5f;  // v6/v7's group norm (rwkv.cpp's ln_x)
 
+  // A LoRA matrix's shape, which the tensor specs cannot know in advance (its inner width is the file's).
+  void expect_shape(const std::string& name, int64_t cols, int64_t rows) const {
+    const WeightView& w = model_.weight(name);
+    GA_CHECK(w.cols() == cols && w.rows() == rows && w.ne.size() == 2, InvalidFormat, "tensor ", name, " is [",
+             w.cols(), ", ", w.rows(), "], expected [", cols, ", ", rows, "]");
+  }
+
   Layer bind_layer(step::Binder& b, int64_t il) {
     Layer L;
     const auto vec = [&](const char* n) { return b.vector(blk(il, n)); };
@@ -178,6 +186,10 @@ class RwkvProgram final : public step::Program {
         L.mix_v = vec("att.time_maa_v");
         L.mix_r = vec("att.time_maa_r");
         L.mix_g = vec("att.time_maa_g");
+        expect_shape(blk(il, "att.time_maa_w1"), C_, maa_rows_);
+        for (int i = 0; i < 5; ++i) expect_shape(blk(il, "att.time_maa_w2") + "." + std::to_string(i), maa_rows_ / 5, C_);
+        expect_shape(blk(il, "att.time_decay_w1"), C_, decay_rows_);
+        expect_shape(blk(il, "att.time_decay_w2"), decay_rows_, C_);
         L.maa_w1 = mat("att.time_maa_w1");
         for (int i = 0; i < 5; ++i) L.maa_w2[i] = b.matrix(blk(il, "att.time_maa_w2") + "." + std::to_string(i));
         L.decay_w1 = mat("att.time_decay_w1");
@@ -210,8 +222,15 @@ class RwkvProgram final : public step::Program {
         L.w1_rows = lora_rows(blk(il, "att.w1"));
         L.a1_rows = lora_rows(blk(il, "att.a1"));
         L.g1_rows = lora_rows(blk(il, "att.g1"));
+        for (const auto& [down, up, rows] : {std::tuple{"att.w1", "att.w2", L.w1_rows}, std::tuple{"att.a1", "att.a2", L.a1_rows},
+                                             std::tuple{"att.g1", "att.g2", L.g1_rows}}) {
+          expect_shape(blk(il, down), C_, rows);
+          expect_shape(blk(il, up), rows, C_);
+        }
         if (il > 0) {
           L.v1_rows = lora_rows(blk(il, "att.v1"));
+          expect_shape(blk(il, "att.v1"), C_, L.v1_rows);
+          expect_shape(blk(il, "att.v2"), L.v1_rows, C_);
           L.v0 = vec("att.v0");
           L.v1 = mat("att.v1");
           L.v2 = mat("att.v2");
@@ -450,6 +469,29 @@ std::vector<TensorSpec> rwkv_tensor_specs(const ModelConfig& c) {
     }
     s.push_back({blk(il, "ffn.key.weight"), {C, F}});
     s.push_back({blk(il, "ffn.value.weight"), {F, C}});
+    // The per-channel parameters each version reads (flat, as the loader leaves them).
+    std::vector<const char*> vecs;
+    const Version v = version_of(c.arch);
+    if (v == Version::V4 || v == Version::V5_1 || v == Version::V5_2) {
+      vecs = {"att.time_mix_k", "att.time_mix_v", "att.time_mix_r", "ffn.time_mix_k", "ffn.time_mix_r"};
+      if (v == Version::V4) vecs.insert(vecs.end(), {"att.time_first", "att.time_decay"});
+      if (v == Version::V5_2) vecs.insert(vecs.end(), {"att.time_mix_g", "att.time_faaaa", "att.time_decay"});
+      if (v == Version::V5_1) {  // one value per head
+        s.push_back({blk(il, "att.time_first"), {static_cast<uint64_t>(c.n_head)}});
+        s.push_back({blk(il, "att.time_decay"), {static_cast<uint64_t>(c.n_head)}});
+      }
+      if (v == Version::V5_2) s.push_back({blk(il, "att.gate.weight"), {C, C}});
+    } else if (v == Version::V6) {
+      vecs = {"att.time_maa_x", "att.time_maa_w", "att.time_maa_k", "att.time_maa_v", "att.time_maa_r",
+              "att.time_maa_g", "att.time_decay", "att.time_faaaa", "ffn.time_maa_k", "ffn.time_maa_r"};
+      s.push_back({blk(il, "att.gate.weight"), {C, C}});
+    } else {
+      vecs = {"att.x_r", "att.x_w", "att.x_k", "att.x_v", "att.x_a", "att.x_g", "att.w0", "att.a0",
+              "att.k_k", "att.k_a", "att.r_k", "ffn.x_k"};
+      if (il > 0) vecs.push_back("att.v0");
+    }
+    if (v != Version::V4) vecs.insert(vecs.end(), {"att.ln_x.weight", "att.ln_x.bias"});
+    for (const char* n : vecs) s.push_back({blk(il, n), {C}});
   }
   return s;
 }

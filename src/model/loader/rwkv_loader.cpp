@@ -12,7 +12,7 @@
 // att.r_k -> 7, else 4. Two reshapes happen here, as views into the mapping (no copy): 1-D parameters
 // stored with extra dimensions ([1, S, H] decays, [S, H] r_k) become flat vectors, and the stacks the
 // forward multiplies piece by piece (v6 time_maa_w2 [D, C, 5], v7 x_rwkvag [6 C]) are split into
-// named pieces. Every byte count is checked against the file size before a view is made, so a truncated
+// named pieces (which replace the stack). Every byte count is checked against the file size before a view is made, so a truncated
 // or corrupt file is an InvalidFormat naming the tensor, never a read past the mapping.
 #include <array>
 #include <cstdio>
@@ -80,9 +80,11 @@ bool flat_vector(const WeightView& w) {
 // [6 C] -> x_r, x_w, x_k, x_v, x_a, x_g (the converter concatenated them in this order).
 void split_stacks(LoadedModel& model) {
   std::vector<WeightView> pieces;
+  std::vector<std::string> stacks;  // replaced by their pieces (so no byte is counted twice)
   for (const auto& [name, w] : model.weights) {
     if (ends_with(name, ".att.time_maa_w2")) {
       GA_CHECK(w.ne.size() == 3, InvalidFormat, "rwkv: tensor ", name, " has ", w.ne.size(), " dimensions, expected 3");
+      stacks.push_back(name);
       const uint64_t piece = w.nbytes / w.ne[2];
       for (uint64_t i = 0; i < w.ne[2]; ++i) {
         WeightView p{name + "." + std::to_string(i), w.type, {w.ne[0], w.ne[1]}, w.data + i * piece, piece};
@@ -91,6 +93,7 @@ void split_stacks(LoadedModel& model) {
     } else if (ends_with(name, ".att.x_rwkvag")) {
       GA_CHECK(w.type == DType::F32 && w.ne.size() == 1 && w.ne[0] % 6 == 0, InvalidFormat, "rwkv: tensor ", name,
                " is not 6 float32 vectors");
+      stacks.push_back(name);
       const std::string base = name.substr(0, name.size() - std::string_view("rwkvag").size());
       const uint64_t n = w.ne[0] / 6;
       const char* parts = "rwkvag";
@@ -99,8 +102,10 @@ void split_stacks(LoadedModel& model) {
       }
     }
   }
+  for (const std::string& name : stacks) model.weights.erase(name);
   for (WeightView& p : pieces) {
     const std::string name = p.name;
+    GA_CHECK(!model.weights.contains(name), InvalidFormat, "rwkv: tensor ", name, " is also a piece of a stack");
     model.weights.emplace(name, std::move(p));
   }
 }
@@ -163,8 +168,13 @@ LoadedModel load_rwkv_model(const std::string& path, const LoadOptions& options)
     const DTypeTraits& t = traits(w.type);
     GA_CHECK(w.ne[0] % t.block_size == 0, InvalidFormat, "rwkv: tensor ", w.name, " has rows of ", w.ne[0],
              " elements, not a multiple of the ", t.name, " block size ", t.block_size);
+    constexpr uint64_t kMaxElements = uint64_t{1} << 40;  // far above any model, far below overflow
     uint64_t rows = 1;
-    for (size_t d = 1; d < w.ne.size(); ++d) rows *= w.ne[d];
+    for (size_t d = 1; d < w.ne.size(); ++d) {
+      rows *= w.ne[d];
+      GA_CHECK(rows <= kMaxElements && w.ne[0] <= kMaxElements && rows * w.ne[0] <= kMaxElements, InvalidFormat,
+               "rwkv: tensor ", w.name, " has an impossible shape");
+    }
     w.nbytes = row_bytes(w.type, w.ne[0]) * rows;
     GA_CHECK(in.bytes.size() - in.pos >= w.nbytes, InvalidFormat, "rwkv: '", path, "' is truncated: tensor ", w.name,
              " needs ", w.nbytes, " bytes, ", in.bytes.size() - in.pos, " are left");
