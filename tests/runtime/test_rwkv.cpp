@@ -24,6 +24,7 @@
 #include "gpu_accel/error.h"
 #include "gpu_accel/model.h"
 #include "gpu_accel/session.h"
+#include "gpu_accel/tokenizer.h"
 #include "model/arch/forward.h"
 
 namespace {
@@ -195,6 +196,41 @@ TEST(RwkvLoader, CorruptFilesAreClearErrors) {
   // a PyTorch checkpoint (zip)
   expect_error(scratch_file("model.pth", std::string("PK\x03\x04", 4) + std::string(64, '\0')), ga::ErrorKind::Unsupported,
                "convert_pytorch_to_ggml.py");
+}
+
+// The World vocabulary file format and its greedy longest match, on a small file in that format.
+TEST(RwkvWorldTokenizer, ParsesLiteralsAndMatchesGreedily) {
+  std::string file;
+  for (int b = 0; b < 256; ++b) {  // ids 1..256: every byte, as the real file has them
+    char lit[16];
+    if (b >= 0x80) {
+      std::snprintf(lit, sizeof lit, "b'\\x%02x'", b);
+    } else if (b == '\\' || b == '\'') {
+      std::snprintf(lit, sizeof lit, "'\\%c'", b);
+    } else if (b < 0x20 || b == 0x7f) {
+      std::snprintf(lit, sizeof lit, "'\\x%02x'", b);
+    } else {
+      std::snprintf(lit, sizeof lit, "'%c'", b);
+    }
+    file += std::to_string(b + 1) + " " + lit + " 1\n";
+  }
+  file += "257 'he' 2\n258 'hell' 4\n259 'hello' 5\n260 ' wor' 4\n261 '\\n\\t' 2\n262 '\\u00e9t\\u00e9' 5\n263 b'\\xe2\\x82' 2\n264 \"it's\" 4\n";
+  const std::string path = scratch_file("world_vocab.txt", file);
+  ga::Tokenizer tok(ga::Vocab::from_rwkv_world(path));
+  ASSERT_EQ(tok.n_vocab(), 265);
+  // "hello" whole, then " wor" over " w", "l", "d", "\n\t", "été" (5 bytes), "it's", a lone 0xE2 0x82 pair then 0xAC
+  const std::string text = "hello world\n\t\xc3\xa9t\xc3\xa9it's\xe2\x82\xac hel";
+  const std::vector<int32_t> ids = tok.encode(text, false, false);
+  const std::vector<int32_t> want = {259, 260, 'l' + 1, 'd' + 1, 261, 262, 264, 263, 0xac + 1, ' ' + 1, 257, 'l' + 1};
+  EXPECT_EQ(ids, want);
+  EXPECT_EQ(tok.decode(ids, false), text);
+  // a bad line names the file and line
+  try {
+    (void)ga::Vocab::from_rwkv_world(scratch_file("bad_vocab.txt", "1 'ab' 3\n"));
+    FAIL() << "a wrong length was accepted";
+  } catch (const ga::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("bad_vocab.txt:1"), std::string::npos) << e.what();
+  }
 }
 
 // Every cut of the first 4 KiB (headers, names, the first tensors) and a grid over the whole file, and bit

@@ -219,9 +219,15 @@ LoadedModel load_rwkv_model(const std::string& path, const LoadOptions& options)
   model.metadata.push_back({"rwkv.version", arch.substr(4)});
   model.metadata.push_back({"rwkv.data_type", std::to_string(file_type)});
 
-  // Byte-level vocabulary (the tiny models: 256 tokens, token = byte). Larger vocabularies (World, 20B)
-  // live in tokenizer files outside rwkv.cpp's model file: such a model loads without a vocabulary.
-  if (n_vocab == 256) {
+  // Byte-level vocabulary (the tiny models: 256 tokens, token = byte). rwkv.cpp's files carry no vocabulary
+  // otherwise: a World model (65536 tokens) takes rwkv_vocab_v20230424.txt from the model's folder when it is
+  // there (rwkv.cpp keeps it in python/rwkv_cpp/); without it the model loads with no tokenizer.
+  const std::filesystem::path world = std::filesystem::path(path).parent_path() / "rwkv_vocab_v20230424.txt";
+  if (n_vocab != 256 && std::filesystem::exists(world)) {
+    model.vocab = Vocab::from_rwkv_world(world.string());
+    GA_CHECK(static_cast<int64_t>(model.vocab.tokens.size()) <= c.n_vocab, InvalidFormat, world.string(), " has ",
+             model.vocab.tokens.size(), " tokens, more than the model's ", c.n_vocab);
+  } else if (n_vocab == 256) {
     model.vocab.type = VocabType::Bytes;
     for (int b = 0; b < 256; ++b) {
       char name[8];
