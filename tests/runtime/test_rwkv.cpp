@@ -12,7 +12,10 @@
 
 #include <algorithm>
 #include <cctype>
+#include <chrono>
 #include <cmath>
+#include <condition_variable>
+#include <mutex>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -23,6 +26,8 @@
 #include "common/test_data.h"
 #include "gpu_accel/error.h"
 #include "gpu_accel/model.h"
+#include "gpu_accel/generate.h"
+#include "gpu_accel/scheduler.h"
 #include "gpu_accel/session.h"
 #include "gpu_accel/tokenizer.h"
 #include "model/arch/forward.h"
@@ -158,6 +163,63 @@ TEST(RwkvBatch, SequencesInOneStepKeepTheirOwnState) {
   (void)alone.eval(prompts[1]);
   const std::vector<float> ref_next = alone.eval(std::vector<int32_t>{'z'});
   for (size_t i = 0; i < 256; ++i) ASSERT_NEAR(next[i], ref_next[i], 1e-5) << i;
+}
+
+// The Scheduler on an RWKV model: concurrent greedy requests whose prompts share more than a block (which
+// a prefix cache would have shared) equal each request alone on a Session, and so does a repeated prompt.
+TEST(RwkvScheduler, ConcurrentRequestsEqualEachAlone) {
+  const ga::LoadedModel model = ga::load_model(model_path(kCases[4]));  // v5.2
+  const ga::Tokenizer tok(model.vocab);
+  ga::SchedulerOptions opt;
+  opt.n_ctx = 128;
+  opt.n_threads = 2;
+  opt.max_running = 4;
+  ga::Scheduler sched(model, tok, opt);
+  const std::string common = "Once upon a time there was a little girl who ";
+  const std::vector<std::string> prompts = {common + "liked", common + "went", common + "had a", "The", common + "liked"};
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::vector<int32_t>> got(prompts.size());
+  size_t done = 0;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    ga::CompletionRequest r;
+    r.prompt_tokens = tok.encode(prompts[i], false);
+    r.max_tokens = 24;
+    r.sampling.temperature = 0.0f;
+    sched.submit(
+        std::move(r),
+        [&, i](const ga::TokenEvent& e) {
+          std::lock_guard<std::mutex> lock(mu);
+          if (e.token >= 0) got[i].push_back(e.token);
+          return true;
+        },
+        [&](const ga::CompletionResult&, std::exception_ptr error) {
+          EXPECT_FALSE(error);
+          std::lock_guard<std::mutex> lock(mu);
+          ++done;
+          cv.notify_all();
+        });
+    if (i == 3) {  // the last one after the others finished: its prompt's blocks were published before
+      std::unique_lock<std::mutex> lock(mu);
+      ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(60), [&] { return done == 4; }));
+    }
+  }
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(60), [&] { return done == prompts.size(); }));
+  }
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    ga::SessionOptions so;
+    so.n_ctx = 128;
+    so.n_threads = 1;
+    ga::Session session(model, so);
+    ga::GenerateOptions o;
+    o.max_tokens = 24;
+    o.sampling.temperature = 0.0f;
+    const ga::GenerateResult want = ga::generate_from_tokens(session, tok, tok.encode(prompts[i], false), o);
+    EXPECT_EQ(got[i], want.tokens) << "request " << i;
+    EXPECT_EQ(want.tokens.size(), 24u);
+  }
 }
 
 std::string scratch_file(const std::string& name, const std::string& bytes) {
