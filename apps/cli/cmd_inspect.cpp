@@ -122,18 +122,20 @@ void inspect_raw_folder(const std::string& path, const Error& why) {
   print_tensor_table(rows, total);
 }
 
+// A Hugging Face folder, or an rwkv.cpp file (load_model reads both; neither has one header to print).
 void inspect_folder(const std::string& path) {
+  const bool folder = std::filesystem::is_directory(path);
   std::optional<LoadedModel> loaded;
   try {
     loaded.emplace(load_model_verbose(path));
   } catch (const Error& e) {
-    if (e.kind() != ErrorKind::Unsupported) throw;
+    if (e.kind() != ErrorKind::Unsupported || !folder) throw;
     inspect_raw_folder(path, e);
     return;
   }
   const LoadedModel& model = *loaded;
   const ModelConfig& c = model.config;
-  std::printf("folder: %s\n", path.c_str());
+  std::printf("%s: %s\n", folder ? "folder" : "file", path.c_str());
   std::printf("format: %s, architecture %s, %lld layers, n_embd %lld, n_head %lld, n_head_kv %lld, vocab %lld\n",
               model.format.c_str(), c.arch.c_str(), static_cast<long long>(c.n_layer),
               static_cast<long long>(c.n_embd), static_cast<long long>(c.n_head), static_cast<long long>(c.n_head_kv),
@@ -165,7 +167,7 @@ int cmd_inspect(int argc, char** argv) {
   if (path.empty()) path = model_flag;
   require(!path.empty(), "missing MODEL (a .gguf file or a Hugging Face folder)");
   require_exists(path);
-  if (std::filesystem::is_directory(path)) {
+  if (std::filesystem::is_directory(path) || is_rwkv_cpp_file(path)) {
     inspect_folder(path);
   } else {
     inspect_gguf(path);

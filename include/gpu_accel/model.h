@@ -149,5 +149,8 @@ LoadedModel load_model(const std::string& path, const LoadOptions& options = {})
 // The pieces, for tests and tools.
 LoadedModel load_gguf_model(const std::string& path, const LoadOptions& options = {});
 LoadedModel load_hf_model(const std::string& dir, const LoadOptions& options = {});
+// An rwkv.cpp model file (RWKV v4, v5.1, v5.2, v6, v7; FP32, FP16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0).
+LoadedModel load_rwkv_model(const std::string& path, const LoadOptions& options = {});
+bool is_rwkv_cpp_file(const std::string& path);  // the file starts with the rwkv.cpp magic "ggmf"
 
 }  // namespace ga

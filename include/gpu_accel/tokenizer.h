@@ -21,6 +21,8 @@ class File;
 enum class VocabType {
   SPM,  // SentencePiece-style BPE over characters with byte fallback (tokenizer.ggml.model = "llama")
   BPE,  // byte-level BPE with merges (tokenizer.ggml.model = "gpt2")
+  Bytes,  // token id = byte value, 256 tokens "<0xXX>" (rwkv.cpp's tiny byte-level RWKV models)
+  RwkvWorld,  // greedy longest match over bytes, tokens as raw bytes (RWKV World, rwkv_vocab_v20230424)
 };
 
 // ggml token types (tokenizer.ggml.token_type).
@@ -68,6 +70,8 @@ struct Vocab {
   // Reads a Hugging Face tokenizer.json (and, if the path is non-empty, tokenizer_config.json for
   // add_bos/add_eos, the chat template and special tokens).
   static Vocab from_hf_json(const std::string& tokenizer_json_path, const std::string& tokenizer_config_path = {});
+  // Reads an RWKV World vocabulary file (rwkv_vocab_v20230424.txt: `<id> <Python literal> <length>` lines).
+  static Vocab from_rwkv_world(const std::string& path);
 };
 
 class Tokenizer {

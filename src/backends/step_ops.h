@@ -27,6 +27,8 @@
 #include <string_view>
 #include <vector>
 
+#include "gpu_accel/error.h"
+
 namespace ga::step {
 
 // One entry of a batched step: `token` at position `pos` of sequence `seq` (an index into the step's
@@ -56,6 +58,9 @@ struct Rope {  // a RoPE table (below)
   int32_t id = -1;
 };
 struct Kv {  // one attention layer's K/V in the sequences' pages
+  int32_t id = -1;
+};
+struct Rec {  // one recurrent state slot of every sequence (StateSpec::recurrent)
   int32_t id = -1;
 };
 
@@ -90,10 +95,20 @@ struct KvLayerSpec {
   int64_t head_dim = 0;
   int64_t n_head = 0;  // query heads that read it (sizes a backend's attention workspace)
 };
+// A recurrent layer's fixed-size state (RWKV's token-shift vectors and WKV states): `floats` f32 values per
+// sequence, whatever its length. The backend keeps a sequence's slots with its pages (the CPU pool: beside
+// the sequence's first block); a step whose run of a sequence starts at position 0 starts from the initial
+// state (zeros; wkv4's running maximum -1e30), any other run continues the state where the last one ended
+// (a recurrent state cannot go back: a run that does not start where the state stands is refused).
+struct RecurrentSpec {
+  int64_t floats = 0;
+};
 struct StateSpec {
   // Attention layers: K/V of every position in pages (blocks) of the shared pool, one entry per layer
   // that has its own K/V, in the order Binder::kv() numbers them.
   std::vector<KvLayerSpec> kv_layers;
+  // Recurrent slots, in the order Binder::recurrent() numbers them.
+  std::vector<RecurrentSpec> recurrent;
 };
 
 // ---- the ops' parameters ----
@@ -166,15 +181,104 @@ struct MoeOp {
   Activation act = Activation::kSilu;
 };
 
-// The end of the forward for the rows that want logits: v = rmsnorm(residual += x) * norm, then
+// The end of the forward for the rows that want logits: v = rmsnorm(residual += x) * norm (with norm_bias:
+// v = layernorm(residual += x) * norm + norm_bias, RWKV's ln_out), then
 // logits = output * v, then logits = softcap * tanh(logits / softcap) when softcap > 0.
 struct LogitsOp {
   View x;
   View residual;
   Vec norm;
+  Vec norm_bias;
   float eps = 1e-5f;
   Weight output;
   float softcap = 0.0f;
+};
+
+// ---- recurrent (RWKV) ops. Rows of one sequence are consecutive in the step (BatchToken's contract), so
+// the recurrences run row by row inside each sequence's run; everything else is row-independent. ----
+
+// out = (x - mean(x)) / sqrt(var(x) + eps) * weight + bias, per row (out may alias x).
+struct LayerNormOp {
+  View x;
+  Vec weight, bias;
+  View out;
+  float eps = 1e-5f;
+};
+
+// The same per group of x.cols / groups columns, in place; weight and bias span all columns (RWKV's ln_x).
+struct GroupNormOp {
+  View x;
+  Vec weight, bias;
+  int64_t groups = 1;
+  float eps = 1e-5f;
+};
+
+// Token shift: prev[t] = x[t - 1] within the sequence's run, prev[first row] = the sequence's saved x
+// (zeros at position 0); then the slot keeps x of the run's last row. state: a slot of x.cols floats.
+struct TokenShiftOp {
+  View x;
+  View prev;
+  Rec state;
+};
+
+// Interpolation between the token and the previous one. kComplement (RWKV 4/5):
+// out = x * m + (prev - prev * m). kDelta (RWKV 6/7): out = x + (prev - x) * (m + dyn), dyn being the
+// data-dependent part of v6's ddlerp (a view of per-token values; absent: 0).
+enum class MixForm { kComplement, kDelta };
+struct MixOp {
+  View x, prev;
+  Vec mix;
+  View dyn;
+  View out;
+  MixForm form = MixForm::kDelta;
+};
+
+enum class Unary {
+  kSigmoid,
+  kTanh,
+  kSilu,
+  kReluSquare,    // max(x, 0)^2 (RWKV's channel mix)
+  kExpNegExp,     // exp(-exp(x)): RWKV 6's data-dependent decay
+  kV7Decay,       // exp(-exp(-0.5) * sigmoid(x)): RWKV 7's decay (rwkv.cpp's form)
+};
+
+// RWKV 4's WKV in the numerically stable form: per channel, the state (aa, bb, pp) holds the decayed sums
+// of exp(k) v and exp(k) scaled by exp(-pp). time_first u, time_decay w (stored as -exp(w)).
+//   ww = u + k; q = max(pp, ww); out = (e^(pp-q) aa + e^(ww-q) v) / (e^(pp-q) bb + e^(ww-q))
+//   ww = pp + w; q = max(ww, k); aa = e^(ww-q) aa + e^(k-q) v; bb = e^(ww-q) bb + e^(k-q); pp = q
+// state: a slot of 3 * k.cols floats (aa, bb, pp).
+struct Wkv4Op {
+  View k, v, out;
+  Vec time_first, time_decay;
+  Rec state;
+};
+
+// RWKV 5/6's WKV: per head a [head_size x head_size] state S (S[i][j]: key channel i, value channel j):
+//   out[j] = sum_i r[i] (u[i] k[i] v[j] + S[i][j]);  S[i][j] = S[i][j] w[i] + k[i] v[j]
+// u = time_first (n_embd values, or n_head: one per head, v5.1), w = decay (a Vec of n_embd or n_head
+// values, v5) or decay_view (per token, v6). state: a slot of n_head * head_size^2 floats.
+struct Wkv5Op {
+  View r, k, v, out;
+  Vec time_first;
+  Vec decay;
+  View decay_view;
+  int64_t n_head = 0, head_size = 0;
+  Rec state;
+};
+
+// RWKV 7's WKV (the generalized delta rule), with the key preparation it needs:
+//   kk = l2norm_per_head(k * k_k); k' = k + (a * (k * k_a) - k * k_a)
+//   per head, S[i][j] (value channel i, key channel j), with sa[i] = sum_j -kk[j] S[i][j]:
+//   S[i][j] = S[i][j] w[j] + v[i] k'[j] + sa[i] kk[j] a[j];  out[i] = sum_j S[i][j] r[j]
+//   bonus[i] = v[i] * sum_{j in head} r[j] k'[j] r_k[j] (added after the group norm by the program)
+// w is the decay (already exp(-0.6 sigmoid(.))), a the in-context learning rate (sigmoid). state: a slot of
+// n_head * head_size^2 floats.
+struct Wkv7Op {
+  View r, w, k, v, a;
+  Vec k_k, k_a, r_k;
+  View out, bonus;
+  int64_t n_head = 0, head_size = 0;
+  Rec state;
 };
 
 // What a backend resolves and allocates for a Program, before the first step.
@@ -189,6 +293,8 @@ class Binder {
   virtual Buf buffer(int64_t cols) = 0;  // [max_step_tokens][cols] f32
   virtual Rope rope(const RopeTable& table) = 0;
   virtual Kv kv(int64_t kv_layer) = 0;  // StateSpec::kv_layers[kv_layer]
+  // StateSpec::recurrent[slot]. Default: Unsupported (a backend without recurrent state refuses the model).
+  virtual Rec recurrent(int64_t slot);
   virtual int64_t max_step_tokens() const = 0;
   virtual int64_t max_positions() const = 0;  // positions one sequence may reach (the context)
 };
@@ -214,6 +320,20 @@ class Ops {
   // the row-parallel projections' partial outputs. Called only by a sharded model's Program.
   virtual void all_reduce(View x) = 0;
   virtual void logits(const LogitsOp& op) = 0;
+
+  // The recurrent ops (RWKV). Default: Unsupported naming the op, for backends that do not run recurrent
+  // models yet (they refuse such a model when it is loaded, so these are never reached there).
+  virtual void layer_norm(const LayerNormOp& op);
+  virtual void group_norm(const GroupNormOp& op);
+  virtual void token_shift(const TokenShiftOp& op);
+  virtual void mix(const MixOp& op);
+  virtual void unary(View x, Unary fn);          // x = fn(x)
+  virtual void mul(View x, View y);              // x *= y
+  virtual void add_vec(View x, Vec b);           // x += b (per row)
+  virtual void lerp_to(View x, View target, View t);  // x += (target - x) * t (RWKV 7's v_first)
+  virtual void wkv4(const Wkv4Op& op);
+  virtual void wkv5(const Wkv5Op& op);
+  virtual void wkv7(const Wkv7Op& op);
 };
 
 class Program {
@@ -231,5 +351,22 @@ class ProgramFactory {
   virtual std::unique_ptr<Program> build(Binder& binder) const = 0;
   virtual std::string name() const = 0;  // for logs: the architecture
 };
+
+// The recurrent ops' defaults (see Ops).
+inline Rec Binder::recurrent(int64_t) { GA_THROW(Unsupported, "this backend has no recurrent state (RWKV) yet"); }
+#define GA_STEP_UNSUPPORTED_OP(sig, name) \
+  inline void Ops::sig { GA_THROW(Unsupported, "op " name " is not implemented by this backend"); }
+GA_STEP_UNSUPPORTED_OP(layer_norm(const LayerNormOp&), "layer_norm")
+GA_STEP_UNSUPPORTED_OP(group_norm(const GroupNormOp&), "group_norm")
+GA_STEP_UNSUPPORTED_OP(token_shift(const TokenShiftOp&), "token_shift")
+GA_STEP_UNSUPPORTED_OP(mix(const MixOp&), "mix")
+GA_STEP_UNSUPPORTED_OP(unary(View, Unary), "unary")
+GA_STEP_UNSUPPORTED_OP(mul(View, View), "mul")
+GA_STEP_UNSUPPORTED_OP(add_vec(View, Vec), "add_vec")
+GA_STEP_UNSUPPORTED_OP(lerp_to(View, View, View), "lerp_to")
+GA_STEP_UNSUPPORTED_OP(wkv4(const Wkv4Op&), "wkv4")
+GA_STEP_UNSUPPORTED_OP(wkv5(const Wkv5Op&), "wkv5")
+GA_STEP_UNSUPPORTED_OP(wkv7(const Wkv7Op&), "wkv7")
+#undef GA_STEP_UNSUPPORTED_OP
 
 }  // namespace ga::step

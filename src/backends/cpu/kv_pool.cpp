@@ -30,6 +30,15 @@ KvPool::KvPool(const step::StateSpec& state, const KvPoolParams& params) : param
     total += 2 * plane;
     layers_.push_back(layer);
   }
+  for (const step::RecurrentSpec& r : state.recurrent) {
+    GA_CHECK(r.floats > 0, InvalidArgument, "recurrent slot of ", r.floats, " floats");
+    rec_offsets_.push_back(rec_floats_);
+    rec_floats_ += static_cast<uint64_t>(r.floats);
+  }
+  if (!state.recurrent.empty()) {
+    rec_.resize(static_cast<size_t>(params.n_blocks));
+    rec_pos_.assign(static_cast<size_t>(params.n_blocks), 0);
+  }
   const double mib = static_cast<double>(total) / (1 << 20);
   try {
     data_.resize(total);
@@ -40,8 +49,24 @@ KvPool::KvPool(const step::StateSpec& state, const KvPoolParams& params) : param
   }
 }
 
+float* KvPool::recurrent(int64_t slot, int64_t block) {
+  std::vector<float>& b = rec_[static_cast<size_t>(block)];
+  if (b.empty()) {
+    try {
+      b.resize(rec_floats_);
+    } catch (const std::bad_alloc&) {
+      GA_THROW(OutOfMemory, "cannot allocate a sequence's recurrent state of ", rec_floats_ * 4, " bytes");
+    }
+  }
+  return b.data() + rec_offsets_[static_cast<size_t>(slot)];
+}
+
 bool KvPool::matches(const step::StateSpec& state) const {
-  if (state.kv_layers.size() != layers_.size()) return false;
+  if (state.kv_layers.size() != layers_.size() || state.recurrent.size() != rec_offsets_.size()) return false;
+  for (size_t i = 0; i < rec_offsets_.size(); ++i) {
+    const uint64_t end = i + 1 < rec_offsets_.size() ? rec_offsets_[i + 1] : rec_floats_;
+    if (static_cast<uint64_t>(state.recurrent[i].floats) != end - rec_offsets_[i]) return false;
+  }
   for (size_t i = 0; i < layers_.size(); ++i) {
     if (state.kv_layers[i].n_head_kv * state.kv_layers[i].head_dim != layers_[i].kv_dim) return false;
   }

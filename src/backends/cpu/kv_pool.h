@@ -31,8 +31,15 @@ class KvPool {
   uint64_t bytes() const { return static_cast<uint64_t>(data_.size()); }
   uint8_t* k(int64_t layer) { return data_.data() + layers_[static_cast<size_t>(layer)].k_offset; }
   uint8_t* v(int64_t layer) { return data_.data() + layers_[static_cast<size_t>(layer)].v_offset; }
-  // Whether this pool holds the layers `state` describes (same count and widths).
+  // Whether this pool holds the layers `state` describes (same count and widths, same recurrent slots).
   bool matches(const step::StateSpec& state) const;
+
+  // Recurrent state (step::StateSpec::recurrent): a sequence's slots live beside its first block, made on
+  // the block's first use (a pool of many blocks pays only for the blocks that start sequences).
+  // recurrent_pos(block): the position the state of the sequence starting at `block` stands at.
+  int64_t n_recurrent() const { return static_cast<int64_t>(rec_offsets_.size()); }
+  float* recurrent(int64_t slot, int64_t block);
+  int64_t& recurrent_pos(int64_t block) { return rec_pos_[static_cast<size_t>(block)]; }
 
  private:
   struct Layer {
@@ -42,6 +49,10 @@ class KvPool {
   KvPoolParams params_;
   std::vector<Layer> layers_;
   std::vector<uint8_t> data_;
+  std::vector<uint64_t> rec_offsets_;            // per slot, into a block's floats
+  uint64_t rec_floats_ = 0;                      // per block
+  std::vector<std::vector<float>> rec_;          // [n_blocks][rec_floats_] (empty until used)
+  std::vector<int64_t> rec_pos_;                 // [n_blocks]
 };
 
 }  // namespace ga::cpu

@@ -69,11 +69,14 @@ struct StepEngine::Impl final : step::Binder, step::Ops {
   std::vector<const int32_t*> tables;  // each token's block table
   std::vector<uint64_t> kv_rows;       // each token's row in the pool
   std::vector<int64_t> logit_rows;
+  std::vector<int64_t> state_block;  // each token's sequence's first block (its recurrent slots)
+  std::vector<uint8_t> run_start;    // 1: the first row of its sequence's run in this step
   KvPool* cache = nullptr;  // the step's pool
   float* logits_out = nullptr;
   std::vector<float> attn_work;   // [threads][work floats]
   std::vector<float> logits_in;   // [n_logit_rows][n_embd]: the gathered, normed rows
   MoeScratch moe_scratch;
+  std::vector<float> wkv_scratch;  // wkv7's per-row key vectors
 
   int threads() const { return pool != nullptr ? pool->size() : 1; }
 
@@ -132,6 +135,11 @@ struct StepEngine::Impl final : step::Binder, step::Ops {
     GA_CHECK(layer >= 0 && layer < static_cast<int64_t>(state_spec.kv_layers.size()), Internal, "KV layer ",
              layer, " of ", state_spec.kv_layers.size());
     return step::Kv{static_cast<int32_t>(layer)};
+  }
+  step::Rec recurrent(int64_t slot) override {
+    GA_CHECK(slot >= 0 && slot < static_cast<int64_t>(state_spec.recurrent.size()), Internal, "recurrent slot ",
+             slot, " of ", state_spec.recurrent.size());
+    return step::Rec{static_cast<int32_t>(slot)};
   }
   int64_t max_step_tokens() const override { return int64_t{1} << 30; }  // the buffers grow
   int64_t max_positions() const override { return n_ctx; }
@@ -403,16 +411,291 @@ struct StepEngine::Impl final : step::Binder, step::Ops {
         add_inplace(r, src, E);
         src = r;
       }
-      cpu::rms_norm(src, vec(op.norm), logits_in.data() + i * E, E, op.eps);
+      if (op.norm_bias) {
+        layer_norm_row(src, vec(op.norm), vec(op.norm_bias), logits_in.data() + i * E, E, op.eps);
+      } else {
+        cpu::rms_norm(src, vec(op.norm), logits_in.data() + i * E, E, op.eps);
+      }
     }
     const int64_t V = out.m.rows;
     matmul(out.m, logits_in.data(), n_out, E, logits_out, V, pool);  // [n_out][n_vocab]
     if (op.softcap > 0.0f) softcap(logits_out, n_out * V, op.softcap);
   }
 
+
+  // ---- recurrent (RWKV) ops ----
+  int64_t floats(step::Rec r) const { return state_spec.recurrent[static_cast<size_t>(r.id)].floats; }
+  // The row's sequence state; at the first row of a run from position 0, reset to the initial state first.
+  float* state_row(step::Rec r, int64_t t, float init = 0.0f, int64_t init_from = 0) {
+    float* st = cache->recurrent(r.id, state_block[static_cast<size_t>(t)]);
+    if (run_start[static_cast<size_t>(t)] != 0 && positions[static_cast<size_t>(t)] == 0) {
+      const int64_t nf = floats(r);
+      std::fill(st, st + init_from, 0.0f);
+      std::fill(st + init_from, st + nf, init);
+    }
+    return st;
+  }
+  bool run_end(int64_t t) const {
+    return t + 1 == n || run_start[static_cast<size_t>(t + 1)] != 0;
+  }
+
+  static void layer_norm_row(const float* x, const float* w, const float* b, float* out, int64_t n_cols, float eps) {
+    double sum = 0.0;
+    for (int64_t i = 0; i < n_cols; ++i) sum += x[i];
+    const float mean = static_cast<float>(sum / static_cast<double>(n_cols));
+    double sq = 0.0;
+    for (int64_t i = 0; i < n_cols; ++i) {
+      const float d = x[i] - mean;
+      sq += static_cast<double>(d) * d;
+    }
+    const float var = static_cast<float>(sq / static_cast<double>(n_cols));
+    const float scale = 1.0f / std::sqrt(var + eps);
+    for (int64_t i = 0; i < n_cols; ++i) {
+      const float y = (x[i] - mean) * scale;
+      out[i] = w != nullptr ? y * w[i] + b[i] : y;
+    }
+  }
+
+  void layer_norm(const step::LayerNormOp& op) override {
+    check_view(op.x, "layer_norm");
+    check_view(op.out, "layer_norm");
+    GA_CHECK(op.out.cols == op.x.cols && vec_size(op.weight) == op.x.cols && vec_size(op.bias) == op.x.cols,
+             Internal, "layer_norm: shapes");
+    for (int64_t t = 0; t < n; ++t) layer_norm_row(ptr(op.x, t), vec(op.weight), vec(op.bias), ptr(op.out, t), op.x.cols, op.eps);
+  }
+
+  void group_norm(const step::GroupNormOp& op) override {
+    check_view(op.x, "group_norm");
+    const int64_t C = op.x.cols;
+    GA_CHECK(op.groups > 0 && C % op.groups == 0 && vec_size(op.weight) == C && vec_size(op.bias) == C, Internal,
+             "group_norm: ", C, " columns in ", op.groups, " groups");
+    const int64_t g = C / op.groups;
+    for (int64_t t = 0; t < n; ++t) {
+      float* row = ptr(op.x, t);
+      for (int64_t h = 0; h < op.groups; ++h) layer_norm_row(row + h * g, nullptr, nullptr, row + h * g, g, op.eps);
+      const float* w = vec(op.weight);
+      const float* b = vec(op.bias);
+      for (int64_t i = 0; i < C; ++i) row[i] = row[i] * w[i] + b[i];
+    }
+  }
+
+  void token_shift(const step::TokenShiftOp& op) override {
+    check_view(op.x, "token_shift");
+    check_view(op.prev, "token_shift");
+    const int64_t C = op.x.cols;
+    GA_CHECK(op.prev.cols == C && floats(op.state) == C, Internal, "token_shift: shapes");
+    for (int64_t t = 0; t < n; ++t) {
+      float* st = state_row(op.state, t);
+      const float* src = run_start[static_cast<size_t>(t)] != 0 ? st : ptr(op.x, t - 1);
+      std::copy(src, src + C, ptr(op.prev, t));
+      if (run_end(t)) std::copy(ptr(op.x, t), ptr(op.x, t) + C, st);
+    }
+  }
+
+  void mix(const step::MixOp& op) override {
+    for (const step::View v : {op.x, op.prev, op.out}) check_view(v, "mix");
+    const int64_t C = op.x.cols;
+    GA_CHECK(op.prev.cols == C && op.out.cols == C && vec_size(op.mix) == C && (!op.dyn || op.dyn.cols == C),
+             Internal, "mix: shapes");
+    const float* m = vec(op.mix);
+    for (int64_t t = 0; t < n; ++t) {
+      const float* x = ptr(op.x, t);
+      const float* p = ptr(op.prev, t);
+      const float* d = op.dyn ? ptr(op.dyn, t) : nullptr;
+      float* o = ptr(op.out, t);
+      for (int64_t i = 0; i < C; ++i) {
+        if (op.form == step::MixForm::kComplement) {
+          o[i] = x[i] * m[i] + (p[i] - p[i] * m[i]);
+        } else {
+          o[i] = (p[i] - x[i]) * (d != nullptr ? d[i] + m[i] : m[i]) + x[i];
+        }
+      }
+    }
+  }
+
+  void unary(step::View x, step::Unary fn) override {
+    check_view(x, "unary");
+    constexpr float kV7DecayScale = 0.606531f;  // exp(-0.5), as rwkv.cpp writes it
+    for (int64_t t = 0; t < n; ++t) {
+      float* r = ptr(x, t);
+      for (int64_t i = 0; i < x.cols; ++i) {
+        const float v = r[i];
+        switch (fn) {
+          case step::Unary::kSigmoid: r[i] = 1.0f / (1.0f + std::exp(-v)); break;
+          case step::Unary::kTanh: r[i] = std::tanh(v); break;
+          case step::Unary::kSilu: r[i] = v / (1.0f + std::exp(-v)); break;
+          case step::Unary::kReluSquare: r[i] = v > 0.0f ? v * v : 0.0f; break;
+          case step::Unary::kExpNegExp: r[i] = std::exp(-std::exp(v)); break;
+          case step::Unary::kV7Decay: r[i] = std::exp(-kV7DecayScale / (1.0f + std::exp(-v))); break;
+        }
+      }
+    }
+  }
+
+  void mul(step::View x, step::View y) override {
+    check_view(x, "mul");
+    check_view(y, "mul");
+    GA_CHECK(x.cols == y.cols, Internal, "mul: ", x.cols, " and ", y.cols, " columns");
+    for (int64_t t = 0; t < n; ++t) {
+      float* a = ptr(x, t);
+      const float* b = ptr(y, t);
+      for (int64_t i = 0; i < x.cols; ++i) a[i] *= b[i];
+    }
+  }
+
+  void add_vec(step::View x, step::Vec b) override {
+    check_view(x, "add_vec");
+    GA_CHECK(vec_size(b) == x.cols, Internal, "add_vec: ", vec_size(b), " values for ", x.cols, " columns");
+    for (int64_t t = 0; t < n; ++t) add_inplace(ptr(x, t), vec(b), x.cols);
+  }
+
+  void lerp_to(step::View x, step::View target, step::View tv) override {
+    for (const step::View v : {x, target, tv}) check_view(v, "lerp_to");
+    GA_CHECK(target.cols == x.cols && tv.cols == x.cols, Internal, "lerp_to: shapes");
+    for (int64_t t = 0; t < n; ++t) {
+      float* a = ptr(x, t);
+      const float* g = ptr(target, t);
+      const float* s = ptr(tv, t);
+      for (int64_t i = 0; i < x.cols; ++i) a[i] = a[i] + (g[i] - a[i]) * s[i];
+    }
+  }
+
+  void wkv4(const step::Wkv4Op& op) override {
+    for (const step::View v : {op.k, op.v, op.out}) check_view(v, "wkv4");
+    const int64_t C = op.k.cols;
+    GA_CHECK(op.v.cols == C && op.out.cols == C && vec_size(op.time_first) == C && vec_size(op.time_decay) == C &&
+                 floats(op.state) == 3 * C,
+             Internal, "wkv4: shapes");
+    constexpr float kMinusInf = -1e30f;  // the running maximum's initial value (rwkv.cpp's state init)
+    const float* u = vec(op.time_first);
+    const float* w = vec(op.time_decay);
+    for (int64_t t = 0; t < n; ++t) {
+      float* st = state_row(op.state, t, kMinusInf, 2 * C);
+      float* aa = st;
+      float* bb = st + C;
+      float* pp = st + 2 * C;
+      const float* k = ptr(op.k, t);
+      const float* v = ptr(op.v, t);
+      float* o = ptr(op.out, t);
+      for (int64_t i = 0; i < C; ++i) {
+        float ww = u[i] + k[i];
+        float q = std::max(pp[i], ww);
+        float e1 = std::exp(pp[i] - q);
+        float e2 = std::exp(ww - q);
+        const float a = e1 * aa[i] + e2 * v[i];
+        const float b = e1 * bb[i] + e2;
+        ww = pp[i] + w[i];
+        q = std::max(ww, k[i]);
+        e1 = std::exp(ww - q);
+        e2 = std::exp(k[i] - q);
+        aa[i] = e1 * aa[i] + e2 * v[i];
+        bb[i] = e1 * bb[i] + e2;
+        pp[i] = q;
+        o[i] = a / b;
+      }
+    }
+  }
+
+  void wkv5(const step::Wkv5Op& op) override {
+    for (const step::View v : {op.r, op.k, op.v, op.out}) check_view(v, "wkv5");
+    const int64_t H = op.n_head, S = op.head_size, C = H * S;
+    const auto per = [&](step::Vec v) { return vec_size(v) == C ? 1 : S; };  // n_embd values or one per head
+    GA_CHECK(op.r.cols == C && op.k.cols == C && op.v.cols == C && op.out.cols == C &&
+                 (vec_size(op.time_first) == C || vec_size(op.time_first) == H) &&
+                 (op.decay_view ? op.decay_view.cols == C : (vec_size(op.decay) == C || vec_size(op.decay) == H)) &&
+                 floats(op.state) == H * S * S,
+             Internal, "wkv5: shapes");
+    const int64_t u_div = per(op.time_first);
+    const int64_t w_div = op.decay_view ? 1 : per(op.decay);
+    const float* u = vec(op.time_first);
+    for (int64_t t = 0; t < n; ++t) {
+      float* st = state_row(op.state, t);
+      const float* r = ptr(op.r, t);
+      const float* k = ptr(op.k, t);
+      const float* v = ptr(op.v, t);
+      const float* w = op.decay_view ? ptr(op.decay_view, t) : vec(op.decay);
+      float* o = ptr(op.out, t);
+      std::fill(o, o + C, 0.0f);
+      for (int64_t h = 0; h < H; ++h) {
+        float* s_h = st + h * S * S;
+        for (int64_t i = 0; i < S; ++i) {
+          const int64_t c = h * S + i;
+          const float ki = k[c], ri = r[c], ui = u[c / u_div], wi = w[c / w_div];
+          float* row = s_h + i * S;
+          const float* vh = v + h * S;
+          float* oh = o + h * S;
+          for (int64_t j = 0; j < S; ++j) {
+            const float kv = ki * vh[j];
+            oh[j] += ri * (ui * kv + row[j]);
+            row[j] = row[j] * wi + kv;
+          }
+        }
+      }
+    }
+  }
+
+  void wkv7(const step::Wkv7Op& op) override {
+    for (const step::View v : {op.r, op.w, op.k, op.v, op.a, op.out, op.bonus}) check_view(v, "wkv7");
+    const int64_t H = op.n_head, S = op.head_size, C = H * S;
+    GA_CHECK(op.r.cols == C && op.w.cols == C && op.k.cols == C && op.v.cols == C && op.a.cols == C &&
+                 op.out.cols == C && op.bonus.cols == C && vec_size(op.k_k) == C && vec_size(op.k_a) == C &&
+                 vec_size(op.r_k) == C && floats(op.state) == H * S * S,
+             Internal, "wkv7: shapes");
+    const float* k_k = vec(op.k_k);
+    const float* k_a = vec(op.k_a);
+    const float* r_k = vec(op.r_k);
+    std::vector<float>& kk = wkv_scratch;
+    grow(kk, 3 * C);
+    float* kp = kk.data() + C;   // k'
+    float* bb = kk.data() + 2 * C;  // kk * a
+    for (int64_t t = 0; t < n; ++t) {
+      float* st = state_row(op.state, t);
+      const float* r = ptr(op.r, t);
+      const float* w = ptr(op.w, t);
+      const float* k = ptr(op.k, t);
+      const float* v = ptr(op.v, t);
+      const float* a = ptr(op.a, t);
+      float* o = ptr(op.out, t);
+      float* bonus = ptr(op.bonus, t);
+      for (int64_t h = 0; h < H; ++h) {
+        float sum = 0.0f;
+        for (int64_t j = h * S; j < (h + 1) * S; ++j) {
+          kk[static_cast<size_t>(j)] = k[j] * k_k[j];
+          sum += kk[static_cast<size_t>(j)] * kk[static_cast<size_t>(j)];
+        }
+        const float scale = 1.0f / std::max(std::sqrt(sum), 1e-12f);
+        for (int64_t j = h * S; j < (h + 1) * S; ++j) kk[static_cast<size_t>(j)] *= scale;
+      }
+      for (int64_t j = 0; j < C; ++j) {
+        const float ka = k[j] * k_a[j];
+        kp[j] = k[j] + (a[j] * ka - ka);
+        bb[j] = kk[static_cast<size_t>(j)] * a[j];
+      }
+      for (int64_t h = 0; h < H; ++h) {
+        float* s_h = st + h * S * S;
+        const int64_t base = h * S;
+        float rkr = 0.0f;
+        for (int64_t j = 0; j < S; ++j) rkr += kp[base + j] * r[base + j] * r_k[base + j];
+        for (int64_t i = 0; i < S; ++i) {
+          float* row = s_h + i * S;
+          const float vi = v[base + i];
+          float sa = 0.0f;
+          for (int64_t j = 0; j < S; ++j) sa += -kk[static_cast<size_t>(base + j)] * row[j];
+          float acc = 0.0f;
+          for (int64_t j = 0; j < S; ++j) {
+            row[j] = row[j] * w[base + j] + vi * kp[base + j] + sa * bb[base + j];
+            acc += row[j] * r[base + j];
+          }
+          o[base + i] = acc;
+          bonus[base + i] = vi * rkr;
+        }
+      }
+    }
+  }
+
   // ---- a step ----
   void validate(std::span<const step::BatchToken> batch, std::span<const std::span<const int32_t>> block_tables,
-                const KvPool& pool_kv) const {
+                KvPool& pool_kv) const {
     GA_CHECK(pool_kv.matches(state_spec), InvalidArgument, "the KV pool's layers (", pool_kv.n_layers(),
              ") do not match the model's (", state_spec.kv_layers.size(), ")");
     for (size_t s = 0; s < block_tables.size(); ++s) {
@@ -422,6 +705,7 @@ struct StepEngine::Impl final : step::Binder, step::Ops {
       }
     }
     const int64_t n_vocab = model->config.n_vocab;
+    if (!state_spec.recurrent.empty()) validate_recurrent(batch, block_tables, pool_kv);
     for (size_t i = 0; i < batch.size(); ++i) {
       const step::BatchToken& e = batch[i];
       GA_CHECK(e.token >= 0 && e.token < n_vocab, InvalidArgument, "token id ", e.token, " at index ", i,
@@ -435,6 +719,32 @@ struct StepEngine::Impl final : step::Binder, step::Ops {
     }
   }
 
+  // A recurrent state holds one position: each sequence's run must start at 0 or where its state stands, a
+  // sequence appears in one run per step, and two sequences never share a first block (the slots).
+  void validate_recurrent(std::span<const step::BatchToken> batch, std::span<const std::span<const int32_t>> block_tables,
+                          KvPool& pool_kv) const {
+    std::vector<int64_t> seen;
+    for (size_t i = 0; i < batch.size(); ++i) {
+      const step::BatchToken& e = batch[i];
+      if (i > 0 && batch[i - 1].seq == e.seq) {
+        GA_CHECK(e.pos == batch[i - 1].pos + 1, InvalidArgument, "batch entry ", i, ": a recurrent model's run must be at consecutive positions");
+        continue;
+      }
+      GA_CHECK(e.seq >= 0 && static_cast<size_t>(e.seq) < block_tables.size() &&
+                   !block_tables[static_cast<size_t>(e.seq)].empty(),
+               InvalidArgument, "batch entry ", i, " names sequence ", e.seq, " without blocks");
+      const int64_t block = block_tables[static_cast<size_t>(e.seq)][0];
+      GA_CHECK(std::find(seen.begin(), seen.end(), block) == seen.end(), InvalidArgument, "batch entry ", i,
+               ": two runs in one step share the recurrent state of block ", block);
+      seen.push_back(block);
+      GA_CHECK(block >= 0 && block < pool_kv.n_blocks(), InvalidArgument, "block ", block, " outside the pool");
+      const int64_t at = pool_kv.recurrent_pos(block);
+      GA_CHECK(e.pos == 0 || e.pos == at, InvalidArgument, "sequence ", e.seq, " continues at position ", e.pos,
+               " but its recurrent state stands at ", at, " (a recurrent state cannot go back; start again from 0)");
+      pool_kv.recurrent(0, block);  // allocated before any work, so an OutOfMemory changes nothing
+    }
+  }
+
   void run(std::span<const step::BatchToken> batch, std::span<const std::span<const int32_t>> block_tables,
            KvPool& pool_kv, float* logits) {
     n = static_cast<int64_t>(batch.size());
@@ -445,6 +755,8 @@ struct StepEngine::Impl final : step::Binder, step::Ops {
     grow(positions, n);
     grow(tables, n);
     grow(kv_rows, n);
+    grow(state_block, n);
+    grow(run_start, n);
     logit_rows.clear();
     const int64_t bs = pool_kv.block_size();
     for (int64_t t = 0; t < n; ++t) {
@@ -456,11 +768,18 @@ struct StepEngine::Impl final : step::Binder, step::Ops {
       kv_rows[static_cast<size_t>(t)] =
           static_cast<uint64_t>(table[static_cast<size_t>(e.pos / bs)] * bs + e.pos % bs);
       if (e.logits) logit_rows.push_back(t);
+      state_block[static_cast<size_t>(t)] = table.empty() ? 0 : table[0];
+      run_start[static_cast<size_t>(t)] = t == 0 || batch[static_cast<size_t>(t - 1)].seq != e.seq;
     }
     cache = &pool_kv;
     logits_out = logits;
     ++step_serial;
     program->run(*this);
+    if (!state_spec.recurrent.empty()) {
+      for (int64_t t = 0; t < n; ++t) {
+        if (run_end(t)) pool_kv.recurrent_pos(state_block[static_cast<size_t>(t)]) = positions[static_cast<size_t>(t)] + 1;
+      }
+    }
     cache = nullptr;
     logits_out = nullptr;
   }

@@ -28,7 +28,7 @@ std::string shape_str(const std::vector<uint64_t>& ne) {
 
 std::vector<ArchInfo> build_table() {
   std::vector<ArchInfo> table;
-  for (std::vector<ArchInfo> family : {llama_family(), qwen_family(), gemma_family(), phi3_family()}) {
+  for (std::vector<ArchInfo> family : {llama_family(), qwen_family(), gemma_family(), phi3_family(), rwkv_family()}) {
     for (ArchInfo& a : family) table.push_back(std::move(a));
   }
   return table;

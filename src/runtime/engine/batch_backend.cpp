@@ -51,6 +51,7 @@ class CpuBatchBackend final : public BatchBackend {
   }
   int64_t n_vocab() const override { return forward_.n_vocab(); }
   int64_t n_blocks() const override { return kv_.n_blocks(); }
+  bool recurrent_state() const override { return !forward_.state().recurrent.empty(); }
   const std::string& device() const override { return device_; }
   std::string description() const override {
     return str("cpu, ", threads_, " threads, KV pool ", kv_.n_blocks(), " x ", kv_.block_size(), " positions ",

@@ -69,6 +69,9 @@ class BatchBackend {
   virtual std::vector<GpuSampleResult> sample_rows(int64_t first_row, std::span<const GpuSampleRow> rows);
   virtual int64_t n_vocab() const = 0;
   virtual int64_t n_blocks() const = 0;
+  // Whether sequences keep recurrent state (RWKV: step::StateSpec::recurrent) beside their first block:
+  // such state is not a function of a block's tokens, so the Scheduler neither shares nor caches prefixes.
+  virtual bool recurrent_state() const { return false; }
   virtual const std::string& device() const = 0;   // "cpu" or "cuda:N"
   virtual std::string description() const = 0;     // for logs
 };

@@ -456,7 +456,8 @@ void Scheduler::Impl::admit() {
 bool Scheduler::Impl::try_admit(Sequence& s) {
   const int64_t bs = blocks.block_size();
   const int64_t n_tokens = static_cast<int64_t>(s.tokens.size());
-  const int64_t reusable = std::min(n_tokens - 1, s.n_prompt) / bs;  // the last token is always computed
+  // the last token is always computed; a recurrent state is the whole prefix's, never a block's
+  const int64_t reusable = backend->recurrent_state() ? 0 : std::min(n_tokens - 1, s.n_prompt) / bs;
   engine::KvBlockManager::PrefixMatch match = blocks.match_prefix(s.tokens, reusable);
   const int64_t need = (n_tokens + bs - 1) / bs - static_cast<int64_t>(match.blocks.size());
   const int64_t headroom = static_cast<int64_t>(running.size());
@@ -619,7 +620,7 @@ void Scheduler::Impl::after_forward(Sequence& s) {
   if (first < s.n_prompt) step_prompt_tokens += static_cast<uint64_t>(std::min(s.n_computed, s.n_prompt) - first);
   // Publish the prompt blocks this step completed.
   const int64_t bs = blocks.block_size();
-  const int64_t filled = std::min(s.n_computed, s.n_prompt);
+  const int64_t filled = backend->recurrent_state() ? 0 : std::min(s.n_computed, s.n_prompt);
   while ((s.n_published + 1) * bs <= filled) {
     const std::span<const int32_t> chunk(s.tokens.data() + s.n_published * bs, static_cast<size_t>(bs));
     s.chain_key = blocks.publish(s.blocks[static_cast<size_t>(s.n_published)], s.chain_key, chunk);

@@ -14,6 +14,7 @@
 // it stays the exact inverse of encode().
 #include "gpu_accel/tokenizer.h"
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <unordered_set>
@@ -101,6 +102,7 @@ struct Tokenizer::Impl {
   tok::JoinablePairs joinable;               // SPM: where the text may be cut before merging
   std::unordered_set<int32_t> eog;
   std::vector<std::string> pieces;  // token_to_piece(id, render_special = false) for every id
+  size_t max_token_bytes = 0;        // RwkvWorld: the longest match to try
 
   explicit Impl(Vocab vocab) : v(std::move(vocab)) {
     tok::validate_vocab(v, "tokenizer vocabulary");
@@ -111,7 +113,10 @@ struct Tokenizer::Impl {
       if (!v.tokens[id].empty()) token_ids[v.tokens[id]] = static_cast<int32_t>(id);
     }
     if (!v.merges.empty()) ranks = std::make_unique<tok::RankMerger>(v.merges, token_ids, n);
-    if (v.type == VocabType::SPM) {
+    if (v.type == VocabType::Bytes || v.type == VocabType::RwkvWorld) {
+      // nothing to merge or split: a byte is its token, or the longest token at each byte wins
+      for (const std::string& t : v.tokens) max_token_bytes = std::max(max_token_bytes, t.size());
+    } else if (v.type == VocabType::SPM) {
       for (const auto& [text, id] : token_ids) joinable.add(text);
       for (const auto& m : v.merges) joinable.add(m.substr(0, m.find(' ', 1)) + m.substr(m.find(' ', 1) + 1));
     } else {
@@ -121,6 +126,15 @@ struct Tokenizer::Impl {
 
     for (int b = 0; b < 256; ++b) {
       std::string text;
+      if (v.type == VocabType::Bytes) {
+        byte_tokens[b] = b;
+        continue;
+      }
+      if (v.type == VocabType::RwkvWorld) {
+        const auto it = token_ids.find(std::string(1, static_cast<char>(b)));
+        byte_tokens[b] = it == token_ids.end() ? -1 : it->second;
+        continue;
+      }
       if (v.type == VocabType::SPM) {
         char buf[8];
         std::snprintf(buf, sizeof buf, "<0x%02X>", b);
@@ -152,6 +166,7 @@ struct Tokenizer::Impl {
       case TokenType::UserDefined:
         return text;
       case TokenType::Normal:
+        if (v.type == VocabType::RwkvWorld) return text;  // raw bytes
         return v.type == VocabType::SPM ? unescape_spaces(text) : byte_level_decode(text);
       case TokenType::Byte: {
         const int byte = parse_byte_token(text);
@@ -230,6 +245,30 @@ struct Tokenizer::Impl {
     if (begin < escaped.size()) encode_spm_segment(escaped, begin, escaped.size(), out);
   }
 
+  // RWKV World: at each byte the longest token that matches (BlinkDL's trie tokenizer); a byte no token
+  // starts with goes through emit_fallback (U+FFFD's bytes, else UNK, else an error).
+  void encode_greedy(std::string_view text, std::vector<int32_t>& out) const {
+    size_t i = 0;
+    while (i < text.size()) {
+      size_t len = std::min(max_token_bytes, text.size() - i);
+      int32_t id = -1;
+      for (; len > 0; --len) {
+        const auto it = token_ids.find(text.substr(i, len));
+        if (it != token_ids.end() && type_of(it->second) == TokenType::Normal) {
+          id = it->second;
+          break;
+        }
+      }
+      if (id < 0) {
+        emit_fallback(text.substr(i, 1), out);
+        ++i;
+        continue;
+      }
+      out.push_back(id);
+      i += len;
+    }
+  }
+
   void encode_bpe(std::string_view text, std::vector<int32_t>& out) const {
     std::vector<tok::MergedSymbol> symbols;
     std::string byte_level;
@@ -274,7 +313,11 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special, 
     std::string nfc_storage;
     const std::string_view raw = m.v.requires_nfc ? tok::to_nfc(text.substr(f.begin, f.end - f.begin), nfc_storage)
                                                   : text.substr(f.begin, f.end - f.begin);
-    if (m.v.type == VocabType::SPM) {
+    if (m.v.type == VocabType::Bytes) {
+      for (const char c : raw) out.push_back(static_cast<uint8_t>(c));
+    } else if (m.v.type == VocabType::RwkvWorld) {
+      m.encode_greedy(raw, out);
+    } else if (m.v.type == VocabType::SPM) {
       std::string escaped;
       if (m.v.add_space_prefix && after_special) escaped = kSpaceMarker;
       escaped += escape_spaces(raw);

@@ -35,7 +35,9 @@ void validate_vocab(const Vocab& v, const char* source) {
   for (int32_t id : v.extra_eog_ids) check_id(id, "end-of-generation");
   GA_CHECK(!(v.add_bos && v.bos_id < 0), InvalidFormat, source, ": add_bos is set but there is no BOS token");
   GA_CHECK(!(v.add_eos && v.eos_id < 0), InvalidFormat, source, ": add_eos is set but there is no EOS token");
-  GA_CHECK(v.type == VocabType::SPM || !v.merges.empty(), InvalidFormat, source, ": a BPE vocabulary needs merges");
+  GA_CHECK(v.type != VocabType::BPE || !v.merges.empty(), InvalidFormat, source, ": a BPE vocabulary needs merges");
+  GA_CHECK(v.type != VocabType::Bytes || v.tokens.size() == 256, InvalidFormat, source, ": a byte vocabulary has 256 tokens, not ",
+           v.tokens.size());
   for (size_t i = 0; i < v.merges.size(); ++i) {
     // "left right": both sides non-empty. The first character may itself be a space in exotic
     // vocabularies, so the separator is searched from the second byte on (as llama.cpp does).

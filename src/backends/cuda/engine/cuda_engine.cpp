@@ -262,6 +262,9 @@ CudaEngine::CudaEngine(const LoadedModel& model, const step::ProgramFactory& fac
 
   // The Program, against handles: what it needs decides every size below.
   state_ = factory.state();
+  // Recurrent models (RWKV) need the recurrent ops (layer/group norm, token shift, WKV) as kernels and
+  // state slots in the pool: not written yet, so such a model is refused before anything is allocated.
+  GA_CHECK(state_.recurrent.empty(), Unsupported, factory.name(), ": RWKV on CUDA is not implemented yet (use --device cpu)");
   weight_groups_ = factory.weight_groups();
   for (const step::KvLayerSpec& spec : state_.kv_layers) {
     GA_CHECK(spec.n_head_kv > 0 && spec.head_dim > 0 && spec.n_head % spec.n_head_kv == 0, Internal,

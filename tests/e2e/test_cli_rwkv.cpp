@@ -1,0 +1,58 @@
+// `gpu-accel run` and `inspect` on rwkv.cpp files: the CLI's greedy text equals the same generation in process
+// (the byte vocabulary's encode and decode, the Session, the sampler), and a PyTorch checkpoint is refused
+// with the converter's name on one `error:` line.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <string>
+
+#include "common/process.h"
+#include "common/test_data.h"
+#include "gpu_accel/generate.h"
+#include "gpu_accel/model.h"
+#include "gpu_accel/session.h"
+#include "gpu_accel/tokenizer.h"
+
+namespace ga {
+namespace {
+
+using test::CliResult;
+using test::run_cli;
+
+TEST(CliRwkv, RunGeneratesTheGreedyTextOfEveryVersion) {
+  for (const char* name : {"tiny-rwkv-4v0-660K-FP16", "tiny-rwkv-5v1-730K-FP32", "tiny-rwkv-5v2-730K-FP32",
+                           "tiny-rwkv-6v0-3m-Q5_1", "tiny-rwkv-7v0-834K-FP32"}) {
+    SCOPED_TRACE(name);
+    const std::string path = test::shared_path(std::string("models/rwkv-tiny/") + name + ".bin");
+    const CliResult r = run_cli({"run", "-m", path, "-p", "hello", "-n", "16", "--temp", "0", "--device", "cpu"});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+
+    const LoadedModel model = load_model(path);
+    const Tokenizer tok(model.vocab);
+    SessionOptions so;
+    so.n_threads = 1;
+    Session session(model, so);
+    GenerateOptions o;
+    o.max_tokens = 16;
+    o.sampling.temperature = 0.0f;
+    const GenerateResult want = generate_from_tokens(session, tok, tok.encode("hello", false), o);
+    ASSERT_EQ(want.tokens.size(), 16u);
+    EXPECT_NE(r.out.find(want.text), std::string::npos) << "CLI printed: " << r.out << "\nexpected: " << want.text;
+
+    const CliResult i = run_cli({"inspect", path});
+    EXPECT_EQ(i.exit_code, 0) << i.err;
+    EXPECT_NE(i.out.find("rwkv.version"), std::string::npos) << i.out;
+  }
+}
+
+TEST(CliRwkv, PytorchCheckpointIsRefusedWithTheConverter) {
+  test::TempDir dir("ga_cli_rwkv");
+  const std::string pth = dir.file("RWKV-x070-World-0.1B.pth");
+  std::ofstream(pth, std::ios::binary) << std::string("PK\x03\x04", 4) << std::string(100, '\0');
+  const CliResult r = run_cli({"run", "-m", pth, "-p", "x", "-n", "1", "--device", "cpu"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("convert_pytorch_to_ggml.py"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace ga
