@@ -135,6 +135,16 @@ bool visible(const AttentionShape& s, int64_t q_pos, int64_t k_pos) { return !s.
 
 // The attention of the shard's queries over one block, merged into (out, lse) by log-sum-exp: out holds the
 // normalized result so far, lse its log normalizer (-inf: no key seen yet).
+// Merges a partial result (its normalized row `part` and log normalizer part_lse) into (o, l) by log-sum-exp.
+void merge_partial(float* o, float& l, const float* part, float part_lse, int64_t D) {
+  if (part_lse == kNegInf) return;  // the partial saw no key
+  const float merged = l == kNegInf ? part_lse : std::max(l, part_lse) + std::log1p(std::exp(-std::abs(l - part_lse)));
+  const float w_old = l == kNegInf ? 0.0f : std::exp(l - merged);
+  const float w_new = std::exp(part_lse - merged);
+  for (int64_t d = 0; d < D; ++d) o[d] = w_old * o[d] + w_new * part[d];
+  l = merged;
+}
+
 void attend_block(const AttentionShape& s, const AttentionShard& shard, const Block& b, std::vector<float>& out,
                   std::vector<float>& lse) {
   const int64_t nq = static_cast<int64_t>(shard.q_pos.size()), D = s.head_dim, group = s.n_head / s.n_head_kv;
@@ -167,15 +177,9 @@ void attend_block(const AttentionShape& s, const AttentionShard& shard, const Bl
         const float* v = b.v.data() + (j * s.n_head_kv + g) * D;
         for (int64_t d = 0; d < D; ++d) acc[static_cast<size_t>(d)] += p * v[d];
       }
-      const float block_lse = m + std::log(sum);
-      float& l = lse[static_cast<size_t>(h * nq + t)];
-      float* o = out.data() + (t * s.n_head + h) * D;
-      const float merged = l == kNegInf ? block_lse
-                                        : std::max(l, block_lse) + std::log1p(std::exp(-std::abs(l - block_lse)));
-      const float w_old = l == kNegInf ? 0.0f : std::exp(l - merged);
-      const float w_new = std::exp(block_lse - merged) / sum;
-      for (int64_t d = 0; d < D; ++d) o[d] = w_old * o[d] + w_new * acc[static_cast<size_t>(d)];
-      l = merged;
+      for (float& a : acc) a /= sum;
+      merge_partial(out.data() + (t * s.n_head + h) * D, lse[static_cast<size_t>(h * nq + t)], acc.data(),
+                    m + std::log(sum), D);
     }
   }
 }
@@ -282,6 +286,45 @@ AttentionGrads ring_attention_backward(Transport& t, const AttentionShape& s, co
   g.dk = std::move(cur.dk);
   g.dv = std::move(cur.dv);
   return g;
+}
+
+AttentionForward sharded_kv_attention(Transport& t, const AttentionShape& s, const AttentionShard& shard) {
+  check_shard(s, shard);
+  const int64_t nq = static_cast<int64_t>(shard.q_pos.size()), D = s.head_dim, w = t.world_size();
+  const size_t n_out = static_cast<size_t>(nq * q_row(s)), n_lse = static_cast<size_t>(nq * s.n_head);
+  // every rank's partial: [out | lse], indexed by the rank that computed it
+  std::vector<std::vector<float>> partials(static_cast<size_t>(w));
+  {
+    AttentionForward mine;
+    mine.out.assign(n_out, 0.0f);
+    mine.lse.assign(n_lse, kNegInf);
+    attend_block(s, shard, own_block(shard, false), mine.out, mine.lse);
+    std::vector<float>& p = partials[static_cast<size_t>(t.rank())];
+    p = std::move(mine.out);
+    p.insert(p.end(), mine.lse.begin(), mine.lse.end());
+  }
+  // all-gather around the ring: at step k a rank forwards what it received at step k - 1
+  for (int step = 0; step + 1 < w; ++step) {
+    const int send_owner = owner_after(t, step), recv_owner = owner_after(t, step + 1);
+    std::vector<float>& in = partials[static_cast<size_t>(recv_owner)];
+    in.assign(n_out + n_lse, 0.0f);
+    const std::vector<float>& out = partials[static_cast<size_t>(send_owner)];
+    t.wait(t.send_recv(out.data(), out.size() * sizeof(float), (t.rank() + 1) % w, in.data(), in.size() * sizeof(float),
+                       (t.rank() + w - 1) % w));
+  }
+  // merged in rank order on every rank: identical bytes everywhere
+  AttentionForward f;
+  f.out.assign(n_out, 0.0f);
+  f.lse.assign(n_lse, kNegInf);
+  for (const std::vector<float>& p : partials) {
+    for (int64_t i = 0; i < nq; ++i) {
+      for (int64_t h = 0; h < s.n_head; ++h) {
+        merge_partial(f.out.data() + (i * s.n_head + h) * D, f.lse[static_cast<size_t>(h * nq + i)],
+                      p.data() + (i * s.n_head + h) * D, p[n_out + static_cast<size_t>(h * nq + i)], D);
+      }
+    }
+  }
+  return f;
 }
 
 std::vector<int64_t> zigzag_positions(int64_t n, int world_size, int rank) {

@@ -48,6 +48,11 @@ AttentionGrads ring_attention_backward(Transport& t, const AttentionShape& s, co
                                        std::span<const float> out, std::span<const float> lse,
                                        std::span<const float> dout);
 
+// Pass-Q attention for decode and short queries over a long sharded cache: every rank holds the same queries
+// (shard.q, q_pos) and its own part of the K/V; each attends over its part, the partial results (out, lse)
+// travel the ring and every rank merges them all by LSE, in rank order, so all ranks return the same bytes.
+AttentionForward sharded_kv_attention(Transport& t, const AttentionShape& s, const AttentionShard& shard);
+
 // Load-balanced causal sharding: the positions [0, n) in 2 * world_size chunks (sizes differing by at most
 // one), rank r holding chunks r and 2 * world_size - 1 - r, so every rank does about the same causal work.
 std::vector<int64_t> zigzag_positions(int64_t n, int world_size, int rank);

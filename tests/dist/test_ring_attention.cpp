@@ -178,3 +178,50 @@ TEST(RingAttention, RejectsMismatchedShards) {
 }
 
 }  // namespace
+
+namespace {
+
+// Pass-Q: the last few positions' queries (decode: one) on every rank over the K/V of all positions sharded
+// over the ranks, against the float64 attention of the whole sequence.
+TEST(ShardedKvAttention, DecodeAndShortQueriesMatchTheWholeSequence) {
+  for (const bool zigzag : {false, true}) {
+    for (const int64_t n_query : {int64_t{1}, int64_t{5}}) {
+      for (const int world : {1, 2, 3, 4, 8}) {
+        SCOPED_TRACE(testing::Message() << "queries " << n_query << " ranks " << world << " zigzag " << zigzag);
+        const int64_t n = 45, H = 4, Hk = 2, D = 16;
+        const AttentionShape s{H, Hk, D, 0.25f, true};
+        std::mt19937 rng(static_cast<unsigned>(world * 13 + n_query));
+        std::normal_distribution<float> dist(0.0f, 1.0f);
+        std::vector<float> q(static_cast<size_t>(n * H * D)), k(static_cast<size_t>(n * Hk * D)), v(k.size()),
+            dout(q.size(), 0.0f);
+        for (auto* x : {&q, &k, &v})
+          for (float& e : *x) e = dist(rng);
+        const Reference ref = reference(s, n, q, k, v, dout);
+        std::vector<int64_t> q_pos;
+        for (int64_t p = n - n_query; p < n; ++p) q_pos.push_back(p);
+        const std::vector<float> ql = gather(q, H * D, q_pos);
+        std::vector<ga::dist::AttentionForward> got(static_cast<size_t>(world));
+        ga::dist::LoopbackGroup group(world);
+        group.run([&](ga::dist::Transport& t) {
+          const std::vector<int64_t> kv_pos = zigzag ? ga::dist::zigzag_positions(n, world, t.rank())
+                                                     : ga::dist::contiguous_positions(n, world, t.rank());
+          const std::vector<float> kl = gather(k, Hk * D, kv_pos), vl = gather(v, Hk * D, kv_pos);
+          got[static_cast<size_t>(t.rank())] = ga::dist::sharded_kv_attention(t, s, {q_pos, ql, kv_pos, kl, vl});
+        });
+        for (int r = 0; r < world; ++r) {
+          EXPECT_EQ(got[r].out, got[0].out) << "rank " << r << " differs from rank 0";
+          for (int64_t i = 0; i < n_query; ++i) {
+            for (int64_t e = 0; e < H * D; ++e) {
+              ASSERT_NEAR(got[r].out[i * H * D + e], ref.out[q_pos[i] * H * D + e], 1e-5 * max_abs(ref.out));
+            }
+            for (int64_t h = 0; h < H; ++h) {
+              ASSERT_NEAR(got[r].lse[h * n_query + i], ref.lse[h * n + q_pos[i]], 1e-5 * max_abs(ref.lse));
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
