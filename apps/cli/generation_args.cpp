@@ -53,6 +53,8 @@ void add_generation_options(ArgParser& parser, GenerationArgs& a, const std::str
   parser.flag("--host-sampling", &a.host_sampling, "CUDA: copy the logits to the host and sample there (comparison)");
   parser.flag("--no-warmup", &a.no_warmup, "skip the warm-up forward before the prompt (as llama.cpp's; the prompt "
               "time then includes the device's one-time costs)");
+  parser.option("--tensor-parallel", &a.tensor_parallel, "N",
+                "split the model over N ranks (CPU: threads of this process; heads and FFN width divide by N)");
   parser.option("--prefill-graphs", &a.prefill_graphs, "N",
                 "CUDA: prompts of 9..N tokens replay a graph captured per length bucket at the warm-up; 0: off");
 }
@@ -62,6 +64,8 @@ void finish_generation_options(const ArgParser& parser, GenerationArgs& a) {
   require(a.n_predict >= -1, "-n must be -1 (until the context is full) or >= 0, got " + std::to_string(a.n_predict));
   require(a.n_ctx >= 0, "--ctx must be >= 0 (0: the model's context), got " + std::to_string(a.n_ctx));
   require(a.threads >= 0, "--threads must be >= 0 (0: all cores), got " + std::to_string(a.threads));
+  require(a.tensor_parallel >= 1 && a.tensor_parallel <= 64,
+          "--tensor-parallel must be in 1..64, got " + std::to_string(a.tensor_parallel));
   require(a.prefill_graphs >= 0, "--prefill-graphs must be >= 0 (0: off), got " + std::to_string(a.prefill_graphs));
   const SamplerParams& s = a.sampling;
   require(s.temperature >= 0.0f, "--temp must be >= 0 (0: greedy), got " + number_text(s.temperature));
@@ -83,6 +87,7 @@ SessionOptions session_options(const GenerationArgs& a) {
   o.device = a.device;
   o.gpu_sampling = !a.host_sampling;
   o.prefill_graph_max_tokens = a.prefill_graphs;
+  o.tensor_parallel = a.tensor_parallel;
   return o;
 }
 

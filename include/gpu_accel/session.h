@@ -36,6 +36,10 @@ struct SessionOptions {
   // CUDA: sample_next() samples on the GPU (the logits stay on the device; the same token, PRNG state
   // and errors as the host sampler). false: copy the row to the host and sample there.
   bool gpu_sampling = true;
+  // CPU: the model split over this many ranks of this process (Megatron tensor parallelism over the
+  // in-process transport, docs/architecture.md), each on its share of n_threads; the logits equal the unsplit
+  // model's. The heads, KV heads and FFN width must divide by it. The GPU takes 1 only (for now).
+  int tensor_parallel = 1;
 };
 
 class Session {

@@ -1,5 +1,6 @@
 #include "dist/loopback.h"
 
+#include <algorithm>
 #include <cstring>
 #include <exception>
 #include <thread>
@@ -15,6 +16,10 @@ class LoopbackTransport final : public Transport {
       : group_(group), rank_(rank), posted_from_(static_cast<size_t>(group.world_size_), 0) {}
   int rank() const override { return rank_; }
   int world_size() const override { return group_.world_size_; }
+  void clear() {
+    pending_.clear();
+    std::fill(posted_from_.begin(), posted_from_.end(), 0);
+  }
 
   Ticket send(const void* data, size_t bytes, int to) override {
     check_peer(to, "send to");
@@ -106,6 +111,12 @@ void LoopbackGroup::fail(int rank, const std::string& why) {
 }
 
 void LoopbackGroup::run(const std::function<void(Transport&)>& fn) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (Channel& c : channels_) c = Channel{};
+    for (std::string& f : failed_) f.clear();
+  }
+  for (auto& t : transports_) static_cast<LoopbackTransport&>(*t).clear();
   std::vector<std::exception_ptr> errors(static_cast<size_t>(world_size_));
   std::vector<std::thread> threads;
   for (int r = 0; r < world_size_; ++r) {

@@ -38,7 +38,8 @@ class LoopbackGroup {
   void fail(int rank, const std::string& why);
 
   // Runs fn(transport) for every rank on its own thread and joins them. A rank that throws is marked failed
-  // (so its peers stop waiting for it); then the first error (in rank order) is rethrown.
+  // (so its peers stop waiting for it); then the first error (in rank order) is rethrown. Each run starts
+  // from a clean group (no failed rank, no message or receive left over from an earlier run).
   void run(const std::function<void(Transport&)>& fn);
 
  private:

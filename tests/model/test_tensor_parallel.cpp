@@ -111,3 +111,33 @@ TEST(TensorParallel, RefusesWhatDoesNotSplit) {
 }
 
 }  // namespace
+
+namespace {
+
+// The same through SequenceParams::tensor_parallel (what Session and `--tensor-parallel` use): the ranks live
+// inside one SequenceForward, and a bad token is refused on every rank without breaking the next eval.
+TEST(TensorParallel, OneSequenceForwardOverRanks) {
+  const ga::LoadedModel m = ga::load_model(ga::test::repo_path("models/stories260K.gguf"));
+  const std::vector<int32_t> prompt{1, 403, 407, 261, 378, 429, 1}, next{300};
+  const std::vector<float> want = run_sequence(m, prompt, next, nullptr);
+  for (const int world : {2, 4}) {
+    ga::arch::SequenceParams p;
+    p.n_ctx = 64;
+    p.tensor_parallel = world;
+    ga::arch::SequenceForward seq(m, p, nullptr);
+    const int64_t V = seq.n_vocab();
+    std::vector<float> got(prompt.size() * static_cast<size_t>(V) + static_cast<size_t>(V));
+    seq.eval(prompt, 0, true, got.data());
+    const int32_t bad = static_cast<int32_t>(V);
+    EXPECT_THROW(seq.eval(std::span<const int32_t>(&bad, 1), 7, false, got.data() + prompt.size() * V), ga::Error);
+    seq.eval(next, 7, false, got.data() + prompt.size() * V);
+    double scale = 0, worst = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      scale = std::max(scale, static_cast<double>(std::abs(want[i])));
+      worst = std::max(worst, std::abs(double{got[i]} - want[i]));
+    }
+    EXPECT_LE(worst, 1e-5 * scale) << world << " ranks";
+  }
+}
+
+}  // namespace

@@ -5,6 +5,10 @@
 // activation scratch for long prompts; only the last step (or every step, with all_logits) asks for logits.
 #include "model/arch/forward.h"
 
+#include "core/thread_pool.h"
+#include "dist/loopback.h"
+#include "model/arch/tensor_parallel.h"
+
 #include <algorithm>
 #include <utility>
 #include <vector>
@@ -60,13 +64,37 @@ int64_t BatchForward::n_vocab() const { return impl_->engine.n_vocab(); }
 
 struct SequenceForward::Impl {
   SequenceParams params;
-  BatchForward forward;
-  cpu::KvPool kv;
+  std::unique_ptr<BatchForward> forward;
+  std::unique_ptr<cpu::KvPool> kv;
   std::vector<BatchToken> batch;  // reused: decoding allocates nothing
   static constexpr int32_t kTable[1] = {0};
+  // tensor_parallel > 1: one shard, thread pool and SequenceForward per rank, and the group they sum through
+  std::vector<LoadedModel> shards;
+  std::vector<std::unique_ptr<ThreadPool>> pools;
+  std::unique_ptr<dist::LoopbackGroup> group;
+  std::vector<std::unique_ptr<SequenceForward>> ranks;
+  std::vector<std::vector<float>> rank_logits;  // ranks 1..: their (identical) logits, not returned
 
-  Impl(const LoadedModel& model, const SequenceParams& p, ThreadPool* pool)
-      : params(p), forward(model, pool, p.n_ctx, p.transport), kv(forward.state(), single_block_pool(p)) {}
+  Impl(const LoadedModel& model, const SequenceParams& p, ThreadPool* pool) : params(p) {
+    GA_CHECK(p.tensor_parallel >= 1, InvalidArgument, "tensor_parallel must be >= 1, got ", p.tensor_parallel);
+    if (p.tensor_parallel == 1) {
+      forward = std::make_unique<BatchForward>(model, pool, p.n_ctx, p.transport);
+      kv = std::make_unique<cpu::KvPool>(forward->state(), single_block_pool(p));
+      return;
+    }
+    const int world = p.tensor_parallel;
+    group = std::make_unique<dist::LoopbackGroup>(world);
+    rank_logits.resize(static_cast<size_t>(world));
+    for (int r = 0; r < world; ++r) shards.push_back(shard_for_tensor_parallel(model, world, r));
+    const int threads = pool != nullptr ? std::max(1, pool->size() / world) : 1;
+    for (int r = 0; r < world; ++r) {
+      pools.push_back(std::make_unique<ThreadPool>(threads));
+      SequenceParams rp = p;
+      rp.tensor_parallel = 1;
+      rp.transport = &group->transport(r);
+      ranks.push_back(std::make_unique<SequenceForward>(shards[static_cast<size_t>(r)], rp, pools.back().get()));
+    }
+  }
 };
 
 SequenceForward::SequenceForward(const LoadedModel& model, const SequenceParams& params, ThreadPool* pool)
@@ -76,12 +104,27 @@ SequenceForward::SequenceForward(SequenceForward&&) noexcept = default;
 SequenceForward& SequenceForward::operator=(SequenceForward&&) noexcept = default;
 
 int64_t SequenceForward::n_ctx() const { return impl_->params.n_ctx; }
-int64_t SequenceForward::n_vocab() const { return impl_->forward.n_vocab(); }
+int64_t SequenceForward::n_vocab() const {
+  return impl_->forward ? impl_->forward->n_vocab() : impl_->ranks[0]->n_vocab();
+}
 
 void SequenceForward::eval(std::span<const int32_t> tokens, int64_t pos0, bool all_logits, float* logits) {
   Impl& m = *impl_;
+  if (!m.ranks.empty()) {  // every rank evaluates the tokens on its shard; rank 0's logits are returned
+    const size_t rows = all_logits ? tokens.size() : 1;
+    m.group->run([&](dist::Transport& t) {
+      const size_t r = static_cast<size_t>(t.rank());
+      float* out = logits;
+      if (r > 0) {
+        m.rank_logits[r].resize(rows * static_cast<size_t>(n_vocab()));
+        out = m.rank_logits[r].data();
+      }
+      m.ranks[r]->eval(tokens, pos0, all_logits, out);
+    });
+    return;
+  }
   const int64_t n = static_cast<int64_t>(tokens.size());
-  const int64_t n_vocab = m.forward.n_vocab();
+  const int64_t n_vocab = m.forward->n_vocab();
   GA_CHECK(n > 0, InvalidArgument, "eval needs at least one token");
   GA_CHECK(pos0 >= 0 && pos0 + n <= m.params.n_ctx, OutOfRange, "context overflow: ", pos0, " positions used + ", n,
            " new tokens > n_ctx ", m.params.n_ctx);
@@ -104,7 +147,7 @@ void SequenceForward::eval(std::span<const int32_t> tokens, int64_t pos0, bool a
       e.logits = all_logits || (last_step && t == step_n - 1);
     }
     float* step_logits = all_logits ? logits + done * n_vocab : logits;
-    m.forward.forward(m.batch, tables, m.kv, step_logits);
+    m.forward->forward(m.batch, tables, *m.kv, step_logits);
     done += step_n;
   }
 }

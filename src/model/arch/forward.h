@@ -52,6 +52,9 @@ struct SequenceParams {
   DType kv_type = DType::F32;  // F32 or F16
   int64_t max_batch = 512;     // tokens per internal step; longer evals are split (bounds scratch memory)
   dist::Transport* transport = nullptr;  // a tensor-parallel shard's group (every rank evaluates the same tokens)
+  // > 1: the model split over this many CPU ranks of this process (tensor_parallel.h, the loopback transport),
+  // each on its share of the pool's threads; the logits equal the unsplit model's.
+  int tensor_parallel = 1;
 };
 
 // One sequence over a loaded model. Not thread-safe; the model and the pool must outlive it.

@@ -45,6 +45,7 @@ struct Session::Impl {
   std::unique_ptr<arch::SequenceForward> forward;  // CPU
   std::unique_ptr<cuda::CudaForward> gpu;         // or GPU
   std::string device = "cpu";
+  int tensor_parallel = 1;
   int64_t n_past = 0;
   bool gpu_sampling = true;
   // eval_for_sampling's result: the last logits on the device (gpu_logits.data) or in host_logits.
@@ -63,11 +64,15 @@ Session::Session(const LoadedModel& model, const SessionOptions& options) : impl
            options.device, "' (cpu, cuda, cuda:N or auto)");
   GA_CHECK(options.n_threads >= 0, InvalidArgument, "n_threads must be >= 0 (0: all hardware threads), got ",
            options.n_threads);
+  GA_CHECK(options.tensor_parallel >= 1, InvalidArgument, "tensor_parallel must be >= 1, got ",
+           options.tensor_parallel);
   impl_->model = &model;
   impl_->gpu_sampling = options.gpu_sampling;
   const int64_t n_ctx = engine::resolve_n_ctx(model.config, options.n_ctx);
 
-  if (gpu_index >= 0 && (!is_auto || cuda_device_count() > 0)) {
+  GA_CHECK(options.tensor_parallel == 1 || gpu_index < 0 || is_auto, Unsupported,
+           "tensor parallelism runs on the CPU only so far (--device cpu), not on ", options.device);
+  if (gpu_index >= 0 && options.tensor_parallel == 1 && (!is_auto || cuda_device_count() > 0)) {
     cuda::CudaForwardParams params;
     params.device = gpu_index;
     params.n_ctx = n_ctx;
@@ -86,6 +91,8 @@ Session::Session(const LoadedModel& model, const SessionOptions& options) : impl
   arch::SequenceParams params;
   params.n_ctx = n_ctx;
   params.kv_type = options.kv_type == KvType::F16 ? DType::F16 : DType::F32;
+  params.tensor_parallel = options.tensor_parallel;
+  impl_->tensor_parallel = options.tensor_parallel;
   impl_->forward = std::make_unique<arch::SequenceForward>(model, params, impl_->pool.get());
 }
 
@@ -184,6 +191,9 @@ const std::string& Session::device() const { return impl_->device; }
 
 std::string Session::device_description() const {
   if (impl_->gpu) return impl_->gpu->description();
+  if (impl_->tensor_parallel > 1) {
+    return str("cpu, ", impl_->pool->size(), " threads, tensor parallel over ", impl_->tensor_parallel, " ranks");
+  }
   return str("cpu, ", impl_->pool->size(), " threads");
 }
 
