@@ -45,6 +45,8 @@ enum class DType : uint32_t {
   BF16 = 30,
   TQ1_0 = 34,
   TQ2_0 = 35,
+  MXFP4 = 39,  // OCP MX: 32 E2M1 weights share one E8M0 (power of two) scale
+  NVFP4 = 40,  // NVIDIA: 64 E2M1 weights, one UE4M3 scale per 16
 };
 
 struct DTypeTraits {

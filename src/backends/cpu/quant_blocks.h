@@ -86,6 +86,22 @@ struct BlockQ6_K {
   uint16_t d;
 };
 
+// MXFP4: e is an E8M0 exponent (scale 2^(e-127)); weight j = kvalues_fp4[nibble_j] * 2^(e-128)
+// (the table holds doubled E2M1 values); nibble j < 16 is the low half of qs[j], j >= 16 the high half.
+struct BlockMXFP4 {
+  uint8_t e;
+  uint8_t qs[kQK / 2];
+};
+
+// NVFP4: 64 weights in 4 sub-blocks of 16, each with a UE4M3 scale d[s]; sub-block s uses
+// qs[8s .. 8s+8), low nibbles for its first 8 weights, high nibbles for the last 8.
+inline constexpr int kQKNV = 64;
+inline constexpr int kQKNVSub = 16;
+struct BlockNVFP4 {
+  uint8_t d[kQKNV / kQKNVSub];
+  uint8_t qs[kQKNV / 2];
+};
+
 static_assert(sizeof(BlockQ4_0) == 18);
 static_assert(sizeof(BlockQ4_1) == 20);
 static_assert(sizeof(BlockQ5_0) == 22);
@@ -96,6 +112,8 @@ static_assert(sizeof(BlockQ3_K) == 110);
 static_assert(sizeof(BlockQ4_K) == 144);
 static_assert(sizeof(BlockQ5_K) == 176);
 static_assert(sizeof(BlockQ6_K) == 210);
+static_assert(sizeof(BlockMXFP4) == 17);
+static_assert(sizeof(BlockNVFP4) == 36);
 // Blocks are read at arbitrary byte offsets (Q5_0 is 22 bytes): only 2-byte alignment is assumed.
 static_assert(alignof(BlockQ5_0) <= 2 && alignof(BlockQ3_K) <= 2 && alignof(BlockQ6_K) <= 2);
 
@@ -141,6 +159,28 @@ inline void q3k_scales(const uint8_t* packed, int8_t out[16]) {
     const int high = (packed[8 + j % 4] >> (2 * (j / 4))) & 3;
     out[j] = static_cast<int8_t>((low | (high << 4)) - 32);
   }
+}
+
+// E2M1 levels times two (0, 0.5, 1, 1.5, 2, 3, 4, 6 and their negatives, doubled to integers), as
+// ggml's kvalues_mxfp4; the block scales below are halved to compensate.
+inline constexpr int8_t kFp4Levels[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+// Half of the E8M0 scale 2^(e-127), i.e. 2^(e-128), exactly as ggml_e8m0_to_fp32_half (e = 0, 1 give
+// the float subnormals 2^-128, 2^-127; e = 255 is not treated as NaN).
+inline float e8m0_half(uint8_t e) {
+  const uint32_t bits = e < 2 ? (0x00200000u << e) : (static_cast<uint32_t>(e - 1) << 23);
+  return f32_from_bits(bits);
+}
+
+// Half of a UE4M3 scale, exactly as ggml_ue4m3_to_fp32: the sign bit is ignored, 0 and 0x7F decode to
+// 0, exponent 0 is subnormal (m * 2^-9), otherwise (1 + m/8) * 2^(e-7). Every result is exact in float.
+inline float ue4m3_half(uint8_t x) {
+  if (x == 0 || x == 0x7F) return 0.0f;
+  const int e = (x >> 3) & 0xF;
+  const int m = x & 0x7;
+  // (e == 0 ? m * 2^-9 : (8 + m) * 2^(e-10)), halved; both products are exact
+  const float raw = e == 0 ? static_cast<float>(m) * 0x1p-9f : static_cast<float>(8 + m) * f32_from_bits(static_cast<uint32_t>(e - 10 + 127) << 23);
+  return raw * 0.5f;
 }
 
 }  // namespace ga::cpu::blocks

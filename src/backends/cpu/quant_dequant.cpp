@@ -180,6 +180,30 @@ void dequant_q6_k(const BlockQ6_K* b, float* y, int64_t nb) {
   }
 }
 
+// y = level * d with d the halved block scale: one float product, as ggml's dequantize_row_mxfp4/nvfp4.
+void dequant_mxfp4(const BlockMXFP4* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, y += kQK) {
+    const float d = e8m0_half(b[i].e);
+    for (int j = 0; j < kQK / 2; ++j) {
+      y[j] = static_cast<float>(kFp4Levels[b[i].qs[j] & 0xF]) * d;
+      y[j + kQK / 2] = static_cast<float>(kFp4Levels[b[i].qs[j] >> 4]) * d;
+    }
+  }
+}
+
+void dequant_nvfp4(const BlockNVFP4* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i) {
+    for (int s = 0; s < kQKNV / kQKNVSub; ++s, y += kQKNVSub) {
+      const float d = ue4m3_half(b[i].d[s]);
+      for (int j = 0; j < kQKNVSub / 2; ++j) {
+        const uint8_t byte = b[i].qs[s * (kQKNVSub / 2) + j];
+        y[j] = static_cast<float>(kFp4Levels[byte & 0xF]) * d;
+        y[j + kQKNVSub / 2] = static_cast<float>(kFp4Levels[byte >> 4]) * d;
+      }
+    }
+  }
+}
+
 }  // namespace
 
 namespace scalar {
@@ -218,6 +242,8 @@ void dequantize_row(DType type, const void* src, float* dst, int64_t n) {
     case DType::Q4_K: return dequant_q4_k(static_cast<const BlockQ4_K*>(src), dst, nb);
     case DType::Q5_K: return dequant_q5_k(static_cast<const BlockQ5_K*>(src), dst, nb);
     case DType::Q6_K: return dequant_q6_k(static_cast<const BlockQ6_K*>(src), dst, nb);
+    case DType::MXFP4: return dequant_mxfp4(static_cast<const BlockMXFP4*>(src), dst, nb);
+    case DType::NVFP4: return dequant_nvfp4(static_cast<const BlockNVFP4*>(src), dst, nb);
     default:
       GA_THROW(Unsupported, "dequantize_row: weight type ", traits(type).name, " is not supported on the CPU backend");
   }

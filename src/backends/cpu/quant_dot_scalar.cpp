@@ -93,6 +93,8 @@ float dot_row(DType type, const void* row, const float* x, int64_t n) {
     case DType::Q4_K: return dot_blocks<BlockQ4_K>(row, x, n);
     case DType::Q5_K: return dot_blocks<BlockQ5_K>(row, x, n);
     case DType::Q6_K: return dot_blocks<BlockQ6_K>(row, x, n);
+    case DType::MXFP4: return dot_blocks<BlockMXFP4>(row, x, n);
+    case DType::NVFP4: return dot_blocks<BlockNVFP4>(row, x, n);
     default: GA_THROW(Unsupported, "dot_row: weight type ", traits(type).name, " is not supported on the CPU backend");
   }
 }

@@ -189,4 +189,32 @@ struct Unpack<blocks::BlockQ6_K> {
   }
 };
 
+// MXFP4 / NVFP4: levels are ggml's doubled E2M1 values, scales the halved block scales.
+template <>
+struct Unpack<blocks::BlockMXFP4> {
+  static constexpr UnpackShape kShape{32, 32, false};
+  static void run(const blocks::BlockMXFP4& b, UnpackedBlock& u) {
+    for (int j = 0; j < 16; ++j) {
+      u.q[j] = blocks::kFp4Levels[b.qs[j] & 0xF];
+      u.q[j + 16] = blocks::kFp4Levels[b.qs[j] >> 4];
+    }
+    u.scale[0] = blocks::e8m0_half(b.e);
+  }
+};
+
+template <>
+struct Unpack<blocks::BlockNVFP4> {
+  static constexpr UnpackShape kShape{blocks::kQKNV, blocks::kQKNVSub, false};
+  static void run(const blocks::BlockNVFP4& b, UnpackedBlock& u) {
+    for (int s = 0; s < blocks::kQKNV / blocks::kQKNVSub; ++s) {
+      for (int j = 0; j < 8; ++j) {
+        const uint8_t byte = b.qs[s * 8 + j];
+        u.q[s * 16 + j] = blocks::kFp4Levels[byte & 0xF];
+        u.q[s * 16 + j + 8] = blocks::kFp4Levels[byte >> 4];
+      }
+      u.scale[s] = blocks::ue4m3_half(b.d[s]);
+    }
+  }
+};
+
 }  // namespace ga::cpu::detail
