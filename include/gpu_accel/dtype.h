@@ -107,4 +107,27 @@ inline uint16_t f32_to_bf16(float f) {
   return static_cast<uint16_t>((u + (0x7fffu + ((u >> 16) & 1u))) >> 16);
 }
 
+// ---- FP8 E4M3 (OCP "E4M3FN", torch.float8_e4m3fn) ----
+// Sign, 4 exponent bits (bias 7), 3 mantissa bits; no infinities; S.1111.111 (0x7F, 0xFF) is NaN;
+// largest finite 448. Code e > 0: (-1)^s * 2^(e-7) * (1 + m/8); e == 0: (-1)^s * 2^-6 * m/8.
+
+// Exact for every code (every E4M3 value is a float).
+inline float e4m3_to_f32(uint8_t b) {
+  const uint32_t e = (b >> 3) & 0xfu;
+  const uint32_t m = b & 0x7u;
+  float mag;
+  if (e == 15 && m == 7) {
+    mag = f32_from_bits(0x7fc00000u);
+  } else if (e == 0) {
+    mag = static_cast<float>(m) * 0x1p-9f;  // m * 2^-9, exact
+  } else {
+    mag = f32_from_bits((e + 120u) << 23 | (m << 20));  // 2^(e-7) * (1 + m/8)
+  }
+  return (b & 0x80u) ? -mag : mag;
+}
+
+// float -> E4M3, round to nearest even; finite values (and infinities) beyond 448 saturate to
+// +-448 (the OCP spec's saturating conversion); NaN gives 0x7F with the input's sign.
+uint8_t f32_to_e4m3(float f);
+
 }  // namespace ga

@@ -112,4 +112,25 @@ uint16_t f32_to_fp16(float f) {
   return static_cast<uint16_t>(sign | h);
 }
 
+uint8_t f32_to_e4m3(float f) {
+  const uint32_t x = bits_from_f32(f);
+  const auto sign = static_cast<uint8_t>((x >> 24) & 0x80u);
+  const uint32_t a = x & 0x7fffffffu;
+  if (a > 0x7f800000u) return static_cast<uint8_t>(sign | 0x7fu);  // NaN
+  if (a > 0x43e00000u) return static_cast<uint8_t>(sign | 0x7eu);  // beyond 448 (inf too): saturate
+  if (a < 0x3c800000u) {
+    // below 2^-6: subnormal (or zero), the level is round-half-even(|f| * 2^9) in 0..8; 8 is the
+    // code of 2^-6, the smallest normal, so the level is also the code. The scaling is exact.
+    const float scaled = f32_from_bits(a) * 512.0f;
+    auto q = static_cast<uint32_t>(scaled);
+    const float rem = scaled - static_cast<float>(q);
+    if (rem > 0.5f || (rem == 0.5f && (q & 1u))) ++q;
+    return static_cast<uint8_t>(sign | q);
+  }
+  // normal: keep 3 of the 23 mantissa bits, round half to even; a carry moves into the exponent.
+  // 448 is representable and the input is <= 448, so the result never passes 0x7E.
+  const uint32_t r = (a + 0x7ffffu + ((a >> 20) & 1u)) >> 20;  // float exponent << 3 | mantissa
+  return static_cast<uint8_t>(sign | (r - (120u << 3)));
+}
+
 }  // namespace ga
