@@ -34,6 +34,7 @@
 #include "model/arch/rope.h"
 #include "model/formats/hf_config.h"
 #include "model/formats/safetensors.h"
+#include "model/loader/hf_fp8.h"
 
 namespace ga {
 namespace {
@@ -69,6 +70,7 @@ class HfLoader {
              "' has no config.json (not a Hugging Face model folder)");
     const hf::HfConfig hf = hf::read_config(config_path.string());
     arch_ = &arch::hf_arch_of(hf);
+    fp8_ = hf::fp8_layout(hf);
 
     LoadedModel model;
     model.format = "safetensors";
@@ -91,15 +93,24 @@ class HfLoader {
   // One HF tensor's bytes and shape (torch order), checked for a type we compute.
   struct Source {
     std::string hf_name;
-    const safetensors::TensorInfo* info = nullptr;
+    DType type = DType::F32;
+    std::vector<uint64_t> shape;  // torch order
     const uint8_t* data = nullptr;
+    uint64_t nbytes = 0;
   };
 
-  Source source(const safetensors::Checkpoint& ckpt, const std::string& hf_name) const {
+  // An FP8 weight (hf_fp8.h) is dequantized to F32 here, into the model's storage.
+  Source source(const safetensors::Checkpoint& ckpt, const std::string& hf_name, LoadedModel& model) const {
     const safetensors::TensorInfo& info = *ckpt.find(hf_name);
+    if (fp8_ && info.dtype.starts_with("F8_")) {
+      std::vector<float> values = hf::dequantize_fp8_weight(ckpt, hf_name, *fp8_);
+      const uint64_t nbytes = values.size() * sizeof(float);
+      return Source{hf_name, DType::F32, info.shape, keep(model, std::move(values)), nbytes};
+    }
     GA_CHECK(info.type.has_value(), Unsupported, "'", ckpt.path_of(hf_name), "': tensor '", hf_name, "' has dtype ",
-             info.dtype, "; gpu_accel reads F32, F16 and BF16 weights");
-    return Source{hf_name, &info, ckpt.tensor_data(hf_name)};
+             info.dtype, "; gpu_accel reads F32, F16 and BF16 weights",
+             info.dtype.starts_with("F8_") ? " (FP8 ones in checkpoints whose config.json says so)" : "");
+    return Source{hf_name, *info.type, info.shape, ckpt.tensor_data(hf_name), info.nbytes()};
   }
 
   void check_layer(const safetensors::Checkpoint& ckpt, const std::string& hf_name, const std::string& name,
@@ -120,6 +131,7 @@ class HfLoader {
     std::vector<std::string> unknown;
     std::map<std::string, std::map<int64_t, Source>> experts;  // stack name -> expert -> its matrix
     for (const auto& [hf_name, entry] : ckpt.entries()) {
+      if (fp8_ && hf::is_fp8_scale_name(hf_name)) continue;  // read with its weight
       const std::optional<arch::HfTensorName> mapped = arch_->hf_tensor_name(hf_name);
       if (!mapped) {
         const bool is_bias = std::string_view(hf_name).ends_with(".bias");
@@ -135,7 +147,7 @@ class HfLoader {
         continue;
       }
       check_layer(ckpt, hf_name, name, c);
-      const Source src = source(ckpt, hf_name);
+      const Source src = source(ckpt, hf_name, model);
       if (mapped->expert >= 0) {
         GA_CHECK(experts[name].emplace(mapped->expert, src).second, InvalidFormat, "'", ckpt.path_of(hf_name),
                  "': expert ", mapped->expert, " of ", name, " appears twice");
@@ -148,10 +160,10 @@ class HfLoader {
       }
       WeightView w;
       w.name = name;
-      w.type = *src.info->type;
-      w.ne.assign(src.info->shape.rbegin(), src.info->shape.rend());  // torch [out, in] -> ggml [in, out]
+      w.type = src.type;
+      w.ne.assign(src.shape.rbegin(), src.shape.rend());  // torch [out, in] -> ggml [in, out]
       if (w.ne.empty()) w.ne.push_back(1);                             // a 0-d tensor is one element
-      w.nbytes = src.info->nbytes();
+      w.nbytes = src.nbytes;
       w.data = src.data;
       const uint64_t elem = traits(w.type).type_size;
       if (reinterpret_cast<uintptr_t>(w.data) % elem != 0) {
@@ -182,20 +194,20 @@ class HfLoader {
                  stack.rbegin()->first == n_expert - 1,
              InvalidFormat, "'", dir_.string(), "': ", name, " has ", stack.size(), " experts (", first.hf_name,
              " ...), config.json declares ", n_expert);
-    const std::vector<uint64_t>& shape = first.info->shape;
+    const std::vector<uint64_t>& shape = first.shape;
     GA_CHECK(shape.size() == 2, InvalidFormat, "'", ckpt.path_of(first.hf_name), "': expert tensor ", first.hf_name,
              " is not a matrix");
-    const uint64_t bytes = first.info->nbytes();
+    const uint64_t bytes = first.nbytes;
     std::vector<uint8_t> data(bytes * static_cast<uint64_t>(n_expert));
     for (const auto& [e, src] : stack) {
-      GA_CHECK(src.info->shape == shape && src.info->type == first.info->type, InvalidFormat, "'",
+      GA_CHECK(src.shape == shape && src.type == first.type, InvalidFormat, "'",
                ckpt.path_of(src.hf_name), "': expert tensor ", src.hf_name, " differs in shape or dtype from ",
                first.hf_name);
       std::memcpy(data.data() + static_cast<uint64_t>(e) * bytes, src.data, bytes);
     }
     WeightView w;
     w.name = name;
-    w.type = *first.info->type;
+    w.type = first.type;
     w.ne = {shape[1], shape[0], static_cast<uint64_t>(n_expert)};
     w.nbytes = data.size();
     w.data = keep(model, std::move(data));
@@ -205,10 +217,10 @@ class HfLoader {
   // transformers 5's [n_expert][2 n_ff][n_embd] gate_up stack -> GGUF's gate and up stacks.
   void split_gate_up(const Source& src, const std::string& gate_name, const std::string& up_name,
                      LoadedModel& model) {
-    const std::vector<uint64_t>& shape = src.info->shape;
+    const std::vector<uint64_t>& shape = src.shape;
     GA_CHECK(shape.size() == 3 && shape[1] % 2 == 0, InvalidFormat, "'", dir_.string(), "': tensor ", src.hf_name,
              " is not an [experts][2 ff][hidden] stack");
-    const uint64_t elem = traits(*src.info->type).type_size;
+    const uint64_t elem = traits(src.type).type_size;
     const uint64_t n_expert = shape[0], ff = shape[1] / 2, cols = shape[2];
     const uint64_t half_bytes = ff * cols * elem;
     for (const auto& [name, offset] : {std::pair<std::string, uint64_t>{gate_name, 0}, {up_name, half_bytes}}) {
@@ -218,7 +230,7 @@ class HfLoader {
       }
       WeightView w;
       w.name = name;
-      w.type = *src.info->type;
+      w.type = src.type;
       w.ne = {cols, ff, n_expert};
       w.nbytes = data.size();
       w.data = keep(model, std::move(data));
@@ -296,6 +308,7 @@ class HfLoader {
   fs::path dir_;
   const LoadOptions& options_;
   const arch::ArchInfo* arch_ = nullptr;
+  std::optional<hf::Fp8Layout> fp8_;  // the checkpoint's FP8 layout (hf_fp8.h); nullopt: not FP8
   std::map<std::string, std::string> hf_names_;  // GGUF name -> HF name of every mapped tensor
 };
 
