@@ -83,12 +83,16 @@ GenerateOptions generate_options(const SamplingArgs& a) {
 
 class Engine {
  public:
-  Engine(const std::string& path, const std::string& device, int64_t n_ctx, int n_threads, bool warm_up) {
+  Engine(const std::string& path, const std::string& device, int64_t n_ctx, int n_threads, bool warm_up,
+         int tensor_parallel) {
     if (!(device == "cpu" || device == "cuda" || device == "auto" || device.rfind("cuda:", 0) == 0)) {
       throw py::value_error("device must be 'cpu', 'cuda', 'cuda:N' or 'auto', got '" + device + "'");
     }
     if (n_ctx < 0) throw py::value_error("n_ctx must be >= 0 (0: the model's context), got " + std::to_string(n_ctx));
     if (n_threads < 0) throw py::value_error("threads must be >= 0 (0: all cores), got " + std::to_string(n_threads));
+    if (tensor_parallel < 1) {
+      throw py::value_error("tensor_parallel must be >= 1, got " + std::to_string(tensor_parallel));
+    }
     py::gil_scoped_release release;
     model_ = std::make_unique<LoadedModel>(load_model(path));
     tokenizer_ = std::make_unique<Tokenizer>(model_->vocab);
@@ -96,6 +100,7 @@ class Engine {
     options.device = device;
     options.n_ctx = n_ctx;
     options.n_threads = n_threads;
+    options.tensor_parallel = tensor_parallel;
     session_ = std::make_unique<Session>(*model_, options);
     if (warm_up) session_->warm_up();
   }
@@ -254,8 +259,8 @@ void register_engine(py::module_& m) {
       .def_readwrite("ignore_eos", &SamplingArgs::ignore_eos);
 
   py::class_<Engine>(m, "Engine", "A loaded model with one sequence's session (use gpu_accel.LLM).")
-      .def(py::init<const std::string&, const std::string&, int64_t, int, bool>(), py::arg("path"), py::arg("device"),
-           py::arg("n_ctx"), py::arg("threads"), py::arg("warm_up"))
+      .def(py::init<const std::string&, const std::string&, int64_t, int, bool, int>(), py::arg("path"),
+           py::arg("device"), py::arg("n_ctx"), py::arg("threads"), py::arg("warm_up"), py::arg("tensor_parallel"))
       .def("tokenize", &Engine::tokenize, py::arg("text"), py::arg("add_special"), py::arg("parse_special"))
       .def("detokenize", &Engine::detokenize, py::arg("ids"), py::arg("render_special"))
       .def("token_to_piece", &Engine::token_to_piece, py::arg("id"), py::arg("render_special"))

@@ -145,3 +145,15 @@ def test_ctrl_c_stops_a_generation(llm):
     if elapsed >= 1.0:
         pytest.skip(f"the generation ended before the signal ({elapsed:.2f} s)")
     assert llm.generate(PROMPT, max_tokens=4, temperature=0)  # still usable
+
+
+def test_tensor_parallel_gives_the_same_text_and_logits(model_path, llm):
+    split = gpu_accel.LLM(model_path, device="cpu", tensor_parallel=2)
+    assert "tensor parallel over 2 ranks" in split.info()["device_description"]
+    assert split.generate(PROMPT, max_tokens=24, temperature=0) == llm.generate(PROMPT, max_tokens=24, temperature=0)
+    a, b = split.logits([1, 403, 407]), llm.logits([1, 403, 407])
+    assert np.allclose(a, b, rtol=0, atol=1e-5 * float(np.abs(b).max()))
+    with pytest.raises(ValueError):
+        gpu_accel.LLM(model_path, device="cpu", tensor_parallel=0)
+    with pytest.raises(gpu_accel.Error, match="does not divide by 3"):
+        gpu_accel.LLM(model_path, device="cpu", tensor_parallel=3)
