@@ -250,6 +250,20 @@ class RwkvProgram final : public step::Program {
     return step::MixOp{h_, hp_, m, dyn, out, form};
   }
 
+  // v5's and v6's WKV over this layer's r, k, v and state; the caller sets the decay (fixed or per token).
+  step::Wkv5Op wkv5_op(const Layer& L) const {
+    step::Wkv5Op w;
+    w.r = r_;
+    w.k = k_;
+    w.v = v_buf_;
+    w.out = wkv_;
+    w.time_first = L.time_first;
+    w.n_head = H_;
+    w.head_size = S_;
+    w.state = L.wkv;
+    return w;
+  }
+
   void time_mix_v4(step::Ops& ops, const Layer& L) {
     const auto f = step::MixForm::kComplement;
     ops.mix(mixop(L.mix_k, mixed_[0], f));
@@ -277,16 +291,8 @@ class RwkvProgram final : public step::Program {
       ops.linear(L.wg, mixed_[3], g_);
       ops.unary(g_, step::Unary::kSilu);
     }
-    step::Wkv5Op w;
-    w.r = r_;
-    w.k = k_;
-    w.v = v_buf_;
-    w.out = wkv_;
-    w.time_first = L.time_first;
+    step::Wkv5Op w = wkv5_op(L);
     w.decay = L.time_decay;
-    w.n_head = H_;
-    w.head_size = S_;
-    w.state = L.wkv;
     ops.wkv5(w);
     ops.group_norm({wkv_, L.ln_x_w, L.ln_x_b, H_, kEps});
     if (L.wg) ops.mul(wkv_, g_);
@@ -317,16 +323,8 @@ class RwkvProgram final : public step::Program {
     ops.linear(L.decay_w2, decay_lora_, w_);
     ops.add_vec(w_, L.time_decay);
     ops.unary(w_, step::Unary::kExpNegExp);
-    step::Wkv5Op w;
-    w.r = r_;
-    w.k = k_;
-    w.v = v_buf_;
-    w.out = wkv_;
-    w.time_first = L.time_first;
-    w.decay_view = w_;
-    w.n_head = H_;
-    w.head_size = S_;
-    w.state = L.wkv;
+    step::Wkv5Op w = wkv5_op(L);
+    w.decay_view = w_;  // per token
     ops.wkv5(w);
     ops.group_norm({wkv_, L.ln_x_w, L.ln_x_b, H_, kGroupEpsV6});
     ops.mul(wkv_, g_);

@@ -27,13 +27,6 @@ bool repr_escapes(char32_t cp) {
          cp == 0xFEFF || (cp >= 0xD800 && cp <= 0xDFFF);
 }
 
-int hex_value(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-
 }  // namespace
 
 std::u32string utf8_to_u32(std::string_view s) {
@@ -341,7 +334,7 @@ bool unescape_string_literal(std::string_view body, std::string& out, std::strin
         const size_t n = e == 'x' ? 2 : e == 'u' ? 4 : 8;
         char32_t cp = 0;
         for (size_t k = 0; k < n; ++k) {
-          const int h = i + 1 + k < body.size() ? hex_value(body[i + 1 + k]) : -1;
+          const int h = i + 1 + k < body.size() ? text::hex_digit_value(body[i + 1 + k]) : -1;
           if (h < 0) {
             error = std::string("truncated \\") + e + " escape in string literal";
             return false;

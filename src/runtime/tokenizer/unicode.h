@@ -126,4 +126,12 @@ inline void append_utf8(std::string& out, char32_t cp) {
   }
 }
 
+// The value of one hexadecimal digit (0-9, a-f, A-F); -1 for anything else (escape parsers).
+inline int hex_digit_value(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
 }  // namespace ga::text

@@ -10,34 +10,10 @@
 #include "core/mapped_file.h"
 #include "gpu_accel/error.h"
 #include "gpu_accel/tokenizer.h"
+#include "runtime/tokenizer/unicode.h"
 
 namespace ga {
 namespace {
-
-void append_utf8(std::string& out, uint32_t cp) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-}
-
-int hex_digit(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
 
 // The bytes of a Python str or bytes literal (the whole of `lit`); InvalidFormat naming the line otherwise.
 std::string parse_literal(std::string_view lit, const std::string& where) {
@@ -59,7 +35,7 @@ std::string parse_literal(std::string_view lit, const std::string& where) {
       GA_CHECK(i + digits < body.size(), InvalidFormat, where, ": a short \\", e, " escape");
       uint32_t v = 0;
       for (size_t k = 1; k <= digits; ++k) {
-        const int d = hex_digit(body[i + k]);
+        const int d = text::hex_digit_value(body[i + k]);
         GA_CHECK(d >= 0, InvalidFormat, where, ": a bad \\", e, " escape");
         v = v * 16 + static_cast<uint32_t>(d);
       }
@@ -78,7 +54,7 @@ std::string parse_literal(std::string_view lit, const std::string& where) {
         if (is_bytes) {
           out += static_cast<char>(v);
         } else {
-          append_utf8(out, v);  // in a str, \xHH is the code point U+00HH
+          text::append_utf8(out, v);  // in a str, \xHH is the code point U+00HH
         }
         break;
       }
@@ -87,7 +63,7 @@ std::string parse_literal(std::string_view lit, const std::string& where) {
         GA_CHECK(!is_bytes, InvalidFormat, where, ": \\", e, " in a bytes literal");
         const uint32_t v = hex(e == 'u' ? 4 : 8);
         GA_CHECK(v <= 0x10FFFF, InvalidFormat, where, ": code point out of range");
-        append_utf8(out, v);
+        text::append_utf8(out, v);
         break;
       }
       default: GA_THROW(InvalidFormat, where, ": unknown escape \\", e);
