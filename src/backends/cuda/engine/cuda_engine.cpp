@@ -605,15 +605,27 @@ void CudaEngine::allocate_state() {
     });
     if (!seen) distinct.push_back(&l);
   }
+  // Every probe's size first, then one stand-in workspace of the largest, so each check sees a workspace of at
+  // least its size (one allocation, not one per probe).
+  const auto probe = [&](const KvLayer& l, int64_t n, int64_t n_seqs) {
+    AttentionParams ap = attention_params(layer_op(l), l, bounds(n, n_seqs, n == n_seqs ? 1 : n));
+    ap.workspace = nullptr;
+    ap.workspace_bytes = 0;
+    return ap;
+  };
+  size_t stand_in_bytes = 0;
+  for (const KvLayer* lp : distinct) {
+    for (const auto& [n, n_seqs] : shapes) {
+      stand_in_bytes = std::max(stand_in_bytes, attention_workspace_bytes(probe(*lp, n, n_seqs)));
+    }
+  }
+  if (stand_in_bytes > 0) attn_workspace_ = DeviceBuffer(allocator_, stand_in_bytes);
   for (const KvLayer* lp : distinct) {
     const KvLayer& l = *lp;
     for (const auto& [n, n_seqs] : shapes) {
-      AttentionParams ap = attention_params(layer_op(l), l, bounds(n, n_seqs, n == n_seqs ? 1 : n));
-      ap.workspace = nullptr;
-      ap.workspace_bytes = 0;
+      AttentionParams ap = probe(l, n, n_seqs);
       const size_t bytes = attention_workspace_bytes(ap);
       if (bytes > 0) {
-        attn_workspace_ = DeviceBuffer(allocator_, bytes);  // stand-in, so the check below sees a workspace
         ap.workspace = attn_workspace_.data();
         ap.workspace_bytes = bytes;
       }
@@ -630,6 +642,8 @@ void CudaEngine::allocate_state() {
     attn_workspace_ = DeviceBuffer(allocator_, attn_workspace_bytes_);
     // zero once: the merge counters in it start at zero and every call leaves them so (attention.h)
     GA_CUDA_CHECK(cudaMemsetAsync(attn_workspace_.data(), 0, attn_workspace_bytes_, stream_.get()));
+  } else {
+    attn_workspace_ = DeviceBuffer();  // no tuned shape: the stand-in goes
   }
   // Staging of the Hopper prefill for the largest step (B tokens; in the paged layout max_seqs runs), kept only
   // when the Hopper kernel takes that step's prefill for every layer shape (attention_hopper_prefill_reason).
