@@ -120,13 +120,13 @@ std::string figure_text(const HostFigure& figure) {
 
 std::string figures_table_markdown(const std::vector<HostFigure>& figures) {
   std::string out = "| figure | value |\n|---|---|\n";
-  for (const HostFigure& f : figures) {
-    std::string cell = figure_text(f);
-    for (char& c : cell) {
+  const auto cell = [](std::string text) {
+    for (char& c : text) {
       if (c == '|' || c == '\n') c = ' ';  // a cell stays one cell
     }
-    out += "| " + f.label + " | " + cell + " |\n";
-  }
+    return text;
+  };
+  for (const HostFigure& f : figures) out += "| " + cell(f.label) + " | " + cell(figure_text(f)) + " |\n";
   return out;
 }
 
