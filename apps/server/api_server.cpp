@@ -342,10 +342,9 @@ void ApiServer::configure() {
     const double ms =
         t_request_started ? std::chrono::duration<double, std::milli>(Clock::now() - t_request_start).count() : 0.0;
     t_request_started = false;
-    char line[kMaxLoggedPathBytes + 64];
-    std::snprintf(line, sizeof(line), "%s %s %d %.1f ms", loggable(req.method).c_str(), loggable(req.path).c_str(),
-                  res.status, ms);
-    ctx.log.request_line(line, ctx.options.log_requests);
+    char timing[48];
+    std::snprintf(timing, sizeof(timing), " %d %.1f ms", res.status, ms);
+    ctx.log.request_line(loggable(req.method) + " " + loggable(req.path) + timing, ctx.options.log_requests);
   });
 }
 

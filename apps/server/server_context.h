@@ -82,7 +82,6 @@ struct ServerContext {
   std::atomic<bool> stopping{false};  // set by ApiServer::stop(): waiting routes cancel their requests
   std::atomic<int> open_streams{0};   // SSE responses not yet ended (stop() lets them say goodbye)
   std::atomic<int> first_token_spinners{0};  // streams busy-waiting for their first token now
-  std::atomic<int> host_streams{0};          // /v1/host/ask streams not yet ended
   std::unique_ptr<HostService> host;  // last: its schedule thread reads everything above
 };
 
