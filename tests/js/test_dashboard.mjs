@@ -114,6 +114,15 @@ test('serves the page and its assets with types, validators and a CSP', { skip }
   else assert.ok(s.gpu === null && typeof s.device.reason === 'string' && s.device.reason.length > 0);
 });
 
+test('the Host panel says the host is off without --host-model, and /api/stats carries its status', { skip }, async () => {
+  const s = await stats();
+  assert.equal(s.host.enabled, false);
+  assert.equal(typeof s.host.schedule.housekeeping_every_minutes, 'number');
+  await page.waitForFunction(() => document.getElementById('host-state').textContent.includes('--host-model'),
+    null, { timeout: 5000 });
+  assert.equal(await page.isDisabled('#host-ask'), true);
+});
+
 test('the figures move while a long completion streams', { skip }, async () => {
   const before = await stats();
   // Two sequences of 2000 tokens: several seconds of decoding, so the page (polling once a second)
