@@ -28,12 +28,14 @@ SessionOptions session_options(const HostAssistantOptions& o) {
 
 HostAssistant::HostAssistant(const LoadedModel& model, const Tokenizer& tokenizer, const Scheduler& main,
                              HostAssistantOptions options)
-    : model_(model), tokenizer_(tokenizer), main_(main), options_(std::move(options)),
+    : model_(model),
+      tokenizer_(tokenizer),
+      main_(main),
+      options_(std::move(options)),
       session_(model, session_options(options_)) {
   GA_CHECK(options_.prefill_chunk > 0, InvalidArgument, "the host's prefill chunk must be positive, got ",
            options_.prefill_chunk);
-  GA_CHECK(options_.max_queued >= 0, InvalidArgument, "the host's queue limit must be >= 0, got ",
-           options_.max_queued);
+  GA_CHECK(options_.max_queued >= 0, InvalidArgument, "the host's queue limit must be >= 0, got ", options_.max_queued);
   worker_ = std::thread([this] { loop(); });
 }
 
@@ -46,9 +48,13 @@ HostAssistant::~HostAssistant() {
   if (worker_.joinable()) worker_.join();
 }
 
-int64_t HostAssistant::n_ctx() const { return session_.n_ctx(); }
+int64_t HostAssistant::n_ctx() const {
+  return session_.n_ctx();
+}
 
-std::string HostAssistant::device_description() const { return session_.device_description(); }
+std::string HostAssistant::device_description() const {
+  return session_.device_description();
+}
 
 uint64_t HostAssistant::submit(HostJob job) {
   GA_CHECK(!job.prompt_tokens.empty(), InvalidArgument, "the host's prompt has no tokens");
@@ -121,8 +127,7 @@ void HostAssistant::run(Queued& q) {
   }
   try {
     session_.reset();  // every job starts from an empty context
-    engine::SteppedGeneration gen(session_, tokenizer_, q.job.prompt_tokens, q.job.generation,
-                                  options_.prefill_chunk);
+    engine::SteppedGeneration gen(session_, tokenizer_, q.job.prompt_tokens, q.job.generation, options_.prefill_chunk);
     while (!gen.finished()) {
       if (!wait_for_idle_main(q.id)) {
         gen.cancel();

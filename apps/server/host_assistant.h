@@ -54,15 +54,15 @@ struct HostJobResult {
 
 struct HostJob {
   std::vector<int32_t> prompt_tokens;
-  GenerateOptions generation;  // max_tokens, sampling, stop strings
-  std::function<bool(const std::string& text)> on_text;  // false: cancel
+  GenerateOptions generation;                                             // max_tokens, sampling, stop strings
+  std::function<bool(const std::string& text)> on_text;                   // false: cancel
   std::function<void(const HostJobResult&, std::exception_ptr)> on_done;  // exactly once
 };
 
 struct HostAssistantStats {
-  std::string state;  // "idle" (no job), "generating", "paused" (waiting for the main work to finish)
-  uint64_t steps = 0;          // host steps run, every job together
-  uint64_t pauses = 0;         // times a job gave way to main work
+  std::string state;    // "idle" (no job), "generating", "paused" (waiting for the main work to finish)
+  uint64_t steps = 0;   // host steps run, every job together
+  uint64_t pauses = 0;  // times a job gave way to main work
   uint64_t jobs_finished = 0;
   uint64_t jobs_cancelled = 0;
   int queued = 0;

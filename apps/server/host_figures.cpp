@@ -23,7 +23,9 @@ std::string fixed(double value, int decimals) {
   return text;
 }
 
-std::string integer(int64_t value) { return std::to_string(value); }
+std::string integer(int64_t value) {
+  return std::to_string(value);
+}
 
 // A number from telemetry JSON, or n/a when the field is absent or null.
 std::string json_number(const json& object, const char* field, double scale, int decimals) {
@@ -86,8 +88,8 @@ std::vector<HostFigure> host_figures(const HostInputs& in) {
   add("ttft_p50_ms", "time to first token p50", any ? fixed(percentile(ttft, 50), 1) : kUnknown, "ms");
   add("ttft_p95_ms", "time to first token p95", any ? fixed(percentile(ttft, 95), 1) : kUnknown, "ms");
   add("latency_p50_ms", "request latency p50", any ? fixed(percentile(total, 50), 1) : kUnknown, "ms");
-  add("http_4xx", "client errors (4xx)", integer(static_cast<int64_t>(responses_between(in.responses_by_status, kClientErrorFirst,
-                                                                                         kServerErrorFirst))));
+  add("http_4xx", "client errors (4xx)",
+      integer(static_cast<int64_t>(responses_between(in.responses_by_status, kClientErrorFirst, kServerErrorFirst))));
   add("http_5xx", "server errors (5xx)",
       integer(static_cast<int64_t>(responses_between(in.responses_by_status, kServerErrorFirst, kStatusEnd))));
   add("log_errors", "error lines logged", integer(static_cast<int64_t>(in.log_error_lines)));

@@ -34,8 +34,8 @@ struct HostInputs {
   SchedulerStats scheduler;
   int max_running = 0;
   std::map<int, uint64_t> responses_by_status;  // ServerMetrics::Snapshot's
-  nlohmann::json machine;  // telemetry::Telemetry::snapshot(): "gpu" (null without NVML), "cpu"
-  std::vector<FinishedRequest> recent;  // oldest first
+  nlohmann::json machine;                       // telemetry::Telemetry::snapshot(): "gpu" (null without NVML), "cpu"
+  std::vector<FinishedRequest> recent;          // oldest first
   uint64_t log_error_lines = 0;
   std::string last_housekeeping;  // one line; "" when none ran yet
 };

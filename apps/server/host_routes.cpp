@@ -6,9 +6,9 @@
 
 #include <atomic>
 #include <chrono>
-#include <cstdio>
 #include <cmath>
 #include <condition_variable>
+#include <cstdio>
 #include <memory>
 #include <mutex>
 
@@ -57,7 +57,8 @@ void reject_unknown(const json& body, std::initializer_list<const char*> known) 
 
 double number_in(const json& body, const char* key, double lo, double hi, double fallback) {
   if (!body.contains(key) || body[key].is_null()) return fallback;
-  if (!body[key].is_number()) throw invalid_request(std::string("'") + key + "' must be a number.", key, "invalid_type");
+  if (!body[key].is_number())
+    throw invalid_request(std::string("'") + key + "' must be a number.", key, "invalid_type");
   const double v = body[key].get<double>();
   if (!std::isfinite(v) || v < lo || v > hi) {
     char range[96];
@@ -70,7 +71,8 @@ double number_in(const json& body, const char* key, double lo, double hi, double
 
 bool bool_or(const json& body, const char* key, bool fallback) {
   if (!body.contains(key) || body[key].is_null()) return fallback;
-  if (!body[key].is_boolean()) throw invalid_request(std::string("'") + key + "' must be a boolean.", key, "invalid_type");
+  if (!body[key].is_boolean())
+    throw invalid_request(std::string("'") + key + "' must be a boolean.", key, "invalid_type");
   return body[key].get<bool>();
 }
 
@@ -79,7 +81,9 @@ HostService& host_of(ServerContext& ctx) {
   return *ctx.host;
 }
 
-const char* host_finish_reason(FinishReason r) { return r == FinishReason::Length ? "length" : "stop"; }
+const char* host_finish_reason(FinishReason r) {
+  return r == FinishReason::Length ? "length" : "stop";
+}
 
 // What the host's worker hands over to the HTTP thread.
 struct HostChannel {
@@ -213,8 +217,8 @@ void handle_host_ask(ServerContext& ctx, const std::string& body_text, httplib::
   if (body.contains("max_tokens") && !body["max_tokens"].is_null() && !body["max_tokens"].is_number_integer()) {
     throw invalid_request("'max_tokens' must be an integer.", "max_tokens", "invalid_type");
   }
-  const auto max_tokens = static_cast<int64_t>(number_in(body, "max_tokens", 1, static_cast<double>(max_answer),
-                                                         static_cast<double>(max_answer)));
+  const auto max_tokens = static_cast<int64_t>(
+      number_in(body, "max_tokens", 1, static_cast<double>(max_answer), static_cast<double>(max_answer)));
   const bool stream = bool_or(body, "stream", true);
   const double temperature = number_in(body, "temperature", 0, kMaxTemperature, 0);
   if (ctx.stopping.load()) {
@@ -226,12 +230,9 @@ void handle_host_ask(ServerContext& ctx, const std::string& body_text, httplib::
   if (host.prompt_observer) host.prompt_observer(prompt.text);
   HostAssistant& assistant = *host.assistant();
   const std::string id = new_host_id();
-  const json figures_event = {{"object", "host.answer.figures"},
-                              {"id", id},
-                              {"created", unix_ms_now() / 1000},
-                              {"host_model", assistant.model().config.name},
-                              {"figures", figures_json(prompt.figures)},
-                              {"log_lines", prompt.log_lines},
+  const json figures_event = {{"object", "host.answer.figures"},         {"id", id},
+                              {"created", unix_ms_now() / 1000},         {"host_model", assistant.model().config.name},
+                              {"figures", figures_json(prompt.figures)}, {"log_lines", prompt.log_lines},
                               {"prompt_tokens", prompt.tokens.size()}};
 
   auto channel = std::make_shared<HostChannel>();
@@ -271,7 +272,8 @@ void handle_host_ask(ServerContext& ctx, const std::string& body_text, httplib::
     while (!channel->cv.wait_for(lock, kPollInterval, [&] { return channel->done; })) {
       if (ctx.stopping.load()) assistant.cancel(job_id);
     }
-    if (channel->error) throw ApiError(http_status::kInternalServerError, error_message(channel->error), "server_error");
+    if (channel->error)
+      throw ApiError(http_status::kInternalServerError, error_message(channel->error), "server_error");
     if (channel->result.finish == FinishReason::Cancelled) {
       throw ApiError(http_status::kServiceUnavailable, "The server is shutting down.", "server_error", {},
                      "server_shutting_down");

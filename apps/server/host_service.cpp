@@ -87,7 +87,9 @@ HostService::~HostService() {
   assistant_.reset();  // cancels its jobs before the context goes
 }
 
-void HostService::attach_assistant(std::unique_ptr<HostAssistant> assistant) { assistant_ = std::move(assistant); }
+void HostService::attach_assistant(std::unique_ptr<HostAssistant> assistant) {
+  assistant_ = std::move(assistant);
+}
 
 HostInputs HostService::inputs() const {
   HostInputs in;
@@ -108,7 +110,9 @@ HostInputs HostService::inputs() const {
   return in;
 }
 
-std::vector<HostFigure> HostService::figures() const { return host_figures(inputs()); }
+std::vector<HostFigure> HostService::figures() const {
+  return host_figures(inputs());
+}
 
 HostPrompt HostService::build_prompt(const std::string& instructions, const std::string& question,
                                      int64_t max_tokens) const {
@@ -129,7 +133,8 @@ HostPrompt HostService::build_prompt(const std::string& instructions, const std:
   std::unique_ptr<ChatPrompter> prompter;
   if (chat) prompter = std::make_unique<ChatPrompter>(tokenizer);
   while (true) {
-    std::string context = instructions + "\n\nFigures (measured by the server now):\n" + figures_prompt_lines(p.figures);
+    std::string context =
+        instructions + "\n\nFigures (measured by the server now):\n" + figures_prompt_lines(p.figures);
     if (!logs.empty()) {
       context += "\nRecent log lines (oldest first):\n";
       for (const std::string& line : logs) context += line + "\n";
@@ -146,9 +151,11 @@ HostPrompt HostService::build_prompt(const std::string& instructions, const std:
     const int64_t n = static_cast<int64_t>(p.tokens.size());
     if (n + max_tokens <= n_ctx) break;
     if (logs.empty()) {
-      throw invalid_request("The host model's context is " + std::to_string(n_ctx) + " tokens, but its prompt (the "
-                                "figures and the question) has " + std::to_string(n) + " tokens and the answer needs " +
-                                std::to_string(max_tokens) + " more. Shorten the question or lower max_tokens.",
+      throw invalid_request("The host model's context is " + std::to_string(n_ctx) +
+                                " tokens, but its prompt (the "
+                                "figures and the question) has " +
+                                std::to_string(n) + " tokens and the answer needs " + std::to_string(max_tokens) +
+                                " more. Shorten the question or lower max_tokens.",
                             "question", "context_length_exceeded");
     }
     logs.erase(logs.begin());  // the oldest log line gives way first

@@ -32,7 +32,7 @@ struct HousekeepingRequest {
 };
 
 struct HousekeepingAction {
-  std::string action;  // "free_idle_prefix_cache", "compact_free_list", "rotate_log", "trim_heap"
+  std::string action;    // "free_idle_prefix_cache", "compact_free_list", "rotate_log", "trim_heap"
   bool changed = false;  // whether it changed anything
   std::string detail;    // what it did, in figures
 };

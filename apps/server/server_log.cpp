@@ -12,7 +12,9 @@ namespace {
 
 constexpr const char* kErrorPrefix = "error: ";
 
-std::string numbered(const std::string& path, int n) { return path + "." + std::to_string(n); }
+std::string numbered(const std::string& path, int n) {
+  return path + "." + std::to_string(n);
+}
 
 }  // namespace
 
@@ -110,7 +112,8 @@ LogRotation ServerLog::rotate_locked() {
   } else {
     fs::remove(numbered(options_.path, options_.keep), ec);
     for (int n = options_.keep - 1; n >= 1; --n) {
-      if (fs::exists(numbered(options_.path, n), ec)) fs::rename(numbered(options_.path, n), numbered(options_.path, n + 1), ec);
+      if (fs::exists(numbered(options_.path, n), ec))
+        fs::rename(numbered(options_.path, n), numbered(options_.path, n + 1), ec);
     }
     fs::rename(options_.path, numbered(options_.path, 1), ec);
   }

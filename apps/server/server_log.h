@@ -18,10 +18,10 @@
 namespace ga::server {
 
 struct ServerLogOptions {
-  std::string path;                       // "": no file
+  std::string path;                         // "": no file
   uint64_t max_bytes = uint64_t{64} << 20;  // the file is rotated when a line would take it past this
-  int keep = 3;                           // rotated files kept (PATH.1 .. PATH.keep)
-  size_t ring_lines = 200;                // recent lines kept in memory
+  int keep = 3;                             // rotated files kept (PATH.1 .. PATH.keep)
+  size_t ring_lines = 200;                  // recent lines kept in memory
 };
 
 struct LogRotation {

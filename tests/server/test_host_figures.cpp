@@ -47,8 +47,7 @@ HostInputs sample_inputs() {
     in.recent.push_back(r);
   }
   in.log_error_lines = 5;
-  in.machine = {{"gpu", nullptr},
-                {"cpu", {{"machine_cpu_percent", 37.6}, {"process_rss_bytes", 100 * 1024 * 1024}}}};
+  in.machine = {{"gpu", nullptr}, {"cpu", {{"machine_cpu_percent", 37.6}, {"process_rss_bytes", 100 * 1024 * 1024}}}};
   return in;
 }
 
@@ -88,7 +87,8 @@ TEST(HostFigures, UnknownsReadNotAvailableAndRecurrentModelsSayState) {
 
 TEST(HostFigures, TableAndPromptForms) {
   const std::vector<HostFigure> figures = {{"a", "alpha", "1.5", "ms"}, {"b", "beta | pipe", "x|y", ""}};
-  EXPECT_EQ(figures_table_markdown(figures), "| figure | value |\n|---|---|\n| alpha | 1.5 ms |\n| beta   pipe | x y |\n");
+  EXPECT_EQ(figures_table_markdown(figures),
+            "| figure | value |\n|---|---|\n| alpha | 1.5 ms |\n| beta   pipe | x y |\n");
   EXPECT_EQ(figures_prompt_lines(figures), "- alpha: 1.5 ms\n- beta | pipe: x|y\n");
   const nlohmann::json j = figures_json(figures);
   ASSERT_EQ(j.size(), 2u);

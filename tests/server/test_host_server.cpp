@@ -201,7 +201,8 @@ TEST_F(HostServer, AskStreamsAnAnswerWhosePromptHeldTheLiveFigures) {
   EXPECT_NE(seen[0].find("Question: " + question), std::string::npos);
   EXPECT_NE(seen[0].find("POST /v1/completions 200"), std::string::npos);
   bool listed = false;
-  for (const json& line : first["log_lines"]) listed = listed || line.get<std::string>().find("POST /v1/completions 200") == 0;
+  for (const json& line : first["log_lines"])
+    listed = listed || line.get<std::string>().find("POST /v1/completions 200") == 0;
   EXPECT_TRUE(listed) << first["log_lines"].dump();
 
   // Live: after another completion the next prompt holds the new count.
@@ -219,10 +220,10 @@ TEST_F(HostServer, AskStreamsAnAnswerWhosePromptHeldTheLiveFigures) {
 
 TEST_F(HostServer, RolesAreEnforced) {
   const std::string question = json{{"question", "Is the GPU busy?"}, {"max_tokens", 2}}.dump();
-  EXPECT_EQ(post("/v1/host/ask", question)->status, 200);              // the API key may ask
-  EXPECT_EQ(post("/v1/host/ask", question, kAdminKey)->status, 200);   // so may the admin
-  EXPECT_EQ(post("/v1/host/ask", question, "")->status, 401);          // no key
-  EXPECT_EQ(post("/v1/host/ask", question, "guess")->status, 401);     // an unknown key
+  EXPECT_EQ(post("/v1/host/ask", question)->status, 200);             // the API key may ask
+  EXPECT_EQ(post("/v1/host/ask", question, kAdminKey)->status, 200);  // so may the admin
+  EXPECT_EQ(post("/v1/host/ask", question, "")->status, 401);         // no key
+  EXPECT_EQ(post("/v1/host/ask", question, "guess")->status, 401);    // an unknown key
   EXPECT_EQ(get("/v1/host/status")->status, 200);
   EXPECT_EQ(get("/v1/host/status", "guess")->status, 401);
 
@@ -249,7 +250,8 @@ TEST_F(HostServer, MalformedAndTooLongQuestionsAreRefused) {
   const auto status_and_code = [&](const std::string& body) {
     auto r = post("/v1/host/ask", body);
     const json j = json::parse(r->body);
-    return std::to_string(r->status) + " " + (j["error"]["code"].is_string() ? j["error"]["code"].get<std::string>() : "");
+    return std::to_string(r->status) + " " +
+           (j["error"]["code"].is_string() ? j["error"]["code"].get<std::string>() : "");
   };
   EXPECT_EQ(status_and_code("{not json"), "400 invalid_json");
   EXPECT_EQ(status_and_code("[1, 2]"), "400 invalid_json");
@@ -257,7 +259,8 @@ TEST_F(HostServer, MalformedAndTooLongQuestionsAreRefused) {
   EXPECT_EQ(status_and_code(R"({"question": 7})"), "400 invalid_type");
   EXPECT_EQ(status_and_code(R"({"question": "  "})"), "400 invalid_value");
   EXPECT_EQ(status_and_code(R"({"question": "hi", "max_tokens": 0})"), "400 invalid_value");
-  EXPECT_EQ(status_and_code(R"({"question": "hi", "max_tokens": 1000})"), "400 invalid_value");  // over --host-max-tokens
+  EXPECT_EQ(status_and_code(R"({"question": "hi", "max_tokens": 1000})"),
+            "400 invalid_value");  // over --host-max-tokens
   EXPECT_EQ(status_and_code(R"({"question": "hi", "max_tokens": 1.5})"), "400 invalid_type");
   EXPECT_EQ(status_and_code(R"({"question": "hi", "temperature": -1})"), "400 invalid_value");
   EXPECT_EQ(status_and_code(R"({"question": "hi", "model": "x"})"), "400 unknown_parameter");
@@ -313,8 +316,9 @@ TEST_F(HostServer, ReportIsTheFiguresTableWithTheSummaryBeneath) {
 }
 
 TEST_F(HostServer, HousekeepingFreesPrefixCacheEntriesUnusedForAWhile) {
-  complete("Once upon a time, there was a little girl named Lily. She loved to play outside in the park with "
-           "her friends. One day, she saw a big dog");
+  complete(
+      "Once upon a time, there was a little girl named Lily. She loved to play outside in the park with "
+      "her friends. One day, she saw a big dog");
   const int64_t cached = test::wait_idle(*scheduler_).kv_blocks_cached;
   ASSERT_GT(cached, 0);
   auto young = post("/v1/host/housekeeping", R"({"cached_idle_seconds": 3600})", kAdminKey);

@@ -42,7 +42,7 @@ class SteppedGeneration {
   FinishReason finish() const { return finish_; }
   const std::vector<int32_t>& prompt_tokens() const { return prompt_; }
   const std::vector<int32_t>& tokens() const { return generated_; }  // generated so far (EOS excluded)
-  const std::string& text() const { return text_; }                   // final text so far
+  const std::string& text() const { return text_; }                  // final text so far
   int64_t steps() const { return steps_; }
   int64_t prompt_done() const { return prompt_done_; }  // prompt tokens evaluated
 
