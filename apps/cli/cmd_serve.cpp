@@ -134,7 +134,7 @@ int cmd_serve(int argc, char** argv) {
                 "a small model (any supported file: RWKV, GGUF, HF folder) that runs as the host assistant: "
                 "/v1/host/ask, /v1/host/report, the dashboard's Host panel; it computes only while no request "
                 "is queued or running");
-  parser.option("--host-device", &a.host_device, "DEVICE", "where the host model runs: cpu (default), cuda, cuda:N");
+  parser.option("--host-device", &a.host_device, "DEVICE", "where the host model runs: cpu, cuda, cuda:N");
   parser.option("--host-threads", &a.host_threads, "N", "CPU threads of the host model; 0: all cores");
   parser.option("--host-ctx", &a.host_ctx, "N", "the host model's context; 0: its own (capped at 4096)");
   parser.option("--host-max-tokens", &a.host_max_tokens, "N", "the longest host answer in tokens");
@@ -143,7 +143,7 @@ int cmd_serve(int argc, char** argv) {
                     kHostAdminKeyEnv + "); other keys may only ask");
   parser.option("--host-report-every", &a.host_report_every, "MIN", "a host brief every MIN minutes; 0: on request only");
   parser.option("--host-housekeeping-every", &a.host_housekeeping_every, "MIN",
-                "housekeeping (idle prefix-cache blocks freed, log rotated) every MIN minutes; 0: on request only");
+                "housekeeping (idle prefix-cache blocks freed, the log rotated daily) every MIN minutes; 0: on request only");
   parser.option("--host-cache-idle", &a.host_cache_idle, "SEC",
                 "housekeeping frees prefix-cache blocks unused for SEC seconds");
   parser.option("--log-file", &a.log_file, "PATH", "also append the request and engine log to PATH (rotated)");
@@ -198,6 +198,14 @@ int cmd_serve(int argc, char** argv) {
 
   const LoadedModel model = load_model_verbose(a.model);
   const Tokenizer tokenizer(model.vocab);
+  // The host's model lives beside the main one (and outlives the server that uses it); loaded before the
+  // main scheduler's warm-up, so that a wrong path fails at once.
+  std::optional<LoadedModel> host_model;
+  std::unique_ptr<Tokenizer> host_tokenizer;
+  if (!a.host_model.empty()) {
+    host_model.emplace(load_model_verbose(a.host_model));
+    host_tokenizer = std::make_unique<Tokenizer>(host_model->vocab);
+  }
   SchedulerOptions scheduler_options;
   scheduler_options.max_running = a.max_batch;
   scheduler_options.max_queued = a.max_queue;
@@ -209,13 +217,6 @@ int cmd_serve(int argc, char** argv) {
   scheduler_options.poll_us = a.poll_us;
   scheduler_options.prefill_graph_max_tokens = a.prefill_graphs;
   Scheduler scheduler(model, tokenizer, scheduler_options);
-  // The host's model lives beside the main one (and outlives the server that uses it).
-  std::optional<LoadedModel> host_model;
-  std::unique_ptr<Tokenizer> host_tokenizer;
-  if (!a.host_model.empty()) {
-    host_model.emplace(load_model_verbose(a.host_model));
-    host_tokenizer = std::make_unique<Tokenizer>(host_model->vocab);
-  }
 
   server::ServerOptions options;
   options.model_id = model_id_of(a.model);

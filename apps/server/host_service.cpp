@@ -25,6 +25,7 @@ constexpr auto kSummaryRecheck = std::chrono::milliseconds(100);
 // A log line longer than this is cut in the prompt (a client-chosen URL must not fill the host's context).
 constexpr size_t kMaxPromptLogLineBytes = 240;
 constexpr double kSecondsPerMinute = 60.0;
+constexpr double kScheduledLogRotationHours = 24;  // the schedule rotates the log daily (and at its size limit)
 
 constexpr const char* kAskInstructions =
     "You are the host of a language-model server. You watch the server and answer its operators. "
@@ -286,6 +287,7 @@ void HostService::schedule_loop() {
           HousekeepingRequest request;
           request.trigger = "schedule";
           request.cached_idle_seconds = s.cached_idle_seconds;
+          request.rotate_logs_older_than_hours = kScheduledLogRotationHours;
           housekeep(request);
         }
         // A scheduled brief waits for its summary as long as the main work needs (the stop flag ends it).

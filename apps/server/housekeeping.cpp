@@ -1,6 +1,7 @@
 // See housekeeping.h.
 #include "server/housekeeping.h"
 
+#include <chrono>
 #include <cstdio>
 
 #if defined(__GLIBC__)
@@ -78,11 +79,18 @@ HousekeepingReport run_housekeeping(Scheduler& scheduler, ServerLog& log, const 
   if (request.rotate_logs) {
     HousekeepingAction rotate;
     rotate.action = "rotate_log";
-    const LogRotation rotation = log.rotate();
+    constexpr double kSecondsPerHour = 3600;
+    const LogRotation rotation =
+        request.rotate_logs_older_than_hours > 0
+            ? log.rotate_if_older(
+                  std::chrono::seconds(static_cast<int64_t>(request.rotate_logs_older_than_hours * kSecondsPerHour)))
+            : log.rotate();
     rotate.changed = rotation.rotated;
     report.log_rotated = rotation.rotated;
     if (!rotation.error.empty()) {
       rotate.detail = rotation.error;
+    } else if (!rotation.skipped.empty()) {
+      rotate.detail = rotation.path + " not due: " + rotation.skipped;
     } else if (!rotation.rotated) {
       rotate.detail = rotation.path + " is empty: nothing to rotate";
     } else {

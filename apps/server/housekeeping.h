@@ -7,7 +7,7 @@
 //      scheduler's thread; blocks held by running sequences, and RWKV state slots, are never touched:
 //      a recurrent model caches no prefixes, its slots go back when their sequence ends);
 //   2. compact the KV block free list (lowest ids first again, the prefix index rehashed);
-//   3. rotate the server's log file (ServerLog::rotate: PATH -> PATH.1 ...);
+//   3. rotate the server's log file (ServerLog::rotate: PATH -> PATH.1 ...; the schedule's, daily);
 //   4. return the heap memory the server freed to the operating system (glibc's malloc_trim), with the
 //      resident set size before and after.
 #pragma once
@@ -27,6 +27,9 @@ struct HousekeepingRequest {
   double cached_idle_seconds = 600;
   bool compact = true;
   bool rotate_logs = true;
+  // Rotate only a log file started at least this long ago; 0: now. The schedule rotates daily (a log
+  // rotated at every 10-minute housekeeping would keep only its last few intervals).
+  double rotate_logs_older_than_hours = 0;
   bool trim_heap = true;
   std::string trigger = "request";  // "request" (POST /v1/host/housekeeping) or "schedule"
 };

@@ -92,6 +92,20 @@ LogRotation ServerLog::rotate() {
   return rotate_locked();
 }
 
+LogRotation ServerLog::rotate_if_older(std::chrono::seconds age) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto started =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - file_started_);
+  if (file_ && started < age) {
+    LogRotation r;
+    r.path = options_.path;
+    r.skipped = "started " + std::to_string(started.count()) + " s ago, rotated every " + std::to_string(age.count()) +
+                " s (or at " + std::to_string(options_.max_bytes) + " bytes)";
+    return r;
+  }
+  return rotate_locked();
+}
+
 LogRotation ServerLog::rotate_locked() {
   LogRotation r;
   r.path = options_.path;
@@ -121,6 +135,7 @@ LogRotation ServerLog::rotate_locked() {
   r.rotated = !ec;
   r.bytes = file_bytes_;
   file_bytes_ = 0;
+  file_started_ = std::chrono::steady_clock::now();
   open_file();
   for (int n = 1; n <= options_.keep; ++n) {
     std::error_code exists_ec;

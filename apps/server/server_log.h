@@ -7,6 +7,7 @@
 // happens when the file reaches max_bytes and whenever housekeeping asks (rotate()). Thread-safe.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -30,6 +31,7 @@ struct LogRotation {
   uint64_t bytes = 0;             // its size when rotated
   std::vector<std::string> kept;  // the rotated files that exist afterwards, newest first
   std::string error;              // non-empty: why it could not (the log keeps writing where it can)
+  std::string skipped;            // non-empty: why it was not due (rotate_if_older)
 };
 
 class ServerLog {
@@ -52,6 +54,8 @@ class ServerLog {
 
   // Rotates the file now (when there is one and it is not empty).
   LogRotation rotate();
+  // Rotates it only when it was started at least `age` ago (the schedule's daily rotation); else says why not.
+  LogRotation rotate_if_older(std::chrono::seconds age);
 
  private:
   void add(const std::string& line);  // under mutex_
@@ -65,6 +69,7 @@ class ServerLog {
   uint64_t error_lines_ = 0;
   std::FILE* file_ = nullptr;
   uint64_t file_bytes_ = 0;
+  std::chrono::steady_clock::time_point file_started_ = std::chrono::steady_clock::now();
   std::string file_error_;  // the last failure to open the file, reported once
 };
 

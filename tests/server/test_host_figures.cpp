@@ -158,6 +158,21 @@ TEST(ServerLog, RotatesBySizeAndOnRequestKeepingN) {
   EXPECT_EQ(contents(path), "fourth\n");
 }
 
+TEST(ServerLog, ScheduledRotationWaitsUntilTheFileIsOldEnough) {
+  const std::string path = temp_path("daily.log");
+  for (const char* suffix : {"", ".1"}) std::filesystem::remove(path + suffix);
+  ServerLogOptions o;
+  o.path = path;
+  ServerLog log(o);
+  log.printed_line("a line");
+  const LogRotation early = log.rotate_if_older(std::chrono::hours(24));
+  EXPECT_FALSE(early.rotated);
+  EXPECT_FALSE(early.skipped.empty());
+  EXPECT_FALSE(std::filesystem::exists(path + ".1"));
+  EXPECT_TRUE(log.rotate_if_older(std::chrono::seconds(0)).rotated);
+  EXPECT_EQ(contents(path + ".1"), "a line\n");
+}
+
 TEST(Housekeeping, ReportJsonAndSummary) {
   HousekeepingReport r;
   r.unix_ms = 1700000000000;
