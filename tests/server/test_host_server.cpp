@@ -131,6 +131,24 @@ class HostServer : public ::testing::Test {
     auto r = post("/v1/completions", body.dump());
     ASSERT_TRUE(r);
     ASSERT_EQ(r->status, 200) << r->body;
+    // The answer reaches the client from on_done, before the scheduler publishes the step's stats: the
+    // figures are the scheduler's snapshot, so wait for it.
+    test::wait_idle(*scheduler_);
+    // And the request's log line is written after its response (httplib's logger): wait for that too.
+    const std::string logged = "POST /v1/completions 200";
+    for (int i = 0; i < 1000 && !logged_since(logged, finished_completions_); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    ASSERT_TRUE(logged_since(logged, finished_completions_)) << "no log line for the completion";
+    ++finished_completions_;
+  }
+
+  // Whether more than `seen` lines of the server log's ring start with `prefix`.
+  bool logged_since(const std::string& prefix, int seen) {
+    int n = 0;
+    for (const std::string& line : api_->context().log.recent(ServerLogOptions{}.ring_lines))
+      n += line.rfind(prefix, 0) == 0;
+    return n > seen;
   }
 
   std::vector<std::string> prompts() {
@@ -163,6 +181,7 @@ class HostServer : public ::testing::Test {
   std::thread server_thread_;
   std::mutex mu_;
   std::vector<std::string> prompts_;
+  int finished_completions_ = 0;
 };
 
 TEST_F(HostServer, AskStreamsAnAnswerWhosePromptHeldTheLiveFigures) {
