@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <ctime>
+#include <string_view>
 
 #include "gpu_accel/error.h"
 #include "server/api_error.h"
@@ -34,6 +35,8 @@ constexpr const char* kBriefInstructions =
     "You are the host of a language-model server. Write a short report brief (two or three sentences) "
     "on the server's state, using only the figures and log lines below.";
 constexpr const char* kBriefRequest = "Write the brief.";
+// How a brief's log line starts (its summary is generated text, which later prompts leave out).
+constexpr std::string_view kBriefLogPrefix = "host brief (";
 
 std::string iso_utc(int64_t unix_ms) {
   const std::time_t seconds = static_cast<std::time_t>(unix_ms / 1000);
@@ -128,8 +131,14 @@ HostPrompt HostService::build_prompt(const std::string& instructions, const std:
   HostPrompt p;
   p.figures = figures();
   p.max_tokens = max_tokens;
-  std::vector<std::string> logs = ctx_.log.recent(options_.log_lines_in_prompt);
-  for (std::string& line : logs) line = cut(line);
+  std::vector<std::string> logs;
+  for (const std::string& line : ctx_.log.recent(ServerLogOptions{}.ring_lines)) {
+    if (line.rfind(kBriefLogPrefix, 0) == 0) continue;  // the host's own words: never fed back as facts
+    logs.push_back(cut(line));
+  }
+  if (logs.size() > options_.log_lines_in_prompt) {
+    logs.erase(logs.begin(), logs.end() - static_cast<std::ptrdiff_t>(options_.log_lines_in_prompt));
+  }
   const int64_t n_ctx = assistant_->n_ctx();
   std::unique_ptr<ChatPrompter> prompter;
   if (chat) prompter = std::make_unique<ChatPrompter>(tokenizer);
@@ -245,7 +254,7 @@ HostBrief HostService::make_brief(const std::string& trigger, std::chrono::milli
   }
   std::string line = b.summary_status == "generated" ? b.summary : b.summary_status;
   std::replace(line.begin(), line.end(), '\n', ' ');
-  ctx_.log.request_line("host brief (" + trigger + "): " + line, ctx_.options.log_requests);
+  ctx_.log.request_line(std::string(kBriefLogPrefix) + trigger + "): " + line, ctx_.options.log_requests);
   return b;
 }
 

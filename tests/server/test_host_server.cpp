@@ -328,6 +328,18 @@ TEST_F(HostServer, ReportIsTheFiguresTableWithTheSummaryBeneath) {
   for (const std::string& line : prompt_lines_of(brief["figures"])) {  // one snapshot for both
     EXPECT_NE(prompts()[0].find(line + "\n"), std::string::npos) << line;
   }
+  // The brief is logged, but its generated summary never comes back as a "log line" in the host's prompts.
+  bool logged = false;  // the brief's line, and the report request's (written after its response)
+  for (int i = 0; i < 1000 && !logged; ++i) {
+    logged = logged_since("host brief (request): ", 0) && logged_since("GET /v1/host/report 200", 0);
+    if (!logged) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_TRUE(logged);
+  ASSERT_EQ(post("/v1/host/ask", json{{"question", "Anything wrong?"}, {"max_tokens", 2}}.dump())->status, 200);
+  ASSERT_EQ(prompts().size(), 2u);
+  EXPECT_EQ(prompts()[1].find("host brief ("), std::string::npos);
+  EXPECT_NE(prompts()[1].find("GET /v1/host/report 200"), std::string::npos);  // the other lines are there
+
   auto latest = get("/v1/host/report?latest=1&format=markdown");
   ASSERT_EQ(latest->status, 200);
   EXPECT_EQ(latest->get_header_value("Content-Type"), "text/markdown; charset=utf-8");
