@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <functional>
 #include <new>
+#include <optional>
 #include <thread>
 #include <utility>
 
@@ -380,8 +381,13 @@ void ApiServer::register_routes() {
                res.set_content(R"({"status":"ok"})", "application/json");
              }));
   http_->Get("/metrics", guarded(ctx, true, [&ctx](const httplib::Request&, httplib::Response& res) {
-               const std::string text =
-                   render_prometheus(ctx.metrics.snapshot(), ctx.scheduler.stats(), ctx.options.max_running);
+               std::optional<HostMetrics> host;
+               if (const HostAssistant* assistant = ctx.host->assistant()) {
+                 const HostAssistantStats a = assistant->stats();
+                 host = HostMetrics{a.steps, a.pauses, a.jobs_finished, a.jobs_cancelled, a.queued, a.state == "paused"};
+               }
+               const std::string text = render_prometheus(ctx.metrics.snapshot(), ctx.scheduler.stats(),
+                                                          ctx.options.max_running, host ? &*host : nullptr);
                res.set_content(text, "text/plain; version=0.0.4; charset=utf-8");
              }));
 

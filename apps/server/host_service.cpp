@@ -223,6 +223,7 @@ HostBrief HostService::make_brief(const std::string& trigger, std::chrono::milli
       std::unique_lock<std::mutex> lock(wait->mutex);
       while (!wait->done && Clock::now() < deadline) {
         wait->cv.wait_for(lock, kSummaryRecheck);
+        if (ctx_.stopping.load()) break;  // the server is stopping: its HTTP threads must not wait on the host
         std::lock_guard<std::mutex> stop_lock(mutex_);
         if (stop_) break;
       }

@@ -41,6 +41,7 @@ using nlohmann::json;
 
 constexpr const char* kUserKey = "user-key";
 constexpr const char* kAdminKey = "admin-key";
+constexpr const char* kMetricsPrefix = "gpu_accel_";  // metrics.cpp's
 constexpr int64_t kHostCtx = 1536;  // the byte-vocabulary host: ~1100 tokens of figures + question + answer
 
 const LoadedModel& host_model() {
@@ -235,6 +236,24 @@ TEST_F(HostServer, AskStreamsAnAnswerWhosePromptHeldTheLiveFigures) {
   EXPECT_TRUE(whole["answer"].is_string());
   ASSERT_EQ(prompts().size(), 2u);
   EXPECT_NE(prompts()[1].find("- requests finished: 2\n"), std::string::npos);
+}
+
+// /metrics carries the host's counters: the steps an answer took, as its done event says.
+TEST_F(HostServer, MetricsCountTheHostsSteps) {
+  auto r = post("/v1/host/ask", json{{"question", "Busy?"}, {"max_tokens", 3}, {"stream", false}}.dump());
+  ASSERT_EQ(r->status, 200) << r->body;
+  const int64_t steps = json::parse(r->body)["host_steps"];
+  ASSERT_GT(steps, 0);
+  const std::string text = get("/metrics")->body;
+  const auto value = [&](const std::string& sample) {
+    const size_t at = text.find("\n" + sample + " ");
+    EXPECT_NE(at, std::string::npos) << sample;
+    return at == std::string::npos ? -1.0 : std::stod(text.substr(at + sample.size() + 2));
+  };
+  EXPECT_EQ(value(std::string(kMetricsPrefix) + "host_steps_total"), static_cast<double>(steps));
+  EXPECT_EQ(value(std::string(kMetricsPrefix) + "host_jobs_total{result=\"finished\"}"), 1.0);
+  EXPECT_EQ(value(std::string(kMetricsPrefix) + "host_paused"), 0.0);
+  EXPECT_NE(text.find("# TYPE " + std::string(kMetricsPrefix) + "host_pauses_total counter"), std::string::npos);
 }
 
 TEST_F(HostServer, RolesAreEnforced) {
