@@ -1,4 +1,5 @@
-// The dashboard: polls /api/stats once a second and renders it; wires the chat box and the API key.
+// The dashboard: polls /api/stats once a second and renders it; wires the chat box, the Host panel
+// (host.js) and the API key.
 //
 // Everything shown comes from one JSON answer (see apps/server/dashboard_routes.cpp), so a render
 // is a pure function of the latest answer plus the page's own 2-minute history of rates (kept here:
@@ -8,6 +9,7 @@
 import * as fmt from './format.js';
 import { TimeChart, legend } from './charts.js';
 import { Chat } from './chat.js';
+import { HostPanel } from './host.js';
 
 const POLL_MS = 1000;
 const WINDOW_MS = 120000;
@@ -261,6 +263,7 @@ function render(s) {
   renderCpu(s);
   renderCharts(s);
   renderRecent(s);
+  hostPanel.render(s.host);
 }
 
 function askForKey(message) {
@@ -297,6 +300,12 @@ async function poll() {
   }
   timer = setTimeout(poll, POLL_MS);
 }
+
+const hostPanel = new HostPanel({
+  state: $('host-state'), form: $('host-form'), question: $('host-question'), ask: $('host-ask'),
+  answer: $('host-answer'), figures: $('host-figures'), brief: $('host-brief'), report: $('host-report'),
+  housekeeping: $('host-housekeeping'), result: $('host-result'),
+}, { authHeaders, onUnauthorized: () => askForKey('The host needs the API key.') });
 
 new Chat({
   form: $('chat-form'), input: $('chat-input'), messages: $('chat-messages'), placeholder: $('chat-placeholder'),

@@ -14,7 +14,10 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cmath>
 #include <filesystem>
+#include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -30,6 +33,8 @@ namespace {
 
 constexpr int kMaxPort = 65535;
 constexpr const char* kApiKeyEnv = "GPU_ACCEL_API_KEY";
+constexpr const char* kHostAdminKeyEnv = "GPU_ACCEL_HOST_ADMIN_KEY";
+constexpr double kMaxScheduleMinutes = 7 * 24 * 60;  // a week
 
 struct ServeArgs {
   std::string model;
@@ -51,6 +56,19 @@ struct ServeArgs {
   int32_t keep_alive_poll_us = server::ServerOptions{}.keep_alive_poll_us;
   bool trace_timing = false;
   int64_t prefill_graphs = SchedulerOptions{}.prefill_graph_max_tokens;
+  // The host assistant (server/host_service.h).
+  std::string host_model;
+  std::string host_device = "cpu";  // the main model keeps the GPU; the host runs beside it
+  int32_t host_threads = 0;
+  int64_t host_ctx = 0;
+  std::string host_admin_key;
+  float host_report_every = static_cast<float>(server::HostSchedule{}.report_every_minutes);
+  float host_housekeeping_every = static_cast<float>(server::HostSchedule{}.housekeeping_every_minutes);
+  float host_cache_idle = static_cast<float>(server::HostSchedule{}.cached_idle_seconds);
+  int64_t host_max_tokens = server::HostServiceOptions{}.max_answer_tokens;
+  std::string log_file;
+  int64_t log_max_bytes = static_cast<int64_t>(server::ServerLogOptions{}.max_bytes);
+  int32_t log_keep = server::ServerLogOptions{}.keep;
 };
 
 // The id clients name the model by: the file or folder name ("stories260K.gguf", "Qwen2-0.5B").
@@ -80,7 +98,8 @@ int cmd_serve(int argc, char** argv) {
   ArgParser parser("serve", "-m MODEL [options]",
                    "Serves MODEL over an OpenAI-compatible HTTP API (/v1/chat/completions, /v1/completions,\n"
                    "/v1/models), with /health, /metrics (Prometheus) and a dashboard at /. Requests are logged\n"
-                   "to stderr. Stops on SIGINT/SIGTERM.");
+                   "to stderr. With --host-model, a small host model answers /v1/host/ask and writes briefs\n"
+                   "(/v1/host/report) while the main work is idle. Stops on SIGINT/SIGTERM.");
   parser.option("-m,--model", &a.model, "MODEL", "a .gguf file or a Hugging Face model folder");
   parser.option("--host", &a.host, "HOST", "address to bind (0.0.0.0: every interface)");
   parser.option("--port", &a.port, "PORT", "TCP port; 0: any free port (printed)");
@@ -111,6 +130,25 @@ int cmd_serve(int argc, char** argv) {
               "per stream, one stderr line with the monotonic times of its head, submit, first token and its write");
   parser.option("--prefill-graphs", &a.prefill_graphs, "N",
                 "CUDA: a lone prompt of 9..N tokens replays a graph captured per length bucket at the warm-up; 0: off");
+  parser.option("--host-model", &a.host_model, "SMALL",
+                "a small model (any supported file: RWKV, GGUF, HF folder) that runs as the host assistant: "
+                "/v1/host/ask, /v1/host/report, the dashboard's Host panel; it computes only while no request "
+                "is queued or running");
+  parser.option("--host-device", &a.host_device, "DEVICE", "where the host model runs: cpu, cuda, cuda:N");
+  parser.option("--host-threads", &a.host_threads, "N", "CPU threads of the host model; 0: all cores");
+  parser.option("--host-ctx", &a.host_ctx, "N", "the host model's context; 0: its own (capped at 4096)");
+  parser.option("--host-max-tokens", &a.host_max_tokens, "N", "the longest host answer in tokens");
+  parser.option("--host-admin-key", &a.host_admin_key, "KEY",
+                std::string("the key that may run housekeeping and change the host's schedule (default: $") +
+                    kHostAdminKeyEnv + "); other keys may only ask");
+  parser.option("--host-report-every", &a.host_report_every, "MIN", "a host brief every MIN minutes; 0: on request only");
+  parser.option("--host-housekeeping-every", &a.host_housekeeping_every, "MIN",
+                "housekeeping (idle prefix-cache blocks freed, the log rotated daily) every MIN minutes; 0: on request only");
+  parser.option("--host-cache-idle", &a.host_cache_idle, "SEC",
+                "housekeeping frees prefix-cache blocks unused for SEC seconds");
+  parser.option("--log-file", &a.log_file, "PATH", "also append the request and engine log to PATH (rotated)");
+  parser.option("--log-max-bytes", &a.log_max_bytes, "BYTES", "rotate the log file when it reaches BYTES");
+  parser.option("--log-keep", &a.log_keep, "N", "rotated log files kept (PATH.1 .. PATH.N)");
   parser.flag("-q,--quiet", &a.quiet, "do not log requests");
   parser.flag("--no-warmup", &a.no_warmup, "skip the warm-up forward at start (the first request pays the device's "
               "one-time costs then)");
@@ -135,6 +173,21 @@ int cmd_serve(int argc, char** argv) {
   if (!parser.given("--api-key")) {
     if (const char* key = std::getenv(kApiKeyEnv)) a.api_key = key;
   }
+  if (!parser.given("--host-admin-key")) {
+    if (const char* key = std::getenv(kHostAdminKeyEnv)) a.host_admin_key = key;
+  }
+  const auto minutes_ok = [](float m) { return std::isfinite(m) && m >= 0 && m <= kMaxScheduleMinutes; };
+  require(minutes_ok(a.host_report_every), "--host-report-every must be in [0, 10080] minutes");
+  require(minutes_ok(a.host_housekeeping_every), "--host-housekeeping-every must be in [0, 10080] minutes");
+  require(std::isfinite(a.host_cache_idle) && a.host_cache_idle >= 0, "--host-cache-idle must be >= 0 seconds");
+  require(a.host_device == "cpu" || a.host_device == "cuda" || a.host_device.rfind("cuda:", 0) == 0,
+          "--host-device must be cpu, cuda or cuda:N, got '" + a.host_device + "'");
+  require(a.host_threads >= 0, "--host-threads must be >= 0 (0: all cores)");
+  require(a.host_ctx >= 0, "--host-ctx must be >= 0 (0: the model's)");
+  require(a.host_max_tokens >= 1, "--host-max-tokens must be >= 1");
+  require(a.log_max_bytes >= 1, "--log-max-bytes must be >= 1");
+  require(a.log_keep >= 0, "--log-keep must be >= 0");
+  require(!a.host_admin_key.empty() || !parser.given("--host-admin-key"), "--host-admin-key must not be empty");
 
   // Before any thread exists (the scheduler starts some), so that every thread inherits the mask.
   sigset_t signals;
@@ -145,6 +198,14 @@ int cmd_serve(int argc, char** argv) {
 
   const LoadedModel model = load_model_verbose(a.model);
   const Tokenizer tokenizer(model.vocab);
+  // The host's model lives beside the main one (and outlives the server that uses it); loaded before the
+  // main scheduler's warm-up, so that a wrong path fails at once.
+  std::optional<LoadedModel> host_model;
+  std::unique_ptr<Tokenizer> host_tokenizer;
+  if (!a.host_model.empty()) {
+    host_model.emplace(load_model_verbose(a.host_model));
+    host_tokenizer = std::make_unique<Tokenizer>(host_model->vocab);
+  }
   SchedulerOptions scheduler_options;
   scheduler_options.max_running = a.max_batch;
   scheduler_options.max_queued = a.max_queue;
@@ -167,12 +228,32 @@ int cmd_serve(int argc, char** argv) {
   options.first_token_poll_ms = a.first_token_poll_ms;
   options.keep_alive_poll_us = a.keep_alive_poll_us;
   options.trace_timing = a.trace_timing;
+  options.host_admin_key = a.host_admin_key;
+  options.log.path = a.log_file;
+  options.log.max_bytes = static_cast<uint64_t>(a.log_max_bytes);
+  options.log.keep = a.log_keep;
+  options.host.schedule.report_every_minutes = a.host_report_every;
+  options.host.schedule.housekeeping_every_minutes = a.host_housekeeping_every;
+  options.host.schedule.cached_idle_seconds = a.host_cache_idle;
+  options.host.max_answer_tokens = a.host_max_tokens;
   server::ApiServer api(scheduler, options);
+  if (host_model) {
+    server::HostAssistantOptions host_options;
+    host_options.device = a.host_device;
+    host_options.n_threads = a.host_threads;
+    host_options.n_ctx = a.host_ctx;
+    auto assistant = std::make_unique<server::HostAssistant>(*host_model, *host_tokenizer, scheduler, host_options);
+    std::fprintf(stderr, "host model: %s on %s, context %lld (runs only while the main work is idle)\n",
+                 model_id_of(a.host_model).c_str(), assistant->device_description().c_str(),
+                 static_cast<long long>(assistant->n_ctx()));
+    api.attach_host_model(std::move(assistant));
+  }
   const int port = api.bind(a.host, static_cast<int>(a.port));
   const SchedulerStats stats = scheduler.stats();
   std::fprintf(stderr, "device: %s, context: %lld, batch: %d, kv blocks: %lld\n", stats.device.c_str(),
                static_cast<long long>(scheduler.n_ctx()), a.max_batch, static_cast<long long>(stats.kv_blocks_total));
-  std::fprintf(stderr, "serving '%s'%s\n", options.model_id.c_str(), a.api_key.empty() ? "" : " (API key required)");
+  std::fprintf(stderr, "serving '%s'%s%s\n", options.model_id.c_str(), a.api_key.empty() ? "" : " (API key required)",
+               a.host_admin_key.empty() ? "" : " (host admin key set)");
   std::fprintf(stderr, "listening on http://%s:%d\n", a.host.c_str(), port);
   std::fflush(stderr);
 

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <functional>
 #include <new>
+#include <optional>
 #include <thread>
 #include <utility>
 
@@ -15,7 +16,9 @@
 #include "server/api_error.h"
 #include "server/chat_prompt.h"
 #include "server/completion_route.h"
+#include "core/log.h"
 #include "server/dashboard_routes.h"
+#include "server/host_routes.h"
 #include "server/http_connection.h"
 
 namespace ga::server {
@@ -74,7 +77,10 @@ void run_guarded(httplib::Response& res, Fn&& fn) {
 }
 
 void check_api_key(const ServerContext& ctx, const httplib::Request& req) {
-  if (ctx.options.api_key.empty() || authorized(req.get_header_value("Authorization"), ctx.options.api_key)) return;
+  if (ctx.options.api_key.empty()) return;
+  const std::string& header = req.get_header_value("Authorization");
+  if (authorized(header, ctx.options.api_key)) return;
+  if (!ctx.options.host_admin_key.empty() && authorized(header, ctx.options.host_admin_key)) return;
   const bool missing = req.get_header_value("Authorization").empty();
   throw ApiError(http_status::kUnauthorized,
                  missing ? "You didn't provide an API key. Send it as 'Authorization: Bearer YOUR_KEY'."
@@ -189,7 +195,13 @@ json model_object(const ServerContext& ctx, int64_t created) {
 }  // namespace
 
 ServerContext::ServerContext(Scheduler& s, ServerOptions o)
-    : scheduler(s), options(std::move(o)), chat(std::make_unique<ChatPrompter>(s.tokenizer())) {}
+    : scheduler(s),
+      options(std::move(o)),
+      chat(std::make_unique<ChatPrompter>(s.tokenizer())),
+      log(options.log),
+      model_info(model_info_json(s.model(), s.n_ctx())),
+      telemetry(std::make_unique<telemetry::Telemetry>()),
+      host(std::make_unique<HostService>(*this, options.host)) {}
 
 ServerContext::~ServerContext() = default;
 
@@ -266,11 +278,20 @@ std::unique_ptr<ConnectionServer> make_http_server(const ServerOptions& o) {
 ApiServer::ApiServer(Scheduler& scheduler, ServerOptions options)
     : ctx_(std::make_unique<ServerContext>(scheduler, resolve_automatic(std::move(options), scheduler))),
       http_(make_http_server(ctx_->options)) {
+  ServerLog* log = &ctx_->log;
+  set_log_observer([log](LogLevel, const std::string& line) { log->printed_line(line); });
   configure();
   register_routes();
 }
 
-ApiServer::~ApiServer() { stop(); }
+ApiServer::~ApiServer() {
+  stop();
+  set_log_observer({});
+}
+
+void ApiServer::attach_host_model(std::unique_ptr<HostAssistant> assistant) {
+  ctx_->host->attach_assistant(std::move(assistant));
+}
 
 void ApiServer::configure() {
   ServerContext& ctx = *ctx_;
@@ -322,10 +343,9 @@ void ApiServer::configure() {
     const double ms =
         t_request_started ? std::chrono::duration<double, std::milli>(Clock::now() - t_request_start).count() : 0.0;
     t_request_started = false;
-    if (ctx.options.log_requests) {
-      std::fprintf(stderr, "%s %s %d %.1f ms\n", loggable(req.method).c_str(), loggable(req.path).c_str(), res.status,
-                   ms);
-    }
+    char timing[48];
+    std::snprintf(timing, sizeof(timing), " %d %.1f ms", res.status, ms);
+    ctx.log.request_line(loggable(req.method) + " " + loggable(req.path) + timing, ctx.options.log_requests);
   });
 }
 
@@ -361,18 +381,53 @@ void ApiServer::register_routes() {
                res.set_content(R"({"status":"ok"})", "application/json");
              }));
   http_->Get("/metrics", guarded(ctx, true, [&ctx](const httplib::Request&, httplib::Response& res) {
-               const std::string text =
-                   render_prometheus(ctx.metrics.snapshot(), ctx.scheduler.stats(), ctx.options.max_running);
+               std::optional<HostMetrics> host;
+               if (const HostAssistant* assistant = ctx.host->assistant()) {
+                 const HostAssistantStats a = assistant->stats();
+                 host = HostMetrics{a.steps, a.pauses, a.jobs_finished, a.jobs_cancelled, a.queued, a.state == "paused"};
+               }
+               const std::string text = render_prometheus(ctx.metrics.snapshot(), ctx.scheduler.stats(),
+                                                          ctx.options.max_running, host ? &*host : nullptr);
                res.set_content(text, "text/plain; version=0.0.4; charset=utf-8");
              }));
 
+  register_host_routes();
+
   DashboardSources sources;
-  const json info = model_info_json(ctx.scheduler.model(), ctx.scheduler.n_ctx());
+  const json info = ctx.model_info;
   sources.model_info = [info] { return info; };
+  sources.telemetry = ctx.telemetry.get();
+  sources.host_status = [&ctx] { return ctx.host->status_json(); };
+  sources.host_admin_key = ctx.options.host_admin_key;
   sources.scheduler_stats = [&ctx] { return scheduler_stats_json(ctx.scheduler.stats(), ctx.options.max_running); };
   sources.recent_requests = [&ctx] { return ctx.recent.to_json(); };
   sources.api_key = ctx.options.api_key;
   register_dashboard_routes(*http_, std::move(sources));
+}
+
+void ApiServer::register_host_routes() {
+  ServerContext& ctx = *ctx_;
+  http_->Post("/v1/host/ask", guarded_post(ctx, [&ctx](const httplib::Request&, const std::string& body,
+                                                      httplib::Response& res) { handle_host_ask(ctx, body, res); }));
+  http_->Get("/v1/host/ask", guarded(ctx, true, method_not_allowed("POST")));
+  http_->Get("/v1/host/report", guarded(ctx, true, [&ctx](const httplib::Request& req, httplib::Response& res) {
+               handle_host_report(ctx, req, res);
+             }));
+  http_->Post("/v1/host/housekeeping",
+              guarded_post(ctx, [&ctx](const httplib::Request& req, const std::string& body, httplib::Response& res) {
+                handle_host_housekeeping(ctx, req, body, res);
+              }));
+  http_->Get("/v1/host/housekeeping", guarded(ctx, true, method_not_allowed("POST")));
+  http_->Get("/v1/host/schedule", guarded(ctx, true, [&ctx](const httplib::Request&, httplib::Response& res) {
+               handle_host_schedule_get(ctx, res);
+             }));
+  http_->Post("/v1/host/schedule",
+              guarded_post(ctx, [&ctx](const httplib::Request& req, const std::string& body, httplib::Response& res) {
+                handle_host_schedule_post(ctx, req, body, res);
+              }));
+  http_->Get("/v1/host/status", guarded(ctx, true, [&ctx](const httplib::Request&, httplib::Response& res) {
+               handle_host_status(ctx, res);
+             }));
 }
 
 int ApiServer::bind(const std::string& host, int port) {

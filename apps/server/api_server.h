@@ -11,6 +11,7 @@
 //   GET  /health                                       {"status":"ok"} (no key needed: for probes)
 //   GET  /metrics                                      Prometheus text (metrics.h)
 //   GET  /, /api/stats                                 the dashboard (dashboard_routes.h)
+//   /v1/host/*                                         the host assistant (host_routes.h)
 #pragma once
 
 #include <memory>
@@ -19,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "gpu_accel/scheduler.h"
+#include "server/host_assistant.h"
 #include "server/server_context.h"
 
 
@@ -41,12 +43,15 @@ class ApiServer {
   void stop();
 
   ServerContext& context() { return *ctx_; }
+  // Gives the host its model (serve --host-model); before run().
+  void attach_host_model(std::unique_ptr<HostAssistant> assistant);
 
  private:
   std::unique_ptr<ServerContext> ctx_;
   std::unique_ptr<ConnectionServer> http_;
   void configure();
   void register_routes();
+  void register_host_routes();
 };
 
 // The dashboard's JSON sources (see dashboard_routes.h).

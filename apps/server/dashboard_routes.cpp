@@ -36,10 +36,15 @@ constexpr const char* kContentSecurityPolicy =
     "base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
 struct DashboardState {
-  explicit DashboardState(DashboardSources s) : sources(std::move(s)), started_unix_ms(unix_ms_now()) {}
+  explicit DashboardState(DashboardSources s) : sources(std::move(s)), started_unix_ms(unix_ms_now()) {
+    if (!sources.telemetry) {  // starts the one-time memcpy measurement in the background
+      own_telemetry = std::make_unique<telemetry::Telemetry>();
+      sources.telemetry = own_telemetry.get();
+    }
+  }
   DashboardSources sources;
   int64_t started_unix_ms;
-  telemetry::Telemetry telemetry;  // starts the one-time memcpy measurement in the background
+  std::unique_ptr<telemetry::Telemetry> own_telemetry;
 };
 
 std::string content_type_for(const std::string& path) {
@@ -101,7 +106,7 @@ json call_or(const std::function<json()>& source, json fallback) { return source
 json stats_json(DashboardState& state) {
   const json model = call_or(state.sources.model_info, json::object());
   const json scheduler = call_or(state.sources.scheduler_stats, json::object());
-  json machine = state.telemetry.snapshot(model, scheduler);
+  json machine = state.sources.telemetry->snapshot(model, scheduler);
   return json{{"time_unix_ms", unix_ms_now()},
               {"started_unix_ms", state.started_unix_ms},
               {"model", model},
@@ -110,7 +115,8 @@ json stats_json(DashboardState& state) {
               {"cpu", std::move(machine["cpu"])},
               {"scheduler", scheduler},
               {"throughput", std::move(machine["throughput"])},
-              {"recent_requests", call_or(state.sources.recent_requests, json::array())}};
+              {"recent_requests", call_or(state.sources.recent_requests, json::array())},
+              {"host", call_or(state.sources.host_status, json(nullptr))}};
 }
 
 }  // namespace
@@ -133,7 +139,9 @@ void register_dashboard_routes(httplib::Server& server, DashboardSources sources
   server.Get("/api/stats", [state](const httplib::Request& req, httplib::Response& res) {
     res.set_header("Cache-Control", "no-store");
     const std::string& key = state->sources.api_key;
-    if (!key.empty() && !authorized(req.get_header_value("Authorization"), key)) {
+    const std::string& admin = state->sources.host_admin_key;
+    const std::string header = req.get_header_value("Authorization");
+    if (!key.empty() && !authorized(header, key) && !(!admin.empty() && authorized(header, admin))) {
       const ApiError error(http_status::kUnauthorized, "This dashboard needs the server's API key (Authorization: Bearer KEY).",
                            "invalid_request_error", "", "invalid_api_key");
       res.status = error.status();

@@ -102,7 +102,8 @@ std::string prometheus_label_value(std::string_view value) {
   return out;
 }
 
-std::string render_prometheus(const ServerMetrics::Snapshot& http, const SchedulerStats& s, int max_running) {
+std::string render_prometheus(const ServerMetrics::Snapshot& http, const SchedulerStats& s, int max_running,
+                              const HostMetrics* host) {
   Writer w;
   w.family("http_requests_total", "counter", "HTTP requests answered, by status code.");
   for (const auto& [status, n] : http.responses_by_status) {
@@ -128,6 +129,16 @@ std::string render_prometheus(const ServerMetrics::Snapshot& http, const Schedul
   w.single("model_weight_bytes", "gauge", "Bytes of model weights.", d(s.weight_bytes));
   w.histogram("request_duration_seconds", "Completion request latency, submit to last token.", http.request_duration);
   w.histogram("time_to_first_token_seconds", "Completion request time to the first token.", http.time_to_first_token);
+  if (host) {
+    w.single("host_steps_total", "counter", "Host assistant steps (a prompt chunk or a token), run only while idle.",
+             d(host->steps));
+    w.single("host_pauses_total", "counter", "Times a host job paused for main work.", d(host->pauses));
+    w.family("host_jobs_total", "counter", "Host jobs (answers, brief summaries) ended, by result.");
+    w.sample("host_jobs_total", d(host->jobs_finished), "result=\"finished\"");
+    w.sample("host_jobs_total", d(host->jobs_cancelled), "result=\"cancelled\"");
+    w.single("host_jobs_queued", "gauge", "Host jobs waiting.", host->queued);
+    w.single("host_paused", "gauge", "1 while a host job waits for the main work to finish.", host->paused ? 1 : 0);
+  }
   return w.text();
 }
 

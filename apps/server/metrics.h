@@ -53,8 +53,19 @@ class ServerMetrics {
   Snapshot data_;
 };
 
-// The whole /metrics page.
-std::string render_prometheus(const ServerMetrics::Snapshot& http, const SchedulerStats& scheduler, int max_running);
+// The host assistant's counters (HostAssistantStats' figures), when the server runs one.
+struct HostMetrics {
+  uint64_t steps = 0;
+  uint64_t pauses = 0;
+  uint64_t jobs_finished = 0;
+  uint64_t jobs_cancelled = 0;
+  int queued = 0;
+  bool paused = false;
+};
+
+// The whole /metrics page; host: the host assistant's families, when there is one.
+std::string render_prometheus(const ServerMetrics::Snapshot& http, const SchedulerStats& scheduler, int max_running,
+                              const HostMetrics* host = nullptr);
 
 // Pieces, for tests: numbers as Prometheus reads them ("+Inf", "NaN", shortest round-trip digits),
 // label values escaped (\\, \", \n).

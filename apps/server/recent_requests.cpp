@@ -28,6 +28,11 @@ nlohmann::json RecentRequests::to_json() const {
   return out;
 }
 
+std::vector<FinishedRequest> RecentRequests::snapshot() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return {requests_.begin(), requests_.end()};
+}
+
 FinishedRequest finished_request(const std::string& id, const CompletionResult& result, int64_t now_unix_ms) {
   constexpr double kMsPerSecond = 1e3;
   return {id,

@@ -9,6 +9,7 @@
 #include <deque>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -33,6 +34,7 @@ class RecentRequests {
   void add(FinishedRequest request);
   // [{"id","finished_unix_ms","prompt_tokens","completion_tokens","ttft_ms","total_ms","finish_reason"}]
   nlohmann::json to_json() const;
+  std::vector<FinishedRequest> snapshot() const;  // oldest first
 
  private:
   mutable std::mutex mutex_;

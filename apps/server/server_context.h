@@ -9,9 +9,14 @@
 #include <memory>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "gpu_accel/scheduler.h"
+#include "runtime/telemetry/telemetry.h"
+#include "server/host_service.h"
 #include "server/metrics.h"
 #include "server/recent_requests.h"
+#include "server/server_log.h"
 
 namespace ga::server {
 
@@ -20,6 +25,11 @@ class ChatPrompter;
 struct ServerOptions {
   std::string model_id;  // what /v1/models lists and "model" must name: the model's file/folder name
   std::string api_key;   // non-empty: /v1/*, /metrics and /api/* need "Authorization: Bearer <key>"
+  // non-empty: the host's admin routes (housekeeping, schedule changes) need this key; other keys may only
+  // ask and read (403 otherwise). It is accepted wherever api_key is. Empty: whoever passes api_key is admin.
+  std::string host_admin_key;
+  ServerLogOptions log;      // the request log's ring and file (serve --log-file)
+  HostServiceOptions host;   // the host's limits and schedule
   size_t max_body_bytes = size_t{1} << 20;  // larger bodies get 413
   int http_threads = 64;  // connections served at once (each stream holds one for its duration)
   int max_running = 16;   // the scheduler's batch size, for the stats
@@ -66,9 +76,13 @@ struct ServerContext {
   std::unique_ptr<ChatPrompter> chat;  // the model's chat template, parsed once
   ServerMetrics metrics;
   RecentRequests recent;
+  ServerLog log;
+  nlohmann::json model_info;  // model_info_json of the served model, made once
+  std::unique_ptr<telemetry::Telemetry> telemetry;  // the machine figures (dashboard, host)
   std::atomic<bool> stopping{false};  // set by ApiServer::stop(): waiting routes cancel their requests
   std::atomic<int> open_streams{0};   // SSE responses not yet ended (stop() lets them say goodbye)
   std::atomic<int> first_token_spinners{0};  // streams busy-waiting for their first token now
+  std::unique_ptr<HostService> host;  // last: its schedule thread reads everything above
 };
 
 }  // namespace ga::server

@@ -26,6 +26,7 @@
 // its context finishes with Length.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <exception>
 #include <functional>
@@ -123,6 +124,7 @@ struct SchedulerStats {
   double prompt_tokens_per_second = 0;      // over a recent window
   double generation_tokens_per_second = 0;  // over a recent window
   uint64_t weight_bytes = 0;                // model weight bytes (for achieved-bandwidth figures)
+  bool recurrent_state = false;  // sequences keep a recurrent state slot (RWKV): no prefix cache
   // Where the scheduler thread's time goes, cumulative since start: steps with a forward pass, the
   // forward pass itself (device work + logits copy), and choosing and emitting the tokens.
   uint64_t steps = 0;
@@ -130,6 +132,25 @@ struct SchedulerStats {
   double forward_seconds = 0;
   double sample_seconds = 0;
   std::string device;
+};
+
+// Scheduler::housekeep: what to tidy between two steps.
+struct HousekeepingOptions {
+  // Prefix-cache blocks that no sequence has used for at least this long are freed (their cache entries
+  // dropped); 0: every unreferenced cached block.
+  double cached_idle_seconds = 300;
+  bool compact = true;  // KvBlockManager::compact: the free list back in id order, the prefix index rehashed
+};
+
+struct HousekeepingResult {
+  int64_t cached_blocks_before = 0;  // unreferenced cached blocks before
+  int64_t cached_blocks_freed = 0;
+  int64_t free_blocks_after = 0;
+  bool free_list_reordered = false;  // compact found the free list out of order
+  // Sequences holding state (KV blocks or a recurrent state slot) when it ran: those are in use and are
+  // never touched; a recurrent model caches no prefixes, so its slots are freed when their sequence ends.
+  int running = 0;
+  bool recurrent_state = false;
 };
 
 class Scheduler {
@@ -149,6 +170,18 @@ class Scheduler {
   // A hint that a submit() is coming soon (see SchedulerOptions::poll_us); cheap, any thread, may be
   // called without a submit following (the busy-wait then ends at its time limit).
   void expect_request();
+
+  // Low-priority work beside the scheduler (the server's host assistant) runs only while this is true: no
+  // request is queued, running or preempted, and none was announced by expect_request() in the last
+  // kAnnouncedRequestWindow (its body is still on its way). Cheap (two atomics), any thread.
+  bool idle() const;
+  // Blocks until idle() or until `timeout` passes; returns idle().
+  bool wait_until_idle(std::chrono::milliseconds timeout) const;
+  static constexpr std::chrono::milliseconds kAnnouncedRequestWindow{100};
+
+  // Runs the housekeeping on the scheduler's thread between two steps (the block manager is that thread's)
+  // and returns what it did. Throws Unavailable when the scheduler is stopping. Not from a callback.
+  HousekeepingResult housekeep(const HousekeepingOptions& options);
 
   SchedulerStats stats() const;
   int64_t n_ctx() const;

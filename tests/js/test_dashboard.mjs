@@ -12,7 +12,7 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
 
-import { artifactDir, startServer } from './server_harness.mjs';
+import { artifactDir, sharedDir, startServer } from './server_harness.mjs';
 import { readSse } from '../../web/sse.js';
 
 const CHROMIUM = process.env.GA_CHROMIUM || '/usr/bin/chromium';
@@ -112,6 +112,15 @@ test('serves the page and its assets with types, validators and a CSP', { skip }
   assert.ok(s.cpu.cores >= 1 && s.cpu.process_rss_bytes > 0);
   if (s.device.gpu_available) assert.ok(s.gpu.name);
   else assert.ok(s.gpu === null && typeof s.device.reason === 'string' && s.device.reason.length > 0);
+});
+
+test('the Host panel says the host is off without --host-model, and /api/stats carries its status', { skip }, async () => {
+  const s = await stats();
+  assert.equal(s.host.enabled, false);
+  assert.equal(typeof s.host.schedule.housekeeping_every_minutes, 'number');
+  await page.waitForFunction(() => document.getElementById('host-state').textContent.includes('--host-model'),
+    null, { timeout: 5000 });
+  assert.equal(await page.isDisabled('#host-ask'), true);
 });
 
 test('the figures move while a long completion streams', { skip }, async () => {
@@ -251,5 +260,35 @@ test('with --api-key the page asks for the key and keeps it for the tab', { skip
   } finally {
     await context.close();
     await guarded.stop();
+  }
+});
+
+test('with --host-model the Host panel streams an answer beneath the figures it was given', { skip }, async () => {
+  const hosted = await startServer({ args: ['-q', '--threads', '1', '--host-threads', '1', '--host-max-tokens', '12',
+    '--host-ctx', '2048', '--host-model', path.join(sharedDir(), 'models/rwkv-tiny/tiny-rwkv-7v0-834K-FP32.bin')] });
+  const context = await browser.newContext();
+  try {
+    const p = await context.newPage();
+    const errors = [];
+    p.on('pageerror', (e) => errors.push(String(e)));
+    await p.goto(`${hosted.url}/`);
+    await p.waitForFunction(() => document.getElementById('host-state').textContent.includes('tiny-rwkv-7v0'),
+      null, { timeout: 10000 });
+    await p.fill('#host-question', 'How many requests are running?');
+    await p.click('#host-ask');
+    await p.waitForFunction(() => document.getElementById('host-result').textContent.includes('host steps'),
+      null, { timeout: 15000 });
+    // The figures table came first and holds the server's computed values.
+    const rows = await p.$$eval('#host-figures tr', (trs) => trs.map((tr) => tr.textContent));
+    assert.ok(rows.some((r) => r.startsWith('requests running') && r.endsWith('0')), rows.join('\n'));
+    assert.ok((await p.textContent('#host-answer')).length > 0, 'the host answer is empty');
+    assert.match(await p.textContent('#host-result'), /finish: (length|stop)/);
+    await p.click('#host-report');
+    await p.waitForFunction(() => /\((request)\)/.test(document.getElementById('host-brief').textContent),
+      null, { timeout: 15000 });
+    assert.deepEqual(errors, []);
+  } finally {
+    await context.close();
+    await hosted.stop();
   }
 });

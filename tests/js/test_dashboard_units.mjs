@@ -81,3 +81,22 @@ test('charts: round axis maxima', () => {
   assert.equal(niceCeil(100), 100);
   assert.equal(niceCeil(0.03), 0.05);
 });
+
+// The Host panel's pure helpers (web/host.js): figures read as the server's table shows them, and the
+// panel's state and brief lines.
+import { figureText, hostStateText, briefLine } from '../../web/host.js';
+
+test('host panel: figure text, state and brief lines', () => {
+  assert.equal(figureText({ value: '41.2', unit: 'ms' }), '41.2 ms');
+  assert.equal(figureText({ value: '3', unit: '' }), '3');
+  assert.equal(figureText({ value: 'n/a', unit: 'ms' }), 'n/a');
+  assert.equal(hostStateText(null), 'no host information');
+  assert.match(hostStateText({ enabled: false }), /--host-model/);
+  assert.equal(hostStateText({ enabled: true, model: 'tiny', device: 'cpu, 1 threads', state: 'paused', steps: 7,
+    pauses: 2 }), 'tiny on cpu, 1 threads · paused (main work has priority) · 7 steps · 2 pauses');
+  assert.equal(briefLine(null), 'no brief yet');
+  assert.equal(briefLine({ created: '2026-01-01T00:00:00Z', trigger: 'schedule', summary: 'All quiet.' }),
+    '2026-01-01T00:00:00Z (schedule): All quiet.');
+  assert.equal(briefLine({ created: 'T', trigger: 'request', summary: null, summary_status: 'no host model' }),
+    'T (request): (no host model)');
+});

@@ -4,6 +4,7 @@
 // sends every block to one bucket must still never return a block with other tokens).
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <numeric>
 #include <vector>
 
@@ -156,6 +157,47 @@ TEST(KvBlockManager, EvictsLeastRecentlyUsedTailsFirst) {
   KvBlockManager::PrefixMatch left = m.match_prefix(a, 100);
   EXPECT_EQ(left.blocks.size(), 1u);  // only a's head survives
   EXPECT_EQ(m.allocate(), -1);  // every block is referenced now
+}
+
+// Housekeeping: blocks released at or before the cutoff are freed and forgotten, later ones and
+// referenced ones stay cached; compact() puts the free list back so the lowest ids come out first.
+TEST(KvBlockManager, EvictsCachedBlocksReleasedBeforeTheCutoff) {
+  KvBlockManager m(8, 2);
+  const std::vector<int32_t> old_prompt = {1, 2, 3, 4};   // blocks 0, 1
+  const std::vector<int32_t> held_prompt = {5, 6, 7, 8};  // blocks 2, 3: still referenced
+  const std::vector<int32_t> new_prompt = {9, 10};        // block 4
+  const std::vector<int32_t> late_prompt = {11, 12};      // block 5: released after the cutoff
+  std::vector<int32_t> t_old = prefill(m, old_prompt);
+  std::vector<int32_t> t_held = prefill(m, held_prompt);
+  std::vector<int32_t> t_new = prefill(m, new_prompt);
+  std::vector<int32_t> t_late = prefill(m, late_prompt);
+  m.release_table(t_old);
+  m.release_table(t_new);
+  const KvBlockManager::Clock::time_point cutoff = KvBlockManager::Clock::now();
+  while (KvBlockManager::Clock::now() == cutoff) {
+  }
+  m.release_table(t_late);
+  ASSERT_EQ(m.n_cached(), 4);
+  EXPECT_EQ(m.evict_cached_released_before(cutoff - std::chrono::hours(1)), 0);  // nothing that old
+  EXPECT_EQ(m.evict_cached_released_before(cutoff), 3);
+  EXPECT_EQ(m.n_cached(), 1);
+  EXPECT_EQ(m.n_free(), 5);  // blocks 6, 7 (never used) and the three freed
+  EXPECT_EQ(m.n_used(), 2);
+  EXPECT_TRUE(m.match_prefix(old_prompt, 100).blocks.empty());  // forgotten
+  EXPECT_TRUE(m.match_prefix(new_prompt, 100).blocks.empty());
+  KvBlockManager::PrefixMatch late = m.match_prefix(late_prompt, 100);
+  EXPECT_EQ(late.blocks.size(), 1u);  // released after the cutoff: still cached
+  m.release_table(late.blocks);
+  KvBlockManager::PrefixMatch held = m.match_prefix(held_prompt, 100);
+  EXPECT_EQ(held.blocks.size(), 2u);  // referenced blocks are never touched
+  m.release_table(held.blocks);
+  // The freed blocks went onto the stack in LRU order (1, 0, then 4 on top): compact sorts it again.
+  EXPECT_TRUE(m.compact());
+  EXPECT_FALSE(m.compact());  // already in order
+  EXPECT_EQ(m.allocate(), 0);
+  EXPECT_EQ(m.allocate(), 1);
+  EXPECT_EQ(m.allocate(), 4);
+  EXPECT_EQ(m.allocate(), 6);
 }
 
 TEST(KvBlockManager, ResolveNCtx) {

@@ -9,6 +9,7 @@
 // on_done exactly once.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
@@ -408,6 +409,71 @@ TEST(Scheduler, SharedPrefixIsServedFromTheCache) {
   c.wait(3);
   EXPECT_EQ(c.get(2).result.cached_prompt_tokens, static_cast<int64_t>((first.prompt_tokens.size() - 1) / 8 * 8));
   EXPECT_EQ(c.get(2).tokens, c.get(0).tokens);
+}
+
+// Housekeeping on the scheduler's thread: a cached prefix idle for longer than the limit is freed and a
+// later identical prompt recomputes it; a younger one survives a housekeeping with a long limit.
+TEST(Scheduler, HousekeepingFreesCachedPrefixesUnusedForAWhile) {
+  SchedulerOptions opt;
+  opt.n_ctx = 128;
+  opt.n_threads = 2;
+  opt.block_size = 8;
+  Scheduler sched(stories(), tokenizer(), opt);
+  const CompletionRequest r = request("Once upon a time, there was a little girl named Lily. She loved to play", 4);
+  Collector c;
+  c.submit(sched, 0, r);
+  c.wait(1);
+  const int64_t cached = wait_idle(sched).kv_blocks_cached;
+  ASSERT_GT(cached, 0);
+
+  HousekeepingOptions keep;
+  keep.cached_idle_seconds = 3600;  // nothing is an hour old
+  const HousekeepingResult kept = sched.housekeep(keep);
+  EXPECT_EQ(kept.cached_blocks_before, cached);
+  EXPECT_EQ(kept.cached_blocks_freed, 0);
+  EXPECT_EQ(sched.stats().kv_blocks_cached, cached);
+
+  HousekeepingOptions all;
+  all.cached_idle_seconds = 0;
+  const HousekeepingResult freed = sched.housekeep(all);
+  EXPECT_EQ(freed.cached_blocks_freed, cached);
+  EXPECT_EQ(freed.free_blocks_after, sched.stats().kv_blocks_total);
+  EXPECT_EQ(freed.running, 0);
+  EXPECT_FALSE(freed.recurrent_state);
+  const SchedulerStats after = sched.stats();
+  EXPECT_EQ(after.kv_blocks_cached, 0);
+  EXPECT_EQ(after.kv_blocks_used, 0);
+
+  c.submit(sched, 1, r);  // the same prompt: nothing left to reuse, and the same tokens
+  c.wait(2);
+  EXPECT_EQ(c.get(1).result.cached_prompt_tokens, 0);
+  EXPECT_EQ(c.get(1).tokens, c.get(0).tokens);
+
+  HousekeepingOptions bad;
+  bad.cached_idle_seconds = -1;
+  EXPECT_THROW(sched.housekeep(bad), Error);
+}
+
+// idle(): false from a submit until its on_done has run, and for a short window after expect_request();
+// wait_until_idle() returns as soon as it is true again.
+TEST(Scheduler, IdleMeansNothingQueuedRunningOrAnnounced) {
+  SchedulerOptions opt;
+  opt.n_ctx = 64;
+  opt.n_threads = 1;
+  Scheduler sched(stories(), tokenizer(), opt);
+  EXPECT_TRUE(sched.idle());
+  std::atomic<bool> idle_seen_in_callback{false};
+  Collector c;
+  c.submit(sched, 0, request("Once upon a time", 8), [&](const TokenEvent&) {
+    if (sched.idle()) idle_seen_in_callback = true;
+    return true;
+  });
+  ASSERT_TRUE(sched.wait_until_idle(std::chrono::seconds(30)));
+  EXPECT_EQ(c.get(0).done_calls, 1);  // idle only once on_done has run
+  EXPECT_FALSE(idle_seen_in_callback.load());  // busy while it generated
+  sched.expect_request();
+  EXPECT_FALSE(sched.idle());  // a request's head arrived: its submit is coming
+  EXPECT_TRUE(sched.wait_until_idle(std::chrono::seconds(5)));  // none came: the window ends
 }
 
 TEST(Scheduler, LogprobsAreTheLogSoftmaxOfTheRawLogits) {

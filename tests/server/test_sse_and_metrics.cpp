@@ -133,6 +133,37 @@ TEST(Prometheus, NumbersAndLabels) {
   EXPECT_EQ(prometheus_label_value("a\\b\"c\nd"), "a\\\\b\\\"c\\nd");
 }
 
+// The host assistant's families follow the same grammar (HELP/TYPE first, counters end in _total), and only
+// a server with a host has them.
+TEST(Prometheus, HostFamiliesWhenThereIsAHost) {
+  ServerMetrics metrics;
+  const SchedulerStats s;
+  EXPECT_EQ(parse_prometheus(render_prometheus(metrics.snapshot(), s, 4)).count("gpu_accel_host_steps_total"), 0u);
+  HostMetrics host;
+  host.steps = 123;
+  host.pauses = 4;
+  host.jobs_finished = 5;
+  host.jobs_cancelled = 1;
+  host.queued = 2;
+  host.paused = true;
+  const auto families = parse_prometheus(render_prometheus(metrics.snapshot(), s, 4, &host));
+  const auto sample = [&](const std::string& family, const std::string& labels = {}) {
+    for (const auto& [name, smp] : families.at(family).samples) {
+      if (smp.labels == labels) return smp.value;
+    }
+    ADD_FAILURE() << family << "{" << labels << "}";
+    return std::nan("");
+  };
+  EXPECT_EQ(families.at("gpu_accel_host_steps_total").type, "counter");
+  EXPECT_EQ(sample("gpu_accel_host_steps_total"), 123);
+  EXPECT_EQ(sample("gpu_accel_host_pauses_total"), 4);
+  EXPECT_EQ(sample("gpu_accel_host_jobs_total", "result=\"finished\""), 5);
+  EXPECT_EQ(sample("gpu_accel_host_jobs_total", "result=\"cancelled\""), 1);
+  EXPECT_EQ(families.at("gpu_accel_host_jobs_queued").type, "gauge");
+  EXPECT_EQ(sample("gpu_accel_host_jobs_queued"), 2);
+  EXPECT_EQ(sample("gpu_accel_host_paused"), 1);
+}
+
 TEST(Prometheus, HistogramBucketsAreCumulative) {
   Histogram h({0.1, 1, 10});
   for (const double v : {0.05, 0.1, 0.5, 5.0, 50.0, 500.0}) h.observe(v);

@@ -6,6 +6,7 @@
 #include "runtime/engine/kv_cache.h"
 
 #include <algorithm>
+#include <functional>
 
 #include "core/log.h"
 #include "gpu_accel/error.h"
@@ -45,6 +46,7 @@ KvBlockManager::KvBlockManager(int64_t n_blocks, int64_t block_size, BlockHasher
   ref_.assign(static_cast<size_t>(n_blocks), 0);
   entries_.resize(static_cast<size_t>(n_blocks));
   lru_pos_.resize(static_cast<size_t>(n_blocks), lru_.end());
+  released_at_.resize(static_cast<size_t>(n_blocks));
   free_.reserve(static_cast<size_t>(n_blocks));
   for (int64_t b = n_blocks - 1; b >= 0; --b) free_.push_back(static_cast<int32_t>(b));
 }
@@ -102,6 +104,7 @@ void KvBlockManager::release(int32_t block) {
   --n_used_;
   if (is_cached(block)) {
     lru_pos_[static_cast<size_t>(block)] = lru_.insert(lru_.end(), block);  // most recently used
+    released_at_[static_cast<size_t>(block)] = Clock::now();
   } else {
     free_.push_back(block);
   }
@@ -167,6 +170,27 @@ uint64_t KvBlockManager::publish(int32_t block, uint64_t parent_key, std::span<c
   e.tokens.assign(tokens.begin(), tokens.end());
   index_.emplace(hash, block);
   return e.key;
+}
+
+int64_t KvBlockManager::evict_cached_released_before(Clock::time_point cutoff) {
+  int64_t freed = 0;
+  while (!lru_.empty() && released_at_[static_cast<size_t>(lru_.front())] <= cutoff) {
+    const int32_t block = lru_.front();
+    lru_.pop_front();
+    lru_pos_[static_cast<size_t>(block)] = lru_.end();
+    evict(block);
+    free_.push_back(block);
+    ++freed;
+  }
+  return freed;
+}
+
+bool KvBlockManager::compact() {
+  // The stack's top is its back: descending order hands out the lowest id first.
+  const bool sorted = std::is_sorted(free_.begin(), free_.end(), std::greater<int32_t>());
+  if (!sorted) std::sort(free_.begin(), free_.end(), std::greater<int32_t>());
+  index_.rehash(0);  // the smallest bucket count for its current size
+  return !sorted;
 }
 
 }  // namespace ga::engine

@@ -17,6 +17,7 @@
 // one either. The hash function is a parameter so tests can force collisions.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <list>
 #include <span>
@@ -73,6 +74,18 @@ class KvBlockManager {
   // prefix computed concurrently).
   uint64_t publish(int32_t block, uint64_t parent_key, std::span<const int32_t> tokens);
 
+  // Housekeeping (Scheduler::housekeep). A cached block nobody references still pins its cache entry
+  // until allocate() needs it; an idle server would keep yesterday's prefixes forever. This frees the
+  // unreferenced cached blocks whose last reference went away at or before `cutoff` (least recently
+  // used first: the LRU list is in release order) and returns how many it freed.
+  using Clock = std::chrono::steady_clock;
+  int64_t evict_cached_released_before(Clock::time_point cutoff);
+  // Puts the free list back in ascending order, so that allocate() hands out the lowest free ids first
+  // again and the blocks in use stay packed at the start of the pool (after many sequences came and went
+  // the stack is in release order); rebuilds the prefix index's buckets for its current size. Returns
+  // whether the free list's order changed.
+  bool compact();
+
  private:
   struct Entry {
     uint64_t key = kRootKey;  // kRootKey: not in the cache
@@ -92,6 +105,7 @@ class KvBlockManager {
   std::vector<int32_t> free_;                           // stack: lowest ids on top
   std::list<int32_t> lru_;                              // cached, unreferenced; least recently used first
   std::vector<std::list<int32_t>::iterator> lru_pos_;   // [n_blocks]; valid while in lru_
+  std::vector<Clock::time_point> released_at_;          // [n_blocks]; when it entered lru_
   std::unordered_multimap<uint64_t, int32_t> index_;    // hash -> cached block
   uint64_t next_key_ = kRootKey + 1;
   int64_t n_used_ = 0;

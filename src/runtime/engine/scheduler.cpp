@@ -53,6 +53,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <deque>
+#include <future>
 #include <mutex>
 #include <thread>
 #include <unordered_set>
@@ -152,6 +153,13 @@ struct Scheduler::Impl {
   Clock::time_point woken_at{};  // scheduler thread: when wait_for_work() last returned (GA_SCHEDULER_TRACE)
   Clock::time_point chosen_at{};  // scheduler thread: when the last step's tokens were chosen, before emission
   SchedulerStats snapshot;  // refreshed after every step
+  // What idle() reads without the mutex: requests submitted and not finished, and the end (steady-clock
+  // nanoseconds) of the window that expect_request() opened. idle_changed is notified when `active` drops
+  // to 0 (wait_until_idle sleeps on it).
+  std::atomic<int64_t> active{0};
+  std::atomic<int64_t> announced_until_ns{0};
+  mutable std::condition_variable idle_changed;
+  std::deque<std::function<void()>> tasks;  // housekeep()'s, run by the scheduler thread between steps
   std::deque<RateSample> window;
 
   // Scheduler thread only.
@@ -212,8 +220,14 @@ struct Scheduler::Impl {
   void finish(Sequence& s, FinishReason reason, std::exception_ptr error = nullptr);
   void drop_leavers();
   void publish_stats();
+  void run_tasks();
+  HousekeepingResult housekeeping(const HousekeepingOptions& options);
   void shutdown();
 };
+
+static int64_t steady_ns(Clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+}
 
 // ---------------------------------------------------------------------------------------------
 // Public API
@@ -243,6 +257,7 @@ Scheduler::Scheduler(const LoadedModel& model, const Tokenizer& tokenizer, const
   impl_->snapshot.device = impl_->backend->device();
   impl_->snapshot.weight_bytes = model.weight_bytes();
   impl_->snapshot.kv_blocks_total = impl_->backend->n_blocks();
+  impl_->snapshot.recurrent_state = impl_->backend->recurrent_state();
   impl_->thread = std::thread([impl = impl_.get()] { impl->loop(); });
 }
 
@@ -288,6 +303,7 @@ uint64_t Scheduler::submit(CompletionRequest request, TokenCallback on_token, Do
              m.opt.max_queued, " waiting)");
     id = seq->id = m.next_id++;
     m.waiting.push_back(std::move(seq));
+    m.active.fetch_add(1, std::memory_order_acq_rel);
     m.signals.fetch_add(1, std::memory_order_release);
   }
   m.wake.notify_all();
@@ -306,12 +322,53 @@ void Scheduler::cancel(uint64_t id) {
 
 void Scheduler::expect_request() {
   Impl& m = *impl_;
+  const int64_t until = steady_ns(Clock::now() + kAnnouncedRequestWindow);
+  int64_t seen = m.announced_until_ns.load(std::memory_order_relaxed);
+  while (seen < until && !m.announced_until_ns.compare_exchange_weak(seen, until, std::memory_order_acq_rel)) {
+  }
   if (m.opt.poll_us <= 0) return;
   {
     std::lock_guard<std::mutex> lock(m.mu);
     m.poll_until = std::max(m.poll_until, Clock::now() + std::chrono::microseconds(m.opt.poll_us));
   }
   m.wake.notify_all();  // no system call when the thread is not sleeping (busy, or already spinning)
+}
+
+bool Scheduler::idle() const {
+  const Impl& m = *impl_;
+  return m.active.load(std::memory_order_acquire) == 0 &&
+         steady_ns(Clock::now()) >= m.announced_until_ns.load(std::memory_order_acquire);
+}
+
+bool Scheduler::wait_until_idle(std::chrono::milliseconds timeout) const {
+  // The announced window ends without a notification: the wait wakes at least this often to see it end.
+  constexpr auto kRecheck = std::chrono::milliseconds(10);
+  const Impl& m = *impl_;
+  const Clock::time_point deadline = Clock::now() + timeout;
+  std::unique_lock<std::mutex> lock(m.mu);
+  while (!idle()) {
+    const Clock::time_point now = Clock::now();
+    if (now >= deadline || m.stop) return idle();
+    m.idle_changed.wait_for(lock, std::min<Clock::duration>(deadline - now, kRecheck));
+  }
+  return true;
+}
+
+HousekeepingResult Scheduler::housekeep(const HousekeepingOptions& options) {
+  GA_CHECK(std::isfinite(options.cached_idle_seconds) && options.cached_idle_seconds >= 0, InvalidArgument,
+           "cached_idle_seconds must be a finite number >= 0, got ", options.cached_idle_seconds);
+  Impl& m = *impl_;
+  auto task = std::make_shared<std::packaged_task<HousekeepingResult()>>(
+      [&m, options] { return m.housekeeping(options); });
+  std::future<HousekeepingResult> done = task->get_future();
+  {
+    std::lock_guard<std::mutex> lock(m.mu);
+    GA_CHECK(!m.stop, Unavailable, "the scheduler is shutting down");
+    m.tasks.emplace_back([task] { (*task)(); });
+    m.signals.fetch_add(1, std::memory_order_release);
+  }
+  m.wake.notify_all();
+  return done.get();
 }
 
 SchedulerStats Scheduler::stats() const {
@@ -358,6 +415,7 @@ void Scheduler::Impl::loop() {
   while (wait_for_work()) {
     const Clock::time_point t0 = Clock::now();
     woken_at = t0;
+    run_tasks();
     take_cancellations();
     admit();
     step();
@@ -372,7 +430,8 @@ void Scheduler::Impl::loop() {
 bool Scheduler::Impl::wait_for_work() {
   std::unique_lock<std::mutex> lock(mu);
   const auto has_work = [this] {
-    return stop || !cancel_requests.empty() || !waiting.empty() || !running.empty() || !preempted.empty();
+    return stop || !cancel_requests.empty() || !waiting.empty() || !running.empty() || !preempted.empty() ||
+           !tasks.empty();
   };
   while (!has_work()) {
     const Clock::time_point until = poll_until;
@@ -802,13 +861,19 @@ void Scheduler::Impl::finish(Sequence& s, FinishReason reason, std::exception_pt
   } else {
     ++finished;
   }
-  if (!s.on_done) return;
-  try {
-    s.on_done(s.result, error);
-  } catch (const std::exception& e) {
-    GA_LOG(Error, "a completion's on_done callback threw: ", e.what());
-  } catch (...) {
-    GA_LOG(Error, "a completion's on_done callback threw");
+  if (s.on_done) {
+    try {
+      s.on_done(s.result, error);
+    } catch (const std::exception& e) {
+      GA_LOG(Error, "a completion's on_done callback threw: ", e.what());
+    } catch (...) {
+      GA_LOG(Error, "a completion's on_done callback threw");
+    }
+  }
+  // After on_done: the client has its answer before low-priority work may start.
+  if (active.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+    { std::lock_guard<std::mutex> lock(mu); }  // a waiter between its idle() check and its sleep sees the notify
+    idle_changed.notify_all();
   }
 }
 
@@ -853,7 +918,34 @@ void Scheduler::Impl::publish_stats() {
   while (!window.empty() && seconds_between(window.front().t, now) > kRateWindowSeconds) window.pop_front();
 }
 
+void Scheduler::Impl::run_tasks() {
+  std::deque<std::function<void()>> now;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    now.swap(tasks);
+  }
+  for (auto& task : now) task();  // a packaged_task: its exception goes to the caller's future
+}
+
+HousekeepingResult Scheduler::Impl::housekeeping(const HousekeepingOptions& o) {
+  // Past ~30 years a cutoff would overflow the clock: nothing is that old.
+  constexpr double kMaxIdleSeconds = 1e9;
+  HousekeepingResult r;
+  r.cached_blocks_before = blocks.n_cached();
+  if (o.cached_idle_seconds <= kMaxIdleSeconds) {
+    const auto age = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.cached_idle_seconds));
+    r.cached_blocks_freed = blocks.evict_cached_released_before(Clock::now() - age);
+  }
+  if (o.compact) r.free_list_reordered = blocks.compact();
+  r.free_blocks_after = blocks.n_free();
+  r.running = static_cast<int>(running.size());
+  r.recurrent_state = backend->recurrent_state();
+  publish_stats();
+  return r;
+}
+
 void Scheduler::Impl::shutdown() {
+  run_tasks();  // housekeeping asked for before the stop: its callers are waiting
   std::deque<SeqPtr> rest;
   {
     std::lock_guard<std::mutex> lock(mu);
