@@ -1,8 +1,8 @@
 // RWKV 6 / 7 GGUF keys and tensors (see rwkv_gguf.h): one name table, read in both directions.
 #include "model/arch/rwkv_gguf.h"
 
-#include <cstring>
 #include <map>
+#include <span>
 
 #include "gpu_accel/error.h"
 
@@ -18,13 +18,11 @@ uint8_t version_bit(std::string_view arch) {
   GA_THROW(Unsupported, "RWKV in GGUF is rwkv6 or rwkv7 (llama.cpp's converter), not '", arch, "'");
 }
 
-// One tensor in both namings. `load_only`: llama.cpp still reads it (older converters wrote it) but today's
-// converter writes a fused stack instead, so it is never written.
+// One tensor in both namings.
 struct NamePair {
   const char* blink;  // rwkv_loader's name, without "blocks.N." for per-layer tensors
   const char* gguf;   // without "blk.N."
   uint8_t versions;
-  bool load_only = false;
 };
 
 constexpr NamePair kTopLevel[] = {
@@ -61,11 +59,12 @@ constexpr NamePair kLayer[] = {
     {"ffn.time_maa_k", "channel_mix_lerp_k.weight", kV6},
     {"ffn.time_maa_r", "channel_mix_lerp_r.weight", kV6},
     {"ffn.receptance.weight", "channel_mix_receptance.weight", kV6},
-    {"att.time_maa_w", "time_mix_lerp_w.weight", kV6, true},
-    {"att.time_maa_k", "time_mix_lerp_k.weight", kV6, true},
-    {"att.time_maa_v", "time_mix_lerp_v.weight", kV6, true},
-    {"att.time_maa_r", "time_mix_lerp_r.weight", kV6, true},
-    {"att.time_maa_g", "time_mix_lerp_g.weight", kV6, true},
+    // older converters' v6 lerp vectors, one tensor each (today's write time_mix_lerp_fused; llama.cpp reads both)
+    {"att.time_maa_w", "time_mix_lerp_w.weight", kV6},
+    {"att.time_maa_k", "time_mix_lerp_k.weight", kV6},
+    {"att.time_maa_v", "time_mix_lerp_v.weight", kV6},
+    {"att.time_maa_r", "time_mix_lerp_r.weight", kV6},
+    {"att.time_maa_g", "time_mix_lerp_g.weight", kV6},
     // v7
     {"att.w0", "time_mix_w0.weight", kV7},
     {"att.w1", "time_mix_w1.weight", kV7},
@@ -273,14 +272,14 @@ std::vector<std::string> rwkv_fused_lerp_pieces(std::string_view arch) {
   return {"att.x_r", "att.x_w", "att.x_k", "att.x_v", "att.x_a", "att.x_g"};
 }
 
-std::optional<std::string> rwkv_gguf_name(std::string_view arch, std::string_view blink_name) {
+std::optional<std::string> rwkv_blink_name(std::string_view arch, std::string_view gguf_name) {
   const uint8_t v = version_bit(arch);
-  if (const NamePair* p = find_pair(kTopLevel, v, blink_name, false)) return std::string(p->gguf);
-  const auto [il, suffix] = split_layer(blink_name, "blocks.");
-  if (il < 0) return std::nullopt;
-  const NamePair* p = find_pair(kLayer, v, suffix, false);
-  if (p == nullptr || p->load_only) return std::nullopt;
-  return blk(il, p->gguf);
+  if (const NamePair* p = find_pair(kTopLevel, v, gguf_name, true)) return std::string(p->blink);
+  const auto [il, suffix] = split_layer(gguf_name, "blk.");
+  if (il < 0 || suffix == kFusedLerp || (v == kV6 && suffix == kV6LoraUp)) return std::nullopt;
+  const NamePair* p = find_pair(kLayer, v, suffix, true);
+  if (p == nullptr) return std::nullopt;
+  return "blocks." + std::to_string(il) + "." + p->blink;
 }
 
 void rwkv_gguf_fixup(LoadedModel& model) {
@@ -299,18 +298,9 @@ void rwkv_gguf_fixup(LoadedModel& model) {
   const std::vector<std::string> lerp_pieces = rwkv_fused_lerp_pieces(c.arch);
   for (auto& [name, w] : model.weights) {
     const auto [il, suffix] = split_layer(name, "blk.");
-    if (il < 0) {
-      const NamePair* p = find_pair(kTopLevel, v, name, true);
-      GA_CHECK(p != nullptr, InvalidFormat, c.arch, ": unexpected tensor ", name, " in the GGUF");
-      WeightView t = w;
-      t.name = p->blink;
-      flatten_vector(t);
-      put(std::move(t));
-      continue;
-    }
     GA_CHECK(il < c.n_layer, InvalidFormat, c.arch, ": tensor ", name, " is beyond block_count ", c.n_layer);
     const std::string base = "blocks." + std::to_string(il) + ".";
-    if (suffix == kFusedLerp) {
+    if (il >= 0 && suffix == kFusedLerp) {
       // [C, 1, 1, k] f32: piece i is the i-th run of C floats (ggml's slowest dimension)
       GA_CHECK(w.type == DType::F32, Unsupported, c.arch, ": tensor ", name, " is ", traits(w.type).name,
                ", expected F32 (llama.cpp's converter never quantizes it)");
@@ -320,7 +310,7 @@ void rwkv_gguf_fixup(LoadedModel& model) {
       }
       continue;
     }
-    if (v == kV6 && suffix == kV6LoraUp) {
+    if (il >= 0 && v == kV6 && suffix == kV6LoraUp) {
       // [D, C, 5]: the w, k, v, r, g mixes' up-projections, the names rwkv_loader gives its pieces
       const uint64_t piece = w.nbytes / w.ne[2];
       for (uint64_t i = 0; i < w.ne[2]; ++i) {
@@ -332,10 +322,10 @@ void rwkv_gguf_fixup(LoadedModel& model) {
                                 suffix.starts_with("time_mix_v2"))) {
       continue;  // the converter's dummies: the first layer's v is v_first itself
     }
-    const NamePair* p = find_pair(kLayer, v, suffix, true);
-    GA_CHECK(p != nullptr, InvalidFormat, c.arch, ": unexpected tensor ", name, " in the GGUF");
+    std::optional<std::string> blink = rwkv_blink_name(c.arch, name);
+    GA_CHECK(blink.has_value(), InvalidFormat, c.arch, ": unexpected tensor ", name, " in the GGUF");
     WeightView t = w;
-    t.name = base + p->blink;
+    t.name = std::move(*blink);
     flatten_vector(t);
     put(std::move(t));
   }

@@ -34,10 +34,10 @@ std::vector<TensorSpec> rwkv_gguf_tensor_specs(const ModelConfig& c);
 // an rwkv.cpp file.
 void rwkv_gguf_fixup(LoadedModel& model);
 
-// The GGUF name of one of BlinkDL's per-layer or top-level names (as rwkv_loader names them), for tools that
-// write GGUF from an rwkv.cpp file; nullopt for the pieces of a fused stack (the caller stacks them) and for
-// names GGUF has no place for.
-std::optional<std::string> rwkv_gguf_name(std::string_view arch, std::string_view blink_name);
+// BlinkDL's name (rwkv_loader's) of a GGUF tensor, for tools that write a GGUF from an rwkv.cpp file and for
+// the fixup; nullopt for the stacks the caller assembles from pieces (time_mix_lerp_fused, v6's time_mix_w2)
+// and for names the table does not hold.
+std::optional<std::string> rwkv_blink_name(std::string_view arch, std::string_view gguf_name);
 
 // The pieces of time_mix_lerp_fused, in order (v6: att.time_maa_w .. g; v7: att.x_r .. g), as layer suffixes.
 std::vector<std::string> rwkv_fused_lerp_pieces(std::string_view arch);
