@@ -52,6 +52,7 @@ TEST(CliRwkv, PytorchCheckpointIsRefusedWithTheConverter) {
   const CliResult r = run_cli({"run", "-m", pth, "-p", "x", "-n", "1", "--device", "cpu"});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("convert_pytorch_to_ggml.py"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("convert_hf_to_gguf.py"), std::string::npos) << r.err;
 }
 
 }  // namespace

@@ -318,8 +318,8 @@ void rwkv_gguf_fixup(LoadedModel& model) {
       }
       continue;
     }
-    if (v == kV7 && il == 0 && (suffix.starts_with("time_mix_v0") || suffix.starts_with("time_mix_v1") ||
-                                suffix.starts_with("time_mix_v2"))) {
+    if (v == kV7 && il == 0 &&
+        (suffix == "time_mix_v0.weight" || suffix == "time_mix_v1.weight" || suffix == "time_mix_v2.weight")) {
       continue;  // the converter's dummies: the first layer's v is v_first itself
     }
     std::optional<std::string> blink = rwkv_blink_name(c.arch, name);

@@ -27,7 +27,8 @@ std::vector<const WeightView*> sources(const LoadedModel& m, const std::string& 
     for (const std::string& p : arch::rwkv_fused_lerp_pieces(arch)) out.push_back(&m.weight(base + p));
   } else if (arch == "rwkv6" && suffix == "time_mix_w2.weight") {
     for (int i = 0; i < 5; ++i) out.push_back(&m.weight(base + "att.time_maa_w2." + std::to_string(i)));
-  } else if (arch == "rwkv7" && il == 0 && suffix.starts_with("time_mix_v")) {
+  } else if (arch == "rwkv7" && il == 0 &&
+             (suffix == "time_mix_v0.weight" || suffix == "time_mix_v1.weight" || suffix == "time_mix_v2.weight")) {
     // the converter's layer-0 dummies: copies of a0 / a1 / a2
     out.push_back(&m.weight(base + "att.a" + std::string(1, suffix[std::string_view("time_mix_v").size()])));
   } else {
