@@ -19,6 +19,7 @@
 #include "model/arch/architecture.h"
 #include "model/arch/families.h"
 #include "model/arch/rwkv_gguf.h"
+#include "model/arch/rwkv_hf.h"
 
 namespace ga::arch {
 namespace {
@@ -521,6 +522,13 @@ ArchInfo rwkv_arch(std::string_view name) {
       GA_THROW(Unsupported, "RWKV 4/5 in GGUF ('", keys.key("").substr(0, keys.key("").size() - 1),
                "') is not a format llama.cpp writes; load the rwkv.cpp model file (.bin)");
     };
+  }
+  if (name == "rwkv4") {
+    a.hf_classes = {"RwkvForCausalLM"};
+    a.hf_model_types = {"rwkv"};
+    a.read_hf = read_rwkv4_hf;
+    a.hf_tensor_name = rwkv4_hf_tensor_name;
+    a.hf_fixup = rwkv4_hf_fixup;
   }
   a.tensor_specs = rwkv_tensor_specs;
   a.check_config = check_rwkv_config;
