@@ -208,6 +208,44 @@ TEST(RwkvGgufMakeModel, TinyPresetsLoadAndRun) {
   }
 }
 
+// The benchmark presets have the published models' shapes: LoRA widths as the HF configs / the converter's rules
+// give them and parameter counts of the named sizes (from the GGUF tensor list, without writing the file).
+TEST(RwkvGgufMakeModel, PresetsHaveThePublishedShapes) {
+  struct Want {
+    const char* preset;
+    double billions_lo, billions_hi;
+    int64_t lora[4];  // v6: time_mix_extra_dim, time_decay_extra_dim; v7: decay, iclr, value mix, gate
+  };
+  const Want wants[] = {
+      {"rwkv6-1.6b", 1.5, 1.7, {32, 64, 0, 0}},      {"rwkv6-3b", 3.0, 3.2, {32, 64, 0, 0}},
+      {"rwkv6-7b", 7.5, 7.8, {64, 128, 0, 0}},       {"rwkv7-1.5b", 1.45, 1.6, {96, 96, 64, 256}},  // fla-hub's config
+      {"rwkv7-2.9b", 2.8, 3.0, {96, 96, 64, 320}},   {"rwkv7-7.2b", 7.1, 7.4, {128, 128, 96, 480}},
+  };
+  for (const Want& w : wants) {
+    SCOPED_TRACE(w.preset);
+    const tools::ModelPreset* p = tools::find_preset(w.preset);
+    ASSERT_NE(p, nullptr);
+    const ModelConfig c = tools::preset_config(*p, p->n_vocab);
+    EXPECT_EQ(c.n_vocab, 65536);
+    const RwkvParams& r = c.rwkv;
+    if (c.arch == "rwkv6") {
+      EXPECT_EQ(r.time_mix_extra_dim, w.lora[0]);
+      EXPECT_EQ(r.time_decay_extra_dim, w.lora[1]);
+    } else {
+      EXPECT_EQ((std::vector<int64_t>{r.lora_decay, r.lora_iclr, r.lora_value_mix, r.lora_gate}),
+                (std::vector<int64_t>(w.lora, w.lora + 4)));
+    }
+    double params = 0;
+    for (const arch::TensorSpec& t : arch::arch_of(c).gguf_tensor_specs(c)) {
+      double n = 1;
+      for (const uint64_t d : t.ne) n *= static_cast<double>(d);
+      params += n;
+    }
+    EXPECT_GT(params / 1e9, w.billions_lo);
+    EXPECT_LT(params / 1e9, w.billions_hi);
+  }
+}
+
 // A GGUF rewritten with one change: its keys and tensors pass through `edit_key` / `edit_tensor` (return false
 // to drop one; a tensor may be given another name or shape).
 struct Tensor {
