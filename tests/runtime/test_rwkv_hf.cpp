@@ -10,12 +10,16 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "common/process.h"
 #include "common/test_data.h"
 #include "gpu_accel/error.h"
 #include "gpu_accel/model.h"
 #include "gpu_accel/session.h"
+#include "gpu_accel/tokenizer.h"
 #include "model/formats/safetensors.h"
+#include "runtime/tokenizer/pre_tokenizer.h"
 
 namespace ga {
 namespace {
@@ -131,6 +135,57 @@ TEST(RwkvHf, EvalModeRescalingKeepsTheLogits) {
   bin_no_eps.config.rwkv.layer_norm_eps = hf_no_eps.config.rwkv.layer_norm_eps = 1e-12f;
   const std::vector<float> a = logits_of(bin_no_eps), b = logits_of(hf_no_eps);
   EXPECT_LT(test::rel_l2(b.data(), a.data(), a.size()), 1e-5);
+}
+
+// The Pile RWKV-4 models ship GPT-NeoX's tokenizer.json: byte-level BPE with an NFC normalizer, a ByteLevel
+// pre-tokenizer without a prefix space, ByteLevel post-processor and decoder, <|endoftext|> and <|padding|> as
+// added tokens. A small file of that structure (every byte's symbol, merges that make "hello" and "Ġworld")
+// loads with the folder and encodes by its merges.
+void write_neox_tokenizer(const std::string& dir) {
+  nlohmann::json vocab = nlohmann::json::object();
+  vocab["<|endoftext|>"] = 0;
+  vocab["<|padding|>"] = 1;
+  for (int b = 0; b < 256; ++b) vocab[tok::byte_to_unicode_utf8(static_cast<uint8_t>(b))] = 2 + b;
+  const std::vector<std::string> merges = {"h e", "l l", "he ll", "hell o", "\xC4\xA0 w", "o r", "\xC4\xA0w or",
+                                           "\xC4\xA0wor l", "\xC4\xA0worl d"};
+  int next = 258;
+  for (const std::string& m : merges) {
+    const size_t sp = m.find(' ');
+    vocab[m.substr(0, sp) + m.substr(sp + 1)] = next++;
+  }
+  const auto added = [](int id, const char* text) {
+    return nlohmann::json{{"id", id}, {"content", text}, {"single_word", false}, {"lstrip", false},
+                          {"rstrip", false}, {"normalized", false}, {"special", true}};
+  };
+  const nlohmann::json byte_level = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true},
+                                     {"use_regex", true}};
+  const nlohmann::json t = {
+      {"version", "1.0"},
+      {"truncation", nullptr},
+      {"padding", nullptr},
+      {"added_tokens", {added(0, "<|endoftext|>"), added(1, "<|padding|>")}},
+      {"normalizer", {{"type", "NFC"}}},
+      {"pre_tokenizer", byte_level},
+      {"post_processor", byte_level},
+      {"decoder", byte_level},
+      {"model", {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr}, {"continuing_subword_prefix", nullptr},
+                 {"end_of_word_suffix", nullptr}, {"fuse_unk", false}, {"vocab", vocab}, {"merges", merges}}},
+  };
+  std::ofstream(dir + "/tokenizer.json") << t.dump();
+}
+
+TEST(RwkvHf, GptNeoxTokenizerJsonLoadsWithTheFolder) {
+  const LoadedModel bin = load_model(test::shared_path(kV4));
+  test::TempDir dir("ga_rwkv_hf");
+  write_hf_folder(bin, dir.path().string(), 0);
+  write_neox_tokenizer(dir.path().string());
+  const LoadedModel hf = load_model(dir.path().string());
+  ASSERT_EQ(hf.vocab.type, VocabType::BPE);
+  const Tokenizer tok(hf.vocab);
+  const std::vector<int32_t> ids = tok.encode("hello world", false);
+  EXPECT_EQ(ids, (std::vector<int32_t>{261, 266}));
+  EXPECT_EQ(tok.decode(ids), "hello world");
+  EXPECT_EQ(tok.encode("<|endoftext|>", false, true), (std::vector<int32_t>{0}));
 }
 
 TEST(RwkvHf, MissingTensorIsNamed) {
