@@ -219,7 +219,8 @@ ModelCost model_cost(const LoadedModel& model) {
   ModelCost c;
   for (const auto& [name, w] : model.weights) {
     c.file_weight_bytes += w.nbytes;
-    const bool lookup_only = name == "token_embd.weight" && !model.config.tied_embeddings;
+    // the token embedding (GGUF's token_embd, RWKV state dicts' emb) is a row lookup unless it is also the classifier
+    const bool lookup_only = (name == "token_embd.weight" || name == "emb.weight") && !model.config.tied_embeddings;
     if (lookup_only) {
       c.bytes_per_token += w.nbytes / static_cast<uint64_t>(std::max<int64_t>(1, w.rows()));
       continue;

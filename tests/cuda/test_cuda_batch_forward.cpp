@@ -199,6 +199,19 @@ TEST(CudaBatchForward, MatchesTheCpuBatchForwardForEveryFamily) {
   }
 }
 
+// The recurrent models (RWKV v4-v7 tiny files): the same script, so each run's state slot is read at its first
+// row, walked through its rows and written back with the other runs of the step around it.
+TEST(CudaBatchForward, MatchesTheCpuBatchForwardOnRwkvModels) {
+  GA_REQUIRE_CUDA_DEVICE();
+  for (const char* file : {"4v0-660K-FP16", "5v1-730K-FP16", "5v2-730K-FP16", "6v0-3m-Q5_1", "7v0-834K-FP16"}) {
+    SCOPED_TRACE(file);
+    const ga::LoadedModel model =
+        ga::load_model(ga::test::shared_path(std::string("models/rwkv-tiny/tiny-rwkv-") + file + ".bin"));
+    EXPECT_GT(check_model(std::string("rwkv ") + file, model, 16, true), 0u);
+    EXPECT_GT(check_model(std::string("rwkv ") + file, model, 7, false), 0u);
+  }
+}
+
 TEST(CudaBatchForward, RefusesBadBatchesAndPoolsThatDoNotFit) {
   GA_REQUIRE_CUDA_DEVICE();
   const ga::LoadedModel model = ga::load_model(ga::test::shared_path("models/tinyllamas/stories260K.gguf"));

@@ -7,6 +7,7 @@
 #                  Phi-3-mini Q4_K_M) and Llama-3.2-1B F16
 #   moe-models     the same on Qwen3-30B-A3B and Mixtral-8x7B Q4_K_M (43 GiB of models: the dense ones of this
 #                  machine are removed first), each with both MoE prefill paths (GA_MOE_PREFILL)
+#   chosen         the same on the PRESET:TYPE specs of $BENCH_MODELS (e.g. "llama3-8b:Q4_K_M rwkv6-1.6b:F16")
 #   peer           llama.cpp's llama-bench on the models of the stages before it in this call (none: the `models`
 #                  set); the peer of ../shared/peers, built into /tmp/llama.cpp-build by its build_llamacpp.sh when
 #                  missing (~6 min on 16 cores, so on a fresh machine build it in a call of its own first)
@@ -57,6 +58,11 @@ for stage in "${stages[@]}"; do
       make_models llama3-8b:Q4_K_M qwen3-8b:Q4_K_M gemma2-9b:Q4_K_M gemma3-4b:Q4_K_M phi3-mini:Q4_K_M llama3-1b:F16
       bench_ours "gpu-accel bench families" 330
       ;;
+    chosen)
+      # shellcheck disable=SC2086
+      make_models ${BENCH_MODELS:?BENCH_MODELS lists PRESET:TYPE specs}
+      bench_ours "gpu-accel bench chosen" 330
+      ;;
     moe-models)
       for f in /tmp/models/*.gguf; do [[ $f == *qwen3-30b-a3b* || $f == *mixtral* ]] || rm -f "$f"; done
       make_models qwen3-30b-a3b:Q4_K_M mixtral-8x7b:Q4_K_M
@@ -69,6 +75,8 @@ for stage in "${stages[@]}"; do
     peer)
       ((${#models[@]})) || make_models llama2-7b:Q4_0 llama2-7b:Q4_K_M llama2-7b:Q8_0 llama2-7b:F16 llama3-1b:F16
       llama=/tmp/llama.cpp-build/bin/llama-bench
+      # a build started earlier in the call (detached, beside ours) is waited for rather than started again
+      while [[ ! -x $llama ]] && pgrep -f build_llamacpp.sh > /dev/null && (($(left) > 60)); do sleep 5; done
       if [[ ! -x $llama ]]; then
         run_step "build llama.cpp" 480 peer-build.log bash "$GA_SHARED/peers/build_llamacpp.sh" \
           "$GA_SHARED"/peers/llama.cpp-*.tar.xz /tmp/llama.cpp /tmp/llama.cpp-build

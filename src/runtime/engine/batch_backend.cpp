@@ -207,7 +207,8 @@ void warm_up_backend(BatchBackend& backend, int64_t n_ctx, int64_t block_size, i
   backend.forward(batch, tables);
 
   if (backend.samples_on_device() && max_seqs >= 2 && max_batch_tokens >= 2) {
-    batch = {arch::BatchToken{0, n, 0, true}, arch::BatchToken{0, 0, 1, true}};
+    // both sequences start again at position 0: valid for a recurrent state too (it cannot step back to n)
+    batch = {arch::BatchToken{0, 0, 0, true}, arch::BatchToken{0, 0, 1, true}};
     tables = {table0, table1};
     const int64_t rows = backend.forward_for_sampling(batch, tables);
     SamplerParams params;

@@ -177,7 +177,8 @@ CudaEngine::Sizes CudaEngine::plan_sizes() const {
   for (const RopeEntry& r : ropes_) s.weights += align_up(r.table.inv_freq.size() * 8, kTensorAlign);
   uint64_t kv_per_slot = 0;
   for (const KvLayer& l : kv_layers_) kv_per_slot += 2 * static_cast<uint64_t>(l.spec.n_head_kv * l.spec.head_dim) * 2;
-  s.kv = kv_per_slot * static_cast<uint64_t>(n_slots_);
+  s.kv = kv_per_slot * static_cast<uint64_t>(n_slots_) +
+         static_cast<uint64_t>(n_rec_slots_) * static_cast<uint64_t>(rec_floats_) * 4;  // + recurrent state
   const uint64_t b = static_cast<uint64_t>(layout_.max_batch);
   uint64_t act = 0;
   for (const BufferEntry& e : buffers_) act += static_cast<uint64_t>(e.ld);
@@ -262,9 +263,10 @@ CudaEngine::CudaEngine(const LoadedModel& model, const step::ProgramFactory& fac
 
   // The Program, against handles: what it needs decides every size below.
   state_ = factory.state();
-  // Recurrent models (RWKV) need the recurrent ops (layer/group norm, token shift, WKV) as kernels and
-  // state slots in the pool: not written yet, so such a model is refused before anything is allocated.
-  GA_CHECK(state_.recurrent.empty(), Unsupported, factory.name(), ": RWKV on CUDA is not implemented yet (use --device cpu)");
+  // Recurrent models (RWKV): per-sequence state slots (cuda_engine_recurrent.cpp). Their prompt steps run
+  // enqueued: a prefill graph's padding rows would run through the recurrence and land in the state.
+  size_recurrent_state();
+  if (!state_.recurrent.empty()) prefill_graphs_allowed_ = false;
   weight_groups_ = factory.weight_groups();
   for (const step::KvLayerSpec& spec : state_.kv_layers) {
     GA_CHECK(spec.n_head_kv > 0 && spec.head_dim > 0 && spec.n_head % spec.n_head_kv == 0, Internal,
@@ -349,7 +351,8 @@ CudaEngine::CudaEngine(const LoadedModel& model, const step::ProgramFactory& fac
   if (layout_.n_blocks == 0) {  // paged, automatic: what is left after weights and scratch
     n_slots_ = 0;
     const Sizes fixed = plan_sizes();
-    const uint64_t rest = free_bytes > fixed.weights + fixed.scratch ? free_bytes - fixed.weights - fixed.scratch : 0;
+    const uint64_t taken = fixed.weights + fixed.scratch + fixed.kv;  // kv: the recurrent state alone here
+    const uint64_t rest = free_bytes > taken ? free_bytes - taken : 0;
     int64_t fit = block_bytes == 0 ? kMaxSlots / layout_.block_size
                                    : static_cast<int64_t>(static_cast<double>(rest) * layout_.kv_memory_fraction /
                                                           static_cast<double>(block_bytes));
@@ -363,6 +366,7 @@ CudaEngine::CudaEngine(const LoadedModel& model, const step::ProgramFactory& fac
     layout_.n_blocks = fit;
   }
   n_slots_ = layout_.n_blocks * layout_.block_size;
+  if (layout_.paged) n_rec_slots_ = std::min(n_rec_slots_, layout_.n_blocks);
   const Sizes s = plan_sizes();
   const uint64_t needed = s.weights + s.kv + s.scratch;
   GA_CHECK(needed <= free_bytes, OutOfMemory, "the model does not fit on cuda:", layout.device, " (", info.name,
@@ -391,6 +395,9 @@ CudaEngine::CudaEngine(const LoadedModel& model, const step::ProgramFactory& fac
   description_ += decode_attention_tuned_ ? str(", decode attention: split-KV (workspace ",
                                                 static_cast<double>(attn_workspace_bytes_) / kMiB, " MiB)")
                                           : str(", decode attention: simple (", decode_attention_refusal_, ")");
+  if (n_rec_slots_ > 0) {
+    description_ += str(", recurrent state ", n_rec_slots_, " x ", static_cast<double>(rec_floats_ * 4) / kMiB, " MiB");
+  }
   if (moe_max_experts_ > 0) {
     description_ += moe_prefill_grouped_ ? ", MoE prefill: grouped GEMM" : ", MoE prefill: cuBLAS per expert";
   }
@@ -535,6 +542,15 @@ void CudaEngine::allocate_state() {
   for (const KvLayer& l : kv_layers_) {
     kv_total += 2 * static_cast<size_t>(n_slots_ * l.spec.n_head_kv * l.spec.head_dim) * sizeof(__half);
   }
+  // The recurrent state slots (zeroed, though a fresh sequence never reads them: its runs start at position 0).
+  if (n_rec_slots_ > 0) {
+    rec_ = DeviceBuffer(allocator_, static_cast<size_t>(n_rec_slots_ * rec_floats_) * 4);
+    GA_CUDA_CHECK(cudaMemsetAsync(rec_.data(), 0, rec_.size(), stream_.get()));
+    if (layout_.paged) block_slot_.assign(static_cast<size_t>(layout_.n_blocks), -1);
+    slot_block_.assign(static_cast<size_t>(n_rec_slots_), -1);
+    slot_pos_.assign(static_cast<size_t>(n_rec_slots_), 0);
+    slot_used_.assign(static_cast<size_t>(n_rec_slots_), 0);
+  }
   kv_ = DeviceBuffer(allocator_, kv_total);
   GA_CUDA_CHECK(cudaMemsetAsync(kv_.data(), 0, kv_.size(), stream_.get()));
   size_t kv_offset = 0;
@@ -589,15 +605,27 @@ void CudaEngine::allocate_state() {
     });
     if (!seen) distinct.push_back(&l);
   }
+  // Every probe's size first, then one stand-in workspace of the largest, so each check sees a workspace of at
+  // least its size (one allocation, not one per probe).
+  const auto probe = [&](const KvLayer& l, int64_t n, int64_t n_seqs) {
+    AttentionParams ap = attention_params(layer_op(l), l, bounds(n, n_seqs, n == n_seqs ? 1 : n));
+    ap.workspace = nullptr;
+    ap.workspace_bytes = 0;
+    return ap;
+  };
+  size_t stand_in_bytes = 0;
+  for (const KvLayer* lp : distinct) {
+    for (const auto& [n, n_seqs] : shapes) {
+      stand_in_bytes = std::max(stand_in_bytes, attention_workspace_bytes(probe(*lp, n, n_seqs)));
+    }
+  }
+  if (stand_in_bytes > 0) attn_workspace_ = DeviceBuffer(allocator_, stand_in_bytes);
   for (const KvLayer* lp : distinct) {
     const KvLayer& l = *lp;
     for (const auto& [n, n_seqs] : shapes) {
-      AttentionParams ap = attention_params(layer_op(l), l, bounds(n, n_seqs, n == n_seqs ? 1 : n));
-      ap.workspace = nullptr;
-      ap.workspace_bytes = 0;
+      AttentionParams ap = probe(l, n, n_seqs);
       const size_t bytes = attention_workspace_bytes(ap);
       if (bytes > 0) {
-        attn_workspace_ = DeviceBuffer(allocator_, bytes);  // stand-in, so the check below sees a workspace
         ap.workspace = attn_workspace_.data();
         ap.workspace_bytes = bytes;
       }
@@ -614,6 +642,8 @@ void CudaEngine::allocate_state() {
     attn_workspace_ = DeviceBuffer(allocator_, attn_workspace_bytes_);
     // zero once: the merge counters in it start at zero and every call leaves them so (attention.h)
     GA_CUDA_CHECK(cudaMemsetAsync(attn_workspace_.data(), 0, attn_workspace_bytes_, stream_.get()));
+  } else {
+    attn_workspace_ = DeviceBuffer();  // no tuned shape: the stand-in goes
   }
   // Staging of the Hopper prefill for the largest step (B tokens; in the paged layout max_seqs runs), kept only
   // when the Hopper kernel takes that step's prefill for every layer shape (attention_hopper_prefill_reason).

@@ -53,6 +53,7 @@
 #include "backends/cuda/gemm.h"
 #include "backends/cuda/kernels/attention.h"
 #include "backends/cuda/kernels/gemv.h"
+#include "backends/cuda/kernels/recurrent.h"
 #include "backends/cuda/kernels/weight_layout.h"
 #include "backends/cuda/stream.h"
 #include "backends/step_ops.h"
@@ -140,6 +141,7 @@ class CudaEngine final : public CudaForward, public CudaBatchForward, private st
   step::Buf buffer(int64_t cols) override;
   step::Rope rope(const step::RopeTable& table) override;
   step::Kv kv(int64_t kv_layer) override;
+  step::Rec recurrent(int64_t slot) override;
   int64_t max_step_tokens() const override { return layout_.max_batch; }
   int64_t max_positions() const override { return layout_.max_seq_positions; }
 
@@ -157,6 +159,44 @@ class CudaEngine final : public CudaForward, public CudaBatchForward, private st
   void sigmoid_gate(step::View y, step::Vec gate, step::View x) override;
   void all_reduce(step::View x) override;
   void logits(const step::LogitsOp& op) override;
+  // the recurrent ops (cuda_engine_recurrent.cpp)
+  void layer_norm(const step::LayerNormOp& op) override;
+  void group_norm(const step::GroupNormOp& op) override;
+  void token_shift(const step::TokenShiftOp& op) override;
+  void mix(const step::MixOp& op) override;
+  void unary(step::View x, step::Unary fn) override;
+  void mul(step::View x, step::View y) override;
+  void add_vec(step::View x, step::Vec b) override;
+  void lerp_to(step::View x, step::View target, step::View t) override;
+  void wkv4(const step::Wkv4Op& op) override;
+  void wkv5(const step::Wkv5Op& op) override;
+  void wkv7(const step::Wkv7Op& op) override;
+
+  // ---- recurrent state (cuda_engine_recurrent.cpp) ----
+  // Recurrent models (RWKV) keep each sequence's state (StateSpec::recurrent: every Rec's floats, back to back)
+  // in one slot of rec_: the contiguous layout has one slot; the paged one gives the sequence whose block table
+  // starts with block b the slot block_slot_[b], taken when a run of it starts at position 0 (a new sequence,
+  // the CPU pool's "state beside the first block") from the free slots or, when none is free, from the slot
+  // used longest ago by a sequence not in the step. A slot's state stands at slot_pos_ (the next position):
+  // a run must start at 0 or there. Slots: 2 x max_seqs, at most n_blocks: the Scheduler runs at most max_seqs
+  // sequences at once, so the slots taken over are those of sequences that have ended (a sequence that loses
+  // its slot anyway is refused with a clear error at its next step, never run on another's state).
+  int64_t rec_floats_ = 0;              // floats of one slot
+  std::vector<int64_t> rec_offsets_;    // by Rec id
+  int64_t n_rec_slots_ = 0;
+  DeviceBuffer rec_;
+  std::vector<int32_t> block_slot_;     // [n_blocks] (paged): the slot of the sequence starting there, or -1
+  std::vector<int32_t> slot_block_;     // [n_rec_slots_]: the block owning it, or -1
+  std::vector<int64_t> slot_pos_;       // [n_rec_slots_]
+  std::vector<uint64_t> slot_used_;     // [n_rec_slots_]: the step that last ran it (reuse order)
+  uint64_t rec_step_ = 0;
+  void size_recurrent_state();
+  // Checks the runs of a paged batch against their states and writes each run's slot into the metadata
+  // (off_state_slots()); slots_h[r] for run r. Nothing on the device changes; a refused batch changes nothing.
+  void assign_state_slots(std::span<const BatchEntry> batch, std::span<const std::span<const int32_t>> block_tables,
+                          int32_t* slots_h);
+  void advance_state_positions(std::span<const BatchEntry> batch, std::span<const std::span<const int32_t>> block_tables);
+  RecurrentRuns runs(step::Rec r) const;
 
   // ---- tables ----
   struct WeightEntry {
@@ -298,14 +338,15 @@ class CudaEngine final : public CudaForward, public CudaBatchForward, private st
   DeviceBuffer logits_;           // [max_batch][n_vocab]
   // The step's metadata, int32, as host_staging_ (one copy per step fills all of it):
   //   ids [B] | positions [B] | slots [B] | logit_rows [B] | seq_q_start [S + 1] | seq_pos0 [S] |
-  //   block_tables [S][table_stride_]        (B = max_batch, S = max_seqs)
+  //   state_slots [S] (recurrent models) | block_tables [S][table_stride_]        (B = max_batch, S = max_seqs)
   DeviceBuffer step_in_;
   int64_t off_positions() const { return layout_.max_batch; }
   int64_t off_slots() const { return 2 * layout_.max_batch; }
   int64_t off_logit_rows() const { return 3 * layout_.max_batch; }
   int64_t off_q_start() const { return 4 * layout_.max_batch; }
   int64_t off_pos0() const { return off_q_start() + layout_.max_seqs + 1; }
-  int64_t off_tables() const { return off_pos0() + layout_.max_seqs; }
+  int64_t off_state_slots() const { return off_pos0() + layout_.max_seqs; }
+  int64_t off_tables() const { return off_state_slots() + layout_.max_seqs; }
   int64_t metadata_ints() const { return off_tables() + layout_.max_seqs * table_stride_; }
   const int32_t* meta(int64_t offset) const { return step_in_.as<int32_t>() + offset; }
   const int32_t* ids() const { return meta(0); }

@@ -246,6 +246,10 @@ void CudaEngine::run_contiguous(std::span<const int32_t> tokens, int64_t pos0, b
     GA_CHECK(id >= 0 && id < n_vocab_, InvalidArgument, "token id ", id, " at index ", i,
              " is outside the vocabulary [0, ", n_vocab_, ")");
   }
+  // A recurrent state holds one position (the CPU engine's rule): the eval starts the sequence again or continues it.
+  GA_CHECK(n_rec_slots_ == 0 || pos0 == 0 || pos0 == slot_pos_[0], InvalidArgument, "eval at position ", pos0,
+           " but the recurrent state stands at ", n_rec_slots_ > 0 ? slot_pos_[0] : 0,
+           " (a recurrent state cannot go back; start again from 0)");
   DeviceGuard guard(layout_.device);
   cudaStream_t s = stream_.get();
   const int64_t B = layout_.max_batch;
@@ -292,6 +296,7 @@ void CudaEngine::run_contiguous(std::span<const int32_t> tokens, int64_t pos0, b
     // kernel failures surface here, and host_staging_ is free for the next step.
     stream_.synchronize();
     done += step_n;
+    if (n_rec_slots_ > 0) slot_pos_[0] = pos0 + done;
   }
 }
 
@@ -364,6 +369,7 @@ void CudaEngine::validate_batch(std::span<const BatchEntry> batch,
   for (int r = 0; r < runs; ++r) {
     shape.max_seq_tokens = std::max<int64_t>(shape.max_seq_tokens, q_start_h[r + 1] - q_start_h[r]);
   }
+  if (n_rec_slots_ > 0) assign_state_slots(batch, block_tables, host_staging_ + off_state_slots());
   shape.n_seqs = runs;
   shape.n_logits = n_logits;
   shape.first_logit_row = n_logits > 0 ? rows_h[0] : 0;
@@ -434,6 +440,7 @@ int64_t CudaEngine::run_paged(std::span<const BatchEntry> batch,
   } else {
     enqueue_step(shape);
   }
+  if (n_rec_slots_ > 0) advance_state_positions(batch, block_tables);
   const size_t logit_floats = static_cast<size_t>(shape.n_logits * n_vocab_);
   if (logit_floats > 0 && end == StepEnd::kHostRows) {
     GA_CUDA_CHECK(cudaMemcpyAsync(host_logits_, logits_.data(), logit_floats * 4, cudaMemcpyDeviceToHost, s));

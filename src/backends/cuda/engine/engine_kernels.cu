@@ -37,34 +37,55 @@ __global__ void convert_kernel(const float* src, int64_t ld_src, void* dst, int6
   }
 }
 
-// One thread per (row, block, lane part) unit of the weight matrix.
+// One thread per (row, block, lane part) unit of the weight matrix: blockIdx.x is the row, blockIdx.y * kThreads +
+// threadIdx.x the unit in it, so the index math is 32-bit shifts (a grid-stride loop over all units paid two 64-bit
+// divisions per 16 weights, more than the decode itself), neighbouring threads decode neighbouring parts of one
+// block (its bytes come from L1 after the first), and each run of 4 weights is one 8-byte store, two adjacent runs
+// one 16-byte store.
 template <class D>
-__global__ void dequantize_kernel(const uint8_t* w, int64_t rows, int64_t blocks_per_row, int64_t row_bytes,
-                                  int64_t cols, __half* dst) {
+__global__ void dequantize_kernel(const uint8_t* w, int blocks_per_row, int64_t row_bytes, int64_t cols, __half* dst) {
   constexpr int kRuns = D::kElems / 4;
   constexpr int kRunsPerGroup = kRuns / D::kGroups;
-  const int64_t units_per_row = blocks_per_row * D::kLanesPerBlock;
-  const int64_t total = rows * units_per_row;
-  for (int64_t u = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; u < total; u += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t r = u / units_per_row;
-    const int64_t in_row = u % units_per_row;
-    const int64_t blk = in_row / D::kLanesPerBlock;
-    const int part = static_cast<int>(in_row % D::kLanesPerBlock);
-    float q[D::kElems];
-    float scale[D::kGroups];
-    float min_v[D::kGroups];
-    D::decode(w + r * row_bytes + blk * D::kBlockBytes, part, q, scale, min_v);
-    __half* out = dst + r * cols + blk * D::kBlockElems;
+  const int unit = static_cast<int>(blockIdx.y) * kThreads + static_cast<int>(threadIdx.x);
+  if (unit >= blocks_per_row * D::kLanesPerBlock) return;
+  const int64_t r = blockIdx.x;
+  const int blk = unit / D::kLanesPerBlock;
+  const int part = unit % D::kLanesPerBlock;
+  float q[D::kElems];
+  float scale[D::kGroups];
+  float min_v[D::kGroups];
+  D::decode(w + r * row_bytes + static_cast<int64_t>(blk) * D::kBlockBytes, part, q, scale, min_v);
+  __half* out = dst + r * cols + static_cast<int64_t>(blk) * D::kBlockElems;
+  __half2 h[D::kElems / 2];
 #pragma unroll
-    for (int run = 0; run < kRuns; ++run) {
-      const int g = run / kRunsPerGroup;
+  for (int run = 0; run < kRuns; ++run) {
+    const int g = run / kRunsPerGroup;
+    float v[4];
 #pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        float v = q[4 * run + k];
-        if constexpr (!D::kUnitScale) v = __fmul_rn(scale[g], v);
-        if constexpr (D::kHasMin) v = __fadd_rn(v, min_v[g]);
-        out[D::run_offset(part, run) + k] = __float2half_rn(v);
-      }
+    for (int k = 0; k < 4; ++k) {
+      v[k] = q[4 * run + k];
+      if constexpr (!D::kUnitScale) v[k] = __fmul_rn(scale[g], v[k]);
+      if constexpr (D::kHasMin) v[k] = __fadd_rn(v[k], min_v[g]);
+    }
+    h[2 * run] = __halves2half2(__float2half_rn(v[0]), __float2half_rn(v[1]));
+    h[2 * run + 1] = __halves2half2(__float2half_rn(v[2]), __float2half_rn(v[3]));
+  }
+#pragma unroll
+  for (int run = 0; run < kRuns; ++run) {
+    const int offset = D::run_offset(part, run);
+    if (run + 1 < kRuns && offset % 8 == 0 && D::run_offset(part, run + 1) == offset + 4) {
+      uint4 pair;
+      pair.x = *reinterpret_cast<const uint32_t*>(&h[2 * run]);
+      pair.y = *reinterpret_cast<const uint32_t*>(&h[2 * run + 1]);
+      pair.z = *reinterpret_cast<const uint32_t*>(&h[2 * run + 2]);
+      pair.w = *reinterpret_cast<const uint32_t*>(&h[2 * run + 3]);
+      *reinterpret_cast<uint4*>(out + offset) = pair;
+      ++run;
+    } else {
+      uint2 one;
+      one.x = *reinterpret_cast<const uint32_t*>(&h[2 * run]);
+      one.y = *reinterpret_cast<const uint32_t*>(&h[2 * run + 1]);
+      *reinterpret_cast<uint2*>(out + offset) = one;
     }
   }
 }
@@ -104,12 +125,17 @@ cudaError_t dequantize_to_f16(DType type, const void* w, int64_t rows, int64_t c
                                              static_cast<int64_t>(row_bytes(type, static_cast<uint64_t>(cols))), dst,
                                              stream);
   }
+  // 8- and 16-byte stores of f16 runs: rows of dst start 16-byte aligned (cols is a multiple of the block of 8+)
+  if (reinterpret_cast<uintptr_t>(dst) % 16 != 0 || rows > 0x7fffffff) return cudaErrorInvalidValue;
   return detail::visit_decoder(type, [&](auto decoder) -> cudaError_t {
     using D = decltype(decoder);
     const int64_t blocks_per_row = cols / D::kBlockElems;
-    const int64_t units = rows * blocks_per_row * D::kLanesPerBlock;
-    dequantize_kernel<D><<<grid_for(units), kThreads, 0, stream>>>(
-        static_cast<const uint8_t*>(w), rows, blocks_per_row, blocks_per_row * D::kBlockBytes, cols, dst);
+    const int64_t units_per_row = blocks_per_row * D::kLanesPerBlock;
+    if (units_per_row > int64_t{65535} * kThreads) return cudaErrorInvalidValue;
+    const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>((units_per_row + kThreads - 1) / kThreads));
+    dequantize_kernel<D><<<grid, kThreads, 0, stream>>>(static_cast<const uint8_t*>(w),
+                                                        static_cast<int>(blocks_per_row),
+                                                        blocks_per_row * D::kBlockBytes, cols, dst);
     return cudaGetLastError();
   });
 }

@@ -101,6 +101,76 @@ __global__ void __launch_bounds__(kThreads) sigmoid_gate_kernel(float* y, int64_
   for (int64_t i = threadIdx.x; i < n_y; i += kThreads) y[r * ldy + i] *= s;
 }
 
+// blockIdx.x = row, blockIdx.y = group: mean, then variance about it, then the normalized values.
+__global__ void __launch_bounds__(kThreads) group_norm_kernel(const GroupNormParams p) {
+  __shared__ float warp_sums[kThreads / 32];
+  pdl_wait_prior_grid();
+  pdl_allow_dependents();
+  const int64_t g = p.n / p.groups;
+  const int64_t first = static_cast<int64_t>(blockIdx.y) * g;
+  const float* x = p.x + static_cast<int64_t>(blockIdx.x) * p.ldx + first;
+  float* out = p.out + static_cast<int64_t>(blockIdx.x) * p.ld_out + first;
+  float sum = 0.0f;
+  for (int64_t i = threadIdx.x; i < g; i += kThreads) sum += x[i];
+  const float mean = block_total(sum, warp_sums) / static_cast<float>(g);
+  float sq = 0.0f;
+  for (int64_t i = threadIdx.x; i < g; i += kThreads) {
+    const float d = x[i] - mean;
+    sq += d * d;
+  }
+  const float scale = 1.0f / sqrtf(block_total(sq, warp_sums) / static_cast<float>(g) + p.eps);
+  for (int64_t i = threadIdx.x; i < g; i += kThreads) {
+    const float y = (x[i] - mean) * scale;
+    out[i] = p.weight != nullptr ? y * p.weight[first + i] + p.bias[first + i] : y;
+  }
+}
+
+struct UnaryFn {
+  RowUnary fn;
+  __device__ void operator()(float& v, int64_t, int64_t) const {
+    constexpr float kV7DecayScale = 0.606531f;  // exp(-0.5), as rwkv.cpp writes it
+    switch (fn) {
+      case RowUnary::kSigmoid: v = 1.0f / (1.0f + expf(-v)); break;
+      case RowUnary::kTanh: v = tanhf(v); break;
+      case RowUnary::kSilu: v = v / (1.0f + expf(-v)); break;
+      case RowUnary::kReluSquare: v = v > 0.0f ? v * v : 0.0f; break;
+      case RowUnary::kExpNegExp: v = expf(-expf(v)); break;
+      case RowUnary::kV7Decay: v = expf(-kV7DecayScale / (1.0f + expf(-v))); break;
+    }
+  }
+};
+struct MulRows {
+  const float* y;
+  int64_t ldy;
+  __device__ void operator()(float& v, int64_t r, int64_t i) const { v *= y[r * ldy + i]; }
+};
+struct AddVector {
+  const float* b;
+  __device__ void operator()(float& v, int64_t, int64_t i) const { v += b[i]; }
+};
+struct Lerp {
+  const float* target;
+  int64_t ld_target;
+  const float* t;
+  int64_t ld_t;
+  __device__ void operator()(float& v, int64_t r, int64_t i) const {
+    v = v + (target[r * ld_target + i] - v) * t[r * ld_t + i];
+  }
+};
+struct Mix {  // writes out; reads x, prev, dyn
+  MixParams p;
+  __device__ void operator()(float& o, int64_t r, int64_t i) const {
+    const float x = p.x[r * p.ldx + i];
+    const float prev = p.prev[r * p.ld_prev + i];
+    const float m = p.mix[i];
+    if (p.complement) {
+      o = x * m + (prev - prev * m);
+    } else {
+      o = (prev - x) * (p.dyn != nullptr ? p.dyn[r * p.ld_dyn + i] + m : m) + x;
+    }
+  }
+};
+
 }  // namespace
 }  // namespace detail
 
@@ -150,6 +220,53 @@ cudaError_t sigmoid_gate_rows(float* y, int64_t ldy, int64_t n_y, const float* g
   if (n_rows == 0) return cudaSuccess;
   return detail::launch_after_prior(detail::sigmoid_gate_kernel, dim3(static_cast<unsigned>(n_rows)),
                                     dim3(detail::kThreads), 0, stream, y, ldy, n_y, gate, x, ldx, n_x);
+}
+
+const char* group_norm_unsupported_reason(const GroupNormParams& p) {
+  if (p.x == nullptr || p.out == nullptr) return "x and out must be device pointers";
+  if ((p.weight == nullptr) != (p.bias == nullptr)) return "weight and bias come together";
+  if (p.n_rows < 0 || p.n_rows > 0x7fffffff || p.n <= 0) return "sizes must be positive";
+  if (p.groups <= 0 || p.groups > 65535 || p.n % p.groups != 0) return "groups must divide n (at most 65535)";
+  if (p.n_rows > 1 && (p.ldx < p.n || p.ld_out < p.n)) return "a row stride is shorter than a row";
+  if (!(p.eps > 0.0f)) return "eps must be positive";
+  return nullptr;
+}
+
+cudaError_t group_norm_rows(const GroupNormParams& p, cudaStream_t stream) {
+  if (group_norm_unsupported_reason(p) != nullptr) return cudaErrorInvalidValue;
+  if (p.n_rows == 0) return cudaSuccess;
+  return detail::launch_after_prior(detail::group_norm_kernel,
+                                    dim3(static_cast<unsigned>(p.n_rows), static_cast<unsigned>(p.groups)),
+                                    dim3(detail::kThreads), 0, stream, p);
+}
+
+cudaError_t unary_rows(float* x, int64_t ldx, int64_t n_rows, int64_t n, RowUnary fn, cudaStream_t stream) {
+  return detail::launch_rows(x, ldx, n_rows, n, detail::UnaryFn{fn}, stream);
+}
+
+cudaError_t mul_rows(float* x, int64_t ldx, const float* y, int64_t ldy, int64_t n_rows, int64_t n,
+                     cudaStream_t stream) {
+  if (y == nullptr || (n_rows > 1 && ldy < n)) return cudaErrorInvalidValue;
+  return detail::launch_rows(x, ldx, n_rows, n, detail::MulRows{y, ldy}, stream);
+}
+
+cudaError_t add_vector_rows(float* x, int64_t ldx, const float* b, int64_t n_rows, int64_t n, cudaStream_t stream) {
+  if (b == nullptr) return cudaErrorInvalidValue;
+  return detail::launch_rows(x, ldx, n_rows, n, detail::AddVector{b}, stream);
+}
+
+cudaError_t lerp_rows(float* x, int64_t ldx, const float* target, int64_t ld_target, const float* t, int64_t ld_t,
+                      int64_t n_rows, int64_t n, cudaStream_t stream) {
+  if (target == nullptr || t == nullptr || (n_rows > 1 && (ld_target < n || ld_t < n))) return cudaErrorInvalidValue;
+  return detail::launch_rows(x, ldx, n_rows, n, detail::Lerp{target, ld_target, t, ld_t}, stream);
+}
+
+cudaError_t mix_rows(const MixParams& p, cudaStream_t stream) {
+  if (p.x == nullptr || p.prev == nullptr || p.mix == nullptr ||
+      (p.n_rows > 1 && (p.ldx < p.n || p.ld_prev < p.n || (p.dyn != nullptr && p.ld_dyn < p.n)))) {
+    return cudaErrorInvalidValue;
+  }
+  return detail::launch_rows(p.out, p.ld_out, p.n_rows, p.n, detail::Mix{p}, stream);
 }
 
 }  // namespace ga::cuda

@@ -47,4 +47,53 @@ cudaError_t add_rows(float* x, int64_t ldx, const float* y, int64_t ldy, int64_t
 cudaError_t sigmoid_gate_rows(float* y, int64_t ldy, int64_t n_y, const float* gate, const float* x, int64_t ldx,
                               int64_t n_x, int64_t n_rows, cudaStream_t stream);
 
+// ---- RWKV's row-wise ops (step_ops.h: LayerNormOp, GroupNormOp, MixOp, Unary, mul, add_vec, lerp_to) ----
+
+// out[r] = (x - mean) / sqrt(var + eps) per group of n / groups columns, then * weight + bias over all n columns
+// (weight and bias both null: none). groups = 1 is a LayerNorm. out may alias x.
+struct GroupNormParams {
+  const float* x = nullptr;
+  int64_t ldx = 0;
+  float* out = nullptr;
+  int64_t ld_out = 0;
+  const float* weight = nullptr;  // [n]
+  const float* bias = nullptr;    // [n]
+  int64_t n_rows = 0, n = 0, groups = 1;
+  float eps = 1e-5f;
+};
+const char* group_norm_unsupported_reason(const GroupNormParams& p);
+cudaError_t group_norm_rows(const GroupNormParams& p, cudaStream_t stream);
+
+// x = fn(x) element-wise (step::Unary's functions, the same formulas as the CPU's).
+enum class RowUnary { kSigmoid, kTanh, kSilu, kReluSquare, kExpNegExp, kV7Decay };
+cudaError_t unary_rows(float* x, int64_t ldx, int64_t n_rows, int64_t n, RowUnary fn, cudaStream_t stream);
+
+// x[r][i] *= y[r][i].
+cudaError_t mul_rows(float* x, int64_t ldx, const float* y, int64_t ldy, int64_t n_rows, int64_t n,
+                     cudaStream_t stream);
+
+// x[r][i] += b[i].
+cudaError_t add_vector_rows(float* x, int64_t ldx, const float* b, int64_t n_rows, int64_t n, cudaStream_t stream);
+
+// x[r][i] += (target[r][i] - x[r][i]) * t[r][i].
+cudaError_t lerp_rows(float* x, int64_t ldx, const float* target, int64_t ld_target, const float* t, int64_t ld_t,
+                      int64_t n_rows, int64_t n, cudaStream_t stream);
+
+// The token-shift interpolation: complement (RWKV 4/5) out = x * m + (prev - prev * m); otherwise (RWKV 6/7)
+// out = x + (prev - x) * (m + dyn), dyn null: 0.
+struct MixParams {
+  const float* x = nullptr;
+  int64_t ldx = 0;
+  const float* prev = nullptr;
+  int64_t ld_prev = 0;
+  const float* mix = nullptr;  // [n]
+  const float* dyn = nullptr;
+  int64_t ld_dyn = 0;
+  float* out = nullptr;
+  int64_t ld_out = 0;
+  int64_t n_rows = 0, n = 0;
+  bool complement = false;
+};
+cudaError_t mix_rows(const MixParams& p, cudaStream_t stream);
+
 }  // namespace ga::cuda

@@ -1,0 +1,332 @@
+// CudaEngine's recurrent side (RWKV): the state slots of the sequences (see the header) and the recurrent ops,
+// one launcher each (kernels/recurrent.h for the token shift and the WKVs, kernels/elementwise.h for the rest).
+// The ops read the step's runs from the metadata (run starts, first positions, slots), so a decode step of n
+// sequences is one CUDA graph like any other model's.
+#include <algorithm>
+#include <limits>
+
+#include "backends/cuda/cuda_check.h"
+#include "backends/cuda/engine/cuda_engine.h"
+#include "backends/cuda/engine/engine_checks.h"
+#include "backends/cuda/kernels/elementwise.h"
+#include "gpu_accel/error.h"
+
+namespace ga::cuda::engine {
+
+step::Rec CudaEngine::recurrent(int64_t slot) {
+  GA_CHECK(slot >= 0 && slot < static_cast<int64_t>(rec_offsets_.size()), Internal, "recurrent slot ", slot, " of ",
+           rec_offsets_.size());
+  return step::Rec{static_cast<int32_t>(slot)};
+}
+
+// Before plan_sizes(): the slot layout, and how many slots (paged: n_blocks may still be automatic here; the
+// count is bounded by it once known, in allocate_state's caller).
+void CudaEngine::size_recurrent_state() {
+  rec_floats_ = 0;
+  rec_offsets_.clear();
+  for (const step::RecurrentSpec& r : state_.recurrent) {
+    GA_CHECK(r.floats > 0, Internal, "a recurrent slot of ", r.floats, " floats");
+    rec_offsets_.push_back(rec_floats_);
+    rec_floats_ += r.floats;
+  }
+  n_rec_slots_ = rec_floats_ == 0 ? 0 : layout_.paged ? 2 * layout_.max_seqs : 1;
+  if (layout_.paged && layout_.n_blocks > 0) n_rec_slots_ = std::min(n_rec_slots_, layout_.n_blocks);
+}
+
+RecurrentRuns CudaEngine::runs(step::Rec r) const {
+  const StepShape& shape = *shape_;
+  RecurrentRuns out;
+  out.n_rows = shape.n_tokens;
+  out.state = rec_.as<float>();
+  out.slot_floats = rec_floats_;
+  out.offset = r.id >= 0 ? rec_offsets_[static_cast<size_t>(r.id)] : 0;
+  if (shape.paged) {
+    out.q_start = meta(off_q_start());
+    out.pos0 = meta(off_pos0());
+    out.slot = meta(off_state_slots());
+    out.n_seqs = shape.n_seqs;
+  } else {
+    out.pos0 = positions();  // the one run starts at the step's first position
+  }
+  return out;
+}
+
+void CudaEngine::assign_state_slots(std::span<const BatchEntry> batch,
+                                    std::span<const std::span<const int32_t>> block_tables, int32_t* slots_h) {
+  ++rec_step_;
+  // First pass: every run's first block, and whether it may run (nothing changes before all are checked).
+  struct RunState {
+    int32_t block;
+    int64_t pos;
+  };
+  std::vector<RunState> runs_seen;
+  for (size_t t = 0; t < batch.size(); ++t) {
+    if (t > 0 && batch[t - 1].seq == batch[t].seq) continue;
+    const BatchEntry& e = batch[t];
+    const int32_t block = block_tables[static_cast<size_t>(e.seq)][0];
+    for (const RunState& r : runs_seen) {
+      GA_CHECK(r.block != block, InvalidArgument, "batch entry ", t,
+               ": two runs in one step share the recurrent state of block ", block);
+    }
+    const int32_t slot = block_slot_[static_cast<size_t>(block)];
+    if (e.pos != 0) {
+      GA_CHECK(slot >= 0, InvalidArgument, "sequence ", e.seq, " continues at position ", e.pos,
+               " but no recurrent state is kept for it (start again from 0)");
+      GA_CHECK(slot_pos_[static_cast<size_t>(slot)] == e.pos, InvalidArgument, "sequence ", e.seq,
+               " continues at position ", e.pos, " but its recurrent state stands at ",
+               slot_pos_[static_cast<size_t>(slot)], " (a recurrent state cannot go back; start again from 0)");
+    }
+    runs_seen.push_back({block, e.pos});
+  }
+  // Second pass: new sequences take a slot (their own block's, a free one, or the one used longest ago by a
+  // sequence outside this step), then every run's slot is written for the kernels.
+  for (size_t r = 0; r < runs_seen.size(); ++r) {
+    const int32_t block = runs_seen[r].block;
+    int32_t slot = block_slot_[static_cast<size_t>(block)];
+    if (slot < 0) {
+      int32_t pick = -1;
+      for (int32_t s = 0; s < static_cast<int32_t>(n_rec_slots_); ++s) {
+        if (slot_used_[static_cast<size_t>(s)] == rec_step_) continue;  // a run of this step holds it
+        if (pick < 0 || slot_used_[static_cast<size_t>(s)] < slot_used_[static_cast<size_t>(pick)]) pick = s;
+      }
+      GA_CHECK(pick >= 0, InvalidArgument, "a step of ", runs_seen.size(), " recurrent sequences exceeds the ",
+               n_rec_slots_, " state slots");
+      if (const int32_t old = slot_block_[static_cast<size_t>(pick)]; old >= 0) block_slot_[static_cast<size_t>(old)] = -1;
+      slot = pick;
+      block_slot_[static_cast<size_t>(block)] = slot;
+      slot_block_[static_cast<size_t>(slot)] = block;
+    }
+    slot_used_[static_cast<size_t>(slot)] = rec_step_;
+    slots_h[r] = slot;
+  }
+}
+
+void CudaEngine::advance_state_positions(std::span<const BatchEntry> batch,
+                                         std::span<const std::span<const int32_t>> block_tables) {
+  for (size_t t = 0; t < batch.size(); ++t) {
+    if (t + 1 < batch.size() && batch[t + 1].seq == batch[t].seq) continue;  // not the run's last row
+    const int32_t block = block_tables[static_cast<size_t>(batch[t].seq)][0];
+    slot_pos_[static_cast<size_t>(block_slot_[static_cast<size_t>(block)])] = batch[t].pos + 1;
+  }
+}
+
+// ---- the ops ----
+
+void CudaEngine::layer_norm(const step::LayerNormOp& op) {
+  if (warm_matmuls_only_) return;
+  check_view(op.x, "layer_norm");
+  check_view(op.out, "layer_norm");
+  GA_CHECK(op.out.cols == op.x.cols && vec_size(op.weight) == op.x.cols && vec_size(op.bias) == op.x.cols, Internal,
+           "layer_norm: shapes");
+  GroupNormParams p;
+  p.x = ptr(op.x);
+  p.ldx = ld(op.x);
+  p.out = ptr(op.out);
+  p.ld_out = ld(op.out);
+  p.weight = dvec(op.weight);
+  p.bias = dvec(op.bias);
+  p.n_rows = shape_->n_tokens;
+  p.n = op.x.cols;
+  p.groups = 1;
+  p.eps = op.eps;
+  check_params("layer_norm", group_norm_unsupported_reason, p);
+  GA_CUDA_CHECK(group_norm_rows(p, stream_.get()));
+  wrote(op.out);
+}
+
+void CudaEngine::group_norm(const step::GroupNormOp& op) {
+  if (warm_matmuls_only_) return;
+  check_view(op.x, "group_norm");
+  GA_CHECK(vec_size(op.weight) == op.x.cols && vec_size(op.bias) == op.x.cols, Internal, "group_norm: shapes");
+  GroupNormParams p;
+  p.x = ptr(op.x);
+  p.ldx = ld(op.x);
+  p.out = ptr(op.x);
+  p.ld_out = ld(op.x);
+  p.weight = dvec(op.weight);
+  p.bias = dvec(op.bias);
+  p.n_rows = shape_->n_tokens;
+  p.n = op.x.cols;
+  p.groups = op.groups;
+  p.eps = op.eps;
+  check_params("group_norm", group_norm_unsupported_reason, p);
+  GA_CUDA_CHECK(group_norm_rows(p, stream_.get()));
+  wrote(op.x);
+}
+
+void CudaEngine::token_shift(const step::TokenShiftOp& op) {
+  if (warm_matmuls_only_) return;
+  check_view(op.x, "token_shift");
+  check_view(op.prev, "token_shift");
+  GA_CHECK(op.prev.cols == op.x.cols && state_.recurrent[static_cast<size_t>(op.state.id)].floats == op.x.cols,
+           Internal, "token_shift: shapes");
+  const RecurrentRuns r = runs(op.state);
+  const char* why = recurrent_runs_unsupported_reason(r);
+  GA_CHECK(why == nullptr, Internal, "CUDA token_shift rejected its runs: ", why);
+  GA_CUDA_CHECK(ga::cuda::token_shift(r, ptr(op.x), ld(op.x), ptr(op.prev), ld(op.prev), op.x.cols, stream_.get()));
+  wrote(op.prev);
+}
+
+void CudaEngine::mix(const step::MixOp& op) {
+  if (warm_matmuls_only_) return;
+  for (const step::View v : {op.x, op.prev, op.out}) check_view(v, "mix");
+  const int64_t C = op.x.cols;
+  GA_CHECK(op.prev.cols == C && op.out.cols == C && vec_size(op.mix) == C && (!op.dyn || op.dyn.cols == C), Internal,
+           "mix: shapes");
+  MixParams p;
+  p.x = ptr(op.x);
+  p.ldx = ld(op.x);
+  p.prev = ptr(op.prev);
+  p.ld_prev = ld(op.prev);
+  p.mix = dvec(op.mix);
+  if (op.dyn) {
+    check_view(op.dyn, "mix");
+    p.dyn = ptr(op.dyn);
+    p.ld_dyn = ld(op.dyn);
+  }
+  p.out = ptr(op.out);
+  p.ld_out = ld(op.out);
+  p.n_rows = shape_->n_tokens;
+  p.n = C;
+  p.complement = op.form == step::MixForm::kComplement;
+  GA_CUDA_CHECK(mix_rows(p, stream_.get()));
+  wrote(op.out);
+}
+
+void CudaEngine::unary(step::View x, step::Unary fn) {
+  if (warm_matmuls_only_) return;
+  check_view(x, "unary");
+  RowUnary f = RowUnary::kSigmoid;
+  switch (fn) {
+    case step::Unary::kSigmoid: f = RowUnary::kSigmoid; break;
+    case step::Unary::kTanh: f = RowUnary::kTanh; break;
+    case step::Unary::kSilu: f = RowUnary::kSilu; break;
+    case step::Unary::kReluSquare: f = RowUnary::kReluSquare; break;
+    case step::Unary::kExpNegExp: f = RowUnary::kExpNegExp; break;
+    case step::Unary::kV7Decay: f = RowUnary::kV7Decay; break;
+  }
+  GA_CUDA_CHECK(unary_rows(ptr(x), ld(x), shape_->n_tokens, x.cols, f, stream_.get()));
+  wrote(x);
+}
+
+void CudaEngine::mul(step::View x, step::View y) {
+  if (warm_matmuls_only_) return;
+  check_view(x, "mul");
+  check_view(y, "mul");
+  GA_CHECK(x.cols == y.cols, Internal, "mul: ", x.cols, " and ", y.cols, " columns");
+  GA_CUDA_CHECK(mul_rows(ptr(x), ld(x), ptr(y), ld(y), shape_->n_tokens, x.cols, stream_.get()));
+  wrote(x);
+}
+
+void CudaEngine::add_vec(step::View x, step::Vec b) {
+  if (warm_matmuls_only_) return;
+  check_view(x, "add_vec");
+  GA_CHECK(vec_size(b) == x.cols, Internal, "add_vec: ", vec_size(b), " values for ", x.cols, " columns");
+  GA_CUDA_CHECK(add_vector_rows(ptr(x), ld(x), dvec(b), shape_->n_tokens, x.cols, stream_.get()));
+  wrote(x);
+}
+
+void CudaEngine::lerp_to(step::View x, step::View target, step::View t) {
+  if (warm_matmuls_only_) return;
+  for (const step::View v : {x, target, t}) check_view(v, "lerp_to");
+  GA_CHECK(target.cols == x.cols && t.cols == x.cols, Internal, "lerp_to: shapes");
+  GA_CUDA_CHECK(lerp_rows(ptr(x), ld(x), ptr(target), ld(target), ptr(t), ld(t), shape_->n_tokens, x.cols,
+                          stream_.get()));
+  wrote(x);
+}
+
+void CudaEngine::wkv4(const step::Wkv4Op& op) {
+  if (warm_matmuls_only_) return;
+  for (const step::View v : {op.k, op.v, op.out}) check_view(v, "wkv4");
+  const int64_t C = op.k.cols;
+  GA_CHECK(op.v.cols == C && op.out.cols == C && vec_size(op.time_first) == C && vec_size(op.time_decay) == C &&
+               state_.recurrent[static_cast<size_t>(op.state.id)].floats == 3 * C,
+           Internal, "wkv4: shapes");
+  Wkv4Params p;
+  p.runs = runs(op.state);
+  p.k = ptr(op.k);
+  p.v = ptr(op.v);
+  p.out = ptr(op.out);
+  p.ldk = ld(op.k);
+  p.ldv = ld(op.v);
+  p.ld_out = ld(op.out);
+  p.time_first = dvec(op.time_first);
+  p.time_decay = dvec(op.time_decay);
+  p.n = C;
+  check_params("wkv4", wkv4_unsupported_reason, p);
+  GA_CUDA_CHECK(ga::cuda::wkv4(p, stream_.get()));
+  wrote(op.out);
+}
+
+void CudaEngine::wkv5(const step::Wkv5Op& op) {
+  if (warm_matmuls_only_) return;
+  for (const step::View v : {op.r, op.k, op.v, op.out}) check_view(v, "wkv5");
+  const int64_t H = op.n_head, S = op.head_size, C = H * S;
+  GA_CHECK(op.r.cols == C && op.k.cols == C && op.v.cols == C && op.out.cols == C &&
+               (vec_size(op.time_first) == C || vec_size(op.time_first) == H) &&
+               (op.decay_view ? op.decay_view.cols == C : (vec_size(op.decay) == C || vec_size(op.decay) == H)) &&
+               state_.recurrent[static_cast<size_t>(op.state.id)].floats == H * S * S,
+           Internal, "wkv5: shapes");
+  Wkv5Params p;
+  p.runs = runs(op.state);
+  p.r = ptr(op.r);
+  p.k = ptr(op.k);
+  p.v = ptr(op.v);
+  p.out = ptr(op.out);
+  p.ldr = ld(op.r);
+  p.ldk = ld(op.k);
+  p.ldv = ld(op.v);
+  p.ld_out = ld(op.out);
+  p.time_first = dvec(op.time_first);
+  p.u_per_head = vec_size(op.time_first) != C;
+  if (op.decay_view) {
+    check_view(op.decay_view, "wkv5");
+    p.decay_rows = ptr(op.decay_view);
+    p.ld_decay = ld(op.decay_view);
+  } else {
+    p.decay = dvec(op.decay);
+    p.w_per_head = vec_size(op.decay) != C;
+  }
+  p.n_head = H;
+  p.head_size = S;
+  check_params("wkv5", wkv5_unsupported_reason, p);
+  GA_CUDA_CHECK(ga::cuda::wkv5(p, stream_.get()));
+  wrote(op.out);
+}
+
+void CudaEngine::wkv7(const step::Wkv7Op& op) {
+  if (warm_matmuls_only_) return;
+  for (const step::View v : {op.r, op.w, op.k, op.v, op.a, op.out, op.bonus}) check_view(v, "wkv7");
+  const int64_t H = op.n_head, S = op.head_size, C = H * S;
+  GA_CHECK(op.r.cols == C && op.w.cols == C && op.k.cols == C && op.v.cols == C && op.a.cols == C &&
+               op.out.cols == C && op.bonus.cols == C && vec_size(op.k_k) == C && vec_size(op.k_a) == C &&
+               vec_size(op.r_k) == C && state_.recurrent[static_cast<size_t>(op.state.id)].floats == H * S * S,
+           Internal, "wkv7: shapes");
+  Wkv7Params p;
+  p.runs = runs(op.state);
+  p.r = ptr(op.r);
+  p.w = ptr(op.w);
+  p.k = ptr(op.k);
+  p.v = ptr(op.v);
+  p.a = ptr(op.a);
+  p.ldr = ld(op.r);
+  p.ldw = ld(op.w);
+  p.ldk = ld(op.k);
+  p.ldv = ld(op.v);
+  p.lda = ld(op.a);
+  p.k_k = dvec(op.k_k);
+  p.k_a = dvec(op.k_a);
+  p.r_k = dvec(op.r_k);
+  p.out = ptr(op.out);
+  p.bonus = ptr(op.bonus);
+  p.ld_out = ld(op.out);
+  p.ld_bonus = ld(op.bonus);
+  p.n_head = H;
+  p.head_size = S;
+  check_params("wkv7", wkv7_unsupported_reason, p);
+  GA_CUDA_CHECK(ga::cuda::wkv7(p, stream_.get()));
+  wrote(op.out);
+  wrote(op.bonus);
+}
+
+}  // namespace ga::cuda::engine

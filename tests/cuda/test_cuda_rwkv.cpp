@@ -1,0 +1,274 @@
+// RWKV v4, v5.1, v5.2, v6, v7 on the GPU (the recurrent ops of backends/cuda/engine/cuda_engine_recurrent.cpp)
+// against the CPU reference, on rwkv.cpp's tiny models (../shared/models/rwkv-tiny):
+//  * the Session: a 5-token prompt (the small-batch GEMV), one-token steps after it (the decode graph), and the
+//    whole 40-token sequence as one prefill after a reset (the GEMM path, quantized matrices dequantized), every
+//    row within 1e-2 rel L2 of the CPU Session's (the engine's bar);
+//  * rwkv.cpp's own check on the GPU: the bytes '"', 'i', 'n' from the initial state against its expected logits
+//    (2% rel L2 and the same most likely byte, as tests/runtime/test_rwkv.cpp asks of the CPU);
+//  * greedy text: 24 tokens chosen by each device alone are the same (near-ties end the comparison, as in
+//    test_cuda_arch_forward.cpp);
+//  * the Scheduler on the GPU: concurrent greedy requests equal each one alone on the CPU, and more sequences
+//    over time than state slots (slots are taken over by new sequences);
+//  * the state rules: a rewind is refused, reset starts over, a batch continuing a sequence where its state does
+//    not stand is refused before any work.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <mutex>
+#include <random>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "backends/cuda/cuda_forward.h"
+#include "common/test_data.h"
+#include "cuda/cuda_harness.h"
+#include "cuda/logits_check.h"
+#include "gpu_accel/error.h"
+#include "gpu_accel/generate.h"
+#include "gpu_accel/scheduler.h"
+#include "gpu_accel/session.h"
+#include "gpu_accel/tokenizer.h"
+#include "model/arch/architecture.h"
+
+namespace {
+
+using ga::test::cuda::expect_logit_rows_close;
+
+constexpr double kMaxRelL2 = 1e-2;
+constexpr double kNearTie = 1e-3;
+
+struct TinyModel {
+  const char* version;  // expected-logits-<version>.bin
+  const char* format;   // tiny-rwkv-<version>-<format>.bin
+};
+constexpr TinyModel kModels[] = {{"4v0-660K", "FP16"}, {"5v1-730K", "FP16"}, {"5v2-730K", "FP16"},
+                                 {"6v0-3m", "Q5_0"},   {"6v0-3m", "Q5_1"},   {"7v0-834K", "FP16"}};
+
+std::string tag(const TinyModel& m) { return std::string(m.version) + "-" + m.format; }
+
+ga::LoadedModel load(const TinyModel& m) {
+  return ga::load_model(
+      ga::test::shared_path(std::string("models/rwkv-tiny/tiny-rwkv-") + m.version + "-" + m.format + ".bin"));
+}
+
+ga::SessionOptions options(const std::string& device) {
+  ga::SessionOptions o;
+  o.n_ctx = 96;
+  o.n_threads = 2;
+  o.device = device;
+  return o;
+}
+
+std::vector<int32_t> random_bytes(size_t n, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int32_t> pick(32, 126);
+  std::vector<int32_t> out(n);
+  for (int32_t& t : out) t = pick(rng);
+  return out;
+}
+
+TEST(CudaRwkv, SessionMatchesTheCpuOnEveryVersion) {
+  GA_REQUIRE_CUDA_DEVICE();
+  size_t rows = 0;
+  for (const TinyModel& t : kModels) {
+    SCOPED_TRACE(tag(t));
+    const ga::LoadedModel model = load(t);
+    ga::Session cpu(model, options("cpu"));
+    ga::Session gpu(model, options("cuda"));
+    ASSERT_EQ(gpu.device(), "cuda:0");
+    const int64_t n_vocab = model.config.n_vocab;
+    const std::vector<int32_t> seq = random_bytes(40, 5);
+    double worst = 0;
+    const std::span<const int32_t> prompt(seq.data(), 5);
+    rows += expect_logit_rows_close(tag(t) + " prompt", gpu.eval(prompt, true), cpu.eval(prompt, true), n_vocab,
+                                    kMaxRelL2, worst);
+    for (size_t i = 5; i < seq.size(); ++i) {
+      const std::span<const int32_t> one(&seq[i], 1);
+      rows += expect_logit_rows_close(tag(t) + " decode " + std::to_string(i), gpu.eval(one), cpu.eval(one), n_vocab,
+                                      kMaxRelL2, worst);
+    }
+    cpu.reset();
+    gpu.reset();
+    rows += expect_logit_rows_close(tag(t) + " prefill", gpu.eval(seq, true), cpu.eval(seq, true), n_vocab, kMaxRelL2,
+                                    worst);
+    std::printf("%-16s worst rel L2 %.2e\n", tag(t).c_str(), worst);
+  }
+  EXPECT_GT(rows, 0u);
+}
+
+TEST(CudaRwkv, MatchesRwkvCppExpectedLogits) {
+  GA_REQUIRE_CUDA_DEVICE();
+  for (const TinyModel& t : kModels) {
+    SCOPED_TRACE(tag(t));
+    const ga::LoadedModel model = load(t);
+    const std::vector<float> expected = ga::test::read_f32_file(
+        ga::test::shared_path(std::string("models/rwkv-tiny/expected-logits-") + t.version + ".bin"));
+    ASSERT_EQ(expected.size(), 256u);
+    ga::Session gpu(model, options("cuda"));
+    std::vector<float> serial;
+    for (const int32_t b : {'"', 'i', 'n'}) serial = gpu.eval(std::vector<int32_t>{b});
+    const double e = ga::test::rel_l2(serial.data(), expected.data(), expected.size());
+    EXPECT_LT(e, 2e-2);
+    EXPECT_EQ(std::max_element(serial.begin(), serial.end()) - serial.begin(),
+              std::max_element(expected.begin(), expected.end()) - expected.begin());
+    std::printf("%-16s rel L2 to rwkv.cpp's expected logits %.2e\n", tag(t).c_str(), e);
+  }
+}
+
+TEST(CudaRwkv, GreedyTokensMatchTheCpu) {
+  GA_REQUIRE_CUDA_DEVICE();
+  for (const TinyModel& t : kModels) {
+    SCOPED_TRACE(tag(t));
+    const ga::LoadedModel model = load(t);
+    ga::Session cpu(model, options("cpu"));
+    ga::Session gpu(model, options("cuda"));
+    const std::vector<int32_t> prompt = random_bytes(8, 9);
+    std::vector<float> lc = cpu.eval(prompt), lg = gpu.eval(prompt);
+    int compared = 0;
+    for (int step = 0; step < 24; ++step) {
+      std::vector<float> sorted = lc;
+      std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<>());
+      const int32_t want = static_cast<int32_t>(std::max_element(lc.begin(), lc.end()) - lc.begin());
+      const int32_t got = static_cast<int32_t>(std::max_element(lg.begin(), lg.end()) - lg.begin());
+      if (sorted[0] - sorted[1] < kNearTie && want != got) {
+        std::printf("%-16s step %d: a near-tie (%.2e) ends the comparison\n", tag(t).c_str(), step,
+                    static_cast<double>(sorted[0] - sorted[1]));
+        break;
+      }
+      EXPECT_EQ(got, want) << "greedy step " << step;
+      if (got != want) break;
+      ++compared;
+      const std::span<const int32_t> next(&want, 1);
+      lc = cpu.eval(next);
+      lg = gpu.eval(next);
+    }
+    std::printf("%-16s %d greedy tokens identical\n", tag(t).c_str(), compared);
+    EXPECT_GT(compared, 0);
+  }
+}
+
+// Requests through the GPU Scheduler: `rounds` batches of concurrent greedy requests (more sequences in all than
+// the engine has state slots), each equal to the same prompt generated alone by a CPU Session.
+TEST(CudaRwkv, SchedulerRequestsEqualEachAloneOnTheCpu) {
+  GA_REQUIRE_CUDA_DEVICE();
+  for (const TinyModel& t : {kModels[2], kModels[3], kModels[5]}) {
+    SCOPED_TRACE(tag(t));
+    const ga::LoadedModel model = load(t);
+    const ga::Tokenizer tok(model.vocab);
+    ga::SchedulerOptions opt;
+    opt.n_ctx = 128;
+    opt.n_threads = 2;
+    opt.max_running = 4;  // 8 state slots; 12 requests below
+    opt.device = "cuda";
+    ga::Scheduler sched(model, tok, opt);
+    EXPECT_EQ(sched.stats().device, "cuda:0");
+    const std::string common = "Once upon a time there was a little girl who ";
+    const std::vector<std::string> prompts = {common + "liked", common + "went", common + "had a", "The",
+                                              "A dog", common + "liked", "Tom and", "She said"};
+    std::vector<std::string> all;
+    for (int round = 0; round < 3; ++round) {
+      for (size_t i = 0; i < 4; ++i) all.push_back(prompts[(round * 3 + i) % prompts.size()]);
+    }
+    std::mutex mu;
+    std::condition_variable cv;
+    std::vector<std::vector<int32_t>> got(all.size());
+    size_t done = 0;
+    for (size_t i = 0; i < all.size(); ++i) {
+      ga::CompletionRequest r;
+      r.prompt_tokens = tok.encode(all[i], false);
+      r.max_tokens = 24;
+      r.sampling.temperature = 0.0f;
+      sched.submit(
+          std::move(r),
+          [&, i](const ga::TokenEvent& e) {
+            std::lock_guard<std::mutex> lock(mu);
+            if (e.token >= 0) got[i].push_back(e.token);
+            return true;
+          },
+          [&](const ga::CompletionResult&, std::exception_ptr error) {
+            EXPECT_FALSE(error);
+            std::lock_guard<std::mutex> lock(mu);
+            ++done;
+            cv.notify_all();
+          });
+      if (i % 4 == 3) {  // a round at a time: the next round's sequences take over finished sequences' slots
+        std::unique_lock<std::mutex> lock(mu);
+        ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(60), [&] { return done == i + 1; }));
+      }
+    }
+    for (size_t i = 0; i < all.size(); ++i) {
+      ga::SessionOptions so;
+      so.n_ctx = 128;
+      so.n_threads = 1;
+      ga::Session session(model, so);
+      ga::GenerateOptions o;
+      o.max_tokens = 24;
+      o.sampling.temperature = 0.0f;
+      const ga::GenerateResult want = ga::generate_from_tokens(session, tok, tok.encode(all[i], false), o);
+      EXPECT_EQ(got[i], want.tokens) << "request " << i << ": " << all[i];
+    }
+  }
+}
+
+TEST(CudaRwkv, StateCannotRewindAndBadBatchesAreRefused) {
+  GA_REQUIRE_CUDA_DEVICE();
+  const ga::LoadedModel model = load(kModels[2]);
+  ga::Session gpu(model, options("cuda"));
+  std::vector<int32_t> text;
+  for (const char ch : std::string("The quick brown fox jumps")) text.push_back(static_cast<unsigned char>(ch));
+  const std::vector<float> whole = gpu.eval(text);
+  gpu.truncate(3);
+  try {
+    gpu.eval(std::vector<int32_t>{'x'});
+    FAIL() << "a rewound recurrent state was accepted";
+  } catch (const ga::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot go back"), std::string::npos) << e.what();
+  }
+  gpu.reset();
+  std::vector<float> pieces = gpu.eval(std::vector<int32_t>(text.begin(), text.begin() + 11));
+  pieces = gpu.eval(std::vector<int32_t>(text.begin() + 11, text.end()));
+  double worst = 0;
+  expect_logit_rows_close("chunks vs whole", pieces, whole, model.config.n_vocab, 1e-4, worst);
+
+  ga::cuda::CudaBatchForwardParams p;
+  p.n_blocks = 8;
+  p.block_size = 16;
+  p.max_batch_tokens = 32;
+  p.max_seqs = 2;
+  p.max_seq_positions = 64;
+  auto batch = ga::cuda::make_cuda_batch_forward(model, *ga::arch::make_program_factory(model), p);
+  const std::vector<int32_t> table_a = {3, 1}, table_b = {5};
+  const std::vector<std::span<const int32_t>> tables = {table_a, table_b};
+  const auto refused = [&](std::vector<ga::cuda::BatchEntry> entries, const char* what) {
+    try {
+      batch->forward(entries, tables);
+      ADD_FAILURE() << "accepted: " << what;
+    } catch (const ga::Error& e) {
+      EXPECT_EQ(e.kind(), ga::ErrorKind::InvalidArgument) << what << ": " << e.what();
+    }
+  };
+  refused({{'a', 3, 0, true}}, "a sequence that never started continues");
+  (void)batch->forward(std::vector<ga::cuda::BatchEntry>{{'a', 0, 0, false}, {'b', 1, 0, true}}, tables);
+  refused({{'c', 5, 0, true}}, "a sequence continues past where its state stands");
+  refused({{'c', 1, 0, true}}, "a sequence goes back");
+  const std::vector<std::span<const int32_t>> shared = {table_a, table_a};
+  try {
+    batch->forward(std::vector<ga::cuda::BatchEntry>{{'c', 0, 0, true}, {'d', 0, 1, true}}, shared);
+    ADD_FAILURE() << "two runs on one state were accepted";
+  } catch (const ga::Error& e) {
+    EXPECT_EQ(e.kind(), ga::ErrorKind::InvalidArgument) << e.what();
+  }
+  // After the refusals the sequence continues where it stood.
+  const std::span<const float> out = batch->forward(std::vector<ga::cuda::BatchEntry>{{'c', 2, 0, true}}, tables);
+  ASSERT_EQ(out.size(), static_cast<size_t>(model.config.n_vocab));
+  ga::Session cpu(model, options("cpu"));
+  const std::vector<float> want = cpu.eval(std::vector<int32_t>{'a', 'b', 'c'});
+  worst = 0;
+  expect_logit_rows_close("continued after refusals", out, want, model.config.n_vocab, kMaxRelL2, worst);
+}
+
+}  // namespace
