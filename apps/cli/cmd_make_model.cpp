@@ -1,8 +1,10 @@
-// gpu-accel make-model: write a random-weight Llama model of a real shape for benchmarks (the C++
+// gpu-accel make-model: write a random-weight model of a real shape for benchmarks (the C++
 // twin of ../shared/tools/make_gguf.py, but multithreaded and for any quantization type), through
 // ga::tools::make_random_model. One summary line on stdout.
 #include <cstdio>
+#include <filesystem>
 #include <string>
+#include <string_view>
 
 #include "args.h"
 #include "cli_common.h"
@@ -15,22 +17,27 @@ namespace {
 // The 32000-token Llama-2 SentencePiece vocabulary the benchmarks of ANCHORS.md use, where the
 // shared data sits beside a checkout.
 constexpr const char* kDefaultVocab = "../shared/vocab/ggml-vocab-llama-spm.gguf";
+// RWKV's World vocabulary where one sits there; without it an RWKV preset gets a byte-level World vocabulary.
+constexpr const char* kDefaultRwkvVocab = "../shared/vocab/rwkv_vocab_v20230424.txt";
 
 }  // namespace
 
 int cmd_make_model(int argc, char** argv) {
-  std::string preset, type = "F16", out, vocab = kDefaultVocab;
+  std::string preset, type = "F16", out, vocab;
   uint64_t seed = 0;
   int32_t n_threads = 0;
   ArgParser parser("make-model", "--preset NAME --type TYPE --out FILE.gguf [--vocab VOCAB.gguf] [--seed S]",
                    "Writes a random-weight GGUF of a real model shape, any supported family (presets: " + tools::preset_names() +
-                       "). The tokenizer is copied from a vocab-only GGUF. Weights: matrices ~N(0, 1/row length), "
+                       "). The tokenizer is copied from a vocab-only GGUF (RWKV: or an rwkv_vocab_v20230424.txt, else "
+                       "a byte-level World vocabulary; the file is laid out as llama.cpp's converter writes it). Weights: matrices ~N(0, 1/row length), "
                        "token_embd ~N(0, 1), norms 1 + N(0, 0.01), from a seeded generator (the same seed gives the "
                        "same file), quantized to TYPE (" + tools::file_type_names() + ").");
   parser.option("--preset", &preset, "NAME", "model shape: " + tools::preset_names());
   parser.option("--type", &type, "TYPE", "weight type or mix (F16, Q8_0, Q4_0, Q4_K_M, ...)");
   parser.option("-o,--out", &out, "FILE", "the .gguf file to write");
-  parser.option("--vocab", &vocab, "VOCAB", "vocab-only GGUF to copy the tokenizer from");
+  parser.option("--vocab", &vocab, "VOCAB",
+                std::string("vocab-only GGUF to copy the tokenizer from (default ") + kDefaultVocab +
+                    "; RWKV presets: an rwkv_vocab_v20230424.txt, default " + kDefaultRwkvVocab + " if present)");
   parser.option("--seed", &seed, "S", "random seed");
   parser.option("-t,--threads", &n_threads, "N", "CPU threads (0: all)");
   if (!parser.parse(argc, argv)) return 0;
@@ -41,7 +48,11 @@ int cmd_make_model(int argc, char** argv) {
           "unknown --type '" + type + "' (one of " + tools::file_type_names() + ")");
   require(!out.empty(), "missing --out FILE.gguf");
   require(n_threads >= 0, "--threads must be >= 0");
-  require_exists(vocab);
+  const bool rwkv = std::string_view(tools::find_preset(preset)->arch).starts_with("rwkv");
+  if (vocab.empty()) {
+    vocab = rwkv ? (std::filesystem::exists(kDefaultRwkvVocab) ? kDefaultRwkvVocab : "") : kDefaultVocab;
+  }
+  if (!vocab.empty()) require_exists(vocab);
 
   tools::MakeModelOptions options;
   options.preset = preset;

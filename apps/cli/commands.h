@@ -13,7 +13,8 @@ int cmd_serve(int argc, char** argv);     // OpenAI-compatible HTTP server (apps
 int cmd_bench(int argc, char** argv);       // pp/tg throughput against measured ceilings
 int cmd_bench_serve(int argc, char** argv);  // continuous-batching throughput / TTFT with N clients
 int cmd_quantize(int argc, char** argv);    // re-quantize a GGUF model (llama-quantize)
-int cmd_make_model(int argc, char** argv);  // write a random-weight Llama model of a real shape
+int cmd_make_model(int argc, char** argv);  // write a random-weight model of a real shape
+int cmd_convert_rwkv(int argc, char** argv);  // an rwkv.cpp RWKV 6/7 file as llama.cpp-layout GGUF
 int cmd_launch(int argc, char** argv);      // N local ranks of a command with torchrun's variables
 
 }  // namespace ga::cli

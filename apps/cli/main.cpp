@@ -34,7 +34,8 @@ const char* const kUsage =
     "  bench     prompt / generation throughput against measured ceilings\n"
     "  bench-serve  continuous-batching throughput and time to first token with N clients\n"
     "  quantize  re-quantize a GGUF model (llama.cpp types and k-quant mixes)\n"
-    "  make-model  write a random-weight Llama model of a real shape\n"
+    "  make-model  write a random-weight model of a real shape (any family, RWKV 6/7 in llama.cpp's layout)\n"
+    "  convert-rwkv  write an rwkv.cpp RWKV 6/7 file as a GGUF in llama.cpp's layout\n"
     "  launch    run a command as N local ranks with torchrun's variables (multi-process jobs)\n"
     "\n"
     "  gpu-accel <command> --help   options of a command\n"
@@ -61,6 +62,7 @@ int dispatch(int argc, char** argv) {
   if (command == "bench-serve") return ga::cli::cmd_bench_serve(argc, argv);
   if (command == "quantize") return ga::cli::cmd_quantize(argc, argv);
   if (command == "make-model") return ga::cli::cmd_make_model(argc, argv);
+  if (command == "convert-rwkv") return ga::cli::cmd_convert_rwkv(argc, argv);
   if (command == "launch") return ga::cli::cmd_launch(argc, argv);
   throw ga::cli::UsageError("unknown command '" + command + "' (try 'gpu-accel --help')");
 }

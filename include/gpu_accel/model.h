@@ -73,6 +73,18 @@ struct TransformerParams {
   int64_t n_ff_shexp = 0;
 };
 
+// RWKV's hyperparameters beyond ModelConfig's (llama.cpp's GGUF keys `rwkv6.*` / `rwkv7.*`). The LoRA widths are
+// what a GGUF writer needs (make-model); a loaded model's forward takes them from the tensors' shapes.
+struct RwkvParams {
+  float layer_norm_eps = 1e-5f;  // ln0, ln1, ln2, ln_out (the group norm's eps is fixed per version)
+  // rescale_every_n_layers: llama.cpp's converter divided the time-mix output and channel-mix value matrices of
+  // layer il by 2^(il / n) (against fp16 overflow), and the forward halves the residual stream after every n-th
+  // layer to match. 0: no rescaling (rwkv.cpp files).
+  int64_t rescale_every = 0;
+  int64_t time_mix_extra_dim = 0, time_decay_extra_dim = 0;                   // v6's token-shift and decay LoRAs
+  int64_t lora_decay = 0, lora_iclr = 0, lora_value_mix = 0, lora_gate = 0;  // v7's four LoRAs
+};
+
 // The part of a tensor-parallel group a model holds (model/arch/tensor_parallel.h): its attention heads and
 // feed-forward columns are rank's share of world; the forward sums the partial outputs of the attention and
 // FFN output projections over the group. world 1: the whole model.
@@ -100,6 +112,7 @@ struct ModelConfig {
   bool tied_embeddings = false;  // output.weight absent: the classifier is token_embd.weight
   bool qkv_bias = false;         // Qwen2: attn_{q,k,v}.bias present
   TransformerParams transformer;
+  RwkvParams rwkv;
   TensorParallelShard shard;
 };
 

@@ -329,6 +329,7 @@ class Ops {
   virtual void mix(const MixOp& op);
   virtual void unary(View x, Unary fn);          // x = fn(x)
   virtual void mul(View x, View y);              // x *= y
+  virtual void scale(View x, float s);           // x *= s (RWKV 6's rescaled GGUF: the residual halves)
   virtual void add_vec(View x, Vec b);           // x += b (per row)
   virtual void lerp_to(View x, View target, View t);  // x += (target - x) * t (RWKV 7's v_first)
   virtual void wkv4(const Wkv4Op& op);
@@ -362,6 +363,7 @@ GA_STEP_UNSUPPORTED_OP(token_shift(const TokenShiftOp&), "token_shift")
 GA_STEP_UNSUPPORTED_OP(mix(const MixOp&), "mix")
 GA_STEP_UNSUPPORTED_OP(unary(View, Unary), "unary")
 GA_STEP_UNSUPPORTED_OP(mul(View, View), "mul")
+GA_STEP_UNSUPPORTED_OP(scale(View, float), "scale")
 GA_STEP_UNSUPPORTED_OP(add_vec(View, Vec), "add_vec")
 GA_STEP_UNSUPPORTED_OP(lerp_to(View, View, View), "lerp_to")
 GA_STEP_UNSUPPORTED_OP(wkv4(const Wkv4Op&), "wkv4")

@@ -10,7 +10,8 @@
 //  * the Scheduler on the GPU: concurrent greedy requests equal each one alone on the CPU, and more sequences
 //    over time than state slots (slots are taken over by new sequences);
 //  * the state rules: a rewind is refused, reset starts over, a batch continuing a sequence where its state does
-//    not stand is refused before any work.
+//    not stand is refused before any work;
+//  * llama.cpp-layout GGUFs of the tiny v6 (rescaled: the stream's halving) and v7 models, against the CPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -24,6 +25,7 @@
 #include <vector>
 
 #include "backends/cuda/cuda_forward.h"
+#include "common/process.h"
 #include "common/test_data.h"
 #include "cuda/cuda_harness.h"
 #include "cuda/logits_check.h"
@@ -33,6 +35,7 @@
 #include "gpu_accel/session.h"
 #include "gpu_accel/tokenizer.h"
 #include "model/arch/architecture.h"
+#include "model/tools/rwkv_to_gguf.h"
 
 namespace {
 
@@ -96,6 +99,42 @@ TEST(CudaRwkv, SessionMatchesTheCpuOnEveryVersion) {
     rows += expect_logit_rows_close(tag(t) + " prefill", gpu.eval(seq, true), cpu.eval(seq, true), n_vocab, kMaxRelL2,
                                     worst);
     std::printf("%-16s worst rel L2 %.2e\n", tag(t).c_str(), worst);
+  }
+  EXPECT_GT(rows, 0u);
+}
+
+// llama.cpp-layout GGUFs of the tiny models (model/arch/rwkv_gguf.cpp): the same forward over renamed views, and
+// for the v6 one written with rescale_every_n_layers 2 the stream's halving (op scale) on the GPU too.
+TEST(CudaRwkv, GgufFilesMatchTheCpu) {
+  GA_REQUIRE_CUDA_DEVICE();
+  ga::test::TempDir dir("ga_cuda_rwkv_gguf");
+  struct Conversion {
+    TinyModel model;
+    int64_t rescale_every;
+  };
+  size_t rows = 0;
+  for (const Conversion& c : {Conversion{{"6v0-3m", "Q5_1"}, 2}, Conversion{{"7v0-834K", "FP16"}, 0}}) {
+    SCOPED_TRACE(tag(c.model));
+    ga::tools::RwkvToGgufOptions o;
+    o.rescale_every = c.rescale_every;
+    o.dequantize = c.rescale_every > 0;
+    const std::string path = dir.file(tag(c.model) + ".gguf");
+    ga::tools::write_rwkv_cpp_as_gguf(load(c.model), path, o);
+    const ga::LoadedModel model = ga::load_model(path);
+    ASSERT_EQ(model.config.rwkv.rescale_every, c.rescale_every);
+    ga::Session cpu(model, options("cpu"));
+    ga::Session gpu(model, options("cuda"));
+    const std::vector<int32_t> seq = random_bytes(24, 11);
+    double worst = 0;
+    const std::span<const int32_t> prompt(seq.data(), 6);
+    rows += expect_logit_rows_close(tag(c.model) + " gguf prompt", gpu.eval(prompt, true), cpu.eval(prompt, true),
+                                    model.config.n_vocab, kMaxRelL2, worst);
+    for (size_t i = 6; i < seq.size(); ++i) {
+      const std::span<const int32_t> one(&seq[i], 1);
+      rows += expect_logit_rows_close(tag(c.model) + " gguf decode " + std::to_string(i), gpu.eval(one), cpu.eval(one),
+                                      model.config.n_vocab, kMaxRelL2, worst);
+    }
+    std::printf("%-16s GGUF worst rel L2 %.2e\n", tag(c.model).c_str(), worst);
   }
   EXPECT_GT(rows, 0u);
 }

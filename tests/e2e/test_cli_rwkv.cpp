@@ -5,6 +5,7 @@
 
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "common/process.h"
 #include "common/test_data.h"
@@ -52,6 +53,30 @@ TEST(CliRwkv, PytorchCheckpointIsRefusedWithTheConverter) {
   const CliResult r = run_cli({"run", "-m", pth, "-p", "x", "-n", "1", "--device", "cpu"});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("convert_pytorch_to_ggml.py"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("convert_hf_to_gguf.py"), std::string::npos) << r.err;
+}
+
+// convert-rwkv writes llama.cpp's GGUF layout of an rwkv.cpp file; `run` on it prints the .bin's greedy text.
+TEST(CliRwkv, ConvertedGgufRunsTheSameText) {
+  test::TempDir dir("ga_cli_rwkv");
+  for (const char* name : {"tiny-rwkv-6v0-3m-Q5_1", "tiny-rwkv-7v0-834K-FP16"}) {
+    SCOPED_TRACE(name);
+    const std::string bin = test::shared_path(std::string("models/rwkv-tiny/") + name + ".bin");
+    const std::string gguf = dir.file(std::string(name) + ".gguf");
+    const CliResult c = run_cli({"convert-rwkv", bin, gguf});
+    ASSERT_EQ(c.exit_code, 0) << c.err;
+    const std::vector<std::string> args = {"-p", "hello", "-n", "16", "--temp", "0", "--device", "cpu"};
+    std::vector<std::string> a = {"run", "-m", bin}, b = {"run", "-m", gguf};
+    a.insert(a.end(), args.begin(), args.end());
+    b.insert(b.end(), args.begin(), args.end());
+    const CliResult from_bin = run_cli(a), from_gguf = run_cli(b);
+    ASSERT_EQ(from_gguf.exit_code, 0) << from_gguf.err;
+    EXPECT_EQ(from_gguf.out, from_bin.out);
+  }
+  const CliResult v4 = run_cli({"convert-rwkv", test::shared_path("models/rwkv-tiny/tiny-rwkv-4v0-660K-FP32.bin"),
+                                dir.file("v4.gguf")});
+  EXPECT_EQ(v4.exit_code, 1);
+  EXPECT_NE(v4.err.find("RWKV 6 and 7"), std::string::npos) << v4.err;
 }
 
 }  // namespace

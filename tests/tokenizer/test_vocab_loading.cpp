@@ -75,10 +75,16 @@ TEST(VocabGguf, RejectsWhatItCannotUse) {
     w.set("general.architecture", gguf::Value::string("llama"));
     expect_error([&] { load(w); }, ErrorKind::Unsupported, "tokenizer.ggml.model");
   }
-  for (const char* model : {"bert", "t5", "rwkv", "no_vocab"}) {
+  for (const char* model : {"bert", "t5", "plamo2", "no_vocab"}) {
     gguf::Writer w = tiny_spm();
     w.set("tokenizer.ggml.model", gguf::Value::string(model));
     expect_error([&] { load(w); }, ErrorKind::Unsupported, model);
+  }
+  {  // an RWKV World token in repr form that cannot be undone names the token
+    gguf::Writer w = tiny_spm();
+    w.set("tokenizer.ggml.model", gguf::Value::string("rwkv"));
+    w.set("tokenizer.ggml.tokens", gguf::Value::string_array({"<s>", "a", "\\x4", "b\\", "c"}));
+    expect_error([&] { load(w); }, ErrorKind::InvalidFormat, "RWKV token 2");
   }
   {
     gguf::Writer w = tiny_spm();

@@ -5,7 +5,7 @@ Why: the C++ tests compare the Hugging Face load path with the GGUF path and lla
 which proves the loader reproduces llama.cpp's reading of a checkpoint. This script closes the
 loop against transformers itself, the reference for what a Hugging Face folder means: config
 defaults, rotate-half RoPE on unpermuted Q/K rows, Llama-3 and linear RoPE scaling, Qwen2's q/k/v
-biases and tied embeddings, Mistral's explicit head_dim.
+biases and tied embeddings, Mistral's explicit head_dim, RWKV-4's stored time_decay and rescaling.
 
 How: for each variant, build a small model with transformers from a config, overwrite every
 parameter with seeded random values scaled so activations and attention are far from trivial
@@ -96,6 +96,12 @@ def variants():
         # Qwen2: q/k/v biases, tied embeddings, a large rope base.
         ("qwen2-tied", transformers.Qwen2Config, transformers.Qwen2ForCausalLM,
          dict(BASE, tie_word_embeddings=True, use_sliding_window=False, **rope_kwargs(1000000.0, None))),
+        # RWKV-4: time_decay stored as trained (-exp at load) and, with rescale_every 2, transformers'
+        # eval-mode rescaling of the output matrices (the forward halves the stream to match).
+        ("rwkv4-rescale-2", transformers.RwkvConfig, transformers.RwkvForCausalLM,
+         dict(hidden_size=BASE["hidden_size"], attention_hidden_size=BASE["hidden_size"], intermediate_size=1024,
+              num_hidden_layers=BASE["num_hidden_layers"], vocab_size=BASE["vocab_size"], context_length=256,
+              rescale_every=2, tie_word_embeddings=False)),
     ]
 
 
@@ -106,7 +112,7 @@ def randomize(model, seed):
     with torch.no_grad():
         for name, p in model.named_parameters():
             if p.dim() == 2:
-                std = 1.0 if "embed_tokens" in name else p.shape[1] ** -0.5
+                std = 1.0 if "embed_tokens" in name or "embeddings" in name else p.shape[1] ** -0.5
                 p.copy_(torch.randn(p.shape, generator=gen, dtype=torch.float32) * std)
             elif name.endswith(".bias"):
                 p.copy_(torch.randn(p.shape, generator=gen, dtype=torch.float32) * 0.5)

@@ -543,6 +543,14 @@ struct StepEngine::Impl final : step::Binder, step::Ops {
     }
   }
 
+  void scale(step::View x, float s) override {
+    check_view(x, "scale");
+    for (int64_t t = 0; t < n; ++t) {
+      float* a = ptr(x, t);
+      for (int64_t i = 0; i < x.cols; ++i) a[i] *= s;
+    }
+  }
+
   void add_vec(step::View x, step::Vec b) override {
     check_view(x, "add_vec");
     GA_CHECK(vec_size(b) == x.cols, Internal, "add_vec: ", vec_size(b), " values for ", x.cols, " columns");

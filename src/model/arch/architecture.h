@@ -75,7 +75,13 @@ struct ArchInfo {
   // After the tensors are mapped: what a checkpoint stores differently from GGUF (Gemma's (1 + w) norm
   // weights, RoPE factors HF derives from the config). May add tensors to model.storage.
   std::function<void(const hf::HfConfig&, LoadedModel&)> hf_fixup;
+  // After a GGUF's tensors are viewed: what the file names or lays out differently from what the forward binds
+  // (RWKV: llama.cpp's blk.N.time_mix_* names, fused lerp stacks). Empty: the GGUF names are the forward's.
+  std::function<void(LoadedModel&)> gguf_fixup;
   std::function<std::vector<TensorSpec>(const ModelConfig&)> tensor_specs;
+  // The tensors of a GGUF of this config as llama.cpp's converter writes them (names, shapes, order), when they
+  // differ from tensor_specs (which names what the forward binds); make-model writes these. Empty: tensor_specs.
+  std::function<std::vector<TensorSpec>(const ModelConfig&)> gguf_tensor_specs;
   std::function<void(const ModelConfig&)> check_config;  // hyperparameters the forward cannot take
   // How each tensor splits over a tensor-parallel group (tensor_parallel.h); empty: the architecture does not.
   std::function<TensorSplit(const ModelConfig&, std::string_view name)> tensor_split;
@@ -97,6 +103,9 @@ const ArchInfo& arch_of(const ModelConfig& config);
 // with that shape and a type gpu_accel supports. Throws InvalidFormat or Unsupported naming the problem.
 // progress(done, total) is called per tensor with the bytes checked so far (may be empty).
 void check_model(const LoadedModel& model, const std::function<void(uint64_t, uint64_t)>& progress = {});
+// The tensor part of check_model, against any list (a format's own names, before a fixup renames them).
+void check_tensors(const LoadedModel& model, const std::vector<TensorSpec>& specs,
+                   const std::function<void(uint64_t, uint64_t)>& progress = {});
 
 // The hyperparameters of a GGUF file (general.architecture picks the family) or of a config.json (its
 // "architectures" list, else model_type). Unsupported, one line naming the architecture, when none matches.

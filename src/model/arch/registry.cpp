@@ -106,7 +106,11 @@ const ArchInfo& arch_of(const ModelConfig& config) {
 void check_model(const LoadedModel& model, const std::function<void(uint64_t, uint64_t)>& progress) {
   const ArchInfo& arch = arch_of(model.config);
   arch.check_config(model.config);
-  const std::vector<TensorSpec> specs = arch.tensor_specs(model.config);
+  check_tensors(model, arch.tensor_specs(model.config), progress);
+}
+
+void check_tensors(const LoadedModel& model, const std::vector<TensorSpec>& specs,
+                   const std::function<void(uint64_t, uint64_t)>& progress) {
   uint64_t total = 0;
   for (const TensorSpec& s : specs) {
     if (const WeightView* w = model.find_weight(s.name)) total += w->nbytes;

@@ -18,6 +18,8 @@
 #include "gpu_accel/error.h"
 #include "model/arch/architecture.h"
 #include "model/arch/families.h"
+#include "model/arch/rwkv_gguf.h"
+#include "model/arch/rwkv_hf.h"
 
 namespace ga::arch {
 namespace {
@@ -58,7 +60,8 @@ struct Layer {
 class RwkvProgram final : public step::Program {
  public:
   RwkvProgram(const LoadedModel& m, step::Binder& b)
-      : model_(m), v_(version_of(m.config.arch)), C_(m.config.n_embd), H_(m.config.n_head) {
+      : model_(m), v_(version_of(m.config.arch)), C_(m.config.n_embd), H_(m.config.n_head),
+        eps_(m.config.rwkv.layer_norm_eps), rescale_every_(m.config.rwkv.rescale_every) {
     const ModelConfig& c = m.config;
     S_ = C_ / H_;
     emb_ = b.matrix("emb.weight");
@@ -102,10 +105,10 @@ class RwkvProgram final : public step::Program {
 
   void run(step::Ops& ops) override {
     ops.embed(emb_, x_, 1.0f);
-    ops.layer_norm({x_, ln0_w_, ln0_b_, x_, kEps});
+    ops.layer_norm({x_, ln0_w_, ln0_b_, x_, eps_});
     for (size_t il = 0; il < layers_.size(); ++il) {
       const Layer& L = layers_[il];
-      ops.layer_norm({x_, L.ln1_w, L.ln1_b, h_, kEps});
+      ops.layer_norm({x_, L.ln1_w, L.ln1_b, h_, eps_});
       ops.token_shift({h_, hp_, L.att_shift});
       switch (v_) {
         case Version::V4: time_mix_v4(ops, L); break;
@@ -115,22 +118,24 @@ class RwkvProgram final : public step::Program {
         case Version::V7: time_mix_v7(ops, L, il == 0); break;
       }
       ops.add(x_, tmp_);
-      ops.layer_norm({x_, L.ln2_w, L.ln2_b, h_, kEps});
+      ops.layer_norm({x_, L.ln2_w, L.ln2_b, h_, eps_});
       ops.token_shift({h_, hp_, L.ffn_shift});
       channel_mix(ops, L);
       ops.add(x_, tmp_);
+      // llama.cpp's rescaled GGUF: this layer's output matrices were divided by 2^(il / n), the stream follows
+      if (rescale_every_ > 0 && static_cast<int64_t>(il + 1) % rescale_every_ == 0) ops.scale(x_, 0.5f);
     }
     step::LogitsOp lo;
     lo.x = x_;
     lo.norm = ln_out_w_;
     lo.norm_bias = ln_out_b_;
-    lo.eps = kEps;
+    lo.eps = eps_;
     lo.output = head_;
     ops.logits(lo);
   }
 
  private:
-  static constexpr float kEps = 1e-5f;         // rwkv.cpp's LayerNorm and v5's group norm
+  static constexpr float kEps = 1e-5f;         // v5's group norm (rwkv.cpp's and llama.cpp's)
   static constexpr float kGroupEpsV6 = 64e-5f;  // v6/v7's group norm (rwkv.cpp's ln_x)
 
   // A LoRA matrix's shape, which the tensor specs cannot know in advance (its inner width is the file's).
@@ -418,6 +423,8 @@ class RwkvProgram final : public step::Program {
   int64_t maa_rows_ = 0, decay_rows_ = 0, lora_cols_ = 0;
   Version v_;
   int64_t C_, H_, S_ = 0;
+  float eps_;               // the layer norms' (rwkv.cpp: 1e-5; GGUF: attention.layer_norm_epsilon)
+  int64_t rescale_every_;   // 0: none
   step::Weight emb_, head_;
   step::Vec ln0_w_, ln0_b_, ln_out_w_, ln_out_b_;
   step::View x_, h_, hp_, tmp_, r_, k_, v_buf_, g_, wkv_, ffn_k_, w_, a_, v_first_, bonus_, lora_, decay_lora_;
@@ -503,11 +510,26 @@ void check_rwkv_config(const ModelConfig& c) {
 ArchInfo rwkv_arch(std::string_view name) {
   ArchInfo a;
   a.name = name;
-  // llama.cpp's GGUF spells RWKV 6/7 differently from rwkv.cpp's files; only the latter are read.
-  a.read_gguf = [](const GgufKeys& keys, ModelConfig&) {
-    GA_THROW(Unsupported, "RWKV in GGUF ('", keys.key("").substr(0, keys.key("").size() - 1),
-             "') is not read yet; load an rwkv.cpp model file (.bin)");
-  };
+  if (name == "rwkv6" || name == "rwkv7") {
+    // llama.cpp's GGUF: its names become the ones bound here as the file loads (rwkv_gguf.cpp)
+    a.read_gguf = read_rwkv_gguf;
+    a.write_gguf = write_rwkv_gguf;
+    a.gguf_fixup = rwkv_gguf_fixup;
+    a.gguf_tensor_specs = rwkv_gguf_tensor_specs;
+  } else {
+    // The registry finds an architecture by its GGUF reader; llama.cpp has no GGUF for RWKV 4/5.
+    a.read_gguf = [](const GgufKeys& keys, ModelConfig&) {
+      GA_THROW(Unsupported, "RWKV 4/5 in GGUF ('", keys.key("").substr(0, keys.key("").size() - 1),
+               "') is not a format llama.cpp writes; load the rwkv.cpp model file (.bin)");
+    };
+  }
+  if (name == "rwkv4") {
+    a.hf_classes = {"RwkvForCausalLM"};
+    a.hf_model_types = {"rwkv"};
+    a.read_hf = read_rwkv4_hf;
+    a.hf_tensor_name = rwkv4_hf_tensor_name;
+    a.hf_fixup = rwkv4_hf_fixup;
+  }
   a.tensor_specs = rwkv_tensor_specs;
   a.check_config = check_rwkv_config;
   a.make_factory = [](const LoadedModel& m) -> std::unique_ptr<step::ProgramFactory> {

@@ -44,6 +44,8 @@ LoadedModel load_gguf_model(const std::string& path, const LoadOptions& options)
     GA_LOG(Warn, "model '", c.name, "': tokenizer has ", model.vocab.tokens.size(), " tokens but n_vocab is ",
            c.n_vocab);
   }
+  const arch::ArchInfo& family = arch::arch_of(c);
+  if (family.gguf_fixup) family.gguf_fixup(model);  // e.g. RWKV: llama.cpp's names -> the forward's
   arch::check_model(model, options.progress);
   return model;
 }

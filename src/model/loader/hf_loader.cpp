@@ -179,7 +179,12 @@ class HfLoader {
       GA_LOG(Warn, dir_.string(), ": ignoring ", unknown.size(), " tensor(s) the ", c.arch,
              " architecture does not use: ", list, unknown.size() > 5 ? ", ..." : "");
     }
-    GA_CHECK(c.tied_embeddings || model.find_weight("output.weight") != nullptr, InvalidFormat, "'",
+    // (families whose classifier has GGUF's name; the others' tensor check names theirs, e.g. RWKV's head.weight)
+    const std::vector<arch::TensorSpec> specs = arch_->tensor_specs(c);
+    const bool has_output = std::any_of(specs.begin(), specs.end(), [](const arch::TensorSpec& s) {
+      return s.name == "output.weight";
+    });
+    GA_CHECK(!has_output || c.tied_embeddings || model.find_weight("output.weight") != nullptr, InvalidFormat, "'",
              dir_.string(), "' has no lm_head.weight and config.json does not set tie_word_embeddings");
     // Some families always have q/k/v biases; for the others their presence decides (as in the GGUF loader).
     c.qkv_bias = c.qkv_bias || model.find_weight("blk.0.attn_q.bias") != nullptr;

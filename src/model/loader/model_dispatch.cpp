@@ -23,8 +23,10 @@ LoadedModel load_model(const std::string& path, const LoadOptions& options) {
   const bool got = f != nullptr && std::fread(head, 1, 2, f) == 2;
   if (f != nullptr) std::fclose(f);
   GA_CHECK(!(got && ((head[0] == 'P' && head[1] == 'K') || head[0] == 0x80)), Unsupported, "'", path,
-           "' is a PyTorch checkpoint, which gpu_accel does not read; for an RWKV .pth, convert it with rwkv.cpp's ",
-           "python/convert_pytorch_to_ggml.py (then load the .bin it writes), otherwise convert it to GGUF");
+           "' is a PyTorch checkpoint (a pickle), which gpu_accel does not read; for a BlinkDL RWKV .pth, convert it ",
+           "with rwkv.cpp's python/convert_pytorch_to_ggml.py and load the .bin it writes, or, from a Hugging Face ",
+           "folder of the model, with llama.cpp's convert_hf_to_gguf.py (RWKV 6/7) and load the .gguf; ",
+           "other models: convert to GGUF or safetensors");
   return load_gguf_model(path, options);
 }
 

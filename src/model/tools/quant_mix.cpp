@@ -145,7 +145,22 @@ bool should_quantize(std::string_view name, size_t n_dims) {
   for (const char* keep : {"_norm.weight", "ffn_gate_inp.weight", "position_embd.weight", "token_types.weight"}) {
     if (contains(name, keep)) return false;
   }
+  // ... and RWKV's small 2-D tensors: time_first, the LoRA matrices, the fused lerp stack (llama-quant.cpp's list)
+  for (const char* keep : {"time_mix_first.weight", "time_mix_w0.weight", "time_mix_w1.weight", "time_mix_w2.weight",
+                           "time_mix_v0.weight", "time_mix_v1.weight", "time_mix_v2.weight", "time_mix_a0.weight",
+                           "time_mix_a1.weight", "time_mix_a2.weight", "time_mix_g1.weight", "time_mix_g2.weight",
+                           "time_mix_decay_w1.weight", "time_mix_decay_w2.weight", "time_mix_lerp_fused.weight"}) {
+    if (contains(name, keep)) return false;
+  }
   return true;
+}
+
+bool converter_keeps_f32(std::string_view name) {
+  for (const char* f32 : {"time_mix_first.weight", "time_mix_w1.weight", "time_mix_w2.weight", "time_mix_decay_w1.weight",
+                          "time_mix_decay_w2.weight", "time_mix_lerp_fused.weight"}) {
+    if (contains(name, f32)) return true;
+  }
+  return false;
 }
 
 DType choose_tensor_type(const FileType& ftype, const MixContext& ctx, std::string_view name, uint64_t ne0,

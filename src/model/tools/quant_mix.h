@@ -55,6 +55,10 @@ struct MixContext {
 // small special tensor. Other tensors are copied unchanged.
 bool should_quantize(std::string_view name, size_t n_dims);
 
+// convert_hf_to_gguf.py's F32 list among 2-D tensors (RWKV's time_first, the v6 LoRAs and v7's decay LoRA, the
+// fused lerp stack): what stays F32 in an F16 conversion. Its other 2-D tensors get the conversion's type.
+bool converter_keeps_f32(std::string_view name);
+
 // The type of one tensor that should_quantize() accepted, with row length ne0. `pure` keeps the
 // default type for every matrix. When the row length forces a fallback, *fallback_note (if given)
 // receives a one-line explanation for the log.

@@ -7,8 +7,10 @@
 // +-3.46 sigma, which is irrelevant for random benchmark weights, and costs ~1 ns.
 #include "model/tools/random_model.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <optional>
 #include <vector>
 
 #include "core/thread_pool.h"
@@ -16,11 +18,16 @@
 #include "gpu_accel/gguf.h"
 #include "model/arch/architecture.h"
 #include "model/tools/row_convert.h"
+#include "model/tools/rwkv_to_gguf.h"
 
 namespace ga::tools {
 namespace {
 
-// name, arch, n_embd, n_layer, n_head, n_head_kv, n_ff, n_ctx, [head_dim, experts, used, ff_exp, ff_shexp, window]
+constexpr int64_t kRwkvContext = 1048576;  // what the converter writes: "RWKV isn't context limited"
+constexpr int64_t kWorldVocab = 65536;     // rwkv_vocab_v20230424, padded
+
+// name, arch, n_embd, n_layer, n_head, n_head_kv, n_ff, n_ctx, [head_dim, experts, used, ff_exp, ff_shexp, window,
+// n_vocab]
 // (the real models' shapes; make_gguf.py's for the Llama ones). The tiny-* ones are test sizes with head dim 64
 // (or Phi-3's 96), the smallest the tuned attention kernels take.
 constexpr ModelPreset kPresets[] = {
@@ -42,6 +49,16 @@ constexpr ModelPreset kPresets[] = {
     {"tiny-mixtral", "llama", 256, 2, 4, 2, 512, 1024, 64, 4, 2, 512},
     {"tiny-qwen2moe", "qwen2moe", 256, 2, 4, 2, 512, 1024, 64, 8, 2, 128, 256},
     {"tiny-qwen3moe", "qwen3moe", 256, 2, 4, 2, 512, 1024, 64, 16, 4, 128},
+    // RWKV (head size 64; n_ff as the HF configs give it or the converter derives it: v6 3.5 C, v7 4 C; the
+    // LoRA widths follow the converter's rules in preset_config): Finch 1.6B / 3B / 7B, Goose 1.5B / 2.9B / 7.2B.
+    {"rwkv6-1.6b", "rwkv6", 2048, 24, 32, 32, 7168, kRwkvContext, 64, 0, 0, 0, 0, 0, kWorldVocab},
+    {"rwkv6-3b", "rwkv6", 2560, 32, 40, 40, 8960, kRwkvContext, 64, 0, 0, 0, 0, 0, kWorldVocab},
+    {"rwkv6-7b", "rwkv6", 4096, 32, 64, 64, 14336, kRwkvContext, 64, 0, 0, 0, 0, 0, kWorldVocab},
+    {"rwkv7-1.5b", "rwkv7", 2048, 24, 32, 32, 8192, kRwkvContext, 64, 0, 0, 0, 0, 0, kWorldVocab},
+    {"rwkv7-2.9b", "rwkv7", 2560, 32, 40, 40, 10240, kRwkvContext, 64, 0, 0, 0, 0, 0, kWorldVocab},
+    {"rwkv7-7.2b", "rwkv7", 4096, 32, 64, 64, 16384, kRwkvContext, 64, 0, 0, 0, 0, 0, kWorldVocab},
+    {"tiny-rwkv6", "rwkv6", 256, 2, 4, 4, 896, kRwkvContext, 64, 0, 0, 0, 0, 0, 1024},
+    {"tiny-rwkv7", "rwkv7", 256, 2, 4, 4, 1024, kRwkvContext, 64, 0, 0, 0, 0, 0, 1024},
 };
 
 constexpr uint32_t kAlignment = 32;
@@ -49,7 +66,9 @@ constexpr uint32_t kQuantizationVersion = 2;
 constexpr float kRmsEps = 1e-5f;
 constexpr float kRopeFreqBase = 10000.0f;
 constexpr float kNormWeightStd = 0.1f;
-constexpr float kRouterStd = 3.0f;  // router logits of std ~3: the top-k changes from token to token
+constexpr int64_t kRwkv6Rescale = 6;  // the Finch HF configs' rescale_every, which the converter writes
+constexpr float kRouterStd = 3.0f;
+constexpr float kRwkvLoraUpStd = 0.01f;  // router logits of std ~3: the top-k changes from token to token
 
 uint64_t splitmix64_mix(uint64_t z) {
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
@@ -92,10 +111,14 @@ Distribution distribution(const arch::TensorSpec& t) {
   const std::string& n = t.name;
   const float fan_in = static_cast<float>(t.ne[0]);
   if (n == "token_embd.weight") return {0.0f, 1.0f};  // a lookup: fan_in 1
-  if (n.ends_with("norm.weight")) return {1.0f, kNormWeightStd};
+  if (n.ends_with("norm.weight") || n.ends_with("time_mix_ln.weight")) return {1.0f, kNormWeightStd};
   if (n.ends_with(".bias")) return {0.0f, kNormWeightStd};
   if (n.starts_with("rope_factors")) return {1.0f, 0.0f};
   if (n.ends_with("ffn_gate_inp.weight")) return {0.0f, kRouterStd / std::sqrt(fan_in)};
+  // RWKV's LoRA up-projections stay small, as BlinkDL initializes them (uniform +-0.01 or zeros): at N(0, 1/fan_in)
+  // v6's data-dependent mixes and decays reach +-2, and a 24-layer random model then amplifies float rounding
+  // about 3x per layer (llama.cpp and this engine: 6e-7 apart after 2 layers, 8e-2 after 24).
+  if (n.ends_with("time_mix_w2.weight") || n.ends_with("time_mix_decay_w2.weight")) return {0.0f, kRwkvLoraUpStd};
   return {0.0f, 1.0f / std::sqrt(fan_in)};
 }
 
@@ -146,6 +169,21 @@ ModelConfig preset_config(const ModelPreset& p, int64_t n_vocab) {
     tp.fused_gate_up = true;
   } else if (arch == "llama" && p.n_expert > 0) {
     c.rope_freq_base = 1e6f;
+  } else if (arch == "rwkv6") {
+    // the converter's rule when the HF config leaves them out (it always does for Finch)
+    c.rwkv.time_mix_extra_dim = p.n_embd == 4096 ? 64 : 32;
+    c.rwkv.time_decay_extra_dim = p.n_embd == 4096 ? 128 : 64;
+    c.rwkv.rescale_every = kRwkv6Rescale;
+  } else if (arch == "rwkv7") {
+    // the converter's calc_lora_rank (BlinkDL's rule; it gives the published Goose configs' widths)
+    const auto rank = [&](double exponent, double multiplier) {
+      const double r = std::nearbyint(std::pow(static_cast<double>(p.n_embd), exponent) * multiplier / 32.0);
+      return std::max<int64_t>(1, static_cast<int64_t>(r)) * 32;
+    };
+    c.rwkv.lora_decay = rank(0.5, 1.8);
+    c.rwkv.lora_iclr = rank(0.5, 1.8);
+    c.rwkv.lora_value_mix = rank(0.5, 1.3);
+    c.rwkv.lora_gate = rank(0.8, 0.6);
   }
   return c;
 }
@@ -170,12 +208,26 @@ MakeModelSummary make_random_model(const std::string& output_path, const MakeMod
   const std::optional<FileType> ftype = file_type_from_name(options.type);
   GA_CHECK(ftype.has_value(), InvalidArgument, "unknown type '", options.type, "' (one of ", file_type_names(), ")");
 
-  const gguf::File vocab = gguf::File::open(options.vocab_path);
-  const auto tokens = vocab.get_string_array("tokenizer.ggml.tokens");
-  GA_CHECK(tokens.has_value() && !tokens->empty(), InvalidFormat, "'", options.vocab_path,
-           "' has no tokenizer.ggml.tokens: not a vocabulary GGUF");
-  const int64_t n_vocab = static_cast<int64_t>(tokens->size());
   const ModelPreset& p = *preset;
+  const bool rwkv = std::string_view(p.arch).starts_with("rwkv");
+  // The tokenizer: a vocab GGUF's keys, or (RWKV) the World vocabulary laid out as the converter does.
+  std::optional<gguf::File> vocab_gguf;
+  std::optional<Vocab> world;
+  int64_t n_vocab = p.n_vocab;
+  if (!options.vocab_path.empty() && !options.vocab_path.ends_with(".txt")) {
+    vocab_gguf = gguf::File::open(options.vocab_path);
+    const auto tokens = vocab_gguf->get_string_array("tokenizer.ggml.tokens");
+    GA_CHECK(tokens.has_value() && !tokens->empty(), InvalidFormat, "'", options.vocab_path,
+             "' has no tokenizer.ggml.tokens: not a vocabulary GGUF");
+    GA_CHECK(n_vocab == 0 || static_cast<int64_t>(tokens->size()) <= n_vocab, InvalidArgument, "'", options.vocab_path,
+             "' has ", tokens->size(), " tokens, more than preset ", p.name, "'s ", n_vocab);
+    if (n_vocab == 0) n_vocab = static_cast<int64_t>(tokens->size());
+  } else {
+    GA_CHECK(rwkv, InvalidArgument, "preset ", p.name, " needs a vocab-only GGUF (--vocab)");
+    const std::optional<Vocab> file =
+        options.vocab_path.empty() ? std::nullopt : std::optional<Vocab>(Vocab::from_rwkv_world(options.vocab_path));
+    world = rwkv_world_gguf_vocab(file ? &*file : nullptr, n_vocab);
+  }
 
   const ModelConfig config = preset_config(p, n_vocab);
   const arch::ArchInfo& family = arch::arch_of(config);
@@ -186,7 +238,11 @@ MakeModelSummary make_random_model(const std::string& output_path, const MakeMod
   writer.set("general.alignment", gguf::Value::u32(kAlignment));
   writer.set("general.file_type", gguf::Value::u32(ftype->id));
   family.write_gguf(config, writer);
-  writer.copy_metadata(vocab, "tokenizer.");
+  if (vocab_gguf) {
+    writer.copy_metadata(*vocab_gguf, "tokenizer.");
+  } else {
+    write_rwkv_tokenizer(*world, writer);
+  }
   writer.set("general.quantization_version", gguf::Value::u32(kQuantizationVersion));
 
   MixContext ctx;
@@ -199,12 +255,17 @@ MakeModelSummary make_random_model(const std::string& output_path, const MakeMod
   MakeModelSummary summary;
   summary.ftype = *ftype;
   summary.n_vocab = n_vocab;
-  std::vector<arch::TensorSpec> specs = family.tensor_specs(config);
+  // the file's own layout where it differs from what the forward binds (RWKV: llama.cpp's names)
+  std::vector<arch::TensorSpec> specs = family.gguf_tensor_specs ? family.gguf_tensor_specs(config) : family.tensor_specs(config);
   std::erase_if(specs, [](const arch::TensorSpec& t) { return !t.required; });
+  // The type of a 2-D tensor llama-quantize leaves alone (RWKV's LoRAs): what the converter gave it, F32 for its
+  // list, else the conversion's float type (F16 below a quantized type).
+  const DType float_type = traits(ftype->base).quantized ? DType::F16 : ftype->base;
   for (size_t index = 0; index < specs.size(); ++index) {
     const arch::TensorSpec& spec = specs[index];
     const bool matrix = should_quantize(spec.name, spec.ne.size());
-    const DType type = matrix ? choose_tensor_type(*ftype, ctx, spec.name, spec.ne[0], false) : DType::F32;
+    DType type = matrix ? choose_tensor_type(*ftype, ctx, spec.name, spec.ne[0], false) : DType::F32;
+    if (!matrix && rwkv && spec.ne.size() >= 2 && !converter_keeps_f32(spec.name)) type = float_type;
     const int64_t cols = static_cast<int64_t>(spec.ne[0]);
     int64_t rows = 1;  // a 3-D expert stack is quantized and drawn as rows too
     for (size_t d = 1; d < spec.ne.size(); ++d) rows *= static_cast<int64_t>(spec.ne[d]);

@@ -1,5 +1,6 @@
 // Random-weight models of real shapes, for benchmarks (the C++ twin of ../shared/tools/make_gguf.py, for every
-// registered decoder family: Llama, Qwen3, Gemma 2/3, Phi-3, Mixtral, Qwen2/3-MoE): the speed of a transformer
+// registered decoder family: Llama, Qwen3, Gemma 2/3, Phi-3, Mixtral, Qwen2/3-MoE; and RWKV 6/7 in the layout of
+// llama.cpp's converter, tensor types included, so llama.cpp runs the same file): the speed of a transformer
 // does not depend on its weight values, so a random 7B model measures an engine as the real one would, for a
 // fixed generation length. The tensors are the architecture's own tensor specs, the hyperparameter keys its
 // own GGUF writer's (model/arch/), so a preset loads exactly as a converted model of that family does.
@@ -30,6 +31,7 @@ struct ModelPreset {
   int64_t head_dim = 0;  // 0: n_embd / n_head
   int64_t n_expert = 0, n_expert_used = 0, n_ff_exp = 0, n_ff_shexp = 0;
   int64_t sliding_window = 0;
+  int64_t n_vocab = 0;  // 0: the vocabulary's size (RWKV: the model's, the World vocabulary padded to it)
 };
 
 // nullptr when unknown.
@@ -41,7 +43,9 @@ ModelConfig preset_config(const ModelPreset& preset, int64_t n_vocab);
 struct MakeModelOptions {
   std::string preset;      // a preset name
   std::string type;        // a file type name (quant_mix.h): F16, Q4_0, Q4_K_M, ...
-  std::string vocab_path;  // vocab-only GGUF whose tokenizer.* keys are copied
+  // A vocab-only GGUF whose tokenizer.* keys are copied; for RWKV also an rwkv_vocab_v20230424.txt (laid out as
+  // llama.cpp's converter does) or empty (a byte-level World vocabulary, padded to the preset's n_vocab).
+  std::string vocab_path;
   uint64_t seed = 0;
   int n_threads = 0;       // 0: all hardware threads
 };

@@ -13,6 +13,7 @@
 #include "gpu_accel/gguf.h"
 #include "gpu_accel/tokenizer.h"
 #include "runtime/tokenizer/pre_tokenizer.h"
+#include "runtime/tokenizer/unicode.h"
 #include "runtime/tokenizer/vocab_common.h"
 
 namespace ga {
@@ -34,6 +35,38 @@ bool is_llama3_style(const std::string& pre) {
   return pre == "llama3" || pre == "llama-v3" || pre == "llama-bpe" || pre == "falcon3";
 }
 
+// A token of an RWKV World GGUF: llama.cpp's converter stores the token's bytes as Python's bytes repr without
+// the b'' (\xHH for bytes outside printable ASCII; \t \n \r; \\ and \' for themselves); llama.cpp's
+// llama_unescape_rwkv_token reads it back the same way.
+std::string unescape_rwkv_token(const std::string& escaped, size_t id) {
+  std::string out;
+  out.reserve(escaped.size());
+  for (size_t i = 0; i < escaped.size(); ++i) {
+    if (escaped[i] != '\\') {
+      out += escaped[i];
+      continue;
+    }
+    GA_CHECK(i + 1 < escaped.size(), InvalidFormat, "GGUF tokenizer.ggml.tokens: RWKV token ", id, " ends in a backslash");
+    const char e = escaped[++i];
+    if (e == 't') {
+      out += '\t';
+    } else if (e == 'n') {
+      out += '\n';
+    } else if (e == 'r') {
+      out += '\r';
+    } else if (e == 'x') {
+      const int hi = i + 2 < escaped.size() ? text::hex_digit_value(escaped[i + 1]) : -1;
+      const int lo = hi >= 0 ? text::hex_digit_value(escaped[i + 2]) : -1;
+      GA_CHECK(lo >= 0, InvalidFormat, "GGUF tokenizer.ggml.tokens: RWKV token ", id, " has a bad \\x escape");
+      out += static_cast<char>(hi * 16 + lo);
+      i += 2;
+    } else {
+      out += e;  // a backslash, a quote
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 Vocab Vocab::from_gguf(const gguf::File& file) {
@@ -47,9 +80,11 @@ Vocab Vocab::from_gguf(const gguf::File& file) {
     v.type = VocabType::SPM;
   } else if (*model == "gpt2") {
     v.type = VocabType::BPE;
+  } else if (*model == "rwkv") {
+    v.type = VocabType::RwkvWorld;
   } else {
     GA_THROW(Unsupported, "unsupported tokenizer model '", *model,
-             "' (tokenizer.ggml.model; supported: 'llama' (SentencePiece), 'gpt2' (byte-level BPE))");
+             "' (tokenizer.ggml.model; supported: 'llama' (SentencePiece), 'gpt2' (byte-level BPE), 'rwkv' (RWKV World))");
   }
   v.pre = file.get_string("tokenizer.ggml.pre").value_or("default");
 
@@ -76,7 +111,14 @@ Vocab Vocab::from_gguf(const gguf::File& file) {
     }
   }
 
-  if (v.type == VocabType::SPM) {
+  if (v.type == VocabType::RwkvWorld) {
+    // llama.cpp's defaults: no special ids (the converter writes bos = eos = 0 and eot = 261, "\n\n"), no BOS,
+    // no space prefix; the tokens' bytes come back from their escaped form.
+    for (size_t i = 0; i < n; ++i) v.tokens[i] = unescape_rwkv_token(v.tokens[i], i);
+    v.add_bos = false;
+    v.add_space_prefix = false;
+    v.byte_fallback = false;
+  } else if (v.type == VocabType::SPM) {
     v.bos_id = 1, v.eos_id = 2, v.unk_id = 0;  // llama.cpp's defaults for SentencePiece vocabs
     v.add_bos = true;
     v.add_space_prefix = true;

@@ -166,6 +166,7 @@ class CudaEngine final : public CudaForward, public CudaBatchForward, private st
   void mix(const step::MixOp& op) override;
   void unary(step::View x, step::Unary fn) override;
   void mul(step::View x, step::View y) override;
+  void scale(step::View x, float s) override;
   void add_vec(step::View x, step::Vec b) override;
   void lerp_to(step::View x, step::View target, step::View t) override;
   void wkv4(const step::Wkv4Op& op) override;

@@ -218,6 +218,13 @@ void CudaEngine::mul(step::View x, step::View y) {
   wrote(x);
 }
 
+void CudaEngine::scale(step::View x, float s) {
+  if (warm_matmuls_only_) return;
+  check_view(x, "scale");
+  GA_CUDA_CHECK(scale_rows(ptr(x), ld(x), shape_->n_tokens, x.cols, s, stream_.get()));
+  wrote(x);
+}
+
 void CudaEngine::add_vec(step::View x, step::Vec b) {
   if (warm_matmuls_only_) return;
   check_view(x, "add_vec");
