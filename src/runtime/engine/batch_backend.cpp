@@ -69,10 +69,11 @@ class CpuBatchBackend final : public BatchBackend {
 class CudaBatchBackend final : public BatchBackend {
  public:
   CudaBatchBackend(std::unique_ptr<cuda::CudaBatchForward> forward, int device_index, int64_t max_seqs,
-                   bool gpu_sampling)
+                   bool gpu_sampling, bool recurrent)
       : forward_(std::move(forward)),
         device_("cuda:" + std::to_string(device_index)),
-        sampler_max_rows_(gpu_sampling ? max_seqs : 0) {}
+        sampler_max_rows_(gpu_sampling ? max_seqs : 0),
+        recurrent_(recurrent) {}
 
   std::span<const float> forward(std::span<const arch::BatchToken> batch,
                                  std::span<const std::span<const int32_t>> block_tables) override {
@@ -103,6 +104,7 @@ class CudaBatchBackend final : public BatchBackend {
   }
   int64_t n_vocab() const override { return forward_->n_vocab(); }
   int64_t n_blocks() const override { return forward_->n_blocks(); }
+  bool recurrent_state() const override { return recurrent_; }
   const std::string& device() const override { return device_; }
   std::string description() const override { return forward_->description(); }
 
@@ -110,6 +112,7 @@ class CudaBatchBackend final : public BatchBackend {
   std::unique_ptr<cuda::CudaBatchForward> forward_;
   std::string device_;
   int64_t sampler_max_rows_ = 0;  // > 0: GPU sampling on
+  bool recurrent_ = false;        // the model keeps recurrent state (no prefix cache: batch_backend.h)
   cuda::DeviceLogits device_logits_;  // the last forward_for_sampling()'s rows
   std::unique_ptr<cuda::CudaSampling> sampler_;
 };
@@ -153,9 +156,10 @@ std::unique_ptr<BatchBackend> make_batch_backend(const LoadedModel& model, const
     params.use_cuda_graph = options.cuda_graphs;
     params.prefill_graph_max_tokens = options.prefill_graph_max_tokens;
     try {
-      return std::make_unique<CudaBatchBackend>(
-          cuda::make_cuda_batch_forward(model, *arch::make_program_factory(model), params), gpu_index,
-                                                options.max_seqs, options.gpu_sampling);
+      const std::unique_ptr<step::ProgramFactory> factory = arch::make_program_factory(model);
+      return std::make_unique<CudaBatchBackend>(cuda::make_cuda_batch_forward(model, *factory, params), gpu_index,
+                                                options.max_seqs, options.gpu_sampling,
+                                                !factory->state().recurrent.empty());
     } catch (const Error& e) {
       if (!is_auto || e.kind() != ErrorKind::Unsupported) throw;
       GA_LOG(Warn, "device auto: the GPU cannot run this model (", e.what(), "); using the CPU");

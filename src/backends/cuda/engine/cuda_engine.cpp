@@ -392,17 +392,23 @@ CudaEngine::CudaEngine(const LoadedModel& model, const step::ProgramFactory& fac
                      "), ", static_cast<double>(needed) / kMiB, " MiB on device");
   // Which attention kernels the steps take: a refused sizing probe (allocate_state) would leave them on the
   // simple fallback, correct and several times slower, so it is said here and checked by the GPU tests.
-  description_ += decode_attention_tuned_ ? str(", decode attention: split-KV (workspace ",
-                                                static_cast<double>(attn_workspace_bytes_) / kMiB, " MiB)")
-                                          : str(", decode attention: simple (", decode_attention_refusal_, ")");
+  if (kv_layers_.empty()) {
+    description_ += ", no attention layers";
+  } else {
+    description_ += decode_attention_tuned_ ? str(", decode attention: split-KV (workspace ",
+                                                  static_cast<double>(attn_workspace_bytes_) / kMiB, " MiB)")
+                                            : str(", decode attention: simple (", decode_attention_refusal_, ")");
+  }
   if (n_rec_slots_ > 0) {
     description_ += str(", recurrent state ", n_rec_slots_, " x ", static_cast<double>(rec_floats_ * 4) / kMiB, " MiB");
   }
   if (moe_max_experts_ > 0) {
     description_ += moe_prefill_grouped_ ? ", MoE prefill: grouped GEMM" : ", MoE prefill: cuBLAS per expert";
   }
-  description_ += prefill_staging_.data() != nullptr ? ", prefill attention: Hopper flash (sm_90a)"
-                                                     : ", prefill attention: mma.sync";
+  if (!kv_layers_.empty()) {
+    description_ += prefill_staging_.data() != nullptr ? ", prefill attention: Hopper flash (sm_90a)"
+                                                       : ", prefill attention: mma.sync";
+  }
   prefill_stats_.max_tokens = prefill_graphs_allowed_ ? layout_.prefill_graph_max_tokens : 0;
   if (layout_.paged) {
     description_ += str(", KV pool ", layout_.n_blocks, " x ", layout_.block_size, " positions (",
