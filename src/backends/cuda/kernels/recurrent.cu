@@ -43,18 +43,13 @@ __device__ __forceinline__ int run_of_row(const RecurrentRuns& r, int64_t t) {
   return lo;
 }
 
-// Two sums over the CTA (a multiple of 32 threads, at most kMaxHeadSize rounded up) in one pass; every thread
-// gets both.
-__device__ __forceinline__ float2 cta_sum2(float a, float b, float2* scratch) {
-  a = warp_sum(a);
-  b = warp_sum(b);
-  if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = make_float2(a, b);
+// The sum over the CTA (a multiple of 32 threads, at most kMaxHeadSize rounded up); every thread gets it.
+__device__ __forceinline__ float cta_sum(float v, float* scratch) {
+  v = warp_sum(v);
+  if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = v;
   __syncthreads();
-  float2 total = make_float2(0.0f, 0.0f);
-  for (int w = 0; w < static_cast<int>(blockDim.x >> 5); ++w) {
-    total.x += scratch[w].x;
-    total.y += scratch[w].y;
-  }
+  float total = 0.0f;
+  for (int w = 0; w < static_cast<int>(blockDim.x >> 5); ++w) total += scratch[w];
   __syncthreads();
   return total;
 }
@@ -140,32 +135,19 @@ __global__ void __launch_bounds__(kMaxHeadSize) wkv5_kernel(const Wkv5Params p) 
     if (p.decay_rows == nullptr) ws[j] = p.decay[p.w_per_head ? h : h * S + j];
   }
   __syncthreads();
-  // The next row's inputs are loaded while this row runs: the loop is a chain over the rows, and a load's latency
-  // paid per row would be most of a prompt's time.
-  const int64_t c = h * S + j;
-  const auto load = [&](int64_t t, float& r, float& k, float& v, float& w) {
-    if (j < S && t < run.end) {
-      r = p.r[t * p.ldr + c];
-      k = p.k[t * p.ldk + c];
-      v = p.v[t * p.ldv + c];
-      if (p.decay_rows != nullptr) w = p.decay_rows[t * p.ld_decay + c];
-    }
-  };
-  float r_now = 0.0f, k_now = 0.0f, v_now = 0.0f, w_now = 0.0f;
-  load(run.begin, r_now, k_now, v_now, w_now);
   for (int64_t t = run.begin; t < run.end; ++t) {
-    float r_next = 0.0f, k_next = 0.0f, v_next = 0.0f, w_next = 0.0f;
-    load(t + 1, r_next, k_next, v_next, w_next);
+    const int64_t c = h * S + j;
     if (j < S) {
-      rs[j] = r_now;
-      ks[j] = k_now;
-      if (p.decay_rows != nullptr) ws[j] = w_now;
+      rs[j] = p.r[t * p.ldr + c];
+      ks[j] = p.k[t * p.ldk + c];
+      if (p.decay_rows != nullptr) ws[j] = p.decay_rows[t * p.ld_decay + c];
     }
     __syncthreads();
     if (j < S) {
+      const float vj = p.v[t * p.ldv + c];
       float acc = 0.0f;
       for (int i = 0; i < S; ++i) {
-        const float kv = ks[i] * v_now;
+        const float kv = ks[i] * vj;
         const float s = st[i * S + j];
         acc += rs[i] * (us[i] * kv + s);
         st[i * S + j] = s * ws[i] + kv;
@@ -173,10 +155,6 @@ __global__ void __launch_bounds__(kMaxHeadSize) wkv5_kernel(const Wkv5Params p) 
       p.out[t * p.ld_out + c] = acc;
     }
     __syncthreads();  // rs / ks / ws are rewritten by the next row
-    r_now = r_next;
-    k_now = k_next;
-    v_now = v_next;
-    w_now = w_next;
   }
   for (int idx = j; idx < S * S; idx += static_cast<int>(blockDim.x)) global_state[idx] = st[idx];
 }
@@ -185,7 +163,7 @@ __global__ void __launch_bounds__(kMaxHeadSize) wkv5_kernel(const Wkv5Params p) 
 // floats so that the threads' walks over j fall in different banks).
 __global__ void __launch_bounds__(kMaxHeadSize) wkv7_kernel(const Wkv7Params p) {
   extern __shared__ float smem[];
-  __shared__ float2 scratch[kMaxHeadSize / 32];
+  __shared__ float scratch[kMaxHeadSize / 32];
   const int S = static_cast<int>(p.head_size);
   const int ld = S + 1;
   float* st = smem;  // [S][S + 1]
@@ -204,55 +182,42 @@ __global__ void __launch_bounds__(kMaxHeadSize) wkv7_kernel(const Wkv7Params p) 
     st[(idx / S) * ld + idx % S] = run.fresh ? 0.0f : global_state[idx];
   }
   const int64_t c = h * S + i;
-  const float k_k = i < S ? p.k_k[c] : 0.0f;
-  const float k_a = i < S ? p.k_a[c] : 0.0f;
-  const float r_k = i < S ? p.r_k[c] : 0.0f;
-  // The next row's inputs are loaded while this row runs (see wkv5_kernel).
-  struct Inputs {
-    float k = 0.0f, a = 0.0f, r = 0.0f, w = 0.0f, v = 0.0f;
-  };
-  const auto load = [&](int64_t t) {
-    Inputs in;
-    if (i < S && t < run.end) {
-      in.k = p.k[t * p.ldk + c];
-      in.a = p.a[t * p.lda + c];
-      in.r = p.r[t * p.ldr + c];
-      in.w = p.w[t * p.ldw + c];
-      in.v = p.v[t * p.ldv + c];
-    }
-    return in;
-  };
-  Inputs now = load(run.begin);
   for (int64_t t = run.begin; t < run.end; ++t) {
-    const Inputs next = load(t + 1);
-    // kk's norm and the bonus's r.k' sum do not depend on each other: one reduction for both
-    const float kk_raw = now.k * k_k;
-    const float ka = now.k * k_a;
-    const float kp = now.k + (now.a * ka - ka);
-    const float2 sums = cta_sum2(kk_raw * kk_raw, kp * now.r * r_k, scratch);  // also orders the last row's reads
+    float k = 0.0f, kk = 0.0f;
     if (i < S) {
-      const float kk = kk_raw * (1.0f / fmaxf(sqrtf(sums.x), 1e-12f));
+      k = p.k[t * p.ldk + c];
+      kk = k * p.k_k[c];
+    }
+    const float norm = sqrtf(cta_sum(kk * kk, scratch));  // also orders the previous row's reads of the arrays
+    float part = 0.0f;
+    if (i < S) {
+      kk *= 1.0f / fmaxf(norm, 1e-12f);
+      const float ka = k * p.k_a[c];
+      const float a = p.a[t * p.lda + c];
+      const float kp = k + (a * ka - ka);
+      const float r = p.r[t * p.ldr + c];
       kk_s[i] = kk;
       kp_s[i] = kp;
-      bb_s[i] = kk * now.a;
-      r_s[i] = now.r;
-      w_s[i] = now.w;
+      bb_s[i] = kk * a;
+      r_s[i] = r;
+      w_s[i] = p.w[t * p.ldw + c];
+      part = kp * r * p.r_k[c];
     }
-    __syncthreads();
+    const float rkr = cta_sum(part, scratch);  // its barriers publish the arrays
     if (i < S) {
+      const float vi = p.v[t * p.ldv + c];
       float* row = st + i * ld;
       float sa = 0.0f;
       for (int j = 0; j < S; ++j) sa += -kk_s[j] * row[j];
       float acc = 0.0f;
       for (int j = 0; j < S; ++j) {
-        const float s = row[j] * w_s[j] + now.v * kp_s[j] + sa * bb_s[j];
+        const float s = row[j] * w_s[j] + vi * kp_s[j] + sa * bb_s[j];
         row[j] = s;
         acc += s * r_s[j];
       }
       p.out[t * p.ld_out + c] = acc;
-      p.bonus[t * p.ld_bonus + c] = now.v * sums.y;
+      p.bonus[t * p.ld_bonus + c] = vi * rkr;
     }
-    now = next;
   }
   __syncthreads();
   for (int idx = i; idx < S * S; idx += static_cast<int>(blockDim.x)) {
