@@ -37,9 +37,14 @@ def _require_tensors(op, **tensors):
             raise ValueError(f"{op}: {name} is on {t.device}, the others on {device}")
 
 
+# These checks run under torch.compile too (dynamo traces them, on fake tensors): plain loops and conditions only,
+# no generator expressions, so that a fullgraph trace has nothing to break on.
 def _check_qkv(op, q, k, v, allowed_dtypes):
     kernels.require_module(op)
     _require_tensors(op, q=q, k=k, v=v)
+    if q.dim() < 3 or k.dim() < 3 or v.dim() < 3:
+        raise ValueError(f"{op}: q, k and v must have [..., nheads, headdim] axes, got shapes {tuple(q.shape)}, "
+                         f"{tuple(k.shape)}, {tuple(v.shape)}")
     if q.dtype not in allowed_dtypes:
         names = ", ".join(str(d).replace("torch.", "") for d in allowed_dtypes)
         raise ValueError(f"{op}: q has dtype {q.dtype}; our kernels take {names}")
@@ -64,10 +69,9 @@ def _check_options(op, dropout_p, softcap, alibi_slopes, window_size):
         raise ValueError(f"{op}: alibi_slopes is not supported (our kernels have no ALiBi)")
     if softcap is None or not (softcap >= 0.0) or math.isinf(softcap):
         raise ValueError(f"{op}: softcap must be 0.0 (off) or a finite positive cap, got {softcap}")
-    try:
-        left, right = (int(w) for w in window_size)
-    except (TypeError, ValueError):
-        raise ValueError(f"{op}: window_size must be a pair (left, right), got {window_size!r}") from None
+    if not isinstance(window_size, (tuple, list)) or len(window_size) != 2:
+        raise ValueError(f"{op}: window_size must be a pair (left, right), got {window_size!r}")
+    left, right = int(window_size[0]), int(window_size[1])
     if left < -1 or right < -1:
         raise ValueError(f"{op}: window_size bounds must be -1 (unbounded) or >= 0, got {window_size!r}")
     return left, right
@@ -91,7 +95,12 @@ def _pad_head_dim(t, kd):
 
 
 def _needs_grad(*tensors):
-    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+    if not torch.is_grad_enabled():
+        return False
+    for t in tensors:
+        if t.requires_grad:
+            return True
+    return False
 
 
 def _public_lse(lse):
@@ -155,7 +164,7 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
             raise ValueError(f"{op}: deterministic=True is not supported for the backward (our backward kernels "
                              "accumulate dQ with atomic adds)")
         kd = _kernel_head_dim(op, d, _BWD_HEAD_DIMS if training else _FWD_HEAD_DIMS)
-        qp, kp, vp = (_pad_head_dim(t, kd) for t in (q, k, v))
+        qp, kp, vp = _pad_head_dim(q, kd), _pad_head_dim(k, kd), _pad_head_dim(v, kd)
         out, lse = ops.flash_fwd(qp, kp, vp, scale, causal, left, right, float(softcap))
         if kd != d:
             out = out[..., :d]

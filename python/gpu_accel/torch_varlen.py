@@ -63,7 +63,8 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                                         int(max_seqlen_k), scale, causal, left, right, float(softcap))
     else:
         kd = _kernel_head_dim(op, d, _FWD_HEAD_DIMS)
-        qp, kp, vp = (_pad_head_dim(t, kd).contiguous() for t in (q, k, v))
+        qp, kp, vp = (_pad_head_dim(q, kd).contiguous(), _pad_head_dim(k, kd).contiguous(),
+                      _pad_head_dim(v, kd).contiguous())
         out, lse = ops.flash_varlen_fwd(qp, kp, vp, cu_q, cu_k, None, None, int(max_seqlen_q), int(max_seqlen_k),
                                         scale, causal, left, right, float(softcap))
         if kd != d:
