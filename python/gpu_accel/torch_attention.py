@@ -67,7 +67,7 @@ def _check_options(op, dropout_p, softcap, alibi_slopes, window_size):
         raise ValueError(f"{op}: dropout_p={dropout_p} is not supported (our kernels have no dropout)")
     if alibi_slopes is not None:
         raise ValueError(f"{op}: alibi_slopes is not supported (our kernels have no ALiBi)")
-    if softcap is None or not (softcap >= 0.0) or math.isinf(softcap):
+    if softcap is None or not (0.0 <= softcap < math.inf):  # comparisons only: NaN fails them too
         raise ValueError(f"{op}: softcap must be 0.0 (off) or a finite positive cap, got {softcap}")
     if not isinstance(window_size, (tuple, list)) or len(window_size) != 2:
         raise ValueError(f"{op}: window_size must be a pair (left, right), got {window_size!r}")

@@ -284,6 +284,8 @@ def test_torch_compile_fullgraph_equals_eager():
 
 
 def test_custom_ops_are_registered():
+    import gpu_accel.torch_attention  # noqa: F401  (registers the ops; other tests may not have run first)
+
     assert hasattr(torch.ops.gpu_accel, "flash_fwd") and hasattr(torch.ops.gpu_accel, "flash_bwd")
     q, k, v = _qkv(1, 64, 64, 2, 2, 64, torch.bfloat16)
     torch.library.opcheck(torch.ops.gpu_accel.flash_fwd.default, (q, k, v, 0.125, True, -1, 0, 0.0),
