@@ -24,6 +24,7 @@ pybind_dir=$("$PY" -c 'import pybind11; print(pybind11.get_cmake_dir())' 2>&1) |
   note "pybind11 is missing for $PY: $pybind_dir"
   finish 1
 }
+"$PY" -c "import pytest, numpy" 2>/dev/null || note "warning: $PY lacks pytest or numpy; the suite cannot run"
 py_include=$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
 [[ -f $py_include/Python.h ]] || note "warning: no Python.h in $py_include (python3-dev); the configure will fail"
 
@@ -58,14 +59,14 @@ export PYTHONPATH=$PKG${PYTHONPATH:+:$PYTHONPATH}
 
 # GA_REQUIRE_TORCH_CUDA=1: a missing torch, GPU or _flash fails the suite instead of skipping it.
 export GA_REQUIRE_TORCH_CUDA=1
-run_step "pytest torch front" 360 pytest.log "$PY" -m pytest -q -p no:cacheprovider -rfEs \
+run_step "pytest torch front" 330 pytest.log "$PY" -m pytest -q -p no:cacheprovider -rfEs \
   python/tests/test_torch_attention.py python/tests/test_flash_attn.py "$@"
 pytest_rc=$?
 note "pytest: $(grep -E '[0-9]+ (passed|failed|errors?)' "$OUT/pytest.log" | tail -1 | tr -d '=')"
 grep -E "^(FAILED|ERROR) " "$OUT/pytest.log" | cut -c1-400 | head -60 > "$OUT/pytest-failures.txt"
 [[ -s $OUT/pytest-failures.txt ]] && head -20 "$OUT/pytest-failures.txt"
 
-run_step "call overhead" 120 overhead.md "$PY" bench/python/attention_call_overhead.py
+run_step "call overhead" 90 overhead.md "$PY" bench/python/attention_call_overhead.py
 overhead_rc=$?
 grep -E "^\|" "$OUT/overhead.md" | tail -8
 mapfile -t verdicts < <(grep -E "^(PASS|FAIL)" "$OUT/overhead.md")
