@@ -44,10 +44,12 @@ cuda_rc=$?
 wait $cpu_pid
 cpu_rc=$?
 note "build: _C (CPU) rc=$cpu_rc, _flash (sm_90a) rc=$cuda_rc in $(($(date +%s) - t0)) s"
-for log in build-cpu build-cuda; do
-  grep -E "error|FAILED|Could NOT|CMake Error" -A3 "$OUT/$log.log" | head -30
-done
-((cpu_rc == 0 && cuda_rc == 0)) || finish 1
+if ((cpu_rc != 0 || cuda_rc != 0)); then
+  for log in build-cpu build-cuda; do
+    grep -E "error|FAILED|Could NOT|CMake Error" -A3 "$OUT/$log.log" | head -30
+  done
+  finish 1
+fi
 
 PKG=$B-pypkg
 rm -rf "$PKG" && mkdir -p "$PKG" && cp -r "$B-pycpu/python/gpu_accel" "$PKG/" &&
