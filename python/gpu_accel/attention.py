@@ -3,8 +3,6 @@ reference), torch tensors on our CUDA kernels (gpu_accel.torch_attention, import
 
 import math
 
-import numpy as np
-
 from . import _C
 from ._arrays import cpu_arrays, is_torch_tensor
 
@@ -41,7 +39,7 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     dropout_p > 0 and alibi_slopes are not supported and raise ValueError. deterministic is accepted (the CPU
     path is always deterministic).
     """
-    if not isinstance(q, np.ndarray) and is_torch_tensor(q):
+    if is_torch_tensor(q):
         return _torch_front().flash_attn_func(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap,
                                               alibi_slopes, deterministic, return_attn_probs, q_descale=q_descale,
                                               k_descale=k_descale, v_descale=v_descale)

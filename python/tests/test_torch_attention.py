@@ -283,6 +283,16 @@ def test_torch_compile_fullgraph_equals_eager():
     assert max_error(gx, gx_eager) <= 2e-2 * gx_eager.abs().max().item()
 
 
+def test_torch_compile_of_the_torch_front_itself():
+    # The same without gpu_accel.flash_attn_func's numpy/torch dispatch in the traced code: tells a graph break in
+    # the dispatch from one in the torch front when the test above fails.
+    from gpu_accel import torch_attention
+
+    q, k, v = _qkv(1, 200, 300, 4, 1, 128, torch.float16)
+    fn = torch.compile(lambda q, k, v: torch_attention.flash_attn_func(q, k, v, causal=True), fullgraph=True)
+    assert _close(fn(q, k, v), torch_attention.flash_attn_func(q, k, v, causal=True), rel=1e-3)
+
+
 def test_custom_ops_are_registered():
     import gpu_accel.torch_attention  # noqa: F401  (registers the ops; other tests may not have run first)
 
