@@ -18,9 +18,15 @@ Tensor = torch.Tensor
 
 
 def _aligned(t):
-    # The kernels load rows by TMA / 16-byte vectors: address and every stride but the last in 16-byte units.
+    # The kernels load rows by TMA / 16-byte vectors: address and every stride but the last in 16-byte units, and
+    # no broadcast (stride 0) axis longer than 1 (an expand()ed K/V for MQA, say: the kernels refuse those).
     unit = 16 // t.element_size()
-    return (t.stride(-1) == 1 and t.data_ptr() % 16 == 0 and all(s % unit == 0 for s in t.stride()[:-1]))
+    if t.stride(-1) != 1 or t.data_ptr() % 16 != 0:
+        return False
+    for size, stride in zip(t.shape[:-1], t.stride()[:-1]):
+        if stride % unit != 0 or (stride == 0 and size > 1):
+            return False
+    return True
 
 
 def _kernel_layout(t):
