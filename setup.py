@@ -1,5 +1,6 @@
-"""Builds gpu_accel's extension module with CMake: only the target _C (the library layers it links, no tests, no
-server, no CLI), then installs it beside the package's Python sources (python/gpu_accel).
+"""Builds gpu_accel's extension modules with CMake: only the target _C (the library layers it links, no tests, no
+server, no CLI) and, in a CUDA configuration, _flash (the torch front's flash kernels), then installs them beside
+the package's Python sources (python/gpu_accel).
 
 Environment:
   GA_PYTHON_BUILD_DIR  reuse this CMake build folder (e.g. build, already configured by tools/setup.sh): only
@@ -46,13 +47,20 @@ class CMakeBuild(build_ext):
                 args += ["-G", "Ninja"]
             args += shlex.split(os.environ.get("GA_CMAKE_ARGS", ""))
             subprocess.check_call(args)
-        subprocess.check_call(["cmake", "--build", build_dir, "--target", "_C", "-j", jobs])
-        built = glob.glob(os.path.join(build_dir, "python", "gpu_accel", "_C*.so"))
-        if len(built) != 1:
-            raise RuntimeError(f"setup.py: expected one _C*.so in {build_dir}/python/gpu_accel, found {built}")
+        # A CUDA configuration also has _flash (the torch front's kernels), which lands beside _C in the package.
+        targets = ["_C"]
+        if os.path.isdir(os.path.join(build_dir, "python", "CMakeFiles", "_flash.dir")):
+            targets.append("_flash")
+        subprocess.check_call(["cmake", "--build", build_dir, "--target", *targets, "-j", jobs])
         target = self.get_ext_fullpath(ext.name)
         os.makedirs(os.path.dirname(target), exist_ok=True)
-        shutil.copyfile(built[0], target)
+        for module in targets:
+            built = glob.glob(os.path.join(build_dir, "python", "gpu_accel", f"{module}*.so"))
+            if len(built) != 1:
+                raise RuntimeError(f"setup.py: expected one {module}*.so in {build_dir}/python/gpu_accel, "
+                                   f"found {built}")
+            dest = target if module == "_C" else os.path.join(os.path.dirname(target), os.path.basename(built[0]))
+            shutil.copyfile(built[0], dest)
 
 
 setup(

@@ -1,7 +1,9 @@
 """gpu_accel: the gpu_accel LLM engine and its kernels from Python.
 
 - ``gpu_accel.LLM``: load a model (GGUF or a Hugging Face folder), generate, chat, tokenize, logits.
-- ``gpu_accel.flash_attn_func``: flash-attention's forward with flash-attn's signature (numpy float32 on the CPU).
+- ``gpu_accel.flash_attn_func`` (and ``flash_attn_qkvpacked_func``, ``flash_attn_varlen_func``,
+  ``flash_attn_with_kvcache``): flash-attn's API. torch CUDA tensors run on our kernels (autograd, torch.compile;
+  CUDA builds); numpy float32 arrays on the CPU attention. torch is imported only when a tensor comes.
 - ``gpu_accel.ops``: the engine's CPU tensor ops (rms_norm, softmax, silu, swiglu, ...) on numpy arrays.
 - ``gpu_accel.build_info()``: version, commit, whether CUDA was compiled in and for which archs.
 
@@ -14,7 +16,7 @@ See docs/python.md.
 from . import _C
 from ._C import ArgumentError, Error
 from . import ops
-from .attention import flash_attn_func
+from .attention import flash_attn_func, flash_attn_qkvpacked_func, flash_attn_varlen_func, flash_attn_with_kvcache
 from .llm import LLM
 
 __version__ = _C.__version__
@@ -25,4 +27,5 @@ def build_info():
     return dict(_C.build_info())
 
 
-__all__ = ["LLM", "Error", "ArgumentError", "flash_attn_func", "ops", "build_info", "__version__"]
+__all__ = ["LLM", "Error", "ArgumentError", "flash_attn_func", "flash_attn_qkvpacked_func", "flash_attn_varlen_func",
+           "flash_attn_with_kvcache", "ops", "build_info", "__version__"]

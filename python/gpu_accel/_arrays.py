@@ -1,22 +1,22 @@
-"""Which implementation an op's arrays go to. Today: numpy float32 arrays run on the CPU (gpu_accel._C.ops).
-The torch / DLPack path (CUDA kernels, autograd) will be one more branch here; until it exists, such tensors
-are refused with a TypeError instead of being copied through numpy behind the caller's back."""
+"""Which implementation an op's arrays go to: numpy float32 arrays run on the CPU (gpu_accel._C.ops); torch tensors
+go to the torch front (gpu_accel.torch_attention: our CUDA kernels, autograd, custom ops), which only then imports
+torch. Nothing is converted between the two behind the caller's back."""
 
 import numpy as np
 
 
-def _is_torch_tensor(x):
-    return type(x).__module__.startswith("torch") and hasattr(x, "__dlpack__")
+def is_torch_tensor(x):
+    # by the type's module, so that telling needs no torch import (and torch.compile reads it as a constant)
+    return type(x).__module__.split(".")[0] == "torch"
 
 
 def cpu_arrays(op, **arrays):
     """The arrays as C-contiguous float32 numpy arrays, or TypeError naming the argument that is not one."""
     out = []
     for name, a in arrays.items():
-        if _is_torch_tensor(a):
-            raise TypeError(
-                f"{op}: {name} is a torch tensor; this build of gpu_accel takes numpy float32 arrays only "
-                "(the torch/CUDA path is not available yet)")
+        if is_torch_tensor(a):
+            raise TypeError(f"{op}: {name} is a torch tensor among numpy arrays; pass all torch tensors (the CUDA "
+                            "path) or all numpy float32 arrays (the CPU path)")
         if not isinstance(a, np.ndarray):
             raise TypeError(f"{op}: {name} must be a numpy.ndarray, got {type(a).__name__}")
         if a.dtype != np.float32:

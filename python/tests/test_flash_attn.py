@@ -6,6 +6,7 @@ import math
 import numpy as np
 import pytest
 
+import gpu_accel
 from gpu_accel import flash_attn_func
 
 
@@ -125,3 +126,28 @@ def test_non_float32_is_refused():
     q, k, v = make(1, 4, 4, 2, 2, 8)
     with pytest.raises(TypeError, match="float32"):
         flash_attn_func(q.astype(np.float16), k, v)
+
+
+def test_qkvpacked_equals_unpacked():
+    rng = np.random.default_rng(3)
+    qkv = rng.standard_normal((2, 37, 3, 4, 16)).astype(np.float32)
+    packed = gpu_accel.flash_attn_qkvpacked_func(qkv, causal=True)
+    unpacked = flash_attn_func(qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2], causal=True)
+    np.testing.assert_array_equal(packed, unpacked)
+    with pytest.raises(ValueError, match="qkv"):
+        gpu_accel.flash_attn_qkvpacked_func(qkv[:, :, :2])
+
+
+def test_cuda_only_functions_refuse_numpy():
+    q = np.zeros((8, 2, 16), dtype=np.float32)
+    cu = np.array([0, 8], dtype=np.int32)
+    with pytest.raises(TypeError, match="torch CUDA tensors"):
+        gpu_accel.flash_attn_varlen_func(q, q, q, cu, cu, 8, 8)
+    with pytest.raises(TypeError, match="torch CUDA tensors"):
+        gpu_accel.flash_attn_with_kvcache(q[None], q[None], q[None])
+
+
+def test_descales_refused_on_the_cpu_path():
+    q = np.zeros((1, 4, 2, 16), dtype=np.float32)
+    with pytest.raises(ValueError, match="q_descale"):
+        flash_attn_func(q, q, q, q_descale=1.0)

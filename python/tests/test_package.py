@@ -26,3 +26,17 @@ def test_error_hierarchy():
     assert issubclass(gpu_accel.Error, RuntimeError)
     assert issubclass(gpu_accel.ArgumentError, gpu_accel.Error)
     assert issubclass(gpu_accel.ArgumentError, ValueError)
+
+
+def test_import_does_not_import_torch():
+    # The torch front is imported when a tensor comes, never by `import gpu_accel` (CI has no torch).
+    import subprocess
+    import sys
+
+    code = "import sys, gpu_accel; assert 'torch' not in sys.modules, 'import gpu_accel imported torch'"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_flash_attn_api_is_exported():
+    for name in ("flash_attn_func", "flash_attn_qkvpacked_func", "flash_attn_varlen_func", "flash_attn_with_kvcache"):
+        assert callable(getattr(gpu_accel, name)) and name in gpu_accel.__all__
