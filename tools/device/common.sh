@@ -17,7 +17,8 @@
 #   run_step NAME SECS LOG CMD...  CMD under a timeout of SECS (or what is left), output appended to $OUT/LOG, and a
 #                              summary line with its exit code and its tests' / sanitizer's verdict lines
 #   bench_model PRESET TYPE    prints the path of a random-weight model of a real shape (gpu-accel make-model with
-#                              the 32000-token Llama-2 vocabulary; Phi-3's for phi3*), made once in /tmp/models;
+#                              the 32000-token Llama-2 vocabulary; Phi-3's for phi3*; RWKV's own World vocabulary
+#                              for rwkv*), made once in /tmp/models;
 #                              needs $B/bin/gpu-accel
 #   gpu_state                  one line: the GPU, its clocks, temperature and power now
 #   finish [RC]                the summary (also $OUT/summary.txt), every other file of $OUT packed into logs.tgz
@@ -85,10 +86,13 @@ bench_model() {
   # Phi-3 files get Phi-3's own vocabulary: llama.cpp gives a model named like Phi-3 the special tokens of
   # that vocabulary (<|endoftext|>, ...) and refuses the file when they are missing.
   [[ $preset == phi3* ]] && vocab=ggml-vocab-phi-3.gguf
+  # RWKV files carry the World vocabulary make-model writes for them (a Llama vocabulary would not fit the arch)
+  local vocab_args=(--vocab "$GA_SHARED/vocab/$vocab")
+  [[ $preset == rwkv* ]] && vocab_args=()
   mkdir -p /tmp/models
   if [[ ! -f $f ]]; then
     "$B/bin/gpu-accel" make-model --preset "$preset" --type "$type" --out "$f.part" \
-      --vocab "$GA_SHARED/vocab/$vocab" --threads "$JOBS" >> "$OUT/make-model.log" 2>&1 &&
+      "${vocab_args[@]}" --threads "$JOBS" >> "$OUT/make-model.log" 2>&1 &&
       mv "$f.part" "$f" || { note "make-model $preset $type failed"; return 1; }
   fi
   echo "$f"
