@@ -47,7 +47,12 @@ enum class DType : uint32_t {
   TQ2_0 = 35,
   MXFP4 = 39,  // OCP MX: 32 E2M1 weights share one E8M0 (power of two) scale
   NVFP4 = 40,  // NVIDIA: 64 E2M1 weights, one UE4M3 scale per 16
+  // Types only gpu_accel makes in memory (never in a GGUF file: their ids start at kFirstInternalDTypeId).
+  F8_B128 = 1000,  // 128 FP8 E4M3 weights times one float32 scale: an FP8 checkpoint's weights as they ship
 };
+inline constexpr uint32_t kFirstInternalDTypeId = 1000;
+// Whether a type can be stored in a GGUF file (every ggml type; not gpu_accel's in-memory ones).
+inline bool is_gguf_type(DType t) { return static_cast<uint32_t>(t) < kFirstInternalDTypeId; }
 
 struct DTypeTraits {
   DType type;

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,7 +22,9 @@
 #include "gpu_accel/dtype.h"
 #include "gpu_accel/error.h"
 #include "gpu_accel/model.h"
+#include "backends/cpu/quant.h"
 #include "model/arch/forward.h"
+#include "model/loader/hf_fp8.h"
 #include "model/formats/safetensors.h"
 
 namespace {
@@ -140,11 +143,73 @@ TEST(HfFp8, BlockAndChannelScalesLoadAsTheirDequantizedValues) {
     const std::vector<float> got = logits((dir / "fp8").string(), tokens);
     const std::vector<float> want = logits((dir / "ref").string(), tokens);
     ASSERT_EQ(got.size(), want.size());
-    EXPECT_EQ(got, want);                      // the loader's F32 weights are the test's
+    // Blocks of 32 columns cannot be F8_B128 (128 per scale): dequantized to the test's F32 values, bit for bit.
+    // Per channel, the 128-column attn_output stays FP8 (F8_B128) and the others (64 / 96 columns) dequantize:
+    // the same weights, only the dot's summation order differs.
+    const ga::LoadedModel m = ga::load_model((dir / "fp8").string());
+    if (scheme == Scheme::kBlocks) {
+      EXPECT_EQ(m.weights.at("blk.0.attn_output.weight").type, ga::DType::F32);
+      EXPECT_EQ(got, want);
+    } else {
+      EXPECT_EQ(m.weights.at("blk.0.attn_output.weight").type, ga::DType::F8_B128);
+      EXPECT_EQ(m.weights.at("blk.0.attn_q.weight").type, ga::DType::F32);
+      EXPECT_LT(rel_l2(got, want), 1e-6);
+    }
     EXPECT_LT(rel_l2(got, original), 0.1);     // and FP8 stays near the float weights
     EXPECT_GT(rel_l2(got, original), 1e-6);    // (it did quantize)
     fs::remove_all(dir);
   }
+}
+
+// F8_B128 blocks against the F32 dequantization of the same checkpoint: 128x128 scale blocks over 130 x 256 (a ragged
+// last row of blocks) and a per-tensor scale: dequantize_row of the blocks equals dequantize_fp8_weight bit for bit,
+// dot_row the float64 dot within float rounding; 64-column blocks stay F32 (nullopt); GGUF cannot hold the type.
+TEST(HfFp8, Fp8BlocksEqualTheDequantizedWeights) {
+  const uint64_t rows = 130, cols = 256;
+  std::vector<uint8_t> q(rows * cols);
+  for (uint64_t i = 0; i < q.size(); ++i) {
+    q[i] = static_cast<uint8_t>((i * 2654435761u) >> 24);
+    if ((q[i] & 0x7f) == 0x7f) q[i] ^= 1;  // no NaN codes
+  }
+  const std::vector<float> block_scales = {0.5f, 0.03125f, 1.75f, 0.0078125f}, one_scale = {0.013f};
+  const fs::path dir = temp_dir("blocks128");
+  fs::create_directories(dir);
+  ga::safetensors::Writer w;
+  w.add_tensor("a.weight", "F8_E4M3", {rows, cols}, q.data(), q.size());
+  w.add_tensor("a.weight_scale_inv", "F32", {2, 2}, block_scales.data(), block_scales.size() * 4);
+  w.add_tensor("b.weight", "F8_E4M3", {rows, cols}, q.data(), q.size());
+  w.add_tensor("b.weight_scale", "F32", {1}, one_scale.data(), 4);
+  const std::vector<float> narrow_scales(8, 0.25f);  // 128 x 64 blocks
+  w.add_tensor("c.weight", "F8_E4M3", {rows, cols}, q.data(), q.size());
+  w.add_tensor("c.weight_scale_inv", "F32", {2, 4}, narrow_scales.data(), narrow_scales.size() * 4);
+  w.write((dir / "model.safetensors").string());
+  const ga::safetensors::Checkpoint ckpt = ga::safetensors::Checkpoint::open_file((dir / "model.safetensors").string());
+  std::vector<float> x(cols);
+  for (uint64_t c = 0; c < cols; ++c) x[c] = std::sin(0.37f * static_cast<float>(c));
+  for (const char* name : {"a.weight", "b.weight"}) {
+    SCOPED_TRACE(name);
+    const ga::hf::Fp8Layout layout{128, 128};
+    const std::optional<std::vector<uint8_t>> blocks = ga::hf::fp8_weight_blocks(ckpt, name, layout);
+    ASSERT_TRUE(blocks.has_value());
+    const uint64_t rb = ga::row_bytes(ga::DType::F8_B128, cols);
+    ASSERT_EQ(blocks->size(), rows * rb);
+    const std::vector<float> want = ga::hf::dequantize_fp8_weight(ckpt, name, layout);
+    std::vector<float> got(cols);
+    for (uint64_t r = 0; r < rows; ++r) {
+      ga::cpu::dequantize_row(ga::DType::F8_B128, blocks->data() + r * rb, got.data(), static_cast<int64_t>(cols));
+      ASSERT_EQ(0, std::memcmp(got.data(), want.data() + r * cols, cols * 4)) << "row " << r;
+      double ref = 0.0, magnitude = 0.0;  // float sums of 128 terms: the error bound scales with sum |w x|
+      for (uint64_t c = 0; c < cols; ++c) {
+        ref += double{want[r * cols + c]} * x[c];
+        magnitude += std::abs(double{want[r * cols + c]} * x[c]);
+      }
+      const float dot = ga::cpu::dot_row(ga::DType::F8_B128, blocks->data() + r * rb, x.data(), static_cast<int64_t>(cols));
+      EXPECT_NEAR(dot, ref, 1e-5 * magnitude) << "row " << r;
+    }
+  }
+  EXPECT_FALSE(ga::hf::fp8_weight_blocks(ckpt, "c.weight", ga::hf::Fp8Layout{128, 64}).has_value());
+  EXPECT_FALSE(ga::is_gguf_type(ga::DType::F8_B128));
+  fs::remove_all(dir);
 }
 
 TEST(HfFp8, AMissingScaleOrAnUnknownMethodIsRefused) {

@@ -102,6 +102,20 @@ struct BlockNVFP4 {
   uint8_t qs[kQKNV / 2];
 };
 
+// F8_B128 (gpu_accel's own, not a ggml type): 128 FP8 E4M3 codes and the float32 scale they share;
+// weight j = e4m3(qs[j]) * d. The scale's bytes, not a float member, so that blocks need no alignment.
+inline constexpr int kQKF8 = 128;
+struct BlockF8B128 {
+  uint8_t d[4];
+  uint8_t qs[kQKF8];
+};
+inline float f8_block_scale(const BlockF8B128& b) {
+  float d;
+  std::memcpy(&d, b.d, 4);
+  return d;
+}
+
+static_assert(sizeof(BlockF8B128) == 132);
 static_assert(sizeof(BlockQ4_0) == 18);
 static_assert(sizeof(BlockQ4_1) == 20);
 static_assert(sizeof(BlockQ5_0) == 22);

@@ -191,6 +191,14 @@ void dequant_mxfp4(const BlockMXFP4* b, float* y, int64_t nb) {
   }
 }
 
+// y = e4m3 * d, one float product (what the FP8 checkpoint loader's F32 dequantization computes).
+void dequant_f8_b128(const BlockF8B128* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, y += kQKF8) {
+    const float d = f8_block_scale(b[i]);
+    for (int j = 0; j < kQKF8; ++j) y[j] = e4m3_to_f32(b[i].qs[j]) * d;
+  }
+}
+
 void dequant_nvfp4(const BlockNVFP4* b, float* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i) {
     for (int s = 0; s < kQKNV / kQKNVSub; ++s, y += kQKNVSub) {
@@ -244,6 +252,7 @@ void dequantize_row(DType type, const void* src, float* dst, int64_t n) {
     case DType::Q6_K: return dequant_q6_k(static_cast<const BlockQ6_K*>(src), dst, nb);
     case DType::MXFP4: return dequant_mxfp4(static_cast<const BlockMXFP4*>(src), dst, nb);
     case DType::NVFP4: return dequant_nvfp4(static_cast<const BlockNVFP4*>(src), dst, nb);
+    case DType::F8_B128: return dequant_f8_b128(static_cast<const BlockF8B128*>(src), dst, nb);
     default:
       GA_THROW(Unsupported, "dequantize_row: weight type ", traits(type).name, " is not supported on the CPU backend");
   }

@@ -16,8 +16,8 @@ void dequantize_row(DType type, const void* src, float* dst, int64_t n) {
 
 float dot_row(DType type, const void* row, const float* x, int64_t n) {
 #if GA_CPU_AVX2
-  // The FP4 types have no AVX2 kernel yet: they take the portable dot.
-  if (type == DType::MXFP4 || type == DType::NVFP4) return scalar::dot_row(type, row, x, n);
+  // The FP4 and FP8 block types have no AVX2 kernel yet: they take the portable dot.
+  if (type == DType::MXFP4 || type == DType::NVFP4 || type == DType::F8_B128) return scalar::dot_row(type, row, x, n);
   return avx2::dot_row(type, row, x, n);
 #else
   return scalar::dot_row(type, row, x, n);

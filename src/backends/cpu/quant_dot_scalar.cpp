@@ -6,6 +6,8 @@
 // a double so that long rows do not lose accuracy in the scalar path. Activations are never
 // quantized (unlike llama.cpp's CPU backend), so the result is the float64 dot of the
 // dequantized row up to float32 rounding.
+#include <array>
+
 #include "backends/cpu/quant.h"
 #include "backends/cpu/quant_kernels.h"
 #include "backends/cpu/quant_unpack.h"
@@ -62,6 +64,24 @@ float dot_halves(const void* row, const float* x, int64_t n, Convert convert) {
   return static_cast<float>(total);
 }
 
+// F8_B128: per block d * sum(e4m3(q) x), float inside a block, double across blocks; the codes through a table of
+// their 256 float values (each exact).
+float dot_f8_b128(const void* row, const float* x, int64_t n) {
+  static const auto table = [] {
+    std::array<float, 256> t{};
+    for (int c = 0; c < 256; ++c) t[static_cast<size_t>(c)] = e4m3_to_f32(static_cast<uint8_t>(c));
+    return t;
+  }();
+  const auto* b = static_cast<const blocks::BlockF8B128*>(row);
+  double total = 0.0;
+  for (int64_t i = 0; i < n / blocks::kQKF8; ++i, x += blocks::kQKF8) {
+    float sum = 0.0f;
+    for (int j = 0; j < blocks::kQKF8; ++j) sum += table[b[i].qs[j]] * x[j];
+    total += blocks::f8_block_scale(b[i]) * sum;
+  }
+  return static_cast<float>(total);
+}
+
 float dot_f32(const float* w, const float* x, int64_t n) {
   double total = 0.0;
   constexpr int64_t kChunk = 64;
@@ -95,6 +115,7 @@ float dot_row(DType type, const void* row, const float* x, int64_t n) {
     case DType::Q6_K: return dot_blocks<BlockQ6_K>(row, x, n);
     case DType::MXFP4: return dot_blocks<BlockMXFP4>(row, x, n);
     case DType::NVFP4: return dot_blocks<BlockNVFP4>(row, x, n);
+    case DType::F8_B128: return dot_f8_b128(row, x, n);
     default: GA_THROW(Unsupported, "dot_row: weight type ", traits(type).name, " is not supported on the CPU backend");
   }
 }

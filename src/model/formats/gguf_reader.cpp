@@ -228,8 +228,8 @@ class Parser {
       const uint64_t type_at = cur_.pos();
       const uint32_t type_id = cur_.u32("tensor type");
       const auto traits = dtype_traits(type_id);
-      GA_CHECK(traits.has_value(), InvalidFormat, "gguf: tensor '", t.name, "' has unknown type id ", type_id,
-               " at offset ", type_at);
+      GA_CHECK(traits.has_value() && is_gguf_type(traits->type), InvalidFormat, "gguf: tensor '", t.name,
+               "' has unknown type id ", type_id, " at offset ", type_at);
       GA_CHECK(t.ne[0] % traits->block_size == 0, InvalidFormat, "gguf: tensor '", t.name, "' row length ne[0] = ",
                t.ne[0], " is not a multiple of the ", traits->name, " block size ", traits->block_size);
       t.type = traits->type;

@@ -257,6 +257,8 @@ TensorInfo Writer::checked_info(std::string name, DType type, std::vector<uint64
   const auto traits = dtype_traits(static_cast<uint32_t>(type));
   GA_CHECK(traits.has_value(), InvalidArgument, "gguf writer: tensor '", name, "' has unknown type id ",
            static_cast<uint32_t>(type));
+  GA_CHECK(is_gguf_type(type), InvalidArgument, "gguf writer: tensor '", name, "' is ", traits->name,
+           ", an in-memory type of gpu_accel that GGUF cannot hold (convert it to F16 or quantize it first)");
   uint64_t n_elements = 1;
   for (const uint64_t n : ne) {
     // 2^48 elements is far beyond any real tensor and keeps every byte count below 2^64.

@@ -1,5 +1,6 @@
 #include "model/loader/hf_fp8.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "gpu_accel/dtype.h"
@@ -54,8 +55,19 @@ bool is_fp8_scale_name(std::string_view n) {
   return ends_with(n, ".weight_scale_inv") || ends_with(n, ".weight_scale") || ends_with(n, ".input_scale");
 }
 
-std::vector<float> dequantize_fp8_weight(const safetensors::Checkpoint& ckpt, const std::string& hf_name,
-                                         const Fp8Layout& layout) {
+namespace {
+
+// Which scale multiplies element (r, c) of an FP8 weight: scale index (r / block_r) * scale_cols + c / block_c.
+struct ScaleGrid {
+  const safetensors::TensorInfo* info = nullptr;
+  const uint8_t* data = nullptr;
+  uint64_t rows = 0, cols = 0;
+  uint64_t block_r = 0, block_c = 0, scale_cols = 0;
+  float at(uint64_t r, uint64_t c) const { return scale_value(*info, data, (r / block_r) * scale_cols + c / block_c); }
+};
+
+// The weight's shape and its scale tensor's tiling (per tensor, per output row, or per block), checked.
+ScaleGrid scale_grid(const safetensors::Checkpoint& ckpt, const std::string& hf_name, const Fp8Layout& layout) {
   const safetensors::TensorInfo& w = *ckpt.find(hf_name);
   GA_CHECK(w.dtype == "F8_E4M3", Unsupported, "'", ckpt.path_of(hf_name), "': tensor '", hf_name, "' has dtype ",
            w.dtype, " (of the FP8 types gpu_accel reads F8_E4M3)");
@@ -72,7 +84,6 @@ std::vector<float> dequantize_fp8_weight(const safetensors::Checkpoint& ckpt, co
            "': scale '", scale_name, "' has dtype ", s->dtype);
   uint64_t n_scale = 1;
   for (const uint64_t d : s->shape) n_scale *= d;
-  // which scale multiplies element (r, c): per tensor, per output row, or per block
   uint64_t block_r = rows, block_c = cols;
   if (n_scale == rows && (s->shape.size() == 1 || (s->shape.size() == 2 && s->shape[1] == 1)) && rows > 1) {
     block_r = 1;  // per output channel
@@ -86,14 +97,40 @@ std::vector<float> dequantize_fp8_weight(const safetensors::Checkpoint& ckpt, co
     GA_CHECK(n_scale == 1, InvalidFormat, "'", ckpt.path_of(scale_name), "': scale '", scale_name, "' has ", n_scale,
              " values for a [", rows, ", ", cols, "] weight");
   }
-  const uint64_t scale_cols = (cols + block_c - 1) / block_c;
+  return ScaleGrid{s, ckpt.tensor_data(scale_name), rows, cols, block_r, block_c, (cols + block_c - 1) / block_c};
+}
+
+}  // namespace
+
+std::vector<float> dequantize_fp8_weight(const safetensors::Checkpoint& ckpt, const std::string& hf_name,
+                                         const Fp8Layout& layout) {
+  const ScaleGrid g = scale_grid(ckpt, hf_name, layout);
   const uint8_t* q = ckpt.tensor_data(hf_name);
-  const uint8_t* sd = ckpt.tensor_data(scale_name);
-  std::vector<float> out(rows * cols);
-  for (uint64_t r = 0; r < rows; ++r) {
-    for (uint64_t c = 0; c < cols; ++c) {
-      const float scale = scale_value(*s, sd, (r / block_r) * scale_cols + c / block_c);
-      out[r * cols + c] = e4m3_to_f32(q[r * cols + c]) * scale;
+  std::vector<float> out(g.rows * g.cols);
+  for (uint64_t r = 0; r < g.rows; ++r) {
+    for (uint64_t c0 = 0; c0 < g.cols; c0 += g.block_c) {  // one scale per run of block_c columns
+      const float scale = g.at(r, c0);
+      const uint64_t end = std::min(g.cols, c0 + g.block_c);
+      for (uint64_t c = c0; c < end; ++c) out[r * g.cols + c] = e4m3_to_f32(q[r * g.cols + c]) * scale;
+    }
+  }
+  return out;
+}
+
+std::optional<std::vector<uint8_t>> fp8_weight_blocks(const safetensors::Checkpoint& ckpt, const std::string& hf_name,
+                                                      const Fp8Layout& layout) {
+  constexpr uint64_t kBlock = 128, kBlockBytes = 132;  // DType::F8_B128
+  const ScaleGrid g = scale_grid(ckpt, hf_name, layout);
+  if (g.cols % kBlock != 0 || g.block_c % kBlock != 0) return std::nullopt;  // a block would straddle two scales
+  const uint8_t* q = ckpt.tensor_data(hf_name);
+  const uint64_t blocks_per_row = g.cols / kBlock;
+  std::vector<uint8_t> out(g.rows * blocks_per_row * kBlockBytes);
+  uint8_t* dst = out.data();
+  for (uint64_t r = 0; r < g.rows; ++r) {
+    for (uint64_t b = 0; b < blocks_per_row; ++b, dst += kBlockBytes) {
+      const float scale = g.at(r, b * kBlock);
+      std::memcpy(dst, &scale, 4);
+      std::memcpy(dst + 4, q + r * g.cols + b * kBlock, kBlock);
     }
   }
   return out;

@@ -4,9 +4,10 @@
 // F8_E4M3 with a float `*.weight_scale_inv` per weight_block_size block, 128x128 by default) and
 // compressed-tensors' float-quantized layout (`*.weight` in F8_E4M3 with `*.weight_scale` per tensor or per
 // output channel; `*.input_scale`, the static activation scale, is not needed by a float forward). In both
-// the weight is value(e4m3) * scale. The loader turns each such matrix into F32 (one f32 rounding of the
-// product, as the reference dequantizers do), so every backend runs it as it runs an F32 checkpoint; reading
-// FP8 directly (GEMV/GEMM) comes with the GPU paths.
+// the weight is value(e4m3) * scale. The loader keeps each such matrix in FP8 as DType::F8_B128 blocks (1.03
+// bytes a weight; the CPU reads them directly, the CUDA engine widens them to f16 at upload) where its scales tile
+// runs of 128 columns, and turns it into F32 (one f32 rounding of the product, as the reference dequantizers do)
+// where they do not.
 #pragma once
 
 #include <cstdint>
@@ -34,5 +35,12 @@ bool is_fp8_scale_name(std::string_view hf_name);
 // (looked up beside it). InvalidFormat naming the tensor when its scale is missing or misshaped.
 std::vector<float> dequantize_fp8_weight(const safetensors::Checkpoint& ckpt, const std::string& hf_name,
                                          const Fp8Layout& layout);
+
+// The same weight kept in FP8: DType::F8_B128 blocks (128 codes and the float32 scale they share), row by row, when
+// every run of 128 columns lies inside one scale block (per-tensor and per-channel scales, 128x128 and wider
+// blocks, cols a multiple of 128); nullopt otherwise (the caller dequantizes). dequantize_row of these blocks gives
+// dequantize_fp8_weight's values bit for bit.
+std::optional<std::vector<uint8_t>> fp8_weight_blocks(const safetensors::Checkpoint& ckpt, const std::string& hf_name,
+                                                      const Fp8Layout& layout);
 
 }  // namespace ga::hf

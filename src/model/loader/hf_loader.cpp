@@ -99,10 +99,15 @@ class HfLoader {
     uint64_t nbytes = 0;
   };
 
-  // An FP8 weight (hf_fp8.h) is dequantized to F32 here, into the model's storage.
+  // An FP8 weight (hf_fp8.h) stays FP8 as F8_B128 blocks where its scales allow, else is dequantized to F32, into
+  // the model's storage.
   Source source(const safetensors::Checkpoint& ckpt, const std::string& hf_name, LoadedModel& model) const {
     const safetensors::TensorInfo& info = *ckpt.find(hf_name);
     if (fp8_ && info.dtype.starts_with("F8_")) {
+      if (std::optional<std::vector<uint8_t>> blocks = hf::fp8_weight_blocks(ckpt, hf_name, *fp8_)) {
+        const uint64_t nbytes = blocks->size();
+        return Source{hf_name, DType::F8_B128, info.shape, keep(model, std::move(*blocks)), nbytes};
+      }
       std::vector<float> values = hf::dequantize_fp8_weight(ckpt, hf_name, *fp8_);
       const uint64_t nbytes = values.size() * sizeof(float);
       return Source{hf_name, DType::F32, info.shape, keep(model, std::move(values)), nbytes};
@@ -165,7 +170,8 @@ class HfLoader {
       if (w.ne.empty()) w.ne.push_back(1);                             // a 0-d tensor is one element
       w.nbytes = src.nbytes;
       w.data = src.data;
-      const uint64_t elem = traits(w.type).type_size;
+      // scalar types are read as arrays of their element; blocks (the FP8 ones made above) at any byte offset
+      const uint64_t elem = traits(w.type).quantized ? 1 : traits(w.type).type_size;
       if (reinterpret_cast<uintptr_t>(w.data) % elem != 0) {
         w.data = keep(model, std::vector<uint8_t>(w.data, w.data + w.nbytes));  // new[] is max-aligned
       }
