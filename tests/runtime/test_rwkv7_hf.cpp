@@ -1,8 +1,8 @@
 // RWKV-7 as a Hugging Face folder in flash-linear-attention's layout (fla's RWKV7ForCausalLM, the fla-hub models):
 // the tiny rwkv.cpp v7 model written under fla's names and shapes (x_* [1, 1, C], r_k [H, S], the LoRAs as
 // nn.Linear pairs with w0 / a0 / v0 as the up-projection's bias, no v_lora in layer 0) loads through the HF
-// loader and gives the rwkv.cpp file's logits; fla's first layout (one x_x stack), layer-0 dummies, tied
-// embeddings and the World vocabulary file load too; a missing or misshaped tensor and a bad config field each
+// loader and gives the rwkv.cpp file's logits, in F32 and in BF16; fla's first layout (one x_x stack), layer-0
+// dummies, tied embeddings and the World vocabulary file load too; a missing or misshaped tensor and a bad config field each
 // give one error naming it.
 #include <gtest/gtest.h>
 
@@ -121,9 +121,31 @@ nlohmann::json fla_config(const LoadedModel& bin) {
           {"bos_token_id", 0}, {"eos_token_id", 0}, {"max_position_embeddings", 2048}, {"value_dim", nullptr}};
 }
 
-void write_folder(const Folder& f, const nlohmann::json& config, const std::string& dir) {
+// bfloat16 of x, rounded to nearest even (the values are finite)
+uint16_t bf16_bits(float x) {
+  uint32_t u = 0;
+  std::memcpy(&u, &x, sizeof u);
+  return static_cast<uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+float bf16_value(float x) {
+  const uint32_t u = static_cast<uint32_t>(bf16_bits(x)) << 16;
+  float y = 0;
+  std::memcpy(&y, &u, sizeof y);
+  return y;
+}
+
+// `type`: F32, or BF16 as the fla-hub checkpoints store every tensor.
+void write_folder(const Folder& f, const nlohmann::json& config, const std::string& dir, DType type = DType::F32) {
   safetensors::Writer w;
-  for (const auto& [name, t] : f) w.add_tensor(name, DType::F32, t.shape, t.values.data(), t.values.size() * 4);
+  for (const auto& [name, t] : f) {
+    if (type == DType::BF16) {
+      std::vector<uint16_t> bits;
+      for (const float x : t.values) bits.push_back(bf16_bits(x));
+      w.add_tensor(name, DType::BF16, t.shape, bits.data(), bits.size() * sizeof(uint16_t));
+    } else {
+      w.add_tensor(name, DType::F32, t.shape, t.values.data(), t.values.size() * sizeof(float));
+    }
+  }
   w.write(dir + "/model.safetensors");
   std::ofstream(dir + "/config.json") << config.dump(2);
 }
@@ -154,6 +176,26 @@ TEST(RwkvFlaHf, FolderGivesTheRwkvCppFilesLogits) {
   const std::vector<float> expected =
       test::read_f32_file(test::shared_path("models/rwkv-tiny/expected-logits-7v0-834K.bin"));
   EXPECT_LT(test::rel_l2(got.data(), expected.data(), expected.size()), 1e-3);
+}
+
+// BF16 tensors, as the fla-hub checkpoints store them (the mixes, r_k and the LoRA biases among them, bound as
+// vectors). The tiny model was trained in bfloat16: its FP32 values round to themselves, so the BF16 folder must
+// give the .bin's logits.
+TEST(RwkvFlaHf, Bf16FolderGivesTheSameLogits) {
+  const LoadedModel bin = load_model(test::shared_path(kV7));
+  const Folder f = fla_folder(bin);
+  size_t changed = 0;
+  for (const auto& [name, t] : f) {
+    for (const float x : t.values) changed += bf16_value(x) != x ? 1 : 0;
+  }
+  ASSERT_EQ(changed, 0u) << "the tiny model's weights are no longer bfloat16 values";
+  test::TempDir dir("ga_rwkv7_hf");
+  write_folder(f, fla_config(bin), dir.path().string(), DType::BF16);
+  const LoadedModel hf = load_model(dir.path().string());
+  EXPECT_EQ(hf.weight("blocks.3.att.x_g").type, DType::BF16);
+  EXPECT_EQ(hf.weight("blocks.3.att.r_k").ne, (std::vector<uint64_t>{static_cast<uint64_t>(bin.config.n_embd)}));
+  const std::vector<float> want = logits_of(bin), got = logits_of(hf);
+  EXPECT_LT(test::max_abs_diff(got.data(), want.data(), want.size()), 1e-5);
 }
 
 TEST(RwkvFlaHf, FirstLayoutDummiesAndTiedEmbeddingsLoad) {
