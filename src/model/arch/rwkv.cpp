@@ -537,7 +537,7 @@ ArchInfo rwkv_arch(std::string_view name) {
   }
   if (name == "rwkv7") {  // flash-linear-attention's layout (the fla-hub models)
     a.hf_classes = {"RWKV7ForCausalLM"};
-    a.hf_model_types = {"rwkv7"};
+    a.hf_model_types = {"rwkv7", "rwkv7_fla"};  // fla has used both
     a.read_hf = read_rwkv7_hf;
     a.hf_tensor_name = rwkv7_hf_tensor_name;
     a.hf_fixup = rwkv7_hf_fixup;

@@ -31,7 +31,7 @@ std::optional<HfTensorName> rwkv7_hf_tensor_name(std::string_view hf_name);
 void rwkv7_hf_fixup(const hf::HfConfig& config, LoadedModel& model);
 
 // The fla name of one of the forward's tensors ("blocks.3.att.w1" -> "model.layers.3.attn.w_lora.lora.0.weight");
-// nullopt for a name outside the table. Error messages and the tests' folder writer use it.
+// nullopt for a name outside the table. The fixup's error messages name tensors by it.
 std::optional<std::string> rwkv7_fla_name(std::string_view blink_name);
 
 }  // namespace ga::arch
