@@ -76,7 +76,10 @@ struct TransformerParams {
 // RWKV's hyperparameters beyond ModelConfig's (llama.cpp's GGUF keys `rwkv6.*` / `rwkv7.*`). The LoRA widths are
 // what a GGUF writer needs (make-model); a loaded model's forward takes them from the tensors' shapes.
 struct RwkvParams {
-  float layer_norm_eps = 1e-5f;  // ln0, ln1, ln2, ln_out (the group norm's eps is fixed per version)
+  float layer_norm_eps = 1e-5f;  // ln0, ln1, ln2, ln_out
+  // The time mix's group norm (ln_x). 0: the version's own, as rwkv.cpp and llama.cpp fix it (v5: 1e-5; v6, v7:
+  // 64e-5); fla's RWKV-7 folders: head_dim * norm_eps.
+  float group_norm_eps = 0.0f;
   // rescale_every_n_layers: llama.cpp's converter divided the time-mix output and channel-mix value matrices of
   // layer il by 2^(il / n) (against fp16 overflow), and the forward halves the residual stream after every n-th
   // layer to match. 0: no rescaling (rwkv.cpp files).

@@ -5,7 +5,8 @@ Why: the C++ tests compare the Hugging Face load path with the GGUF path and lla
 which proves the loader reproduces llama.cpp's reading of a checkpoint. This script closes the
 loop against transformers itself, the reference for what a Hugging Face folder means: config
 defaults, rotate-half RoPE on unpermuted Q/K rows, Llama-3 and linear RoPE scaling, Qwen2's q/k/v
-biases and tied embeddings, Mistral's explicit head_dim, RWKV-4's stored time_decay and rescaling.
+biases and tied embeddings, Mistral's explicit head_dim, RWKV-4's stored time_decay and rescaling,
+and RWKV-7 in flash-linear-attention's layout (fla's RWKV7ForCausalLM, the fla-hub models' format).
 
 How: for each variant, build a small model with transformers from a config, overwrite every
 parameter with seeded random values scaled so activations and attention are far from trivial
@@ -15,7 +16,9 @@ random token ids in float32 and float64, run `gpu-accel logits --all` on the sam
 compare. Fails (exit 1) when any relative L2 error exceeds --tol (default 1e-4; float32 rounding
 alone gives about 1e-6).
 
-Needs PyTorch and transformers (4.4x or 5.x); no internet. Run from the repository root:
+Needs PyTorch and transformers (4.4x or 5.x); no internet. The RWKV-7 case also needs the `fla` package
+(flash-linear-attention) and a CUDA GPU, its kernels being Triton ones: without them it prints SKIPPED with
+the reason (a run in which nothing was compared fails). Run from the repository root:
     python3 tools/hf_parity/run_parity.py --gpu-accel build/bin/gpu-accel
 """
 
@@ -80,8 +83,25 @@ LLAMA3_SCALING = {
 }
 
 
+def fla_rwkv7():
+    """fla's (config class, model class, None), or (None, None, why not) when it cannot run here."""
+    try:
+        from fla.models import RWKV7Config, RWKV7ForCausalLM  # flash-linear-attention
+    except Exception as e:  # not installed, or its Triton import failed
+        return None, None, "fla (flash-linear-attention) is not importable: %s: %s" % (type(e).__name__, e)
+    if not torch.cuda.is_available():
+        return None, None, "fla's RWKV-7 kernels are Triton kernels and need a CUDA GPU"
+    return RWKV7Config, RWKV7ForCausalLM, None
+
+
+# Per-variant settings beside the config: where transformers' forward runs and whether it runs in float64.
+RUN_ON = {"rwkv7-fla": {"device": "cuda", "float64": False}}
+
+
 def variants():
-    """(name, config class, model class, config kwargs) for each model we compare."""
+    """(name, config class, model class, config kwargs) for each model we compare; a class of None with the
+    kwargs {"skip": reason} is a variant that cannot run here."""
+    fla_config, fla_model, fla_missing = fla_rwkv7()
     return [
         ("llama", transformers.LlamaConfig, transformers.LlamaForCausalLM,
          dict(BASE, tie_word_embeddings=False, **rope_kwargs(10000.0, None))),
@@ -102,6 +122,14 @@ def variants():
          dict(hidden_size=BASE["hidden_size"], attention_hidden_size=BASE["hidden_size"], intermediate_size=1024,
               num_hidden_layers=BASE["num_hidden_layers"], vocab_size=BASE["vocab_size"], context_length=256,
               rescale_every=2, tie_word_embeddings=False)),
+        # RWKV-7, fla's layout: head_dim 64 (4 heads), explicit LoRA widths, plain torch norms (fuse_norm off;
+        # the group norm's eps is head_dim * norm_eps either way). 37 tokens take fla's recurrent kernel.
+        ("rwkv7-fla", fla_config, fla_model,
+         {"skip": fla_missing} if fla_missing else
+         dict(hidden_size=BASE["hidden_size"], num_hidden_layers=BASE["num_hidden_layers"], head_dim=64,
+              intermediate_size=1024, decay_low_rank_dim=32, a_low_rank_dim=32, v_low_rank_dim=32,
+              gate_low_rank_dim=64, norm_eps=1e-5, fuse_norm=False, vocab_size=BASE["vocab_size"],
+              tie_word_embeddings=False)),
     ]
 
 
@@ -132,12 +160,12 @@ def build(config_cls, model_cls, kwargs, seed):
     return model
 
 
-def transformers_logits(model, ids, dtype):
-    m = model.to(dtype)
+def transformers_logits(model, ids, dtype, device="cpu"):
+    m = model.to(device=device, dtype=dtype)
     with torch.no_grad():
-        out = m(input_ids=torch.tensor([ids], dtype=torch.long)).logits[0]  # [n_tokens, n_vocab]
-    model.to(torch.float32)
-    return out.to(torch.float64)
+        out = m(input_ids=torch.tensor([ids], dtype=torch.long, device=device)).logits[0]  # [n_tokens, n_vocab]
+    model.to(device="cpu", dtype=torch.float32)
+    return out.to(device="cpu", dtype=torch.float64)
 
 
 def gpu_accel_logits(binary, folder, ids, out_path, threads):
@@ -191,13 +219,19 @@ def main():
         if args.only and args.only not in name:
             continue
         folder = os.path.join(work, name)
+        if config_cls is None:
+            results.append({"name": name, "skipped": kwargs["skip"]})
+            continue
+        run_on = RUN_ON.get(name, {})
+        device = run_on.get("device", "cpu")
         try:
             model = build(config_cls, model_cls, kwargs, SEED)
             model.save_pretrained(folder)
             with open(os.path.join(folder, "config.json")) as f:
                 saved = json.load(f)
-            ref32 = transformers_logits(model, ids, torch.float32)
-            ref64 = transformers_logits(model, ids, torch.float64)
+            ref32 = transformers_logits(model, ids, torch.float32, device)
+            # (fla's kernels have no float64: its float32 reference stands in the float64 column)
+            ref64 = transformers_logits(model, ids, torch.float64, device) if run_on.get("float64", True) else ref32
             start = time.time()
             ours, summary = gpu_accel_logits(binary, folder, ids, os.path.join(work, name + ".f32"), args.threads)
             seconds = time.time() - start
@@ -224,6 +258,9 @@ def main():
           "| max abs (f32 ref) | argmax equal | status |")
     print("|---|---|---:|---:|---:|---:|---:|---|")
     for r in results:
+        if "skipped" in r:
+            print("| %s | | | | | | | SKIPPED: %s |" % (r["name"], r["skipped"].replace("|", "/").replace("\n", " ")))
+            continue
         if "error" in r:
             print("| %s | | | | | | | ERROR: %s |" % (r["name"], r["error"].replace("|", "/").replace("\n", " ")))
             continue
@@ -240,6 +277,9 @@ def main():
         print("model folders kept in %s" % work)
     else:
         shutil.rmtree(work, ignore_errors=True)
+    if not any("r32" in r for r in results):
+        print("nothing was compared")
+        failed = True
     print("FAILED" if failed else "PASSED")
     return 1 if failed else 0
 

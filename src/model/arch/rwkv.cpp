@@ -19,6 +19,7 @@
 #include "model/arch/architecture.h"
 #include "model/arch/families.h"
 #include "model/arch/rwkv_gguf.h"
+#include "model/arch/rwkv7_hf.h"
 #include "model/arch/rwkv_hf.h"
 
 namespace ga::arch {
@@ -62,6 +63,9 @@ class RwkvProgram final : public step::Program {
   RwkvProgram(const LoadedModel& m, step::Binder& b)
       : model_(m), v_(version_of(m.config.arch)), C_(m.config.n_embd), H_(m.config.n_head),
         eps_(m.config.rwkv.layer_norm_eps), rescale_every_(m.config.rwkv.rescale_every) {
+    const float group_eps = m.config.rwkv.group_norm_eps;
+    group_eps_v5_ = group_eps > 0 ? group_eps : kEps;
+    group_eps_v6_ = group_eps > 0 ? group_eps : kGroupEpsV6;
     const ModelConfig& c = m.config;
     S_ = C_ / H_;
     emb_ = b.matrix("emb.weight");
@@ -299,7 +303,7 @@ class RwkvProgram final : public step::Program {
     step::Wkv5Op w = wkv5_op(L);
     w.decay = L.time_decay;
     ops.wkv5(w);
-    ops.group_norm({wkv_, L.ln_x_w, L.ln_x_b, H_, kEps});
+    ops.group_norm({wkv_, L.ln_x_w, L.ln_x_b, H_, group_eps_v5_});
     if (L.wg) ops.mul(wkv_, g_);
     ops.linear(L.wo, wkv_, tmp_);
   }
@@ -331,7 +335,7 @@ class RwkvProgram final : public step::Program {
     step::Wkv5Op w = wkv5_op(L);
     w.decay_view = w_;  // per token
     ops.wkv5(w);
-    ops.group_norm({wkv_, L.ln_x_w, L.ln_x_b, H_, kGroupEpsV6});
+    ops.group_norm({wkv_, L.ln_x_w, L.ln_x_b, H_, group_eps_v6_});
     ops.mul(wkv_, g_);
     ops.linear(L.wo, wkv_, tmp_);
   }
@@ -391,7 +395,7 @@ class RwkvProgram final : public step::Program {
     w.head_size = S_;
     w.state = L.wkv;
     ops.wkv7(w);
-    ops.group_norm({wkv_, L.ln_x_w, L.ln_x_b, H_, kGroupEpsV6});
+    ops.group_norm({wkv_, L.ln_x_w, L.ln_x_b, H_, group_eps_v6_});
     ops.add(wkv_, bonus_);
     ops.mul(wkv_, g_);
     ops.linear(L.wo, wkv_, tmp_);
@@ -424,6 +428,7 @@ class RwkvProgram final : public step::Program {
   Version v_;
   int64_t C_, H_, S_ = 0;
   float eps_;               // the layer norms' (rwkv.cpp: 1e-5; GGUF: attention.layer_norm_epsilon)
+  float group_eps_v5_ = kEps, group_eps_v6_ = kGroupEpsV6;  // ln_x's (RwkvParams::group_norm_eps)
   int64_t rescale_every_;   // 0: none
   step::Weight emb_, head_;
   step::Vec ln0_w_, ln0_b_, ln_out_w_, ln_out_b_;
@@ -529,6 +534,13 @@ ArchInfo rwkv_arch(std::string_view name) {
     a.read_hf = read_rwkv4_hf;
     a.hf_tensor_name = rwkv4_hf_tensor_name;
     a.hf_fixup = rwkv4_hf_fixup;
+  }
+  if (name == "rwkv7") {  // flash-linear-attention's layout (the fla-hub models)
+    a.hf_classes = {"RWKV7ForCausalLM"};
+    a.hf_model_types = {"rwkv7", "rwkv7_fla"};  // fla has used both
+    a.read_hf = read_rwkv7_hf;
+    a.hf_tensor_name = rwkv7_hf_tensor_name;
+    a.hf_fixup = rwkv7_hf_fixup;
   }
   a.tensor_specs = rwkv_tensor_specs;
   a.check_config = check_rwkv_config;

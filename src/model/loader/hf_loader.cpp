@@ -1,5 +1,5 @@
 // Hugging Face folder -> LoadedModel: config.json, *.safetensors (one file or shards + index),
-// tokenizer.json (+ tokenizer_config.json).
+// tokenizer.json (+ tokenizer_config.json) or RWKV World's rwkv_vocab_v20230424.txt.
 //
 // The architecture (model/arch/) is found from config.json's "architectures"; it reads the hyperparameters
 // and maps every HF tensor name to GGUF's, so the forward never sees the source format. A torch tensor
@@ -14,7 +14,8 @@
 // (split into the two GGUF stacks); and whatever the architecture's hf_fixup derives (Llama-3 and LongRoPE
 // factors as tensors, Gemma's norm weights). All such buffers live in LoadedModel::storage.
 //
-// Without tokenizer.json the model still loads with an empty vocabulary (and a warning), because
+// An RWKV World vocabulary file (rwkv_vocab_v20230424.txt) is the tokenizer where the folder has one; without it
+// or tokenizer.json the model still loads with an empty vocabulary (and a warning), because
 // `gpu-accel logits` and the parity tools work on token ids; text commands then fail clearly.
 // The architecture's own tensor check runs last; its messages use GGUF names, so errors are
 // rethrown with the HF name added.
@@ -53,6 +54,8 @@ bool ignorable(std::string_view hf_name) {
   // Older checkpoints saved the rotary inverse frequencies as a buffer; we compute our own.
   return hf_name.ends_with("rotary_emb.inv_freq");
 }
+
+constexpr const char* kRwkvWorldVocab = "rwkv_vocab_v20230424.txt";
 
 std::string folder_name(const fs::path& dir) {
   const fs::path p = dir.has_filename() ? dir : dir.parent_path();  // "models/x/" -> "x"
@@ -267,8 +270,20 @@ class HfLoader {
   void read_vocab(LoadedModel& model) const {
     const fs::path tokenizer = dir_ / "tokenizer.json";
     const fs::path tokenizer_config = dir_ / "tokenizer_config.json";
+    const fs::path world = dir_ / kRwkvWorldVocab;
+    if (fs::exists(world)) {
+      // RWKV World folders (fla-hub's RWKV-7, RWKV-4/5/6 World conversions) ship BlinkDL's vocabulary file and a
+      // Python tokenizer class (hf_rwkv_tokenizer.py, named by tokenizer_config.json's auto_map) that reads it,
+      // with <|endoftext|> as id 0: what from_rwkv_world gives. That class is the folder's tokenizer even beside
+      // a tokenizer.json (it has no fast counterpart), so the file wins.
+      model.vocab = Vocab::from_rwkv_world(world.string());
+      GA_CHECK(static_cast<int64_t>(model.vocab.tokens.size()) <= model.config.n_vocab, InvalidFormat, world.string(),
+               " has ", model.vocab.tokens.size(), " tokens, more than config.json's vocab_size ", model.config.n_vocab);
+      return;
+    }
     if (!fs::exists(tokenizer)) {
-      GA_LOG(Warn, dir_.string(), ": no tokenizer.json; the model loads without a vocabulary (token ids only)");
+      GA_LOG(Warn, dir_.string(), ": no tokenizer.json (nor ", kRwkvWorldVocab,
+             "); the model loads without a vocabulary (token ids only)");
       return;
     }
     model.vocab = Vocab::from_hf_json(tokenizer.string(),
