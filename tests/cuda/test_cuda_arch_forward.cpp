@@ -21,6 +21,7 @@
 #include "common/test_data.h"
 #include "cuda/cuda_harness.h"
 #include "cuda/family_models.h"
+#include "cuda/greedy_check.h"
 #include "cuda/logits_check.h"
 #include "gpu_accel/session.h"
 
@@ -83,26 +84,7 @@ TEST(CudaArchForward, EveryFamilyGreedyTokensMatchTheCpu) {
     ga::Session cpu(m.model, options("cpu"));
     ga::Session gpu(m.model, options("cuda"));
     const std::vector<int32_t> prompt = random_tokens(m.model.config.n_vocab, 8, 9);
-    std::vector<float> lc = cpu.eval(prompt), lg = gpu.eval(prompt);
-    int compared = 0;
-    for (int step = 0; step < 24; ++step) {
-      std::vector<float> sorted = lc;
-      std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<>());
-      const int32_t want = static_cast<int32_t>(std::max_element(lc.begin(), lc.end()) - lc.begin());
-      const int32_t got = static_cast<int32_t>(std::max_element(lg.begin(), lg.end()) - lg.begin());
-      if (sorted[0] - sorted[1] < kNearTie && want != got) {
-        std::printf("%-24s step %d: a near-tie (%.2e) ends the comparison\n", m.tag.c_str(), step,
-                    static_cast<double>(sorted[0] - sorted[1]));
-        break;
-      }
-      EXPECT_EQ(got, want) << "greedy step " << step;
-      if (got != want) break;
-      ++compared;
-      const std::span<const int32_t> next(&want, 1);
-      lc = cpu.eval(next);
-      lg = gpu.eval(next);
-    }
-    std::printf("%-24s %d greedy tokens identical\n", m.tag.c_str(), compared);
+    const int compared = ga::test::cuda::expect_same_greedy_tokens(m.tag, cpu, gpu, prompt, 24, kNearTie);
     EXPECT_GT(compared, 0);
   }
 }

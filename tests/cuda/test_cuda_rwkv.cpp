@@ -15,10 +15,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <chrono>
-#include <condition_variable>
 #include <cstdio>
-#include <mutex>
 #include <random>
 #include <span>
 #include <string>
@@ -26,11 +23,12 @@
 
 #include "backends/cuda/cuda_forward.h"
 #include "common/process.h"
+#include "common/greedy_requests.h"
 #include "common/test_data.h"
 #include "cuda/cuda_harness.h"
+#include "cuda/greedy_check.h"
 #include "cuda/logits_check.h"
 #include "gpu_accel/error.h"
-#include "gpu_accel/generate.h"
 #include "gpu_accel/scheduler.h"
 #include "gpu_accel/session.h"
 #include "gpu_accel/tokenizer.h"
@@ -166,26 +164,7 @@ TEST(CudaRwkv, GreedyTokensMatchTheCpu) {
     ga::Session cpu(model, options("cpu"));
     ga::Session gpu(model, options("cuda"));
     const std::vector<int32_t> prompt = random_bytes(8, 9);
-    std::vector<float> lc = cpu.eval(prompt), lg = gpu.eval(prompt);
-    int compared = 0;
-    for (int step = 0; step < 24; ++step) {
-      std::vector<float> sorted = lc;
-      std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<>());
-      const int32_t want = static_cast<int32_t>(std::max_element(lc.begin(), lc.end()) - lc.begin());
-      const int32_t got = static_cast<int32_t>(std::max_element(lg.begin(), lg.end()) - lg.begin());
-      if (sorted[0] - sorted[1] < kNearTie && want != got) {
-        std::printf("%-16s step %d: a near-tie (%.2e) ends the comparison\n", tag(t).c_str(), step,
-                    static_cast<double>(sorted[0] - sorted[1]));
-        break;
-      }
-      EXPECT_EQ(got, want) << "greedy step " << step;
-      if (got != want) break;
-      ++compared;
-      const std::span<const int32_t> next(&want, 1);
-      lc = cpu.eval(next);
-      lg = gpu.eval(next);
-    }
-    std::printf("%-16s %d greedy tokens identical\n", tag(t).c_str(), compared);
+    const int compared = ga::test::cuda::expect_same_greedy_tokens(tag(t), cpu, gpu, prompt, 24, kNearTie);
     EXPECT_GT(compared, 0);
   }
 }
@@ -212,43 +191,9 @@ TEST(CudaRwkv, SchedulerRequestsEqualEachAloneOnTheCpu) {
     for (int round = 0; round < 3; ++round) {
       for (size_t i = 0; i < 4; ++i) all.push_back(prompts[(round * 3 + i) % prompts.size()]);
     }
-    std::mutex mu;
-    std::condition_variable cv;
-    std::vector<std::vector<int32_t>> got(all.size());
-    size_t done = 0;
+    const std::vector<std::vector<int32_t>> got = ga::test::run_greedy_requests(sched, tok, all, 24, 4);
     for (size_t i = 0; i < all.size(); ++i) {
-      ga::CompletionRequest r;
-      r.prompt_tokens = tok.encode(all[i], false);
-      r.max_tokens = 24;
-      r.sampling.temperature = 0.0f;
-      sched.submit(
-          std::move(r),
-          [&, i](const ga::TokenEvent& e) {
-            std::lock_guard<std::mutex> lock(mu);
-            if (e.token >= 0) got[i].push_back(e.token);
-            return true;
-          },
-          [&](const ga::CompletionResult&, std::exception_ptr error) {
-            EXPECT_FALSE(error);
-            std::lock_guard<std::mutex> lock(mu);
-            ++done;
-            cv.notify_all();
-          });
-      if (i % 4 == 3) {  // a round at a time: the next round's sequences take over finished sequences' slots
-        std::unique_lock<std::mutex> lock(mu);
-        ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(60), [&] { return done == i + 1; }));
-      }
-    }
-    for (size_t i = 0; i < all.size(); ++i) {
-      ga::SessionOptions so;
-      so.n_ctx = 128;
-      so.n_threads = 1;
-      ga::Session session(model, so);
-      ga::GenerateOptions o;
-      o.max_tokens = 24;
-      o.sampling.temperature = 0.0f;
-      const ga::GenerateResult want = ga::generate_from_tokens(session, tok, tok.encode(all[i], false), o);
-      EXPECT_EQ(got[i], want.tokens) << "request " << i << ": " << all[i];
+      EXPECT_EQ(got[i], ga::test::greedy_alone(model, tok, all[i], 24, 128)) << "request " << i << ": " << all[i];
     }
   }
 }

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "backends/cpu/kv_pool.h"
+#include "common/greedy_requests.h"
 #include "common/test_data.h"
 #include "gpu_accel/error.h"
 #include "gpu_accel/model.h"
@@ -182,48 +183,12 @@ TEST(RwkvScheduler, ConcurrentRequestsEqualEachAlone) {
   ga::Scheduler sched(model, tok, opt);
   const std::string common = "Once upon a time there was a little girl who ";
   const std::vector<std::string> prompts = {common + "liked", common + "went", common + "had a", "The", common + "liked"};
-  std::mutex mu;
-  std::condition_variable cv;
-  std::vector<std::vector<int32_t>> got(prompts.size());
-  size_t done = 0;
+  // the last one after the others finished: its prompt's blocks were published before
+  const std::vector<std::vector<int32_t>> got = ga::test::run_greedy_requests(sched, tok, prompts, 24, 4);
   for (size_t i = 0; i < prompts.size(); ++i) {
-    ga::CompletionRequest r;
-    r.prompt_tokens = tok.encode(prompts[i], false);
-    r.max_tokens = 24;
-    r.sampling.temperature = 0.0f;
-    sched.submit(
-        std::move(r),
-        [&, i](const ga::TokenEvent& e) {
-          std::lock_guard<std::mutex> lock(mu);
-          if (e.token >= 0) got[i].push_back(e.token);
-          return true;
-        },
-        [&](const ga::CompletionResult&, std::exception_ptr error) {
-          EXPECT_FALSE(error);
-          std::lock_guard<std::mutex> lock(mu);
-          ++done;
-          cv.notify_all();
-        });
-    if (i == 3) {  // the last one after the others finished: its prompt's blocks were published before
-      std::unique_lock<std::mutex> lock(mu);
-      ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(60), [&] { return done == 4; }));
-    }
-  }
-  {
-    std::unique_lock<std::mutex> lock(mu);
-    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(60), [&] { return done == prompts.size(); }));
-  }
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    ga::SessionOptions so;
-    so.n_ctx = 128;
-    so.n_threads = 1;
-    ga::Session session(model, so);
-    ga::GenerateOptions o;
-    o.max_tokens = 24;
-    o.sampling.temperature = 0.0f;
-    const ga::GenerateResult want = ga::generate_from_tokens(session, tok, tok.encode(prompts[i], false), o);
-    EXPECT_EQ(got[i], want.tokens) << "request " << i;
-    EXPECT_EQ(want.tokens.size(), 24u);
+    const std::vector<int32_t> want = ga::test::greedy_alone(model, tok, prompts[i], 24, 128);
+    EXPECT_EQ(got[i], want) << "request " << i;
+    EXPECT_EQ(want.size(), 24u);
   }
 }
 

@@ -198,6 +198,9 @@ class CudaEngine final : public CudaForward, public CudaBatchForward, private st
                           int32_t* slots_h);
   void advance_state_positions(std::span<const BatchEntry> batch, std::span<const std::span<const int32_t>> block_tables);
   RecurrentRuns runs(step::Rec r) const;
+  // out = the group norm of x (in groups of x.cols / groups columns) * weight + bias, for the step's rows.
+  void group_norm_rows_of(const char* what, step::View x, step::View out, step::Vec weight, step::Vec bias,
+                          int64_t groups, float eps);
 
   // ---- tables ----
   struct WeightEntry {

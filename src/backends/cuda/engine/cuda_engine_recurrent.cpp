@@ -112,46 +112,38 @@ void CudaEngine::advance_state_positions(std::span<const BatchEntry> batch,
 
 // ---- the ops ----
 
+// LayerNorm is the group norm of one group: both ops are one launcher.
 void CudaEngine::layer_norm(const step::LayerNormOp& op) {
   if (warm_matmuls_only_) return;
-  check_view(op.x, "layer_norm");
   check_view(op.out, "layer_norm");
-  GA_CHECK(op.out.cols == op.x.cols && vec_size(op.weight) == op.x.cols && vec_size(op.bias) == op.x.cols, Internal,
-           "layer_norm: shapes");
-  GroupNormParams p;
-  p.x = ptr(op.x);
-  p.ldx = ld(op.x);
-  p.out = ptr(op.out);
-  p.ld_out = ld(op.out);
-  p.weight = dvec(op.weight);
-  p.bias = dvec(op.bias);
-  p.n_rows = shape_->n_tokens;
-  p.n = op.x.cols;
-  p.groups = 1;
-  p.eps = op.eps;
-  check_params("layer_norm", group_norm_unsupported_reason, p);
-  GA_CUDA_CHECK(group_norm_rows(p, stream_.get()));
-  wrote(op.out);
+  GA_CHECK(op.out.cols == op.x.cols, Internal, "layer_norm: ", op.x.cols, " columns into ", op.out.cols);
+  group_norm_rows_of("layer_norm", op.x, op.out, op.weight, op.bias, 1, op.eps);
 }
 
 void CudaEngine::group_norm(const step::GroupNormOp& op) {
   if (warm_matmuls_only_) return;
-  check_view(op.x, "group_norm");
-  GA_CHECK(vec_size(op.weight) == op.x.cols && vec_size(op.bias) == op.x.cols, Internal, "group_norm: shapes");
+  group_norm_rows_of("group_norm", op.x, op.x, op.weight, op.bias, op.groups, op.eps);
+}
+
+void CudaEngine::group_norm_rows_of(const char* what, step::View x, step::View out, step::Vec weight, step::Vec bias,
+                                    int64_t groups, float eps) {
+  check_view(x, what);
+  GA_CHECK(vec_size(weight) == x.cols && vec_size(bias) == x.cols, Internal, what, ": weight / bias of ",
+           vec_size(weight), " / ", vec_size(bias), " for ", x.cols, " columns");
   GroupNormParams p;
-  p.x = ptr(op.x);
-  p.ldx = ld(op.x);
-  p.out = ptr(op.x);
-  p.ld_out = ld(op.x);
-  p.weight = dvec(op.weight);
-  p.bias = dvec(op.bias);
+  p.x = ptr(x);
+  p.ldx = ld(x);
+  p.out = ptr(out);
+  p.ld_out = ld(out);
+  p.weight = dvec(weight);
+  p.bias = dvec(bias);
   p.n_rows = shape_->n_tokens;
-  p.n = op.x.cols;
-  p.groups = op.groups;
-  p.eps = op.eps;
-  check_params("group_norm", group_norm_unsupported_reason, p);
+  p.n = x.cols;
+  p.groups = groups;
+  p.eps = eps;
+  check_params(what, group_norm_unsupported_reason, p);
   GA_CUDA_CHECK(group_norm_rows(p, stream_.get()));
-  wrote(op.x);
+  wrote(out);
 }
 
 void CudaEngine::token_shift(const step::TokenShiftOp& op) {
