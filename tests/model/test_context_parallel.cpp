@@ -5,7 +5,7 @@
 // rank counts: pass-Q with a causal pair), four decode steps, then a second prompt of 7 tokens over the
 // sharded cache (a ring chunk whose queries also read the earlier shards). Models: stories260K, the F32 fixture,
 // Gemma 2 (sliding window 8, soft-caps) and Gemma 3 (window 8, MQA, local/global layers) from tests/data/arch,
-// Qwen3 (GQA 4/2, q/k norms). Bad configurations and RWKV (a recurrent state) are refused with clear errors.
+// Qwen3 (GQA 4/2, q/k norms), and every other family of tests/data/arch. Bad configurations and RWKV (a recurrent state) are refused with clear errors.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -131,6 +131,13 @@ TEST(ContextParallel, SlidingWindowsSoftcapsAndGqaGiveTheOneRankLogits) {
   for (const char* name : {"gemma2", "gemma3", "qwen3"}) expect_context_parallel_matches(name, ga::load_model(arch_model(name)));
 }
 
+// The other families through the same seam: fused q|k|v (Phi-3), LongRoPE and YaRN tables, MoE feed-forwards.
+TEST(ContextParallel, EveryAttentionFamilyGivesTheOneRankLogits) {
+  for (const char* name : {"phi3", "phi3-longrope", "qwen3-yarn", "mixtral", "qwen2moe", "qwen3moe"}) {
+    expect_context_parallel_matches(name, ga::load_model(arch_model(name)));
+  }
+}
+
 TEST(ContextParallel, F16CacheGivesTheOneRankLogits) {
   const ga::LoadedModel m = ga::load_model(ga::test::shared_path("models/tinyllamas/stories260K.gguf"));
   const std::vector<Eval> evals = conversation(m.config.n_vocab);
@@ -153,11 +160,20 @@ TEST(ContextParallel, PlansRingChunksZigzagAndShortOnesPassQ) {
   const std::vector<int64_t> empty(3, 0);
   const ga::arch::ChunkPlan ring = ga::arch::plan_chunk(11, empty);
   EXPECT_EQ(ring.attention, ga::cpu::ContextAttention::kRing);
-  EXPECT_EQ(ring.tokens[0], (std::vector<int64_t>{0, 9, 10}));  // chunks 0 and 5 of 6
+  // zigzag shares of 6 chunks: {0, 9, 10}, {1, 2, 7, 8}, {3, 4, 5, 6}; the largest first, to the lowest ranks
+  EXPECT_EQ(ring.tokens[0], (std::vector<int64_t>{1, 2, 7, 8}));
+  EXPECT_EQ(ring.tokens[1], (std::vector<int64_t>{3, 4, 5, 6}));
+  EXPECT_EQ(ring.tokens[2], (std::vector<int64_t>{0, 9, 10}));
   for (int r = 0; r < 3; ++r) {
     for (const int64_t i : ring.tokens[r]) EXPECT_EQ(ring.keeper[i], r);
   }
-  // too short to give every rank a token: every rank evaluates both, the least-filled shards keep them
+  // the largest share goes to the least-filled rank: 3 tokens over 2 ranks are shares {2} and {0, 1}
+  const std::vector<int64_t> uneven{5, 4};
+  const ga::arch::ChunkPlan r2 = ga::arch::plan_chunk(3, uneven);
+  EXPECT_EQ(r2.attention, ga::cpu::ContextAttention::kRing);
+  EXPECT_EQ(r2.tokens[0], (std::vector<int64_t>{2}));
+  EXPECT_EQ(r2.tokens[1], (std::vector<int64_t>{0, 1}));
+    // too short to give every rank a token: every rank evaluates both, the least-filled shards keep them
   const std::vector<int64_t> held{4, 3, 3};
   const ga::arch::ChunkPlan q = ga::arch::plan_chunk(2, held);
   EXPECT_EQ(q.attention, ga::cpu::ContextAttention::kPassQ);
@@ -209,6 +225,27 @@ TEST(ContextParallel, RefusesBadConfigurationsClearly) {
   ref.eval(prompt, 0, false, want.data());
   ref.eval(std::span<const int32_t>(&next, 1), 5, false, want.data());
   for (int64_t i = 0; i < V; ++i) ASSERT_NEAR(out[i], want[i], 1e-4) << "logit " << i;
+}
+
+// Many short prompts (3 tokens over 2 ranks: shares of 1 and 2) stay balanced over the shards, and the logits
+// of the last one equal the one-rank forward's.
+TEST(ContextParallel, ManyShortPromptsStayBalanced) {
+  const ga::LoadedModel m = ga::load_model(ga::test::shared_path("models/tinyllamas/stories260K.gguf"));
+  ga::arch::SequenceParams p;
+  p.n_ctx = 64;
+  std::vector<Eval> evals;
+  for (int i = 0; i < 21; ++i) evals.push_back({{static_cast<int32_t>(3 + i), static_cast<int32_t>(40 + 7 * i), 300}, false});
+  const std::vector<float> want = run(m, p, evals);
+  p.context_parallel = 2;
+  std::vector<int64_t> rows;
+  const std::vector<float> got = run(m, p, evals, &rows);
+  EXPECT_LE(std::abs(rows[0] - rows[1]), 1) << rows[0] << " / " << rows[1];
+  double scale = 0, worst = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    scale = std::max(scale, static_cast<double>(std::abs(want[i])));
+    worst = std::max(worst, std::abs(double{got[i]} - want[i]));
+  }
+  EXPECT_LE(worst, 1e-5 * scale);
 }
 
 // An eval below the positions held replaces the later ones (every shard's tail), as the one-rank cache does.

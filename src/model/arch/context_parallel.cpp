@@ -17,10 +17,22 @@ ChunkPlan plan_chunk(int64_t n, std::span<const int64_t> rows_held) {
   ChunkPlan plan;
   plan.tokens.resize(static_cast<size_t>(world));
   plan.keeper.assign(static_cast<size_t>(n), 0);
+  // The zigzag shares (each about the same causal work) differ by a token or two; the largest go to the
+  // least-filled ranks, so that many short prompts do not pile their extra rows onto one shard.
+  std::vector<std::vector<int64_t>> shares;
   bool every_rank = true;
-  for (int r = 0; r < world; ++r) {
-    plan.tokens[static_cast<size_t>(r)] = dist::zigzag_positions(n, world, r);
-    every_rank = every_rank && !plan.tokens[static_cast<size_t>(r)].empty();
+  for (int s = 0; s < world; ++s) {
+    shares.push_back(dist::zigzag_positions(n, world, s));
+    every_rank = every_rank && !shares.back().empty();
+  }
+  std::vector<int> by_rows(static_cast<size_t>(world)), by_size(static_cast<size_t>(world));
+  for (int r = 0; r < world; ++r) by_rows[static_cast<size_t>(r)] = by_size[static_cast<size_t>(r)] = r;
+  std::stable_sort(by_rows.begin(), by_rows.end(),
+                   [&](int a, int b) { return rows_held[static_cast<size_t>(a)] < rows_held[static_cast<size_t>(b)]; });
+  std::stable_sort(by_size.begin(), by_size.end(),
+                   [&](int a, int b) { return shares[static_cast<size_t>(a)].size() > shares[static_cast<size_t>(b)].size(); });
+  for (int i = 0; i < world; ++i) {
+    plan.tokens[static_cast<size_t>(by_rows[static_cast<size_t>(i)])] = shares[static_cast<size_t>(by_size[static_cast<size_t>(i)])];
   }
   if (every_rank) {  // the ring: each token stays where it was evaluated
     for (int r = 0; r < world; ++r) {

@@ -1,10 +1,10 @@
 // Context parallelism for one sequence on CPU ranks of this process (the loopback transport): every rank holds
 // the whole model and a shard of the sequence's KV cache, by position.
 //
-// Prefill: a chunk of new tokens is sharded zigzag over the M ranks (dist::zigzag_positions: rank r evaluates
-// chunks r and 2M - 1 - r of 2M, so under the causal mask every rank's queries meet about as many keys and
+// Prefill: a chunk of new tokens is sharded zigzag over the M ranks (dist::zigzag_positions: share s holds
+// chunks s and 2M - 1 - s of 2M, so under the causal mask every share's queries meet about as many keys and
 // no rank waits on another at a ring step; contiguous shards would leave the last rank ~2x the average
-// work). Each rank runs its tokens through the model; the attention is ring attention over the ranks' shards,
+// work). The shares differ by a token or two: the largest go to the least-filled ranks. Each rank runs its tokens through the model; the attention is ring attention over the ranks' shards,
 // and each token's K/V stay with the rank that evaluated it.
 // Decode and chunks too short to give every rank a token: every rank evaluates the same tokens and attends
 // its own shard, the partials merged by log-sum-exp (pass-Q); each new token's K/V go to the least-filled
