@@ -55,6 +55,9 @@ void add_generation_options(ArgParser& parser, GenerationArgs& a, const std::str
               "time then includes the device's one-time costs)");
   parser.option("--tensor-parallel", &a.tensor_parallel, "N",
                 "split the model over N ranks (CPU: threads of this process; heads and FFN width divide by N)");
+  parser.option("--context-parallel", &a.context_parallel, "M",
+                "shard the sequence's positions and KV cache over M ranks (CPU: threads of this process; ring "
+                "attention for the prompt, a merged pass-Q attention for decode)");
   parser.option("--prefill-graphs", &a.prefill_graphs, "N",
                 "CUDA: prompts of 9..N tokens replay a graph captured per length bucket at the warm-up; 0: off");
 }
@@ -66,6 +69,10 @@ void finish_generation_options(const ArgParser& parser, GenerationArgs& a) {
   require(a.threads >= 0, "--threads must be >= 0 (0: all cores), got " + std::to_string(a.threads));
   require(a.tensor_parallel >= 1 && a.tensor_parallel <= 64,
           "--tensor-parallel must be in 1..64, got " + std::to_string(a.tensor_parallel));
+  require(a.context_parallel >= 1 && a.context_parallel <= 64,
+          "--context-parallel must be in 1..64, got " + std::to_string(a.context_parallel));
+  require(a.tensor_parallel == 1 || a.context_parallel == 1,
+          "--tensor-parallel and --context-parallel together are not built yet: use one of them");
   require(a.prefill_graphs >= 0, "--prefill-graphs must be >= 0 (0: off), got " + std::to_string(a.prefill_graphs));
   const SamplerParams& s = a.sampling;
   require(s.temperature >= 0.0f, "--temp must be >= 0 (0: greedy), got " + number_text(s.temperature));
@@ -88,6 +95,7 @@ SessionOptions session_options(const GenerationArgs& a) {
   o.gpu_sampling = !a.host_sampling;
   o.prefill_graph_max_tokens = a.prefill_graphs;
   o.tensor_parallel = a.tensor_parallel;
+  o.context_parallel = a.context_parallel;
   return o;
 }
 

@@ -28,6 +28,7 @@ struct GenerationArgs {
   bool no_warmup = false;
   int64_t prefill_graphs = SessionOptions{}.prefill_graph_max_tokens;
   int32_t tensor_parallel = 1;
+  int32_t context_parallel = 1;
 };
 
 // Declares -m, -n (described by n_predict_help), the sampling options, --threads, --device, --ctx, --stop,

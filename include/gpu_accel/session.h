@@ -40,6 +40,11 @@ struct SessionOptions {
   // in-process transport, docs/architecture.md), each on its share of n_threads; the logits equal the unsplit
   // model's. The heads, KV heads and FFN width must divide by it. The GPU takes 1 only (for now).
   int tensor_parallel = 1;
+  // CPU: the sequence's positions sharded over this many ranks of this process (context parallelism,
+  // docs/architecture.md): the prompt's attention is ring attention over the ranks' shards of the KV cache,
+  // decode merges every shard's partial attention by log-sum-exp; the logits equal the one-rank forward's.
+  // Not together with tensor_parallel > 1 (yet); recurrent models (RWKV) are refused. The GPU takes 1 only.
+  int context_parallel = 1;
 };
 
 class Session {

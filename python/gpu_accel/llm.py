@@ -15,12 +15,15 @@ class LLM:
     model's, capped at 4096). threads: CPU threads (0: all cores). warm_up: run the forward once on throw-away
     tokens first, as the CLI does (the first prompt then pays no one-time costs). tensor_parallel: split the model
     over this many CPU ranks of this process (the CLI's --tensor-parallel; device "cpu"), same logits.
+    context_parallel: shard the sequence's positions and KV cache over this many CPU ranks (--context-parallel;
+    ring attention for the prompt, the pass-Q merge for decode), same logits; not with tensor_parallel.
 
     Each generate()/chat()/logits() call starts from an empty context; calls on one LLM run one at a time.
     """
 
-    def __init__(self, path, device="auto", n_ctx=0, threads=0, warm_up=True, tensor_parallel=1):
-        self._engine = _C.Engine(str(path), device, int(n_ctx), int(threads), bool(warm_up), int(tensor_parallel))
+    def __init__(self, path, device="auto", n_ctx=0, threads=0, warm_up=True, tensor_parallel=1, context_parallel=1):
+        self._engine = _C.Engine(str(path), device, int(n_ctx), int(threads), bool(warm_up), int(tensor_parallel),
+                                 int(context_parallel))
         info = self._engine.info()
         self.n_vocab = info["n_vocab"]
         self.n_ctx = info["n_ctx"]

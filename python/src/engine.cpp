@@ -84,7 +84,7 @@ GenerateOptions generate_options(const SamplingArgs& a) {
 class Engine {
  public:
   Engine(const std::string& path, const std::string& device, int64_t n_ctx, int n_threads, bool warm_up,
-         int tensor_parallel) {
+         int tensor_parallel, int context_parallel) {
     if (!(device == "cpu" || device == "cuda" || device == "auto" || device.rfind("cuda:", 0) == 0)) {
       throw py::value_error("device must be 'cpu', 'cuda', 'cuda:N' or 'auto', got '" + device + "'");
     }
@@ -92,6 +92,9 @@ class Engine {
     if (n_threads < 0) throw py::value_error("threads must be >= 0 (0: all cores), got " + std::to_string(n_threads));
     if (tensor_parallel < 1) {
       throw py::value_error("tensor_parallel must be >= 1, got " + std::to_string(tensor_parallel));
+    }
+    if (context_parallel < 1) {
+      throw py::value_error("context_parallel must be >= 1, got " + std::to_string(context_parallel));
     }
     py::gil_scoped_release release;
     model_ = std::make_unique<LoadedModel>(load_model(path));
@@ -101,6 +104,7 @@ class Engine {
     options.n_ctx = n_ctx;
     options.n_threads = n_threads;
     options.tensor_parallel = tensor_parallel;
+    options.context_parallel = context_parallel;
     session_ = std::make_unique<Session>(*model_, options);
     if (warm_up) session_->warm_up();
   }
@@ -259,8 +263,9 @@ void register_engine(py::module_& m) {
       .def_readwrite("ignore_eos", &SamplingArgs::ignore_eos);
 
   py::class_<Engine>(m, "Engine", "A loaded model with one sequence's session (use gpu_accel.LLM).")
-      .def(py::init<const std::string&, const std::string&, int64_t, int, bool, int>(), py::arg("path"),
-           py::arg("device"), py::arg("n_ctx"), py::arg("threads"), py::arg("warm_up"), py::arg("tensor_parallel"))
+      .def(py::init<const std::string&, const std::string&, int64_t, int, bool, int, int>(), py::arg("path"),
+           py::arg("device"), py::arg("n_ctx"), py::arg("threads"), py::arg("warm_up"), py::arg("tensor_parallel"),
+           py::arg("context_parallel"))
       .def("tokenize", &Engine::tokenize, py::arg("text"), py::arg("add_special"), py::arg("parse_special"))
       .def("detokenize", &Engine::detokenize, py::arg("ids"), py::arg("render_special"))
       .def("token_to_piece", &Engine::token_to_piece, py::arg("id"), py::arg("render_special"))

@@ -157,3 +157,15 @@ def test_tensor_parallel_gives_the_same_text_and_logits(model_path, llm):
         gpu_accel.LLM(model_path, device="cpu", tensor_parallel=0)
     with pytest.raises(gpu_accel.Error, match="does not divide by 3"):
         gpu_accel.LLM(model_path, device="cpu", tensor_parallel=3)
+
+
+def test_context_parallel_gives_the_same_text_and_logits(model_path, llm):
+    split = gpu_accel.LLM(model_path, device="cpu", context_parallel=3)
+    assert "context parallel over 3 ranks" in split.info()["device_description"]
+    assert split.generate(PROMPT, max_tokens=24, temperature=0) == llm.generate(PROMPT, max_tokens=24, temperature=0)
+    a, b = split.logits([1, 403, 407, 261, 378]), llm.logits([1, 403, 407, 261, 378])
+    assert np.allclose(a, b, rtol=0, atol=1e-5 * float(np.abs(b).max()))
+    with pytest.raises(ValueError):
+        gpu_accel.LLM(model_path, device="cpu", context_parallel=0)
+    with pytest.raises(gpu_accel.Error, match="tensor parallelism"):
+        gpu_accel.LLM(model_path, device="cpu", context_parallel=2, tensor_parallel=2)

@@ -23,6 +23,8 @@ int64_t kv_row(const AttentionShape& s) { return s.n_head_kv * s.head_dim; }
 int64_t q_row(const AttentionShape& s) { return s.n_head * s.head_dim; }
 
 void check_shard(const AttentionShape& s, const AttentionShard& shard) {
+  GA_CHECK(s.window_left >= -1 && std::isfinite(s.softcap) && s.softcap >= 0.0f, InvalidArgument,
+           "ring attention: window_left ", s.window_left, " (-1: off) and softcap ", s.softcap, " (0: off)");
   GA_CHECK(s.n_head > 0 && s.n_head_kv > 0 && s.head_dim > 0 && s.n_head % s.n_head_kv == 0, InvalidArgument,
            "ring attention: n_head ", s.n_head, " must be a positive multiple of n_head_kv ", s.n_head_kv,
            ", head_dim ", s.head_dim, " positive");
@@ -131,7 +133,15 @@ Block own_block(const AttentionShard& shard, bool grads) {
   return b;
 }
 
-bool visible(const AttentionShape& s, int64_t q_pos, int64_t k_pos) { return !s.causal || k_pos <= q_pos; }
+bool visible(const AttentionShape& s, int64_t q_pos, int64_t k_pos) {
+  return (!s.causal || k_pos <= q_pos) && (s.window_left < 0 || q_pos - k_pos <= s.window_left);
+}
+
+// The score of a query-key dot product: scaled, then soft-capped when the shape says so.
+float score(const AttentionShape& s, float dot) {
+  const float x = dot * s.scale;
+  return s.softcap > 0.0f ? s.softcap * std::tanh(x * (1.0f / s.softcap)) : x;  // as backends/cpu/ops.cpp
+}
 
 // The attention of the shard's queries over one block, merged into (out, lse) by log-sum-exp: out holds the
 // normalized result so far, lse its log normalizer (-inf: no key seen yet).
@@ -163,7 +173,7 @@ void attend_block(const AttentionShape& s, const AttentionShard& shard, const Bl
         const float* k = b.k.data() + (j * s.n_head_kv + g) * D;
         float dot = 0.0f;
         for (int64_t d = 0; d < D; ++d) dot += q[d] * k[d];
-        scores[static_cast<size_t>(j)] = dot * s.scale;
+        scores[static_cast<size_t>(j)] = score(s, dot);
         m = std::max(m, scores[static_cast<size_t>(j)]);
       }
       if (m == kNegInf) continue;  // no visible key in this block: nothing to merge
@@ -253,6 +263,8 @@ AttentionGrads ring_attention_backward(Transport& t, const AttentionShape& s, co
                                        std::span<const float> out, std::span<const float> lse,
                                        std::span<const float> dout) {
   check_shard(s, shard);
+  GA_CHECK(s.softcap == 0.0f, Unsupported, "ring attention backward with a soft-capped score (softcap ", s.softcap,
+           ")");
   const int64_t nq = static_cast<int64_t>(shard.q_pos.size()), D = s.head_dim, row = kv_row(s);
   const int w = t.world_size();
   GA_CHECK(static_cast<int64_t>(out.size()) == nq * q_row(s) && dout.size() == out.size() &&

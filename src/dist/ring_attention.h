@@ -9,6 +9,9 @@
 // h / (n_head / n_head_kv). Each row carries its global position: with `causal` a query at position p sees
 // the keys at positions <= p (one sequence, seqlen_q == seqlen_k); a query that sees no key gets out = 0 and
 // lse = -inf. Only the K/V heads travel (GQA). Blocks may have different lengths on different ranks.
+// The engine's attention variants are part of the shape, so a context-parallel forward runs every
+// architecture's AttentionOp through this one copy of the math: a sliding window (a query at p also needs
+// p - k <= window_left) and a soft-cap of the scores (Gemma 2: s = softcap * tanh(s / softcap)).
 #pragma once
 
 #include <cstdint>
@@ -23,6 +26,8 @@ struct AttentionShape {
   int64_t n_head = 0, n_head_kv = 0, head_dim = 0;
   float scale = 1.0f;
   bool causal = false;
+  int64_t window_left = -1;  // >= 0: keys at positions p - window_left .. only (backends/cpu/ops.h's meaning)
+  float softcap = 0.0f;      // > 0: scores capped before the softmax (forward and pass-Q only)
 };
 
 // One rank's shard: its rows and their global positions.

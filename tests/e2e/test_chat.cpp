@@ -80,6 +80,17 @@ TEST(Chat, PipeAnswersEveryLineAsRunDoesOnTheRenderedConversation) {
   EXPECT_EQ(two.out, reply1 + "\n" + reply2 + "\n") << describe(two);
 }
 
+// Over context-parallel ranks (--context-parallel 3) a two-turn chat answers as the one-rank chat does: the
+// second turn's prompt is prefilled over the sharded cache of the first.
+TEST(Chat, ContextParallelRanksAnswerAsOneRank) {
+  const std::string input = "Once upon a time\nThe cat sat on the mat\n";
+  const CliResult one = run_cli(greedy_chat(), input);
+  const CliResult split = run_cli(greedy_chat({"--context-parallel", "3"}), input);
+  ASSERT_EQ(one.exit_code, 0) << describe(one);
+  ASSERT_EQ(split.exit_code, 0) << describe(split);
+  EXPECT_EQ(split.out, one.out) << describe(split);
+}
+
 TEST(Chat, PipeMultiLineMessagesSystemMessageAndSave) {
   TempDir tmp("ga_chat");
   const std::string saved = tmp.file("conversation.json");

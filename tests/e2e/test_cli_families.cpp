@@ -58,6 +58,33 @@ TEST(CliFamilies, TensorParallelRunGivesTheSameText) {
   EXPECT_NE(bad.err.find("does not divide by 3"), std::string::npos) << bad.err;
 }
 
+// --context-parallel shards the sequence's positions over CPU ranks: the greedy text is the one-rank run's, on a
+// family with sliding windows and soft-caps and on a GQA family; bad rank counts and combinations are one
+// error line.
+TEST(CliFamilies, ContextParallelRunGivesTheSameText) {
+  for (const char* m : {"gemma2", "qwen3"}) {
+    SCOPED_TRACE(m);
+    const std::vector<std::string> run = {"run", "-m", arch_model(m), "-p", "Once upon a time there was", "-n", "16",
+                                          "--temp", "0", "--device", "cpu", "--ignore-eos", "--no-warmup"};
+    std::vector<std::string> split = run;
+    split.insert(split.end(), {"--context-parallel", "3"});
+    const CliResult a = run_cli(run), b = run_cli(split);
+    ASSERT_EQ(a.exit_code, 0) << a.err;
+    ASSERT_EQ(b.exit_code, 0) << b.err;
+    EXPECT_EQ(b.out, a.out);
+    EXPECT_NE(b.err.find("context parallel over 3 ranks"), std::string::npos) << b.err;
+  }
+  const std::vector<std::string> base = {"run", "-m", arch_model("qwen3"), "-p", "x", "-n", "1", "--device", "cpu"};
+  std::vector<std::string> zero = base, both = base;
+  zero.insert(zero.end(), {"--context-parallel", "0"});
+  both.insert(both.end(), {"--context-parallel", "2", "--tensor-parallel", "2"});
+  const CliResult z = run_cli(zero), t = run_cli(both);
+  EXPECT_NE(z.exit_code, 0);
+  EXPECT_NE(z.err.find("--context-parallel must be in 1..64"), std::string::npos) << z.err;
+  EXPECT_NE(t.exit_code, 0);
+  EXPECT_NE(t.err.find("not built yet"), std::string::npos) << t.err;
+}
+
 // A copy of the qwen3 test folder claiming another class.
 std::string folder_claiming(const std::string& cls) {
   const fs::path dir = fs::temp_directory_path() / ("ga_cli_family_" + std::to_string(getpid()) + "_" + cls);

@@ -46,6 +46,15 @@ TEST(CliRwkv, RunGeneratesTheGreedyTextOfEveryVersion) {
   }
 }
 
+// A recurrent state cannot be sharded by position: --context-parallel is one error line, not a wrong text.
+TEST(CliRwkv, ContextParallelIsRefused) {
+  const std::string path = test::shared_path("models/rwkv-tiny/tiny-rwkv-5v2-730K-FP32.bin");
+  const CliResult r =
+      run_cli({"run", "-m", path, "-p", "hello", "-n", "4", "--device", "cpu", "--context-parallel", "2"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("recurrent state"), std::string::npos) << r.err;
+}
+
 TEST(CliRwkv, PytorchCheckpointIsRefusedWithTheConverter) {
   test::TempDir dir("ga_cli_rwkv");
   const std::string pth = dir.file("RWKV-x070-World-0.1B.pth");

@@ -1,7 +1,9 @@
 // stories260K greedy decoding against karpathy/llama2.c run.c (an independent float32
 // implementation): feeding each case's prompt ids (one batch) and then the argmax at every step must
 // reproduce run.c's token ids exactly. The reference file's description defines the protocol:
-// token_ids = prompt ids + generated ids, one per position up to `steps` positions.
+// token_ids = prompt ids + generated ids, one per position up to `steps` positions. The same again with the
+// sequence's positions sharded over CPU ranks (SessionOptions::context_parallel: ring-attention prefill,
+// pass-Q decode), which must give the same tokens.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -18,7 +20,7 @@ int32_t argmax(const std::vector<float>& logits) {  // lowest id wins ties, as r
   return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
 }
 
-TEST(SessionGreedy, Stories260KReproducesLlama2cRunC) {
+void expect_run_c_tokens(int context_parallel) {
   const ga::LoadedModel model = ga::load_gguf_model(ga::test::shared_path("models/tinyllamas/stories260K.gguf"));
   const nlohmann::json ref = nlohmann::json::parse(
       ga::test::read_file(ga::test::shared_path("models/tinyllamas/stories260K.greedy-reference.json")));
@@ -33,6 +35,7 @@ TEST(SessionGreedy, Stories260KReproducesLlama2cRunC) {
     ga::SessionOptions options;
     options.n_ctx = 256;
     options.n_threads = 1;
+    options.context_parallel = context_parallel;
     ga::Session session(model, options);
     std::vector<int32_t> got = prompt;
     std::vector<float> logits = session.eval(prompt);
@@ -42,6 +45,15 @@ TEST(SessionGreedy, Stories260KReproducesLlama2cRunC) {
       if (got.size() < want.size()) logits = session.eval(std::span<const int32_t>(&next, 1));
     }
     EXPECT_EQ(got, want);
+  }
+}
+
+TEST(SessionGreedy, Stories260KReproducesLlama2cRunC) { expect_run_c_tokens(1); }
+
+TEST(SessionGreedy, ContextParallelRanksReproduceLlama2cRunC) {
+  for (const int ranks : {2, 3}) {
+    SCOPED_TRACE(std::to_string(ranks) + " ranks");
+    expect_run_c_tokens(ranks);
   }
 }
 

@@ -72,6 +72,9 @@ struct StepEngine::Impl final : step::Binder, step::Ops {
   std::vector<int64_t> state_block;  // each token's sequence's first block (its recurrent slots)
   std::vector<uint8_t> run_start;    // 1: the first row of its sequence's run in this step
   KvPool* cache = nullptr;  // the step's pool
+  const ContextStep* context = nullptr;  // a context-parallel rank's step (forward_context), else null
+  ContextAttentionScratch context_scratch;
+  static constexpr uint64_t kNoRow = ~uint64_t{0};  // kv_rows: this rank does not keep the token's K/V
   float* logits_out = nullptr;
   std::vector<float> attn_work;   // [threads][work floats]
   std::vector<float> logits_in;   // [n_logit_rows][n_embd]: the gathered, normed rows
@@ -273,6 +276,7 @@ struct StepEngine::Impl final : step::Binder, step::Ops {
       cpu::rope(q, op.n_head, hd, r.table.n_rot, cs, sn, layout);
       cpu::rope(k, op.n_head_kv, hd, r.table.n_rot, cs, sn, layout);
       const uint64_t row = kv_rows[static_cast<size_t>(t)];
+      if (row == kNoRow) continue;
       store_kv(cache->kv_type(), k, k_blocks + row * row_bytes_kv, kv_dim);
       store_kv(cache->kv_type(), v, v_blocks + row * row_bytes_kv, kv_dim);
     }
@@ -284,6 +288,10 @@ struct StepEngine::Impl final : step::Binder, step::Ops {
     GA_CHECK(op.q.cols == op.n_head * op.head_dim && op.out.cols == op.q.cols &&
                  cache->kv_dim(op.kv.id) == op.n_head_kv * op.head_dim,
              Internal, "attention: shapes");
+    if (context != nullptr) {
+      sharded_attention(op);
+      return;
+    }
     int64_t max_pos = 0;
     for (int64_t t = 0; t < n; ++t) max_pos = std::max(max_pos, positions[static_cast<size_t>(t)]);
     const int64_t work = attention_work_floats(max_pos + 1, op.head_dim);
@@ -309,6 +317,30 @@ struct StepEngine::Impl final : step::Binder, step::Ops {
     ap.work = attn_work.data();
     ap.work_stride = work;
     paged_attention(ap, pool);  // [n][n_head][head_dim]
+  }
+
+  // A context-parallel rank's attention: its shard of the cache, its queries, the group's ring or pass-Q.
+  void sharded_attention(const step::AttentionOp& op) {
+    ContextAttentionParams p;
+    p.transport = context->transport;
+    p.form = context->attention;
+    p.n_head = op.n_head;
+    p.n_head_kv = op.n_head_kv;
+    p.head_dim = op.head_dim;
+    p.scale = op.scale;
+    p.window_left = op.window_left;
+    p.softcap = op.softcap;
+    p.n_tokens = n;
+    p.q = ptr(op.q);
+    p.q_stride = ld(op.q);
+    p.q_pos = std::span<const int64_t>(positions.data(), static_cast<size_t>(n));
+    p.kv_type = cache->kv_type();
+    p.k_rows = cache->k(op.kv.id);
+    p.v_rows = cache->v(op.kv.id);
+    p.kv_pos = context->kv_pos;
+    p.out = ptr(op.out);
+    p.out_stride = ld(op.out);
+    context_attention(p, context_scratch);  // [n][n_head][head_dim]
   }
 
   void glu(const step::GluOp& op) override {
@@ -753,11 +785,58 @@ struct StepEngine::Impl final : step::Binder, step::Ops {
     }
   }
 
+  // A context-parallel rank's step: ids, the pool's shape and every row checked before any work.
+  void run_context(std::span<const step::BatchToken> batch, const ContextStep& step, KvPool& pool_kv, float* logits) {
+    GA_CHECK(state_spec.recurrent.empty(), Unsupported, "context parallelism shards the KV cache by position; ",
+             model->config.arch, " keeps a recurrent state, which cannot be sharded by position");
+    GA_CHECK(step.transport != nullptr, InvalidArgument, "a context-parallel step needs its group's transport");
+    GA_CHECK(pool_kv.matches(state_spec) && pool_kv.n_blocks() == 1, InvalidArgument,
+             "a context-parallel rank's pool must be one block of the model's layers");
+    n = static_cast<int64_t>(batch.size());
+    GA_CHECK(n > 0 && step.kv_rows.size() == batch.size(), InvalidArgument, "a context-parallel step of ", n,
+             " tokens with ", step.kv_rows.size(), " cache rows");
+    const int64_t capacity = pool_kv.block_size();
+    const int64_t rows_used = static_cast<int64_t>(step.kv_pos.size());
+    GA_CHECK(rows_used <= capacity, OutOfRange, "a context-parallel shard of ", rows_used,
+             " rows in a pool of ", capacity);
+    for (size_t i = 0; i < batch.size(); ++i) {
+      const step::BatchToken& e = batch[i];
+      GA_CHECK(e.token >= 0 && e.token < model->config.n_vocab, InvalidArgument, "token id ", e.token, " at index ",
+               i, " is outside the vocabulary [0, ", model->config.n_vocab, ")");
+      const int64_t row = step.kv_rows[i];
+      GA_CHECK(row >= -1 && row < rows_used && (row < 0 || step.kv_pos[static_cast<size_t>(row)] == e.pos),
+               InvalidArgument, "batch entry ", i, " at position ", e.pos, " names cache row ", row, " of ",
+               rows_used);
+    }
+    static constexpr int32_t kOneBlock[1] = {0};
+    begin_step(batch, pool_kv, [&](int64_t t, const step::BatchToken&) {
+      tables[static_cast<size_t>(t)] = kOneBlock;
+      const int64_t row = step.kv_rows[static_cast<size_t>(t)];
+      return row < 0 ? kNoRow : static_cast<uint64_t>(row);
+    });
+    context = &step;
+    run_program(pool_kv, logits);
+  }
+
   void run(std::span<const step::BatchToken> batch, std::span<const std::span<const int32_t>> block_tables,
            KvPool& pool_kv, float* logits) {
     n = static_cast<int64_t>(batch.size());
     GA_CHECK(n > 0, InvalidArgument, "a forward batch needs at least one token");
     validate(batch, block_tables, pool_kv);
+    const int64_t bs = pool_kv.block_size();
+    begin_step(batch, pool_kv, [&](int64_t t, const step::BatchToken& e) {
+      const std::span<const int32_t> table = block_tables[static_cast<size_t>(e.seq)];
+      tables[static_cast<size_t>(t)] = table.data();
+      state_block[static_cast<size_t>(t)] = table.empty() ? 0 : table[0];
+      return static_cast<uint64_t>(table[static_cast<size_t>(e.pos / bs)] * bs + e.pos % bs);
+    });
+    context = nullptr;
+    run_program(pool_kv, logits);
+  }
+
+  // The step's metadata; row_of(t, entry) sets the entry's table (and state block) and returns its cache row.
+  template <typename RowOf>
+  void begin_step(std::span<const step::BatchToken> batch, KvPool& pool_kv, const RowOf& row_of) {
     for (CpuBuffer& b : buffers) grow(b.data, n * b.cols);
     grow(ids, n);
     grow(positions, n);
@@ -766,20 +845,19 @@ struct StepEngine::Impl final : step::Binder, step::Ops {
     grow(state_block, n);
     grow(run_start, n);
     logit_rows.clear();
-    const int64_t bs = pool_kv.block_size();
     for (int64_t t = 0; t < n; ++t) {
       const step::BatchToken& e = batch[static_cast<size_t>(t)];
-      const std::span<const int32_t> table = block_tables[static_cast<size_t>(e.seq)];
       ids[static_cast<size_t>(t)] = e.token;
       positions[static_cast<size_t>(t)] = e.pos;
-      tables[static_cast<size_t>(t)] = table.data();
-      kv_rows[static_cast<size_t>(t)] =
-          static_cast<uint64_t>(table[static_cast<size_t>(e.pos / bs)] * bs + e.pos % bs);
+      state_block[static_cast<size_t>(t)] = 0;
+      kv_rows[static_cast<size_t>(t)] = row_of(t, e);
       if (e.logits) logit_rows.push_back(t);
-      state_block[static_cast<size_t>(t)] = table.empty() ? 0 : table[0];
       run_start[static_cast<size_t>(t)] = t == 0 || batch[static_cast<size_t>(t - 1)].seq != e.seq;
     }
     cache = &pool_kv;
+  }
+
+  void run_program(KvPool& pool_kv, float* logits) {
     logits_out = logits;
     ++step_serial;
     program->run(*this);
@@ -790,6 +868,7 @@ struct StepEngine::Impl final : step::Binder, step::Ops {
     }
     cache = nullptr;
     logits_out = nullptr;
+    context = nullptr;
   }
 };
 
@@ -816,6 +895,11 @@ StepEngine& StepEngine::operator=(StepEngine&&) noexcept = default;
 void StepEngine::forward(std::span<const step::BatchToken> batch,
                          std::span<const std::span<const int32_t>> block_tables, KvPool& kv, float* logits) {
   impl_->run(batch, block_tables, kv, logits);
+}
+
+void StepEngine::forward_context(std::span<const step::BatchToken> batch, const ContextStep& step, KvPool& kv,
+                                 float* logits) {
+  impl_->run_context(batch, step, kv, logits);
 }
 
 const step::StateSpec& StepEngine::state() const { return impl_->state_spec; }

@@ -15,6 +15,7 @@
 #include <memory>
 #include <span>
 
+#include "backends/cpu/context_attention.h"
 #include "backends/cpu/kv_pool.h"
 #include "backends/step_ops.h"
 #include "gpu_accel/model.h"
@@ -27,6 +28,17 @@ class Transport;
 }
 
 namespace ga::cpu {
+
+// One step of a context-parallel rank (model/arch/context_parallel.h). The pool is the rank's shard of one
+// sequence's cache, a pool of one block whose row i holds position kv_pos[i] (rows in arrival order, this
+// step's included); the attention is context_attention.h's over the group. The step's rows may sit at any
+// positions (a zigzag shard is two runs): every op but the attention is row by row.
+struct ContextStep {
+  dist::Transport* transport = nullptr;
+  ContextAttention attention = ContextAttention::kRing;
+  std::span<const int64_t> kv_rows;  // per batch entry: the pool row its K/V go to; -1: another rank keeps them
+  std::span<const int64_t> kv_pos;   // [rows in use after the step]
+};
 
 class StepEngine {
  public:
@@ -47,6 +59,11 @@ class StepEngine {
   // before any work (InvalidArgument / OutOfRange), so a rejected batch changes nothing.
   void forward(std::span<const step::BatchToken> batch, std::span<const std::span<const int32_t>> block_tables,
                KvPool& kv, float* logits);
+
+  // The batch as one step of a context-parallel rank (the entries' seq and block tables are unused). Every
+  // rank of the step's transport calls it together. Refuses recurrent models (Unsupported: their state
+  // cannot be sharded by position) and checks ids and rows before any work.
+  void forward_context(std::span<const step::BatchToken> batch, const ContextStep& step, KvPool& kv, float* logits);
 
   const step::StateSpec& state() const;
   int64_t n_vocab() const;

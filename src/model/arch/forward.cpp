@@ -7,6 +7,7 @@
 
 #include "core/thread_pool.h"
 #include "dist/loopback.h"
+#include "model/arch/context_parallel.h"
 #include "model/arch/tensor_parallel.h"
 
 #include <algorithm>
@@ -54,6 +55,11 @@ BatchForward::~BatchForward() = default;
 BatchForward::BatchForward(BatchForward&&) noexcept = default;
 BatchForward& BatchForward::operator=(BatchForward&&) noexcept = default;
 
+void BatchForward::forward_context(std::span<const BatchToken> batch, const cpu::ContextStep& step, cpu::KvPool& kv,
+                                   float* logits) {
+  impl_->engine.forward_context(batch, step, kv, logits);
+}
+
 void BatchForward::forward(std::span<const BatchToken> batch, std::span<const std::span<const int32_t>> block_tables,
                            cpu::KvPool& kv, float* logits) {
   impl_->engine.forward(batch, block_tables, kv, logits);
@@ -74,9 +80,15 @@ struct SequenceForward::Impl {
   std::unique_ptr<dist::LoopbackGroup> group;
   std::vector<std::unique_ptr<SequenceForward>> ranks;
   std::vector<std::vector<float>> rank_logits;  // ranks 1..: their (identical) logits, not returned
+  std::unique_ptr<ContextParallelSequence> context;  // context_parallel > 1
 
   Impl(const LoadedModel& model, const SequenceParams& p, ThreadPool* pool) : params(p) {
     GA_CHECK(p.tensor_parallel >= 1, InvalidArgument, "tensor_parallel must be >= 1, got ", p.tensor_parallel);
+    GA_CHECK(p.context_parallel >= 1, InvalidArgument, "context_parallel must be >= 1, got ", p.context_parallel);
+    if (p.context_parallel > 1) {
+      context = std::make_unique<ContextParallelSequence>(model, p, pool);
+      return;
+    }
     if (p.tensor_parallel == 1) {
       forward = std::make_unique<BatchForward>(model, pool, p.n_ctx, p.transport);
       kv = std::make_unique<cpu::KvPool>(forward->state(), single_block_pool(p));
@@ -105,11 +117,16 @@ SequenceForward& SequenceForward::operator=(SequenceForward&&) noexcept = defaul
 
 int64_t SequenceForward::n_ctx() const { return impl_->params.n_ctx; }
 int64_t SequenceForward::n_vocab() const {
+  if (impl_->context) return impl_->context->n_vocab();
   return impl_->forward ? impl_->forward->n_vocab() : impl_->ranks[0]->n_vocab();
 }
 
 void SequenceForward::eval(std::span<const int32_t> tokens, int64_t pos0, bool all_logits, float* logits) {
   Impl& m = *impl_;
+  if (m.context) {
+    m.context->eval(tokens, pos0, all_logits, logits);
+    return;
+  }
   if (!m.ranks.empty()) {  // every rank evaluates the tokens on its shard; rank 0's logits are returned
     const size_t rows = all_logits ? tokens.size() : 1;
     m.group->run([&](dist::Transport& t) {

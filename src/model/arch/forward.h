@@ -38,6 +38,9 @@ class BatchForward {
   // cpu::StepEngine::forward's contract.
   void forward(std::span<const BatchToken> batch, std::span<const std::span<const int32_t>> block_tables,
                cpu::KvPool& kv, float* logits);
+  // cpu::StepEngine::forward_context's: one step of a context-parallel rank (context_parallel.h).
+  void forward_context(std::span<const BatchToken> batch, const cpu::ContextStep& step, cpu::KvPool& kv,
+                       float* logits);
   const step::StateSpec& state() const;
   const ModelConfig& config() const;
   int64_t n_vocab() const;
@@ -55,6 +58,10 @@ struct SequenceParams {
   // > 1: the model split over this many CPU ranks of this process (tensor_parallel.h, the loopback transport),
   // each on its share of the pool's threads; the logits equal the unsplit model's.
   int tensor_parallel = 1;
+  // > 1: the sequence's positions sharded over this many CPU ranks of this process (context_parallel.h): the
+  // prefill by ring attention, decode by the pass-Q merge over the sharded cache; the logits equal the
+  // one-rank forward's. Not with tensor_parallel > 1; refused for recurrent models.
+  int context_parallel = 1;
 };
 
 // One sequence over a loaded model. Not thread-safe; the model and the pool must outlive it.

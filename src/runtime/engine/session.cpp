@@ -46,6 +46,7 @@ struct Session::Impl {
   std::unique_ptr<cuda::CudaForward> gpu;         // or GPU
   std::string device = "cpu";
   int tensor_parallel = 1;
+  int context_parallel = 1;
   int64_t n_past = 0;
   bool gpu_sampling = true;
   // eval_for_sampling's result: the last logits on the device (gpu_logits.data) or in host_logits.
@@ -66,13 +67,18 @@ Session::Session(const LoadedModel& model, const SessionOptions& options) : impl
            options.n_threads);
   GA_CHECK(options.tensor_parallel >= 1, InvalidArgument, "tensor_parallel must be >= 1, got ",
            options.tensor_parallel);
+  GA_CHECK(options.context_parallel >= 1, InvalidArgument, "context_parallel must be >= 1, got ",
+           options.context_parallel);
   impl_->model = &model;
   impl_->gpu_sampling = options.gpu_sampling;
   const int64_t n_ctx = engine::resolve_n_ctx(model.config, options.n_ctx);
 
   GA_CHECK(options.tensor_parallel == 1 || gpu_index < 0 || is_auto, Unsupported,
            "tensor parallelism runs on the CPU only so far (--device cpu), not on ", options.device);
-  if (gpu_index >= 0 && options.tensor_parallel == 1 && (!is_auto || cuda_device_count() > 0)) {
+  GA_CHECK(options.context_parallel == 1 || gpu_index < 0 || is_auto, Unsupported,
+           "context parallelism runs on the CPU only so far (--device cpu), not on ", options.device);
+  const bool split = options.tensor_parallel > 1 || options.context_parallel > 1;
+  if (gpu_index >= 0 && !split && (!is_auto || cuda_device_count() > 0)) {
     cuda::CudaForwardParams params;
     params.device = gpu_index;
     params.n_ctx = n_ctx;
@@ -92,7 +98,9 @@ Session::Session(const LoadedModel& model, const SessionOptions& options) : impl
   params.n_ctx = n_ctx;
   params.kv_type = options.kv_type == KvType::F16 ? DType::F16 : DType::F32;
   params.tensor_parallel = options.tensor_parallel;
+  params.context_parallel = options.context_parallel;
   impl_->tensor_parallel = options.tensor_parallel;
+  impl_->context_parallel = options.context_parallel;
   impl_->forward = std::make_unique<arch::SequenceForward>(model, params, impl_->pool.get());
 }
 
@@ -193,6 +201,9 @@ std::string Session::device_description() const {
   if (impl_->gpu) return impl_->gpu->description();
   if (impl_->tensor_parallel > 1) {
     return str("cpu, ", impl_->pool->size(), " threads, tensor parallel over ", impl_->tensor_parallel, " ranks");
+  }
+  if (impl_->context_parallel > 1) {
+    return str("cpu, ", impl_->pool->size(), " threads, context parallel over ", impl_->context_parallel, " ranks");
   }
   return str("cpu, ", impl_->pool->size(), " threads");
 }
