@@ -18,6 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/model_logits.h"
 #include "common/test_data.h"
 #include "gpu_accel/dtype.h"
 #include "gpu_accel/error.h"
@@ -110,23 +111,10 @@ void write_pair(const fs::path& src, const fs::path& fp8, const fs::path& ref, S
 }
 
 std::vector<float> logits(const std::string& path, const std::vector<int32_t>& tokens) {
-  const ga::LoadedModel m = ga::load_model(path);
-  ga::arch::SequenceParams p;
-  p.n_ctx = 64;
-  ga::arch::SequenceForward seq(m, p, nullptr);
-  std::vector<float> out(tokens.size() * static_cast<size_t>(seq.n_vocab()));
-  seq.eval(tokens, 0, true, out.data());
-  return out;
+  return ga::test::all_logits(ga::load_model(path), tokens);
 }
 
-double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    num += (double{a[i]} - b[i]) * (double{a[i]} - b[i]);
-    den += double{b[i]} * b[i];
-  }
-  return std::sqrt(num / den);
-}
+double rel_l2(const std::vector<float>& a, const std::vector<float>& b) { return ga::test::rel_l2(a.data(), b.data(), a.size()); }
 
 fs::path temp_dir(const std::string& tag) {
   return fs::temp_directory_path() / ("ga-fp8-" + tag + "-" + std::to_string(::getpid()));

@@ -14,24 +14,16 @@
 #include <vector>
 
 #include "backends/cpu/quant.h"
+#include "common/model_logits.h"
 #include "common/test_data.h"
 #include "gpu_accel/error.h"
 #include "gpu_accel/model.h"
-#include "model/arch/forward.h"
 #include "model/tools/quantize_fp8.h"
 
 namespace {
 
 namespace fs = std::filesystem;
 
-std::vector<float> logits(const ga::LoadedModel& m, const std::vector<int32_t>& tokens) {
-  ga::arch::SequenceParams p;
-  p.n_ctx = 64;
-  ga::arch::SequenceForward seq(m, p, nullptr);
-  std::vector<float> out(tokens.size() * static_cast<size_t>(seq.n_vocab()));
-  seq.eval(tokens, 0, true, out.data());
-  return out;
-}
 
 std::vector<float> values(const ga::WeightView& w) {
   std::vector<float> out(static_cast<size_t>(w.rows() * w.cols()));
@@ -42,20 +34,13 @@ std::vector<float> values(const ga::WeightView& w) {
   return out;
 }
 
-double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    num += (double{a[i]} - b[i]) * (double{a[i]} - b[i]);
-    den += double{b[i]} * b[i];
-  }
-  return std::sqrt(num / den);
-}
+double rel_l2(const std::vector<float>& a, const std::vector<float>& b) { return ga::test::rel_l2(a.data(), b.data(), a.size()); }
 
 TEST(QuantizeFp8, EveryScaleLayoutLoadsBackWithinE4m3Rounding) {
   const fs::path src = ga::test::repo_path("tests/data/arch/qwen3");
   const ga::LoadedModel original = ga::load_model(src.string());
   const std::vector<int32_t> tokens{1, 17, 250, 99, 3, 42, 7};
-  const std::vector<float> want = logits(original, tokens);
+  const std::vector<float> want = ga::test::all_logits(original, tokens);
   for (const char* scales : {"block", "channel", "tensor"}) {
     SCOPED_TRACE(scales);
     const fs::path out = fs::temp_directory_path() / ("ga-qfp8-" + std::string(scales) + "-" + std::to_string(::getpid()));
@@ -83,7 +68,7 @@ TEST(QuantizeFp8, EveryScaleLayoutLoadsBackWithinE4m3Rounding) {
       }
       EXPECT_NE(a, b) << name << " was not quantized";
     }
-    const double e = rel_l2(logits(m, tokens), want);
+    const double e = rel_l2(ga::test::all_logits(m, tokens), want);
     EXPECT_LT(e, 0.1);
     EXPECT_GT(e, 1e-6);
     if (std::string(scales) == "block") {

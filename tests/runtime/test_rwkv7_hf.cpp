@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/process.h"
+#include "common/model_logits.h"
 #include "common/test_data.h"
 #include "gpu_accel/error.h"
 #include "gpu_accel/model.h"
@@ -29,12 +30,7 @@ namespace {
 const char* kV7 = "models/rwkv-tiny/tiny-rwkv-7v0-834K-FP32.bin";
 
 std::vector<float> logits_of(const LoadedModel& model, const std::vector<int32_t>& prompt = {'"', 'i', 'n'}) {
-  SessionOptions opts;
-  opts.n_threads = 2;
-  Session s(model, opts);
-  std::vector<float> out;
-  for (const int32_t t : prompt) out = s.eval(std::vector<int32_t>{t});
-  return out;
+  return test::last_token_logits(model, prompt);
 }
 
 struct Tensor {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/process.h"
+#include "common/model_logits.h"
 #include "common/test_data.h"
 #include "gpu_accel/error.h"
 #include "gpu_accel/gguf.h"
@@ -29,12 +30,7 @@ std::string tiny(const std::string& name) { return test::shared_path("models/rwk
 
 // rwkv.cpp's test prompt, token by token from the initial state, as tests/runtime/test_rwkv.cpp feeds it.
 std::vector<float> logits_of(const LoadedModel& model, const std::vector<int32_t>& prompt = {'"', 'i', 'n'}) {
-  SessionOptions opts;
-  opts.n_threads = 2;
-  Session s(model, opts);
-  std::vector<float> out;
-  for (const int32_t t : prompt) out = s.eval(std::vector<int32_t>{t});
-  return out;
+  return test::last_token_logits(model, prompt);
 }
 
 struct Case {
