@@ -94,6 +94,9 @@ struct RwkvParams {
 struct TensorParallelShard {
   int world = 1;
   int rank = 0;
+  // The classifier is split by vocabulary rows (rank r computes logits [r V/W, (r+1) V/W) and the group gathers
+  // them); false: every rank holds the whole classifier (tied embeddings, or a vocabulary W does not divide).
+  bool vocab_parallel = false;
 };
 
 struct ModelConfig {

@@ -36,6 +36,18 @@ void Transport::all_reduce_sum(float* data, size_t n) {
   }
 }
 
+void Transport::all_gather(const float* mine, size_t n, float* all) {
+  const int w = world_size(), r = rank();
+  std::copy_n(mine, n, all + static_cast<size_t>(r) * n);
+  const int next = (r + 1) % w, prev = (r + w - 1) % w;
+  // step s: pass on the block that arrived at the step before (rank r - s's), take rank r - s - 1's
+  for (int step = 0; step < w - 1; ++step) {
+    const int send_c = (r - step + w) % w, recv_c = (r - step - 1 + w) % w;
+    wait(send_recv(all + static_cast<size_t>(send_c) * n, n * sizeof(float), next, all + static_cast<size_t>(recv_c) * n,
+                   n * sizeof(float), prev));
+  }
+}
+
 void Transport::barrier() {
   float token = 0.0f;
   all_reduce_sum(&token, 1);

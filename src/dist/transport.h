@@ -39,6 +39,9 @@ class Transport {
   // data[i] = the sum over ranks of data[i], on every rank (a ring reduce-scatter then all-gather over
   // send/recv unless the implementation has its own). Every rank passes the same n.
   virtual void all_reduce_sum(float* data, size_t n);
+  // all[q * n .. (q + 1) * n) = rank q's `mine`, on every rank (a ring over send/recv unless the implementation
+  // has its own). Every rank passes the same n; `mine` may not overlap `all`.
+  virtual void all_gather(const float* mine, size_t n, float* all);
   virtual void barrier();
 };
 

@@ -72,6 +72,29 @@ TEST(Loopback, AllReduceSumsAndEveryRankGetsTheSameBytes) {
   }
 }
 
+TEST(Loopback, AllGatherPlacesEveryRanksBlockInRankOrder) {
+  for (const int world : {1, 2, 3, 4, 8}) {
+    for (const size_t n : {size_t{1}, size_t{5}, size_t{97}}) {
+      LoopbackGroup group(world);
+      std::vector<std::vector<float>> results(static_cast<size_t>(world));
+      group.run([&](Transport& t) {
+        std::vector<float> mine(n), all(n * static_cast<size_t>(world), -1.0f);
+        for (size_t i = 0; i < n; ++i) mine[i] = 1000.0f * static_cast<float>(t.rank()) + static_cast<float>(i);
+        t.all_gather(mine.data(), n, all.data());
+        results[static_cast<size_t>(t.rank())] = all;
+      });
+      for (int r = 0; r < world; ++r) {
+        for (int q = 0; q < world; ++q) {
+          for (size_t i = 0; i < n; ++i) {
+            ASSERT_EQ(results[r][q * n + i], 1000.0f * static_cast<float>(q) + static_cast<float>(i))
+                << "world " << world << ", rank " << r << ", block " << q;
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(Loopback, ARankThatDiesMidCollectiveIsNamedByTheOthers) {
   LoopbackGroup group(4, std::chrono::seconds(20));
   std::vector<std::string> errors(4);

@@ -54,6 +54,13 @@ void expect_shards_match(const std::string& tag, const ga::LoadedModel& model) {
     std::vector<ga::LoadedModel> shards;
     for (int r = 0; r < world; ++r) shards.push_back(ga::arch::shard_for_tensor_parallel(model, world, r));
     EXPECT_EQ(shards[0].config.n_head * world, model.config.n_head);
+    // an untied classifier over a vocabulary the world divides is vocab-parallel: each rank holds V / W rows
+    const ga::WeightView* output = model.find_weight("output.weight");
+    const bool vocab_parallel = output != nullptr && !model.config.tied_embeddings && V % world == 0;
+    EXPECT_EQ(shards[0].config.shard.vocab_parallel, vocab_parallel);
+    if (vocab_parallel) {
+      EXPECT_EQ(shards[0].weights.at("output.weight").rows() * world, output->rows());
+    }
     std::vector<std::vector<float>> got(static_cast<size_t>(world));
     ga::dist::LoopbackGroup group(world);
     group.run([&](ga::dist::Transport& t) {

@@ -52,6 +52,7 @@ struct StepEngine::Impl final : step::Binder, step::Ops {
   ThreadPool* pool = nullptr;
   dist::Transport* transport = nullptr;  // the tensor-parallel group of a sharded model
   std::vector<float> reduce_scratch;
+  std::vector<float> vocab_slice, vocab_gathered;  // a vocab-parallel shard's logits: its slice, the group's
   int64_t n_ctx = 0;
   step::StateSpec state_spec;
   std::unique_ptr<step::Program> program;
@@ -428,8 +429,11 @@ struct StepEngine::Impl final : step::Binder, step::Ops {
     check_view(op.x, "logits");
     const CpuWeight& out = weight(op.output);
     const int64_t E = op.x.cols;
-    GA_CHECK(out.m.cols == E && vec_size(op.norm) == E && out.m.rows == model->config.n_vocab, Internal,
-             "logits: classifier [", out.m.rows, " x ", out.m.cols, "] for ", E, " columns");
+    const TensorParallelShard& shard = model->config.shard;
+    const int64_t V = model->config.n_vocab;
+    const int64_t V_local = shard.vocab_parallel ? V / shard.world : V;  // this rank's vocabulary rows
+    GA_CHECK(out.m.cols == E && vec_size(op.norm) == E && out.m.rows == V_local, Internal, "logits: classifier [",
+             out.m.rows, " x ", out.m.cols, "] for ", E, " columns and ", V_local, " vocabulary rows");
     // Only the rows whose logits are wanted are normed and classified; they are gathered into
     // consecutive rows so the classifier is one matmul.
     const int64_t n_out = static_cast<int64_t>(logit_rows.size());
@@ -449,9 +453,25 @@ struct StepEngine::Impl final : step::Binder, step::Ops {
         cpu::rms_norm(src, vec(op.norm), logits_in.data() + i * E, E, op.eps);
       }
     }
-    const int64_t V = out.m.rows;
-    matmul(out.m, logits_in.data(), n_out, E, logits_out, V, pool);  // [n_out][n_vocab]
-    if (op.softcap > 0.0f) softcap(logits_out, n_out * V, op.softcap);
+    if (!shard.vocab_parallel) {
+      matmul(out.m, logits_in.data(), n_out, E, logits_out, V, pool);  // [n_out][n_vocab]
+      if (op.softcap > 0.0f) softcap(logits_out, n_out * V, op.softcap);
+      return;
+    }
+    // Vocab-parallel: this rank's [n_out][V / W] slice, gathered over the group ([W][n_out][V / W]) and laid out as
+    // [n_out][V]. Each logit is the same dot as in the whole classifier, so the result is the unsplit one exactly.
+    GA_CHECK(transport != nullptr && transport->world_size() == shard.world, Internal,
+             "logits: a vocab-parallel shard without its group's transport");
+    grow(vocab_slice, n_out * V_local);
+    grow(vocab_gathered, n_out * V);
+    matmul(out.m, logits_in.data(), n_out, E, vocab_slice.data(), V_local, pool);
+    if (op.softcap > 0.0f) softcap(vocab_slice.data(), n_out * V_local, op.softcap);
+    transport->all_gather(vocab_slice.data(), static_cast<size_t>(n_out * V_local), vocab_gathered.data());
+    for (int q = 0; q < shard.world; ++q) {
+      for (int64_t i = 0; i < n_out; ++i) {
+        std::copy_n(vocab_gathered.data() + (q * n_out + i) * V_local, V_local, logits_out + i * V + q * V_local);
+      }
+    }
   }
 
 

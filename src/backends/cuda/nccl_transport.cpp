@@ -163,6 +163,13 @@ void NcclTransport::all_reduce_sum(float* data, size_t n) {
   wait(record(-1));
 }
 
+void NcclTransport::all_gather(const float* mine, size_t n, float* all) {
+  check_usable(-1, "all-gather with");
+  GA_CUDA_CHECK(cudaSetDevice(device_));
+  GA_NCCL_CHECK(ncclAllGather(mine, all, n, ncclFloat32, comm_, stream_));
+  wait(record(-1));
+}
+
 void NcclTransport::barrier() {
   check_usable(-1, "barrier with");
   // one float through the device: NCCL has no barrier of its own

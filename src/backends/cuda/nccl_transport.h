@@ -51,6 +51,8 @@ class NcclTransport final : public dist::Transport {
   void wait(dist::Ticket ticket) override;
   // ncclAllReduce in place on the device, waited on.
   void all_reduce_sum(float* data, size_t n) override;
+  // ncclAllGather on the device, waited on.
+  void all_gather(const float* mine, size_t n, float* all) override;
   void barrier() override;
 
  private:

@@ -435,7 +435,10 @@ TensorSplit decoder_tensor_split(const ModelConfig& c, std::string_view name) {
     return name.size() >= suffix.size() && name.substr(name.size() - suffix.size()) == suffix;
   };
   const int64_t q_dim = c.n_head * c.head_dim, kv_dim = c.n_head_kv * c.head_dim;
-  if (name.rfind("blk.", 0) != 0) return {};  // embeddings, final norm, classifier, RoPE factors
+  // The classifier by vocabulary rows (vocab-parallel: the group gathers the logits), unless it is the embedding
+  // table, which every rank needs whole for its lookups.
+  if (name == "output.weight" && !c.tied_embeddings) return {Kind::kRows, {}, {}};
+  if (name.rfind("blk.", 0) != 0) return {};  // embeddings, final norm, RoPE factors
   for (const std::string_view t : {"attn_k.weight", "attn_k.bias", "attn_v.weight", "attn_v.bias"}) {
     if (ends_with(t)) return {Kind::kRows, {kv_dim}, {true}};
   }

@@ -120,17 +120,22 @@ LoadedModel shard_for_tensor_parallel(const LoadedModel& model, int world, int r
   if (c.transformer.n_ff_shexp > 0) {
     require_divides(c.transformer.n_ff_shexp, world, "the shared expert's feed-forward width");
   }
+  // A vocabulary the world does not divide keeps a whole classifier on every rank (vocab_parallel stays false).
+  const bool vocab_parallel = c.n_vocab % world == 0;
   for (auto& [name, view] : out.weights) {
     const TensorSplit split = arch.tensor_split(c, name);
     if (split.kind == TensorSplit::Kind::kReplicate) continue;
+    if (name == "output.weight" && !vocab_parallel) continue;
     view = split_tensor(view, split, world, rank, kv_ways, out.storage);
+    if (name == "output.weight") out.config.shard.vocab_parallel = true;
   }
   out.config.n_head /= world;
   out.config.n_head_kv /= kv_ways;
   out.config.n_ff /= world;
   out.config.transformer.n_ff_exp /= world;
   out.config.transformer.n_ff_shexp /= world;
-  out.config.shard = TensorParallelShard{world, rank};
+  out.config.shard.world = world;
+  out.config.shard.rank = rank;
   return out;
 }
 

@@ -1,9 +1,11 @@
 // Tensor parallelism (Megatron-style) as a transformation of a loaded model: rank r of a W-rank group keeps its
 // share of the attention heads (q, k, v rows; the output projection's matching columns) and of the
-// feed-forward width (gate / up rows, down columns; every expert's likewise), and replicates the rest
-// (embeddings, norms, the router, the classifier). The shard's config says n_head / W, n_head_kv / W,
-// n_ff / W and ModelConfig::shard = {W, r}; its Program sums the two row-parallel outputs of every layer over
-// the group (step::Ops::all_reduce), so every rank ends each layer with the unsplit model's hidden state.
+// feed-forward width (gate / up rows, down columns; every expert's likewise) and of the vocabulary (the
+// classifier's rows, when it is not the tied embedding table and W divides the vocabulary: the backend gathers
+// the logits slices, TensorParallelShard::vocab_parallel), and replicates the rest (embeddings, norms, the
+// router). The shard's config says n_head / W, n_head_kv / W, n_ff / W and ModelConfig::shard = {W, r}; its
+// Program sums the two row-parallel outputs of every layer over the group (step::Ops::all_reduce), so every rank
+// ends each layer with the unsplit model's hidden state.
 //
 // Which tensor splits how is the architecture's (ArchInfo::tensor_split); the decoder families declare it.
 #pragma once
