@@ -38,6 +38,18 @@ std::vector<uint8_t> random_weight_rows(DType type, int64_t rows, int64_t cols, 
   std::normal_distribution<float> normal(0.0f, 1.0f);
   for (int64_t r = 0; r < rows; ++r) {
     uint8_t* row = data.data() + static_cast<uint64_t>(r) * row_stride;
+    if (type == DType::F8_B128) {  // a float32 scale per block, codes without the NaN ones (0x7F, 0xFF)
+      std::uniform_real_distribution<float> scale(0.001f, 0.05f);
+      for (int64_t b = 0; b < cols / tr.block_size; ++b) {
+        uint8_t* blk = row + static_cast<uint64_t>(b) * tr.type_size;
+        const float s = scale(rng);
+        std::memcpy(blk, &s, 4);
+        for (uint32_t j = 4; j < tr.type_size; ++j) {
+          if ((blk[j] & 0x7f) == 0x7f) blk[j] ^= 1;
+        }
+      }
+      continue;
+    }
     if (tr.quantized) {
       set_finite_fp16_fields(type, row, cols / tr.block_size, rng);
       continue;

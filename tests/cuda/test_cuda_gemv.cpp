@@ -45,7 +45,8 @@ using ::ga::str;
 using ::ga::cuda::CachingAllocator;
 
 const DType kTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1,
-                        DType::Q8_0, DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K};
+                        DType::Q8_0, DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K,
+                        DType::F8_B128};
 const DType kSplitTypes[] = {DType::Q4_0, DType::Q8_0};
 
 struct GemvCase {

@@ -5,7 +5,7 @@
 // compressed-tensors' float-quantized layout (`*.weight` in F8_E4M3 with `*.weight_scale` per tensor or per
 // output channel; `*.input_scale`, the static activation scale, is not needed by a float forward). In both
 // the weight is value(e4m3) * scale. The loader keeps each such matrix in FP8 as DType::F8_B128 blocks (1.03
-// bytes a weight; the CPU reads them directly, the CUDA engine widens them to f16 at upload) where its scales tile
+// bytes a weight; the CPU and the CUDA GEMV read them directly) where its scales tile
 // runs of 128 columns, and turns it into F32 (one f32 rounding of the product, as the reference dequantizers do)
 // where they do not.
 #pragma once

@@ -76,27 +76,6 @@ std::vector<float> vector_f32(const WeightView& w) {
 
 bool is_float_type(DType t) { return t == DType::F16 || t == DType::BF16 || t == DType::F32; }
 
-// An F8_B128 matrix (or expert stack) as f16 rows: each weight e4m3 * scale rounded once to f16 (11 significant bits
-// for FP8's 4 and the scale's 24: the product's f16 rounding is the only change from the CPU's float values). A
-// product beyond f16's range is refused rather than turned into infinity.
-std::vector<uint16_t> widen_f8_blocks_to_f16(const WeightView& w) {
-  constexpr int64_t kBlock = 128, kBlockBytes = 132;
-  const int64_t n = static_cast<int64_t>(w.nbytes / kBlockBytes) * kBlock;
-  std::vector<uint16_t> out(static_cast<size_t>(n));
-  for (int64_t b = 0; b < n / kBlock; ++b) {
-    const uint8_t* blk = w.data + b * kBlockBytes;
-    float scale;
-    std::memcpy(&scale, blk, 4);
-    for (int64_t j = 0; j < kBlock; ++j) {
-      const float v = e4m3_to_f32(blk[4 + j]) * scale;
-      GA_CHECK(std::fabs(v) <= 65504.0f || std::isnan(v), Unsupported, "tensor ", w.name, " holds the FP8 weight ", v,
-               ", beyond f16's range, which the CUDA engine widens FP8 weights to");
-      out[static_cast<size_t>(b * kBlock + j)] = f32_to_fp16(v);
-    }
-  }
-  return out;
-}
-
 const WeightView* find_view(const LoadedModel& model, std::string_view name) {
   const auto it = model.weights.find(name);
   return it == model.weights.end() ? nullptr : &it->second;
@@ -118,8 +97,7 @@ step::Weight CudaEngine::find_matrix(std::string_view name) {
            " dimensions; a matrix has 2 (an expert stack 3)");
   WeightEntry e;
   e.name = std::string(name);
-  // FP8 blocks (F8_B128, an FP8 checkpoint's weights) are widened to f16 at upload: no kernel reads FP8 weights yet.
-  e.m.type = w->type == DType::F8_B128 ? DType::F16 : w->type;
+  e.m.type = w->type;
   e.m.cols = w->cols();
   e.m.rows = w->rows();
   e.m.n_expert = w->ne.size() == 3 ? static_cast<int64_t>(w->ne[2]) : 1;
@@ -467,13 +445,7 @@ void CudaEngine::upload_weights(const LoadedModel& model) {
   std::vector<bool> placed(weights_table_.size(), false);
   const auto copy = [&](const WeightEntry& e, uint8_t* dst) {
     const WeightView& w = model.weights.at(e.name);
-    if (w.type == e.m.type) {
-      GA_CUDA_CHECK(cudaMemcpyAsync(dst, w.data, w.nbytes, cudaMemcpyHostToDevice, stream_.get()));
-      return;
-    }
-    const std::vector<uint16_t> halves = widen_f8_blocks_to_f16(w);
-    GA_CUDA_CHECK(cudaMemcpyAsync(dst, halves.data(), halves.size() * 2, cudaMemcpyHostToDevice, stream_.get()));
-    stream_.synchronize();  // the staging goes when this returns
+    GA_CUDA_CHECK(cudaMemcpyAsync(dst, w.data, w.nbytes, cudaMemcpyHostToDevice, stream_.get()));
   };
   // Fused groups first, members back to back (no padding between them: the group is one matrix), the group
   // padded as one tensor. A group needs no more room than its members apart.

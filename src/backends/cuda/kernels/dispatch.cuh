@@ -27,6 +27,7 @@ cudaError_t visit_decoder(DType type, F&& f) {
     case DType::Q4_K: return f(DecodeQ4_K{});
     case DType::Q5_K: return f(DecodeQ5_K{});
     case DType::Q6_K: return f(DecodeQ6_K{});
+    case DType::F8_B128: return f(DecodeF8B128{});
     default: return cudaErrorNotSupported;
   }
 }
@@ -41,6 +42,7 @@ inline int decoder_block_elems(DType type) {
       return ClassicShape::kBlockElems;
     case DType::Q2_K: case DType::Q3_K: case DType::Q4_K: case DType::Q5_K: case DType::Q6_K:
       return KShape::kBlockElems;
+    case DType::F8_B128: return DecodeF8B128::kBlockElems;
     default: return 0;
   }
 }

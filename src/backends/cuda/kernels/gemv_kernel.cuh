@@ -206,10 +206,14 @@ __device__ __forceinline__ float gemv_block_dot(const float* q, const float* sca
       for (int e = g * kPerGroup; e < (g + 1) * kPerGroup; ++e) dot = fma_keep_subnormal(q[e], xv[e], dot);
       acc = fmaf(scale[g], dot, fmaf(offset[g], x_sum[g], acc));
     } else {
-      static_assert(D::kUnitScale, "float decoders have unit scale");
+      static_assert(!D::kHasMin, "float decoders have no min");
 #pragma unroll
       for (int e = g * kPerGroup; e < (g + 1) * kPerGroup; ++e) dot = fmaf(q[e], xv[e], dot);
-      acc += dot;
+      if constexpr (D::kUnitScale) {
+        acc += dot;
+      } else {
+        acc = fmaf(scale[g], dot, acc);  // F8_B128: the E4M3 values times the block's scale
+      }
     }
   }
   return acc;

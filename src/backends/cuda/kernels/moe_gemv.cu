@@ -20,6 +20,7 @@ extern template cudaError_t launch_moe_gemv<DecodeQ3_K>(const MoeGemvParams&, cu
 extern template cudaError_t launch_moe_gemv<DecodeQ4_K>(const MoeGemvParams&, cudaStream_t);
 extern template cudaError_t launch_moe_gemv<DecodeQ5_K>(const MoeGemvParams&, cudaStream_t);
 extern template cudaError_t launch_moe_gemv<DecodeQ6_K>(const MoeGemvParams&, cudaStream_t);
+extern template cudaError_t launch_moe_gemv<DecodeF8B128>(const MoeGemvParams&, cudaStream_t);
 }  // namespace detail
 
 namespace {

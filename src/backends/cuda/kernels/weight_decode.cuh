@@ -33,6 +33,7 @@
 #pragma once
 
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -509,6 +510,41 @@ struct DecodeF32 : FloatShape {
   static __device__ __forceinline__ void decode(const uint8_t* blk, int /*part*/, float* q, float* /*scale*/, float* /*min*/) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) q[i] = __uint_as_float(load_u32_any(blk + 4 * i));
+  }
+};
+
+// F8_B128 (gpu_accel's in-memory FP8 type, backends/cpu/quant_blocks.h): a float32 scale, then 128 E4M3 codes.
+// 16 lanes, lane `part` owns codes [8 part, 8 part + 8) (two runs of 4). The codes become floats exactly (every
+// E4M3 value is a half, and the conversion is one instruction on sm_89+), so the weights are q * scale with q the
+// E4M3 value: a float decoder with one scale per block (kUnitScale false, kIntDecode false).
+struct DecodeF8B128 {
+  static constexpr DType kType = DType::F8_B128;
+  static constexpr int kBlockElems = layout::kQKF8;
+  static constexpr int kBlockBytes = sizeof(layout::BlockF8B128);
+  static constexpr int kLanesPerBlock = 16;
+  static constexpr int kElems = 8;
+  static constexpr int kGroups = 1;
+  static constexpr bool kUnitScale = false;
+  static constexpr bool kHasMin = false;
+  static constexpr bool kIntDecode = false;
+  static constexpr int kRows = 4;
+  static constexpr int kChunksPerLane = 3;
+  static __device__ __forceinline__ int run_offset(int part, int run) { return 8 * part + 4 * run; }
+  static __device__ __forceinline__ void decode(const uint8_t* blk, int part, float* q, float* scale, float* /*min*/) {
+    scale[0] = __uint_as_float(load_u32_any(blk + offsetof(layout::BlockF8B128, d)));
+    const uint8_t* codes = blk + offsetof(layout::BlockF8B128, qs) + 8 * part;
+#pragma unroll
+    for (int w = 0; w < 2; ++w) {
+      const uint32_t four = load_u32_any(codes + 4 * w);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const __nv_fp8x2_storage_t pair = static_cast<__nv_fp8x2_storage_t>(four >> (16 * h));
+        const __half2_raw raw = __nv_cvt_fp8x2_to_halfraw2(pair, __NV_E4M3);
+        const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&raw));
+        q[4 * w + 2 * h] = f.x;
+        q[4 * w + 2 * h + 1] = f.y;
+      }
+    }
   }
 };
 
