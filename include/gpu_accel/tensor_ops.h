@@ -48,7 +48,7 @@ enum class Device { Cpu, Cuda };
 
 struct Exec {
   Device device = Device::Cpu;
-  ThreadPool* pool = nullptr;  // Cpu: the worker threads; nullptr runs everything on the calling thread
+  ThreadPool* pool = nullptr;  // Cpu: the worker threads (one call at a time per pool); nullptr: the calling thread
   void* stream = nullptr;      // Cuda: the cudaStream_t the work is queued on (no CUDA implementation yet)
 };
 

@@ -53,10 +53,12 @@ def _result_dtype(*arrays):
     return dtypes.pop() if len(dtypes) == 1 else np.dtype(np.float32)
 
 
-def _as_caller_dtype(out, like):
-    """out (uint16 bits for bfloat16) in the dtype the caller used: ml_dtypes' bfloat16 stays bfloat16."""
-    if _is_ml_bfloat16(like.dtype) and out.dtype == _BF16_BITS:
-        return out.view(like.dtype)
+def _as_caller_dtype(out, caller):
+    """out (uint16 bits for bfloat16) in the dtype the caller used: an ml_dtypes bfloat16 input (`caller`, the
+    array as passed) gets a bfloat16 result."""
+    dtype = getattr(caller, "dtype", None)
+    if dtype is not None and _is_ml_bfloat16(dtype) and out.dtype == _BF16_BITS:
+        return out.view(dtype)
     return out
 
 
@@ -113,6 +115,7 @@ def batched_gemm(a, b, c=None, *, alpha=1.0, beta=0.0, trans_a=False, trans_b=Fa
     gelu_tanh, silu, sigmoid, tanh. out_dtype defaults to the inputs' dtype (float32 when they differ).
     """
     op = "batched_gemm"
+    caller = a
     a, b = _array(op, "a", a), _array(op, "b", b)
     if a.ndim < 2 or b.ndim < 2:
         raise ValueError(f"{op}: a and b must have at least 2 dimensions, got {a.shape} and {b.shape}")
@@ -145,7 +148,7 @@ def batched_gemm(a, b, c=None, *, alpha=1.0, beta=0.0, trans_a=False, trans_b=Fa
     b3 = _inner_contiguous(np.broadcast_to(b, batch + b.shape[-2:])).reshape((nb,) + b.shape[-2:])
     _C.ops.gemm(a3, b3, out.reshape((nb, m, n)), bias, float(alpha), float(beta) if c is not None else 0.0,
                 bool(trans_a), bool(trans_b), _activation(op, activation))
-    return _as_caller_dtype(out, a)
+    return _as_caller_dtype(out, caller)
 
 
 def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, trans_a=False, trans_b=False, bias=None, activation=None,
@@ -175,6 +178,7 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, acti
     group o // (k / groups); bias [k] and activation are applied to the sums. An implicit GEMM on the CPU.
     """
     op = "conv2d"
+    caller = x
     x, weight = _array(op, "x", x), _array(op, "weight", weight)
     if x.ndim != 4 or weight.ndim != 4:
         raise ValueError(f"{op}: x must be 4-d [n, h, w, c] and weight [k, kh, kw, c / groups], got {x.shape} and "
@@ -196,12 +200,13 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, acti
     out = np.empty((n, p, q, k), dtype=_result_dtype(x, weight))
     _C.ops.conv2d(np.ascontiguousarray(x), np.ascontiguousarray(weight), bias, out, stride, padding, dilation,
                   int(groups), _activation(op, activation))
-    return _as_caller_dtype(out, x)
+    return _as_caller_dtype(out, caller)
 
 
 # ---- reductions ----
 
 def _reduce(op, x, axis, keepdims):
+    caller = x
     x = _array(op, "x", x)
     if axis is None:
         x, axis = x.reshape(-1), 0
@@ -213,7 +218,7 @@ def _reduce(op, x, axis, keepdims):
     _C.ops.reduce(op, x, axis, out)
     if keepdims:
         out = np.expand_dims(out, axis)
-    return out if op == "argmax" else _as_caller_dtype(out, x)
+    return out if op == "argmax" else _as_caller_dtype(out, caller)
 
 
 def sum(x, axis=None, keepdims=False):  # noqa: A001 (numpy's name)
@@ -244,10 +249,11 @@ def logsumexp(x, axis=None, keepdims=False):
 # ---- elementwise ----
 
 def _unary(op, x):
+    caller = x
     x = _array(op, "x", x)
     out = np.empty(x.shape, dtype=x.dtype)
     _C.ops.unary(op, x, out)
-    return _as_caller_dtype(out, x)
+    return _as_caller_dtype(out, caller)
 
 
 def relu(x):
@@ -280,12 +286,20 @@ def tanh(x):
     return _unary("tanh", x)
 
 
+def _scalar_like(v, arr):
+    """A Python number as a 0-d array of arr's (library) dtype: bfloat16 bits for uint16."""
+    if arr.dtype == _BF16_BITS:
+        return to_bfloat16(np.float32(v))
+    return np.asarray(v, dtype=arr.dtype)
+
+
 def _binary(op, a, b):
     # a Python number meets an array in the array's dtype, as numpy 2 does
+    caller = b if isinstance(a, (int, float)) else a
     if isinstance(a, (int, float)) and isinstance(b, np.ndarray):
-        a = np.asarray(a, dtype=np.float32).astype(_array(op, "b", b).dtype)
+        a = _scalar_like(a, _array(op, "b", b))
     if isinstance(b, (int, float)) and isinstance(a, np.ndarray):
-        b = np.asarray(b, dtype=np.float32).astype(_array(op, "a", a).dtype)
+        b = _scalar_like(b, _array(op, "a", a))
     a, b = _array(op, "a", a), _array(op, "b", b)
     try:
         shape = np.broadcast_shapes(a.shape, b.shape)
@@ -293,7 +307,7 @@ def _binary(op, a, b):
         raise ValueError(f"{op}: shapes {a.shape} and {b.shape} do not broadcast") from None
     out = np.empty(shape, dtype=_result_dtype(a, b))
     _C.ops.binary(op, a, b, out)
-    return _as_caller_dtype(out, a)
+    return _as_caller_dtype(out, caller)
 
 
 def add(a, b):
@@ -310,32 +324,35 @@ def mul(a, b):
 
 def rms_norm(x, weight, eps=1e-5):
     """x / sqrt(mean(x**2, axis=-1) + eps) * weight, weight of shape [x.shape[-1]] (the engine's kernel)."""
+    caller = x
     x, weight = _array("rms_norm", "x", x), _array("rms_norm", "weight", weight)
     out = np.empty(x.shape, dtype=x.dtype)
     _C.ops.rms_norm(x, weight, float(eps), out)
-    return _as_caller_dtype(out, x)
+    return _as_caller_dtype(out, caller)
 
 
 def layer_norm(x, weight=None, bias=None, eps=1e-5):
     """(x - mean) / sqrt(var + eps) * weight + bias along the last axis (biased variance, as torch's layer_norm);
     weight and bias [x.shape[-1]] are optional."""
+    caller = x
     x = _array("layer_norm", "x", x)
     weight = None if weight is None else _array("layer_norm", "weight", weight)
     bias = None if bias is None else _array("layer_norm", "bias", bias)
     out = np.empty(x.shape, dtype=x.dtype)
     _C.ops.layer_norm(x, weight, bias, float(eps), out)
-    return _as_caller_dtype(out, x)
+    return _as_caller_dtype(out, caller)
 
 
 def softmax(x, axis=-1):
     """Softmax along axis (default the last; max subtracted first, sum in double)."""
+    caller = x
     x = _array("softmax", "x", x)
     if x.ndim == 0 or not isinstance(axis, (int, np.integer)) or not -x.ndim <= axis < x.ndim:
         raise ValueError(f"softmax: axis {axis!r} is out of range for an array of shape {x.shape}")
     out = np.empty(x.shape, dtype=x.dtype)
     # the library works along the last axis: both arrays are viewed with `axis` moved there (no copy)
     _C.ops.softmax(np.moveaxis(x, axis, -1), np.moveaxis(out, axis, -1))
-    return _as_caller_dtype(out, x)
+    return _as_caller_dtype(out, caller)
 
 
 # ---- the forward's GLUs (float32, the engine's kernels) ----

@@ -3,10 +3,11 @@
 // (gpu_accel/ops.py) allocated. dtypes: float32, float16, and uint16 holding bfloat16 bits (numpy has no
 // bfloat16; ops.py also views ml_dtypes' bfloat16 so); argmax writes int64. A refused call raises the library's
 // ga::Error (InvalidArgument: gpu_accel.ArgumentError, a ValueError). The GIL is released while an op runs, on a
-// process-wide thread pool.
+// process-wide thread pool that runs one op at a time.
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
+#include <mutex>
 #include <optional>
 #include <string>
 
@@ -23,6 +24,13 @@ namespace {
 ThreadPool& op_pool() {
   static ThreadPool pool(0);  // every core, started on the first op
   return pool;
+}
+
+// One op at a time on the pool: ThreadPool runs one parallel_for at a time, and Python threads may call ops
+// concurrently once the GIL is released.
+std::mutex& op_pool_mutex() {
+  static std::mutex mutex;
+  return mutex;
 }
 
 ops::Exec cpu_exec() {
@@ -91,7 +99,8 @@ template <typename Fn>
 void run_released(Fn&& fn) {
   ops::Status status;
   {
-    py::gil_scoped_release release;
+    py::gil_scoped_release release;  // before the lock: a thread waiting for the pool must not hold the GIL
+    const std::lock_guard<std::mutex> lock(op_pool_mutex());
     status = fn();
   }
   status.throw_if_error();

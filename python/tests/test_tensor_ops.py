@@ -246,6 +246,8 @@ def test_add_mul_scalars_and_mixed_dtypes():
     x = make((2, 3), np.float16)
     check(ops.add(x, 2.5), f64(x) + 2.5, np.float16)
     check(ops.mul(3.0, x), 3.0 * f64(x), np.float16)
+    bits = make((4,), BF16)
+    check(ops.mul(bits, 0.5), 0.5 * f64(bits), np.uint16)      # a number meets bfloat16 bits as bfloat16
     y = make((3,), np.float32)
     mixed = ops.add(x, y)
     assert mixed.dtype == np.float32                         # numpy's promotion of float16 with float32
