@@ -102,14 +102,19 @@ struct GemmArgs {
   float beta = 0.0f;
 };
 
-// What plan_gemm chose. The CPU runs each batch through the backend's matmul (y[t][r] = W[r] . x[t]), whose
-// threads split W's rows: rows_are_m puts C's larger side there (W = op(A), x = op(B)^T) so small-n products
-// still use every thread; pack_w / pack_x say which operand is first copied to float32 rows along k.
+// How the CPU runs a GEMM: each batch through the backend's matmul (y[t][r] = W[r] . x[t]), whose threads split
+// W's rows. rows_are_m puts C's larger side there (W = op(A), x = op(B)^T) so small-n products still use every
+// thread; pack_w / pack_x say which operand is first copied to float32 rows along k.
+struct CpuGemmPath {
+  bool rows_are_m = false;
+  bool pack_w = false, pack_x = false;
+};
+
+// What plan_gemm chose, for the plan's device (a CUDA path will add its own member beside cpu).
 struct GemmPlan {
   GemmDesc desc;
   Device device = Device::Cpu;
-  bool rows_are_m = false;
-  bool pack_w = false, pack_x = false;
+  CpuGemmPath cpu;
   size_t workspace_bytes = 0;  // what run_gemm needs (per call; batches reuse it)
 };
 
@@ -139,15 +144,19 @@ struct Conv2dArgs {
   const void* bias = nullptr;  // [k], when has_bias
 };
 
-// The CPU gathers tiles of tile_pixels output pixels' patches (the implicit GEMM's A rows, never the whole
-// im2col matrix) and multiplies them with the filter rows through the backend's matmul; tiles are split over
-// the pool, so the workspace holds one tile per thread.
+// How the CPU runs a conv2d: it gathers the patches of tile_pixels output pixels (the implicit GEMM's A rows,
+// never the whole im2col matrix) and multiplies them with the filter rows through the backend's matmul; tiles
+// are split over the pool, so the workspace holds one tile for each of `threads` threads.
+struct CpuConv2dPath {
+  int64_t tile_pixels = 0;
+  int threads = 1;
+};
+
 struct Conv2dPlan {
   Conv2dDesc desc;
   Device device = Device::Cpu;
-  int64_t p = 0, q = 0;
-  int64_t tile_pixels = 0;
-  int threads = 1;
+  int64_t p = 0, q = 0;  // the output's height and width
+  CpuConv2dPath cpu;
   size_t workspace_bytes = 0;
 };
 

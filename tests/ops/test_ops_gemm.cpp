@@ -138,16 +138,16 @@ TEST(OpsGemm, PlanChoosesTheLargerSideForThreads) {
   d.ldc = 1;
   GemmPlan plan;
   expect_ok(plan_gemm(d, Exec{}, &plan));
-  EXPECT_TRUE(plan.rows_are_m);
-  EXPECT_FALSE(plan.pack_w);  // A [m][k] is matmul's W as stored
+  EXPECT_TRUE(plan.cpu.rows_are_m);
+  EXPECT_FALSE(plan.cpu.pack_w);  // A [m][k] is matmul's W as stored
   d.m = 1;
   d.n = 1000;
   d.lda = 8;
   d.ldb = 1000;
   d.ldc = 1000;
   expect_ok(plan_gemm(d, Exec{}, &plan));
-  EXPECT_FALSE(plan.rows_are_m);
-  EXPECT_TRUE(plan.pack_w);  // B [k][n] is not along k: packed
+  EXPECT_FALSE(plan.cpu.rows_are_m);
+  EXPECT_TRUE(plan.cpu.pack_w);  // B [k][n] is not along k: packed
 }
 
 TEST(OpsGemm, ErrorsNameTheProblem) {
