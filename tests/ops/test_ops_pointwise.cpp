@@ -247,5 +247,21 @@ TEST(OpsNorm, MatchesTheEngineAndRefusesBadWeights) {
   expect_error(softmax(view(x, {64}), view(out, {8, 8}), Exec{}), ErrorKind::InvalidArgument, "same shape");
 }
 
+TEST(OpsNorm, InPlaceOnTheSameView) {
+  std::mt19937 rng(13);
+  Buffer x = random_buffer(DType::F16, 3 * 9, rng);
+  std::vector<double> ref(x.size());
+  for (int r = 0; r < 3; ++r) {
+    double mx = -INFINITY, s = 0;
+    for (int i = 0; i < 9; ++i) mx = std::max(mx, x.exact[static_cast<size_t>(r * 9 + i)]);
+    for (int i = 0; i < 9; ++i) s += std::exp(x.exact[static_cast<size_t>(r * 9 + i)] - mx);
+    for (int i = 0; i < 9; ++i) ref[static_cast<size_t>(r * 9 + i)] = std::exp(x.exact[static_cast<size_t>(r * 9 + i)] - mx) / s;
+  }
+  expect_ok(softmax(view(x, {3, 9}), view(x, {3, 9}), Exec{}));
+  expect_near_all(x, ref, tolerance(DType::F16), "in-place softmax");
+  expect_ok(unary(Activation::Relu, view(x, {3, 9}), view(x, {3, 9}), Exec{}));  // all > 0: unchanged
+  expect_near_all(x, ref, tolerance(DType::F16), "in-place relu");
+}
+
 }  // namespace
 }  // namespace ga::ops::testing
