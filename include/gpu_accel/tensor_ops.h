@@ -4,7 +4,7 @@
 // picks the path and the workspace size; run only executes. Nothing here allocates: workspace comes from the
 // caller, sized by the plan.
 //
-// Every call names where it runs in an Exec. Today only Device::Cpu exists (the reference, threaded through a
+// Every call names where it runs in an Exec. So far only Device::Cpu has an implementation (the reference, threaded through a
 // ga::ThreadPool); a Device::Cuda plan or call is refused with Unsupported. The stream field is where a CUDA
 // implementation will take its cudaStream_t, so the API does not change when it comes.
 //
@@ -28,7 +28,7 @@ class ThreadPool;
 namespace ga::ops {
 
 // Ok, or the ga::Error that stopped the call (InvalidArgument for bad shapes/types/pointers, Unsupported for
-// a valid request this build does not run, e.g. any Device::Cuda call today).
+// a valid request this build does not run, e.g. any Device::Cuda call for now).
 class Status {
  public:
   Status() = default;
