@@ -4,9 +4,9 @@
 // picks the path and the workspace size; run only executes. Nothing here allocates: workspace comes from the
 // caller, sized by the plan.
 //
-// Every call names where it runs in an Exec. So far only Device::Cpu has an implementation (the reference, threaded through a
-// ga::ThreadPool); a Device::Cuda plan or call is refused with Unsupported. The stream field is where a CUDA
-// implementation will take its cudaStream_t, so the API does not change when it comes.
+// Every call names where it runs in an Exec. So far only Device::Cpu has an implementation (the reference,
+// threaded through a ga::ThreadPool); a Device::Cuda plan or call is refused with Unsupported. The stream field is
+// where a CUDA implementation will take its cudaStream_t, so the API does not change when it comes.
 //
 // Element types: F32, F16 and BF16 (ga::DType), any mix per operand unless an op says otherwise; the math is
 // float32 (reductions and norm statistics accumulate in double, as the CPU backend's rms_norm and softmax do),

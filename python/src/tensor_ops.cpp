@@ -77,9 +77,8 @@ ops::TensorView optional_view(const std::optional<py::array>& a, const std::stri
 
 ops::Activation activation_of(const std::string& name) {
   static const std::pair<const char*, ops::Activation> kNames[] = {
-      {"none", ops::Activation::None},          {"relu", ops::Activation::Relu},
-      {"gelu", ops::Activation::Gelu},          {"gelu_tanh", ops::Activation::GeluTanh},
-      {"silu", ops::Activation::Silu},          {"sigmoid", ops::Activation::Sigmoid},
+      {"none", ops::Activation::None},          {"relu", ops::Activation::Relu}, {"gelu", ops::Activation::Gelu},
+      {"gelu_tanh", ops::Activation::GeluTanh}, {"silu", ops::Activation::Silu}, {"sigmoid", ops::Activation::Sigmoid},
       {"tanh", ops::Activation::Tanh}};
   for (const auto& [text, act] : kNames) {
     if (name == text) return act;
@@ -88,8 +87,8 @@ ops::Activation activation_of(const std::string& name) {
 }
 
 ops::ReduceOp reduce_of(const std::string& name) {
-  for (const ops::ReduceOp op : {ops::ReduceOp::Sum, ops::ReduceOp::Mean, ops::ReduceOp::Max, ops::ReduceOp::ArgMax,
-                                 ops::ReduceOp::LogSumExp}) {
+  for (const ops::ReduceOp op :
+       {ops::ReduceOp::Sum, ops::ReduceOp::Mean, ops::ReduceOp::Max, ops::ReduceOp::ArgMax, ops::ReduceOp::LogSumExp}) {
     if (name == ops::reduce_name(op)) return op;
   }
   throw py::value_error("unknown reduction '" + name + "'");
@@ -107,8 +106,8 @@ void run_released(Fn&& fn) {
 }
 
 // a [batch, rows, cols] of op(A) storage (last stride 1), likewise b; c [batch, m, n] written.
-void gemm(const py::array& a, const py::array& b, const py::array& c, const std::optional<py::array>& bias,
-          float alpha, float beta, bool trans_a, bool trans_b, const std::string& activation) {
+void gemm(const py::array& a, const py::array& b, const py::array& c, const std::optional<py::array>& bias, float alpha,
+          float beta, bool trans_a, bool trans_b, const std::string& activation) {
   GA_CHECK(a.ndim() == 3 && b.ndim() == 3 && c.ndim() == 3, InvalidArgument, "gemm: internal: 3-d operands expected");
   const ops::TensorView av = view_of(a, "gemm: a", false), bv = view_of(b, "gemm: b", false);
   const ops::TensorView cv = view_of(c, "gemm: c", true);
@@ -123,8 +122,8 @@ void gemm(const py::array& a, const py::array& b, const py::array& c, const std:
   d.k = trans_a ? av.shape[1] : av.shape[2];
   d.n = trans_b ? bv.shape[1] : bv.shape[2];
   const int64_t kb = trans_b ? bv.shape[2] : bv.shape[1];
-  GA_CHECK(kb == d.k, InvalidArgument, "gemm: the inner dimensions differ: op(a) is [", d.m, ", ", d.k,
-           "], op(b) is [", kb, ", ", d.n, "]");
+  GA_CHECK(kb == d.k, InvalidArgument, "gemm: the inner dimensions differ: op(a) is [", d.m, ", ", d.k, "], op(b) is [",
+           kb, ", ", d.n, "]");
   GA_CHECK(cv.shape[0] == av.shape[0] && cv.shape[0] == bv.shape[0] && cv.shape[1] == d.m && cv.shape[2] == d.n,
            InvalidArgument, "gemm: internal: c must be [batch, m, n]");
   d.a_type = av.type;
@@ -187,8 +186,8 @@ void conv2d(const py::array& x, const py::array& filter, const std::optional<py:
   d.dil_h = dilation.first;
   d.dil_w = dilation.second;
   d.groups = groups;
-  GA_CHECK(groups >= 1 && fv.shape[3] * groups == d.c, InvalidArgument, "conv2d: weight's last dimension ",
-           fv.shape[3], " times groups ", groups, " must be x's channels ", d.c);
+  GA_CHECK(groups >= 1 && fv.shape[3] * groups == d.c, InvalidArgument, "conv2d: weight's last dimension ", fv.shape[3],
+           " times groups ", groups, " must be x's channels ", d.c);
   d.x_type = xv.type;
   d.filter_type = fv.type;
   d.out_type = ov.type;

@@ -76,7 +76,8 @@ def test_gemm_every_dtype_and_transpose(dtype, m, n, k, trans_a, trans_b):
 
 @pytest.mark.parametrize("activation", [None, "relu", "gelu", "gelu_tanh", "silu"])
 def test_gemm_alpha_beta_bias_activation(activation):
-    a, b, c, bias = make((19, 37), np.float32), make((37, 7), np.float32), make((19, 7), np.float32), make(7, np.float32)
+    a, b = make((19, 37), np.float32), make((37, 7), np.float32)
+    c, bias = make((19, 7), np.float32), make(7, np.float32)
     ref = ACT64[activation](0.5 * f64(a) @ f64(b) - 1.25 * f64(c) + f64(bias))
     got = ops.gemm(a, b, c, alpha=0.5, beta=-1.25, bias=bias, activation=activation)
     check(got, ref, np.float32)

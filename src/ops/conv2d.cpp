@@ -31,8 +31,8 @@ Status plan_conv2d(const Conv2dDesc& d, const Exec& exec, Conv2dPlan* plan) {
              d.w, ", c ", d.c, ", k ", d.k, ", r ", d.r, ", s ", d.s, ")");
     GA_CHECK(d.stride_h >= 1 && d.stride_w >= 1 && d.dil_h >= 1 && d.dil_w >= 1 && d.pad_h >= 0 && d.pad_w >= 0,
              InvalidArgument, "conv2d: stride and dilation must be >= 1 and padding >= 0");
-    GA_CHECK(d.groups >= 1 && d.c % d.groups == 0 && d.k % d.groups == 0, InvalidArgument, "conv2d: groups ",
-             d.groups, " must divide the input channels ", d.c, " and the output channels ", d.k);
+    GA_CHECK(d.groups >= 1 && d.c % d.groups == 0 && d.k % d.groups == 0, InvalidArgument, "conv2d: groups ", d.groups,
+             " must divide the input channels ", d.c, " and the output channels ", d.k);
     require_float_type(d.x_type, "conv2d", "x");
     require_float_type(d.filter_type, "conv2d", "filter");
     require_float_type(d.out_type, "conv2d", "out");

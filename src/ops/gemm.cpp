@@ -16,8 +16,8 @@ using namespace detail;
 Status plan_gemm(const GemmDesc& d, const Exec& exec, GemmPlan* plan) {
   return guarded([&] {
     GA_CHECK(plan != nullptr, InvalidArgument, "gemm: plan is a null pointer");
-    GA_CHECK(d.m >= 0 && d.n >= 0 && d.k >= 0 && d.batch >= 1, InvalidArgument, "gemm: m ", d.m, ", n ", d.n,
-             ", k ", d.k, " must be >= 0 and batch ", d.batch, " >= 1");
+    GA_CHECK(d.m >= 0 && d.n >= 0 && d.k >= 0 && d.batch >= 1, InvalidArgument, "gemm: m ", d.m, ", n ", d.n, ", k ",
+             d.k, " must be >= 0 and batch ", d.batch, " >= 1");
     require_float_type(d.a_type, "gemm", "A");
     require_float_type(d.b_type, "gemm", "B");
     require_float_type(d.c_type, "gemm", "C");

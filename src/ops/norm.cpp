@@ -40,8 +40,8 @@ std::vector<float> widen_param(const TensorView& v, int64_t n, const char* op, c
   }
   check_view(v, op, name);
   require_float_type(v.type, op, name);
-  GA_CHECK(v.ndim == 1 && v.shape[0] == n, InvalidArgument, op, ": ", name, " ", shape_text(v), " must have shape [",
-           n, "] (x's last dimension)");
+  GA_CHECK(v.ndim == 1 && v.shape[0] == n, InvalidArgument, op, ": ", name, " ", shape_text(v), " must have shape [", n,
+           "] (x's last dimension)");
   std::vector<float> out(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) out[static_cast<size_t>(i)] = load(v.type, v.data, i * v.strides[0]);
   return out;

@@ -48,8 +48,8 @@ std::string shape_text(const TensorView& v) {
 }
 
 void check_view(const TensorView& v, const char* op, const char* name) {
-  GA_CHECK(v.ndim >= 0 && v.ndim <= kMaxDims, InvalidArgument, op, ": ", name, " has ", v.ndim,
-           " dimensions (at most ", kMaxDims, ")");
+  GA_CHECK(v.ndim >= 0 && v.ndim <= kMaxDims, InvalidArgument, op, ": ", name, " has ", v.ndim, " dimensions (at most ",
+           kMaxDims, ")");
   for (int d = 0; d < v.ndim; ++d) {
     GA_CHECK(v.shape[d] >= 0, InvalidArgument, op, ": ", name, " has a negative dimension ", v.shape[d]);
   }

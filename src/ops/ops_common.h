@@ -33,13 +33,17 @@ inline void require_cpu(Device device, const char* op) {
   GA_CHECK(device == Device::Cpu, Unsupported, op, ": no CUDA implementation yet (Device::Cpu only)");
 }
 
-inline bool is_float_type(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
+inline bool is_float_type(DType t) {
+  return t == DType::F32 || t == DType::F16 || t == DType::BF16;
+}
 
 inline void require_float_type(DType t, const char* op, const char* what) {
   GA_CHECK(is_float_type(t), InvalidArgument, op, ": ", what, " must be F32, F16 or BF16, got ", dtype_name(t));
 }
 
-inline size_t element_bytes(DType t) { return t == DType::F32 ? 4 : t == DType::I64 ? 8 : 2; }
+inline size_t element_bytes(DType t) {
+  return t == DType::F32 ? 4 : t == DType::I64 ? 8 : 2;
+}
 
 // Element i of a float-typed array, as float32 (exact for every type).
 inline float load(DType t, const void* base, int64_t i) {
@@ -98,7 +102,9 @@ inline void parallel_rows(ThreadPool* pool, int64_t n, const std::function<void(
   }
 }
 
-inline int pool_threads(ThreadPool* pool) { return pool != nullptr ? pool->size() : 1; }
+inline int pool_threads(ThreadPool* pool) {
+  return pool != nullptr ? pool->size() : 1;
+}
 
 // The offset (elements) of the linear index `linear` of the first `ndim` dims of shape, under strides
 // (row-major order of the indices).
@@ -120,8 +126,7 @@ inline int64_t element_count(const TensorView& v) {
 
 // A view's rank, shape and pointer are sane (every op checks its operands with this first).
 void check_view(const TensorView& v, const char* op, const char* name);
-void check_same_shape(const TensorView& a, const TensorView& b, const char* op, const char* a_name,
-                      const char* b_name);
+void check_same_shape(const TensorView& a, const TensorView& b, const char* op, const char* a_name, const char* b_name);
 std::string shape_text(const TensorView& v);
 
 }  // namespace ga::ops::detail

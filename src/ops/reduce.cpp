@@ -75,8 +75,8 @@ Status reduce(ReduceOp rop, const TensorView& x, int axis, const TensorView& out
     } else {
       require_float_type(out.type, op, "out");
     }
-    GA_CHECK(x.ndim >= 1 && axis >= 0 && axis < x.ndim, InvalidArgument, op, ": axis ", axis,
-             " is out of range for x ", shape_text(x));
+    GA_CHECK(x.ndim >= 1 && axis >= 0 && axis < x.ndim, InvalidArgument, op, ": axis ", axis, " is out of range for x ",
+             shape_text(x));
     // x's dims without the axis: the output's shape.
     int64_t rest_shape[kMaxDims] = {}, rest_strides[kMaxDims] = {};
     int nr = 0;
@@ -91,8 +91,8 @@ Status reduce(ReduceOp rop, const TensorView& x, int axis, const TensorView& out
     GA_CHECK(shape_ok, InvalidArgument, op, ": out ", shape_text(out), " must have x's shape ", shape_text(x),
              " without axis ", axis);
     const int64_t n = x.shape[axis];
-    GA_CHECK(n > 0 || (rop != ReduceOp::Max && rop != ReduceOp::ArgMax), InvalidArgument, op,
-             ": the axis is empty (x ", shape_text(x), "), which has no maximum");
+    GA_CHECK(n > 0 || (rop != ReduceOp::Max && rop != ReduceOp::ArgMax), InvalidArgument, op, ": the axis is empty (x ",
+             shape_text(x), "), which has no maximum");
     const int64_t count = element_count(out);
     parallel_rows(
         exec.pool, count,

@@ -35,7 +35,10 @@ inline Buffer random_buffer(DType type, size_t n, std::mt19937& rng, float scale
   Buffer b;
   b.type = type;
   b.exact.resize(n);
-  if (type == DType::F32) b.f32.resize(n); else b.half.resize(n);
+  if (type == DType::F32)
+    b.f32.resize(n);
+  else
+    b.half.resize(n);
   for (size_t i = 0; i < n; ++i) {
     const float v = dist(rng);
     if (type == DType::F32) {
@@ -52,7 +55,10 @@ inline Buffer empty_buffer(DType type, size_t n) {
   Buffer b;
   b.type = type;
   b.exact.assign(n, 0.0);
-  if (type == DType::F32) b.f32.assign(n, NAN); else b.half.assign(n, 0x7e00);  // poisoned: NaN
+  if (type == DType::F32)
+    b.f32.assign(n, NAN);
+  else
+    b.half.assign(n, 0x7e00);  // poisoned: NaN
   return b;
 }
 

@@ -13,10 +13,10 @@ namespace ga::ops::testing {
 namespace {
 
 void run_case(Conv2dDesc d, ThreadPool* pool) {
-  SCOPED_TRACE(::testing::Message() << "n " << d.batch << " h " << d.h << " w " << d.w << " c " << d.c << " k "
-                                    << d.k << " r " << d.r << " s " << d.s << " stride " << d.stride_h << "x"
-                                    << d.stride_w << " pad " << d.pad_h << "x" << d.pad_w << " dil " << d.dil_h
-                                    << "x" << d.dil_w << " groups " << d.groups << " x " << dtype_name(d.x_type));
+  SCOPED_TRACE(::testing::Message() << "n " << d.batch << " h " << d.h << " w " << d.w << " c " << d.c << " k " << d.k
+                                    << " r " << d.r << " s " << d.s << " stride " << d.stride_h << "x" << d.stride_w
+                                    << " pad " << d.pad_h << "x" << d.pad_w << " dil " << d.dil_h << "x" << d.dil_w
+                                    << " groups " << d.groups << " x " << dtype_name(d.x_type));
   std::mt19937 rng(static_cast<uint32_t>(d.h * 7 + d.c * 3 + d.k));
   Exec exec;
   exec.pool = pool;

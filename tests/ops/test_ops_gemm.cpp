@@ -25,9 +25,9 @@ struct Case {
 };
 
 void run_case(const Case& t, ThreadPool* pool) {
-  SCOPED_TRACE(::testing::Message() << "m " << t.m << " n " << t.n << " k " << t.k << " ta " << t.ta << " tb "
-                                    << t.tb << " ab " << dtype_name(t.ab) << " c " << dtype_name(t.c) << " batch "
-                                    << t.batch << " act " << activation_name(t.act));
+  SCOPED_TRACE(::testing::Message() << "m " << t.m << " n " << t.n << " k " << t.k << " ta " << t.ta << " tb " << t.tb
+                                    << " ab " << dtype_name(t.ab) << " c " << dtype_name(t.c) << " batch " << t.batch
+                                    << " act " << activation_name(t.act));
   std::mt19937 rng(static_cast<uint32_t>(t.m * 131 + t.n * 17 + t.k));
   GemmDesc d;
   d.m = t.m;
@@ -49,7 +49,8 @@ void run_case(const Case& t, ThreadPool* pool) {
   d.bias_type = t.c;
   d.activation = t.act;
   Buffer a = random_buffer(t.ab, static_cast<size_t>(d.stride_a * t.batch), rng);
-  Buffer b = random_buffer(t.ab, static_cast<size_t>(t.broadcast_b ? (t.tb ? t.n : t.k) * d.ldb : d.stride_b * t.batch), rng);
+  Buffer b =
+      random_buffer(t.ab, static_cast<size_t>(t.broadcast_b ? (t.tb ? t.n : t.k) * d.ldb : d.stride_b * t.batch), rng);
   Buffer c = t.beta != 0.0f ? random_buffer(t.c, static_cast<size_t>(d.stride_c * t.batch), rng)
                             : empty_buffer(t.c, static_cast<size_t>(d.stride_c * t.batch));
   Buffer bias = random_buffer(t.c, static_cast<size_t>(t.n), rng);
@@ -92,7 +93,10 @@ void run_case(const Case& t, ThreadPool* pool) {
   std::vector<double> want(valid.size());
   for (size_t i = 0; i < valid.size(); ++i) {
     want[i] = ref[valid[i]];
-    if (t.c == DType::F32) got.f32[i] = c.f32[valid[i]]; else got.half[i] = c.half[valid[i]];
+    if (t.c == DType::F32)
+      got.f32[i] = c.f32[valid[i]];
+    else
+      got.half[i] = c.half[valid[i]];
   }
   // Inputs of 16 bits are exact in the reference; what remains is float32 accumulation and C's rounding.
   expect_near_all(got, want, tolerance(t.c), "gemm");
@@ -115,8 +119,8 @@ TEST(OpsGemm, EveryTypeAndTransposeOnOddShapes) {
 
 TEST(OpsGemm, BatchesAlphaBetaAndEpilogues) {
   ThreadPool pool(2);
-  for (const Activation act : {Activation::None, Activation::Relu, Activation::Gelu, Activation::GeluTanh,
-                               Activation::Silu}) {
+  for (const Activation act :
+       {Activation::None, Activation::Relu, Activation::Gelu, Activation::GeluTanh, Activation::Silu}) {
     Case c{19, 7, 37, false, true, DType::F16, DType::F32, 3, false, 0.5f, -1.25f, true, act};
     run_case(c, &pool);
     c.broadcast_b = true;

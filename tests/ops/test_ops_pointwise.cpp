@@ -41,7 +41,7 @@ TEST(OpsElementwise, AddAndMulBroadcast) {
   Exec exec;
   exec.pool = &pool;
   for (const DType t : kTypes) {
-    Buffer a = random_buffer(t, 2 * 1 * 5, rng);  // [2, 1, 5]
+    Buffer a = random_buffer(t, 2 * 1 * 5, rng);       // [2, 1, 5]
     Buffer b = random_buffer(DType::F32, 3 * 1, rng);  // [3, 1]: a mix of types
     Buffer out = empty_buffer(t, 2 * 3 * 5);
     for (const BinaryOp op : {BinaryOp::Add, BinaryOp::Mul}) {
@@ -56,9 +56,10 @@ TEST(OpsElementwise, AddAndMulBroadcast) {
       expect_near_all(out, ref, tolerance(t), op == BinaryOp::Add ? "add" : "mul");
     }
   }
-  Buffer a = random_buffer(DType::F32, 6, rng), b = random_buffer(DType::F32, 4, rng), out = empty_buffer(DType::F32, 6);
-  expect_error(binary(BinaryOp::Add, view(a, {2, 3}), view(b, {4}), view(out, {2, 3}), exec), ErrorKind::InvalidArgument,
-               "does not broadcast");
+  Buffer a = random_buffer(DType::F32, 6, rng), b = random_buffer(DType::F32, 4, rng),
+         out = empty_buffer(DType::F32, 6);
+  expect_error(binary(BinaryOp::Add, view(a, {2, 3}), view(b, {4}), view(out, {2, 3}), exec),
+               ErrorKind::InvalidArgument, "does not broadcast");
 }
 
 TEST(OpsElementwise, StridedViewsAndScalars) {
@@ -71,7 +72,8 @@ TEST(OpsElementwise, StridedViewsAndScalars) {
   expect_ok(unary(Activation::Tanh, xv, view(out, {4, 3}), Exec{}));
   std::vector<double> ref(12);
   for (int i = 0; i < 4; ++i)
-    for (int j = 0; j < 3; ++j) ref[static_cast<size_t>(i * 3 + j)] = std::tanh(x.exact[static_cast<size_t>(i * 6 + 2 * j)]);
+    for (int j = 0; j < 3; ++j)
+      ref[static_cast<size_t>(i * 3 + j)] = std::tanh(x.exact[static_cast<size_t>(i * 6 + 2 * j)]);
   expect_near_all(out, ref, tolerance(DType::F32), "strided tanh");
   Buffer s = random_buffer(DType::F32, 1, rng), o = empty_buffer(DType::F32, 1);
   expect_ok(binary(BinaryOp::Mul, view(s, {}), view(s, {}), view(o, {}), Exec{}));  // 0-d
@@ -120,8 +122,10 @@ TEST(OpsReduce, EveryOpAlongEveryAxis) {
             }
             const size_t o = static_cast<size_t>(i * os[1] + j);
             ref_idx[o] = arg;
-            ref[o] = op == ReduceOp::Sum ? sum : op == ReduceOp::Mean ? sum / static_cast<double>(shape[axis])
-                     : op == ReduceOp::Max ? mx : mx + std::log(lse);
+            ref[o] = op == ReduceOp::Sum    ? sum
+                     : op == ReduceOp::Mean ? sum / static_cast<double>(shape[axis])
+                     : op == ReduceOp::Max  ? mx
+                                            : mx + std::log(lse);
           }
         TensorView xv = view(x, {3, 127, 5});
         if (op == ReduceOp::ArgMax) {
@@ -212,7 +216,8 @@ TEST(OpsNorm, RmsNormLayerNormSoftmax) {
           const size_t k = static_cast<size_t>(r * n + i);
           const double v = x.exact[k];
           rms[k] = v / std::sqrt(sq / static_cast<double>(n) + 1e-6) * w.exact[static_cast<size_t>(i)];
-          ln[k] = (v - mean) / std::sqrt(var + 1e-5) * w.exact[static_cast<size_t>(i)] + b.exact[static_cast<size_t>(i)];
+          ln[k] =
+              (v - mean) / std::sqrt(var + 1e-5) * w.exact[static_cast<size_t>(i)] + b.exact[static_cast<size_t>(i)];
           sm[k] = std::exp(v - mx) / es;
         }
       }
@@ -255,7 +260,8 @@ TEST(OpsNorm, InPlaceOnTheSameView) {
     double mx = -INFINITY, s = 0;
     for (int i = 0; i < 9; ++i) mx = std::max(mx, x.exact[static_cast<size_t>(r * 9 + i)]);
     for (int i = 0; i < 9; ++i) s += std::exp(x.exact[static_cast<size_t>(r * 9 + i)] - mx);
-    for (int i = 0; i < 9; ++i) ref[static_cast<size_t>(r * 9 + i)] = std::exp(x.exact[static_cast<size_t>(r * 9 + i)] - mx) / s;
+    for (int i = 0; i < 9; ++i)
+      ref[static_cast<size_t>(r * 9 + i)] = std::exp(x.exact[static_cast<size_t>(r * 9 + i)] - mx) / s;
   }
   expect_ok(softmax(view(x, {3, 9}), view(x, {3, 9}), Exec{}));
   expect_near_all(x, ref, tolerance(DType::F16), "in-place softmax");

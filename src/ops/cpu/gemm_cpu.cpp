@@ -36,7 +36,8 @@ void pack(const Operand& src, int64_t rows, int64_t k, float* dst, ThreadPool* p
       pool, rows,
       [&](int64_t begin, int64_t end, int) {
         for (int64_t i = begin; i < end; ++i) {
-          for (int64_t j = 0; j < k; ++j) dst[i * k + j] = load(src.type, src.data, i * src.row_step + j * src.col_step);
+          for (int64_t j = 0; j < k; ++j)
+            dst[i * k + j] = load(src.type, src.data, i * src.row_step + j * src.col_step);
         }
       },
       kPackGrain);
