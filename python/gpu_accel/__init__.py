@@ -4,7 +4,8 @@
 - ``gpu_accel.flash_attn_func`` (and ``flash_attn_qkvpacked_func``, ``flash_attn_varlen_func``,
   ``flash_attn_with_kvcache``): flash-attn's API. torch CUDA tensors run on our kernels (autograd, torch.compile;
   CUDA builds); numpy float32 arrays on the CPU attention. torch is imported only when a tensor comes.
-- ``gpu_accel.ops``: the engine's CPU tensor ops (rms_norm, softmax, silu, swiglu, ...) on numpy arrays.
+- ``gpu_accel.ops``: tensor ops on numpy arrays (gemm, batched_gemm, conv2d, reductions, elementwise, rms_norm,
+  layer_norm, softmax), the CPU reference of the C++ tensor-ops library.
 - ``gpu_accel.build_info()``: version, commit, whether CUDA was compiled in and for which archs.
 
 Errors raised by the engine are ``gpu_accel.Error`` (a ``RuntimeError``) with the engine's message and a

@@ -7,5 +7,6 @@ namespace ga::python {
 
 void register_engine(pybind11::module_& m);  // engine.cpp: the LLM core (model, tokenizer, session)
 void register_ops(pybind11::module_& m);     // ops.cpp: the CPU tensor ops on numpy arrays
+void register_tensor_ops(pybind11::module_& ops);  // tensor_ops.cpp: the tensor-ops library, into _C.ops
 
 }  // namespace ga::python

@@ -1,6 +1,6 @@
-// The CPU tensor ops on float32 numpy arrays (C-contiguous; the Python layer checks dtypes and makes arrays
-// contiguous, so nothing here converts silently): the CPU backend's ops (src/backends/cpu/ops.h) over the last
-// axis, and flash-attention's forward with flash_attn_func's semantics over the CPU attention.
+// The CPU backend's GLUs and softcap on float32 numpy arrays (C-contiguous; the Python layer checks dtypes and
+// makes arrays contiguous, so nothing here converts silently), the tensor-ops library's bindings
+// (tensor_ops.cpp), and flash-attention's forward with flash_attn_func's semantics over the CPU attention.
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
@@ -26,41 +26,9 @@ void require(bool ok, const std::string& message) {
   if (!ok) throw py::value_error(message);
 }
 
-// The length of the last axis and the number of rows before it.
-std::pair<int64_t, int64_t> rows_of(const Array& x, const char* op) {
-  require(x.ndim() >= 1, std::string(op) + ": x must have at least one axis");
-  const int64_t n = x.shape(x.ndim() - 1);
-  const int64_t rows = n == 0 ? 0 : static_cast<int64_t>(x.size()) / n;
-  return {rows, n};
-}
-
 Array like(const Array& x) {
   std::vector<py::ssize_t> shape(x.shape(), x.shape() + x.ndim());
   return Array(shape);
-}
-
-Array rms_norm(const Array& x, const Array& weight, float eps) {
-  const auto [rows, n] = rows_of(x, "rms_norm");
-  require(weight.ndim() == 1 && weight.shape(0) == n,
-          "rms_norm: weight must have shape [" + std::to_string(n) + "] (x's last axis)");
-  require(eps >= 0.0f, "rms_norm: eps must be >= 0");
-  Array out = like(x);
-  const float* xp = x.data();
-  const float* wp = weight.data();
-  float* op = out.mutable_data();
-  py::gil_scoped_release release;
-  for (int64_t r = 0; r < rows; ++r) cpu::rms_norm(xp + r * n, wp, op + r * n, n, eps);
-  return out;
-}
-
-Array softmax(const Array& x) {
-  const auto [rows, n] = rows_of(x, "softmax");
-  Array out = like(x);
-  std::memcpy(out.mutable_data(), x.data(), static_cast<size_t>(x.size()) * sizeof(float));
-  float* op = out.mutable_data();
-  py::gil_scoped_release release;
-  for (int64_t r = 0; r < rows; ++r) cpu::softmax(op + r * n, n);
-  return out;
 }
 
 template <void (*Glu)(const float*, const float*, float*, int64_t)>
@@ -75,14 +43,6 @@ Array glu(const Array& gate, const Array& up, const char* op) {
   py::gil_scoped_release release;
   Glu(g, u, o, n);
   return out;
-}
-
-// act(x) = act(x) * 1: the GLU ops with an up of ones (multiplying by 1 is exact).
-template <void (*Glu)(const float*, const float*, float*, int64_t)>
-Array activation(const Array& x) {
-  Array ones = like(x);
-  std::fill(ones.mutable_data(), ones.mutable_data() + ones.size(), 1.0f);
-  return glu<Glu>(x, ones, "activation");
 }
 
 Array softcap(const Array& x, float cap) {
@@ -194,17 +154,14 @@ py::tuple flash_attn(const Array& q, const Array& k, const Array& v, float scale
 
 void register_ops(py::module_& m) {
   py::module_ ops = m.def_submodule("ops", "CPU tensor ops on float32 numpy arrays (gpu_accel.ops wraps them)");
-  ops.def("rms_norm", &rms_norm, py::arg("x"), py::arg("weight"), py::arg("eps"));
-  ops.def("softmax", &softmax, py::arg("x"));
   ops.def(
       "swiglu", [](const Array& g, const Array& u) { return glu<cpu::swiglu>(g, u, "swiglu"); }, py::arg("gate"),
       py::arg("up"));
   ops.def(
       "geglu_tanh", [](const Array& g, const Array& u) { return glu<cpu::geglu_tanh>(g, u, "geglu_tanh"); },
       py::arg("gate"), py::arg("up"));
-  ops.def("silu", &activation<cpu::swiglu>, py::arg("x"));
-  ops.def("gelu_tanh", &activation<cpu::geglu_tanh>, py::arg("x"));
   ops.def("softcap", &softcap, py::arg("x"), py::arg("cap"));
+  register_tensor_ops(ops);  // tensor_ops.cpp: the tensor-ops library
   ops.def("flash_attn", &flash_attn, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("softmax_scale"),
           py::arg("causal"), py::arg("window_left"), py::arg("window_right"), py::arg("softcap"),
           py::arg("return_lse"));

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "backends/cpu/activation.h"
 #include "backends/cpu/quant.h"
 #include "gpu_accel/error.h"
 
@@ -20,6 +21,23 @@ void rms_norm(const float* x, const float* w, float* out, int64_t n, float eps) 
   const double mean = sum_sq / static_cast<double>(n);
   const float inv_rms = static_cast<float>(1.0 / std::sqrt(mean + static_cast<double>(eps)));
   for (int64_t i = 0; i < n; ++i) out[i] = x[i] * inv_rms * w[i];
+}
+
+void layer_norm(const float* x, const float* w, const float* b, float* out, int64_t n, float eps) {
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) sum += x[i];
+  const float mean = static_cast<float>(sum / static_cast<double>(n));
+  double sq = 0.0;
+  for (int64_t i = 0; i < n; ++i) {
+    const float d = x[i] - mean;
+    sq += static_cast<double>(d) * d;
+  }
+  const float var = static_cast<float>(sq / static_cast<double>(n));
+  const float scale = 1.0f / std::sqrt(var + eps);
+  for (int64_t i = 0; i < n; ++i) {
+    const float y = (x[i] - mean) * scale;
+    out[i] = w != nullptr ? y * w[i] + b[i] : y;
+  }
 }
 
 void softmax(float* x, int64_t n) {
@@ -35,19 +53,11 @@ void softmax(float* x, int64_t n) {
 }
 
 void swiglu(const float* gate, const float* up, float* out, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    const float g = gate[i];
-    out[i] = g / (1.0f + std::exp(-g)) * up[i];
-  }
+  for (int64_t i = 0; i < n; ++i) out[i] = silu(gate[i]) * up[i];
 }
 
 void geglu_tanh(const float* gate, const float* up, float* out, int64_t n) {
-  constexpr float kSqrt2OverPi = 0.7978845608028654f;
-  constexpr float kCubic = 0.044715f;
-  for (int64_t i = 0; i < n; ++i) {
-    const float g = gate[i];
-    out[i] = 0.5f * g * (1.0f + std::tanh(kSqrt2OverPi * (g + kCubic * g * g * g))) * up[i];
-  }
+  for (int64_t i = 0; i < n; ++i) out[i] = gelu_tanh(gate[i]) * up[i];
 }
 
 void softcap(float* x, int64_t n, float cap) {

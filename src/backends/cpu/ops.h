@@ -22,6 +22,10 @@ namespace ga::cpu {
 // out[i] = x[i] / sqrt(mean(x^2) + eps) * w[i] for i < n. out may alias x.
 void rms_norm(const float* x, const float* w, float* out, int64_t n, float eps);
 
+// out[i] = (x[i] - mean) / sqrt(var + eps) * w[i] + b[i] over n values (biased variance; sums in double).
+// w == nullptr: no affine part (b is then ignored). out may alias x.
+void layer_norm(const float* x, const float* w, const float* b, float* out, int64_t n, float eps);
+
 // Numerically stable in-place softmax over n values (the max is subtracted before exp).
 void softmax(float* x, int64_t n);
 

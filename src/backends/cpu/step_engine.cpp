@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "backends/cpu/activation.h"
 #include "backends/cpu/moe.h"
 #include "backends/cpu/ops.h"
 #include "backends/cpu/quant.h"
@@ -448,7 +449,7 @@ struct StepEngine::Impl final : step::Binder, step::Ops {
         src = r;
       }
       if (op.norm_bias) {
-        layer_norm_row(src, vec(op.norm), vec(op.norm_bias), logits_in.data() + i * E, E, op.eps);
+        cpu::layer_norm(src, vec(op.norm), vec(op.norm_bias), logits_in.data() + i * E, E, op.eps);
       } else {
         cpu::rms_norm(src, vec(op.norm), logits_in.data() + i * E, E, op.eps);
       }
@@ -491,29 +492,12 @@ struct StepEngine::Impl final : step::Binder, step::Ops {
     return t + 1 == n || run_start[static_cast<size_t>(t + 1)] != 0;
   }
 
-  static void layer_norm_row(const float* x, const float* w, const float* b, float* out, int64_t n_cols, float eps) {
-    double sum = 0.0;
-    for (int64_t i = 0; i < n_cols; ++i) sum += x[i];
-    const float mean = static_cast<float>(sum / static_cast<double>(n_cols));
-    double sq = 0.0;
-    for (int64_t i = 0; i < n_cols; ++i) {
-      const float d = x[i] - mean;
-      sq += static_cast<double>(d) * d;
-    }
-    const float var = static_cast<float>(sq / static_cast<double>(n_cols));
-    const float scale = 1.0f / std::sqrt(var + eps);
-    for (int64_t i = 0; i < n_cols; ++i) {
-      const float y = (x[i] - mean) * scale;
-      out[i] = w != nullptr ? y * w[i] + b[i] : y;
-    }
-  }
-
   void layer_norm(const step::LayerNormOp& op) override {
     check_view(op.x, "layer_norm");
     check_view(op.out, "layer_norm");
     GA_CHECK(op.out.cols == op.x.cols && vec_size(op.weight) == op.x.cols && vec_size(op.bias) == op.x.cols,
              Internal, "layer_norm: shapes");
-    for (int64_t t = 0; t < n; ++t) layer_norm_row(ptr(op.x, t), vec(op.weight), vec(op.bias), ptr(op.out, t), op.x.cols, op.eps);
+    for (int64_t t = 0; t < n; ++t) cpu::layer_norm(ptr(op.x, t), vec(op.weight), vec(op.bias), ptr(op.out, t), op.x.cols, op.eps);
   }
 
   void group_norm(const step::GroupNormOp& op) override {
@@ -524,7 +508,7 @@ struct StepEngine::Impl final : step::Binder, step::Ops {
     const int64_t g = C / op.groups;
     for (int64_t t = 0; t < n; ++t) {
       float* row = ptr(op.x, t);
-      for (int64_t h = 0; h < op.groups; ++h) layer_norm_row(row + h * g, nullptr, nullptr, row + h * g, g, op.eps);
+      for (int64_t h = 0; h < op.groups; ++h) cpu::layer_norm(row + h * g, nullptr, nullptr, row + h * g, g, op.eps);
       const float* w = vec(op.weight);
       const float* b = vec(op.bias);
       for (int64_t i = 0; i < C; ++i) row[i] = row[i] * w[i] + b[i];
@@ -573,9 +557,9 @@ struct StepEngine::Impl final : step::Binder, step::Ops {
       for (int64_t i = 0; i < x.cols; ++i) {
         const float v = r[i];
         switch (fn) {
-          case step::Unary::kSigmoid: r[i] = 1.0f / (1.0f + std::exp(-v)); break;
+          case step::Unary::kSigmoid: r[i] = sigmoid(v); break;
           case step::Unary::kTanh: r[i] = std::tanh(v); break;
-          case step::Unary::kSilu: r[i] = v / (1.0f + std::exp(-v)); break;
+          case step::Unary::kSilu: r[i] = silu(v); break;
           case step::Unary::kReluSquare: r[i] = v > 0.0f ? v * v : 0.0f; break;
           case step::Unary::kExpNegExp: r[i] = std::exp(-std::exp(v)); break;
           case step::Unary::kV7Decay: r[i] = std::exp(-kV7DecayScale / (1.0f + std::exp(-v))); break;
