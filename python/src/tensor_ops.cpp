@@ -106,6 +106,14 @@ void run_released(Fn&& fn) {
 }
 
 // a [batch, rows, cols] of op(A) storage (last stride 1), likewise b; c [batch, m, n] written.
+// An epilogue's bias: a contiguous [n] array (`what`: the op, `per`: what one value is for, for the error).
+ops::TensorView bias_view(const py::array& bias, const char* what, int64_t n, const char* per) {
+  const ops::TensorView b = view_of(bias, std::string(what) + ": bias", false);
+  GA_CHECK(b.ndim == 1 && b.shape[0] == n && (b.strides[0] == 1 || n <= 1), InvalidArgument, what,
+           ": bias must be a contiguous [", n, "] (", per, ")");
+  return b;
+}
+
 void gemm(const py::array& a, const py::array& b, const py::array& c, const std::optional<py::array>& bias, float alpha,
           float beta, bool trans_a, bool trans_b, const std::string& activation) {
   GA_CHECK(a.ndim() == 3 && b.ndim() == 3 && c.ndim() == 3, InvalidArgument, "gemm: internal: 3-d operands expected");
@@ -148,9 +156,7 @@ void gemm(const py::array& a, const py::array& b, const py::array& c, const std:
   args.alpha = alpha;
   args.beta = beta;
   if (bias) {
-    const ops::TensorView biasv = view_of(*bias, "gemm: bias", false);
-    GA_CHECK(biasv.ndim == 1 && biasv.shape[0] == d.n && (biasv.strides[0] == 1 || d.n <= 1), InvalidArgument,
-             "gemm: bias must be a contiguous [", d.n, "] (one value per column of the result)");
+    const ops::TensorView biasv = bias_view(*bias, "gemm", d.n, "one value per column of the result");
     d.has_bias = true;
     d.bias_type = biasv.type;
     args.bias = biasv.data;
@@ -196,9 +202,7 @@ void conv2d(const py::array& x, const py::array& filter, const std::optional<py:
   args.filter = fv.data;
   args.out = ov.data;
   if (bias) {
-    const ops::TensorView bv = view_of(*bias, "conv2d: bias", false);
-    GA_CHECK(bv.ndim == 1 && bv.shape[0] == d.k && (bv.strides[0] == 1 || d.k == 1), InvalidArgument,
-             "conv2d: bias must be a contiguous [", d.k, "] (one value per output channel)");
+    const ops::TensorView bv = bias_view(*bias, "conv2d", d.k, "one value per output channel");
     d.has_bias = true;
     d.bias_type = bv.type;
     args.bias = bv.data;
