@@ -114,6 +114,50 @@ def auth_headers(api_key):
     return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
 
+class HostBusy:
+    """Keeps the server's host assistant (serve --host-model) busy: one question after another to /v1/host/ask,
+    each streamed to its end, on a thread, until stop(). The host only steps while no main request runs, so the
+    lone requests measured meanwhile show what a busy host costs them (issue: TTFT <= 1.05x the idle host's)."""
+
+    QUESTION = ("Describe every figure you were given, one by one, with what it says about the server's load, and "
+                "then write a long report of everything an operator should watch over the next hour.")
+
+    def __init__(self, url, api_key, timeout):
+        self.url, self.api_key, self.timeout = url, api_key, timeout
+        self.stop_flag = threading.Event()
+        self.answers, self.bytes, self.errors = 0, 0, []
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self):
+        body = json.dumps({"question": self.QUESTION}).encode()
+        headers = {"Content-Type": "application/json", **auth_headers(self.api_key)}
+        while not self.stop_flag.is_set():
+            conn = connection(self.url, self.timeout)
+            try:
+                conn.request("POST", "/v1/host/ask", body, headers)
+                resp = conn.getresponse()
+                if resp.status != 200:
+                    self.errors.append(f"HTTP {resp.status}: {resp.read()[:200]!r}")
+                    self.stop_flag.wait(0.5)
+                    continue
+                while not self.stop_flag.is_set():
+                    chunk = resp.read1(4096) if hasattr(resp, "read1") else resp.read(4096)
+                    if not chunk:
+                        break
+                    self.bytes += len(chunk)
+                self.answers += 1
+            except (OSError, http.client.HTTPException) as e:
+                self.errors.append(str(e))
+                self.stop_flag.wait(0.5)
+            finally:
+                conn.close()
+
+    def stop(self):
+        self.stop_flag.set()
+        self.thread.join(self.timeout)
+
+
 def random_prompt(n_vocab, n, seed):
     rng = random.Random(seed)
     return [rng.randrange(3, n_vocab) for _ in range(n)]  # 0..2: the usual special tokens
@@ -542,6 +586,8 @@ def main():
     p.add_argument("--timeout", type=float, default=300.0, help="seconds a request may take")
     p.add_argument("--ttft-repeats", type=int, default=0, help="then K lone requests one after another (8 tokens): "
                    "TTFT median/min of a single client, steadier than one round's single request")
+    p.add_argument("--host-busy", action="store_true", help="keep the server's host assistant (serve --host-model) "
+                   "busy with /v1/host/ask questions during the lone requests")
     p.add_argument("--json", help="write the rounds as JSON to this file")
     p.add_argument("--check", action="store_true", help="exit 1 when any request failed")
     args = p.parse_args()
@@ -576,10 +622,19 @@ def main():
         # Lone requests with both readers, alternating (so both see the same machine state); the prompt seeds
         # differ between all of them (no prefix is shared).
         lone, lone_spin = [], []
+        host = HostBusy(args.url, args.api_key, args.timeout) if args.host_busy and args.ttft_repeats else None
+        if host is not None:
+            time.sleep(1.0)  # the host's first question is under way before the first lone request
         for k in range(args.ttft_repeats):
             lone.append(run_round(args, pool, n_vocab, model, 1, 1000 + 2 * k, max_tokens=min(args.max_tokens, 8)))
             lone_spin.append(run_round(args, pool, n_vocab, model, 1, 1001 + 2 * k, max_tokens=min(args.max_tokens, 8),
                                        spin=True))
+        if host is not None:
+            host.stop()
+            print(f"host kept busy: {host.answers} answers, {host.bytes} bytes streamed, errors {host.errors[:3]}",
+                  file=sys.stderr)
+            if host.bytes == 0:
+                raise SystemExit("--host-busy: the host streamed nothing (is the server run with --host-model?)")
         round_trips = http_round_trips_ms(args.url, args.timeout, 15) if args.ttft_repeats else []
     finally:
         if pool is not None:

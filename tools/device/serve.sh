@@ -26,7 +26,8 @@
 #   parallelism), QUICK=1 (fits a 300 s call: no in-process rounds, `run` x3), VARIANTS ("name=serve flags;...",
 #   default "default="), TTFT_REPEATS (lone requests per length and variant, default 9), BUDGET (seconds after which
 #   the server variants and `run` timings are skipped), GPU_TIMING=1 (cuda: the idle prefill timed on the GPU, with
-#   the SM clock: see below), RUN_FLAGS_B (`run` timed once more with these flags, e.g. "--prefill-graphs 0").
+#   the SM clock: see below), RUN_FLAGS_B (`run` timed once more with these flags, e.g. "--prefill-graphs 0"),
+#   HOST_MODEL (a small model: the host assistant's cost to a lone request, idle vs busy; see below).
 set -uo pipefail
 mode=${1:-cuda}
 [[ $mode == cuda || $mode == cpu ]] || { echo "usage: serve.sh [cuda|cpu]" >&2; exit 2; }
@@ -158,6 +159,26 @@ PYEOF
 )
 fi
 
+# start_server NAME COMMAND...: runs a server command (its stderr in server-NAME.log) and waits for its address;
+# sets server (the pid) and url (empty when it did not start, with a note).
+start_server() {
+  local name=$1
+  shift
+  "$@" > /dev/null 2> "$OUT/server-$name.log" &
+  server=$!
+  url=
+  for _ in $(seq 1200); do
+    url=$(grep -oE "listening on http://[^ ]+" "$OUT/server-$name.log" | head -1 | awk '{print $3}')
+    [[ -n $url ]] && break
+    kill -0 $server 2> /dev/null || break
+    sleep 0.1
+  done
+  if [[ -z $url ]]; then
+    note "server $name did not start: $(tail -3 "$OUT/server-$name.log" | tr '\n' ' ')"
+    kill $server 2> /dev/null; wait $server 2> /dev/null
+  fi
+}
+
 # HTTP: one server per variant, on the device alone (bench-serve has exited); bench_http.py drives it.
 IFS=';' read -ra variant_list <<< "$VARIANTS"
 first=1
@@ -171,22 +192,10 @@ for v in "${variant_list[@]}"; do
   for w in $extra; do
     if [[ $w =~ ^[A-Z_][A-Z0-9_]*= ]]; then env_words+=("$w"); else flag_words+=("$w"); fi
   done
-  env "${env_words[@]}" "$GA" serve -m "$M" --device $device --port 0 --quiet --max-batch "$max_clients" --ctx "$ctx" \
-    --kv-blocks 2048 --http-threads $(( max_clients + 16 )) --trace-timing "${flag_words[@]}" \
-    > /dev/null 2> "$OUT/server-$name.log" &
-  server=$!
-  url=
-  for _ in $(seq 1200); do
-    url=$(grep -oE "listening on http://[^ ]+" "$OUT/server-$name.log" | head -1 | awk '{print $3}')
-    [[ -n $url ]] && break
-    kill -0 $server 2> /dev/null || break
-    sleep 0.1
-  done
-  if [[ -z $url ]]; then
-    note "server variant $name did not start: $(tail -3 "$OUT/server-$name.log" | tr '\n' ' ')"
-    kill $server 2> /dev/null; wait $server 2> /dev/null
-    continue
-  fi
+  start_server "$name" env "${env_words[@]}" "$GA" serve -m "$M" --device $device --port 0 --quiet \
+    --max-batch "$max_clients" --ctx "$ctx" --kv-blocks 2048 --http-threads $(( max_clients + 16 )) --trace-timing \
+    "${flag_words[@]}"
+  [[ -n $url ]] || continue
   echo "\$ gpu-accel serve -m $(basename "$M") --device $device --max-batch $max_clients --ctx $ctx --kv-blocks 2048 $extra  [variant $name]" >> "$OUT/http.md"
   for p in $PROMPT $TTFT_PROMPTS; do
     if [[ $first == 1 && $p == "$PROMPT" ]]; then
@@ -206,6 +215,29 @@ for v in "${variant_list[@]}"; do
   kill -TERM $server 2> /dev/null; wait $server 2> /dev/null
   first=0
 done
+
+# HOST_MODEL (a small model's path): what the host assistant costs a lone request. One server with --host-model (the
+# host on the CPU, its default), lone requests with the host idle, then kept busy by /v1/host/ask questions
+# (bench_http.py --host-busy): the bar is a busy host's TTFT <= 1.05x the idle host's.
+if [[ -n ${HOST_MODEL:-} ]] && ! over_budget; then
+  start_server host "$GA" serve -m "$M" --device $device --port 0 --quiet --ctx "$ctx" --kv-blocks 2048 \
+    --host-model "$HOST_MODEL"
+  if [[ -n $url ]]; then
+    for mode in idle busy; do
+      busy_flag=(); [[ $mode == busy ]] && busy_flag=(--host-busy)
+      timeout 150 python3 bench/serve/bench_http.py --url "$url" --timeout 60 --clients 0 --prompt-tokens "$PROMPT" \
+        --max-tokens 8 --ttft-repeats "$TTFT_REPEATS" "${busy_flag[@]}" --json "$OUT/http-host-$mode.json" --check \
+        >> "$OUT/http.md" 2>> "$OUT/http.err"
+      note "bench_http.py with the host $mode, lone requests at $PROMPT prompt tokens rc=$?"
+    done
+    kill -TERM $server 2> /dev/null; wait $server 2> /dev/null
+    note "host assistant: $(python3 -c '
+import json, statistics, sys
+m = [statistics.median(json.load(open(f))["lone_ttft_ms"]) for f in sys.argv[1:]]
+print(f"lone TTFT median idle {m[0]:.3f} ms, busy {m[1]:.3f} ms, busy / idle {m[1] / m[0]:.3f}")
+' "$OUT/http-host-idle.json" "$OUT/http-host-busy.json" 2>&1)"
+  fi
+fi
 
 # The reference the TTFT is held to: `gpu-accel run`'s own "prompt: N tokens in X ms" (one prefill per process, after
 # the upload), RUNS processes per length, with a text of exactly the same number of tokens: the model's vocabulary is
