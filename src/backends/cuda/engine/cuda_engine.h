@@ -240,6 +240,12 @@ class CudaEngine final : public CudaForward, public CudaBatchForward, private st
   int64_t vec_size(step::Vec v) const { return static_cast<int64_t>(vectors_[static_cast<size_t>(v.id)].host.size()); }
   float* ptr(step::View v, int64_t row = 0) const;
   int64_t ld(step::View v) const { return buffers_[static_cast<size_t>(v.buf.id)].ld; }
+  // A kernel parameter pair: the view's first row and its row stride.
+  template <class T>
+  void rows_of(step::View v, T*& data, int64_t& stride) const {
+    data = ptr(v);
+    stride = ld(v);
+  }
   void check_view(step::View v, const char* op) const;
   // The matrices linear_concat(ws) runs: fused runs where the upload placed them, single matrices elsewhere.
   std::vector<const DeviceMatrix*> products(std::span<const step::Weight> ws) const;

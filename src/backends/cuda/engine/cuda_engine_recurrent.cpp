@@ -131,10 +131,8 @@ void CudaEngine::group_norm_rows_of(const char* what, step::View x, step::View o
   GA_CHECK(vec_size(weight) == x.cols && vec_size(bias) == x.cols, Internal, what, ": weight / bias of ",
            vec_size(weight), " / ", vec_size(bias), " for ", x.cols, " columns");
   GroupNormParams p;
-  p.x = ptr(x);
-  p.ldx = ld(x);
-  p.out = ptr(out);
-  p.ld_out = ld(out);
+  rows_of(x, p.x, p.ldx);
+  rows_of(out, p.out, p.ld_out);
   p.weight = dvec(weight);
   p.bias = dvec(bias);
   p.n_rows = shape_->n_tokens;
@@ -166,18 +164,14 @@ void CudaEngine::mix(const step::MixOp& op) {
   GA_CHECK(op.prev.cols == C && op.out.cols == C && vec_size(op.mix) == C && (!op.dyn || op.dyn.cols == C), Internal,
            "mix: shapes");
   MixParams p;
-  p.x = ptr(op.x);
-  p.ldx = ld(op.x);
-  p.prev = ptr(op.prev);
-  p.ld_prev = ld(op.prev);
+  rows_of(op.x, p.x, p.ldx);
+  rows_of(op.prev, p.prev, p.ld_prev);
   p.mix = dvec(op.mix);
   if (op.dyn) {
     check_view(op.dyn, "mix");
-    p.dyn = ptr(op.dyn);
-    p.ld_dyn = ld(op.dyn);
+    rows_of(op.dyn, p.dyn, p.ld_dyn);
   }
-  p.out = ptr(op.out);
-  p.ld_out = ld(op.out);
+  rows_of(op.out, p.out, p.ld_out);
   p.n_rows = shape_->n_tokens;
   p.n = C;
   p.complement = op.form == step::MixForm::kComplement;
@@ -243,12 +237,9 @@ void CudaEngine::wkv4(const step::Wkv4Op& op) {
            Internal, "wkv4: shapes");
   Wkv4Params p;
   p.runs = runs(op.state);
-  p.k = ptr(op.k);
-  p.v = ptr(op.v);
-  p.out = ptr(op.out);
-  p.ldk = ld(op.k);
-  p.ldv = ld(op.v);
-  p.ld_out = ld(op.out);
+  rows_of(op.k, p.k, p.ldk);
+  rows_of(op.v, p.v, p.ldv);
+  rows_of(op.out, p.out, p.ld_out);
   p.time_first = dvec(op.time_first);
   p.time_decay = dvec(op.time_decay);
   p.n = C;
@@ -268,20 +259,15 @@ void CudaEngine::wkv5(const step::Wkv5Op& op) {
            Internal, "wkv5: shapes");
   Wkv5Params p;
   p.runs = runs(op.state);
-  p.r = ptr(op.r);
-  p.k = ptr(op.k);
-  p.v = ptr(op.v);
-  p.out = ptr(op.out);
-  p.ldr = ld(op.r);
-  p.ldk = ld(op.k);
-  p.ldv = ld(op.v);
-  p.ld_out = ld(op.out);
+  rows_of(op.r, p.r, p.ldr);
+  rows_of(op.k, p.k, p.ldk);
+  rows_of(op.v, p.v, p.ldv);
+  rows_of(op.out, p.out, p.ld_out);
   p.time_first = dvec(op.time_first);
   p.u_per_head = vec_size(op.time_first) != C;
   if (op.decay_view) {
     check_view(op.decay_view, "wkv5");
-    p.decay_rows = ptr(op.decay_view);
-    p.ld_decay = ld(op.decay_view);
+    rows_of(op.decay_view, p.decay_rows, p.ld_decay);
   } else {
     p.decay = dvec(op.decay);
     p.w_per_head = vec_size(op.decay) != C;
@@ -303,23 +289,16 @@ void CudaEngine::wkv7(const step::Wkv7Op& op) {
            Internal, "wkv7: shapes");
   Wkv7Params p;
   p.runs = runs(op.state);
-  p.r = ptr(op.r);
-  p.w = ptr(op.w);
-  p.k = ptr(op.k);
-  p.v = ptr(op.v);
-  p.a = ptr(op.a);
-  p.ldr = ld(op.r);
-  p.ldw = ld(op.w);
-  p.ldk = ld(op.k);
-  p.ldv = ld(op.v);
-  p.lda = ld(op.a);
+  rows_of(op.r, p.r, p.ldr);
+  rows_of(op.w, p.w, p.ldw);
+  rows_of(op.k, p.k, p.ldk);
+  rows_of(op.v, p.v, p.ldv);
+  rows_of(op.a, p.a, p.lda);
   p.k_k = dvec(op.k_k);
   p.k_a = dvec(op.k_a);
   p.r_k = dvec(op.r_k);
-  p.out = ptr(op.out);
-  p.bonus = ptr(op.bonus);
-  p.ld_out = ld(op.out);
-  p.ld_bonus = ld(op.bonus);
+  rows_of(op.out, p.out, p.ld_out);
+  rows_of(op.bonus, p.bonus, p.ld_bonus);
   p.n_head = H;
   p.head_size = S;
   check_params("wkv7", wkv7_unsupported_reason, p);
