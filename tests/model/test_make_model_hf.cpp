@@ -76,8 +76,12 @@ void expect_same_logits_as_gguf_twin(const std::string& preset) {
   EXPECT_LT(max_abs_diff(got, want), 1e-5);
 }
 
-TEST(MakeModelHf, LlamaFolderGivesTheGgufTwinsLogits) { expect_same_logits_as_gguf_twin("tiny-hd64"); }
-TEST(MakeModelHf, Qwen3FolderGivesTheGgufTwinsLogits) { expect_same_logits_as_gguf_twin("tiny-qwen3"); }
+TEST(MakeModelHf, LlamaFolderGivesTheGgufTwinsLogits) {
+  expect_same_logits_as_gguf_twin("tiny-hd64");
+}
+TEST(MakeModelHf, Qwen3FolderGivesTheGgufTwinsLogits) {
+  expect_same_logits_as_gguf_twin("tiny-qwen3");
+}
 
 TEST(MakeModelHf, ConfigIsTheFamilysTransformersConfig) {
   TempPath hf("config");

@@ -39,16 +39,11 @@ constexpr Rename kTop[] = {
     {"output.weight", "lm_head.weight"},
 };
 constexpr Rename kLayer[] = {
-    {"attn_norm.weight", "input_layernorm.weight"},
-    {"attn_q.weight", "self_attn.q_proj.weight"},
-    {"attn_k.weight", "self_attn.k_proj.weight"},
-    {"attn_v.weight", "self_attn.v_proj.weight"},
-    {"attn_q_norm.weight", "self_attn.q_norm.weight"},
-    {"attn_k_norm.weight", "self_attn.k_norm.weight"},
-    {"attn_output.weight", "self_attn.o_proj.weight"},
-    {"ffn_norm.weight", "post_attention_layernorm.weight"},
-    {"ffn_gate.weight", "mlp.gate_proj.weight"},
-    {"ffn_up.weight", "mlp.up_proj.weight"},
+    {"attn_norm.weight", "input_layernorm.weight"},    {"attn_q.weight", "self_attn.q_proj.weight"},
+    {"attn_k.weight", "self_attn.k_proj.weight"},      {"attn_v.weight", "self_attn.v_proj.weight"},
+    {"attn_q_norm.weight", "self_attn.q_norm.weight"}, {"attn_k_norm.weight", "self_attn.k_norm.weight"},
+    {"attn_output.weight", "self_attn.o_proj.weight"}, {"ffn_norm.weight", "post_attention_layernorm.weight"},
+    {"ffn_gate.weight", "mlp.gate_proj.weight"},       {"ffn_up.weight", "mlp.up_proj.weight"},
     {"ffn_down.weight", "mlp.down_proj.weight"},
 };
 
@@ -81,11 +76,16 @@ std::optional<HfFamily> hf_family(const ModelPreset& p) {
 
 const char* torch_dtype(DType type) {
   switch (type) {
-    case DType::F32: return "float32";
-    case DType::F16: return "float16";
-    case DType::BF16: return "bfloat16";
-    default: GA_THROW(InvalidArgument, "make-model --format hf: type must be F32, F16 or BF16 (quantize the folder "
-                                       "to FP8 afterwards with `gpu-accel quantize IN OUT fp8`)");
+    case DType::F32:
+      return "float32";
+    case DType::F16:
+      return "float16";
+    case DType::BF16:
+      return "bfloat16";
+    default:
+      GA_THROW(InvalidArgument,
+               "make-model --format hf: type must be F32, F16 or BF16 (quantize the folder "
+               "to FP8 afterwards with `gpu-accel quantize IN OUT fp8`)");
   }
 }
 
@@ -179,7 +179,8 @@ MakeHfModelSummary make_random_hf_model(const std::string& out_dir, const MakeMo
     int64_t rows = 1;
     for (size_t d = 1; d < spec.ne.size(); ++d) rows *= static_cast<int64_t>(spec.ne[d]);
     t.nbytes = row_bytes(type, spec.ne[0]) * static_cast<uint64_t>(rows);
-    const bool permuted = family->permute_qk && (spec.name.ends_with("attn_q.weight") || spec.name.ends_with("attn_k.weight"));
+    const bool permuted =
+        family->permute_qk && (spec.name.ends_with("attn_q.weight") || spec.name.ends_with("attn_k.weight"));
     const int64_t head_dim = config.head_dim;
     const Distribution dist = distribution(spec);
     const uint64_t seed = options.seed;
