@@ -95,6 +95,8 @@ TEST(MakeModelHf, ConfigIsTheFamilysTransformersConfig) {
   EXPECT_EQ(c["head_dim"], 64);
   EXPECT_EQ(c["torch_dtype"], "bfloat16");
   EXPECT_EQ(c["tie_word_embeddings"], false);
+  EXPECT_EQ(c["rms_norm_eps"].get<double>(), 1e-5);  // the shortest decimal of the float, as configs spell it
+  EXPECT_EQ(c["rope_theta"].get<double>(), 1e6);
   const safetensors::Checkpoint ckpt = safetensors::Checkpoint::open_dir(hf.path.string());
   const safetensors::TensorInfo* q = ckpt.find("model.layers.1.self_attn.q_proj.weight");
   ASSERT_NE(q, nullptr);

@@ -2,7 +2,9 @@
 // the GGUF writer's streams (random_weights.h) and written one tensor at a time (safetensors::write_sharded).
 #include "model/tools/random_hf_model.h"
 
+#include <charconv>
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -89,6 +91,13 @@ const char* torch_dtype(DType type) {
   }
 }
 
+// The shortest decimal of a float as a double (1e-05, not 9.999999747378752e-06), which reads back as the same float.
+double json_float(float v) {
+  char text[32];
+  const auto end = std::to_chars(text, text + sizeof(text), v).ptr;
+  return std::strtod(std::string(text, end).c_str(), nullptr);
+}
+
 ordered_json config_json(const ModelConfig& c, const HfFamily& family, DType type) {
   ordered_json j;
   j["architectures"] = {family.architecture};
@@ -101,8 +110,8 @@ ordered_json config_json(const ModelConfig& c, const HfFamily& family, DType typ
   j["head_dim"] = c.head_dim;
   j["hidden_act"] = "silu";
   j["max_position_embeddings"] = c.n_ctx_train;
-  j["rms_norm_eps"] = static_cast<double>(c.rms_eps);
-  j["rope_theta"] = static_cast<double>(c.rope_freq_base);
+  j["rms_norm_eps"] = json_float(c.rms_eps);
+  j["rope_theta"] = json_float(c.rope_freq_base);
   j["rope_scaling"] = nullptr;  // the presets of these families use plain RoPE, as their GGUF twins do
   j["attention_bias"] = false;
   if (std::string_view(family.model_type) == "llama") j["mlp_bias"] = false;
