@@ -7,6 +7,9 @@
 #                  Phi-3-mini Q4_K_M) and Llama-3.2-1B F16
 #   moe-models     the same on Qwen3-30B-A3B and Mixtral-8x7B Q4_K_M (43 GiB of models: the dense ones of this
 #                  machine are removed first), each with both MoE prefill paths (GA_MOE_PREFILL)
+#   fp8            FP8 weights against BF16 (issue 24's decode figure): Llama-3-8B made as a BF16 Hugging Face folder
+#                  (make-model --format hf, 16 GB), quantized to FP8 with 128 x 128 block scales (8 GB), gpu-accel
+#                  bench on both; the GGUF models of this machine are removed first and both folders at the end
 #   chosen         the same on the PRESET:TYPE specs of $BENCH_MODELS (e.g. "llama3-8b:Q4_K_M rwkv6-1.6b:F16")
 #   peer           llama.cpp's llama-bench on the models of the stages before it in this call (none: the `models`
 #                  set); the peer of ../shared/peers, built into /tmp/llama.cpp-build by its build_llamacpp.sh when
@@ -57,6 +60,19 @@ for stage in "${stages[@]}"; do
     families)
       make_models llama3-8b:Q4_K_M qwen3-8b:Q4_K_M gemma2-9b:Q4_K_M gemma3-4b:Q4_K_M phi3-mini:Q4_K_M llama3-1b:F16
       bench_ours "gpu-accel bench families" 330
+      ;;
+    fp8)
+      rm -f /tmp/models/*.gguf  # 64 GB of disk: the 16 + 8 GB folders need the room
+      mkdir -p /tmp/models
+      bf16=/tmp/models/llama3-8b-bf16-hf fp8=/tmp/models/llama3-8b-fp8-hf
+      if run_step "make-model llama3-8b BF16 (hf)" 300 make-model.log \
+          "$GA" make-model --preset llama3-8b --type BF16 --format hf --out "$bf16" --threads "$JOBS" &&
+        run_step "quantize llama3-8b fp8 (block)" 300 make-model.log "$GA" quantize "$bf16" "$fp8" fp8 --scales block &&
+        [[ -f $fp8/config.json ]]; then
+        made=("$bf16" "$fp8")
+        bench_ours "gpu-accel bench fp8 vs bf16" 330
+      fi
+      rm -rf "$bf16" "$fp8"
       ;;
     chosen)
       # shellcheck disable=SC2086

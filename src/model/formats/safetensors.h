@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -116,6 +117,33 @@ class Writer {
   std::vector<Pending> tensors_;
   std::map<std::string, std::string> metadata_;
 };
+
+// A tensor whose bytes are produced only when its file is written: fill(dst) writes exactly nbytes. Models too
+// big for memory (a 16 GB BF16 8B model) are written this way, one tensor's buffer at a time.
+struct DeferredTensor {
+  std::string name;
+  std::string dtype;            // "F32", "F16", "BF16", ...
+  std::vector<uint64_t> shape;  // torch order
+  uint64_t nbytes = 0;
+  std::function<void(uint8_t* dst)> fill;
+};
+
+// Writes one safetensors file (the layout of Writer::to_bytes) tensor by tensor, through path + ".tmp" and a
+// rename, so a failing fill leaves no file.
+void write_deferred(const std::string& path, std::span<const DeferredTensor> tensors,
+                    const std::map<std::string, std::string>& metadata = {});
+
+// transformers' largest shard ("5GB" in save_pretrained; 4 GiB keeps every shard under 32-bit offsets' range for
+// readers that map them).
+inline constexpr uint64_t kDefaultMaxShardBytes = 4ull << 30;
+
+// Writes a model's tensors into dir as save_pretrained lays them out: model.safetensors when they fit in one shard
+// of max_shard_bytes, else model-00001-of-0000N.safetensors ... (consecutive tensors, a new shard when the next
+// tensor would overflow the current one; a tensor bigger than the limit gets a shard of its own) and
+// model.safetensors.index.json. Every shard carries {"format": "pt"} as transformers writes it. Returns the file
+// names written (the index last).
+std::vector<std::string> write_sharded(const std::string& dir, std::span<const DeferredTensor> tensors,
+                                       uint64_t max_shard_bytes = kDefaultMaxShardBytes);
 
 // All tensors of a checkpoint: one file, or the shards listed by model.safetensors.index.json
 // ({"weight_map": {tensor: shard file name}}), each shard opened once.
