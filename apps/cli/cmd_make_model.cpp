@@ -55,14 +55,18 @@ int cmd_make_model(int argc, char** argv) {
   require(!out.empty(), "missing --out FILE.gguf");
   require(n_threads >= 0, "--threads must be >= 0");
   const bool rwkv = std::string_view(tools::find_preset(preset)->arch).starts_with("rwkv");
+  // GGUF files carry a vocabulary (the Llama-2 one, or RWKV's World file when it is there); HF folders only its size.
+  if (format == "gguf" && vocab.empty()) {
+    vocab = rwkv ? (std::filesystem::exists(kDefaultRwkvVocab) ? kDefaultRwkvVocab : "") : kDefaultVocab;
+  }
+  if (!vocab.empty()) require_exists(vocab);
+  tools::MakeModelOptions options;
+  options.preset = preset;
+  options.type = type;
+  options.vocab_path = vocab;
+  options.seed = seed;
+  options.n_threads = n_threads;
   if (format == "hf") {
-    if (!vocab.empty()) require_exists(vocab);
-    tools::MakeModelOptions options;
-    options.preset = preset;
-    options.type = type;
-    options.vocab_path = vocab;
-    options.seed = seed;
-    options.n_threads = n_threads;
     const tools::MakeHfModelSummary s = tools::make_random_hf_model(out, options);
     std::printf("wrote %s: %s %s (Hugging Face), vocab %lld, %d tensors in %d file(s), %.3f B params, %.2f GiB in "
                 "%.1f s\n",
@@ -70,17 +74,6 @@ int cmd_make_model(int argc, char** argv) {
                 static_cast<double>(s.n_params) / 1e9, static_cast<double>(s.data_bytes) / (1ull << 30), s.seconds);
     return std::fflush(stdout) == 0 ? 0 : 1;
   }
-  if (vocab.empty()) {
-    vocab = rwkv ? (std::filesystem::exists(kDefaultRwkvVocab) ? kDefaultRwkvVocab : "") : kDefaultVocab;
-  }
-  if (!vocab.empty()) require_exists(vocab);
-
-  tools::MakeModelOptions options;
-  options.preset = preset;
-  options.type = type;
-  options.vocab_path = vocab;
-  options.seed = seed;
-  options.n_threads = n_threads;
   const tools::MakeModelSummary s = tools::make_random_model(out, options);
   std::printf("wrote %s: %s %s (file_type %u), vocab %lld, %d tensors, %.3f B params, %.2f GiB in %.1f s\n",
               out.c_str(), preset.c_str(), s.ftype.name, s.ftype.id, static_cast<long long>(s.n_vocab), s.n_tensors,
