@@ -15,6 +15,25 @@ Ticket Transport::send_recv(const void* send_data, size_t send_bytes, int to, vo
   return Ticket{s.id, r.id};
 }
 
+namespace {
+
+// The all-gather half of the ring: rank r starts holding chunk (r + first) % w of data (chunk c is
+// [chunk_begin(c), chunk_begin(c + 1))); at each of the w - 1 steps it passes the chunk it got last to the next
+// rank and takes the previous rank's, so every rank ends holding every chunk.
+template <class ChunkBegin>
+void ring_gather(Transport& t, float* data, int first, const ChunkBegin& chunk_begin) {
+  const int w = t.world_size(), r = t.rank();
+  const int next = (r + 1) % w, prev = (r + w - 1) % w;
+  const auto chunk_bytes = [&](int c) { return (chunk_begin(c + 1) - chunk_begin(c)) * sizeof(float); };
+  for (int step = 0; step < w - 1; ++step) {
+    const int send_c = (r + first - step + w) % w, recv_c = (r + first - step - 1 + w) % w;
+    t.wait(t.send_recv(data + chunk_begin(send_c), chunk_bytes(send_c), next, data + chunk_begin(recv_c),
+                       chunk_bytes(recv_c), prev));
+  }
+}
+
+}  // namespace
+
 void Transport::all_reduce_sum(float* data, size_t n) {
   const int w = world_size(), r = rank();
   if (w == 1 || n == 0) return;
@@ -29,23 +48,12 @@ void Transport::all_reduce_sum(float* data, size_t n) {
     float* dst = data + chunk_begin(recv_c);
     for (size_t i = 0; i < chunk_size(recv_c); ++i) dst[i] += incoming[i];
   }
-  for (int step = 0; step < w - 1; ++step) {
-    const int send_c = (r + 1 - step + w) % w, recv_c = (r - step + w) % w;
-    wait(send_recv(data + chunk_begin(send_c), chunk_size(send_c) * sizeof(float), next, data + chunk_begin(recv_c),
-                   chunk_size(recv_c) * sizeof(float), prev));
-  }
+  ring_gather(*this, data, 1, chunk_begin);  // after the reduce-scatter rank r holds the sum of chunk r + 1
 }
 
 void Transport::all_gather(const float* mine, size_t n, float* all) {
-  const int w = world_size(), r = rank();
-  std::copy_n(mine, n, all + static_cast<size_t>(r) * n);
-  const int next = (r + 1) % w, prev = (r + w - 1) % w;
-  // step s: pass on the block that arrived at the step before (rank r - s's), take rank r - s - 1's
-  for (int step = 0; step < w - 1; ++step) {
-    const int send_c = (r - step + w) % w, recv_c = (r - step - 1 + w) % w;
-    wait(send_recv(all + static_cast<size_t>(send_c) * n, n * sizeof(float), next, all + static_cast<size_t>(recv_c) * n,
-                   n * sizeof(float), prev));
-  }
+  std::copy_n(mine, n, all + static_cast<size_t>(rank()) * n);
+  ring_gather(*this, all, 0, [n](int c) { return static_cast<size_t>(c) * n; });
 }
 
 void Transport::barrier() {

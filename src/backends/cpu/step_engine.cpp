@@ -454,19 +454,19 @@ struct StepEngine::Impl final : step::Binder, step::Ops {
         cpu::rms_norm(src, vec(op.norm), logits_in.data() + i * E, E, op.eps);
       }
     }
-    if (!shard.vocab_parallel) {
-      matmul(out.m, logits_in.data(), n_out, E, logits_out, V, pool);  // [n_out][n_vocab]
-      if (op.softcap > 0.0f) softcap(logits_out, n_out * V, op.softcap);
-      return;
-    }
     // Vocab-parallel: this rank's [n_out][V / W] slice, gathered over the group ([W][n_out][V / W]) and laid out as
     // [n_out][V]. Each logit is the same dot as in the whole classifier, so the result is the unsplit one exactly.
-    GA_CHECK(transport != nullptr && transport->world_size() == shard.world, Internal,
-             "logits: a vocab-parallel shard without its group's transport");
-    grow(vocab_slice, n_out * V_local);
+    float* classified = logits_out;  // [n_out][V_local]
+    if (shard.vocab_parallel) {
+      GA_CHECK(transport != nullptr && transport->world_size() == shard.world, Internal,
+               "logits: a vocab-parallel shard without its group's transport");
+      grow(vocab_slice, n_out * V_local);
+      classified = vocab_slice.data();
+    }
+    matmul(out.m, logits_in.data(), n_out, E, classified, V_local, pool);
+    if (op.softcap > 0.0f) softcap(classified, n_out * V_local, op.softcap);
+    if (!shard.vocab_parallel) return;
     grow(vocab_gathered, n_out * V);
-    matmul(out.m, logits_in.data(), n_out, E, vocab_slice.data(), V_local, pool);
-    if (op.softcap > 0.0f) softcap(vocab_slice.data(), n_out * V_local, op.softcap);
     transport->all_gather(vocab_slice.data(), static_cast<size_t>(n_out * V_local), vocab_gathered.data());
     for (int q = 0; q < shard.world; ++q) {
       for (int64_t i = 0; i < n_out; ++i) {
