@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "backends/cpu/quant.h"
 #include "core/log.h"
 #include "gpu_accel/dtype.h"
 #include "gpu_accel/error.h"
@@ -39,26 +40,6 @@ bool keeps_its_type(std::string_view name) {
   return false;
 }
 
-float element(const safetensors::TensorInfo& info, const uint8_t* data, uint64_t i) {
-  switch (*info.type) {
-    case DType::F32: {
-      float f;
-      std::memcpy(&f, data + 4 * i, 4);
-      return f;
-    }
-    case DType::F16: {
-      uint16_t h;
-      std::memcpy(&h, data + 2 * i, 2);
-      return fp16_to_f32(h);
-    }
-    default: {
-      uint16_t h;
-      std::memcpy(&h, data + 2 * i, 2);
-      return bf16_to_f32(h);
-    }
-  }
-}
-
 struct Quantized {
   std::vector<uint8_t> codes;
   std::vector<float> scales;
@@ -69,13 +50,19 @@ struct Quantized {
 Quantized quantize(const safetensors::TensorInfo& info, const uint8_t* data, uint64_t tile_r, uint64_t tile_c) {
   const uint64_t rows = info.shape[0], cols = info.shape[1];
   const uint64_t sr = (rows + tile_r - 1) / tile_r, sc = (cols + tile_c - 1) / tile_c;
+  // the weight as floats once (the CPU backend's row conversion), read by both passes below
+  std::vector<float> w(rows * cols);
+  const uint64_t rb = row_bytes(*info.type, cols);
+  for (uint64_t r = 0; r < rows; ++r) {
+    cpu::dequantize_row(*info.type, data + r * rb, w.data() + r * cols, static_cast<int64_t>(cols));
+  }
   Quantized q;
   q.codes.resize(rows * cols);
   q.scales.assign(sr * sc, 0.0f);
   for (uint64_t r = 0; r < rows; ++r) {
     for (uint64_t c = 0; c < cols; ++c) {
       float& amax = q.scales[(r / tile_r) * sc + c / tile_c];
-      const float v = element(info, data, r * cols + c);
+      const float v = w[r * cols + c];
       GA_CHECK(std::isfinite(v), InvalidArgument, "quantize fp8: tensor ", info.name, " holds a non-finite value at [",
                r, ", ", c, "]");
       amax = std::max(amax, std::fabs(v));
@@ -85,7 +72,7 @@ Quantized quantize(const safetensors::TensorInfo& info, const uint8_t* data, uin
   for (uint64_t r = 0; r < rows; ++r) {
     for (uint64_t c = 0; c < cols; ++c) {
       const float s = q.scales[(r / tile_r) * sc + c / tile_c];
-      q.codes[r * cols + c] = f32_to_e4m3(element(info, data, r * cols + c) / s);
+      q.codes[r * cols + c] = f32_to_e4m3(w[r * cols + c] / s);
     }
   }
   q.scale_shape = {sr, sc};
