@@ -431,59 +431,53 @@ void CudaEngine::logits(const step::LogitsOp& op) {
   const bool gather = shape.gather_logits;
   const float* classifier_in = final_x_.as<float>();
   void* out_int8 = nullptr;
-  if (!warm_matmuls_only_ && op.norm_bias) {  // a LayerNorm with bias (RWKV's ln_out): no int8 rounding fused
+  if (!warm_matmuls_only_) {
     const int64_t first_row = gather ? 0 : shape.first_logit_row;
     const int64_t n_rows = gather ? shape.n_tokens : shape.n_logits;
-    GA_CHECK(vec_size(op.norm_bias) == E, Internal, "logits: a norm bias of ", vec_size(op.norm_bias), " for ", E,
-             " columns");
-    const float* in = ptr(op.x, first_row);
-    int64_t ld_in = ld(op.x);
-    if (op.residual) {
-      check_view(op.residual, "logits");
-      GA_CUDA_CHECK(add_rows(ptr(op.residual, first_row), ld(op.residual), in, ld_in, n_rows, E, s));
-      in = ptr(op.residual, first_row);
-      ld_in = ld(op.residual);
-      wrote(op.residual);
+    if (op.norm_bias) {  // a LayerNorm with bias (RWKV's ln_out): residual += x apart, no int8 rounding fused
+      GA_CHECK(vec_size(op.norm_bias) == E, Internal, "logits: a norm bias of ", vec_size(op.norm_bias), " for ", E,
+               " columns");
+      const float* in = ptr(op.x, first_row);
+      int64_t ld_in = ld(op.x);
+      if (op.residual) {
+        check_view(op.residual, "logits");
+        GA_CUDA_CHECK(add_rows(ptr(op.residual, first_row), ld(op.residual), in, ld_in, n_rows, E, s));
+        in = ptr(op.residual, first_row);
+        ld_in = ld(op.residual);
+      }
+      GroupNormParams norm;
+      norm.x = in;
+      norm.ldx = ld_in;
+      norm.out = final_x_.as<float>();
+      norm.ld_out = ld_embd_;
+      norm.weight = dvec(op.norm);
+      norm.bias = dvec(op.norm_bias);
+      norm.n_rows = n_rows;
+      norm.n = E;
+      norm.eps = op.eps;
+      check_params("layer_norm", group_norm_unsupported_reason, norm);
+      GA_CUDA_CHECK(group_norm_rows(norm, s));
+    } else {
+      RmsNormParams norm;
+      norm.x = ptr(op.x, first_row);
+      norm.residual = op.residual ? ptr(op.residual, first_row) : nullptr;
+      norm.weight = dvec(op.norm);
+      norm.out = final_x_.as<float>();
+      norm.n_rows = n_rows;
+      norm.n = E;
+      norm.ldx = ld(op.x);
+      norm.ld_residual = op.residual ? ld(op.residual) : 0;
+      norm.ld_out = ld_embd_;
+      norm.eps = op.eps;
+      // the classifier reads these rows rounded once when they are its input as they stand (no gather)
+      if (!gather && takes_x_int8(out, shape.n_logits, Int8Activations::kOnceAll)) {
+        norm.out_int8 = xq_.data();
+        if (rms_norm_unsupported_reason(norm) != nullptr) norm.out_int8 = nullptr;
+      }
+      out_int8 = norm.out_int8;
+      check_params("rms_norm", rms_norm_unsupported_reason, norm);
+      GA_CUDA_CHECK(ga::cuda::rms_norm(norm, s));
     }
-    GroupNormParams norm;
-    norm.x = in;
-    norm.ldx = ld_in;
-    norm.out = final_x_.as<float>();
-    norm.ld_out = ld_embd_;
-    norm.weight = dvec(op.norm);
-    norm.bias = dvec(op.norm_bias);
-    norm.n_rows = n_rows;
-    norm.n = E;
-    norm.eps = op.eps;
-    check_params("layer_norm", group_norm_unsupported_reason, norm);
-    GA_CUDA_CHECK(group_norm_rows(norm, s));
-    if (gather) {
-      GA_CUDA_CHECK(engine::gather_rows(final_x_.as<float>(), ld_embd_, meta(off_logit_rows()), shape.n_logits, E,
-                                       final_rows_.as<float>(), ld_embd_, s));
-      classifier_in = final_rows_.as<float>();
-    }
-    xq_of_ = step::View{};
-  } else if (!warm_matmuls_only_) {
-    const int64_t first_row = gather ? 0 : shape.first_logit_row;
-    RmsNormParams norm;
-    norm.x = ptr(op.x, first_row);
-    norm.residual = op.residual ? ptr(op.residual, first_row) : nullptr;
-    norm.weight = dvec(op.norm);
-    norm.out = final_x_.as<float>();
-    norm.n_rows = gather ? shape.n_tokens : shape.n_logits;
-    norm.n = E;
-    norm.ldx = ld(op.x);
-    norm.ld_residual = op.residual ? ld(op.residual) : 0;
-    norm.ld_out = ld_embd_;
-    norm.eps = op.eps;
-    // the classifier reads these rows rounded once when they are its input as they stand (no gather)
-    if (!gather && takes_x_int8(out, shape.n_logits, Int8Activations::kOnceAll)) {
-      norm.out_int8 = xq_.data();
-      if (rms_norm_unsupported_reason(norm) != nullptr) norm.out_int8 = nullptr;
-    }
-    out_int8 = norm.out_int8;
-    check_params("rms_norm", rms_norm_unsupported_reason, norm);
-    GA_CUDA_CHECK(ga::cuda::rms_norm(norm, s));
     if (gather) {
       GA_CUDA_CHECK(engine::gather_rows(final_x_.as<float>(), ld_embd_, meta(off_logit_rows()), shape.n_logits, E,
                                        final_rows_.as<float>(), ld_embd_, s));

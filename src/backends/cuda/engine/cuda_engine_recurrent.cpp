@@ -3,7 +3,7 @@
 // The ops read the step's runs from the metadata (run starts, first positions, slots), so a decode step of n
 // sequences is one CUDA graph like any other model's.
 #include <algorithm>
-#include <limits>
+#include <vector>
 
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/engine/cuda_engine.h"
@@ -19,8 +19,8 @@ step::Rec CudaEngine::recurrent(int64_t slot) {
   return step::Rec{static_cast<int32_t>(slot)};
 }
 
-// Before plan_sizes(): the slot layout, and how many slots (paged: n_blocks may still be automatic here; the
-// count is bounded by it once known, in allocate_state's caller).
+// Before plan_sizes(): the slot layout, and how many slots (paged: 2 x max_seqs; the constructor bounds the count by
+// n_blocks once the pool's size is known).
 void CudaEngine::size_recurrent_state() {
   rec_floats_ = 0;
   rec_offsets_.clear();
@@ -30,7 +30,6 @@ void CudaEngine::size_recurrent_state() {
     rec_floats_ += r.floats;
   }
   n_rec_slots_ = rec_floats_ == 0 ? 0 : layout_.paged ? 2 * layout_.max_seqs : 1;
-  if (layout_.paged && layout_.n_blocks > 0) n_rec_slots_ = std::min(n_rec_slots_, layout_.n_blocks);
 }
 
 RecurrentRuns CudaEngine::runs(step::Rec r) const {
@@ -55,19 +54,13 @@ void CudaEngine::assign_state_slots(std::span<const BatchEntry> batch,
                                     std::span<const std::span<const int32_t>> block_tables, int32_t* slots_h) {
   ++rec_step_;
   // First pass: every run's first block, and whether it may run (nothing changes before all are checked).
-  struct RunState {
-    int32_t block;
-    int64_t pos;
-  };
-  std::vector<RunState> runs_seen;
+  std::vector<int32_t> run_blocks;
   for (size_t t = 0; t < batch.size(); ++t) {
     if (t > 0 && batch[t - 1].seq == batch[t].seq) continue;
     const BatchEntry& e = batch[t];
     const int32_t block = block_tables[static_cast<size_t>(e.seq)][0];
-    for (const RunState& r : runs_seen) {
-      GA_CHECK(r.block != block, InvalidArgument, "batch entry ", t,
-               ": two runs in one step share the recurrent state of block ", block);
-    }
+    GA_CHECK(std::find(run_blocks.begin(), run_blocks.end(), block) == run_blocks.end(), InvalidArgument,
+             "batch entry ", t, ": two runs in one step share the recurrent state of block ", block);
     const int32_t slot = block_slot_[static_cast<size_t>(block)];
     if (e.pos != 0) {
       GA_CHECK(slot >= 0, InvalidArgument, "sequence ", e.seq, " continues at position ", e.pos,
@@ -76,12 +69,12 @@ void CudaEngine::assign_state_slots(std::span<const BatchEntry> batch,
                " continues at position ", e.pos, " but its recurrent state stands at ",
                slot_pos_[static_cast<size_t>(slot)], " (a recurrent state cannot go back; start again from 0)");
     }
-    runs_seen.push_back({block, e.pos});
+    run_blocks.push_back(block);
   }
   // Second pass: new sequences take a slot (their own block's, a free one, or the one used longest ago by a
   // sequence outside this step), then every run's slot is written for the kernels.
-  for (size_t r = 0; r < runs_seen.size(); ++r) {
-    const int32_t block = runs_seen[r].block;
+  for (size_t r = 0; r < run_blocks.size(); ++r) {
+    const int32_t block = run_blocks[r];
     int32_t slot = block_slot_[static_cast<size_t>(block)];
     if (slot < 0) {
       int32_t pick = -1;
@@ -89,7 +82,7 @@ void CudaEngine::assign_state_slots(std::span<const BatchEntry> batch,
         if (slot_used_[static_cast<size_t>(s)] == rec_step_) continue;  // a run of this step holds it
         if (pick < 0 || slot_used_[static_cast<size_t>(s)] < slot_used_[static_cast<size_t>(pick)]) pick = s;
       }
-      GA_CHECK(pick >= 0, InvalidArgument, "a step of ", runs_seen.size(), " recurrent sequences exceeds the ",
+      GA_CHECK(pick >= 0, InvalidArgument, "a step of ", run_blocks.size(), " recurrent sequences exceeds the ",
                n_rec_slots_, " state slots");
       if (const int32_t old = slot_block_[static_cast<size_t>(pick)]; old >= 0) block_slot_[static_cast<size_t>(old)] = -1;
       slot = pick;
