@@ -105,7 +105,6 @@ void run_released(Fn&& fn) {
   status.throw_if_error();
 }
 
-// a [batch, rows, cols] of op(A) storage (last stride 1), likewise b; c [batch, m, n] written.
 // An epilogue's bias: a contiguous [n] array (`what`: the op, `per`: what one value is for, for the error).
 ops::TensorView bias_view(const py::array& bias, const char* what, int64_t n, const char* per) {
   const ops::TensorView b = view_of(bias, std::string(what) + ": bias", false);
@@ -114,6 +113,7 @@ ops::TensorView bias_view(const py::array& bias, const char* what, int64_t n, co
   return b;
 }
 
+// a [batch, rows, cols] of op(A) storage (last stride 1), likewise b; c [batch, m, n] written.
 void gemm(const py::array& a, const py::array& b, const py::array& c, const std::optional<py::array>& bias, float alpha,
           float beta, bool trans_a, bool trans_b, const std::string& activation) {
   GA_CHECK(a.ndim() == 3 && b.ndim() == 3 && c.ndim() == 3, InvalidArgument, "gemm: internal: 3-d operands expected");
@@ -169,6 +169,17 @@ void gemm(const py::array& a, const py::array& b, const py::array& c, const std:
   run_released([&] { return ops::run_gemm(plan, args, workspace.data(), exec); });
 }
 
+// The filter window's stride, padding and dilation, (height, width) each.
+void set_window(ops::Conv2dDesc& d, std::pair<int64_t, int64_t> stride, std::pair<int64_t, int64_t> padding,
+                std::pair<int64_t, int64_t> dilation) {
+  d.stride_h = stride.first;
+  d.stride_w = stride.second;
+  d.pad_h = padding.first;
+  d.pad_w = padding.second;
+  d.dil_h = dilation.first;
+  d.dil_w = dilation.second;
+}
+
 // x [n, h, w, c], filter [k, r, s, c / groups], out [n, p, q, k], all C-contiguous.
 void conv2d(const py::array& x, const py::array& filter, const std::optional<py::array>& bias, const py::array& out,
             std::pair<int64_t, int64_t> stride, std::pair<int64_t, int64_t> padding,
@@ -185,12 +196,7 @@ void conv2d(const py::array& x, const py::array& filter, const std::optional<py:
   d.k = fv.shape[0];
   d.r = fv.shape[1];
   d.s = fv.shape[2];
-  d.stride_h = stride.first;
-  d.stride_w = stride.second;
-  d.pad_h = padding.first;
-  d.pad_w = padding.second;
-  d.dil_h = dilation.first;
-  d.dil_w = dilation.second;
+  set_window(d, stride, padding, dilation);
   d.groups = groups;
   GA_CHECK(groups >= 1 && fv.shape[3] * groups == d.c, InvalidArgument, "conv2d: weight's last dimension ", fv.shape[3],
            " times groups ", groups, " must be x's channels ", d.c);
@@ -229,12 +235,7 @@ std::pair<int64_t, int64_t> conv2d_output_hw(int64_t h, int64_t w, int64_t r, in
   d.k = 1;
   d.r = r;
   d.s = s;
-  d.stride_h = stride.first;
-  d.stride_w = stride.second;
-  d.pad_h = padding.first;
-  d.pad_w = padding.second;
-  d.dil_h = dilation.first;
-  d.dil_w = dilation.second;
+  set_window(d, stride, padding, dilation);
   ops::Conv2dPlan plan;
   ops::plan_conv2d(d, ops::Exec{}, &plan).throw_if_error();
   return {plan.p, plan.q};
