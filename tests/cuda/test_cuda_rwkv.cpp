@@ -11,7 +11,9 @@
 //    over time than state slots (slots are taken over by new sequences);
 //  * the state rules: a rewind is refused, reset starts over, a batch continuing a sequence where its state does
 //    not stand is refused before any work;
-//  * llama.cpp-layout GGUFs of the tiny v6 (rescaled: the stream's halving) and v7 models, against the CPU.
+//  * llama.cpp-layout GGUFs of the tiny v6 (rescaled: the stream's halving) and v7 models, against the CPU;
+//  * random-weight v6 and v7 models with several heads of 64 (make-model's tiny presets; rwkv.cpp's tiny models
+//    have one head), so that the WKV kernels' per-head indexing is checked too.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -33,6 +35,7 @@
 #include "gpu_accel/session.h"
 #include "gpu_accel/tokenizer.h"
 #include "model/arch/architecture.h"
+#include "model/tools/random_model.h"
 #include "model/tools/rwkv_to_gguf.h"
 
 namespace {
@@ -133,6 +136,43 @@ TEST(CudaRwkv, GgufFilesMatchTheCpu) {
                                       model.config.n_vocab, kMaxRelL2, worst);
     }
     std::printf("%-16s GGUF worst rel L2 %.2e\n", tag(c.model).c_str(), worst);
+  }
+  EXPECT_GT(rows, 0u);
+}
+
+TEST(CudaRwkv, RandomMultiHeadModelsMatchTheCpu) {
+  GA_REQUIRE_CUDA_DEVICE();
+  ga::test::TempDir dir("ga_cuda_rwkv_random");
+  size_t rows = 0;
+  for (const char* preset : {"tiny-rwkv6", "tiny-rwkv7"}) {
+    SCOPED_TRACE(preset);
+    ga::tools::MakeModelOptions o;
+    o.preset = preset;
+    o.type = "F16";
+    o.seed = 3;
+    o.n_threads = 2;
+    const std::string path = dir.file(std::string(preset) + ".gguf");
+    ga::tools::make_random_model(path, o);
+    const ga::LoadedModel model = ga::load_model(path);
+    ASSERT_GT(model.config.n_head, 1);
+    ga::Session cpu(model, options("cpu"));
+    ga::Session gpu(model, options("cuda"));
+    const int64_t n_vocab = model.config.n_vocab;
+    const std::vector<int32_t> seq = random_bytes(48, 13);
+    double worst = 0;
+    const std::span<const int32_t> prompt(seq.data(), 7);
+    rows += expect_logit_rows_close(std::string(preset) + " prompt", gpu.eval(prompt, true), cpu.eval(prompt, true),
+                                    n_vocab, kMaxRelL2, worst);
+    for (size_t i = 7; i < 16; ++i) {
+      const std::span<const int32_t> one(&seq[i], 1);
+      rows += expect_logit_rows_close(std::string(preset) + " decode " + std::to_string(i), gpu.eval(one),
+                                      cpu.eval(one), n_vocab, kMaxRelL2, worst);
+    }
+    cpu.reset();
+    gpu.reset();
+    rows += expect_logit_rows_close(std::string(preset) + " prefill", gpu.eval(seq, true), cpu.eval(seq, true),
+                                    n_vocab, kMaxRelL2, worst);
+    std::printf("%-16s worst rel L2 %.2e\n", preset, worst);
   }
   EXPECT_GT(rows, 0u);
 }

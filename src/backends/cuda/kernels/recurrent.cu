@@ -1,5 +1,6 @@
 // The recurrent kernels of recurrent.h. Recurrences accumulate in float in the CPU reference's order over a
-// head's channels (the per-head norms and dot products of wkv7 are tree reductions: far below the 1e-2 bar).
+// head's channels, except wkv7's: its per-head norms and dot products are tree reductions and its row sums four
+// interleaved partial sums (rounding far below the 1e-2 bar).
 #include <cmath>
 
 #include "backends/cuda/kernels/device_bytes.cuh"
@@ -41,17 +42,6 @@ __device__ __forceinline__ int run_of_row(const RecurrentRuns& r, int64_t t) {
     }
   }
   return lo;
-}
-
-// The sum over the CTA (a multiple of 32 threads, at most kMaxHeadSize rounded up); every thread gets it.
-__device__ __forceinline__ float cta_sum(float v, float* scratch) {
-  v = warp_sum(v);
-  if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = v;
-  __syncthreads();
-  float total = 0.0f;
-  for (int w = 0; w < static_cast<int>(blockDim.x >> 5); ++w) total += scratch[w];
-  __syncthreads();
-  return total;
 }
 
 constexpr int kShiftThreads = 256;
@@ -159,69 +149,128 @@ __global__ void __launch_bounds__(kMaxHeadSize) wkv5_kernel(const Wkv5Params p) 
   for (int idx = j; idx < S * S; idx += static_cast<int>(blockDim.x)) global_state[idx] = st[idx];
 }
 
-// blockIdx.x = run, blockIdx.y = head; thread i owns value channel i (row i of S[i][j], rows padded to S + 1
-// floats so that the threads' walks over j fall in different banks).
-__global__ void __launch_bounds__(kMaxHeadSize) wkv7_kernel(const Wkv7Params p) {
-  extern __shared__ float smem[];
-  __shared__ float scratch[kMaxHeadSize / 32];
+// The inputs of one wkv7 token for one lane: key channels lane and lane + 32 (j0, j1) of k, a, r and w, and the
+// lane's own value channel of v.
+struct Wkv7Token {
+  float k0 = 0, k1 = 0, a0 = 0, a1 = 0, r0 = 0, r1 = 0, w0 = 0, w1 = 0, v = 0;
+};
+
+__device__ __forceinline__ Wkv7Token wkv7_token(const Wkv7Params& p, int64_t t, int64_t j0, bool has0, bool has1,
+                                                int64_t c, bool own) {
+  Wkv7Token x;
+  if (has0) {
+    x.k0 = p.k[t * p.ldk + j0];
+    x.a0 = p.a[t * p.lda + j0];
+    x.r0 = p.r[t * p.ldr + j0];
+    x.w0 = p.w[t * p.ldw + j0];
+  }
+  if (has1) {
+    x.k1 = p.k[t * p.ldk + j0 + 32];
+    x.a1 = p.a[t * p.lda + j0 + 32];
+    x.r1 = p.r[t * p.ldr + j0 + 32];
+    x.w1 = p.w[t * p.ldw + j0 + 32];
+  }
+  if (own) x.v = p.v[t * p.ldv + c];
+  return x;
+}
+
+// blockIdx.x = run, blockIdx.y = head, blockIdx.z = which 32 of the head's value channels; one warp per CTA. Lane l
+// owns value channel i = 32 z + l, and row i of the state S[i][j] lives in its registers. Each warp computes the
+// head's per-token vectors over all key channels itself (kk normalized, k', kk * a, r, w: two channels per lane,
+// shuffle reductions for the norm and for the bonus's r.k' sum), so no warp ever waits for another: a token costs
+// two warp reductions and one __syncwarp (the vectors are double-buffered by token parity). The next token's
+// inputs are loaded while the current one computes, so the serial walk over a run's tokens does not wait on
+// global memory each step.
+__global__ void __launch_bounds__(32) wkv7_kernel(const Wkv7Params p) {
+  constexpr int kVecs = 5;  // kk, k', kk * a, r, w
+  __shared__ __align__(16) float vec_s[2][kVecs][kMaxHeadSize];
   const int S = static_cast<int>(p.head_size);
-  const int ld = S + 1;
-  float* st = smem;  // [S][S + 1]
-  float* kk_s = st + S * ld;
-  float* kp_s = kk_s + S;
-  float* bb_s = kp_s + S;
-  float* r_s = bb_s + S;
-  float* w_s = r_s + S;
+  const int lane = static_cast<int>(threadIdx.x);
+  const int i = static_cast<int>(blockIdx.z) * 32 + lane;
+  const bool own = i < S, has0 = lane < S, has1 = lane + 32 < S;
+  const int64_t h = blockIdx.y;
+  const int64_t j0 = h * S + lane;
+  const int64_t c = h * S + i;
+  // Key channels at and past S stay 0 in both buffers, so the register row's tail stays 0 and adds nothing.
+  for (int idx = lane; idx < 2 * kVecs * kMaxHeadSize; idx += 32) (&vec_s[0][0][0])[idx] = 0.0f;
   pdl_wait_prior_grid();
   pdl_allow_dependents();
-  const int i = static_cast<int>(threadIdx.x);
-  const int64_t h = blockIdx.y;
   const Run run = run_at(p.runs, static_cast<int>(blockIdx.x));
-  float* global_state = run.state + h * S * S;
-  for (int idx = i; idx < S * S; idx += static_cast<int>(blockDim.x)) {
-    st[(idx / S) * ld + idx % S] = run.fresh ? 0.0f : global_state[idx];
-  }
-  const int64_t c = h * S + i;
+  float* global_row = run.state + h * S * S + static_cast<int64_t>(i) * S;
+  float row[kMaxHeadSize];
+#pragma unroll
+  for (int j = 0; j < kMaxHeadSize; ++j) row[j] = (own && !run.fresh && j < S) ? global_row[j] : 0.0f;
+  const float kk0 = has0 ? p.k_k[j0] : 0.0f, kk1 = has1 ? p.k_k[j0 + 32] : 0.0f;
+  const float ka0 = has0 ? p.k_a[j0] : 0.0f, ka1 = has1 ? p.k_a[j0 + 32] : 0.0f;
+  const float rk0 = has0 ? p.r_k[j0] : 0.0f, rk1 = has1 ? p.r_k[j0 + 32] : 0.0f;
+  Wkv7Token cur;
+  if (run.begin < run.end) cur = wkv7_token(p, run.begin, j0, has0, has1, c, own);
   for (int64_t t = run.begin; t < run.end; ++t) {
-    float k = 0.0f, kk = 0.0f;
-    if (i < S) {
-      k = p.k[t * p.ldk + c];
-      kk = k * p.k_k[c];
+    Wkv7Token next;
+    if (t + 1 < run.end) next = wkv7_token(p, t + 1, j0, has0, has1, c, own);
+    float q0 = cur.k0 * kk0, q1 = cur.k1 * kk1;
+    const float inv_norm = 1.0f / fmaxf(sqrtf(warp_sum(q0 * q0 + q1 * q1)), 1e-12f);
+    q0 *= inv_norm;
+    q1 *= inv_norm;
+    const float a_k0 = cur.k0 * ka0, a_k1 = cur.k1 * ka1;
+    const float kp0 = cur.k0 + (cur.a0 * a_k0 - a_k0), kp1 = cur.k1 + (cur.a1 * a_k1 - a_k1);
+    const float rkr = warp_sum(kp0 * cur.r0 * rk0 + kp1 * cur.r1 * rk1);
+    float(*vec)[kMaxHeadSize] = vec_s[t & 1];
+    if (has0) {
+      vec[0][lane] = q0;
+      vec[1][lane] = kp0;
+      vec[2][lane] = q0 * cur.a0;
+      vec[3][lane] = cur.r0;
+      vec[4][lane] = cur.w0;
     }
-    const float norm = sqrtf(cta_sum(kk * kk, scratch));  // also orders the previous row's reads of the arrays
-    float part = 0.0f;
-    if (i < S) {
-      kk *= 1.0f / fmaxf(norm, 1e-12f);
-      const float ka = k * p.k_a[c];
-      const float a = p.a[t * p.lda + c];
-      const float kp = k + (a * ka - ka);
-      const float r = p.r[t * p.ldr + c];
-      kk_s[i] = kk;
-      kp_s[i] = kp;
-      bb_s[i] = kk * a;
-      r_s[i] = r;
-      w_s[i] = p.w[t * p.ldw + c];
-      part = kp * r * p.r_k[c];
+    if (has1) {
+      vec[0][lane + 32] = q1;
+      vec[1][lane + 32] = kp1;
+      vec[2][lane + 32] = q1 * cur.a1;
+      vec[3][lane + 32] = cur.r1;
+      vec[4][lane + 32] = cur.w1;
     }
-    const float rkr = cta_sum(part, scratch);  // its barriers publish the arrays
-    if (i < S) {
-      const float vi = p.v[t * p.ldv + c];
-      float* row = st + i * ld;
-      float sa = 0.0f;
-      for (int j = 0; j < S; ++j) sa += -kk_s[j] * row[j];
-      float acc = 0.0f;
-      for (int j = 0; j < S; ++j) {
-        const float s = row[j] * w_s[j] + vi * kp_s[j] + sa * bb_s[j];
-        row[j] = s;
-        acc += s * r_s[j];
-      }
-      p.out[t * p.ld_out + c] = acc;
+    __syncwarp();  // also: every lane is past its reads of this parity's previous token
+    const float4* kk4 = reinterpret_cast<const float4*>(vec[0]);
+    const float4* kp4 = reinterpret_cast<const float4*>(vec[1]);
+    const float4* bb4 = reinterpret_cast<const float4*>(vec[2]);
+    const float4* r4 = reinterpret_cast<const float4*>(vec[3]);
+    const float4* w4 = reinterpret_cast<const float4*>(vec[4]);
+    float sa0 = 0.0f, sa1 = 0.0f, sa2 = 0.0f, sa3 = 0.0f;
+#pragma unroll
+    for (int q = 0; q < kMaxHeadSize / 4; ++q) {
+      const float4 kk = kk4[q];
+      sa0 -= kk.x * row[4 * q];
+      sa1 -= kk.y * row[4 * q + 1];
+      sa2 -= kk.z * row[4 * q + 2];
+      sa3 -= kk.w * row[4 * q + 3];
+    }
+    const float sa = (sa0 + sa1) + (sa2 + sa3);
+    const float vi = cur.v;
+    float acc0 = 0.0f, acc1 = 0.0f, acc2 = 0.0f, acc3 = 0.0f;
+#pragma unroll
+    for (int q = 0; q < kMaxHeadSize / 4; ++q) {
+      const float4 w = w4[q], kp = kp4[q], bb = bb4[q], r = r4[q];
+      row[4 * q] = row[4 * q] * w.x + vi * kp.x + sa * bb.x;
+      row[4 * q + 1] = row[4 * q + 1] * w.y + vi * kp.y + sa * bb.y;
+      row[4 * q + 2] = row[4 * q + 2] * w.z + vi * kp.z + sa * bb.z;
+      row[4 * q + 3] = row[4 * q + 3] * w.w + vi * kp.w + sa * bb.w;
+      acc0 += row[4 * q] * r.x;
+      acc1 += row[4 * q + 1] * r.y;
+      acc2 += row[4 * q + 2] * r.z;
+      acc3 += row[4 * q + 3] * r.w;
+    }
+    if (own) {
+      p.out[t * p.ld_out + c] = (acc0 + acc1) + (acc2 + acc3);
       p.bonus[t * p.ld_bonus + c] = vi * rkr;
     }
+    cur = next;
   }
-  __syncthreads();
-  for (int idx = i; idx < S * S; idx += static_cast<int>(blockDim.x)) {
-    global_state[idx] = st[(idx / S) * ld + idx % S];
+  if (own) {
+#pragma unroll
+    for (int j = 0; j < kMaxHeadSize; ++j) {
+      if (j < S) global_row[j] = row[j];
+    }
   }
 }
 
@@ -320,10 +369,10 @@ const char* wkv7_unsupported_reason(const Wkv7Params& p) {
 
 cudaError_t wkv7(const Wkv7Params& p, cudaStream_t stream) {
   if (wkv7_unsupported_reason(p) != nullptr) return cudaErrorInvalidValue;
-  const size_t smem = static_cast<size_t>(p.head_size * (p.head_size + 1) + 5 * p.head_size) * sizeof(float);
   return detail::launch_after_prior(detail::wkv7_kernel,
-                                    dim3(static_cast<unsigned>(p.runs.n_seqs), static_cast<unsigned>(p.n_head)),
-                                    dim3(detail::head_threads(p.head_size)), smem, stream, p);
+                                    dim3(static_cast<unsigned>(p.runs.n_seqs), static_cast<unsigned>(p.n_head),
+                                         static_cast<unsigned>((p.head_size + 31) / 32)),
+                                    dim3(32), 0, stream, p);
 }
 
 }  // namespace ga::cuda
