@@ -47,6 +47,7 @@ struct ServeArgs {
   std::string device = "auto";  // the GPU when one can run the model, as users of vLLM expect
   int32_t max_queue = 256;
   int64_t kv_blocks = 0;
+  int64_t prompt_state_cache_mib = SchedulerOptions{}.prompt_state_cache_mib;
   int32_t http_threads = 64;
   int64_t max_body = 1 << 20;
   bool quiet = false;
@@ -113,6 +114,9 @@ int cmd_serve(int argc, char** argv) {
   parser.option("--max-queue", &a.max_queue, "N", "waiting requests beyond which requests get 503");
   parser.option("--kv-blocks", &a.kv_blocks, "N",
                 "KV cache blocks (16 tokens each); 0: max-batch full contexts (cpu), free GPU memory (cuda)");
+  parser.option("--prompt-state-cache", &a.prompt_state_cache_mib, "MIB",
+                "recurrent models (RWKV): host memory for states kept after prompts, reused by a prompt that starts "
+                "with the same tokens; 0: off");
   parser.option("--http-threads", &a.http_threads, "N", "connections served at once (a stream holds one)");
   parser.option("--max-body", &a.max_body, "BYTES", "largest request body; larger ones get 413");
   parser.option("--poll-us", &a.poll_us, "US",
@@ -162,6 +166,8 @@ int cmd_serve(int argc, char** argv) {
           "--device must be cpu, cuda, cuda:N or auto, got '" + a.device + "'");
   require(a.max_queue >= 0, "--max-queue must be >= 0, got " + std::to_string(a.max_queue));
   require(a.kv_blocks >= 0, "--kv-blocks must be >= 0 (0: automatic), got " + std::to_string(a.kv_blocks));
+  require(a.prompt_state_cache_mib >= 0 && a.prompt_state_cache_mib <= (int64_t{1} << 30),
+          "--prompt-state-cache must be in [0, 2^30] MiB (0: off), got " + std::to_string(a.prompt_state_cache_mib));
   require(a.http_threads >= 1, "--http-threads must be >= 1, got " + std::to_string(a.http_threads));
   require(a.prefill_graphs >= 0, "--prefill-graphs must be >= 0 (0: off), got " + std::to_string(a.prefill_graphs));
   require(a.max_body >= 1, "--max-body must be >= 1, got " + std::to_string(a.max_body));
@@ -211,6 +217,7 @@ int cmd_serve(int argc, char** argv) {
   scheduler_options.max_queued = a.max_queue;
   scheduler_options.n_ctx = a.n_ctx;
   scheduler_options.kv_blocks = a.kv_blocks;
+  scheduler_options.prompt_state_cache_mib = a.prompt_state_cache_mib;
   scheduler_options.n_threads = a.threads;
   scheduler_options.device = a.device;
   scheduler_options.warm_up = !a.no_warmup;

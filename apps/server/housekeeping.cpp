@@ -53,13 +53,14 @@ HousekeepingReport run_housekeeping(Scheduler& scheduler, ServerLog& log, const 
   report.cached_blocks_freed = r.cached_blocks_freed;
   HousekeepingAction cache;
   cache.action = "free_idle_prefix_cache";
-  cache.changed = r.cached_blocks_freed > 0;
+  cache.changed = r.cached_blocks_freed > 0 || r.prompt_states_freed > 0;
   char idle[32];
   std::snprintf(idle, sizeof(idle), "%g", request.cached_idle_seconds);
   if (r.recurrent_state) {
-    cache.detail = "recurrent-state model: no prefix cache to free; " + std::to_string(r.running) +
-                   " state slots in use by running requests (kept), " + std::to_string(r.free_blocks_after) +
-                   " blocks free";
+    cache.detail = "recurrent-state model: freed " + std::to_string(r.prompt_states_freed) +
+                   " prompt states idle for >= " + idle + " s (" + std::to_string(r.prompt_states_after) + " kept); " +
+                   std::to_string(r.running) + " state slots in use by running requests (kept), " +
+                   std::to_string(r.free_blocks_after) + " blocks free";
   } else {
     cache.detail = "freed " + std::to_string(r.cached_blocks_freed) + " of " + std::to_string(r.cached_blocks_before) +
                    " unused prefix-cache blocks idle for >= " + idle + " s; " + std::to_string(r.free_blocks_after) +

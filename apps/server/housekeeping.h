@@ -4,8 +4,8 @@
 //
 // Actions, in order:
 //   1. free prefix-cache blocks unused for cached_idle_seconds (Scheduler::housekeep, on the
-//      scheduler's thread; blocks held by running sequences, and RWKV state slots, are never touched:
-//      a recurrent model caches no prefixes, its slots go back when their sequence ends);
+//      scheduler's thread; blocks held by running sequences, and RWKV state slots, are never touched;
+//      a recurrent model's prompt-state cache entries unused as long are dropped instead);
 //   2. compact the KV block free list (lowest ids first again, the prefix index rehashed);
 //   3. rotate the server's log file (ServerLog::rotate: PATH -> PATH.1 ...; the schedule's, daily);
 //   4. return the heap memory the server freed to the operating system (glibc's malloc_trim), with the

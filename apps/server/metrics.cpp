@@ -121,6 +121,10 @@ std::string render_prometheus(const ServerMetrics::Snapshot& http, const Schedul
   w.single("kv_blocks_used", "gauge", "KV cache blocks in use.", static_cast<double>(s.kv_blocks_used));
   w.single("kv_blocks_cached", "gauge", "KV cache blocks held only by the prefix cache (reusable).",
            static_cast<double>(s.kv_blocks_cached));
+  w.single("prompt_states_cached", "gauge", "Recurrent models: prompt states kept for reuse (prompt-state cache).",
+           static_cast<double>(s.prompt_states));
+  w.single("prompt_state_cache_hits_total", "counter", "Recurrent models: prompts that started from a kept state.",
+           d(s.prompt_state_hits));
   w.single("kv_blocks_total", "gauge", "KV cache blocks in the pool.", static_cast<double>(s.kv_blocks_total));
   w.single("prompt_tokens_per_second", "gauge", "Prompt processing throughput over a recent window.",
            s.prompt_tokens_per_second);

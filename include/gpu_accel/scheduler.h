@@ -74,6 +74,9 @@ struct SchedulerOptions {
   // server without requests never spins.
   int64_t poll_us = -1;
   static constexpr int64_t kAutoPollMicroseconds = 2000;
+  // Recurrent models (RWKV): host memory for the prompt-state cache (engine/prompt_state_cache.h: the state
+  // after a prompt's first n - 1 tokens, reused by a later prompt that starts with them); 0: off.
+  int64_t prompt_state_cache_mib = 256;
 };
 
 struct CompletionRequest {
@@ -103,7 +106,7 @@ struct CompletionResult {
   FinishReason finish = FinishReason::Length;
   std::string text;  // all generated text (stop string excluded)
   int64_t prompt_tokens = 0;
-  int64_t cached_prompt_tokens = 0;  // prompt tokens served from the prefix cache
+  int64_t cached_prompt_tokens = 0;  // prompt tokens served from the prefix cache (or the prompt-state cache)
   int64_t completion_tokens = 0;
   double queue_seconds = 0;          // submit -> first scheduled
   double time_to_first_token = 0;    // submit -> first token
@@ -124,7 +127,11 @@ struct SchedulerStats {
   double prompt_tokens_per_second = 0;      // over a recent window
   double generation_tokens_per_second = 0;  // over a recent window
   uint64_t weight_bytes = 0;                // model weight bytes (for achieved-bandwidth figures)
-  bool recurrent_state = false;  // sequences keep a recurrent state slot (RWKV): no prefix cache
+  bool recurrent_state = false;  // sequences keep a recurrent state slot (RWKV): prompt states, no prefix blocks
+  // The prompt-state cache of recurrent models (SchedulerOptions::prompt_state_cache_mib).
+  int64_t prompt_states = 0;
+  uint64_t prompt_state_bytes = 0;
+  uint64_t prompt_state_hits = 0;
   // Where the scheduler thread's time goes, cumulative since start: steps with a forward pass, the
   // forward pass itself (device work + logits copy), and choosing and emitting the tokens.
   uint64_t steps = 0;
@@ -148,9 +155,13 @@ struct HousekeepingResult {
   int64_t free_blocks_after = 0;
   bool free_list_reordered = false;  // compact found the free list out of order
   // Sequences holding state (KV blocks or a recurrent state slot) when it ran: those are in use and are
-  // never touched; a recurrent model caches no prefixes, so its slots are freed when their sequence ends.
+  // never touched; a recurrent model caches no prefix blocks (its prompt states instead), and its slots are
+  // freed when their sequence ends.
   int running = 0;
   bool recurrent_state = false;
+  // Prompt-state cache entries (recurrent models) unused for cached_idle_seconds, dropped.
+  int64_t prompt_states_freed = 0;
+  int64_t prompt_states_after = 0;
 };
 
 class Scheduler {

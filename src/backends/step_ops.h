@@ -103,6 +103,14 @@ struct KvLayerSpec {
 struct RecurrentSpec {
   int64_t floats = 0;
 };
+// One sequence's recurrent state copied out of a backend's pool: every recurrent slot's floats back to back
+// (StateSpec::recurrent's order) and the position the state stands at (how many tokens it has read). The
+// Scheduler's prompt-state cache keeps these and puts one back into a new sequence whose prompt starts with
+// the same tokens (BatchBackend::save_recurrent_state / restore_recurrent_state).
+struct RecurrentSnapshot {
+  int64_t pos = 0;
+  std::vector<float> floats;
+};
 struct StateSpec {
   // Attention layers: K/V of every position in pages (blocks) of the shared pool, one entry per layer
   // that has its own K/V, in the order Binder::kv() numbers them.

@@ -8,7 +8,8 @@
 //  * greedy text: 24 tokens chosen by each device alone are the same (near-ties end the comparison, as in
 //    test_cuda_arch_forward.cpp);
 //  * the Scheduler on the GPU: concurrent greedy requests equal each one alone on the CPU, and more sequences
-//    over time than state slots (slots are taken over by new sequences);
+//    over time than state slots (slots are taken over by new sequences), repeated prompts starting from the
+//    prompt-state cache's snapshots;
 //  * the state rules: a rewind is refused, reset starts over, a batch continuing a sequence where its state does
 //    not stand is refused before any work;
 //  * llama.cpp-layout GGUFs of the tiny v6 (rescaled: the stream's halving) and v7 models, against the CPU;
@@ -235,6 +236,8 @@ TEST(CudaRwkv, SchedulerRequestsEqualEachAloneOnTheCpu) {
     for (size_t i = 0; i < all.size(); ++i) {
       EXPECT_EQ(got[i], ga::test::greedy_alone(model, tok, all[i], 24, 128)) << "request " << i << ": " << all[i];
     }
+    // the repeated prompts started from states the prompt-state cache kept (copied out of and back into slots)
+    EXPECT_GT(sched.stats().prompt_state_hits, 0u);
   }
 }
 

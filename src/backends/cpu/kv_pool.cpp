@@ -1,6 +1,7 @@
 // The CPU KV pool (see kv_pool.h).
 #include "backends/cpu/kv_pool.h"
 
+#include <algorithm>
 #include <new>
 #include <stdexcept>
 
@@ -59,6 +60,23 @@ float* KvPool::recurrent(int64_t slot, int64_t block) {
     }
   }
   return b.data() + rec_offsets_[static_cast<size_t>(slot)];
+}
+
+step::RecurrentSnapshot KvPool::save_recurrent(int64_t block) const {
+  GA_CHECK(block >= 0 && block < params_.n_blocks, InvalidArgument, "block ", block, " outside the pool");
+  GA_CHECK(!rec_.empty() && !rec_[static_cast<size_t>(block)].empty() && rec_pos_[static_cast<size_t>(block)] > 0,
+           InvalidArgument, "no recurrent state is kept beside block ", block);
+  return step::RecurrentSnapshot{rec_pos_[static_cast<size_t>(block)], rec_[static_cast<size_t>(block)]};
+}
+
+void KvPool::restore_recurrent(int64_t block, const step::RecurrentSnapshot& snapshot) {
+  GA_CHECK(block >= 0 && block < params_.n_blocks, InvalidArgument, "block ", block, " outside the pool");
+  GA_CHECK(!rec_.empty() && snapshot.floats.size() == rec_floats_ && snapshot.pos > 0, InvalidArgument,
+           "a recurrent snapshot of ", snapshot.floats.size(), " floats at position ", snapshot.pos, " for a pool of ",
+           rec_floats_, " floats per sequence");
+  float* dst = recurrent(0, block);
+  std::copy(snapshot.floats.begin(), snapshot.floats.end(), dst);
+  rec_pos_[static_cast<size_t>(block)] = snapshot.pos;
 }
 
 bool KvPool::matches(const step::StateSpec& state) const {

@@ -40,6 +40,9 @@ class KvPool {
   int64_t n_recurrent() const { return static_cast<int64_t>(rec_offsets_.size()); }
   float* recurrent(int64_t slot, int64_t block);
   int64_t& recurrent_pos(int64_t block) { return rec_pos_[static_cast<size_t>(block)]; }
+  // A copy of the state beside `block` (InvalidArgument when it holds none), and one put back there.
+  step::RecurrentSnapshot save_recurrent(int64_t block) const;
+  void restore_recurrent(int64_t block, const step::RecurrentSnapshot& snapshot);
 
  private:
   struct Layer {

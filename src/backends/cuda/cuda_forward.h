@@ -163,6 +163,12 @@ class CudaBatchForward {
   virtual uint64_t kv_bytes() const = 0;      // the KV pool alone
   virtual void warm_up_matmuls() = 0;         // CudaForward::warm_up_matmuls (engine::warm_up_backend)
   virtual PrefillGraphStats prefill_graph_stats() const { return {}; }
+  // Recurrent models: the state of the sequence whose block table starts with `first_block` (after every queued
+  // step), and a snapshot put back as the state of a new sequence starting there (it then continues at
+  // snapshot.pos). InvalidArgument for a block without a kept state, a snapshot of another size or a model
+  // without recurrent state.
+  virtual step::RecurrentSnapshot save_recurrent_state(int32_t first_block) = 0;
+  virtual void restore_recurrent_state(int32_t first_block, const step::RecurrentSnapshot& snapshot) = 0;
 };
 
 // Uploads the weights, allocates the pool and scratch and builds the Program. Unsupported without CUDA / a

@@ -52,6 +52,12 @@ class CpuBatchBackend final : public BatchBackend {
   int64_t n_vocab() const override { return forward_.n_vocab(); }
   int64_t n_blocks() const override { return kv_.n_blocks(); }
   bool recurrent_state() const override { return !forward_.state().recurrent.empty(); }
+  step::RecurrentSnapshot save_recurrent_state(int32_t first_block) override {
+    return kv_.save_recurrent(first_block);
+  }
+  void restore_recurrent_state(int32_t first_block, const step::RecurrentSnapshot& snapshot) override {
+    kv_.restore_recurrent(first_block, snapshot);
+  }
   const std::string& device() const override { return device_; }
   std::string description() const override {
     return str("cpu, ", threads_, " threads, KV pool ", kv_.n_blocks(), " x ", kv_.block_size(), " positions ",
@@ -105,6 +111,12 @@ class CudaBatchBackend final : public BatchBackend {
   int64_t n_vocab() const override { return forward_->n_vocab(); }
   int64_t n_blocks() const override { return forward_->n_blocks(); }
   bool recurrent_state() const override { return recurrent_; }
+  step::RecurrentSnapshot save_recurrent_state(int32_t first_block) override {
+    return forward_->save_recurrent_state(first_block);
+  }
+  void restore_recurrent_state(int32_t first_block, const step::RecurrentSnapshot& snapshot) override {
+    forward_->restore_recurrent_state(first_block, snapshot);
+  }
   const std::string& device() const override { return device_; }
   std::string description() const override { return forward_->description(); }
 
@@ -126,6 +138,14 @@ int64_t BatchBackend::forward_for_sampling(std::span<const arch::BatchToken> /*b
 
 std::vector<GpuSampleResult> BatchBackend::sample_rows(int64_t /*first_row*/, std::span<const GpuSampleRow> /*rows*/) {
   GA_THROW(Unsupported, "the ", device(), " backend does not sample on the device");
+}
+
+step::RecurrentSnapshot BatchBackend::save_recurrent_state(int32_t /*first_block*/) {
+  GA_THROW(Unsupported, "the ", device(), " backend keeps no recurrent state");
+}
+
+void BatchBackend::restore_recurrent_state(int32_t /*first_block*/, const step::RecurrentSnapshot& /*snapshot*/) {
+  GA_THROW(Unsupported, "the ", device(), " backend keeps no recurrent state");
 }
 
 int cuda_device_index(const std::string& device) {

@@ -72,6 +72,11 @@ class BatchBackend {
   // Whether sequences keep recurrent state (RWKV: step::StateSpec::recurrent) beside their first block:
   // such state is not a function of a block's tokens, so the Scheduler neither shares nor caches prefixes.
   virtual bool recurrent_state() const { return false; }
+  // Recurrent backends: a copy of the state of the sequence whose block table starts with first_block (after
+  // every step queued so far), and a copy put back as the state of a new sequence starting at first_block, which
+  // then continues at snapshot.pos (the Scheduler's prompt-state cache). The base versions answer Unsupported.
+  virtual step::RecurrentSnapshot save_recurrent_state(int32_t first_block);
+  virtual void restore_recurrent_state(int32_t first_block, const step::RecurrentSnapshot& snapshot);
   virtual const std::string& device() const = 0;   // "cpu" or "cuda:N"
   virtual std::string description() const = 0;     // for logs
 };

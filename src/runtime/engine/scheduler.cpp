@@ -67,6 +67,7 @@
 #include "runtime/engine/batch_backend.h"
 #include "runtime/engine/generate_stream.h"
 #include "runtime/engine/kv_cache.h"
+#include "runtime/engine/prompt_state_cache.h"
 #include "runtime/engine/raw_logprobs.h"
 
 namespace ga {
@@ -96,6 +97,10 @@ struct Sequence {
   std::vector<int32_t> blocks;  // block table
   uint64_t chain_key = engine::KvBlockManager::kRootKey;  // prefix-cache key of block n_published - 1
   int64_t n_published = 0;                                // leading full prompt blocks in the cache
+  // Recurrent models: the position after which the state is kept in the prompt-state cache (n_prompt - 1
+  // when that prefix is not there yet, else 0), and whether the cache was asked since the last (re)start.
+  int64_t save_state_at = 0;
+  bool state_looked_up = false;
 
   Clock::time_point submitted;
   bool scheduled_once = false;
@@ -138,6 +143,7 @@ struct Scheduler::Impl {
   ThreadPool pool;
   std::unique_ptr<engine::BatchBackend> backend;
   engine::KvBlockManager blocks;
+  engine::PromptStateCache prompt_states;
 
   // Shared with callers' threads, under `mu`.
   mutable std::mutex mu;
@@ -182,7 +188,8 @@ struct Scheduler::Impl {
         n_ctx(ctx),
         pool(o.n_threads),
         backend(engine::make_batch_backend(m, backend_options(o, ctx, &pool))),
-        blocks(backend->n_blocks(), o.block_size) {}
+        blocks(backend->n_blocks(), o.block_size),
+        prompt_states(backend->recurrent_state() ? static_cast<uint64_t>(o.prompt_state_cache_mib) << 20 : 0) {}
 
   static engine::BatchBackendOptions backend_options(const SchedulerOptions& o, int64_t ctx, ThreadPool* p) {
     engine::BatchBackendOptions b;
@@ -209,6 +216,8 @@ struct Scheduler::Impl {
   bool ensure_blocks(size_t index, int64_t n_positions);
   void preempt(Sequence& s);
   void after_forward(Sequence& s);
+  bool restore_prompt_state(size_t index);
+  void save_prompt_state(Sequence& s);
   void collect_sampling();
   void sample_step(std::span<const float> logits);
   void sample_step_on_device();
@@ -243,6 +252,9 @@ Scheduler::Scheduler(const LoadedModel& model, const Tokenizer& tokenizer, const
   GA_CHECK(options.poll_us >= -1, InvalidArgument, "poll_us must be >= 0 (0: never busy-wait) or -1 (automatic), got ",
            options.poll_us);
   GA_CHECK(options.n_threads >= 0, InvalidArgument, "n_threads must be >= 0 (0: all), got ", options.n_threads);
+  GA_CHECK(options.prompt_state_cache_mib >= 0 && options.prompt_state_cache_mib <= (int64_t{1} << 30),
+           InvalidArgument, "prompt_state_cache_mib must be in [0, 2^30] (0: off), got ",
+           options.prompt_state_cache_mib);
   const int64_t n_ctx = engine::resolve_n_ctx(model.config, options.n_ctx);
   impl_ = std::make_unique<Impl>(model, tokenizer, options, n_ctx);  // picks the device (batch_backend.h)
   GA_LOG(Info, "scheduler on ", impl_->backend->description());
@@ -542,6 +554,8 @@ void Scheduler::Impl::preempt(Sequence& s) {
   s.n_computed = 0;
   s.n_published = 0;
   s.chain_key = engine::KvBlockManager::kRootKey;
+  s.save_state_at = 0;
+  s.state_looked_up = false;
   s.leaving = true;
 }
 
@@ -598,9 +612,16 @@ void Scheduler::Impl::step() {
   for (const bool decode_pass : {true, false}) {  // decode tokens first, then prompt chunks
     for (size_t i = 0; i < running.size() && budget > 0; ++i) {
       Sequence& s = *running[i];
+      // A recurrent sequence about to read its prompt may start from a cached state instead (then a single
+      // token may be left: it runs in this pass all the same).
+      const bool restored = !decode_pass && !s.leaving && s.step_tokens == 0 && restore_prompt_state(i);
       const int64_t remaining = static_cast<int64_t>(s.tokens.size()) - s.n_computed;
-      if (s.leaving || s.step_tokens > 0 || remaining <= 0 || decode_pass != (remaining == 1)) continue;
-      const int64_t n_new = std::min(remaining, budget);
+      if (s.leaving || s.step_tokens > 0 || remaining <= 0 || (decode_pass != (remaining == 1) && !restored)) {
+        continue;
+      }
+      int64_t n_new = std::min(remaining, budget);
+      // A prompt whose first n - 1 tokens' state is to be kept stops there; its last token runs next step.
+      if (s.save_state_at > s.n_computed) n_new = std::min(n_new, s.save_state_at - s.n_computed);
       if (!ensure_blocks(i, s.n_computed + n_new)) continue;
       s.step_tokens = n_new;
       const bool samples = n_new == remaining;
@@ -677,6 +698,7 @@ void Scheduler::Impl::after_forward(Sequence& s) {
   const int64_t first = s.n_computed;
   s.n_computed += s.step_tokens;
   if (first < s.n_prompt) step_prompt_tokens += static_cast<uint64_t>(std::min(s.n_computed, s.n_prompt) - first);
+  if (s.save_state_at > 0 && s.n_computed == s.save_state_at) save_prompt_state(s);
   // Publish the prompt blocks this step completed.
   const int64_t bs = blocks.block_size();
   const int64_t filled = backend->recurrent_state() ? 0 : std::min(s.n_computed, s.n_prompt);
@@ -684,6 +706,43 @@ void Scheduler::Impl::after_forward(Sequence& s) {
     const std::span<const int32_t> chunk(s.tokens.data() + s.n_published * bs, static_cast<size_t>(bs));
     s.chain_key = blocks.publish(s.blocks[static_cast<size_t>(s.n_published)], s.chain_key, chunk);
     ++s.n_published;
+  }
+}
+
+// Asks the prompt-state cache once per (re)start of a recurrent sequence, before its first step: on a hit the
+// cached state is put back beside its first block and the prompt continues after the cached tokens. Decides
+// too whether this prompt's state is kept (save_state_at). False when nothing was restored.
+bool Scheduler::Impl::restore_prompt_state(size_t index) {
+  Sequence& s = *running[index];
+  if (!prompt_states.enabled() || s.state_looked_up || s.n_computed != 0) return false;
+  s.state_looked_up = true;
+  const int64_t prefix = s.n_prompt - 1;  // the last prompt token is always computed
+  if (prefix < engine::PromptStateCache::kMinTokens) return false;
+  const std::span<const int32_t> prompt(s.tokens.data(), static_cast<size_t>(s.n_prompt));
+  s.save_state_at = prompt_states.contains(prompt.first(static_cast<size_t>(prefix))) ? 0 : prefix;
+  const engine::PromptStateCache::Entry* hit = prompt_states.longest_prefix(prompt, prefix);
+  if (hit == nullptr || !ensure_blocks(index, 1)) return false;
+  try {
+    backend->restore_recurrent_state(s.blocks[0], hit->state);
+  } catch (const std::exception& e) {
+    GA_LOG(Warn, "prompt-state cache: restoring a state of ", hit->tokens.size(), " tokens failed (", e.what(),
+           "); the prompt is read from its start");
+    return false;
+  }
+  s.n_computed = static_cast<int64_t>(hit->tokens.size());
+  if (s.result.cached_prompt_tokens == 0) s.result.cached_prompt_tokens = s.n_computed;
+  return true;
+}
+
+// After the step that brought s to save_state_at: its state is copied into the prompt-state cache. A failure
+// (host memory) costs only the cache entry.
+void Scheduler::Impl::save_prompt_state(Sequence& s) {
+  const size_t n = static_cast<size_t>(s.save_state_at);
+  s.save_state_at = 0;
+  try {
+    prompt_states.insert(std::span<const int32_t>(s.tokens.data(), n), backend->save_recurrent_state(s.blocks[0]));
+  } catch (const std::exception& e) {
+    GA_LOG(Warn, "prompt-state cache: keeping the state of a ", n, "-token prompt failed: ", e.what());
   }
 }
 
@@ -905,6 +964,9 @@ void Scheduler::Impl::publish_stats() {
   s.requests_finished = finished;
   s.requests_cancelled = cancelled;
   s.preemptions = preemptions;
+  s.prompt_states = prompt_states.entries();
+  s.prompt_state_bytes = prompt_states.bytes();
+  s.prompt_state_hits = prompt_states.hits();
   s.steps = steps;
   s.step_seconds = step_seconds;
   s.forward_seconds = forward_seconds;
@@ -935,7 +997,9 @@ HousekeepingResult Scheduler::Impl::housekeeping(const HousekeepingOptions& o) {
   if (o.cached_idle_seconds <= kMaxIdleSeconds) {
     const auto age = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.cached_idle_seconds));
     r.cached_blocks_freed = blocks.evict_cached_released_before(Clock::now() - age);
+    r.prompt_states_freed = prompt_states.drop_idle(age);
   }
+  r.prompt_states_after = prompt_states.entries();
   if (o.compact) r.free_list_reordered = blocks.compact();
   r.free_blocks_after = blocks.n_free();
   r.running = static_cast<int>(running.size());

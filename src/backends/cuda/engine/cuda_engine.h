@@ -131,6 +131,8 @@ class CudaEngine final : public CudaForward, public CudaBatchForward, private st
   uint64_t device_bytes() const override { return device_bytes_; }
   void warm_up_matmuls() override;
   PrefillGraphStats prefill_graph_stats() const override { return prefill_stats_; }
+  step::RecurrentSnapshot save_recurrent_state(int32_t first_block) override;  // cuda_engine_recurrent.cpp
+  void restore_recurrent_state(int32_t first_block, const step::RecurrentSnapshot& snapshot) override;
 
  private:
   // ---- Binder (cuda_engine.cpp): the Program's handles, resolved while it is built ----
@@ -196,6 +198,9 @@ class CudaEngine final : public CudaForward, public CudaBatchForward, private st
   // (off_state_slots()); slots_h[r] for run r. Nothing on the device changes; a refused batch changes nothing.
   void assign_state_slots(std::span<const BatchEntry> batch, std::span<const std::span<const int32_t>> block_tables,
                           int32_t* slots_h);
+  // A slot for a sequence starting at `block`: a free one or the one used longest ago, never one used by step
+  // held_from or later (the step being assigned, or the one a restored snapshot waits for).
+  int32_t take_state_slot(int32_t block, size_t n_runs, uint64_t held_from);
   void advance_state_positions(std::span<const BatchEntry> batch, std::span<const std::span<const int32_t>> block_tables);
   RecurrentRuns runs(step::Rec r) const;
   // out = the group norm of x (in groups of x.cols / groups columns) * weight + bias, for the step's rows.

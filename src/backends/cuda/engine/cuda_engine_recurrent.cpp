@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "backends/cuda/cuda_check.h"
+#include "backends/cuda/device_info.h"
 #include "backends/cuda/engine/cuda_engine.h"
 #include "backends/cuda/engine/engine_checks.h"
 #include "backends/cuda/kernels/elementwise.h"
@@ -76,22 +77,67 @@ void CudaEngine::assign_state_slots(std::span<const BatchEntry> batch,
   for (size_t r = 0; r < run_blocks.size(); ++r) {
     const int32_t block = run_blocks[r];
     int32_t slot = block_slot_[static_cast<size_t>(block)];
-    if (slot < 0) {
-      int32_t pick = -1;
-      for (int32_t s = 0; s < static_cast<int32_t>(n_rec_slots_); ++s) {
-        if (slot_used_[static_cast<size_t>(s)] == rec_step_) continue;  // a run of this step holds it
-        if (pick < 0 || slot_used_[static_cast<size_t>(s)] < slot_used_[static_cast<size_t>(pick)]) pick = s;
-      }
-      GA_CHECK(pick >= 0, InvalidArgument, "a step of ", run_blocks.size(), " recurrent sequences exceeds the ",
-               n_rec_slots_, " state slots");
-      if (const int32_t old = slot_block_[static_cast<size_t>(pick)]; old >= 0) block_slot_[static_cast<size_t>(old)] = -1;
-      slot = pick;
-      block_slot_[static_cast<size_t>(block)] = slot;
-      slot_block_[static_cast<size_t>(slot)] = block;
-    }
+    if (slot < 0) slot = take_state_slot(block, run_blocks.size(), rec_step_);
     slot_used_[static_cast<size_t>(slot)] = rec_step_;
     slots_h[r] = slot;
   }
+}
+
+int32_t CudaEngine::take_state_slot(int32_t block, size_t n_runs, uint64_t held_from) {
+  int32_t pick = -1;
+  for (int32_t s = 0; s < static_cast<int32_t>(n_rec_slots_); ++s) {
+    // a run of the step holds it (or a snapshot restored for the step: restore_recurrent_state)
+    if (slot_used_[static_cast<size_t>(s)] >= held_from) continue;
+    if (pick < 0 || slot_used_[static_cast<size_t>(s)] < slot_used_[static_cast<size_t>(pick)]) pick = s;
+  }
+  GA_CHECK(pick >= 0, InvalidArgument, "a step of ", n_runs, " recurrent sequences exceeds the ", n_rec_slots_,
+           " state slots");
+  if (const int32_t old = slot_block_[static_cast<size_t>(pick)]; old >= 0) block_slot_[static_cast<size_t>(old)] = -1;
+  block_slot_[static_cast<size_t>(block)] = pick;
+  slot_block_[static_cast<size_t>(pick)] = block;
+  return pick;
+}
+
+// The prompt-state cache's copies (BatchBackend::save_recurrent_state): a slot's floats through the host, after
+// every queued step (the snapshot must be the state those steps left).
+step::RecurrentSnapshot CudaEngine::save_recurrent_state(int32_t first_block) {
+  GA_CHECK(layout_.paged && n_rec_slots_ > 0, InvalidArgument,
+           "recurrent snapshots are taken of a paged recurrent engine's sequences");
+  GA_CHECK(first_block >= 0 && first_block < layout_.n_blocks, InvalidArgument, "block ", first_block,
+           " outside the pool");
+  const int32_t slot = block_slot_[static_cast<size_t>(first_block)];
+  GA_CHECK(slot >= 0 && slot_pos_[static_cast<size_t>(slot)] > 0, InvalidArgument,
+           "no recurrent state is kept for the sequence starting at block ", first_block);
+  DeviceGuard guard(layout_.device);
+  step::RecurrentSnapshot out;
+  out.pos = slot_pos_[static_cast<size_t>(slot)];
+  out.floats.resize(static_cast<size_t>(rec_floats_));
+  settle_queued_step();
+  GA_CUDA_CHECK(cudaMemcpyAsync(out.floats.data(), rec_.as<float>() + slot * rec_floats_,
+                                out.floats.size() * sizeof(float), cudaMemcpyDeviceToHost, stream_.get()));
+  stream_.synchronize();
+  return out;
+}
+
+// A new sequence's slot, taken as a run starting at 0 would take it, holding the snapshot; it then continues at
+// snapshot.pos. Marked as used by the coming step, so that the step's new sequences do not take it back.
+void CudaEngine::restore_recurrent_state(int32_t first_block, const step::RecurrentSnapshot& snapshot) {
+  GA_CHECK(layout_.paged && n_rec_slots_ > 0, InvalidArgument,
+           "recurrent snapshots are restored into a paged recurrent engine's sequences");
+  GA_CHECK(first_block >= 0 && first_block < layout_.n_blocks, InvalidArgument, "block ", first_block,
+           " outside the pool");
+  GA_CHECK(static_cast<int64_t>(snapshot.floats.size()) == rec_floats_ && snapshot.pos > 0, InvalidArgument,
+           "a recurrent snapshot of ", snapshot.floats.size(), " floats at position ", snapshot.pos,
+           " for slots of ", rec_floats_, " floats");
+  DeviceGuard guard(layout_.device);
+  settle_queued_step();
+  int32_t slot = block_slot_[static_cast<size_t>(first_block)];
+  if (slot < 0) slot = take_state_slot(first_block, 1, rec_step_ + 1);
+  GA_CUDA_CHECK(cudaMemcpyAsync(rec_.as<float>() + slot * rec_floats_, snapshot.floats.data(),
+                                snapshot.floats.size() * sizeof(float), cudaMemcpyHostToDevice, stream_.get()));
+  stream_.synchronize();  // the snapshot's host memory may go once this returns
+  slot_pos_[static_cast<size_t>(slot)] = snapshot.pos;
+  slot_used_[static_cast<size_t>(slot)] = rec_step_ + 1;
 }
 
 void CudaEngine::advance_state_positions(std::span<const BatchEntry> batch,

@@ -207,7 +207,8 @@ const char* params_reason(const FlashParams& p) {
       return "soft-capping runs on 16-bit inputs only (the FP8 kernels have no soft-cap code: compiled into them, it "
              "made FP8 head dim 256 spill)";
     }
-    if (p.head_dim == 256 && (p.window_left >= 0 || p.window_right >= 0)) {
+    // causal with window_right 0 is plain causal attention (flash-attn's spelling of it), not a window
+    if (p.head_dim == 256 && (p.window_left >= 0 || (p.window_right >= 0 && !p.causal))) {
       return "the FP8 forward at head dim 256 has no sliding window (its kernel's registers are full: the window's "
              "bounds made it spill; FP8 head dim 128 and 16-bit inputs have windows)";
     }
