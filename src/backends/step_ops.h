@@ -343,6 +343,10 @@ class Ops {
   virtual void wkv4(const Wkv4Op& op);
   virtual void wkv5(const Wkv5Op& op);
   virtual void wkv7(const Wkv7Op& op);
+  // Composites, so that a backend may run them as one kernel (a decode step of RWKV is launch-bound): their
+  // defaults are the ops they are made of, in order, which is also their meaning.
+  virtual void mixes(std::span<const MixOp> ops);  // every mix(op); RWKV 6/7's five or six mixes of one token
+  virtual void bias_unary(View x, Vec b, Unary fn);  // add_vec(x, b), then unary(x, fn)
 };
 
 class Program {
@@ -378,5 +382,12 @@ GA_STEP_UNSUPPORTED_OP(wkv4(const Wkv4Op&), "wkv4")
 GA_STEP_UNSUPPORTED_OP(wkv5(const Wkv5Op&), "wkv5")
 GA_STEP_UNSUPPORTED_OP(wkv7(const Wkv7Op&), "wkv7")
 #undef GA_STEP_UNSUPPORTED_OP
+inline void Ops::mixes(std::span<const MixOp> ops) {
+  for (const MixOp& op : ops) mix(op);
+}
+inline void Ops::bias_unary(View x, Vec b, Unary fn) {
+  add_vec(x, b);
+  unary(x, fn);
+}
 
 }  // namespace ga::step

@@ -1,6 +1,7 @@
 // The small kernels of the families beyond Llama (kernels/elementwise.h, and swiglu's GELU-tanh) against the
 // CPU reference: per-head RMSNorm of one or two segments (q and k), soft-capping, row scaling and addition,
-// the sigmoid gate of a row, and GeGLU. Awkward sizes (7, 19, 37, 733), several rows with padded strides,
+// the sigmoid gate of a row, and GeGLU; the fused RWKV row ops (several mixes in one pass, bias + unary) against
+// the separate kernels they replace. Awkward sizes (7, 19, 37, 733), several rows with padded strides,
 // outputs poisoned with NaN and the padding checked untouched. GPU only: SKIPPED without a device.
 #include <gtest/gtest.h>
 
@@ -162,6 +163,94 @@ TEST(CudaElementwise, SoftcapScaleAddAndSigmoidGateMatchCpu) {
   }
   GA_CUDA_CHECK(cudaDeviceSynchronize());
   parity.finish();
+}
+
+// Equal but for the rounding of a contraction the compiler may place differently in two kernels.
+void expect_same_floats(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_NEAR(got[i], want[i], 1e-6f * (1.0f + std::fabs(want[i]))) << what << " at " << i;
+  }
+}
+
+// mix_rows_many and add_vector_unary_rows do in one launch what mix_rows and add_vector_rows + unary_rows do in
+// several, with the same float operations. Mismatched mixes are refused.
+TEST(CudaElementwise, FusedMixesAndBiasUnaryEqualTheirParts) {
+  GA_REQUIRE_CUDA_DEVICE();
+  using ::ga::cuda::MixParams;
+  CachingAllocator alloc(0);
+  std::mt19937 rng(11);
+  for (const int64_t n : {19, 733}) {
+    for (const int64_t n_rows : {1, 3}) {
+      const int64_t ld = n + 5;
+      const size_t size = static_cast<size_t>(ld * n_rows);
+      const std::vector<float> x = random_floats(size, 1.0f, rng), prev = random_floats(size, 1.0f, rng);
+      DeviceArray<float> dx(alloc, size), dprev(alloc, size);
+      dx.upload(x);
+      dprev.upload(prev);
+      for (const bool complement : {false, true}) {
+        SCOPED_TRACE(str("n ", n, " rows ", n_rows, complement ? " complement" : " delta"));
+        std::vector<DeviceArray<float>> mixv, dyn, fused, single;
+        for (auto* v : {&mixv, &dyn, &fused, &single}) v->reserve(::ga::cuda::kMaxMixes);
+        ::ga::cuda::MixManyParams many;
+        many.count = ::ga::cuda::kMaxMixes;
+        for (int m = 0; m < many.count; ++m) {
+          mixv.emplace_back(alloc, static_cast<size_t>(n));
+          mixv.back().upload(random_floats(static_cast<size_t>(n), 0.5f, rng));
+          dyn.emplace_back(alloc, size);
+          dyn.back().upload(random_floats(size, 0.3f, rng));
+          fused.emplace_back(alloc, size);
+          single.emplace_back(alloc, size);
+          fused.back().upload(std::vector<float>(size, -7.0f));
+          single.back().upload(std::vector<float>(size, -7.0f));
+        }
+        for (int m = 0; m < many.count; ++m) {
+          MixParams p;
+          p.x = dx.get();
+          p.ldx = ld;
+          p.prev = dprev.get();
+          p.ld_prev = ld;
+          p.mix = mixv[static_cast<size_t>(m)].get();
+          if (!complement && m % 2 == 1) {  // v6's data-dependent part on some of them
+            p.dyn = dyn[static_cast<size_t>(m)].get();
+            p.ld_dyn = ld;
+          }
+          p.out = single[static_cast<size_t>(m)].get();
+          p.ld_out = ld;
+          p.n_rows = n_rows;
+          p.n = n;
+          p.complement = complement;
+          GA_CUDA_CHECK(::ga::cuda::mix_rows(p, nullptr));
+          p.out = fused[static_cast<size_t>(m)].get();
+          many.mix[m] = p;
+        }
+        GA_CUDA_CHECK(::ga::cuda::mix_rows_many(many, nullptr));
+        for (int m = 0; m < many.count; ++m) {
+          expect_same_floats(fused[static_cast<size_t>(m)].download(), single[static_cast<size_t>(m)].download(),
+                             str("mix ", m));
+        }
+        ::ga::cuda::MixManyParams bad = many;
+        bad.mix[2].prev = dx.get();  // another predecessor
+        EXPECT_EQ(::ga::cuda::mix_rows_many(bad, nullptr), cudaErrorInvalidValue);
+        bad = many;
+        bad.count = ::ga::cuda::kMaxMixes + 1;
+        EXPECT_EQ(::ga::cuda::mix_rows_many(bad, nullptr), cudaErrorInvalidValue);
+      }
+      const std::vector<float> b = random_floats(static_cast<size_t>(n), 1.0f, rng);
+      DeviceArray<float> db(alloc, b.size()), a1(alloc, size), a2(alloc, size);
+      db.upload(b);
+      for (const auto fn : {::ga::cuda::RowUnary::kSigmoid, ::ga::cuda::RowUnary::kV7Decay,
+                            ::ga::cuda::RowUnary::kExpNegExp}) {
+        a1.upload(x);
+        a2.upload(x);
+        GA_CUDA_CHECK(::ga::cuda::add_vector_rows(a1.get(), ld, db.get(), n_rows, n, nullptr));
+        GA_CUDA_CHECK(::ga::cuda::unary_rows(a1.get(), ld, n_rows, n, fn, nullptr));
+        GA_CUDA_CHECK(::ga::cuda::add_vector_unary_rows(a2.get(), ld, db.get(), n_rows, n, fn, nullptr));
+        expect_same_floats(a2.download(), a1.download(), str("bias + unary ", static_cast<int>(fn)));
+      }
+    }
+  }
+  GA_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
 TEST(CudaElementwise, GegluMatchesCpu) {

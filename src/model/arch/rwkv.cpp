@@ -275,9 +275,9 @@ class RwkvProgram final : public step::Program {
 
   void time_mix_v4(step::Ops& ops, const Layer& L) {
     const auto f = step::MixForm::kComplement;
-    ops.mix(mixop(L.mix_k, mixed_[0], f));
-    ops.mix(mixop(L.mix_v, mixed_[1], f));
-    ops.mix(mixop(L.mix_r, mixed_[2], f));
+    const step::MixOp mixes[] = {mixop(L.mix_k, mixed_[0], f), mixop(L.mix_v, mixed_[1], f),
+                                 mixop(L.mix_r, mixed_[2], f)};
+    ops.mixes(mixes);
     ops.linear(L.wr, mixed_[2], r_);
     ops.unary(r_, step::Unary::kSigmoid);
     ops.linear(L.wk, mixed_[0], k_);
@@ -289,9 +289,9 @@ class RwkvProgram final : public step::Program {
 
   void time_mix_v5(step::Ops& ops, const Layer& L) {
     const auto f = step::MixForm::kComplement;
-    ops.mix(mixop(L.mix_k, mixed_[0], f));
-    ops.mix(mixop(L.mix_v, mixed_[1], f));
-    ops.mix(mixop(L.mix_r, mixed_[2], f));
+    const step::MixOp mixes[] = {mixop(L.mix_k, mixed_[0], f), mixop(L.mix_v, mixed_[1], f),
+                                 mixop(L.mix_r, mixed_[2], f)};
+    ops.mixes(mixes);
     ops.linear(L.wr, mixed_[2], r_);
     ops.linear(L.wk, mixed_[0], k_);
     ops.linear(L.wv, mixed_[1], v_buf_);
@@ -316,11 +316,12 @@ class RwkvProgram final : public step::Program {
     ops.unary(lora_, step::Unary::kTanh);
     const int64_t d = maa_rows_ / 5;
     for (int i = 0; i < 5; ++i) ops.linear(L.maa_w2[i], lora_.slice(i * d, d), dyn_[i]);
-    ops.mix(mixop(L.maa_w, mixed_[0], f, dyn_[0]));  // xw
-    ops.mix(mixop(L.mix_k, mixed_[1], f, dyn_[1]));  // xk
-    ops.mix(mixop(L.mix_v, mixed_[2], f, dyn_[2]));  // xv
-    ops.mix(mixop(L.mix_r, mixed_[3], f, dyn_[3]));  // xr
-    ops.mix(mixop(L.mix_g, mixed_[4], f, dyn_[4]));  // xg
+    const step::MixOp mixes[] = {mixop(L.maa_w, mixed_[0], f, dyn_[0]),   // xw
+                                 mixop(L.mix_k, mixed_[1], f, dyn_[1]),   // xk
+                                 mixop(L.mix_v, mixed_[2], f, dyn_[2]),   // xv
+                                 mixop(L.mix_r, mixed_[3], f, dyn_[3]),   // xr
+                                 mixop(L.mix_g, mixed_[4], f, dyn_[4])};  // xg
+    ops.mixes(mixes);
     ops.linear(L.wr, mixed_[3], r_);
     ops.linear(L.wk, mixed_[1], k_);
     ops.linear(L.wv, mixed_[2], v_buf_);
@@ -330,8 +331,7 @@ class RwkvProgram final : public step::Program {
     ops.linear(L.decay_w1, mixed_[0], decay_lora_);
     ops.unary(decay_lora_, step::Unary::kTanh);
     ops.linear(L.decay_w2, decay_lora_, w_);
-    ops.add_vec(w_, L.time_decay);
-    ops.unary(w_, step::Unary::kExpNegExp);
+    ops.bias_unary(w_, L.time_decay, step::Unary::kExpNegExp);
     step::Wkv5Op w = wkv5_op(L);
     w.decay_view = w_;  // per token
     ops.wkv5(w);
@@ -342,12 +342,9 @@ class RwkvProgram final : public step::Program {
 
   void time_mix_v7(step::Ops& ops, const Layer& L, bool first_layer) {
     const auto f = step::MixForm::kDelta;
-    ops.mix(mixop(L.x_r, mixed_[0], f));
-    ops.mix(mixop(L.x_w, mixed_[1], f));
-    ops.mix(mixop(L.x_k, mixed_[2], f));
-    ops.mix(mixop(L.x_v, mixed_[3], f));
-    ops.mix(mixop(L.x_a, mixed_[4], f));
-    ops.mix(mixop(L.x_g, mixed_[5], f));
+    const step::MixOp mixes[] = {mixop(L.x_r, mixed_[0], f), mixop(L.x_w, mixed_[1], f), mixop(L.x_k, mixed_[2], f),
+                                 mixop(L.x_v, mixed_[3], f), mixop(L.x_a, mixed_[4], f), mixop(L.x_g, mixed_[5], f)};
+    ops.mixes(mixes);
     ops.linear(L.wr, mixed_[0], r_);
     // g = W_g2 sigmoid(W_g1 xg)
     const auto lora = [&](step::Weight down, int64_t rows, step::View in, step::Unary* act, step::Weight up,
@@ -361,12 +358,10 @@ class RwkvProgram final : public step::Program {
     lora(L.g1, L.g1_rows, mixed_[5], &sig, L.g2, g_);
     // a = sigmoid(a0 + W_a2 W_a1 xa)
     lora(L.a1, L.a1_rows, mixed_[4], nullptr, L.a2, a_);
-    ops.add_vec(a_, L.a0);
-    ops.unary(a_, step::Unary::kSigmoid);
+    ops.bias_unary(a_, L.a0, step::Unary::kSigmoid);
     // w = exp(-0.6 sigmoid(w0 + W_w2 tanh(W_w1 xw)))
     lora(L.w1, L.w1_rows, mixed_[1], &tanh, L.w2, w_);
-    ops.add_vec(w_, L.w0);
-    ops.unary(w_, step::Unary::kV7Decay);
+    ops.bias_unary(w_, L.w0, step::Unary::kV7Decay);
     ops.linear(L.wk, mixed_[2], k_);
     step::View v = v_buf_;
     if (first_layer) {
@@ -376,8 +371,7 @@ class RwkvProgram final : public step::Program {
       ops.linear(L.wv, mixed_[3], v);
       // v += (v_first - v) * sigmoid(v0 + W_v2 W_v1 xv)
       lora(L.v1, L.v1_rows, mixed_[3], nullptr, L.v2, tmp_);
-      ops.add_vec(tmp_, L.v0);
-      ops.unary(tmp_, step::Unary::kSigmoid);
+      ops.bias_unary(tmp_, L.v0, step::Unary::kSigmoid);
       ops.lerp_to(v, v_first_, tmp_);
     }
     step::Wkv7Op w;
@@ -404,12 +398,13 @@ class RwkvProgram final : public step::Program {
   void channel_mix(step::Ops& ops, const Layer& L) {
     const bool v45 = v_ == Version::V4 || v_ == Version::V5_1 || v_ == Version::V5_2;
     const auto f = v45 ? step::MixForm::kComplement : step::MixForm::kDelta;
-    ops.mix(mixop(L.ffn_mix_k, mixed_[0], f));
+    // both mixes at once (they read only the token and its predecessor)
+    const step::MixOp mixes[] = {mixop(L.ffn_mix_k, mixed_[0], f), mixop(L.ffn_mix_r, mixed_[1], f)};
+    ops.mixes(std::span<const step::MixOp>(mixes, L.ffn_wr ? 2 : 1));
     ops.linear(L.ffn_wk, mixed_[0], ffn_k_);
     ops.unary(ffn_k_, step::Unary::kReluSquare);
     ops.linear(L.ffn_wv, ffn_k_, tmp_);
     if (L.ffn_wr) {
-      ops.mix(mixop(L.ffn_mix_r, mixed_[1], f));
       ops.linear(L.ffn_wr, mixed_[1], r_);
       ops.unary(r_, step::Unary::kSigmoid);
       ops.mul(tmp_, r_);

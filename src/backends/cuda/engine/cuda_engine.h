@@ -58,6 +58,10 @@
 #include "backends/cuda/stream.h"
 #include "backends/step_ops.h"
 
+namespace ga::cuda {
+struct MixParams;  // kernels/elementwise.h
+}  // namespace ga::cuda
+
 namespace ga::cuda::engine {
 
 // A weight matrix on the device: rows of `cols` weights of `type`, packed. A 3-D expert stack is n_expert
@@ -166,6 +170,9 @@ class CudaEngine final : public CudaForward, public CudaBatchForward, private st
   void group_norm(const step::GroupNormOp& op) override;
   void token_shift(const step::TokenShiftOp& op) override;
   void mix(const step::MixOp& op) override;
+  void mixes(std::span<const step::MixOp> ops) override;
+  void bias_unary(step::View x, step::Vec b, step::Unary fn) override;
+  MixParams mix_params(const step::MixOp& op);  // checked views, device pointers
   void unary(step::View x, step::Unary fn) override;
   void mul(step::View x, step::View y) override;
   void scale(step::View x, float s) override;

@@ -196,8 +196,7 @@ void CudaEngine::token_shift(const step::TokenShiftOp& op) {
   wrote(op.prev);
 }
 
-void CudaEngine::mix(const step::MixOp& op) {
-  if (warm_matmuls_only_) return;
+MixParams CudaEngine::mix_params(const step::MixOp& op) {
   for (const step::View v : {op.x, op.prev, op.out}) check_view(v, "mix");
   const int64_t C = op.x.cols;
   GA_CHECK(op.prev.cols == C && op.out.cols == C && vec_size(op.mix) == C && (!op.dyn || op.dyn.cols == C), Internal,
@@ -214,23 +213,63 @@ void CudaEngine::mix(const step::MixOp& op) {
   p.n_rows = shape_->n_tokens;
   p.n = C;
   p.complement = op.form == step::MixForm::kComplement;
-  GA_CUDA_CHECK(mix_rows(p, stream_.get()));
+  return p;
+}
+
+void CudaEngine::mix(const step::MixOp& op) {
+  if (warm_matmuls_only_) return;
+  GA_CUDA_CHECK(mix_rows(mix_params(op), stream_.get()));
   wrote(op.out);
 }
+
+// One launch for mixes of the same token and predecessor (what the RWKV Programs pass); others one by one.
+void CudaEngine::mixes(std::span<const step::MixOp> ops) {
+  if (warm_matmuls_only_ || ops.empty()) return;
+  MixManyParams p;
+  bool shared = ops.size() <= static_cast<size_t>(kMaxMixes);
+  for (size_t m = 0; shared && m < ops.size(); ++m) {
+    p.mix[m] = mix_params(ops[m]);
+    const MixParams& a = p.mix[0];
+    const MixParams& b = p.mix[m];
+    shared = b.x == a.x && b.prev == a.prev && b.ldx == a.ldx && b.ld_prev == a.ld_prev && b.n == a.n &&
+             b.complement == a.complement;
+  }
+  if (!shared) {
+    for (const step::MixOp& op : ops) mix(op);
+    return;
+  }
+  p.count = static_cast<int>(ops.size());
+  GA_CUDA_CHECK(mix_rows_many(p, stream_.get()));
+  for (const step::MixOp& op : ops) wrote(op.out);
+}
+
+namespace {
+RowUnary row_unary(step::Unary fn) {
+  switch (fn) {
+    case step::Unary::kSigmoid: return RowUnary::kSigmoid;
+    case step::Unary::kTanh: return RowUnary::kTanh;
+    case step::Unary::kSilu: return RowUnary::kSilu;
+    case step::Unary::kReluSquare: return RowUnary::kReluSquare;
+    case step::Unary::kExpNegExp: return RowUnary::kExpNegExp;
+    case step::Unary::kV7Decay: return RowUnary::kV7Decay;
+  }
+  GA_THROW(Internal, "unary: unknown function ", static_cast<int>(fn));
+}
+}  // namespace
 
 void CudaEngine::unary(step::View x, step::Unary fn) {
   if (warm_matmuls_only_) return;
   check_view(x, "unary");
-  RowUnary f = RowUnary::kSigmoid;
-  switch (fn) {
-    case step::Unary::kSigmoid: f = RowUnary::kSigmoid; break;
-    case step::Unary::kTanh: f = RowUnary::kTanh; break;
-    case step::Unary::kSilu: f = RowUnary::kSilu; break;
-    case step::Unary::kReluSquare: f = RowUnary::kReluSquare; break;
-    case step::Unary::kExpNegExp: f = RowUnary::kExpNegExp; break;
-    case step::Unary::kV7Decay: f = RowUnary::kV7Decay; break;
-  }
-  GA_CUDA_CHECK(unary_rows(ptr(x), ld(x), shape_->n_tokens, x.cols, f, stream_.get()));
+  GA_CUDA_CHECK(unary_rows(ptr(x), ld(x), shape_->n_tokens, x.cols, row_unary(fn), stream_.get()));
+  wrote(x);
+}
+
+void CudaEngine::bias_unary(step::View x, step::Vec b, step::Unary fn) {
+  if (warm_matmuls_only_) return;
+  check_view(x, "bias_unary");
+  GA_CHECK(vec_size(b) == x.cols, Internal, "bias_unary: ", vec_size(b), " values for ", x.cols, " columns");
+  GA_CUDA_CHECK(
+      add_vector_unary_rows(ptr(x), ld(x), dvec(b), shape_->n_tokens, x.cols, row_unary(fn), stream_.get()));
   wrote(x);
 }
 

@@ -157,19 +157,44 @@ struct Lerp {
     v = v + (target[r * ld_target + i] - v) * t[r * ld_t + i];
   }
 };
+// One mix's value at (r, i) from the token's x and its predecessor's prev.
+__device__ __forceinline__ float mix_value(const MixParams& p, float x, float prev, int64_t r, int64_t i) {
+  const float m = p.mix[i];
+  if (p.complement) return x * m + (prev - prev * m);
+  return (prev - x) * (p.dyn != nullptr ? p.dyn[r * p.ld_dyn + i] + m : m) + x;
+}
 struct Mix {  // writes out; reads x, prev, dyn
   MixParams p;
   __device__ void operator()(float& o, int64_t r, int64_t i) const {
-    const float x = p.x[r * p.ldx + i];
-    const float prev = p.prev[r * p.ld_prev + i];
-    const float m = p.mix[i];
-    if (p.complement) {
-      o = x * m + (prev - prev * m);
-    } else {
-      o = (prev - x) * (p.dyn != nullptr ? p.dyn[r * p.ld_dyn + i] + m : m) + x;
-    }
+    o = mix_value(p, p.x[r * p.ldx + i], p.prev[r * p.ld_prev + i], r, i);
   }
 };
+struct BiasUnary {
+  const float* b;
+  UnaryFn fn;
+  __device__ void operator()(float& v, int64_t r, int64_t i) const {
+    v += b[i];
+    fn(v, r, i);
+  }
+};
+
+__global__ void __launch_bounds__(kThreads) mix_many_kernel(const MixManyParams p) {
+  pdl_wait_prior_grid();
+  pdl_allow_dependents();
+  const MixParams& first = p.mix[0];
+  const int64_t total = first.n_rows * first.n;
+  for (int64_t idx = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; idx < total;
+       idx += static_cast<int64_t>(gridDim.x) * kThreads) {
+    const int64_t r = idx / first.n;
+    const int64_t i = idx - r * first.n;
+    const float x = first.x[r * first.ldx + i];
+    const float prev = first.prev[r * first.ld_prev + i];
+#pragma unroll
+    for (int m = 0; m < kMaxMixes; ++m) {
+      if (m < p.count) p.mix[m].out[r * p.mix[m].ld_out + i] = mix_value(p.mix[m], x, prev, r, i);
+    }
+  }
+}
 
 }  // namespace
 }  // namespace detail
@@ -267,6 +292,35 @@ cudaError_t mix_rows(const MixParams& p, cudaStream_t stream) {
     return cudaErrorInvalidValue;
   }
   return detail::launch_rows(p.out, p.ld_out, p.n_rows, p.n, detail::Mix{p}, stream);
+}
+
+cudaError_t mix_rows_many(const MixManyParams& p, cudaStream_t stream) {
+  if (p.count < 1 || p.count > kMaxMixes) return cudaErrorInvalidValue;
+  const MixParams& a = p.mix[0];
+  for (int m = 0; m < p.count; ++m) {
+    const MixParams& b = p.mix[m];
+    if (b.x != a.x || b.prev != a.prev || b.ldx != a.ldx || b.ld_prev != a.ld_prev || b.n_rows != a.n_rows ||
+        b.n != a.n || b.complement != a.complement || b.mix == nullptr || b.out == nullptr ||
+        (b.n_rows > 1 && (b.ld_out < b.n || (b.dyn != nullptr && b.ld_dyn < b.n)))) {
+      return cudaErrorInvalidValue;
+    }
+  }
+  if (a.x == nullptr || a.prev == nullptr || a.n_rows < 0 || a.n < 0 ||
+      (a.n_rows > 1 && (a.ldx < a.n || a.ld_prev < a.n))) {
+    return cudaErrorInvalidValue;
+  }
+  const int64_t total = a.n_rows * a.n;
+  if (total == 0) return cudaSuccess;
+  int64_t blocks = (total + detail::kThreads - 1) / detail::kThreads;
+  if (blocks > detail::kMaxBlocks) blocks = detail::kMaxBlocks;
+  return detail::launch_after_prior(detail::mix_many_kernel, dim3(static_cast<unsigned>(blocks)),
+                                    dim3(detail::kThreads), 0, stream, p);
+}
+
+cudaError_t add_vector_unary_rows(float* x, int64_t ldx, const float* b, int64_t n_rows, int64_t n, RowUnary fn,
+                                  cudaStream_t stream) {
+  if (b == nullptr) return cudaErrorInvalidValue;
+  return detail::launch_rows(x, ldx, n_rows, n, detail::BiasUnary{b, detail::UnaryFn{fn}}, stream);
 }
 
 }  // namespace ga::cuda

@@ -96,4 +96,17 @@ struct MixParams {
 };
 cudaError_t mix_rows(const MixParams& p, cudaStream_t stream);
 
+// Several mixes of one x and prev in one pass (RWKV 6/7's five or six token-shift mixes: each element of x and
+// prev read once, one launch). The mixes must agree on x, prev, their strides, the form and the sizes.
+constexpr int kMaxMixes = 6;
+struct MixManyParams {
+  MixParams mix[kMaxMixes];
+  int count = 0;
+};
+cudaError_t mix_rows_many(const MixManyParams& p, cudaStream_t stream);
+
+// x[r][i] = fn(x[r][i] + b[i]): add_vector_rows and unary_rows in one pass.
+cudaError_t add_vector_unary_rows(float* x, int64_t ldx, const float* b, int64_t n_rows, int64_t n, RowUnary fn,
+                                  cudaStream_t stream);
+
 }  // namespace ga::cuda
