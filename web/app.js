@@ -97,7 +97,11 @@ function renderKpis(s) {
   const bar = $('kv-bar');
   bar.querySelector('.used').style.width = total ? `${(100 * used) / total}%` : '0';
   bar.querySelector('.cached').style.width = total ? `${(100 * cached) / total}%` : '0';
-  setText('kv-detail', total ? `${fmt.int(used)} of ${fmt.int(total)} blocks · ${fmt.int(cached)} cached prefixes` : 'no KV figures');
+  // a recurrent model (RWKV) keeps a state per sequence and reuses prompt states instead of prefix blocks
+  const reuse = q.recurrent_state
+    ? `${fmt.int(q.prompt_states_cached || 0)} prompt states kept · ${fmt.int(q.prompt_state_hits || 0)} reused`
+    : `${fmt.int(cached)} cached prefixes`;
+  setText('kv-detail', total ? `${fmt.int(used)} of ${fmt.int(total)} blocks · ${reuse}` : 'no KV figures');
 }
 
 // ---------------------------------------------------------------- efficiency, GPU, CPU

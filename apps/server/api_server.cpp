@@ -238,6 +238,7 @@ json scheduler_stats_json(const SchedulerStats& s, int max_running) {
           {"kv_blocks_total", s.kv_blocks_total},
           {"kv_blocks_used", s.kv_blocks_used},
           {"kv_blocks_cached", s.kv_blocks_cached},
+          {"recurrent_state", s.recurrent_state},
           {"prompt_states_cached", s.prompt_states},
           {"prompt_state_bytes", s.prompt_state_bytes},
           {"prompt_state_hits", s.prompt_state_hits},

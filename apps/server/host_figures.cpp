@@ -72,6 +72,11 @@ std::vector<HostFigure> host_figures(const HostInputs& in) {
   add("kv_blocks_used", memory + " in use", integer(s.kv_blocks_used) + " of " + integer(s.kv_blocks_total));
   add("kv_used_percent", memory + " in use (share)", percent_of(s.kv_blocks_used, s.kv_blocks_total), "%");
   add("kv_blocks_cached", "prefix-cache blocks (unused, reusable)", integer(s.kv_blocks_cached));
+  if (s.recurrent_state) {  // the prompt-state cache stands in for the prefix cache
+    add("prompt_states", "prompt states kept (reusable)",
+        integer(s.prompt_states) + " (" + fixed(static_cast<double>(s.prompt_state_bytes) / (1 << 20), 1) + " MiB)");
+    add("prompt_state_hits", "prompts started from a kept state", integer(static_cast<int64_t>(s.prompt_state_hits)));
+  }
   add("requests_finished", "requests finished", integer(static_cast<int64_t>(s.requests_finished)));
   add("requests_cancelled", "requests cancelled", integer(static_cast<int64_t>(s.requests_cancelled)));
   add("preemptions", "preemptions", integer(static_cast<int64_t>(s.preemptions)));

@@ -82,6 +82,9 @@ TEST(HostFigures, UnknownsReadNotAvailableAndRecurrentModelsSayState) {
   EXPECT_EQ(f.at("ttft_p50_ms").value, "n/a");
   EXPECT_EQ(f.at("kv_used_percent").value, "n/a");
   EXPECT_EQ(f.at("kv_blocks_used").label, "state blocks in use");
+  EXPECT_EQ(f.at("prompt_states").value, "0 (0.0 MiB)");
+  EXPECT_EQ(f.at("prompt_state_hits").value, "0");
+  EXPECT_EQ(by_key(host_figures(sample_inputs())).count("prompt_states"), 0u);  // attention models: prefix blocks
   EXPECT_EQ(figure_text(f.at("ttft_p50_ms")), "n/a");  // no unit after n/a
 }
 

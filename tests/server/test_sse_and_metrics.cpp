@@ -185,6 +185,8 @@ TEST(Prometheus, RendersTheServerState) {
   s.kv_blocks_total = 1024;
   s.kv_blocks_used = 77;
   s.kv_blocks_cached = 9;
+  s.prompt_states = 4;
+  s.prompt_state_hits = 6;
   s.requests_finished = 11;
   s.requests_cancelled = 2;
   s.prompt_tokens_total = 1234;
@@ -222,6 +224,8 @@ TEST(Prometheus, RendersTheServerState) {
   EXPECT_EQ(value("gpu_accel_kv_blocks_used", "gpu_accel_kv_blocks_used"), 77);
   EXPECT_EQ(value("gpu_accel_kv_blocks_total", "gpu_accel_kv_blocks_total"), 1024);
   EXPECT_EQ(value("gpu_accel_kv_blocks_cached", "gpu_accel_kv_blocks_cached"), 9);
+  EXPECT_EQ(value("gpu_accel_prompt_states_cached", "gpu_accel_prompt_states_cached"), 4);
+  EXPECT_EQ(value("gpu_accel_prompt_state_cache_hits_total", "gpu_accel_prompt_state_cache_hits_total"), 6);
   EXPECT_EQ(value("gpu_accel_prompt_tokens_total", "gpu_accel_prompt_tokens_total"), 1234);
   EXPECT_EQ(value("gpu_accel_generated_tokens_total", "gpu_accel_generated_tokens_total"), 5678);
   EXPECT_EQ(value("gpu_accel_requests_finished_total", "gpu_accel_requests_finished_total"), 11);
