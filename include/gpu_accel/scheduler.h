@@ -77,6 +77,9 @@ struct SchedulerOptions {
   // Recurrent models (RWKV): host memory for the prompt-state cache (engine/prompt_state_cache.h: the state
   // after a prompt's first n - 1 tokens, reused by a later prompt that starts with them); 0: off.
   int64_t prompt_state_cache_mib = 256;
+  // Only prompts of more than this many tokens keep a state: keeping one costs a prompt seen once one more step
+  // (its last token alone) and the state's copy, which a short prompt's recomputation does not repay.
+  int64_t prompt_state_min_tokens = 64;
 };
 
 struct CompletionRequest {

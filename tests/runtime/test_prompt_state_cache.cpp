@@ -34,11 +34,11 @@ std::vector<int32_t> iota_tokens(int32_t n, int32_t first = 0) {
 }
 
 TEST(PromptStateCache, FindsTheLongestCachedPrefixWithinTheLimit) {
-  PromptStateCache cache(1 << 20);
+  PromptStateCache cache(1 << 20, 16);
   const std::vector<int32_t> prompt = iota_tokens(64);
   cache.insert(std::span(prompt).first(20), snapshot(4, 1.0f));
   cache.insert(std::span(prompt).first(40), snapshot(4, 2.0f));
-  cache.insert(std::span(prompt).first(8), snapshot(4, 3.0f));  // below kMinTokens: never a hit
+  cache.insert(std::span(prompt).first(8), snapshot(4, 3.0f));  // below min_tokens: never a hit
   const PromptStateCache::Entry* hit = cache.longest_prefix(prompt, 63);
   ASSERT_NE(hit, nullptr);
   EXPECT_EQ(hit->tokens.size(), 40u);
@@ -58,7 +58,7 @@ TEST(PromptStateCache, FindsTheLongestCachedPrefixWithinTheLimit) {
 TEST(PromptStateCache, StaysWithinItsBytesAndReplacesTheSameTokens) {
   const size_t floats = 1000;
   const uint64_t entry = floats * 4 + 20 * 4;
-  PromptStateCache cache(2 * entry + 10);  // room for two entries
+  PromptStateCache cache(2 * entry + 10, 16);  // room for two entries
   const std::vector<int32_t> a = iota_tokens(20, 0), b = iota_tokens(20, 100), c = iota_tokens(20, 200);
   cache.insert(a, snapshot(floats, 1.0f));
   cache.insert(b, snapshot(floats, 2.0f));
@@ -77,7 +77,7 @@ TEST(PromptStateCache, StaysWithinItsBytesAndReplacesTheSameTokens) {
   EXPECT_EQ(cache.drop_idle(std::chrono::seconds(0)), 2);
   EXPECT_EQ(cache.entries(), 0);
   EXPECT_EQ(cache.bytes(), 0u);
-  PromptStateCache off(0);
+  PromptStateCache off(0, 16);
   EXPECT_FALSE(off.enabled());
   off.insert(a, snapshot(4, 1.0f));
   EXPECT_EQ(off.entries(), 0);
@@ -166,6 +166,7 @@ ga::SchedulerOptions scheduler_options(int64_t cache_mib) {
   opt.n_threads = 2;
   opt.max_running = 2;
   opt.prompt_state_cache_mib = cache_mib;
+  opt.prompt_state_min_tokens = 16;  // the tiny model's byte prompts are short
   return opt;
 }
 
@@ -176,7 +177,7 @@ TEST(PromptStateCache, SchedulerReusesAPromptsStateAndGeneratesTheSame) {
   const std::string first = "Once upon a time there was a little girl who liked";
   const std::string longer = first + " to play in the park with her dog";
   const int64_t n_first = static_cast<int64_t>(tok.encode(first, false).size());
-  ASSERT_GT(n_first, PromptStateCache::kMinTokens + 1);
+  ASSERT_GT(n_first, 17);
 
   const Completion cold = complete(sched, tok, first, 20);
   EXPECT_EQ(cold.result.cached_prompt_tokens, 0);
@@ -221,6 +222,14 @@ TEST(PromptStateCache, SchedulerWithTheCacheOffReusesNothing) {
     ga::SchedulerOptions bad = scheduler_options(-1);
     ga::Scheduler refused(model, tok, bad);
     ADD_FAILURE() << "a negative prompt_state_cache_mib was accepted";
+  } catch (const ga::Error& e) {
+    EXPECT_EQ(e.kind(), ga::ErrorKind::InvalidArgument) << e.what();
+  }
+  try {
+    ga::SchedulerOptions bad = scheduler_options(16);
+    bad.prompt_state_min_tokens = 0;
+    ga::Scheduler refused(model, tok, bad);
+    ADD_FAILURE() << "prompt_state_min_tokens 0 was accepted";
   } catch (const ga::Error& e) {
     EXPECT_EQ(e.kind(), ga::ErrorKind::InvalidArgument) << e.what();
   }

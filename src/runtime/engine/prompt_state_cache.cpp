@@ -13,7 +13,7 @@ const PromptStateCache::Entry* PromptStateCache::longest_prefix(std::span<const 
   Entry* best = nullptr;
   const size_t limit = static_cast<size_t>(std::clamp<int64_t>(max_tokens, 0, static_cast<int64_t>(tokens.size())));
   for (Entry& e : entries_) {
-    if (e.tokens.size() > limit || static_cast<int64_t>(e.tokens.size()) < kMinTokens) continue;
+    if (e.tokens.size() > limit || static_cast<int64_t>(e.tokens.size()) < min_tokens_) continue;
     if (best != nullptr && e.tokens.size() <= best->tokens.size()) continue;
     if (std::equal(e.tokens.begin(), e.tokens.end(), tokens.begin())) best = &e;
   }

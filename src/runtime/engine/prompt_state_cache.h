@@ -27,11 +27,12 @@ class PromptStateCache {
     Clock::time_point used;
   };
 
-  explicit PromptStateCache(uint64_t max_bytes) : max_bytes_(max_bytes) {}
+  // Entries of fewer than min_tokens tokens are never looked up (see SchedulerOptions::prompt_state_min_tokens).
+  PromptStateCache(uint64_t max_bytes, int64_t min_tokens) : max_bytes_(max_bytes), min_tokens_(min_tokens) {}
   bool enabled() const { return max_bytes_ > 0; }
 
   // The entry with the most tokens that are a prefix of `tokens` and number at most max_tokens (and at least
-  // kMinTokens); nullptr when none. Marks it used.
+  // min_tokens()); nullptr when none. Marks it used.
   const Entry* longest_prefix(std::span<const int32_t> tokens, int64_t max_tokens);
   bool contains(std::span<const int32_t> tokens) const;
   // Keeps the snapshot under `tokens` (replacing an entry of the same tokens), then drops the entries used
@@ -43,13 +44,12 @@ class PromptStateCache {
   int64_t entries() const { return static_cast<int64_t>(entries_.size()); }
   uint64_t bytes() const { return bytes_; }
   uint64_t hits() const { return hits_; }
-
-  // Prompts shorter than this are not worth a snapshot (its copy costs more than the tokens it saves).
-  static constexpr int64_t kMinTokens = 16;
+  int64_t min_tokens() const { return min_tokens_; }
 
  private:
   static uint64_t entry_bytes(const Entry& e);
   uint64_t max_bytes_ = 0;
+  int64_t min_tokens_ = 1;
   uint64_t bytes_ = 0;
   uint64_t hits_ = 0;
   std::vector<Entry> entries_;

@@ -189,7 +189,8 @@ struct Scheduler::Impl {
         pool(o.n_threads),
         backend(engine::make_batch_backend(m, backend_options(o, ctx, &pool))),
         blocks(backend->n_blocks(), o.block_size),
-        prompt_states(backend->recurrent_state() ? static_cast<uint64_t>(o.prompt_state_cache_mib) << 20 : 0) {}
+        prompt_states(backend->recurrent_state() ? static_cast<uint64_t>(o.prompt_state_cache_mib) << 20 : 0,
+                      o.prompt_state_min_tokens) {}
 
   static engine::BatchBackendOptions backend_options(const SchedulerOptions& o, int64_t ctx, ThreadPool* p) {
     engine::BatchBackendOptions b;
@@ -255,6 +256,8 @@ Scheduler::Scheduler(const LoadedModel& model, const Tokenizer& tokenizer, const
   GA_CHECK(options.prompt_state_cache_mib >= 0 && options.prompt_state_cache_mib <= (int64_t{1} << 30),
            InvalidArgument, "prompt_state_cache_mib must be in [0, 2^30] (0: off), got ",
            options.prompt_state_cache_mib);
+  GA_CHECK(options.prompt_state_min_tokens >= 1, InvalidArgument, "prompt_state_min_tokens must be >= 1, got ",
+           options.prompt_state_min_tokens);
   const int64_t n_ctx = engine::resolve_n_ctx(model.config, options.n_ctx);
   impl_ = std::make_unique<Impl>(model, tokenizer, options, n_ctx);  // picks the device (batch_backend.h)
   GA_LOG(Info, "scheduler on ", impl_->backend->description());
@@ -717,7 +720,7 @@ bool Scheduler::Impl::restore_prompt_state(size_t index) {
   if (!prompt_states.enabled() || s.state_looked_up || s.n_computed != 0) return false;
   s.state_looked_up = true;
   const int64_t prefix = s.n_prompt - 1;  // the last prompt token is always computed
-  if (prefix < engine::PromptStateCache::kMinTokens) return false;
+  if (prefix < prompt_states.min_tokens()) return false;
   const std::span<const int32_t> prompt(s.tokens.data(), static_cast<size_t>(s.n_prompt));
   s.save_state_at = prompt_states.contains(prompt.first(static_cast<size_t>(prefix))) ? 0 : prefix;
   const engine::PromptStateCache::Entry* hit = prompt_states.longest_prefix(prompt, prefix);
