@@ -2,11 +2,12 @@
 // (longest prefix, byte bound, replacement, idle drop), the CPU backend's snapshots (a copy out and back gives the
 // same next logits; bad snapshots are clear errors), and the Scheduler on rwkv.cpp's tiny v5.2 model: a repeated
 // prompt, and a longer one that starts with it, reuse the kept state (cached_prompt_tokens, the stats) and still
-// generate exactly what the prompt alone generates on a Session; with the cache off nothing is reused;
-// housekeeping drops idle entries.
+// generate exactly what the prompt alone generates on a Session, also when a small pool preempts sequences;
+// with the cache off nothing is reused; housekeeping drops idle entries.
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdio>
 #include <future>
 #include <string>
 #include <vector>
@@ -205,6 +206,31 @@ TEST(PromptStateCache, SchedulerReusesAPromptsStateAndGeneratesTheSame) {
   EXPECT_EQ(r.prompt_states_freed, 2);
   EXPECT_EQ(r.prompt_states_after, 0);
   EXPECT_EQ(complete(sched, tok, first, 20).result.cached_prompt_tokens, 0);  // dropped: read again
+}
+
+// A pool too small for every request at once: sequences wait, are preempted and start again (a restart asks the
+// cache again), repeated prompts start from kept states, and every answer still equals the prompt alone.
+TEST(PromptStateCache, SmallPoolPreemptionsAndHitsKeepEveryAnswer) {
+  const ga::LoadedModel& model = tiny_v52();
+  const ga::Tokenizer tok(model.vocab);
+  ga::SchedulerOptions opt = scheduler_options(64);
+  opt.n_ctx = 96;
+  opt.block_size = 8;
+  opt.kv_blocks = 20;  // 160 positions; each request grows to ~75
+  opt.max_running = 3;
+  ga::Scheduler sched(model, tok, opt);
+  const std::string common = "Once upon a time there was a little girl who ";
+  const std::vector<std::string> prompts = {common + "liked", common + "went", common + "liked", common + "had a",
+                                            common + "went", common + "liked"};
+  const std::vector<std::vector<int32_t>> got = ga::test::run_greedy_requests(sched, tok, prompts, 24, 0);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    EXPECT_EQ(got[i], ga::test::greedy_alone(model, tok, prompts[i], 24, 96)) << "request " << i;
+  }
+  const ga::SchedulerStats st = sched.stats();
+  EXPECT_GT(st.prompt_state_hits, 0u);
+  EXPECT_EQ(st.kv_blocks_used, 0);
+  std::printf("small pool: %llu preemptions, %llu prompt-state hits\n", static_cast<unsigned long long>(st.preemptions),
+              static_cast<unsigned long long>(st.prompt_state_hits));
 }
 
 TEST(PromptStateCache, SchedulerWithTheCacheOffReusesNothing) {
