@@ -88,4 +88,13 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
   if (error_) std::rethrow_exception(error_);
 }
 
+void parallel_for(ThreadPool* pool, int64_t n, const std::function<void(int64_t, int64_t, int)>& fn, int64_t grain) {
+  if (n <= 0) return;
+  if (pool != nullptr) {
+    pool->parallel_for(n, fn, grain);
+  } else {
+    fn(0, n, 0);
+  }
+}
+
 }  // namespace ga

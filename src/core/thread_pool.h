@@ -52,4 +52,9 @@ class ThreadPool {
   std::mutex error_mutex_;
 };
 
+// pool->parallel_for(n, fn, grain) when there is a pool, else fn(0, n, 0) on the calling thread (nothing for n <= 0):
+// the CPU kernels take an optional pool.
+void parallel_for(ThreadPool* pool, int64_t n, const std::function<void(int64_t, int64_t, int)>& fn,
+                  int64_t grain = 1);
+
 }  // namespace ga

@@ -47,7 +47,7 @@ Status unary(Activation act, const TensorView& x, const TensorView& out, const E
     const int64_t rows = n == 0 ? 0 : element_count(out) / n;
     const int64_t xs = nd == 0 ? 0 : x.strides[nd - 1];
     const int64_t os = nd == 0 ? 0 : out.strides[nd - 1];
-    parallel_rows(
+    parallel_for(
         exec.pool, rows,
         [&](int64_t begin, int64_t end, int) {
           for (int64_t r = begin; r < end; ++r) {
@@ -82,7 +82,7 @@ Status binary(BinaryOp bop, const TensorView& a, const TensorView& b, const Tens
     const int64_t ai = nd == 0 ? 0 : as[nd - 1], bi = nd == 0 ? 0 : bs[nd - 1];
     const int64_t oi = nd == 0 ? 0 : out.strides[nd - 1];
     const bool add = bop == BinaryOp::Add;
-    parallel_rows(
+    parallel_for(
         exec.pool, rows,
         [&](int64_t begin, int64_t end, int) {
           for (int64_t r = begin; r < end; ++r) {

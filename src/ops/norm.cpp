@@ -52,7 +52,7 @@ template <typename Fn>
 void for_each_row(const TensorView& x, const TensorView& out, const Rows& rows, ThreadPool* pool, Fn fn) {
   const int outer = x.ndim - 1;
   const int64_t xs = x.strides[outer], os = out.strides[outer];
-  parallel_rows(
+  parallel_for(
       pool, rows.count,
       [&](int64_t begin, int64_t end, int) {
         std::vector<float> row(static_cast<size_t>(rows.n));

@@ -91,17 +91,6 @@ inline float activate(Activation a, float x) {
   return x;
 }
 
-// fn(begin, end, thread) over [0, n) on the pool, or on the calling thread without one.
-inline void parallel_rows(ThreadPool* pool, int64_t n, const std::function<void(int64_t, int64_t, int)>& fn,
-                          int64_t grain = 1) {
-  if (n <= 0) return;
-  if (pool != nullptr) {
-    pool->parallel_for(n, fn, grain);
-  } else {
-    fn(0, n, 0);
-  }
-}
-
 inline int pool_threads(ThreadPool* pool) {
   return pool != nullptr ? pool->size() : 1;
 }

@@ -94,7 +94,7 @@ Status reduce(ReduceOp rop, const TensorView& x, int axis, const TensorView& out
     GA_CHECK(n > 0 || (rop != ReduceOp::Max && rop != ReduceOp::ArgMax), InvalidArgument, op, ": the axis is empty (x ",
              shape_text(x), "), which has no maximum");
     const int64_t count = element_count(out);
-    parallel_rows(
+    parallel_for(
         exec.pool, count,
         [&](int64_t begin, int64_t end, int) {
           for (int64_t j = begin; j < end; ++j) {

@@ -24,16 +24,6 @@
 namespace ga::cpu {
 namespace {
 
-void run_parallel(ThreadPool* pool, int64_t n, const std::function<void(int64_t, int64_t, int)>& fn,
-                  int64_t grain = 1) {
-  if (n <= 0) return;
-  if (pool != nullptr) {
-    pool->parallel_for(n, fn, grain);
-  } else {
-    fn(0, n, 0);
-  }
-}
-
 bool valid_expert(int32_t id, int64_t n_expert) { return id >= 0 && id < n_expert; }
 
 template <typename T>
@@ -203,7 +193,7 @@ void moe_routed_ffn(const MoeRoutedFfnParams& p, MoeScratch& s, ThreadPool* pool
     }
     matmul(p.gate.expert(e), xg, count, n_embd, gate, n_ff, pool);
     matmul(p.up.expert(e), xg, count, n_embd, up, n_ff, pool);
-    run_parallel(pool, count, [&](int64_t begin, int64_t end, int) {
+    parallel_for(pool, count, [&](int64_t begin, int64_t end, int) {
       gated_activation(p.activation, gate + begin * n_ff, up + begin * n_ff, gate + begin * n_ff, (end - begin) * n_ff);
     });
     matmul(p.down.expert(e), gate, count, n_ff, ys + first * n_embd, n_embd, pool);
@@ -223,7 +213,7 @@ void moe_routed_ffn(const MoeRoutedFfnParams& p, MoeScratch& s, ThreadPool* pool
   c.ld_out = p.ld_out;
   c.accumulate = p.accumulate;
   check_combine(c);
-  run_parallel(pool, p.n_tokens, [&](int64_t begin, int64_t end, int) { combine_rows(c, begin, end); });
+  parallel_for(pool, p.n_tokens, [&](int64_t begin, int64_t end, int) { combine_rows(c, begin, end); });
 }
 
 void moe_ffn(const MoeFfnParams& p, MoeScratch& s, ThreadPool* pool) {

@@ -134,17 +134,9 @@ void matmul(const MatrixRef& w, const float* x, int64_t n_tokens, int64_t ldx, f
   GA_CHECK(ldx >= w.cols && ldy >= w.rows, InvalidArgument, "matmul: ldx ", ldx, " < cols ", w.cols, " or ldy ", ldy,
            " < rows ", w.rows);
 
-  auto run = [&](int64_t n, const std::function<void(int64_t, int64_t, int)>& fn, int64_t grain) {
-    if (pool != nullptr) {
-      pool->parallel_for(n, fn, grain);
-    } else {
-      fn(0, n, 0);
-    }
-  };
-
   if (n_tokens == 1) {
-    run(
-        w.rows,
+    parallel_for(
+        pool, w.rows,
         [&](int64_t begin, int64_t end, int) {
           for (int64_t r = begin; r < end; ++r) {
             y[r] = dot_row(w.type, w.data + static_cast<uint64_t>(r) * w.row_stride, x, w.cols);
@@ -154,8 +146,8 @@ void matmul(const MatrixRef& w, const float* x, int64_t n_tokens, int64_t ldx, f
     return;
   }
   const PrefillArgs args{&w, x, n_tokens, ldx, y, ldy};
-  run(
-      w.rows, [&](int64_t begin, int64_t end, int) { prefill_rows(args, begin, end); }, kTileRows);
+  parallel_for(
+      pool, w.rows, [&](int64_t begin, int64_t end, int) { prefill_rows(args, begin, end); }, kTileRows);
 }
 
 }  // namespace ga::cpu

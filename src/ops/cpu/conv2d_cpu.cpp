@@ -97,7 +97,7 @@ void run_conv2d(const Conv2dPlan& plan, const Conv2dArgs& args, float* ws, Threa
   const int64_t pixels = plan.desc.batch * plan.p * plan.q;
   const Geometry geo = geometry_of(plan);
   const int64_t tiles = (pixels + plan.cpu.tile_pixels - 1) / plan.cpu.tile_pixels;
-  parallel_rows(pool, tiles, [&](int64_t begin, int64_t end, int thread) {
+  parallel_for(pool, tiles, [&](int64_t begin, int64_t end, int thread) {
     float* slice = ws + static_cast<size_t>(thread) * geo.tile_floats;
     for (int64_t t = begin; t < end; ++t) {
       const int64_t first = t * plan.cpu.tile_pixels;

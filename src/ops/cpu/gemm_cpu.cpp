@@ -32,7 +32,7 @@ struct Operand {
 
 // rows x k float32 rows (ld k) from an operand view, threaded.
 void pack(const Operand& src, int64_t rows, int64_t k, float* dst, ThreadPool* pool) {
-  parallel_rows(
+  parallel_for(
       pool, rows,
       [&](int64_t begin, int64_t end, int) {
         for (int64_t i = begin; i < end; ++i) {
@@ -104,7 +104,7 @@ void run_gemm(const GemmPlan& plan, const GemmArgs& args, float* ws, ThreadPool*
       cpu::matmul(w, x, x_rows, ldx, y, w_rows, pool);
     }
     void* c = const_cast<char*>(byte_offset(args.c, d.c_type, bi * d.stride_c));
-    parallel_rows(
+    parallel_for(
         pool, d.m,
         [&](int64_t begin, int64_t end, int) {
           for (int64_t i = begin; i < end; ++i) {
