@@ -24,20 +24,19 @@ const PromptStateCache::Entry* PromptStateCache::longest_prefix(std::span<const 
   return best;
 }
 
-bool PromptStateCache::contains(std::span<const int32_t> tokens) const {
-  return std::any_of(entries_.begin(), entries_.end(), [&](const Entry& e) {
+std::vector<PromptStateCache::Entry>::const_iterator PromptStateCache::find(std::span<const int32_t> tokens) const {
+  return std::find_if(entries_.begin(), entries_.end(), [&](const Entry& e) {
     return std::equal(e.tokens.begin(), e.tokens.end(), tokens.begin(), tokens.end());
   });
 }
+
+bool PromptStateCache::contains(std::span<const int32_t> tokens) const { return find(tokens) != entries_.end(); }
 
 void PromptStateCache::insert(std::span<const int32_t> tokens, step::RecurrentSnapshot state) {
   Entry fresh{std::vector<int32_t>(tokens.begin(), tokens.end()), std::move(state), Clock::now()};
   const uint64_t need = entry_bytes(fresh);
   if (need > max_bytes_) return;
-  const auto same = std::find_if(entries_.begin(), entries_.end(), [&](const Entry& e) {
-    return std::equal(e.tokens.begin(), e.tokens.end(), tokens.begin(), tokens.end());
-  });
-  if (same != entries_.end()) {
+  if (const auto same = find(tokens); same != entries_.end()) {
     bytes_ -= entry_bytes(*same);
     entries_.erase(same);
   }

@@ -48,6 +48,7 @@ class PromptStateCache {
 
  private:
   static uint64_t entry_bytes(const Entry& e);
+  std::vector<Entry>::const_iterator find(std::span<const int32_t> tokens) const;  // the entry of exactly these
   uint64_t max_bytes_ = 0;
   int64_t min_tokens_ = 1;
   uint64_t bytes_ = 0;

@@ -721,10 +721,12 @@ bool Scheduler::Impl::restore_prompt_state(size_t index) {
   s.state_looked_up = true;
   const int64_t prefix = s.n_prompt - 1;  // the last prompt token is always computed
   if (prefix < prompt_states.min_tokens()) return false;
+  if (!ensure_blocks(index, 1)) return false;  // the block the state goes beside (s may have left instead)
   const std::span<const int32_t> prompt(s.tokens.data(), static_cast<size_t>(s.n_prompt));
-  s.save_state_at = prompt_states.contains(prompt.first(static_cast<size_t>(prefix))) ? 0 : prefix;
   const engine::PromptStateCache::Entry* hit = prompt_states.longest_prefix(prompt, prefix);
-  if (hit == nullptr || !ensure_blocks(index, 1)) return false;
+  // kept already when the longest cached prefix is this one
+  s.save_state_at = hit != nullptr && static_cast<int64_t>(hit->tokens.size()) == prefix ? 0 : prefix;
+  if (hit == nullptr) return false;
   try {
     backend->restore_recurrent_state(s.blocks[0], hit->state);
   } catch (const std::exception& e) {
