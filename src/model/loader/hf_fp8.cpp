@@ -9,10 +9,6 @@
 namespace ga::hf {
 namespace {
 
-bool ends_with(std::string_view s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
-}
-
 float scale_value(const safetensors::TensorInfo& info, const uint8_t* data, uint64_t i) {
   if (info.dtype == "F32") {
     float f;
@@ -52,7 +48,7 @@ std::optional<Fp8Layout> fp8_layout(const HfConfig& config) {
 }
 
 bool is_fp8_scale_name(std::string_view n) {
-  return ends_with(n, ".weight_scale_inv") || ends_with(n, ".weight_scale") || ends_with(n, ".input_scale");
+  return n.ends_with(".weight_scale_inv") || n.ends_with(".weight_scale") || n.ends_with(".input_scale");
 }
 
 namespace {

@@ -60,20 +60,15 @@ struct Reader {
   }
 };
 
-bool ends_with(std::string_view s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
-}
-
 // A parameter the forward reads as one flat vector, whatever extra dimensions the converter gave it.
 bool flat_vector(const WeightView& w) {
   for (const char* s : {".time_decay", ".time_faaaa", ".time_first", ".r_k", ".x_rwkvag"}) {
-    if (ends_with(w.name, s)) return true;
+    if (w.name.ends_with(s)) return true;
   }
   int big = 0;
   for (const uint64_t n : w.ne) big += n > 1 ? 1 : 0;
   return big <= 1;
 }
-
 
 // The stacks the forward multiplies piece by piece, as named views of their pieces: v6 time_maa_w2
 // [D, C, 5] -> time_maa_w2.0 .. .4 ([D, C]: the w, k, v, r, g mixes' LoRA up-projections); v7 x_rwkvag
@@ -82,7 +77,7 @@ void split_stacks(LoadedModel& model) {
   std::vector<WeightView> pieces;
   std::vector<std::string> stacks;  // replaced by their pieces (so no byte is counted twice)
   for (const auto& [name, w] : model.weights) {
-    if (ends_with(name, ".att.time_maa_w2")) {
+    if (name.ends_with(".att.time_maa_w2")) {
       GA_CHECK(w.ne.size() == 3, InvalidFormat, "rwkv: tensor ", name, " has ", w.ne.size(), " dimensions, expected 3");
       stacks.push_back(name);
       const uint64_t piece = w.nbytes / w.ne[2];
@@ -90,7 +85,7 @@ void split_stacks(LoadedModel& model) {
         WeightView p{name + "." + std::to_string(i), w.type, {w.ne[0], w.ne[1]}, w.data + i * piece, piece};
         pieces.push_back(std::move(p));
       }
-    } else if (ends_with(name, ".att.x_rwkvag")) {
+    } else if (name.ends_with(".att.x_rwkvag")) {
       GA_CHECK(w.type == DType::F32 && w.ne.size() == 1 && w.ne[0] % 6 == 0, InvalidFormat, "rwkv: tensor ", name,
                " is not 6 float32 vectors");
       stacks.push_back(name);

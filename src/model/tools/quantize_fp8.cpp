@@ -27,10 +27,6 @@ using nlohmann::json;
 constexpr uint64_t kBlock = 128;
 constexpr float kE4m3Max = 448.0f;
 
-bool ends_with(std::string_view s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
-}
-
 // Linear-layer weights are quantized; embeddings, the LM head and MoE routers keep their type (the usual FP8
 // recipes' ignore list: they are small next to the layers, and the most sensitive to rounding).
 bool keeps_its_type(std::string_view name) {
@@ -139,7 +135,7 @@ Fp8QuantizeSummary quantize_hf_fp8(const std::string& in_dir, const std::string&
     const uint8_t* data = ckpt.tensor_data(name);
     ++summary.n_tensors;
     summary.input_bytes += info.nbytes();
-    const bool linear = ends_with(name, ".weight") && info.shape.size() == 2;
+    const bool linear = name.ends_with(".weight") && info.shape.size() == 2;
     if (!linear || keeps_its_type(name)) {
       if (linear) kept.push_back(name.substr(0, name.size() - std::string_view(".weight").size()));
       writer.add_tensor(name, info.dtype, info.shape, data, info.nbytes());
@@ -171,7 +167,7 @@ Fp8QuantizeSummary quantize_hf_fp8(const std::string& in_dir, const std::string&
   config["quantization_config"] = quantization_config(scales, kept);
   for (const fs::directory_entry& f : fs::directory_iterator(in)) {
     const std::string file = f.path().filename().string();
-    if (!f.is_regular_file() || ends_with(file, ".safetensors") || file == "model.safetensors.index.json" ||
+    if (!f.is_regular_file() || file.ends_with(".safetensors") || file == "model.safetensors.index.json" ||
         file == "config.json") {
       continue;
     }
@@ -180,7 +176,7 @@ Fp8QuantizeSummary quantize_hf_fp8(const std::string& in_dir, const std::string&
   // Stale shards of an earlier run would be read beside the new file: the folder gets exactly one weights file.
   for (const fs::directory_entry& f : fs::directory_iterator(out)) {
     const std::string file = f.path().filename().string();
-    if (ends_with(file, ".safetensors") || file == "model.safetensors.index.json") fs::remove(f.path());
+    if (file.ends_with(".safetensors") || file == "model.safetensors.index.json") fs::remove(f.path());
   }
   writer.write((out / "model.safetensors").string());
   {
