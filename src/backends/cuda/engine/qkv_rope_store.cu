@@ -14,6 +14,7 @@
 #include <cmath>
 
 #include "backends/cuda/kernels/pdl.cuh"
+#include "backends/cuda/kernels/step_math.cuh"
 #include "backends/cuda/engine/engine_kernels.h"
 
 namespace ga::cuda::engine {
@@ -26,7 +27,6 @@ __global__ void __launch_bounds__(kThreads) qkv_rope_store_kernel(const QkvRopeS
   ga::cuda::detail::pdl_wait_prior_grid();  // pdl.cuh: q/k/v of the GEMV are ready from here
   ga::cuda::detail::pdl_allow_dependents();
   const int64_t t = blockIdx.x;
-  const int rot_pairs = p.n_rot / 2;
   const int half_hd = p.head_dim / 2;
   const int64_t kv_dim = int64_t{p.n_head_kv} * p.head_dim;
   const int64_t slots = int64_t{p.n_head + 2 * p.n_head_kv} * half_hd;  // q heads, then k heads, then v heads
@@ -43,20 +43,11 @@ __global__ void __launch_bounds__(kThreads) qkv_rope_store_kernel(const QkvRopeS
   if (cache_row < 0 && head >= p.n_head) return;  // a padding token: nothing to store
   const int pair = static_cast<int>(s % half_hd);
   // Rotated pairs of q and k heads as kernels/rope.cu (Normal: adjacent dims, NeoX: halves of
-  // n_rot); dims past n_rot pass through two by two.
-  const bool rotated = pair < rot_pairs && head < p.n_head + p.n_head_kv;
-  float cos_v = 1.0f, sin_v = 0.0f;
-  if (rotated) {
-    double sin_d = 0.0, cos_d = 0.0;
-    sincos(static_cast<double>(pos) * p.inv_freq[pair], &sin_d, &cos_d);
-    cos_v = static_cast<float>(cos_d) * p.mscale;
-    sin_v = static_cast<float>(sin_d) * p.mscale;
-  }
-  int d0 = 2 * pair, d1 = 2 * pair + 1;
-  if (rotated && p.neox) {
-    d0 = pair;
-    d1 = pair + rot_pairs;
-  }
+  // n_rot); dims past n_rot pass through two by two (step_math.cuh).
+  const ga::cuda::detail::RopePair rp =
+      head < p.n_head + p.n_head_kv ? ga::cuda::detail::rope_pair(pair, p.n_rot, p.neox, pos, p.inv_freq, p.mscale)
+                                    : ga::cuda::detail::RopePair{2 * pair, 2 * pair + 1, false, 1.0f, 0.0f};
+  const int d0 = rp.d0, d1 = rp.d1;
   if (head < p.n_head) {  // q: bias, rope, back in place
     float* x = q + int64_t{head} * p.head_dim;
     float x0 = x[d0], x1 = x[d1];
@@ -64,11 +55,7 @@ __global__ void __launch_bounds__(kThreads) qkv_rope_store_kernel(const QkvRopeS
       x0 += p.bq[head * p.head_dim + d0];
       x1 += p.bq[head * p.head_dim + d1];
     }
-    if (rotated) {
-      const float r0 = x0 * cos_v - x1 * sin_v, r1 = x0 * sin_v + x1 * cos_v;
-      x0 = r0;
-      x1 = r1;
-    }
+    ga::cuda::detail::rope_apply(rp, x0, x1);
     x[d0] = x0;
     x[d1] = x1;
   } else if (head < p.n_head + p.n_head_kv) {  // k: bias, rope, f16 into the cache
@@ -79,11 +66,7 @@ __global__ void __launch_bounds__(kThreads) qkv_rope_store_kernel(const QkvRopeS
       x0 += p.bk[o + d0];
       x1 += p.bk[o + d1];
     }
-    if (rotated) {
-      const float r0 = x0 * cos_v - x1 * sin_v, r1 = x0 * sin_v + x1 * cos_v;
-      x0 = r0;
-      x1 = r1;
-    }
+    ga::cuda::detail::rope_apply(rp, x0, x1);
     k_row[o + d0] = __float2half_rn(x0);
     k_row[o + d1] = __float2half_rn(x1);
   } else {  // v: bias, f16 into the cache (no rotation: plain adjacent dims)

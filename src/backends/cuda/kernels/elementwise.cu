@@ -9,6 +9,7 @@
 #include "backends/cuda/kernels/device_bytes.cuh"
 #include "backends/cuda/kernels/elementwise.h"
 #include "backends/cuda/kernels/pdl.cuh"
+#include "backends/cuda/kernels/step_math.cuh"
 
 namespace ga::cuda {
 namespace detail {
@@ -46,7 +47,7 @@ __global__ void __launch_bounds__(kThreads) head_rms_norm_kernel(const HeadRmsNo
   float sum_sq = 0.0f;
   for (int64_t i = threadIdx.x; i < p.head_dim; i += kThreads) sum_sq += x[i] * x[i];
   const float total = block_total(sum_sq, warp_sums);
-  const float inv = rsqrtf(total / static_cast<float>(p.head_dim) + p.eps);
+  const float inv = inv_rms(total, p.head_dim, p.eps);
   for (int64_t i = threadIdx.x; i < p.head_dim; i += kThreads) x[i] = x[i] * inv * w[i];
 }
 

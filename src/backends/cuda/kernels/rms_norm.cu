@@ -21,6 +21,7 @@
 #include "backends/cuda/kernels/device_bytes.cuh"
 #include "backends/cuda/kernels/ops.h"
 #include "backends/cuda/kernels/pdl.cuh"
+#include "backends/cuda/kernels/step_math.cuh"
 #include "backends/cuda/kernels/x_int8.cuh"
 
 namespace ga::cuda {
@@ -53,7 +54,7 @@ __global__ void __launch_bounds__(kNormThreads) rms_norm_kernel(const RmsNormPar
   float total = 0.0f;
 #pragma unroll
   for (int w = 0; w < kNormThreads / 32; ++w) total += warp_sums[w];
-  const float inv_rms = 1.0f / sqrtf(total / static_cast<float>(p.n) + p.eps);
+  const float inv_rms = detail::inv_rms(total, p.n, p.eps);
 
   for (int64_t i = threadIdx.x; i < p.n; i += kNormThreads) {
     // each thread re-reads only what it wrote above, so no barrier is needed before this pass
@@ -117,7 +118,7 @@ __global__ void __launch_bounds__(kNormThreads) rms_norm_vec_kernel(const RmsNor
     sum_sq = fmaf(v[k].z, v[k].z, sum_sq);
     sum_sq = fmaf(v[k].w, v[k].w, sum_sq);
   }
-  const float inv_rms = 1.0f / sqrtf(block_sum(sum_sq, warp_sums) / static_cast<float>(p.n) + p.eps);
+  const float inv_rms = detail::inv_rms(block_sum(sum_sq, warp_sums), p.n, p.eps);
 #pragma unroll
   for (int k = 0; k < kVec; ++k) {
     const int i = static_cast<int>(threadIdx.x) + k * kNormThreads;

@@ -14,6 +14,7 @@
 #include "backends/cuda/kernels/gemv.h"
 #include "backends/cuda/kernels/ops.h"
 #include "backends/cuda/kernels/pdl.cuh"
+#include "backends/cuda/kernels/step_math.cuh"
 #include "backends/cuda/kernels/x_int8.cuh"
 
 namespace ga::cuda {
@@ -22,16 +23,9 @@ namespace {
 
 constexpr int kSwigluThreads = 256;
 constexpr int64_t kSwigluMaxBlocks = 65535;
-constexpr float kSqrt2OverPi = 0.7978845608028654f;
-constexpr float kGeluCubic = 0.044715f;
-
 template <GluActivation A>
 __device__ __forceinline__ float activate(float g) {
-  if constexpr (A == GluActivation::kSilu) {
-    return g / (1.0f + expf(-g));
-  } else {
-    return 0.5f * g * (1.0f + tanhf(kSqrt2OverPi * (g + kGeluCubic * g * g * g)));
-  }
+  return glu_activate(A == GluActivation::kSilu ? GluAct::kSilu : GluAct::kGeluTanh, g);
 }
 
 template <GluActivation A>
