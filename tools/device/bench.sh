@@ -11,6 +11,8 @@
 #                  (make-model --format hf, 16 GB), quantized to FP8 with 128 x 128 block scales (8 GB), gpu-accel
 #                  bench on both; the GGUF models of this machine are removed first and both folders at the end
 #   chosen         the same on the PRESET:TYPE specs of $BENCH_MODELS (e.g. "llama3-8b:Q4_K_M rwkv6-1.6b:F16")
+#   persistent     the models of the stages before it again, with the persistent decode kernel
+#                  (GA_DECODE_KERNEL=persistent): its tg128 beside the per-op step's of the same call
 #   peer           llama.cpp's llama-bench on the models of the stages before it in this call (none: the `models`
 #                  set); the peer of ../shared/peers, built into /tmp/llama.cpp-build by its build_llamacpp.sh when
 #                  missing (~6 min on 16 cores, so on a fresh machine build it in a call of its own first)
@@ -78,6 +80,13 @@ for stage in "${stages[@]}"; do
       # shellcheck disable=SC2086
       make_models ${BENCH_MODELS:?BENCH_MODELS lists PRESET:TYPE specs}
       bench_ours "gpu-accel bench chosen" 330
+      ;;
+    persistent)
+      ((${#models[@]})) || make_models llama3-1b:F16
+      made=("${models[@]}")
+      export GA_DECODE_KERNEL=persistent
+      bench_ours "gpu-accel bench, persistent decode kernel" 330
+      unset GA_DECODE_KERNEL
       ;;
     moe-models)
       for f in /tmp/models/*.gguf; do [[ $f == *qwen3-30b-a3b* || $f == *mixtral* ]] || rm -f "$f"; done

@@ -43,6 +43,14 @@ enum class Int8Activations {
                      // rows (default; 7B Q8_0 tg128 334.6 vs 328.0 tok/s in mode 2, same run, H200)
 };
 
+// How a one-token decode step runs (docs/architecture.md, "The persistent decode kernel"):
+enum class DecodeKernel {
+  kPerOp,       // each step op its kernels, the step replayed as a CUDA graph (the reference path)
+  kPersistent,  // one launch of the persistent decode kernel (backends/cuda/persistent/) where it covers the model
+                // and the step (one sequence); elsewhere the per-op step, with the reason logged once.
+                // GA_DECODE_KERNEL=persistent | per-op in the environment overrides the parameter.
+};
+
 // Prefill CUDA graphs (cuda_llama_step.cpp, "prefill graphs"): a lone prompt step of L tokens, 8 < L <= this bound,
 // replays the graph captured for the GEMM bucket of L (backends/cuda/gemm.h: 16, 20, 24, ..., 448, 512) with the
 // rows past L padded: ~200 kernel launches (16 layers of a 1B model) become one, which is what a short prefill
@@ -66,6 +74,7 @@ struct CudaForwardParams {
   int64_t max_batch = 512;   // tokens per internal step; longer evals are split (bounds scratch memory)
   bool use_cuda_graph = true;  // capture the one-token decode step once and replay it
   Int8Activations int8_activations = Int8Activations::kOnceAll;
+  DecodeKernel decode_kernel = DecodeKernel::kPerOp;
   // Prefill steps (without all_logits) of up to this many tokens replay a graph per bucket; 0: off. Needs
   // use_cuda_graph. GA_PREFILL_GRAPHS=N in the environment overrides it (a diagnostic switch: A/B in one build).
   int64_t prefill_graph_max_tokens = kPrefillGraphMaxTokens;
@@ -120,6 +129,7 @@ struct CudaBatchForwardParams {
   int64_t max_seq_positions = 4096;  // positions one sequence may reach (sizes the block tables)
   bool use_cuda_graph = true;  // replay decode-only steps (n one-token runs) as graphs captured per n
   Int8Activations int8_activations = Int8Activations::kOnceAll;
+  DecodeKernel decode_kernel = DecodeKernel::kPerOp;  // steps of one decoding sequence (as CudaForwardParams)
   // A step that is one prompt run alone (one sequence, one logits row; a lone request's prefill) of up to
   // this many tokens replays a graph per bucket; 0: off. As CudaForwardParams::prefill_graph_max_tokens.
   int64_t prefill_graph_max_tokens = kPrefillGraphMaxTokens;

@@ -103,8 +103,11 @@ step::Weight CudaEngine::find_matrix(std::string_view name) {
   e.m.n_expert = w->ne.size() == 3 ? static_cast<int64_t>(w->ne[2]) : 1;
   e.m.row_bytes = static_cast<int64_t>(row_bytes(e.m.type, static_cast<uint64_t>(w->cols())));
   // The split layout serves one matrix GEMVs; expert stacks stay in the GGUF layout their kernels read.
-  e.m.layout = e.m.n_expert == 1 && gemv_prefers_split_rows(w->type, e.m.cols) ? WeightLayout::kSplitRows
-                                                                                : WeightLayout::kGguf;
+  // (not with the persistent decode kernel, which reads the GGUF order)
+  e.m.layout = e.m.n_expert == 1 && layout_.decode_kernel == DecodeKernel::kPerOp &&
+                       gemv_prefers_split_rows(w->type, e.m.cols)
+                   ? WeightLayout::kSplitRows
+                   : WeightLayout::kGguf;
   weights_table_.push_back(std::move(e));
   const auto id = static_cast<int32_t>(weights_table_.size() - 1);
   weight_ids_.emplace(std::string(name), id);
@@ -297,7 +300,9 @@ CudaEngine::CudaEngine(const LoadedModel& model, const step::ProgramFactory& fac
     f.m = weights_table_[static_cast<size_t>(members.front())].m;
     f.m.rows = 0;
     for (const int32_t id : members) f.m.rows += weights_table_[static_cast<size_t>(id)].m.rows;
-    f.m.layout = gemv_prefers_split_rows(f.m.type, f.m.cols) ? WeightLayout::kSplitRows : WeightLayout::kGguf;
+    f.m.layout = layout_.decode_kernel == DecodeKernel::kPerOp && gemv_prefers_split_rows(f.m.type, f.m.cols)
+                     ? WeightLayout::kSplitRows
+                     : WeightLayout::kGguf;
     fused_.push_back(f);
   }
   model_ = nullptr;
@@ -381,6 +386,7 @@ CudaEngine::CudaEngine(const LoadedModel& model, const step::ProgramFactory& fac
   allocate_state();
   device_bytes_ = needed;
   kv_bytes_ = s.kv;
+  if (layout_.decode_kernel == DecodeKernel::kPersistent) build_persistent_plan();
   if (layout_.paged && layout_.use_cuda_graph) {  // every decode batch size, now (header: why)
     for (int64_t n = 1; n <= layout_.max_seqs; ++n) capture_graph(decode_shape(n));
   }
@@ -410,6 +416,11 @@ CudaEngine::CudaEngine(const LoadedModel& model, const step::ProgramFactory& fac
                                                        : ", prefill attention: mma.sync";
   }
   prefill_stats_.max_tokens = prefill_graphs_allowed_ ? layout_.prefill_graph_max_tokens : 0;
+  if (persistent_.ready) {
+    description_ += ", decode: persistent kernel (" + persistent_.plan.summary + ")";
+  } else if (layout_.decode_kernel == DecodeKernel::kPersistent) {
+    description_ += ", decode: per-op (the persistent kernel refused: " + persistent_.refusal + ")";
+  }
   if (layout_.paged) {
     description_ += str(", KV pool ", layout_.n_blocks, " x ", layout_.block_size, " positions (",
                         static_cast<double>(s.kv) / kMiB, " MiB)");
@@ -430,6 +441,7 @@ CudaEngine::~CudaEngine() {
     settle_queued_step();
   } catch (...) {
   }
+  write_persistent_trace();
   destroy_graphs();
   if (host_staging_ != nullptr) (void)cudaFreeHost(host_staging_);
   if (host_logits_ != nullptr) (void)cudaFreeHost(host_logits_);

@@ -55,6 +55,8 @@
 #include "backends/cuda/kernels/gemv.h"
 #include "backends/cuda/kernels/recurrent.h"
 #include "backends/cuda/kernels/weight_layout.h"
+#include "backends/cuda/persistent/persistent_decode.h"
+#include "backends/cuda/persistent/plan_builder.h"
 #include "backends/cuda/stream.h"
 #include "backends/step_ops.h"
 
@@ -90,6 +92,7 @@ struct EngineLayout {
   bool use_cuda_graph = true;       // capture decode steps (contiguous: 1 token; paged: n one-token runs)
   int64_t prefill_graph_max_tokens = 0;  // prefill graphs per bucket up to this step size; 0: none
   Int8Activations int8_activations = Int8Activations::kOnceAll;  // cuda_forward.h
+  DecodeKernel decode_kernel = DecodeKernel::kPerOp;              // cuda_forward.h
 };
 
 // What one enqueued step looks like (host-known bounds; the values themselves are in step_in_).
@@ -109,7 +112,11 @@ struct StepShape {
   bool pad_rows = false;
 };
 
+class PersistentRecorder;  // cuda_engine_persistent.cpp
+
 class CudaEngine final : public CudaForward, public CudaBatchForward, private step::Binder, private step::Ops {
+  friend class PersistentRecorder;
+
  public:
   CudaEngine(const LoadedModel& model, const step::ProgramFactory& factory, const EngineLayout& layout);
   ~CudaEngine() override;
@@ -393,6 +400,31 @@ class CudaEngine final : public CudaForward, public CudaBatchForward, private st
   };
   std::vector<CapturedStep> graphs_;  // [max_seqs + 1], by tokens in the step
   void capture_into(CapturedStep& g, const StepShape& shape);
+
+  // ---- the persistent decode kernel (cuda_engine_persistent.cpp, persistent/) ----
+  // With DecodeKernel::kPersistent the Program is run once at construction against a recorder instead of the
+  // kernels; the plan builder turns its ops into the kernel's instructions. A one-token step with one logits row
+  // (the contiguous decode, a paged step of one sequence) then runs as the embedding gather and one launch of the
+  // kernel, in the decode graph as elsewhere. A model the kernel does not cover keeps the per-op step; the reason
+  // is logged once and shown in description().
+  struct Persistent {
+    bool ready = false;
+    std::string refusal;  // why not, when asked for and refused
+    persistent::DeviceLimits limits;
+    persistent::Plan plan;
+    DeviceBuffer instrs, deps, counters, partials;
+    step::Weight embed_table;
+    step::View embed_out;
+    float embed_scale = 1.0f;
+    std::string trace_path;  // GA_PERSISTENT_TRACE: the last step's timeline is written there at the end
+    DeviceBuffer trace;
+    bool traced = false;     // a step ran with the trace on
+  };
+  Persistent persistent_;
+  void build_persistent_plan();
+  bool persistent_applies(const StepShape& shape) const;
+  void enqueue_persistent_step(const StepShape& shape);
+  void write_persistent_trace() noexcept;
 
   // ---- matmul warm-up: the Program run with every op but the products skipped ----
   bool warm_matmuls_only_ = false;

@@ -153,6 +153,10 @@ AttentionParams CudaEngine::attention_params(const step::AttentionOp& op, const 
 }
 
 void CudaEngine::enqueue_step(const StepShape& shape) {
+  if (persistent_applies(shape)) {
+    enqueue_persistent_step(shape);
+    return;
+  }
   shape_ = &shape;
   xq_of_ = step::View{};
   attn_out_ = step::View{};
@@ -497,6 +501,13 @@ engine::EngineLayout layout_from_common_params(const Params& params) {
   layout.device = params.device;
   layout.use_cuda_graph = params.use_cuda_graph;
   layout.int8_activations = params.int8_activations;
+  layout.decode_kernel = params.decode_kernel;
+  if (const char* env = std::getenv("GA_DECODE_KERNEL"); env != nullptr && *env != '\0') {
+    const std::string_view v(env);
+    GA_CHECK(v == "persistent" || v == "per-op", InvalidArgument, "GA_DECODE_KERNEL=", v,
+             ": expected persistent or per-op");
+    layout.decode_kernel = v == "persistent" ? DecodeKernel::kPersistent : DecodeKernel::kPerOp;
+  }
   layout.prefill_graph_max_tokens = params.use_cuda_graph ? std::max<int64_t>(params.prefill_graph_max_tokens, 0) : 0;
   // GA_PREFILL_GRAPHS=N (0: off): a diagnostic switch for before/after measurements in one build.
   if (const char* env = std::getenv("GA_PREFILL_GRAPHS"); env != nullptr && *env != '\0' && params.use_cuda_graph) {
