@@ -128,7 +128,7 @@ TEST(CudaPersistentDecode, EveryWeightTypeMatchesTheCpu) {
   EXPECT_GT(rows, 0u);
 }
 
-// Positions past several chunks of kAttnMinChunk (128): the attention splits each KV head's positions over CTAs and
+// Positions past several chunks of kAttnMinChunk (32): the attention splits each KV head's positions over CTAs and
 // the output projection merges the chunks; Gemma 2's sliding window of 24 bounds the span instead.
 TEST(CudaPersistentDecode, LongContextsSplitTheAttention) {
   GA_REQUIRE_CUDA_DEVICE();

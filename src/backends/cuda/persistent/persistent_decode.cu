@@ -513,7 +513,7 @@ __device__ void attention_tile(const AttnInstr& at, int t, const StepArgs& a, fl
     float o = 0.0f, sum = 0.0f;
     for (int w = 0; w < kConsumerWarps; ++w) {
       const float* ww = wacc + (w * group + g) * stride;
-      const float f = expf(ww[hd] - mx);  // a warp with no position: exp(-inf) = 0
+      const float f = ww[hd] == -INFINITY ? 0.0f : expf(ww[hd] - mx);  // a warp with no position counts 0
       o = fmaf(f, ww[d], o);
       sum = fmaf(f, ww[hd + 1], sum);
     }

@@ -33,7 +33,7 @@ inline constexpr int kMaxSlots = 8;
 inline constexpr int kMaxTileRows = 8;        // rows of one GEMV tile in a slot (gate + up rows for kGlu)
 inline constexpr int kAttnMaxGroup = 8;       // query heads per KV head
 inline constexpr int kAttnMaxGroupDims = 32;  // group * head_dim / 32: accumulators per lane
-inline constexpr int kAttnMinChunk = 128;     // positions below which a KV head is not split further
+inline constexpr int kAttnMinChunk = 32;      // positions below which a KV head is not split further
 inline constexpr int kGluTileCols = 2048;
 
 enum class OpKind : uint8_t { kGemv = 0, kAttention = 1, kRmsNorm = 2, kGlu = 3 };
