@@ -31,7 +31,9 @@ constexpr int kConsumerThreads = kConsumerWarps * 32;
 
 // ---- PTX: mbarriers (sm_80+), bulk copies (sm_90), GPU-scope counters ----
 
+#if GA_PDK_DEVICE
 __device__ __forceinline__ uint32_t smem_addr(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
+#endif
 
 __device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
 #if GA_PDK_DEVICE
