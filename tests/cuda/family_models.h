@@ -5,12 +5,15 @@
 // 24 and 40 and Gemma 2's soft-caps of 50 / 30), in F16 and in a Q4_K_M mix.
 #pragma once
 
+#include <cstdint>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "common/test_data.h"
 #include "cuda/random_test_model.h"
 #include "gpu_accel/model.h"
+#include "gpu_accel/session.h"
 
 namespace ga::test::cuda {
 
@@ -26,6 +29,25 @@ inline std::vector<std::string> arch_data_models() {
 
 inline std::vector<std::string> family_presets() {
   return {"tiny-qwen3", "tiny-gemma2", "tiny-gemma3", "tiny-phi3", "tiny-mixtral", "tiny-qwen2moe", "tiny-qwen3moe"};
+}
+
+// The Session options the family tests compare devices with: an F16 KV cache (the GPU's), 2 CPU threads.
+inline ga::SessionOptions family_session_options(const std::string& device, int64_t n_ctx) {
+  ga::SessionOptions o;
+  o.n_ctx = n_ctx;
+  o.n_threads = 2;
+  o.kv_type = ga::KvType::F16;
+  o.device = device;
+  return o;
+}
+
+// n token ids drawn from [3, n_vocab) (past the special tokens), seeded.
+inline std::vector<int32_t> random_token_ids(int64_t n_vocab, size_t n, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int32_t> pick(3, static_cast<int32_t>(n_vocab - 1));
+  std::vector<int32_t> out(n);
+  for (int32_t& t : out) t = pick(rng);
+  return out;
 }
 
 // Every family model (loaded once per process).

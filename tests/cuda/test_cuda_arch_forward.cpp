@@ -32,33 +32,16 @@ using ga::test::cuda::expect_logit_rows_close;
 constexpr double kMaxRelL2 = 1e-2;
 constexpr double kNearTie = 1e-3;
 
-ga::SessionOptions options(const std::string& device) {
-  ga::SessionOptions o;
-  o.n_ctx = 96;
-  o.n_threads = 2;
-  o.kv_type = ga::KvType::F16;
-  o.device = device;
-  return o;
-}
-
-std::vector<int32_t> random_tokens(int64_t n_vocab, size_t n, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int32_t> pick(3, static_cast<int32_t>(n_vocab - 1));
-  std::vector<int32_t> out(n);
-  for (int32_t& t : out) t = pick(rng);
-  return out;
-}
-
 TEST(CudaArchForward, EveryFamilyMatchesTheCpuSession) {
   GA_REQUIRE_CUDA_DEVICE();
   size_t rows = 0;
   for (const ga::test::cuda::FamilyModel& m : ga::test::cuda::family_models()) {
     SCOPED_TRACE(m.tag);
-    ga::Session cpu(m.model, options("cpu"));
-    ga::Session gpu(m.model, options("cuda"));
+    ga::Session cpu(m.model, ga::test::cuda::family_session_options("cpu", 96));
+    ga::Session gpu(m.model, ga::test::cuda::family_session_options("cuda", 96));
     ASSERT_EQ(gpu.device(), "cuda:0");
     const int64_t n_vocab = m.model.config.n_vocab;
-    const std::vector<int32_t> seq = random_tokens(n_vocab, 40, 5);
+    const std::vector<int32_t> seq = ga::test::cuda::random_token_ids(n_vocab, 40, 5);
     double worst = 0;
     const std::span<const int32_t> prompt(seq.data(), 5);
     rows += expect_logit_rows_close(m.tag + " prompt", gpu.eval(prompt, true), cpu.eval(prompt, true), n_vocab,
@@ -81,9 +64,9 @@ TEST(CudaArchForward, EveryFamilyGreedyTokensMatchTheCpu) {
   GA_REQUIRE_CUDA_DEVICE();
   for (const ga::test::cuda::FamilyModel& m : ga::test::cuda::family_models()) {
     SCOPED_TRACE(m.tag);
-    ga::Session cpu(m.model, options("cpu"));
-    ga::Session gpu(m.model, options("cuda"));
-    const std::vector<int32_t> prompt = random_tokens(m.model.config.n_vocab, 8, 9);
+    ga::Session cpu(m.model, ga::test::cuda::family_session_options("cpu", 96));
+    ga::Session gpu(m.model, ga::test::cuda::family_session_options("cuda", 96));
+    const std::vector<int32_t> prompt = ga::test::cuda::random_token_ids(m.model.config.n_vocab, 8, 9);
     const int compared = ga::test::cuda::expect_same_greedy_tokens(m.tag, cpu, gpu, prompt, 24, kNearTie);
     EXPECT_GT(compared, 0);
   }
@@ -98,9 +81,9 @@ TEST(CudaArchForward, MoePrefillPathsMatchTheCpuSession) {
   for (const ga::test::cuda::FamilyModel& m : ga::test::cuda::family_models()) {
     if (m.model.config.transformer.n_expert == 0) continue;
     const int64_t n_vocab = m.model.config.n_vocab;
-    const std::vector<int32_t> seq = random_tokens(n_vocab, 84, 7);
+    const std::vector<int32_t> seq = ga::test::cuda::random_token_ids(n_vocab, 84, 7);
     const std::span<const int32_t> prompt(seq.data(), 80);
-    ga::Session cpu(m.model, options("cpu"));
+    ga::Session cpu(m.model, ga::test::cuda::family_session_options("cpu", 96));
     const std::vector<float> want = cpu.eval(prompt, true);
     std::vector<std::vector<float>> want_decode;
     for (size_t i = 80; i < seq.size(); ++i) want_decode.push_back(cpu.eval(std::span<const int32_t>(&seq[i], 1)));
@@ -110,7 +93,7 @@ TEST(CudaArchForward, MoePrefillPathsMatchTheCpuSession) {
       if (!grouped_fits && std::string(path) == "grouped") continue;
       SCOPED_TRACE(m.tag + ", prefill " + path);
       ASSERT_EQ(setenv("GA_MOE_PREFILL", path, 1), 0);
-      ga::Session gpu(m.model, options("cuda"));
+      ga::Session gpu(m.model, ga::test::cuda::family_session_options("cuda", 96));
       double worst = 0;
       rows += expect_logit_rows_close(m.tag + " prefill", gpu.eval(prompt, true), want, n_vocab, kMaxRelL2, worst);
       for (size_t i = 80; i < seq.size(); ++i) {

@@ -50,23 +50,6 @@ class ScopedEnv {
   const char* name_;
 };
 
-ga::SessionOptions options(const std::string& device, int64_t n_ctx) {
-  ga::SessionOptions o;
-  o.n_ctx = n_ctx;
-  o.n_threads = 2;
-  o.kv_type = ga::KvType::F16;
-  o.device = device;
-  return o;
-}
-
-std::vector<int32_t> random_tokens(int64_t n_vocab, size_t n, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int32_t> pick(3, static_cast<int32_t>(n_vocab - 1));
-  std::vector<int32_t> out(n);
-  for (int32_t& t : out) t = pick(rng);
-  return out;
-}
-
 bool is_moe(const std::string& tag) {
   return tag.find("moe") != std::string::npos || tag.find("mixtral") != std::string::npos;
 }
@@ -75,8 +58,8 @@ bool is_moe(const std::string& tag) {
 // each compared with the CPU. Returns the rows compared; `worst` gets the worst rel L2.
 size_t check_decode(const std::string& tag, const ga::LoadedModel& model, size_t prompt, size_t total, int64_t n_ctx,
                     bool expect_persistent, double& worst) {
-  ga::Session cpu(model, options("cpu", n_ctx));
-  ga::Session gpu(model, options("cuda", n_ctx));
+  ga::Session cpu(model, ga::test::cuda::family_session_options("cpu", n_ctx));
+  ga::Session gpu(model, ga::test::cuda::family_session_options("cuda", n_ctx));
   const std::string description = gpu.device_description();
   if (expect_persistent) {
     EXPECT_NE(description.find("decode: persistent kernel"), std::string::npos) << tag << ": " << description;
@@ -84,7 +67,7 @@ size_t check_decode(const std::string& tag, const ga::LoadedModel& model, size_t
     EXPECT_NE(description.find("the persistent kernel refused"), std::string::npos) << tag << ": " << description;
   }
   const int64_t n_vocab = model.config.n_vocab;
-  const std::vector<int32_t> seq = random_tokens(n_vocab, total, 7);
+  const std::vector<int32_t> seq = ga::test::cuda::random_token_ids(n_vocab, total, 7);
   const std::span<const int32_t> head(seq.data(), prompt);
   size_t rows = expect_logit_rows_close(tag + " prompt", gpu.eval(head), cpu.eval(head), n_vocab, kMaxRelL2, worst);
   for (size_t i = prompt; i < total; ++i) {
@@ -159,9 +142,9 @@ TEST(CudaPersistentDecode, CpAsyncCopiesMatchTheCpu) {
 TEST(CudaPersistentDecode, GreedyTokensEqualThePerOpStep) {
   GA_REQUIRE_CUDA_DEVICE();
   const ga::LoadedModel model = ga::load_model(ga::test::shared_path("models/tinyllamas/stories260K.gguf"));
-  ga::Session per_op(model, options("cuda", 128));
+  ga::Session per_op(model, ga::test::cuda::family_session_options("cuda", 128));
   const ScopedEnv env("GA_DECODE_KERNEL", "persistent");
-  ga::Session persistent(model, options("cuda", 128));
+  ga::Session persistent(model, ga::test::cuda::family_session_options("cuda", 128));
   const std::vector<int32_t> prompt = {1, 403, 407, 261, 471};
   EXPECT_GT(ga::test::cuda::expect_same_greedy_tokens("stories260K persistent", per_op, persistent, prompt, 64, 1e-3),
             0);
@@ -188,7 +171,7 @@ TEST(CudaPersistentDecode, PagedOneSequenceMatchesThePerOpStep) {
   for (int32_t b = 0; b < 20; ++b) table[static_cast<size_t>(b)] = 39 - 2 * b;  // blocks apart, descending
   const std::vector<std::span<const int32_t>> tables = {table};
   const int64_t n_vocab = model.config.n_vocab;
-  const std::vector<int32_t> seq = random_tokens(n_vocab, 300, 3);
+  const std::vector<int32_t> seq = ga::test::cuda::random_token_ids(n_vocab, 300, 3);
   double worst = 0;
   size_t rows = 0;
   int64_t pos = 0;
