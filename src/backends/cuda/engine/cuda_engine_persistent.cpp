@@ -66,16 +66,7 @@ class PersistentRecorder final : public step::Ops {
     int64_t col = 0;
     for (const DeviceMatrix* m : e_.products(ws)) {
       GA_CHECK(m->n_expert == 1, Unsupported, "an expert stack in a linear op");
-      persistent::rec::Gemv g;
-      g.type = m->type;
-      g.w = m->data;
-      g.rows = m->rows;
-      g.cols = m->cols;
-      g.row_bytes = m->row_bytes;
-      g.gguf_layout = m->layout == WeightLayout::kGguf;
-      g.x = e_.ptr(x);
-      g.y = e_.ptr(y) + col;
-      ops.emplace_back(g);
+      ops.emplace_back(gemv(*m, e_.ptr(x), e_.ptr(y) + col));
       col += m->rows;
     }
   }
@@ -135,17 +126,8 @@ class PersistentRecorder final : public step::Ops {
     n.eps = op.eps;
     ops.emplace_back(n);
     const DeviceMatrix& out = e_.dm(op.output);
-    persistent::rec::Gemv g;
-    g.type = out.type;
-    g.w = out.data;
-    g.rows = out.rows;
-    g.cols = out.cols;
-    g.row_bytes = out.row_bytes;
-    g.gguf_layout = out.layout == WeightLayout::kGguf;
-    g.x = e_.final_x_.as<float>();
-    g.y = e_.logits_.as<float>();
-    ops.emplace_back(g);
-    if (op.softcap > 0.0f) ops.emplace_back(persistent::rec::Softcap{g.y, out.rows, op.softcap});
+    ops.emplace_back(gemv(out, e_.final_x_.as<float>(), e_.logits_.as<float>()));
+    if (op.softcap > 0.0f) ops.emplace_back(persistent::rec::Softcap{e_.logits_.as<float>(), out.rows, op.softcap});
   }
   void add(step::View, step::View) override { refuse("add"); }
   void moe(const step::MoeOp&) override { refuse("moe"); }
@@ -153,6 +135,19 @@ class PersistentRecorder final : public step::Ops {
   void all_reduce(step::View) override { refuse("all_reduce"); }
 
  private:
+  // y = m x, with the matrix as uploaded
+  static persistent::rec::Gemv gemv(const DeviceMatrix& m, const float* x, float* y) {
+    persistent::rec::Gemv g;
+    g.type = m.type;
+    g.w = m.data;
+    g.rows = m.rows;
+    g.cols = m.cols;
+    g.row_bytes = m.row_bytes;
+    g.gguf_layout = m.layout == WeightLayout::kGguf;
+    g.x = x;
+    g.y = y;
+    return g;
+  }
   // step_math.cuh's GluAct values (a .cpp does not include device headers)
   static constexpr uint8_t detail_act_silu = 0, detail_act_gelu = 1;
   [[noreturn]] static void refuse(const char* op) {

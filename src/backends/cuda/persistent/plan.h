@@ -163,6 +163,11 @@ GA_PERSISTENT_HD inline TileRange tiles_of(const Instr& in, int32_t cta, int32_t
   return r;
 }
 
+// The weight bytes one step of a GEMV instruction streams (kGlu: its gate and its up rows).
+inline int64_t gemv_weight_bytes(const GemvInstr& g) {
+  return int64_t{g.rows} * (g.epi == Epilogue::kGlu ? 2 : 1) * g.row_bytes;
+}
+
 GA_PERSISTENT_HD inline int32_t arrivals_of(const Instr& in, int32_t g) { return in.n_tiles < g ? in.n_tiles : g; }
 
 }  // namespace ga::cuda::persistent

@@ -477,7 +477,7 @@ Plan build_plan(std::span<const StepRecord> ops, const PlanTarget& target, float
       case OpKind::kGemv:
         size_gemv(in.gemv, in.n_tiles, op);
         x_floats = std::max<int64_t>(x_floats, in.gemv.cols);
-        plan.weight_bytes += int64_t{in.gemv.rows} * (in.gemv.epi == Epilogue::kGlu ? 2 : 1) * in.gemv.row_bytes;
+        plan.weight_bytes += gemv_weight_bytes(in.gemv);
         break;
       case OpKind::kAttention:
         in.n_tiles = in.attn.n_head_kv * in.attn.n_chunks;

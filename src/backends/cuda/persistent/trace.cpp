@@ -30,10 +30,7 @@ std::string class_of(const Instr& in) {
   return "?";
 }
 
-int64_t bytes_of(const Instr& in) {
-  if (in.kind != OpKind::kGemv) return 0;
-  return int64_t{in.gemv.rows} * (in.gemv.epi == Epilogue::kGlu ? 2 : 1) * in.gemv.row_bytes;
-}
+int64_t bytes_of(const Instr& in) { return in.kind == OpKind::kGemv ? gemv_weight_bytes(in.gemv) : 0; }
 
 uint64_t first_start(const Plan& plan, std::span<const uint64_t> stamps) {
   uint64_t t0 = std::numeric_limits<uint64_t>::max();
