@@ -6,7 +6,8 @@
 //   * every family model of family_models.h (Qwen3's q/k norms, Gemma 2/3's post norms, soft-caps, sliding windows,
 //     GeGLU, Phi-3's fused projections, YaRN / LongRoPE tables; F16 and the Q4_K_M mix), where the MoE models must
 //     be refused with a reason and run per-op;
-//   * stories260K (head dim 8, f32 weights) and the fixture model in every weight type the kernel decodes;
+//   * stories260K (head dim 8, f32 weights) and the fixture model in every weight type the kernel decodes (Q4_0,
+//     Q4_1, Q5_0, Q5_1, Q8_0 and Q4_K through the int8 dot, and again on float activations);
 //   * a context past several attention chunks (kAttnMinChunk positions each), so the split attention and its
 //     log-sum-exp merge run, windowed and not;
 //   * the paged face (CudaBatchForward, one sequence: the Scheduler's lone request) against its per-op step;
@@ -109,6 +110,21 @@ TEST(CudaPersistentDecode, EveryWeightTypeMatchesTheCpu) {
                        64, true, worst);
   std::printf("%-24s worst rel L2 %.2e\n", "stories260K", worst);
   EXPECT_GT(rows, 0u);
+}
+
+// The types with an int8 dot (the default above) also on float activations, the GEMV path every other type takes.
+TEST(CudaPersistentDecode, FloatActivationsMatchTheCpu) {
+  GA_REQUIRE_CUDA_DEVICE();
+  const ScopedEnv env("GA_DECODE_KERNEL", "persistent");
+  const ScopedEnv x("GA_PERSISTENT_X", "float");
+  double worst = 0;
+  for (const char* type : {"Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K"}) {
+    const std::string name = std::string("fixture-") + type;
+    SCOPED_TRACE(name);
+    check_decode(name + " float x", ga::load_model(ga::test::shared_path("fixtures/quant/" + name + ".gguf")), 4, 24,
+                 64, true, worst);
+  }
+  std::printf("float activations: worst rel L2 %.2e\n", worst);
 }
 
 // Positions past several chunks of kAttnMinChunk (32): the attention splits each KV head's positions over CTAs and

@@ -225,6 +225,51 @@ TEST(PersistentPlan, EveryTileRunsOnceOnMinTilesGridCtas) {
   }
 }
 
+// Every GEMV's slot geometry fits a slot and covers its rows: tiles of kConsumerWarps * rows_per_warp rows, each
+// slot row's region (16-byte aligned) holding a segment plus a quantized row's 30 bytes of misalignment, segments
+// covering every block once; the int8 dot exactly for the types that have it, and only when the target allows it.
+TEST(PersistentPlan, GemvSlotsHoldTheirSegments) {
+  for (const ga::DType type : {ga::DType::F16, ga::DType::F32, ga::DType::Q4_0, ga::DType::Q8_0, ga::DType::Q5_1,
+                               ga::DType::Q4_K, ga::DType::Q6_K}) {
+    for (const bool int8_x : {true, false}) {
+      SCOPED_TRACE(std::string(ga::dtype_name(type)) + (int8_x ? " int8 x" : " float x"));
+      Space s;
+      Shape sh;
+      sh.type = type;
+      sh.n_embd = 2048;
+      sh.n_head = 32;
+      sh.n_head_kv = 8;
+      sh.n_ff = 5632;
+      sh.n_vocab = 32000;
+      sh.layers = 1;
+      pk::PlanTarget t = target();
+      t.int8_x = int8_x;
+      const pk::Plan plan = pk::build_plan(decoder_step(s, sh), t, s.floats(1 << 20));
+      const bool has_int8 = type == ga::DType::Q4_0 || type == ga::DType::Q8_0 || type == ga::DType::Q5_1 ||
+                            type == ga::DType::Q4_K;
+      for (const pk::Instr& in : plan.instrs) {
+        if (in.kind != pk::OpKind::kGemv) continue;
+        const pk::GemvInstr& g = in.gemv;
+        const bool float_rows = type == ga::DType::F16 || type == ga::DType::F32;
+        EXPECT_EQ(g.int8_x != 0, int8_x && has_int8);
+        EXPECT_TRUE(g.rows_per_warp == 1 || g.rows_per_warp == 2 || g.rows_per_warp == 4) << g.rows_per_warp;
+        EXPECT_EQ(g.tile_rows, pk::kConsumerWarps * g.rows_per_warp);
+        const int slot_rows = g.tile_rows * (g.epi == pk::Epilogue::kGlu ? 2 : 1);
+        EXPECT_LE(slot_rows / pk::kConsumerWarps, pk::kMaxWarpRows);
+        EXPECT_EQ(g.slot_region % 16, 0);
+        EXPECT_LE(int64_t{slot_rows} * g.slot_region, pk::kSlotBytes);
+        EXPECT_LE(int64_t{g.seg_blocks} * g.block_bytes + (float_rows ? 0 : 30), g.slot_region);
+        EXPECT_GE(int64_t{g.n_segs} * g.seg_blocks, g.blocks_per_row);
+        EXPECT_LT(int64_t{g.n_segs - 1} * g.seg_blocks, g.blocks_per_row);
+        EXPECT_EQ(int64_t{g.blocks_per_row} * g.block_bytes, g.row_bytes);
+        EXPECT_EQ(in.n_tiles, (g.rows + g.tile_rows - 1) / g.tile_rows);
+      }
+      EXPECT_LE(plan.x_int8_offset, plan.x_bytes);
+      EXPECT_LE(plan.smem_bytes, t.smem_bytes);
+    }
+  }
+}
+
 void expect_refused(const std::vector<pk::StepRecord>& ops, const std::string& words) {
   Space s;
   try {

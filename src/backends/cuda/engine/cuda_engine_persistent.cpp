@@ -7,6 +7,7 @@
 // per-op step then.
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -178,6 +179,13 @@ void CudaEngine::build_persistent_plan() {
     persistent::PlanTarget target;
     target.grid = p.limits.grid;
     target.smem_bytes = p.limits.smem_bytes;
+    // GA_PERSISTENT_X=float: every GEMV on float activations (the int8 dot's comparison)
+    const char* x_mode = std::getenv("GA_PERSISTENT_X");
+    target.int8_x = x_mode == nullptr || std::strcmp(x_mode, "float") != 0;
+    // GA_PERSISTENT_SLOTS=N: the ring's depth (the bytes each SM keeps in flight; tuning)
+    if (const char* slots = std::getenv("GA_PERSISTENT_SLOTS"); slots != nullptr && std::atoi(slots) > 0) {
+      target.max_slots = std::atoi(slots);
+    }
     p.plan = persistent::build_plan(rec.ops, target, p.partials.as<float>());
     const size_t instr_bytes = p.plan.instrs.size() * sizeof(persistent::Instr);
     p.instrs = DeviceBuffer(allocator_, instr_bytes);
@@ -230,7 +238,10 @@ void CudaEngine::enqueue_persistent_step(const StepShape& shape) {
   }
   a.n_slots = p.plan.n_slots;
   a.x_offset = p.plan.n_slots * persistent::kSlotBytes;
+  a.x_int8_offset = static_cast<int32_t>(p.plan.x_int8_offset);
   a.bulk_copies = p.limits.bulk_copies;
+  const char* probe = std::getenv("GA_PERSISTENT_PROBE");
+  a.stream_only = probe != nullptr && std::strcmp(probe, "stream") == 0;
   a.trace = p.trace.as<uint64_t>();
   p.traced = p.traced || a.trace != nullptr;
   GA_CUDA_CHECK(persistent::persistent_decode(a, p.plan.grid, p.plan.smem_bytes, stream_.get()));

@@ -183,9 +183,31 @@ struct Int8Traits<DecodeQ8_0> : Int8RoutingDefaults {
   }
 };
 
-// Q4_K: a unit is one super-block (144 bytes, 8 sub-blocks of 32); sub-block b = 2g + h is the low
-// (h = 0) or high (h = 1) nibbles of qs[32g .. 32g + 32), so its code word k is qs word 8g + k shifted
-// by 4h; d = d_super * sc and o = -(dmin * m) are the CPU's float products (quant_blocks.h).
+// Sub-block b (0..7) of a Q4_K super-block: head[0] holds d and dmin, head[1..3] the 12 scale bytes, qs the 8 words
+// of qs[32 (b >> 1) .. + 32) (sub-block b is their low (b even) or high nibbles); d = d_super * sc and
+// o = -(dmin * m) are the CPU's float products (quant_blocks.h). The per-op kernel calls it with b a constant (every
+// selection folds away), the persistent decode kernel with a lane's own b.
+__device__ __forceinline__ void q4k_sub_block(const uint32_t (&head)[4], const uint32_t* qs, int b, uint32_t* codes,
+                                              float& d, float& o) {
+  const auto scale_byte = [&](int i) -> int {
+    const uint32_t w = i < 4 ? head[1] : (i < 8 ? head[2] : head[3]);
+    return static_cast<int>((w >> (8 * (i & 3))) & 0xFFu);
+  };
+  int sc = 0, m = 0;
+  if (b < 4) {
+    sc = scale_byte(b) & 63;
+    m = scale_byte(b + 4) & 63;
+  } else {
+    sc = (scale_byte(b + 4) & 0xF) | ((scale_byte(b - 4) >> 6) << 4);
+    m = (scale_byte(b + 4) >> 4) | ((scale_byte(b) >> 6) << 4);
+  }
+  d = __fmul_rn(__half2float(__ushort_as_half(static_cast<unsigned short>(head[0] & 0xFFFFu))), static_cast<float>(sc));
+  o = -__fmul_rn(__half2float(__ushort_as_half(static_cast<unsigned short>(head[0] >> 16))), static_cast<float>(m));
+#pragma unroll
+  for (int k = 0; k < 8; ++k) codes[k] = (qs[k] >> (4 * (b & 1))) & kLowNibbles;
+}
+
+// Q4_K: a unit is one super-block (144 bytes, 8 sub-blocks of 32); q4k_sub_block reads sub-block b.
 template <>
 struct Int8Traits<DecodeQ4_K> : Int8RoutingDefaults {
   using Block = layout::BlockQ4_K;
@@ -194,24 +216,12 @@ struct Int8Traits<DecodeQ4_K> : Int8RoutingDefaults {
   static constexpr int kSubBlocks = 8;
   static constexpr int kUnitBlocks = 8;  // 32-weight blocks per unit: one super-block, 144 bytes
   static constexpr bool kHasOffset = true;
-  static __device__ __forceinline__ int scale_byte(const uint32_t* u, int i) {
-    const int off = static_cast<int>(offsetof(Block, scales)) + i;
-    return static_cast<int>((u[off >> 2] >> (8 * (off & 3))) & 0xFFu);
-  }
+  static_assert(offsetof(Block, d) == 0 && offsetof(Block, dmin) == 2 && offsetof(Block, scales) == 4 &&
+                    offsetof(Block, qs) == 16,
+                "q4k_sub_block reads the head as four words and qs from byte 16");
   static __device__ __forceinline__ void block(const uint32_t* u, int b, uint32_t* codes, float& d, float& o) {
-    int sc = 0, m = 0;
-    if (b < 4) {
-      sc = scale_byte(u, b) & 63;
-      m = scale_byte(u, b + 4) & 63;
-    } else {
-      sc = (scale_byte(u, b + 4) & 0xF) | ((scale_byte(u, b - 4) >> 6) << 4);
-      m = (scale_byte(u, b + 4) >> 4) | ((scale_byte(u, b) >> 6) << 4);
-    }
-    d = __fmul_rn(unit_half(u, static_cast<int>(offsetof(Block, d))), static_cast<float>(sc));
-    o = -__fmul_rn(unit_half(u, static_cast<int>(offsetof(Block, dmin))), static_cast<float>(m));
-    const int qs_off = static_cast<int>(offsetof(Block, qs)) + 32 * (b >> 1);
-#pragma unroll
-    for (int k = 0; k < 8; ++k) codes[k] = (unit_word(u, qs_off + 4 * k) >> (4 * (b & 1))) & kLowNibbles;
+    const uint32_t head[4] = {u[0], u[1], u[2], u[3]};
+    q4k_sub_block(head, u + 4 + 8 * (b >> 1), b, codes, d, o);
   }
 };
 

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "backends/cuda/kernels/device_bytes.cuh"
+#include "backends/cuda/kernels/gemv_int8.cuh"
 #include "backends/cuda/kernels/gemv_kernel.cuh"
 #include "backends/cuda/kernels/step_math.cuh"
 
@@ -17,6 +18,7 @@ namespace {
 using namespace ga::cuda::detail;
 
 constexpr int kConsumerThreads = kConsumerWarps * 32;
+static_assert(kXInt8BlockBytes == kXBlockBytes, "plan.h's size of an int8 x block is x_int8.cuh's");
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
 #define GA_PDK_DEVICE 1
@@ -174,16 +176,17 @@ struct Span {
 };
 
 __device__ __forceinline__ Span segment_span(const GemvInstr& g, const uint8_t* row, int s) {
-  const int64_t bpb = g.row_bytes / g.blocks_per_row;
   const int blocks = min(g.seg_blocks, g.blocks_per_row - s * g.seg_blocks);
-  const uint8_t* first = row + static_cast<int64_t>(s) * g.seg_blocks * bpb;
+  const uint8_t* first = row + static_cast<int64_t>(s) * g.seg_blocks * g.block_bytes;
   Span sp;
   sp.shift = static_cast<uint32_t>(reinterpret_cast<uintptr_t>(first) & 15);
   sp.src = first - sp.shift;
   // up to 15 bytes past the segment: within the next row or the weight buffer's 16 bytes of slack
-  sp.bytes = (sp.shift + static_cast<uint32_t>(blocks * bpb) + 15u) & ~15u;
+  sp.bytes = (sp.shift + static_cast<uint32_t>(blocks * g.block_bytes) + 15u) & ~15u;
   return sp;
 }
+
+static_assert(kConsumerWarps * kMaxWarpRows <= 64, "the producer copies at most two slot rows per lane");
 
 __device__ void produce(const StepArgs& a, uint8_t* ring, uint64_t* full, uint64_t* empty) {
   const int lane = threadIdx.x & 31;
@@ -194,21 +197,29 @@ __device__ void produce(const StepArgs& a, uint8_t* ring, uint64_t* full, uint64
     const GemvInstr& g = in.gemv;
     const TileRange tr = tiles_of(in, static_cast<int32_t>(blockIdx.x), static_cast<int32_t>(gridDim.x));
     const int rows = slot_rows_of(g);
-    const uint32_t region = kSlotBytes / rows;
+    const auto region = static_cast<uint32_t>(g.slot_region);
     for (int t = tr.first; t < tr.first + tr.count; ++t) {
       for (int s = 0; s < g.n_segs; ++s, ++k) {
         const uint32_t slot = k % a.n_slots;
         if (k >= static_cast<uint32_t>(a.n_slots)) mbar_wait(&empty[slot], ((k / a.n_slots) - 1) & 1u);
         uint8_t* base = ring + slot * kSlotBytes;
         if (a.bulk_copies) {
-          Span sp{nullptr, 0, 0};
-          if (lane < rows) sp = segment_span(g, tile_row(g, t, lane), s);
-          uint32_t total = sp.bytes;
+          // lane l copies slot rows l, l + 32, ...; the barrier expects their bytes before any copy is issued
+          Span sp[2] = {{nullptr, 0, 0}, {nullptr, 0, 0}};
+          uint32_t total = 0;
+#pragma unroll
+          for (int j = 0; j < 2; ++j) {
+            if (lane + 32 * j < rows) sp[j] = segment_span(g, tile_row(g, t, lane + 32 * j), s);
+            total += sp[j].bytes;
+          }
 #pragma unroll
           for (int o = 16; o > 0; o >>= 1) total += __shfl_xor_sync(0xffffffffu, total, o);
           if (lane == 0) mbar_arrive_expect_tx(&full[slot], total);
           __syncwarp();
-          if (lane < rows) bulk_copy(base + lane * region, sp.src, sp.bytes, &full[slot]);
+#pragma unroll
+          for (int j = 0; j < 2; ++j) {
+            if (lane + 32 * j < rows) bulk_copy(base + (lane + 32 * j) * region, sp[j].src, sp[j].bytes, &full[slot]);
+          }
         } else {
           for (int r = 0; r < rows; ++r) {
             const Span sp = segment_span(g, tile_row(g, t, r), s);
@@ -225,6 +236,8 @@ __device__ void produce(const StepArgs& a, uint8_t* ring, uint64_t* full, uint64
 
 // ---- GEMV ----
 
+constexpr int kMergeBatch = 4;  // attention chunks whose partials the merge loads at once
+
 // The x of a GEMV into shared memory (cols floats), as its xload says.
 __device__ void stage_x(const GemvInstr& g, const StepArgs& a, float* xs, float* red) {
   const int tid = threadIdx.x;
@@ -235,13 +248,36 @@ __device__ void stage_x(const GemvInstr& g, const StepArgs& a, float* xs, float*
     for (int e = tid; e < g.cols; e += kConsumerThreads) {
       const int h = e / hd, d = e - h * hd;
       const float* part = g.x + h * head_stride;
+      // the chunks' (max, sum, value) loaded kMergeBatch at a time, all before any is used (one L2 round trip
+      // per batch, not per load); the max first over every chunk, so the result does not depend on the batching
       float m = -INFINITY;
-      for (int c = 0; c < n_eff; ++c) m = fmaxf(m, load_act(part + c * chunk_stride + hd));
+      for (int c0 = 0; c0 < n_eff; c0 += kMergeBatch) {
+        float mc[kMergeBatch];
+#pragma unroll
+        for (int u = 0; u < kMergeBatch; ++u) {
+          mc[u] = c0 + u < n_eff ? load_act(part + (c0 + u) * chunk_stride + hd) : -INFINITY;
+        }
+#pragma unroll
+        for (int u = 0; u < kMergeBatch; ++u) m = fmaxf(m, mc[u]);
+      }
       float num = 0.0f, den = 0.0f;
-      for (int c = 0; c < n_eff; ++c) {
-        const float w = expf(load_act(part + c * chunk_stride + hd) - m);
-        num = fmaf(w, load_act(part + c * chunk_stride + d), num);
-        den = fmaf(w, load_act(part + c * chunk_stride + hd + 1), den);
+      for (int c0 = 0; c0 < n_eff; c0 += kMergeBatch) {
+        float mc[kMergeBatch], vc[kMergeBatch], sc[kMergeBatch];
+#pragma unroll
+        for (int u = 0; u < kMergeBatch; ++u) {
+          const bool in = c0 + u < n_eff;
+          const float* pc = part + (c0 + u) * chunk_stride;
+          mc[u] = in ? load_act(pc + hd) : -INFINITY;
+          vc[u] = in ? load_act(pc + d) : 0.0f;
+          sc[u] = in ? load_act(pc + hd + 1) : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < kMergeBatch; ++u) {
+          if (c0 + u >= n_eff) break;
+          const float w = expf(mc[u] - m);
+          num = fmaf(w, vc[u], num);
+          den = fmaf(w, sc[u], den);
+        }
       }
       xs[e] = num / den;
     }
@@ -261,40 +297,110 @@ __device__ void stage_x(const GemvInstr& g, const StepArgs& a, float* xs, float*
   consumer_sync();
 }
 
-// The tiles [tr.first, tr.first + tr.count) of a GEMV: R rows of decoder D per ring slot.
-template <class D, int R>
+// For the int8 dot: x (staged in xs) as int8 digits and (d_x, sum) per block of 32 at xq (x_int8.cuh's layout and
+// rounding, the per-op int8 GEMV's).
+__device__ void quantize_x(const GemvInstr& g, const float* xs, int8_t* xq) {
+  const int nb = g.cols / 32;
+  float2* ds = x_int8_scales(xq, nb);
+  for (int b = threadIdx.x; b < nb; b += kConsumerThreads) {
+    gemv_quantize_x_block(xs + 32 * b, xq + static_cast<int64_t>(b) * kXBlockBytes, ds + b);
+  }
+  consumer_sync();
+}
+
+// Consumer warp w owns output rows [w * rpw, (w + 1) * rpw) of every tile of a GEMV and reads them (for kGlu their
+// gate rows, then their up rows) from every slot of the tile: its lanes split a row's blocks, one x load serves all
+// its rows, and a row's sum is one warp reduction. No barrier across warps: a warp releases a slot when it is done
+// with it and runs ahead into the next one.
+struct WarpRows {
+  int rpw = 0;     // output rows
+  int n_rows = 0;  // slot rows it reads, <= kMaxWarpRows: rpw, or 2 rpw for kGlu
+  int slot_row[kMaxWarpRows];  // gate (or plain) rows w * rpw + j, for kGlu then up rows tile_rows + w * rpw + j
+};
+
+__device__ __forceinline__ WarpRows warp_rows(const GemvInstr& g) {
+  const int warp = threadIdx.x >> 5;
+  WarpRows wr;
+  wr.rpw = g.rows_per_warp;
+  wr.n_rows = g.epi == Epilogue::kGlu ? 2 * wr.rpw : wr.rpw;
+#pragma unroll
+  for (int i = 0; i < kMaxWarpRows; ++i) {
+    wr.slot_row[i] = i < wr.rpw ? warp * wr.rpw + i : g.tile_rows + warp * wr.rpw + (i - wr.rpw);
+  }
+  return wr;
+}
+
+// Where the warp's rows of segment s of tile t start in the slot (byte offsets of the dynamic shared memory);
+// true when every one starts on 16 bytes.
+template <class D>
+__device__ __forceinline__ bool stage_rows(const GemvInstr& g, const WarpRows& wr, int t, int s, uint32_t slot,
+                                           uint32_t (&row_stage)[kMaxWarpRows]) {
+  bool aligned = true;
+#pragma unroll
+  for (int i = 0; i < kMaxWarpRows; ++i) {
+    uint32_t shift = 0;
+    if (i < wr.n_rows) {
+      const uint8_t* first = tile_row(g, t, wr.slot_row[i]) + static_cast<int64_t>(s) * g.seg_blocks * D::kBlockBytes;
+      shift = static_cast<uint32_t>(reinterpret_cast<uintptr_t>(first) & 15);
+    }
+    row_stage[i] = slot * kSlotBytes + wr.slot_row[i] * static_cast<uint32_t>(g.slot_region) + shift;
+    aligned = aligned && shift == 0;
+  }
+  return aligned;
+}
+
+// The warp's sums of tile t into y: lane j stores output row j of the warp (for kGlu with its up row j + rpw).
+__device__ __forceinline__ void store_warp_rows(const GemvInstr& g, const WarpRows& wr, int t,
+                                                float (&acc)[kMaxWarpRows]) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int i = 0; i < kMaxWarpRows; ++i) acc[i] = warp_sum(acc[i]);
+  if (lane >= wr.rpw) return;
+  float sum = 0.0f, up = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kMaxWarpRows; ++i) {  // constant indices keep acc in registers
+    if (i == lane) sum = acc[i];
+    if (i == lane + wr.rpw) up = acc[i];
+  }
+  const int row = t * g.tile_rows + warp * wr.rpw + lane;
+  if (row >= g.rows) return;
+  switch (g.epi) {
+    case Epilogue::kStore: g.y[row] = sum; break;
+    case Epilogue::kAccumulate: g.y[row] = load_act(g.y + row) + sum; break;
+    case Epilogue::kSoftcap: g.y[row] = g.softcap * tanhf(sum / g.softcap); break;
+    case Epilogue::kGlu: g.y[row] = glu_activate(static_cast<GluAct>(g.act), sum) * up; break;
+  }
+}
+
+// The tiles [tr.first, tr.first + tr.count) of a GEMV with decoder D on float x (staged in xs).
+template <class D>
 __device__ void gemv_tiles(const GemvInstr& g, TileRange tr, uint32_t& k, const StepArgs& a, uint64_t* full,
-                           uint64_t* empty, const float* xs, float (&partial)[2][kConsumerWarps][kMaxTileRows],
-                           int& pb) {
+                           uint64_t* empty, const float* xs) {
   constexpr int kE = D::kElems;
   constexpr int kG = D::kGroups;
   constexpr int kBlocksPerIter = 32 / D::kLanesPerBlock;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int lane = threadIdx.x & 31;
   const int part = lane % D::kLanesPerBlock;
-  constexpr uint32_t kRegion = kSlotBytes / R;
+  const WarpRows wr = warp_rows(g);
   for (int t = tr.first; t < tr.first + tr.count; ++t) {
-    float acc[R];
+    float acc[kMaxWarpRows];
 #pragma unroll
-    for (int i = 0; i < R; ++i) acc[i] = 0.0f;
+    for (int i = 0; i < kMaxWarpRows; ++i) acc[i] = 0.0f;
     for (int s = 0; s < g.n_segs; ++s, ++k) {
       const uint32_t slot = k % a.n_slots;
-      mbar_wait(&full[slot], (k / a.n_slots) & 1u);
       const int n_blocks = min(g.seg_blocks, g.blocks_per_row - s * g.seg_blocks);
-      uint32_t row_stage[R];
-      bool aligned = true;  // every row's segment starts on 16 bytes (float rows of whole chunks always do)
-#pragma unroll
-      for (int i = 0; i < R; ++i) {
-        const Span sp = segment_span(g, tile_row(g, t, i), s);
-        row_stage[i] = slot * kSlotBytes + i * kRegion + sp.shift;
-        aligned = aligned && sp.shift == 0;
-      }
-      for (int b = warp * kBlocksPerIter + lane / D::kLanesPerBlock; b < n_blocks;
-           b += kConsumerWarps * kBlocksPerIter) {
+      uint32_t row_stage[kMaxWarpRows];
+      // every row's segment starts on 16 bytes (float rows of whole chunks always do)
+      const bool aligned = stage_rows<D>(g, wr, t, s, slot, row_stage);
+      mbar_wait(&full[slot], (k / a.n_slots) & 1u);
+#pragma unroll 2
+      for (int b = lane / D::kLanesPerBlock; b < (a.stream_only ? 0 : n_blocks); b += kBlocksPerIter) {
         const int64_t gb = static_cast<int64_t>(s) * g.seg_blocks + b;
         float xv[kE], x_sum[kG];
         gemv_load_x<D>(xs + gb * D::kBlockElems, part, xv, x_sum);
 #pragma unroll
-        for (int i = 0; i < R; ++i) {
+        for (int i = 0; i < kMaxWarpRows; ++i) {
+          if (i >= wr.n_rows) break;
           float q[kE], scale[kG], offset[kG];
           if constexpr (D::kUnitScale) {
             if (aligned) {  // one 16-byte shared-memory load per chunk instead of four unaligned words
@@ -313,60 +419,121 @@ __device__ void gemv_tiles(const GemvInstr& g, TileRange tr, uint32_t& k, const 
       __syncwarp();
       if (lane == 0) mbar_arrive(&empty[slot]);
     }
+    store_warp_rows(g, wr, t, acc);
+  }
+}
+
+// Sub-block `sub` of the weight block staged at byte `addr` of the dynamic shared memory, for the int8 dot: its 8
+// code words, scale and offset, by gemv_int8.cuh's Int8Traits math. Classic blocks (18-34 bytes) sit at any even
+// offset: their words are read aligned and funnel-shifted; Q4_K super-blocks are 16-byte aligned (the builder
+// admits only such rows), so a lane reads the head and its sub-block's 32 qs bytes with three 16-byte loads.
+template <class D>
+__device__ __forceinline__ void int8_block(uint32_t addr, int sub, uint32_t* codes, float& d, float& o) {
+  using T = Int8Traits<D>;
+  if constexpr (T::kSubBlocks == 1) {
+    constexpr int kWords = (D::kBlockBytes + 3) / 4;
+    const uint32_t* words = reinterpret_cast<const uint32_t*>(StageBytes::base()) + (addr >> 2);
+    const uint32_t shift = (addr & 3u) * 8u;
+    uint32_t u[kWords + 1];
 #pragma unroll
-    for (int i = 0; i < R; ++i) {
-      const float v = warp_sum(acc[i]);
-      if (lane == 0) partial[pb][warp][i] = v;
-    }
-    consumer_sync();
-    const int outs = g.epi == Epilogue::kGlu ? R / 2 : R;
-    const int tid = threadIdx.x;
-    if (tid < outs) {
-      const int row = t * g.tile_rows + tid;
-      float sum = 0.0f;
+    for (int j = 0; j < kWords; ++j) u[j] = __funnelshift_r(words[j], words[j + 1], shift);
+    u[kWords] = 0u;  // never a field's byte; keeps unit_word's u[w + 1] in bounds
+    T::block(u, 0, codes, d, o);
+  } else {
+    const uint4* blk = reinterpret_cast<const uint4*>(StageBytes::base() + addr);
+    const uint4 h = blk[0], q0 = blk[1 + 2 * (sub >> 1)], q1 = blk[2 + 2 * (sub >> 1)];
+    const uint32_t head[4] = {h.x, h.y, h.z, h.w};
+    const uint32_t qs[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
+    q4k_sub_block(head, qs, sub, codes, d, o);
+  }
+}
+
+// The tiles of a GEMV with decoder D on int8 x (quantize_x): lane l takes x block l, l + 32, ... of the segment
+// (block of 32 weights; for Q4_K sub-block l % 8 of super-block l / 8), loads its digits once and runs the two
+// DP4A dots of gemv_int8.cuh against each of the warp's rows.
+template <class D>
+__device__ void gemv_tiles_int8(const GemvInstr& g, TileRange tr, uint32_t& k, const StepArgs& a, uint64_t* full,
+                                uint64_t* empty, const int8_t* xq) {
+  using T = Int8Traits<D>;
+  constexpr int kSub = T::kSubBlocks;
+  const int lane = threadIdx.x & 31;
+  const float2* ds = x_int8_scales(const_cast<int8_t*>(xq), g.cols / 32);
+  const WarpRows wr = warp_rows(g);
+  for (int t = tr.first; t < tr.first + tr.count; ++t) {
+    float acc[kMaxWarpRows];
 #pragma unroll
-      for (int w = 0; w < kConsumerWarps; ++w) sum += partial[pb][w][tid];
-      if (row < g.rows) {
-        switch (g.epi) {
-          case Epilogue::kStore: g.y[row] = sum; break;
-          case Epilogue::kAccumulate: g.y[row] = load_act(g.y + row) + sum; break;
-          case Epilogue::kSoftcap: g.y[row] = g.softcap * tanhf(sum / g.softcap); break;
-          case Epilogue::kGlu: {
-            float up = 0.0f;
+    for (int i = 0; i < kMaxWarpRows; ++i) acc[i] = 0.0f;
+    for (int s = 0; s < g.n_segs; ++s, ++k) {
+      const uint32_t slot = k % a.n_slots;
+      const int n_x = min(g.seg_blocks, g.blocks_per_row - s * g.seg_blocks) * kSub;
+      uint32_t row_stage[kMaxWarpRows];
+      stage_rows<D>(g, wr, t, s, slot, row_stage);
+      mbar_wait(&full[slot], (k / a.n_slots) & 1u);
+      for (int xb = lane; xb < (a.stream_only ? 0 : n_x); xb += 32) {
+        const int wb = xb / kSub, sub = xb - wb * kSub;
+        const int gx = s * g.seg_blocks * kSub + xb;
+        const uint4* q = reinterpret_cast<const uint4*>(xq + static_cast<int64_t>(gx) * kXBlockBytes);
+        const uint4 x0 = q[0], x1 = q[1], x2 = q[2], x3 = q[3];
+        const float2 xd = ds[gx];
 #pragma unroll
-            for (int w = 0; w < kConsumerWarps; ++w) up += partial[pb][w][tid + R / 2];
-            g.y[row] = glu_activate(static_cast<GluAct>(g.act), sum) * up;
-            break;
-          }
+        for (int i = 0; i < kMaxWarpRows; ++i) {
+          if (i >= wr.n_rows) break;
+          uint32_t codes[8];
+          float d, o;
+          int8_block<D>(row_stage[i] + wb * D::kBlockBytes, sub, codes, d, o);
+          const int dot1 = dot_block_words(codes, x0, x1);
+          const int dot2 = dot_block_words(codes, x2, x3);
+          // |dot| <= 32 * 128 * 127 < 2^22: exact as float either way
+          const float dot = fmaf(small_int_to_float(dot2), 1.0f / kResidualSteps, small_int_to_float(dot1));
+          float acc_i = acc[i];
+          if constexpr (T::kHasOffset) acc_i = fmaf(o, xd.y, acc_i);
+          acc[i] = fmaf(d, xd.x * dot, acc_i);
         }
       }
+      __syncwarp();
+      if (lane == 0) mbar_arrive(&empty[slot]);
     }
-    pb ^= 1;  // the next tile's partials go to the other buffer: no second barrier
+    store_warp_rows(g, wr, t, acc);
   }
 }
 
 __device__ void run_gemv(const GemvInstr& g, TileRange tr, uint32_t& k, const StepArgs& a, uint64_t* full,
-                         uint64_t* empty, const float* xs, float (&partial)[2][kConsumerWarps][kMaxTileRows],
-                         int& pb) {
-#define GA_PDK_GEMV(T, D, R) \
-  case DType::T:             \
-    gemv_tiles<D, R>(g, tr, k, a, full, empty, xs, partial, pb); \
+                         uint64_t* empty, const float* xs, const int8_t* xq) {
+  if (g.int8_x) {
+#define GA_PDK_GEMV_INT8(T, D)                          \
+  case DType::T:                                        \
+    gemv_tiles_int8<D>(g, tr, k, a, full, empty, xq);   \
+    return;
+    switch (g.type) {
+      GA_PDK_GEMV_INT8(Q4_0, DecodeQ4_0)
+      GA_PDK_GEMV_INT8(Q4_1, DecodeQ4_1)
+      GA_PDK_GEMV_INT8(Q5_0, DecodeQ5_0)
+      GA_PDK_GEMV_INT8(Q5_1, DecodeQ5_1)
+      GA_PDK_GEMV_INT8(Q8_0, DecodeQ8_0)
+      GA_PDK_GEMV_INT8(Q4_K, DecodeQ4_K)
+      default: __trap();  // the builder sets int8_x only for the types above
+    }
+#undef GA_PDK_GEMV_INT8
+  }
+#define GA_PDK_GEMV(T, D)                           \
+  case DType::T:                                    \
+    gemv_tiles<D>(g, tr, k, a, full, empty, xs);    \
     break;
   switch (g.type) {
-    GA_PDK_GEMV(F32, DecodeF32, 4)
-    GA_PDK_GEMV(F16, DecodeF16, 4)
-    GA_PDK_GEMV(BF16, DecodeBF16, 4)
-    GA_PDK_GEMV(Q4_0, DecodeQ4_0, kMaxTileRows)
-    GA_PDK_GEMV(Q4_1, DecodeQ4_1, kMaxTileRows)
-    GA_PDK_GEMV(Q5_0, DecodeQ5_0, kMaxTileRows)
-    GA_PDK_GEMV(Q5_1, DecodeQ5_1, kMaxTileRows)
-    GA_PDK_GEMV(Q8_0, DecodeQ8_0, kMaxTileRows)
-    GA_PDK_GEMV(Q2_K, DecodeQ2_K, kMaxTileRows)
-    GA_PDK_GEMV(Q3_K, DecodeQ3_K, kMaxTileRows)
-    GA_PDK_GEMV(Q4_K, DecodeQ4_K, kMaxTileRows)
-    GA_PDK_GEMV(Q5_K, DecodeQ5_K, kMaxTileRows)
-    GA_PDK_GEMV(Q6_K, DecodeQ6_K, kMaxTileRows)
-    GA_PDK_GEMV(F8_B128, DecodeF8B128, kMaxTileRows)
+    GA_PDK_GEMV(F32, DecodeF32)
+    GA_PDK_GEMV(F16, DecodeF16)
+    GA_PDK_GEMV(BF16, DecodeBF16)
+    GA_PDK_GEMV(Q4_0, DecodeQ4_0)
+    GA_PDK_GEMV(Q4_1, DecodeQ4_1)
+    GA_PDK_GEMV(Q5_0, DecodeQ5_0)
+    GA_PDK_GEMV(Q5_1, DecodeQ5_1)
+    GA_PDK_GEMV(Q8_0, DecodeQ8_0)
+    GA_PDK_GEMV(Q2_K, DecodeQ2_K)
+    GA_PDK_GEMV(Q3_K, DecodeQ3_K)
+    GA_PDK_GEMV(Q4_K, DecodeQ4_K)
+    GA_PDK_GEMV(Q5_K, DecodeQ5_K)
+    GA_PDK_GEMV(Q6_K, DecodeQ6_K)
+    GA_PDK_GEMV(F8_B128, DecodeF8B128)
     default: __trap();  // the builder admits only the types above
   }
 #undef GA_PDK_GEMV
@@ -402,6 +569,43 @@ __device__ void prepare_head(const float* src, const float* bias, const float* n
   if (scale != 1.0f) {
     for (int d = lane; d < hd; d += 32) dst[d] *= scale;
     __syncwarp();
+  }
+}
+
+// Cache positions a warp loads at once: 4, or 2 for head dims of 256 (whose 8 dims a lane keep 64 accumulators live).
+template <int DPL>
+__host__ __device__ constexpr int attn_batch() {
+  return DPL <= 4 ? 4 : 2;
+}
+
+// DPL consecutive f16 of a cache row as floats: one 4-, 8- or 16-byte load where DPL allows (a lane's dims start
+// at a multiple of DPL halves, and rows at multiples of the head dim).
+template <int DPL>
+__device__ __forceinline__ void load_halves(const __half* p, float (&out)[DPL]) {
+  if constexpr (DPL == 2 || DPL == 4 || DPL == 8) {
+    uint32_t w[DPL / 2];
+    if constexpr (DPL == 2) {
+      w[0] = *reinterpret_cast<const uint32_t*>(p);
+    } else if constexpr (DPL == 4) {
+      const uint2 v = *reinterpret_cast<const uint2*>(p);
+      w[0] = v.x;
+      w[1] = v.y;
+    } else {
+      const uint4 v = *reinterpret_cast<const uint4*>(p);
+      w[0] = v.x;
+      w[1] = v.y;
+      w[2] = v.z;
+      w[3] = v.w;
+    }
+#pragma unroll
+    for (int i = 0; i < DPL / 2; ++i) {
+      const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&w[i]));
+      out[2 * i] = f.x;
+      out[2 * i + 1] = f.y;
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < DPL; ++j) out[j] = __half2float(p[j]);
   }
 }
 
@@ -456,40 +660,48 @@ __device__ void attention_tile(const AttnInstr& at, int t, const StepArgs& a, fl
   }
   const int d0 = lane * DPL;
   const bool owns = d0 < hd;
-  for (int64_t p = p0 + warp; p < p1; p += kConsumerWarps) {
-    float kv[DPL], vv[DPL];
-    if (p == pos) {
+  // attn_batch() positions per warp at a time, every load issued before any is used: under the weight stream a
+  // cache row's load takes microseconds, so a warp's positions must not wait for each other. (The order each warp
+  // folds its positions in is unchanged.)
+  constexpr int kAttnBatch = attn_batch<DPL>();
+  for (int64_t pb = p0 + warp; pb < p1; pb += kAttnBatch * kConsumerWarps) {
+    float kv[kAttnBatch][DPL], vv[kAttnBatch][DPL];
 #pragma unroll
-      for (int j = 0; j < DPL; ++j) {
-        kv[j] = owns ? kn[d0 + j] : 0.0f;
-        vv[j] = owns ? vn[d0 + j] : 0.0f;
+    for (int u = 0; u < kAttnBatch; ++u) {
+      const int64_t p = pb + u * kConsumerWarps;
+      if (p >= p1 || p == pos || !owns) {  // the token's own k / v come from shared memory
+#pragma unroll
+        for (int j = 0; j < DPL; ++j) {
+          kv[u][j] = p == pos && owns ? kn[d0 + j] : 0.0f;
+          vv[u][j] = p == pos && owns ? vn[d0 + j] : 0.0f;
+        }
+        continue;
       }
-    } else {
       const int64_t row = a.block_table != nullptr
                               ? int64_t{a.block_table[p / a.block_size]} * a.block_size + p % a.block_size
                               : p;
-      const __half* kr = reinterpret_cast<const __half*>(at.k_cache) + row * kv_dim + kvh * hd + d0;
-      const __half* vr = reinterpret_cast<const __half*>(at.v_cache) + row * kv_dim + kvh * hd + d0;
-#pragma unroll
-      for (int j = 0; j < DPL; ++j) {
-        kv[j] = owns ? __half2float(kr[j]) : 0.0f;
-        vv[j] = owns ? __half2float(vr[j]) : 0.0f;
-      }
+      const int64_t off = row * kv_dim + kvh * hd + d0;
+      load_halves<DPL>(reinterpret_cast<const __half*>(at.k_cache) + off, kv[u]);
+      load_halves<DPL>(reinterpret_cast<const __half*>(at.v_cache) + off, vv[u]);
     }
 #pragma unroll
-    for (int g = 0; g < kAttnMaxGroup; ++g) {
-      if (g >= group) break;
-      float s = 0.0f;
+    for (int u = 0; u < kAttnBatch; ++u) {
+      if (pb + u * kConsumerWarps >= p1) break;
 #pragma unroll
-      for (int j = 0; j < DPL; ++j) s = fmaf(owns ? qs[g * hd + d0 + j] : 0.0f, kv[j], s);
-      s = warp_sum(s);
-      if (at.softcap > 0.0f) s = at.softcap * tanhf(s / at.softcap);
-      const float m_new = fmaxf(m[g], s);
-      const float corr = expf(m[g] - m_new), pe = expf(s - m_new);
-      l[g] = fmaf(l[g], corr, pe);
+      for (int g = 0; g < kAttnMaxGroup; ++g) {
+        if (g >= group) break;
+        float s = 0.0f;
 #pragma unroll
-      for (int j = 0; j < DPL; ++j) acc[g][j] = fmaf(acc[g][j], corr, pe * vv[j]);
-      m[g] = m_new;
+        for (int j = 0; j < DPL; ++j) s = fmaf(owns ? qs[g * hd + d0 + j] : 0.0f, kv[u][j], s);
+        s = warp_sum(s);
+        if (at.softcap > 0.0f) s = at.softcap * tanhf(s / at.softcap);
+        const float m_new = fmaxf(m[g], s);
+        const float corr = expf(m[g] - m_new), pe = expf(s - m_new);
+        l[g] = fmaf(l[g], corr, pe);
+#pragma unroll
+        for (int j = 0; j < DPL; ++j) acc[g][j] = fmaf(acc[g][j], corr, pe * vv[u][j]);
+        m[g] = m_new;
+      }
     }
   }
   const int stride = hd + 2;
@@ -578,12 +790,10 @@ __device__ void run_glu(const GluInstr& gl, TileRange tr) {
 
 // ---- the consumers' loop ----
 
-__device__ void consume(const StepArgs& a, uint64_t* full, uint64_t* empty, float* xs,
-                        float (&partial)[2][kConsumerWarps][kMaxTileRows], float* red) {
+__device__ void consume(const StepArgs& a, uint64_t* full, uint64_t* empty, float* xs, float* red) {
   const int tid = threadIdx.x;
   const auto cta = static_cast<int32_t>(blockIdx.x), grid = static_cast<int32_t>(gridDim.x);
   uint32_t k = 0;
-  int pb = 0;
   for (int i = 0; i < a.n_instrs; ++i) {
     const Instr& in = a.instrs[i];
     const TileRange tr = tiles_of(in, cta, grid);
@@ -604,7 +814,9 @@ __device__ void consume(const StepArgs& a, uint64_t* full, uint64_t* empty, floa
       case OpKind::kGemv: {
         const GemvInstr g = in.gemv;  // in registers: the stores through g.y cannot alias it
         stage_x(g, a, xs, red);
-        run_gemv(g, tr, k, a, full, empty, xs, partial, pb);
+        int8_t* xq = reinterpret_cast<int8_t*>(xs) + a.x_int8_offset;
+        if (g.int8_x) quantize_x(g, xs, xq);
+        run_gemv(g, tr, k, a, full, empty, xs, xq);
         break;
       }
       case OpKind::kAttention: {
@@ -634,7 +846,6 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_decode_kernel(const St
 #endif
   extern __shared__ uint4 gemv_dynamic_smem[];  // the ring at offset 0 (StageBytes reads it), then x
   __shared__ uint64_t full[kMaxSlots], empty[kMaxSlots];
-  __shared__ float partial[2][kConsumerWarps][kMaxTileRows];
   __shared__ float red[kConsumerWarps];
   uint8_t* ring = reinterpret_cast<uint8_t*>(gemv_dynamic_smem);
   if (threadIdx.x == 0) {
@@ -648,7 +859,7 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_decode_kernel(const St
   if (threadIdx.x >= kConsumerThreads) {
     produce(a, ring, full, empty);
   } else {
-    consume(a, full, empty, reinterpret_cast<float*>(ring + a.x_offset), partial, red);
+    consume(a, full, empty, reinterpret_cast<float*>(ring + a.x_offset), red);
   }
 }
 
@@ -675,6 +886,14 @@ const char* persistent_decode_unsupported_reason(int device, DeviceLimits* limit
                              static_cast<int>(limits->smem_bytes)) != cudaSuccess) {
       (void)cudaGetLastError();
       return "the persistent decode kernel could not be given the device's shared memory";
+    }
+    // The cooperative launch needs a CTA on every SM: registers and shared memory must leave room for one.
+    int per_sm = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, persistent_decode_kernel, kThreads,
+                                                      static_cast<size_t>(limits->smem_bytes)) != cudaSuccess ||
+        per_sm < 1) {
+      (void)cudaGetLastError();
+      return "the persistent decode kernel does not fit an SM (registers or shared memory)";
     }
     const char* copies = std::getenv("GA_PERSISTENT_COPIES");
     const bool force_cp_async = copies != nullptr && std::strcmp(copies, "cp.async") == 0;

@@ -29,7 +29,11 @@ struct StepArgs {
   int32_t block_size = 0;
   int32_t n_slots = 0;            // Plan::n_slots
   int32_t x_offset = 0;           // byte offset of the x staging in dynamic shared memory (n_slots * kSlotBytes)
+  int32_t x_int8_offset = 0;      // Plan::x_int8_offset: the int8 x after the float x, from x_offset
   bool bulk_copies = true;        // TMA bulk copies (sm_90) or cp.async (any sm_80+)
+  // Diagnostics (GA_PERSISTENT_PROBE=stream): the consumers take every slot and compute nothing, so a step's time
+  // is the weight stream's alone (outputs are garbage).
+  bool stream_only = false;
   // Trace mode (optional): [grid][n_instrs][3] globaltimer stamps (start, dependencies met, done) per CTA and
   // instruction, 0 where the CTA had no tile of it.
   uint64_t* trace = nullptr;

@@ -26,15 +26,19 @@
 
 namespace ga::cuda::persistent {
 
+// 8 consumer warps + the producer. (A CTA of 9 warps gets 168 registers a thread, as one of 12 would: the register
+// file is four quarters of 16 Ki, each holding every fourth warp. 11 consumer warps measured slower on the H200:
+// tiles of 11 rows split the power-of-two matrices less evenly over the CTAs.)
 inline constexpr int kConsumerWarps = 8;
 inline constexpr int kThreads = (kConsumerWarps + 1) * 32;  // + the producer warp
 inline constexpr int kSlotBytes = 32768;                    // one ring slot: a segment of a tile's rows
 inline constexpr int kMaxSlots = 8;
-inline constexpr int kMaxTileRows = 8;        // rows of one GEMV tile in a slot (gate + up rows for kGlu)
+inline constexpr int kMaxWarpRows = 4;        // slot rows one consumer warp reads per GEMV tile (gate + up for kGlu)
 inline constexpr int kAttnMaxGroup = 8;       // query heads per KV head
 inline constexpr int kAttnMaxGroupDims = 32;  // group * head_dim / 32: accumulators per lane
 inline constexpr int kAttnMinChunk = 32;      // positions below which a KV head is not split further
 inline constexpr int kGluTileCols = 2048;
+inline constexpr int kXInt8BlockBytes = 64;   // x_int8.cuh's kXBlockBytes: 32 activations as two int8 digits
 
 enum class OpKind : uint8_t { kGemv = 0, kAttention = 1, kRmsNorm = 2, kGlu = 3 };
 
@@ -60,13 +64,21 @@ struct GemvInstr {
   int32_t rows = 0;             // output rows
   int32_t cols = 0;
   int32_t blocks_per_row = 0;   // decoder blocks (16-byte chunks for F16/BF16/F32)
-  int32_t tile_rows = 0;        // output rows per tile (kGlu: half the rows a slot holds)
+  int32_t block_bytes = 0;      // bytes of one decoder block
+  // A tile is kConsumerWarps * rows_per_warp output rows; consumer warp w owns rows [w * rpw, (w + 1) * rpw) of
+  // it whole (for kGlu also their up rows), so no tile ends in a reduction across warps.
+  int32_t rows_per_warp = 0;
+  int32_t tile_rows = 0;        // output rows per tile: kConsumerWarps * rows_per_warp
   int32_t seg_blocks = 0;       // blocks of a row per ring slot
   int32_t n_segs = 0;
+  int32_t slot_region = 0;      // bytes of a slot per slot row (a multiple of 16): row i of a slot at i * slot_region
   DType type = DType::F32;
   XLoad xload = XLoad::kPlain;
   Epilogue epi = Epilogue::kStore;
   uint8_t act = 0;              // detail::GluAct for kGlu
+  // x also as int8 digits (x_int8.cuh) and the dot in DP4A (gemv_int8.cuh's block math): Q4_0, Q4_1, Q5_0, Q5_1,
+  // Q8_0 and Q4_K; a lane then takes one block of 32 weights of a row (a Q4_K sub-block) instead of a part of one.
+  uint8_t int8_x = 0;
   const float* x = nullptr;     // kPlain / kRmsNorm: [cols]; kAttnMerge: the partials
   const float* norm_w = nullptr;
   float eps = 0.0f;

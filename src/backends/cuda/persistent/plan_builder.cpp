@@ -121,8 +121,27 @@ bool gemv_type_supported(DType t) {
   }
 }
 
-// Rows of one tile in a ring slot: quantized rows are short (x is reused over 8 of them), f16/f32 rows long.
-int32_t slot_rows(DType t) { return is_float_type(t) ? 4 : kMaxTileRows; }
+// Whether the kernel has the int8-activation dot for a type (gemv_int8.cuh's Int8Traits::kEnabled types).
+bool int8_type(DType t) {
+  switch (t) {
+    case DType::Q4_0: case DType::Q4_1: case DType::Q5_0: case DType::Q5_1: case DType::Q8_0: case DType::Q4_K:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Lanes of a warp that share one decoder block (weight_decode.cuh's kLanesPerBlock; on the int8 path one lane per
+// block of 32 weights, so 8 per Q4_K super-block): segments are cut into whole iterations of 32 / lanes blocks so
+// that no lane idles in a segment's last one.
+int32_t lanes_per_block(DType t, bool int8_x) {
+  if (is_float_type(t)) return 1;
+  if (int8_x) return t == DType::Q4_K ? 8 : 1;
+  switch (t) {
+    case DType::Q4_0: case DType::Q4_1: case DType::Q5_0: case DType::Q5_1: case DType::Q8_0: return 4;
+    default: return 16;  // the K-quants and F8_B128
+  }
+}
 
 // Decoder blocks of the kernel: 16-byte chunks for the float types, the GGUF block otherwise.
 void block_shape(DType t, int64_t& elems, int64_t& bytes_per_block) {
@@ -396,18 +415,84 @@ void fold_glus(std::vector<Node>& nodes) {
   }
 }
 
-// Tiles, segments and the checks of a GEMV the builder made.
-void size_gemv(GemvInstr& g, int32_t& n_tiles, size_t op) {
+// Bytes of x one lane reads from shared memory per block of a row: float x for its elements, or a block of 32's
+// two int8 digits and its (d_x, sum).
+int64_t x_bytes_per_row(const GemvInstr& g) {
+  return g.int8_x ? int64_t{g.cols} / 32 * (kXInt8BlockBytes + 8) : int64_t{g.cols} * 4;
+}
+
+// The slot geometry of a GEMV for `rpw` rows per warp: region, segments (even ones, of whole warp iterations where
+// they fit: a row of 256 chunks in segments of 254 + 2 would cost a second slot round trip for almost nothing), and
+// the share of a segment's lane iterations that have a block.
+struct SlotShape {
+  int32_t region = 0, seg_blocks = 0, n_segs = 0;
+  double lane_use = 0.0;
+};
+
+SlotShape slot_shape(const GemvInstr& g, int32_t rpw, int64_t bpb) {
+  SlotShape sh;
+  const int64_t rows_in_slot = int64_t{kConsumerWarps} * rpw * (g.epi == Epilogue::kGlu ? 2 : 1);
+  // a quantized row's segment may start anywhere in a 16-byte chunk: up to 30 bytes more (float rows are whole chunks)
+  const int64_t region = kSlotBytes / rows_in_slot / 16 * 16;
+  const int64_t most = (region - (is_float_type(g.type) ? 0 : 32)) / bpb;
+  if (most < 1) return sh;
+  int64_t n_segs = (g.blocks_per_row + most - 1) / most;
+  const int64_t per_iter = 32 / lanes_per_block(g.type, g.int8_x != 0);
+  int64_t seg = (g.blocks_per_row + n_segs - 1) / n_segs;
+  const int64_t rounded = (seg + per_iter - 1) / per_iter * per_iter;
+  if (rounded <= most) seg = rounded;
+  n_segs = (g.blocks_per_row + seg - 1) / seg;
+  sh.region = static_cast<int32_t>(region);
+  sh.seg_blocks = static_cast<int32_t>(seg);
+  sh.n_segs = static_cast<int32_t>(n_segs);
+  sh.lane_use = static_cast<double>(g.blocks_per_row) / static_cast<double>(n_segs * ((seg + per_iter - 1) / per_iter) * per_iter);
+  return sh;
+}
+
+// Tiles, rows per warp, segments and the checks of a GEMV the builder made. Rows per warp: the choice that gives
+// the busiest CTA the fewest weight bytes (counting the lanes a segment leaves idle): the step is a chain, so an
+// instruction lasts as long as its busiest CTA; among choices within 2 % of that, the one whose lanes read the
+// fewest x bytes (one x load serves a warp's rpw rows). A warp reads at most kMaxWarpRows rows of a slot, so a GLU
+// (gate and up rows) takes at most half as many outputs.
+void size_gemv(GemvInstr& g, int32_t& n_tiles, const PlanTarget& target, size_t op) {
   GA_CHECK(!touches({floats(g.y, g.rows)}, g.xload == XLoad::kAttnMerge ? Range{} : floats(g.x, g.cols)), Unsupported,
            where(op), ": a GEMV that writes its own input");
   int64_t elems = 0, bpb = 0;
   block_shape(g.type, elems, bpb);
-  const int32_t rows_in_slot = slot_rows(g.type);
-  g.tile_rows = g.epi == Epilogue::kGlu ? rows_in_slot / 2 : rows_in_slot;
-  const int64_t region = kSlotBytes / rows_in_slot;  // one row's bytes of a slot
-  g.seg_blocks = static_cast<int32_t>((region - 32) / bpb);
-  GA_CHECK(g.seg_blocks >= 1, Internal, where(op), ": a block larger than a slot row");
-  g.n_segs = (g.blocks_per_row + g.seg_blocks - 1) / g.seg_blocks;
+  g.block_bytes = static_cast<int32_t>(bpb);
+  // Q4_K's int8 lanes read a super-block's head and qs with 16-byte loads: rows of whole chunks, aligned
+  g.int8_x = target.int8_x && int8_type(g.type) &&
+             (g.type != DType::Q4_K ||
+              (g.row_bytes % 16 == 0 && reinterpret_cast<uintptr_t>(g.w) % 16 == 0 &&
+               (g.w2 == nullptr || reinterpret_cast<uintptr_t>(g.w2) % 16 == 0)));
+  const int32_t most = g.epi == Epilogue::kGlu ? kMaxWarpRows / 2 : kMaxWarpRows;
+  double stream[kMaxWarpRows + 1] = {}, smem[kMaxWarpRows + 1] = {};
+  SlotShape shapes[kMaxWarpRows + 1];
+  double best_stream = -1.0;
+  for (int32_t rpw = 1; rpw <= most; rpw *= 2) {
+    shapes[rpw] = slot_shape(g, rpw, bpb);
+    if (shapes[rpw].n_segs == 0) continue;
+    const int64_t tile = int64_t{kConsumerWarps} * rpw;
+    const int64_t tiles = (g.rows + tile - 1) / tile;
+    const double busiest = static_cast<double>((tiles + target.grid - 1) / target.grid * tile);
+    const double row = static_cast<double>(g.row_bytes * (g.epi == Epilogue::kGlu ? 2 : 1));
+    stream[rpw] = busiest * row / shapes[rpw].lane_use;
+    smem[rpw] = busiest * (row + static_cast<double>(x_bytes_per_row(g)) / rpw);
+    if (best_stream < 0.0 || stream[rpw] < best_stream) best_stream = stream[rpw];
+  }
+  GA_CHECK(best_stream >= 0.0, Internal, where(op), ": a block larger than a slot row");
+  double best_smem = -1.0;
+  for (int32_t rpw = 1; rpw <= most; rpw *= 2) {
+    if (shapes[rpw].n_segs == 0 || stream[rpw] > best_stream * 1.02) continue;
+    if (best_smem < 0.0 || smem[rpw] < best_smem) {
+      best_smem = smem[rpw];
+      g.rows_per_warp = rpw;
+      g.slot_region = shapes[rpw].region;
+      g.seg_blocks = shapes[rpw].seg_blocks;
+      g.n_segs = shapes[rpw].n_segs;
+    }
+  }
+  g.tile_rows = kConsumerWarps * g.rows_per_warp;
   n_tiles = (g.rows + g.tile_rows - 1) / g.tile_rows;
 }
 
@@ -466,7 +551,7 @@ Plan build_plan(std::span<const StepRecord> ops, const PlanTarget& target, float
 
   Plan plan;
   plan.grid = target.grid;
-  int64_t x_floats = 0;
+  int64_t x_floats = 0, x_int8_bytes = 0;
   int32_t rotation = 0;
   int counts[4] = {0, 0, 0, 0};
   std::vector<std::vector<uint64_t>> closure(live.size(), std::vector<uint64_t>((live.size() + 63) / 64, 0));
@@ -475,8 +560,9 @@ Plan build_plan(std::span<const StepRecord> ops, const PlanTarget& target, float
     const auto op = static_cast<size_t>(in.source_op);
     switch (in.kind) {
       case OpKind::kGemv:
-        size_gemv(in.gemv, in.n_tiles, op);
+        size_gemv(in.gemv, in.n_tiles, target, op);
         x_floats = std::max<int64_t>(x_floats, in.gemv.cols);
+        if (in.gemv.int8_x) x_int8_bytes = std::max(x_int8_bytes, x_bytes_per_row(in.gemv));
         plan.weight_bytes += gemv_weight_bytes(in.gemv);
         break;
       case OpKind::kAttention:
@@ -499,9 +585,10 @@ Plan build_plan(std::span<const StepRecord> ops, const PlanTarget& target, float
     plan.deps.insert(plan.deps.end(), deps.begin(), deps.end());
     plan.instrs.push_back(in);
   }
-  plan.x_bytes = (x_floats * 4 + 127) / 128 * 128;
+  plan.x_int8_offset = (x_floats * 4 + 127) / 128 * 128;
+  plan.x_bytes = plan.x_int8_offset + (x_int8_bytes + 127) / 128 * 128;
   const int64_t ring = target.smem_bytes - plan.x_bytes;
-  plan.n_slots = static_cast<int32_t>(std::min<int64_t>(kMaxSlots, ring / kSlotBytes));
+  plan.n_slots = static_cast<int32_t>(std::min<int64_t>(std::clamp(target.max_slots, 2, kMaxSlots), ring / kSlotBytes));
   GA_CHECK(plan.n_slots >= 2, Unsupported, "the persistent kernel's ring needs 2 slots of ", kSlotBytes / 1024,
            " KiB beside ", plan.x_bytes / 1024, " KiB of x staging; the device gives ", target.smem_bytes / 1024,
            " KiB of shared memory");

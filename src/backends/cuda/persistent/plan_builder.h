@@ -100,6 +100,10 @@ using StepRecord = std::variant<rec::Gemv, rec::Norm, rec::HeadNorm, rec::RopeKv
 struct PlanTarget {
   int32_t grid = 0;          // CTAs: one per SM
   int64_t smem_bytes = 0;    // dynamic shared memory one CTA may take
+  bool int8_x = true;        // the int8-activation dot for the types that have one (GemvInstr::int8_x)
+  // Ring slots at most (2..kMaxSlots): 3 measured best on the H200 (1B F16 and 7B Q4_0, 2 to 6 slots within 4 %):
+  // deeper rings only queue more weight bytes ahead of the step's dependent loads.
+  int32_t max_slots = 3;
 };
 
 struct Plan {
@@ -108,6 +112,7 @@ struct Plan {
   int32_t grid = 0;
   int32_t n_slots = 0;       // ring slots of kSlotBytes
   int64_t x_bytes = 0;       // staging of x (and the attention's scratch) after the ring
+  int64_t x_int8_offset = 0; // where in that staging the int8 GEMVs' quantized x starts (after the floats)
   int64_t smem_bytes = 0;    // the launch's dynamic shared memory
   int64_t weight_bytes = 0;  // the weights one step streams
   std::string summary;       // "N instructions: ..." for the engine's description
