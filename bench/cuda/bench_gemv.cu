@@ -190,8 +190,9 @@ int main(int argc, char** argv) try {
   // the 7B decode's matrices as the forward runs them: q/k/v and gate/up fused (cuda_llama_forward.cpp)
   const Shape shapes[] = {{4096, 4096, "attn o"},      {12288, 4096, "attn qkv fused"}, {11008, 4096, "ffn gate/up"},
                           {22016, 4096, "ffn gate+up fused"}, {4096, 11008, "ffn down"}, {32000, 4096, "output"}};
-  const DType types[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0, DType::Q6_K, DType::Q5_K, DType::Q5_1,
-                         DType::Q5_0, DType::Q4_K, DType::Q4_1, DType::Q4_0, DType::Q3_K, DType::Q2_K};
+  const DType types[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0, DType::Q6_K,  DType::Q5_K,
+                         DType::Q5_1, DType::Q5_0, DType::Q4_K, DType::Q4_1, DType::Q4_0,  DType::Q3_K,
+                         DType::Q2_K, DType::MXFP4, DType::NVFP4};
   std::vector<Row> rows_out;
   for (const Shape& s : shapes) {
     const size_t x_elems = static_cast<size_t>(s.cols) * n_tokens;

@@ -149,7 +149,7 @@ int main(int argc, char** argv) try {
   CachingAllocator alloc(0);
   gc::Stream stream(0);
   const Shape shapes[] = {{"Mixtral 8x7B", 4096, 14336, 8, 2}, {"Qwen3-30B-A3B", 2048, 768, 128, 8}};
-  const DType types[] = {DType::F16, DType::Q8_0, DType::Q4_K, DType::Q4_0, DType::Q6_K};
+  const DType types[] = {DType::F16, DType::Q8_0, DType::Q4_K, DType::Q4_0, DType::Q6_K, DType::MXFP4, DType::NVFP4};
   std::vector<Row> rows;
   std::vector<PrefillRow> prefill_rows;
   std::mt19937 rng(2026);

@@ -50,7 +50,16 @@ std::vector<uint8_t> random_weight_rows(DType type, int64_t rows, int64_t cols, 
       }
       continue;
     }
-    if (tr.quantized) {
+    if (type == DType::MXFP4) {
+      // E8M0 exponents of real weights' sizes (halved scales 2^-9 .. 2^6), and in 1 block of 16 the subnormal halved
+      // scales of e = 0 and 1; random exponents would overflow (e = 255: 2^127 * 12)
+      for (int64_t b = 0; b < cols / tr.block_size; ++b) {
+        row[static_cast<uint64_t>(b) * tr.type_size] =
+            static_cast<uint8_t>(rng() % 16 == 0 ? rng() % 2 : 119 + rng() % 16);
+      }
+      continue;
+    }
+    if (tr.quantized) {  // NVFP4 included: every UE4M3 scale byte is finite (at most 240 * 12)
       set_finite_fp16_fields(type, row, cols / tr.block_size, rng);
       continue;
     }

@@ -24,7 +24,9 @@ std::vector<int> fp16_field_offsets(DType type);
 void set_finite_fp16_fields(DType type, uint8_t* blocks, int64_t n_blocks, std::mt19937& rng);
 
 // `rows` random rows of `cols` weights of `type`, row_stride bytes apart: F32 / F16 / BF16 values from N(0, 1),
-// quant types random stored bytes with set_finite_fp16_fields. The buffer ends right after the last row's
+// quant types random stored bytes with set_finite_fp16_fields (F8_B128: float32 scales of U(0.001, 0.05) and no
+// NaN codes; MXFP4: exponents of real weights' sizes and a few subnormal scales; NVFP4's scale bytes stay
+// random, every one being finite). The buffer ends right after the last row's
 // bytes (row_stride * (rows - 1) + row_bytes), so a read past it is caught by a sanitizer; padding is random.
 std::vector<uint8_t> random_weight_rows(DType type, int64_t rows, int64_t cols, uint64_t row_stride, std::mt19937& rng);
 

@@ -6,6 +6,7 @@
 // equal the float64 dot of those dequantized values up to float rounding.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "backends/cpu/quant.h"
+#include "backends/cpu/quant_blocks.h"
 #include "common/test_data.h"
 #include "gpu_accel/dtype.h"
 
@@ -123,6 +125,87 @@ TEST_P(Fp4, MatmulThroughTheDispatch) {
         EXPECT_NEAR(y[b * rows + o], ref, 1e-5 * abs_sum + 1e-30) << "row " << o << " batch " << b << "/" << batch;
       }
     }
+  }
+}
+
+// quantize_row of random rows (block magnitudes 2^-12 .. 2^12): each weight dequantizes to a level times its
+// block's halved scale (read back from the bytes) that no other level beats (|level * d - x|, as the quantizer
+// measures it); a wrong nibble order would pair weights with other weights' codes. MXFP4 also re-finds its own
+// dequantized values exactly: levels times a power of two, whatever the largest level (floor(log2) steps the
+// exponent down to where 2L, 4L or 8L are levels again).
+TEST_P(Fp4, QuantizeRowPicksTheNearestLevel) {
+  const DType type = GetParam();
+  const int64_t bs = traits(type).block_size;
+  const int64_t ts = traits(type).type_size;
+  const int64_t sub = type == DType::MXFP4 ? 32 : 16;
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal;
+  const int64_t n = 75 * bs;
+  std::vector<float> x(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) x[i] = normal(rng) * std::ldexp(1.0f, static_cast<int>(i / bs % 25) - 12);
+  std::vector<uint8_t> q(row_bytes(type, n));
+  quantize_row(type, x.data(), q.data(), n);
+  std::vector<float> y(static_cast<size_t>(n));
+  dequantize_row(type, q.data(), y.data(), n);
+  int64_t beaten = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const uint8_t* blk = q.data() + i / bs * ts;
+    const float d = type == DType::MXFP4 ? blocks::e8m0_half(blk[0]) : blocks::ue4m3_half(blk[i % bs / sub]);
+    const float err = std::fabs(y[i] - x[i]);
+    // (a margin of 1e-6 |x|: this file may contract level * d - x into one rounding where the quantizer rounds twice)
+    for (const int8_t level : blocks::kFp4Levels) {
+      beaten += std::fabs(static_cast<float>(level) * d - x[i]) + 1e-6f * std::fabs(x[i]) < err;
+    }
+  }
+  EXPECT_EQ(beaten, 0) << dtype_name(type);
+  if (type == DType::MXFP4) {
+    std::vector<uint8_t> again(q.size());
+    quantize_row(type, y.data(), again.data(), n);
+    std::vector<float> y_again(y.size());
+    dequantize_row(type, again.data(), y_again.data(), n);
+    EXPECT_EQ(y_again, y);
+  }
+}
+
+// ggml's choices on hand-made blocks: the MXFP4 exponent floor(log2(amax)) - 2 + 127, ties to the first code
+// (+0 before -0 and before the level above), the high nibble holding weight j + 16; NVFP4's UE4M3 scale of
+// amax / 6 rounded half up (1.0625 -> 1.125 and, subnormal, 2.5 * 2^-9 -> 3 * 2^-9, where round-to-even would
+// keep 1.0 and 2 * 2^-9) and saturated at 448.
+TEST(Fp4Quantize, MatchesGgmlOnHandMadeBlocks) {
+  {
+    std::vector<float> x(32, 0.0f);
+    x[0] = 1.0f;     // amax 7 -> e = 2 - 2 + 127, d = 0.5: level 2
+    x[1] = -6.0f;    // level -12
+    x[2] = 0.25f;    // between 0 and 1 * d: the first, 0
+    x[3] = -0.25f;   // 0, -0 and -1 * d tie: 0
+    x[4] = 2.5f;     // 4 * d and 6 * d tie: 4
+    x[5] = 7.0f;     // past the largest level: 12
+    x[6] = -0.0f;    // 0
+    x[16] = -1.5f;   // high nibble of byte 0: level -3
+    x[21] = 0.2501f;  // high nibble of byte 5: level 1
+    std::vector<uint8_t> q(17);
+    quantize_row(DType::MXFP4, x.data(), q.data(), 32);
+    const std::vector<uint8_t> want = {127, 2 | 11 << 4, 15, 0, 0, 4, 7 | 1 << 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    EXPECT_EQ(q, want);
+  }
+  {
+    std::vector<float> x(64, 0.0f);
+    x[0] = 6.375f;  // amax / 6 = 1.0625: 0x39 (1.125), d = 0.5625; 6.375 is nearest 12 d = 6.75
+    x[1] = 1.0f;    // 2 d = 1.125
+    x[16] = 3.0f;   // amax / 6 = 0.5: 0x30, d = 0.25: level 12
+    x[24] = -0.75f;  // weight 8 of sub-block 1: the high nibble of its byte 0, level -3
+    x[32] = 0.029296875f;  // amax / 6 = 2.5 * 2^-9: 0x03, d = 3 * 2^-10; 30 * 2^-10 ties 8 d and 12 d: 8
+    x[48] = 6000.0f;       // amax / 6 = 1000: 0x7E (448), d = 224: level 12
+    std::vector<uint8_t> q(36);
+    quantize_row(DType::NVFP4, x.data(), q.data(), 64);
+    std::vector<uint8_t> want(36, 0);
+    const uint8_t scales[4] = {0x39, 0x30, 0x03, 0x7E};
+    std::copy(scales, scales + 4, want.begin());
+    want[4 + 0] = 7, want[4 + 1] = 2;  // sub-block 0: weights 0 and 1, low nibbles
+    want[4 + 8] = 7 | 11 << 4;        // sub-block 1: weight 0 low, weight 8 high
+    want[4 + 16] = 6;                 // sub-block 2: weight 0 at level 8
+    want[4 + 24] = 7;
+    EXPECT_EQ(q, want);
   }
 }
 

@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -44,9 +45,9 @@ namespace {
 using ::ga::str;
 using ::ga::cuda::CachingAllocator;
 
-const DType kTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1,
-                        DType::Q8_0, DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K,
-                        DType::F8_B128};
+const DType kTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q4_0,    DType::Q4_1,  DType::Q5_0,
+                        DType::Q5_1, DType::Q8_0, DType::Q2_K, DType::Q3_K,    DType::Q4_K,  DType::Q5_K,
+                        DType::Q6_K, DType::F8_B128, DType::MXFP4, DType::NVFP4};
 const DType kSplitTypes[] = {DType::Q4_0, DType::Q8_0};
 
 struct GemvCase {
@@ -251,6 +252,31 @@ TEST(CudaGemv, SplitRowsMatchCpuReference) {
     run_gemv_case(alloc, parity, type, {21, 22528, 0, 1, true, true}, rng);
   }
   parity.finish();
+}
+
+// GA_CUDA_WEIGHT_TYPES (the messages' list) names exactly the types the dispatch has a decoder for, and every
+// reader takes them (host code only: runs without a GPU).
+TEST(CudaGemv, TypeListNamesEveryDecoder) {
+  std::vector<DType> listed;
+  const std::string names = GA_CUDA_WEIGHT_TYPES;
+  for (size_t at = 0; at < names.size();) {
+    const size_t end = std::min(names.find(' ', at), names.size());
+    const std::optional<DType> t = dtype_from_name(names.substr(at, end - at));
+    ASSERT_TRUE(t.has_value()) << names.substr(at, end - at);
+    listed.push_back(*t);
+    at = end + 1;
+  }
+  EXPECT_EQ(listed, std::vector<DType>(std::begin(kTypes), std::end(kTypes))) << "the parity grid covers the list";
+  std::vector<DType> decoded;
+  for (uint32_t id = 0; id <= kFirstInternalDTypeId; ++id) {  // every GGUF id and the first internal one (F8_B128)
+    const std::optional<DTypeTraits> tr = dtype_traits(id);
+    if (tr.has_value() && ::ga::cuda::gemv_supports(tr->type)) {
+      decoded.push_back(tr->type);
+      EXPECT_TRUE(::ga::cuda::engine::dequantize_f16_supports(tr->type)) << tr->name;
+    }
+  }
+  std::sort(listed.begin(), listed.end());
+  EXPECT_EQ(decoded, listed);
 }
 
 TEST(CudaGemv, RejectsWhatItCannotDoWithAReason) {

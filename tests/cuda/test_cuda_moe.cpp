@@ -53,8 +53,9 @@ using ::ga::str;
 using ::ga::cuda::CachingAllocator;
 namespace gc = ::ga::cuda;
 
-const DType kTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1,
-                        DType::Q8_0, DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K};
+const DType kTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q4_0, DType::Q4_1,  DType::Q5_0,
+                        DType::Q5_1, DType::Q8_0, DType::Q2_K, DType::Q3_K, DType::Q4_K,  DType::Q5_K,
+                        DType::Q6_K, DType::MXFP4, DType::NVFP4};
 
 int64_t round_up16(int64_t n) { return (n + 15) / 16 * 16; }
 
@@ -745,7 +746,9 @@ TEST(CudaMoeFfn, GemvPathMatchesCpu) {
     run_ffn_gemv_case(alloc, pool, {type, 8, 2, 16, 512, 256, false, gc::MoeActivation::kSilu, 1}, rng);
     run_ffn_gemv_case(alloc, pool, {type, 8, 2, 9, 512, 256, true, gc::MoeActivation::kSilu, 2}, rng);
   }
-  for (DType type : {DType::F32, DType::BF16, DType::Q5_K, DType::Q2_K}) run_ffn_gemv_case(alloc, pool, {type, 60, 4, 7}, rng);
+  for (DType type : {DType::F32, DType::BF16, DType::Q5_K, DType::Q2_K, DType::MXFP4, DType::NVFP4}) {
+    run_ffn_gemv_case(alloc, pool, {type, 60, 4, 7}, rng);
+  }
 }
 
 // The prefill: moe_route over many tokens (the two-kernel path) and moe_prefill_host_sync.

@@ -288,11 +288,11 @@ TEST(PersistentPlan, WhatTheKernelLacksIsRefusedWithAReason) {
     std::get<pk::rec::Gemv>(ops[1]).gguf_layout = false;
     expect_refused(ops, "split rows");
   }
-  {
+  for (const ga::DType type : {ga::DType::IQ4_XS, ga::DType::MXFP4, ga::DType::NVFP4}) {  // per-op GEMVs read FP4
     Space s;
     Shape sh;
-    sh.type = ga::DType::IQ4_XS;
-    expect_refused(decoder_step(s, sh), "no persistent GEMV decoder for IQ4_XS");
+    sh.type = type;
+    expect_refused(decoder_step(s, sh), std::string("no persistent GEMV decoder for ") + ga::dtype_name(type));
   }
   {
     Space s;

@@ -18,6 +18,7 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -217,6 +218,30 @@ TEST(QuantizeMix, FallbacksForRowLengthsTheTypeCannotHold) {
   note.clear();
   EXPECT_EQ(choose_tensor_type(q4km, ctx, "blk.0.attn_q.weight", 512, false, &note), DType::Q4_K);
   EXPECT_TRUE(note.empty());
+}
+
+// The FP4 file types: every matrix in the type, the classifier Q8_0 (llama.cpp's choice for its MXFP4_MOE and
+// NVFP4), the general.file_type ids of llama.cpp; NVFP4 rows that are not whole blocks of 64 take MXFP4.
+TEST(QuantizeMix, Fp4FileTypes) {
+  MixContext ctx{32, 4, 32, true};
+  for (const char* name : {"MXFP4", "nvfp4"}) {
+    const std::optional<FileType> f = file_type_from_name(name);
+    ASSERT_TRUE(f.has_value()) << name;
+    const DType t = f->base;
+    EXPECT_EQ(f->id, t == DType::MXFP4 ? 38u : 39u);
+    EXPECT_EQ(t, std::string(name) == "MXFP4" ? DType::MXFP4 : DType::NVFP4);
+    for (const char* m : {"blk.0.attn_q.weight", "blk.0.attn_v.weight", "blk.31.ffn_down.weight",
+                          "blk.3.attn_output.weight", "token_embd.weight"}) {
+      EXPECT_EQ(choose_tensor_type(*f, ctx, m, 4096, false), t) << name << " " << m;
+    }
+    EXPECT_EQ(choose_tensor_type(*f, ctx, "output.weight", 4096, false), DType::Q8_0) << name;
+  }
+  const FileType nv = *file_type_from_name("NVFP4");
+  EXPECT_EQ(choose_tensor_type(nv, ctx, "blk.0.attn_q.weight", 96, false), DType::MXFP4);
+  EXPECT_EQ(choose_tensor_type(nv, ctx, "blk.0.attn_q.weight", 40, false), DType::F16);
+  ctx.has_output = false;
+  EXPECT_EQ(choose_tensor_type(nv, ctx, "token_embd.weight", 4096, false), DType::Q8_0);
+  EXPECT_NE(file_type_names().find("MXFP4"), std::string::npos);
 }
 
 TEST(QuantizeMix, WhatGetsQuantized) {

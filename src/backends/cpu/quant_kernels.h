@@ -38,6 +38,10 @@ void quantize_q4_k(const float* x, void* dst, int64_t n_blocks);
 void quantize_q5_k(const float* x, void* dst, int64_t n_blocks);
 void quantize_q6_k(const float* x, void* dst, int64_t n_blocks);
 
+// FP4 reference quantizers (quant_quantize_fp4.cpp): n_blocks blocks of 32 (MXFP4) or 64 (NVFP4) floats.
+void quantize_mxfp4(const float* x, void* dst, int64_t n_blocks);
+void quantize_nvfp4(const float* x, void* dst, int64_t n_blocks);
+
 // The signed value of largest magnitude of x[0..n) (the first one on ties; 0 when all are 0): the
 // reference quantizers map it to the extreme level.
 inline float signed_absmax(const float* x, int n) {

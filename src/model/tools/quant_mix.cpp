@@ -19,7 +19,7 @@ namespace {
 enum FtypeId : uint32_t {
   kAllF32 = 0, kF16 = 1, kQ4_0 = 2, kQ4_1 = 3, kQ8_0 = 7, kQ5_0 = 8, kQ5_1 = 9, kQ2_K = 10,
   kQ3_K_S = 11, kQ3_K_M = 12, kQ3_K_L = 13, kQ4_K_S = 14, kQ4_K_M = 15, kQ5_K_S = 16, kQ5_K_M = 17,
-  kQ6_K = 18, kBF16 = 32,
+  kQ6_K = 18, kBF16 = 32, kMXFP4 = 38 /* llama.cpp's MXFP4_MOE */, kNVFP4 = 39,
 };
 
 const FileType kFileTypes[] = {
@@ -28,7 +28,8 @@ const FileType kFileTypes[] = {
     {"Q5_0", kQ5_0, DType::Q5_0},   {"Q5_1", kQ5_1, DType::Q5_1},      {"Q2_K", kQ2_K, DType::Q2_K},
     {"Q3_K_S", kQ3_K_S, DType::Q3_K}, {"Q3_K_M", kQ3_K_M, DType::Q3_K}, {"Q3_K_L", kQ3_K_L, DType::Q3_K},
     {"Q4_K_S", kQ4_K_S, DType::Q4_K}, {"Q4_K_M", kQ4_K_M, DType::Q4_K}, {"Q5_K_S", kQ5_K_S, DType::Q5_K},
-    {"Q5_K_M", kQ5_K_M, DType::Q5_K}, {"Q6_K", kQ6_K, DType::Q6_K},
+    {"Q5_K_M", kQ5_K_M, DType::Q5_K}, {"Q6_K", kQ6_K, DType::Q6_K},   {"MXFP4", kMXFP4, DType::MXFP4},
+    {"NVFP4", kNVFP4, DType::NVFP4},
 };
 
 // llama-quantize's aliases: a bare k-quant name means its _M mixture.
@@ -45,6 +46,8 @@ std::string upper(std::string_view s) {
 }
 
 bool contains(std::string_view s, std::string_view part) { return s.find(part) != std::string_view::npos; }
+
+bool is_fp4(DType t) { return t == DType::MXFP4 || t == DType::NVFP4; }
 
 bool use_more_bits(int64_t i_layer, int64_t n_layers) {
   return i_layer < n_layers / 8 || i_layer >= 7 * n_layers / 8 || (i_layer - n_layers / 8) % 3 == 2;
@@ -102,6 +105,7 @@ DType fallback_for(DType t) {
     case DType::Q4_K: return DType::Q5_0;
     case DType::Q5_K: return DType::Q5_1;
     case DType::Q6_K: return DType::Q8_0;
+    case DType::NVFP4: return DType::MXFP4;  // the same levels, blocks of 32
     default: return DType::F16;
   }
 }
@@ -169,7 +173,7 @@ DType choose_tensor_type(const FileType& ftype, const MixContext& ctx, std::stri
   if (!pure && traits(ftype.base).quantized) {
     const int64_t layer = layer_of(name);
     if (name == "output.weight" || (!ctx.has_output && name == "token_embd.weight")) {
-      if (ne0 % traits(t).block_size != 0) {
+      if (ne0 % traits(t).block_size != 0 || is_fp4(t)) {  // llama.cpp gives its FP4 file types a Q8_0 classifier
         t = DType::Q8_0;
       } else if (t != DType::Q8_0) {
         t = DType::Q6_K;

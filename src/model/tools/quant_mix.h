@@ -14,13 +14,17 @@
 //            Q4_K_M, Q5_K_M -> Q6_K where use_more_bits; Q4_K_S -> Q5_K for layers < n/8;
 //   attn_output: Q2_K -> Q3_K, Q3_K_M -> Q4_K, Q3_K_L -> Q5_K;
 //   attn_qkv (fused): Q3_K_M/L -> Q4_K, Q4_K_M -> Q5_K, Q5_K_M -> Q6_K.
-// Not implemented: the IQ* and MXFP4 types, mixture-of-experts rules, Falcon's variants, importance
+// MXFP4 and NVFP4 (file types 38 and 39, llama.cpp's MXFP4_MOE and NVFP4) give every matrix the FP4 type
+// and the classifier Q8_0, as llama.cpp does for those two; llama.cpp's MXFP4_MOE is meant for the experts
+// of MoE models, ours quantizes the dense matrices too (a dense FP4 model for benchmarks).
+// Not implemented: the IQ* types, mixture-of-experts rules, Falcon's variants, importance
 // matrices (Q2_K_S needs one, so it is not offered). As in llama-quantize, Q3_K / Q4_K / Q5_K are
 // the _M mixes; --pure gives every matrix the default type.
 //
 // A row length that is not a multiple of the chosen type's block falls back like llama.cpp:
 // Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0, then F16 if still not a multiple. llama.cpp uses IQ4_NL
-// for Q2_K/Q3_K; we have no IQ4_NL quantizer and use Q4_0 (same block size and bits) instead.
+// for Q2_K/Q3_K; we have no IQ4_NL quantizer and use Q4_0 (same block size and bits) instead. NVFP4
+// (blocks of 64) falls back to MXFP4 (the same levels in blocks of 32).
 #pragma once
 
 #include <cstdint>

@@ -239,8 +239,7 @@ void CudaEngine::check_weight_types() const {
   for (const WeightEntry& e : weights_table_) {
     GA_CHECK(gemv_supports(e.m.type) && engine::dequantize_f16_supports(e.m.type), Unsupported, "tensor ", e.name,
              " has type ", dtype_name(e.m.type),
-             ", which the CUDA kernels do not read yet (supported: F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K "
-             "Q4_K Q5_K Q6_K)");
+             ", which the CUDA kernels do not read yet (supported: " GA_CUDA_WEIGHT_TYPES ")");
   }
 }
 

@@ -28,6 +28,8 @@ cudaError_t visit_decoder(DType type, F&& f) {
     case DType::Q5_K: return f(DecodeQ5_K{});
     case DType::Q6_K: return f(DecodeQ6_K{});
     case DType::F8_B128: return f(DecodeF8B128{});
+    case DType::MXFP4: return f(DecodeMXFP4{});
+    case DType::NVFP4: return f(DecodeNVFP4{});
     default: return cudaErrorNotSupported;
   }
 }
@@ -43,6 +45,8 @@ inline int decoder_block_elems(DType type) {
     case DType::Q2_K: case DType::Q3_K: case DType::Q4_K: case DType::Q5_K: case DType::Q6_K:
       return KShape::kBlockElems;
     case DType::F8_B128: return DecodeF8B128::kBlockElems;
+    case DType::MXFP4: return DecodeMXFP4::kBlockElems;
+    case DType::NVFP4: return DecodeNVFP4::kBlockElems;
     default: return 0;
   }
 }

@@ -21,21 +21,19 @@ extern template cudaError_t launch_gemv<DecodeQ4_K>(const GemvParams&, cudaStrea
 extern template cudaError_t launch_gemv<DecodeQ5_K>(const GemvParams&, cudaStream_t);
 extern template cudaError_t launch_gemv<DecodeQ6_K>(const GemvParams&, cudaStream_t);
 extern template cudaError_t launch_gemv<DecodeF8B128>(const GemvParams&, cudaStream_t);
+extern template cudaError_t launch_gemv<DecodeMXFP4>(const GemvParams&, cudaStream_t);
+extern template cudaError_t launch_gemv<DecodeNVFP4>(const GemvParams&, cudaStream_t);
 }  // namespace detail
 
 bool gemv_supports(DType type) { return detail::decoder_block_elems(type) != 0; }
 
 const char* gemv_unsupported_reason(const GemvParams& p) {
   const int block = detail::decoder_block_elems(p.type);
-  if (block == 0) return "weight type not supported by the CUDA GEMV (supported: F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 "
-                         "Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K F8_B128)";
+  if (block == 0) return "weight type not supported by the CUDA GEMV (supported: " GA_CUDA_WEIGHT_TYPES ")";
   if (p.w == nullptr || p.x == nullptr || p.y == nullptr) return "w, x and y must be device pointers, not null";
   if (p.rows <= 0 || p.cols <= 0) return "rows and cols must be positive";
   if (p.n_tokens < 1 || p.n_tokens > kGemvMaxTokens) return "n_tokens must be 1..8 (larger batches are a GEMM)";
-  if (p.cols % block != 0) {
-    return "cols must be a multiple of the block size (32 for Q4_0..Q8_0, 256 for K-quants, 128 for F8_B128, 8 for "
-           "F16/BF16, 4 for F32)";
-  }
+  if (p.cols % block != 0) return "cols must be a multiple of the block size (" GA_CUDA_WEIGHT_BLOCKS ")";
   if (p.cols > (int64_t{1} << 30)) return "cols above 2^30";
   if (static_cast<uint64_t>(p.row_stride) < row_bytes(p.type, static_cast<uint64_t>(p.cols))) {
     return "row_stride is smaller than one row of weights";

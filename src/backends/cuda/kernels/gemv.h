@@ -1,9 +1,9 @@
 // Quantized matrix-vector product for decode: y[t][r] = sum_k W[r][k] * x[t][k].
 //
-// The weights stay in their native GGUF block layout (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
-// Q2_K, Q3_K, Q4_K, Q5_K, Q6_K), or Q4_0 / Q8_0 rows in the split layout of weight_layout.h; activations and outputs are float32. n_tokens 1 is the decode GEMV, 2..8 the
-// small-batch variant (speculative decoding, a few parallel sequences) that reads the weights once
-// for all tokens. Larger batches belong to the prefill GEMM. See gemv_impl.cuh for the design.
+// The weights stay in their native block layout (GA_CUDA_WEIGHT_TYPES below: the GGUF types and F8_B128), or
+// Q4_0 / Q8_0 rows in the split layout of weight_layout.h; activations and outputs are float32. n_tokens 1 is
+// the decode GEMV, 2..8 the small-batch variant (speculative decoding, a few parallel sequences) that reads the
+// weights once for all tokens. Larger batches belong to the prefill GEMM. See gemv_impl.cuh for the design.
 //
 // Pure entry point (DESIGN.md): raw pointers, explicit strides, no allocation, the stream last, a
 // cudaError_t back. gemv_unsupported_reason() says in words why a parameter set is rejected, so the
@@ -21,12 +21,20 @@ namespace ga::cuda {
 
 inline constexpr int kGemvMaxTokens = 8;
 
+// The weight types of the CUDA weight readers (gemv, moe_gemv, the embedding gather, the prefill's f16
+// dequantizer: kernels/dispatch.cuh has one decoder per type), for their messages; test_cuda_gemv checks it
+// against gemv_supports(). A macro so that the reason strings stay literals.
+#define GA_CUDA_WEIGHT_TYPES "F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K F8_B128 MXFP4 NVFP4"
+// ... and the row lengths they take: a multiple of the type's block.
+#define GA_CUDA_WEIGHT_BLOCKS                                                                                   \
+  "32 for Q4_0..Q8_0 and MXFP4, 64 for NVFP4, 128 for F8_B128, 256 for K-quants, 8 for F16/BF16, 4 for F32"
+
 struct GemvParams {
   DType type = DType::F32;
   const void* w = nullptr;   // [rows] rows of `cols` weights of `type`, row_stride bytes apart;
                              // 16-byte aligned (cudaMalloc and CachingAllocator guarantee it)
   int64_t rows = 0;
-  int64_t cols = 0;          // a multiple of the block size (32 / 256; 8 for F32/F16/BF16)
+  int64_t cols = 0;          // a multiple of the block size (GA_CUDA_WEIGHT_BLOCKS)
   int64_t row_stride = 0;    // bytes between rows, >= row_bytes(type, cols); any value (rows may be unaligned)
   const float* x = nullptr;  // [n_tokens][cols], ldx floats between tokens; 16-byte aligned
   int64_t ldx = 0;           // a multiple of 4

@@ -155,8 +155,9 @@ __device__ __forceinline__ void gemv_issue_segment(const GemvArgs& a, const uint
   }
 }
 
-// This lane's activations for one block (float4 per run) and their sums per scale group; for the
-// integer decode x is scaled by kIntXScale (exact, a power of two) after the sums are taken.
+// This lane's activations for one block (float4 per run) and their sums per scale group (only where the
+// weights have an offset to multiply them: int_decode_has_offset); for the integer decode x is scaled by
+// kIntXScale (exact, a power of two) after the sums are taken.
 template <class D>
 __device__ __forceinline__ void gemv_load_x(const float* x_block, int part, float* xv, float* x_sum) {
   constexpr int kRuns = D::kElems / 4;
@@ -170,12 +171,14 @@ __device__ __forceinline__ void gemv_load_x(const float* x_block, int part, floa
     xv[4 * r + 3] = v.w;
   }
   if constexpr (D::kIntDecode) {
+    if constexpr (int_decode_has_offset<D>()) {
 #pragma unroll
-    for (int g = 0; g < D::kGroups; ++g) {
-      float s = 0.0f;
+      for (int g = 0; g < D::kGroups; ++g) {
+        float s = 0.0f;
 #pragma unroll
-      for (int e = g * kRunsPerGroup * 4; e < (g + 1) * kRunsPerGroup * 4; ++e) s += xv[e];
-      x_sum[g] = s;
+        for (int e = g * kRunsPerGroup * 4; e < (g + 1) * kRunsPerGroup * 4; ++e) s += xv[e];
+        x_sum[g] = s;
+      }
     }
 #pragma unroll
     for (int e = 0; e < D::kElems; ++e) xv[e] *= kIntXScale;
@@ -204,7 +207,11 @@ __device__ __forceinline__ float gemv_block_dot(const float* q, const float* sca
     if constexpr (D::kIntDecode) {
 #pragma unroll
       for (int e = g * kPerGroup; e < (g + 1) * kPerGroup; ++e) dot = fma_keep_subnormal(q[e], xv[e], dot);
-      acc = fmaf(scale[g], dot, fmaf(offset[g], x_sum[g], acc));
+      if constexpr (int_decode_has_offset<D>()) {
+        acc = fmaf(scale[g], dot, fmaf(offset[g], x_sum[g], acc));
+      } else {
+        acc = fmaf(scale[g], dot, acc);  // FP4: signed code floats, no offset
+      }
     } else {
       static_assert(!D::kHasMin, "float decoders have no min");
 #pragma unroll

@@ -2,6 +2,7 @@
 // (moe_gemv_impl.cuh has the design; moe_gemv_instances/ the instantiations, declared extern here so this
 // file compiles none of them).
 #include "backends/cuda/kernels/dispatch.cuh"
+#include "backends/cuda/kernels/gemv.h"
 #include "backends/cuda/kernels/moe.h"
 #include "backends/cuda/kernels/moe_gemv_impl.cuh"
 
@@ -21,6 +22,8 @@ extern template cudaError_t launch_moe_gemv<DecodeQ4_K>(const MoeGemvParams&, cu
 extern template cudaError_t launch_moe_gemv<DecodeQ5_K>(const MoeGemvParams&, cudaStream_t);
 extern template cudaError_t launch_moe_gemv<DecodeQ6_K>(const MoeGemvParams&, cudaStream_t);
 extern template cudaError_t launch_moe_gemv<DecodeF8B128>(const MoeGemvParams&, cudaStream_t);
+extern template cudaError_t launch_moe_gemv<DecodeMXFP4>(const MoeGemvParams&, cudaStream_t);
+extern template cudaError_t launch_moe_gemv<DecodeNVFP4>(const MoeGemvParams&, cudaStream_t);
 }  // namespace detail
 
 namespace {
@@ -33,18 +36,13 @@ const char* moe_gemv_unsupported_reason(const MoeGemvParams& p) {
   if (const char* why = moe_shape_unsupported_reason(p.shape)) return why;
   const MoeExperts& w = p.w;
   const int block = detail::decoder_block_elems(w.type);
-  if (block == 0) {
-    return "weight type not supported by the CUDA GEMV (supported: F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K "
-           "Q3_K Q4_K Q5_K Q6_K)";
-  }
+  if (block == 0) return "weight type not supported by the CUDA GEMV (supported: " GA_CUDA_WEIGHT_TYPES ")";
   if (p.plan == nullptr || w.data == nullptr || p.x == nullptr || p.y == nullptr) {
     return "plan, w, x and y must be device pointers, not null";
   }
   if (w.rows <= 0 || w.cols <= 0) return "rows and cols must be positive";
   if (moe_plan_max_items(p.shape) > 65535) return "more work items than one launch's grid.y (65535): split the tokens";
-  if (w.cols % block != 0) {
-    return "cols must be a multiple of the block size (32 for Q4_0..Q8_0, 256 for K-quants, 8 for F16/BF16, 4 for F32)";
-  }
+  if (w.cols % block != 0) return "cols must be a multiple of the block size (" GA_CUDA_WEIGHT_BLOCKS ")";
   if (w.cols > (int64_t{1} << 30)) return "cols above 2^30";
   if (static_cast<uint64_t>(w.row_stride) < row_bytes(w.type, static_cast<uint64_t>(w.cols))) {
     return "row_stride is smaller than one row of weights";

@@ -21,6 +21,8 @@
 //   Q2_K / Q3_K:    16 lanes, the same weights per part as Q6_K (PlaneMap): qs[32h+8c ..+8), planes
 //                   kp and kp+2 (Q3_K: and hmask[8c ..+8) for the third bit)
 //   F16/BF16/F32:   a "block" of 8 (4 for F32) weights, one lane each.
+//   MXFP4:          4 lanes; part p owns qs[4p..4p+4): weights 4p..4p+3 (low nibbles), 16+4p.. (high), as Q4_0
+//   NVFP4:          4 lanes; part p owns sub-block p: qs[8p..8p+8) and its scale d[p], weights 16p..16p+15
 //
 // Quant decoders are written once as unpack() (the weights' unsigned codes, 4 bytes per word in run
 // order) plus fields() (scale and min of w = scale * (code - kBias) + min) and offer two forms
@@ -29,7 +31,8 @@
 // offset, the code delivered as the float whose bit pattern is the code (a subnormal, see
 // bytes_to_code_floats), scale_int carrying the 2^69 that undoes the GEMV's scaling of x by 2^80.
 // One PRMT per weight instead of a PRMT and an FADD; the bias moves into offset * sum(x), paid once
-// per scale group and row.
+// per scale group and row. The FP4 types (Fp4Forms) offer the same two forms from signed codes, with
+// no offset at all (see fp4_code_floats).
 #pragma once
 
 #include <cuda_fp16.h>
@@ -127,6 +130,17 @@ struct QuantForms {
     }
   }
 };
+
+// Whether decode_int's weights have an offset (w = scale * code + offset, a bias or a min): then the GEMV
+// takes sum(x) per scale group and pays an FMA for it. FP4 codes carry their own sign and have none.
+template <class D>
+__host__ __device__ constexpr bool int_decode_has_offset() {
+  if constexpr (D::kIntDecode) {
+    return D::kHasMin || D::kBias != 0.0f;
+  } else {
+    return false;
+  }
+}
 
 // Q4_K / Q5_K: the 6-bit scale and min of sub-block j from the 12 packed bytes (see k4_scale_min
 // in quant_blocks.h for the packing).
@@ -545,6 +559,152 @@ struct DecodeF8B128 {
         q[4 * w + 2 * h + 1] = f.y;
       }
     }
+  }
+};
+
+// ---- FP4: MXFP4 and NVFP4 (E2M1 codes, backends/cpu/quant_blocks.h) ----
+//
+// A code is a sign bit and a 3-bit magnitude index; the CPU's weight is kFp4Levels[code] (ggml's doubled E2M1
+// levels 0, 1, 2, 3, 4, 6, 8, 12) times the block's halved scale, one float product. The levels are not affine in
+// the code, so these decoders have no unpack() + fields() form: fp4_code_floats() looks the magnitudes up with a
+// PRMT (the 8 levels are the 8 bytes of two registers), 4 weights per PRMT, then builds each weight's float from
+// its level byte and sign bit with one more PRMT: the float whose bits are sign << 31 | level, +-level * 2^-149.
+// That is decode_int's code float with the sign in the float itself, so there is no bias, no offset and no
+// sum(x) term (int_decode_has_offset is false); 15 instructions per 8 weights, against Q4_0's 11 plus its sum.
+
+// Bytes i of the two PRMT table registers: the levels of magnitude indices 0..3 and 4..7, from the CPU's table.
+constexpr uint32_t fp4_level_bytes(int first) {
+  uint32_t word = 0;
+  for (int i = 0; i < 4; ++i) {
+    word |= static_cast<uint32_t>(static_cast<uint8_t>(layout::kFp4Levels[first + i])) << (8 * i);
+  }
+  return word;
+}
+inline constexpr uint32_t kFp4LevelsLow = fp4_level_bytes(0);
+inline constexpr uint32_t kFp4LevelsHigh = fp4_level_bytes(4);
+static_assert(kFp4LevelsLow == 0x03020100u && kFp4LevelsHigh == 0x0C080604u, "levels 0 1 2 3 | 4 6 8 12");
+static_assert(layout::kFp4Levels[8] == 0 && layout::kFp4Levels[15] == -layout::kFp4Levels[7],
+              "codes 8..15 are the negatives of 0..7");
+
+// PTX prmt in its generic mode: selector nibble k (bits 4k..4k+3) makes result byte k from byte n & 7 of
+// {b, a}, copied when n < 8 and replaced by its sign (0x00 or 0xFF, the msb of that byte) when n >= 8.
+// __byte_perm() masks the selector to 3 bits, so the sign mode, which writes zero bytes here, needs the
+// instruction itself.
+__device__ __forceinline__ uint32_t prmt_generic(uint32_t a, uint32_t b, uint32_t selector) {
+  uint32_t d;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(selector));
+  return d;
+}
+
+// The code floats of 4 packed bytes v (byte k = high code k << 4 | low code k): low[k] of the low nibbles,
+// high[k] of the high ones, each the float with bits sign << 31 | level.
+__device__ __forceinline__ void fp4_code_floats(uint32_t v, float* low, float* high) {
+  const uint32_t index = v & 0x77777777u;  // magnitude indices; nibbles 0..7: low 0, high 0, low 1, high 1, ...
+  const uint32_t mag01 = prmt_generic(kFp4LevelsLow, kFp4LevelsHigh, index);        // levels of l0 h0 l1 h1
+  const uint32_t mag23 = prmt_generic(kFp4LevelsLow, kFp4LevelsHigh, index >> 16);  // levels of l2 h2 l3 h3
+  const uint32_t sign_low = (v << 4) & 0x80808080u;  // byte k: 0x80 where low code k is negative, else 0
+  const uint32_t sign_high = v & 0x80808080u;
+  // byte 0 the level, bytes 1 and 2 the sign of a level byte (< 0x80: zero), byte 3 the sign byte k:
+  // selector 0x(4+k)(8|m)(8|m)m for the level at byte m of the magnitude word
+  low[0] = __uint_as_float(prmt_generic(mag01, sign_low, 0x4880u));
+  low[1] = __uint_as_float(prmt_generic(mag01, sign_low, 0x5AA2u));
+  low[2] = __uint_as_float(prmt_generic(mag23, sign_low, 0x6880u));
+  low[3] = __uint_as_float(prmt_generic(mag23, sign_low, 0x7AA2u));
+  high[0] = __uint_as_float(prmt_generic(mag01, sign_high, 0x4991u));
+  high[1] = __uint_as_float(prmt_generic(mag01, sign_high, 0x5BB3u));
+  high[2] = __uint_as_float(prmt_generic(mag23, sign_high, 0x6991u));
+  high[3] = __uint_as_float(prmt_generic(mag23, sign_high, 0x7BB3u));
+}
+
+// The level of a code float as an ordinary float: +-level exactly, and +0 for both zero codes (the CPU's
+// static_cast<float>(0) * d is +0; a -0 here would differ in the embedding's bits).
+__device__ __forceinline__ float fp4_level(float code) {
+  const uint32_t bits = __float_as_uint(code);
+  const int level = static_cast<int>(bits & 0xFFu);
+  return static_cast<float>(bits >> 31 ? -level : level);
+}
+
+// The two forms of an FP4 decoder `Self`, from its code_floats() (the lane's kElems code floats in run
+// order) and its scale byte's conversions half_scale() (the CPU's halved block scale, exactly) and
+// int_scale() (that scale times kIntDotUnscale).
+template <class Self>
+struct Fp4Forms {
+  static constexpr bool kUnitScale = false;
+  static constexpr bool kIntDecode = true;
+  static constexpr bool kHasMin = false;
+  static constexpr float kBias = 0.0f;
+  static constexpr int kGroups = 1;
+  static __device__ __forceinline__ void decode(const uint8_t* blk, int part, float* q, float* scale, float* /*min*/) {
+    Self::template code_floats<AnyBytes>(blk, part, q);
+#pragma unroll
+    for (int e = 0; e < Self::kElems; ++e) q[e] = fp4_level(q[e]);
+    scale[0] = Self::half_scale(AnyBytes::u8(blk + Self::scale_offset(part)));
+  }
+  template <class B>
+  static __device__ __forceinline__ void decode_int(typename B::Addr blk, int part, float* q, float* scale,
+                                                    float* offset) {
+    Self::template code_floats<B>(blk, part, q);
+    scale[0] = Self::int_scale(B::u8(blk + Self::scale_offset(part)));
+    offset[0] = 0.0f;  // never read (int_decode_has_offset)
+  }
+};
+
+// MXFP4: one E8M0 exponent e per 32 weights, scale 2^(e-127), halved 2^(e-128); lanes as Q4_0's.
+struct DecodeMXFP4 : Fp4Forms<DecodeMXFP4> {
+  static constexpr DType kType = DType::MXFP4;
+  static constexpr int kBlockElems = layout::kQK;
+  static constexpr int kBlockBytes = sizeof(layout::BlockMXFP4);
+  static constexpr int kLanesPerBlock = 4;
+  static constexpr int kElems = 8;
+  static constexpr int kRows = ClassicShape::kRows;
+  static constexpr int kChunksPerLane = ClassicShape::kChunksPerLane;
+  static __device__ __forceinline__ int run_offset(int part, int run) { return ClassicShape::run_offset(part, run); }
+  static __device__ __forceinline__ int scale_offset(int /*part*/) {
+    return static_cast<int>(offsetof(layout::BlockMXFP4, e));
+  }
+  template <class B>
+  static __device__ __forceinline__ void code_floats(typename B::Addr blk, int part, float* q) {
+    fp4_code_floats(B::u32(blk + offsetof(layout::BlockMXFP4, qs) + 4 * part), q, q + 4);
+  }
+  // layout::e8m0_half: 2^(e-128), the float subnormals 2^-128 and 2^-127 for e = 0 and 1
+  static __device__ __forceinline__ float half_scale(uint32_t e) {
+    return __uint_as_float(e < 2 ? 0x00200000u << e : (e - 1) << 23);
+  }
+  // 2^(e-128) * 2^69 = 2^(e-59), a normal float for every e up to 186; +inf beyond, where the product overflows
+  static __device__ __forceinline__ float int_scale(uint32_t e) { return __uint_as_float(min(e + 68u, 255u) << 23); }
+};
+
+// NVFP4: 64 weights in 4 sub-blocks of 16, a UE4M3 scale each; lane `part` decodes sub-block `part`.
+struct DecodeNVFP4 : Fp4Forms<DecodeNVFP4> {
+  static constexpr DType kType = DType::NVFP4;
+  static constexpr int kBlockElems = layout::kQKNV;
+  static constexpr int kBlockBytes = sizeof(layout::BlockNVFP4);
+  static constexpr int kLanesPerBlock = layout::kQKNV / layout::kQKNVSub;
+  static constexpr int kElems = layout::kQKNVSub;
+  static constexpr int kRows = KShape::kRows;  // 16 weights per lane, as the K-quants
+  static constexpr int kChunksPerLane = KShape::kChunksPerLane;
+  static __device__ __forceinline__ int run_offset(int part, int run) { return kElems * part + 4 * run; }
+  static __device__ __forceinline__ int scale_offset(int part) {
+    return static_cast<int>(offsetof(layout::BlockNVFP4, d)) + part;
+  }
+  // byte j of the sub-block: weight j (low nibble) and j + 8 (high), so bytes 0..3 give runs 0 and 2, 4..7 runs 1, 3
+  template <class B>
+  static __device__ __forceinline__ void code_floats(typename B::Addr blk, int part, float* q) {
+    const typename B::Addr qs = blk + offsetof(layout::BlockNVFP4, qs) + (kElems / 2) * part;
+    fp4_code_floats(B::u32(qs), q, q + 8);
+    fp4_code_floats(B::u32(qs + 4), q + 4, q + 12);
+  }
+  // The UE4M3 byte x as a half: (x & 0x7F) << 7 puts its 4 exponent and 3 mantissa bits where a half's low 4
+  // exponent bits and top mantissa bits are, so the half is the UE4M3 value times 2^-8 exactly, subnormals
+  // included (a half subnormal becomes a normal float: no subnormal float arithmetic). x = 0x7F (and only that
+  // byte: 0xFF is 240) is 0, as layout::ue4m3_half.
+  static __device__ __forceinline__ float ue4m3_over_256(uint32_t x) {
+    const float v = __half2float(__ushort_as_half(static_cast<unsigned short>((x & 0x7Fu) << 7)));
+    return x == 0x7Fu ? 0.0f : v;
+  }
+  static __device__ __forceinline__ float half_scale(uint32_t x) { return ue4m3_over_256(x) * 0x1p7f; }
+  static __device__ __forceinline__ float int_scale(uint32_t x) {
+    return ue4m3_over_256(x) * (0x1p7f * kIntDotUnscale);
   }
 };
 
