@@ -419,6 +419,7 @@ class CudaEngine final : public CudaForward, public CudaBatchForward, private st
     std::string trace_path;  // GA_PERSISTENT_TRACE: the last step's timeline is written there at the end
     DeviceBuffer trace;
     bool traced = false;     // a step ran with the trace on
+    bool stream_only = false;  // GA_PERSISTENT_PROBE=stream (StepArgs::stream_only)
   };
   Persistent persistent_;
   void build_persistent_plan();

@@ -183,9 +183,11 @@ void CudaEngine::build_persistent_plan() {
     const char* x_mode = std::getenv("GA_PERSISTENT_X");
     target.int8_x = x_mode == nullptr || std::strcmp(x_mode, "float") != 0;
     // GA_PERSISTENT_SLOTS=N: the ring's depth (the bytes each SM keeps in flight; tuning)
-    if (const char* slots = std::getenv("GA_PERSISTENT_SLOTS"); slots != nullptr && std::atoi(slots) > 0) {
-      target.max_slots = std::atoi(slots);
+    if (const char* slots = std::getenv("GA_PERSISTENT_SLOTS"); slots != nullptr) {
+      if (const int n = std::atoi(slots); n > 0) target.max_slots = n;
     }
+    const char* probe = std::getenv("GA_PERSISTENT_PROBE");
+    p.stream_only = probe != nullptr && std::strcmp(probe, "stream") == 0;
     p.plan = persistent::build_plan(rec.ops, target, p.partials.as<float>());
     const size_t instr_bytes = p.plan.instrs.size() * sizeof(persistent::Instr);
     p.instrs = DeviceBuffer(allocator_, instr_bytes);
@@ -240,8 +242,7 @@ void CudaEngine::enqueue_persistent_step(const StepShape& shape) {
   a.x_offset = p.plan.n_slots * persistent::kSlotBytes;
   a.x_int8_offset = static_cast<int32_t>(p.plan.x_int8_offset);
   a.bulk_copies = p.limits.bulk_copies;
-  const char* probe = std::getenv("GA_PERSISTENT_PROBE");
-  a.stream_only = probe != nullptr && std::strcmp(probe, "stream") == 0;
+  a.stream_only = p.stream_only;
   a.trace = p.trace.as<uint64_t>();
   p.traced = p.traced || a.trace != nullptr;
   GA_CUDA_CHECK(persistent::persistent_decode(a, p.plan.grid, p.plan.smem_bytes, stream_.get()));

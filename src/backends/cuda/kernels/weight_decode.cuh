@@ -471,19 +471,23 @@ struct FloatShape {
   static __device__ __forceinline__ int run_offset(int /*part*/, int run) { return 4 * run; }
 };
 
+// kWords words of packed f16 pairs as 2 kWords floats (the f16 GEMV rows, the persistent kernel's cache rows).
+template <int kWords>
+__device__ __forceinline__ void halves_to_floats(const uint32_t* w, float* q) {
+#pragma unroll
+  for (int i = 0; i < kWords; ++i) {
+    const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&w[i]));
+    q[2 * i] = f.x;
+    q[2 * i + 1] = f.y;
+  }
+}
+
 struct DecodeF16 : FloatShape {
   static constexpr DType kType = DType::F16;
   static constexpr int kBlockElems = 8;
   static constexpr int kBlockBytes = 16;
   static constexpr int kElems = 8;
-  static __device__ __forceinline__ void decode_words(const uint32_t* w, float* q) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&w[i]));
-      q[2 * i] = f.x;
-      q[2 * i + 1] = f.y;
-    }
-  }
+  static __device__ __forceinline__ void decode_words(const uint32_t* w, float* q) { halves_to_floats<4>(w, q); }
   static __device__ __forceinline__ void decode(const uint8_t* blk, int /*part*/, float* q, float* /*scale*/, float* /*min*/) {
     uint32_t w[4];
 #pragma unroll

@@ -330,19 +330,14 @@ __device__ __forceinline__ WarpRows warp_rows(const GemvInstr& g) {
   return wr;
 }
 
-// Where the warp's rows of segment s of tile t start in the slot (byte offsets of the dynamic shared memory);
-// true when every one starts on 16 bytes.
-template <class D>
+// Where the warp's rows of segment s of tile t start in the slot (byte offsets of the dynamic shared memory), at
+// the shift the producer's segment_span copied them with; true when every one starts on 16 bytes.
 __device__ __forceinline__ bool stage_rows(const GemvInstr& g, const WarpRows& wr, int t, int s, uint32_t slot,
                                            uint32_t (&row_stage)[kMaxWarpRows]) {
   bool aligned = true;
 #pragma unroll
   for (int i = 0; i < kMaxWarpRows; ++i) {
-    uint32_t shift = 0;
-    if (i < wr.n_rows) {
-      const uint8_t* first = tile_row(g, t, wr.slot_row[i]) + static_cast<int64_t>(s) * g.seg_blocks * D::kBlockBytes;
-      shift = static_cast<uint32_t>(reinterpret_cast<uintptr_t>(first) & 15);
-    }
+    const uint32_t shift = i < wr.n_rows ? segment_span(g, tile_row(g, t, wr.slot_row[i]), s).shift : 0u;
     row_stage[i] = slot * kSlotBytes + wr.slot_row[i] * static_cast<uint32_t>(g.slot_region) + shift;
     aligned = aligned && shift == 0;
   }
@@ -391,7 +386,7 @@ __device__ void gemv_tiles(const GemvInstr& g, TileRange tr, uint32_t& k, const 
       const int n_blocks = min(g.seg_blocks, g.blocks_per_row - s * g.seg_blocks);
       uint32_t row_stage[kMaxWarpRows];
       // every row's segment starts on 16 bytes (float rows of whole chunks always do)
-      const bool aligned = stage_rows<D>(g, wr, t, s, slot, row_stage);
+      const bool aligned = stage_rows(g, wr, t, s, slot, row_stage);
       mbar_wait(&full[slot], (k / a.n_slots) & 1u);
 #pragma unroll 2
       for (int b = lane / D::kLanesPerBlock; b < (a.stream_only ? 0 : n_blocks); b += kBlocksPerIter) {
@@ -467,7 +462,7 @@ __device__ void gemv_tiles_int8(const GemvInstr& g, TileRange tr, uint32_t& k, c
       const uint32_t slot = k % a.n_slots;
       const int n_x = min(g.seg_blocks, g.blocks_per_row - s * g.seg_blocks) * kSub;
       uint32_t row_stage[kMaxWarpRows];
-      stage_rows<D>(g, wr, t, s, slot, row_stage);
+      stage_rows(g, wr, t, s, slot, row_stage);
       mbar_wait(&full[slot], (k / a.n_slots) & 1u);
       for (int xb = lane; xb < (a.stream_only ? 0 : n_x); xb += 32) {
         const int wb = xb / kSub, sub = xb - wb * kSub;
@@ -597,12 +592,7 @@ __device__ __forceinline__ void load_halves(const __half* p, float (&out)[DPL]) 
       w[2] = v.z;
       w[3] = v.w;
     }
-#pragma unroll
-    for (int i = 0; i < DPL / 2; ++i) {
-      const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&w[i]));
-      out[2 * i] = f.x;
-      out[2 * i + 1] = f.y;
-    }
+    halves_to_floats<DPL / 2>(w, out);
   } else {
 #pragma unroll
     for (int j = 0; j < DPL; ++j) out[j] = __half2float(p[j]);
