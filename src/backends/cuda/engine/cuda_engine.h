@@ -420,6 +420,8 @@ class CudaEngine final : public CudaForward, public CudaBatchForward, private st
     DeviceBuffer trace;
     bool traced = false;     // a step ran with the trace on
     bool stream_only = false;  // GA_PERSISTENT_PROBE=stream (StepArgs::stream_only)
+    bool ignore_deps = false;  // GA_PERSISTENT_PROBE=free (StepArgs::ignore_deps)
+    bool weights_evict_first = true;  // GA_PERSISTENT_L2 (StepArgs::weights_evict_first)
   };
   Persistent persistent_;
   void build_persistent_plan();

@@ -187,7 +187,12 @@ void CudaEngine::build_persistent_plan() {
       if (const int n = std::atoi(slots); n > 0) target.max_slots = n;
     }
     const char* probe = std::getenv("GA_PERSISTENT_PROBE");
-    p.stream_only = probe != nullptr && std::strcmp(probe, "stream") == 0;
+    // GA_PERSISTENT_PROBE=stream: the weight stream with the dependency chain; =free: without it (outputs garbage)
+    p.ignore_deps = probe != nullptr && std::strcmp(probe, "free") == 0;
+    p.stream_only = p.ignore_deps || (probe != nullptr && std::strcmp(probe, "stream") == 0);
+    // GA_PERSISTENT_L2=normal: the weight stream without its evict-first L2 policy (the comparison)
+    const char* l2 = std::getenv("GA_PERSISTENT_L2");
+    p.weights_evict_first = l2 == nullptr || std::strcmp(l2, "normal") != 0;
     p.plan = persistent::build_plan(rec.ops, target, p.partials.as<float>());
     const size_t instr_bytes = p.plan.instrs.size() * sizeof(persistent::Instr);
     p.instrs = DeviceBuffer(allocator_, instr_bytes);
@@ -200,7 +205,8 @@ void CudaEngine::build_persistent_plan() {
     }
     if (const char* path = std::getenv("GA_PERSISTENT_TRACE"); path != nullptr && *path != '\0') {
       p.trace_path = path;
-      p.trace = DeviceBuffer(allocator_, static_cast<size_t>(p.plan.grid) * p.plan.instrs.size() * 3 * 8);
+      p.trace = DeviceBuffer(allocator_, static_cast<size_t>(p.plan.grid) * p.plan.instrs.size() *
+                                                  persistent::kTraceStamps * sizeof(uint64_t));
     }
     p.ready = true;
     GA_LOG(Info, "decode: persistent kernel, ", p.plan.summary);
@@ -243,6 +249,8 @@ void CudaEngine::enqueue_persistent_step(const StepShape& shape) {
   a.x_int8_offset = static_cast<int32_t>(p.plan.x_int8_offset);
   a.bulk_copies = p.limits.bulk_copies;
   a.stream_only = p.stream_only;
+  a.ignore_deps = p.ignore_deps;
+  a.weights_evict_first = p.weights_evict_first;
   a.trace = p.trace.as<uint64_t>();
   p.traced = p.traced || a.trace != nullptr;
   GA_CUDA_CHECK(persistent::persistent_decode(a, p.plan.grid, p.plan.smem_bytes, stream_.get()));

@@ -72,12 +72,32 @@ __device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t by
 #endif
 }
 
-__device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
+// An L2 policy that evicts the lines it is attached to first: the weights are read once a step, so they must not
+// push the KV cache, the norms' weights and the activations out of L2, whose loads wait on the step's critical path
+// (from DRAM they queue behind the weight stream of every SM: microseconds).
+__device__ __forceinline__ uint64_t evict_first_policy() {
+  uint64_t policy = 0;
 #if GA_PDK_BULK
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                   smem_addr(dst)),
-               "l"(src), "r"(bytes), "r"(smem_addr(bar))
-               : "memory");
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+#endif
+  return policy;
+}
+
+// A bulk copy of `bytes` into shared memory completing on the barrier; with a policy (non-zero) its L2 lines carry it.
+__device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t bytes, uint64_t* bar, uint64_t policy) {
+#if GA_PDK_BULK
+  if (policy != 0) {
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;" ::"r"(
+            smem_addr(dst)),
+        "l"(src), "r"(bytes), "r"(smem_addr(bar)), "l"(policy)
+        : "memory");
+  } else {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                     smem_addr(dst)),
+                 "l"(src), "r"(bytes), "r"(smem_addr(bar))
+                 : "memory");
+  }
 #endif
 }
 
@@ -116,6 +136,11 @@ __device__ __forceinline__ uint64_t global_time() {
   return t;
 }
 
+// Trace mode: stamp `which` of the instruction (plan.h's TraceStamp), when tracing.
+__device__ __forceinline__ void stamp_now(uint64_t* stamp, int which) {
+  if (stamp != nullptr) stamp[which] = global_time();
+}
+
 // The consumer warps' own barrier (the producer never joins it).
 __device__ __forceinline__ void consumer_sync() { asm volatile("bar.sync 1, %0;" ::"n"(kConsumerThreads) : "memory"); }
 
@@ -149,6 +174,21 @@ __device__ __forceinline__ AttnSpan attention_span(int64_t pos, int window_left,
   const int64_t chunks = (s.count + kAttnMinChunk - 1) / kAttnMinChunk;
   s.n_eff = static_cast<int>(chunks < n_chunks ? chunks : n_chunks);
   return s;
+}
+
+// Consumer thread 0 spins until every dependency of `in` is done (then a consumer barrier publishes it); stamps
+// the moment. Diagnostics (StepArgs::ignore_deps) skip the wait.
+__device__ void wait_dependencies(const Instr& in, const StepArgs& a, uint64_t* stamp) {
+  if (threadIdx.x == 0 && !a.ignore_deps) {
+    for (int d = 0; d < in.n_deps; ++d) {
+      const int32_t j = a.deps[in.dep_begin + d];
+      const uint32_t need = static_cast<uint32_t>(arrivals_of(a.instrs[j], static_cast<int32_t>(gridDim.x)));
+      while (load_acquire(a.counters + j) < need) {
+      }
+    }
+  }
+  stamp_now(stamp, kStampMet);
+  consumer_sync();
 }
 
 // ---- the weight stream ----
@@ -190,6 +230,7 @@ static_assert(kConsumerWarps * kMaxWarpRows <= 64, "the producer copies at most 
 
 __device__ void produce(const StepArgs& a, uint8_t* ring, uint64_t* full, uint64_t* empty) {
   const int lane = threadIdx.x & 31;
+  const uint64_t policy = a.weights_evict_first ? evict_first_policy() : 0;
   uint32_t k = 0;
   for (int i = 0; i < a.n_instrs; ++i) {
     const Instr& in = a.instrs[i];
@@ -218,7 +259,7 @@ __device__ void produce(const StepArgs& a, uint8_t* ring, uint64_t* full, uint64
           __syncwarp();
 #pragma unroll
           for (int j = 0; j < 2; ++j) {
-            if (lane + 32 * j < rows) bulk_copy(base + (lane + 32 * j) * region, sp[j].src, sp[j].bytes, &full[slot]);
+            if (lane + 32 * j < rows) bulk_copy(base + (lane + 32 * j) * region, sp[j].src, sp[j].bytes, &full[slot], policy);
           }
         } else {
           for (int r = 0; r < rows; ++r) {
@@ -236,63 +277,173 @@ __device__ void produce(const StepArgs& a, uint8_t* ring, uint64_t* full, uint64
 
 // ---- GEMV ----
 
-constexpr int kMergeBatch = 4;  // attention chunks whose partials the merge loads at once
+// Loads a consumer thread keeps in flight at once while staging: activations come from L2, where the weight stream
+// of every SM queues ahead of them (a load takes microseconds), so no load may wait for another.
+constexpr int kStageLoads = 8;    // float4 of x per thread
+constexpr int kMergeChunks = 4;   // attention chunks whose partials the merge loads at once
+
+// x[0, cols) into xs; returns this thread's part of the sum of squares.
+__device__ float stage_plain(const float* x, int cols, float* xs) {
+  const int tid = threadIdx.x;
+  float sum_sq = 0.0f;
+  if (cols % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0) {
+    const int n4 = cols / 4;
+    const float4* x4 = reinterpret_cast<const float4*>(x);
+    float4* s4 = reinterpret_cast<float4*>(xs);
+    for (int base = tid; base < n4; base += kStageLoads * kConsumerThreads) {
+      float4 v[kStageLoads];
+#pragma unroll
+      for (int u = 0; u < kStageLoads; ++u) {
+        const int i = base + u * kConsumerThreads;
+        v[u] = i < n4 ? __ldcg(x4 + i) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      }
+#pragma unroll
+      for (int u = 0; u < kStageLoads; ++u) {
+        const int i = base + u * kConsumerThreads;
+        if (i < n4) s4[i] = v[u];
+        sum_sq = fmaf(v[u].x, v[u].x, fmaf(v[u].y, v[u].y, fmaf(v[u].z, v[u].z, fmaf(v[u].w, v[u].w, sum_sq))));
+      }
+    }
+    return sum_sq;
+  }
+  constexpr int kLoads = 4 * kStageLoads;
+  for (int base = tid; base < cols; base += kLoads * kConsumerThreads) {
+    float v[kLoads];
+#pragma unroll
+    for (int u = 0; u < kLoads; ++u) {
+      const int i = base + u * kConsumerThreads;
+      v[u] = i < cols ? load_act(x + i) : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < kLoads; ++u) {
+      const int i = base + u * kConsumerThreads;
+      if (i < cols) xs[i] = v[u];
+      sum_sq = fmaf(v[u], v[u], sum_sq);
+    }
+  }
+  return sum_sq;
+}
+
+// The attention instruction's per-chunk partials ([chunk][head][head_dim + 2]: unnormalized output, max, sum)
+// merged by their log-sum-exp into xs[0, cols). A thread takes runs of kMergeRun outputs of one head (head dims are
+// multiples of 8: the builder admits no others) and, for kMergeRuns runs and kMergeChunks chunks at once, loads
+// each chunk's run (float2 loads) with its (max, sum) pair before using any: one round of loads for every shape up
+// to 2 * 8 * 256 = 4096 outputs and 4 chunks. The chunks are folded in order with a running max.
+constexpr int kMergeRun = 8;
+constexpr int kMergeRuns = 2;
+
+__device__ void stage_merge(const GemvInstr& g, const StepArgs& a, float* xs) {
+  const int tid = threadIdx.x, hd = g.merge_head_dim;
+  const int n_eff = attention_span(*a.pos, g.merge_window, g.merge_chunks).n_eff;
+  const int64_t head_stride = hd + 2, chunk_stride = int64_t{g.merge_heads} * head_stride;
+  const int n_runs = g.cols / kMergeRun;
+  for (int r0 = tid; r0 < n_runs; r0 += kMergeRuns * kConsumerThreads) {
+    float m[kMergeRuns], den[kMergeRuns], num[kMergeRuns][kMergeRun];
+    int64_t at[kMergeRuns];  // the run's offset in a chunk's partials
+#pragma unroll
+    for (int u = 0; u < kMergeRuns; ++u) {
+      const int e = (r0 + u * kConsumerThreads) * kMergeRun, h = e / hd;
+      at[u] = h * head_stride + (e - h * hd);
+      m[u] = -INFINITY;
+      den[u] = 0.0f;
+#pragma unroll
+      for (int j = 0; j < kMergeRun; ++j) num[u][j] = 0.0f;
+    }
+    for (int c0 = 0; c0 < n_eff; c0 += kMergeChunks) {
+      float2 v[kMergeRuns][kMergeChunks][kMergeRun / 2], ms[kMergeRuns][kMergeChunks];
+#pragma unroll
+      for (int u = 0; u < kMergeRuns; ++u) {
+        const bool run_in = r0 + u * kConsumerThreads < n_runs;
+#pragma unroll
+        for (int cc = 0; cc < kMergeChunks; ++cc) {
+          const bool in = run_in && c0 + cc < n_eff;
+          const float* base = g.x + (c0 + cc) * chunk_stride + at[u];
+          const float* stats = base - (at[u] % head_stride) + hd;  // the head's (max, sum)
+#pragma unroll
+          for (int j = 0; j < kMergeRun / 2; ++j) {
+            v[u][cc][j] = in ? __ldcg(reinterpret_cast<const float2*>(base) + j) : make_float2(0.0f, 0.0f);
+          }
+          ms[u][cc] = in ? __ldcg(reinterpret_cast<const float2*>(stats)) : make_float2(-INFINITY, 0.0f);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kMergeRuns; ++u) {
+#pragma unroll
+        for (int cc = 0; cc < kMergeChunks; ++cc) {
+          if (c0 + cc >= n_eff) break;
+          const float m_new = fmaxf(m[u], ms[u][cc].x);
+          const float corr = expf(m[u] - m_new), w = expf(ms[u][cc].x - m_new);
+          den[u] = fmaf(den[u], corr, w * ms[u][cc].y);
+#pragma unroll
+          for (int j = 0; j < kMergeRun / 2; ++j) {
+            num[u][2 * j] = fmaf(num[u][2 * j], corr, w * v[u][cc][j].x);
+            num[u][2 * j + 1] = fmaf(num[u][2 * j + 1], corr, w * v[u][cc][j].y);
+          }
+          m[u] = m_new;
+        }
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kMergeRuns; ++u) {
+      const int r = r0 + u * kConsumerThreads;
+      if (r >= n_runs) continue;
+      const float inv = 1.0f / den[u];  // the chunk of the largest max has a sum >= 1
+#pragma unroll
+      for (int j = 0; j < kMergeRun; ++j) xs[r * kMergeRun + j] = num[u][j] * inv;
+    }
+  }
+  consumer_sync();
+}
+
+// rmsnorm(x) * norm_w into xs when a thread's share fits one batch (cols <= kStageLoads * 4 * threads, every
+// hidden size up to 8192): x and the norm's weights are loaded in the same round, the weights kept in registers.
+__device__ bool stage_norm_one_round(const GemvInstr& g, float* xs, float* red) {
+  const int tid = threadIdx.x, n4 = g.cols / 4;
+  if (g.cols % 4 != 0 || n4 > kStageLoads * kConsumerThreads || reinterpret_cast<uintptr_t>(g.x) % 16 != 0 ||
+      reinterpret_cast<uintptr_t>(g.norm_w) % 16 != 0) {
+    return false;
+  }
+  const float4* x4 = reinterpret_cast<const float4*>(g.x);
+  const float4* w4 = reinterpret_cast<const float4*>(g.norm_w);
+  float4 v[kStageLoads], w[kStageLoads];
+  const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+  for (int u = 0; u < kStageLoads; ++u) {
+    const int i = tid + u * kConsumerThreads;
+    v[u] = i < n4 ? __ldcg(x4 + i) : zero;
+    w[u] = i < n4 ? __ldg(w4 + i) : zero;
+  }
+  float sum_sq = 0.0f;
+#pragma unroll
+  for (int u = 0; u < kStageLoads; ++u) {
+    sum_sq = fmaf(v[u].x, v[u].x, fmaf(v[u].y, v[u].y, fmaf(v[u].z, v[u].z, fmaf(v[u].w, v[u].w, sum_sq))));
+  }
+  const float inv = inv_rms(consumer_sum(sum_sq, red), g.cols, g.eps);
+  float4* s4 = reinterpret_cast<float4*>(xs);
+#pragma unroll
+  for (int u = 0; u < kStageLoads; ++u) {
+    const int i = tid + u * kConsumerThreads;
+    if (i < n4) {
+      s4[i] = make_float4(v[u].x * inv * w[u].x, v[u].y * inv * w[u].y, v[u].z * inv * w[u].z, v[u].w * inv * w[u].w);
+    }
+  }
+  return true;
+}
 
 // The x of a GEMV into shared memory (cols floats), as its xload says.
 __device__ void stage_x(const GemvInstr& g, const StepArgs& a, float* xs, float* red) {
-  const int tid = threadIdx.x;
   if (g.xload == XLoad::kAttnMerge) {
-    const int hd = g.merge_head_dim;
-    const int n_eff = attention_span(*a.pos, g.merge_window, g.merge_chunks).n_eff;
-    const int64_t head_stride = hd + 2, chunk_stride = int64_t{g.merge_heads} * head_stride;
-    for (int e = tid; e < g.cols; e += kConsumerThreads) {
-      const int h = e / hd, d = e - h * hd;
-      const float* part = g.x + h * head_stride;
-      // the chunks' (max, sum, value) loaded kMergeBatch at a time, all before any is used (one L2 round trip
-      // per batch, not per load); the max first over every chunk, so the result does not depend on the batching
-      float m = -INFINITY;
-      for (int c0 = 0; c0 < n_eff; c0 += kMergeBatch) {
-        float mc[kMergeBatch];
-#pragma unroll
-        for (int u = 0; u < kMergeBatch; ++u) {
-          mc[u] = c0 + u < n_eff ? load_act(part + (c0 + u) * chunk_stride + hd) : -INFINITY;
-        }
-#pragma unroll
-        for (int u = 0; u < kMergeBatch; ++u) m = fmaxf(m, mc[u]);
-      }
-      float num = 0.0f, den = 0.0f;
-      for (int c0 = 0; c0 < n_eff; c0 += kMergeBatch) {
-        float mc[kMergeBatch], vc[kMergeBatch], sc[kMergeBatch];
-#pragma unroll
-        for (int u = 0; u < kMergeBatch; ++u) {
-          const bool in = c0 + u < n_eff;
-          const float* pc = part + (c0 + u) * chunk_stride;
-          mc[u] = in ? load_act(pc + hd) : -INFINITY;
-          vc[u] = in ? load_act(pc + d) : 0.0f;
-          sc[u] = in ? load_act(pc + hd + 1) : 0.0f;
-        }
-#pragma unroll
-        for (int u = 0; u < kMergeBatch; ++u) {
-          if (c0 + u >= n_eff) break;
-          const float w = expf(mc[u] - m);
-          num = fmaf(w, vc[u], num);
-          den = fmaf(w, sc[u], den);
-        }
-      }
-      xs[e] = num / den;
-    }
+    stage_merge(g, a, xs);
+    return;
+  }
+  if (g.xload == XLoad::kRmsNorm && stage_norm_one_round(g, xs, red)) {
     consumer_sync();
     return;
   }
-  float sum_sq = 0.0f;
-  for (int e = tid; e < g.cols; e += kConsumerThreads) {
-    const float v = load_act(g.x + e);
-    xs[e] = v;
-    sum_sq = fmaf(v, v, sum_sq);
-  }
-  if (g.xload == XLoad::kRmsNorm) {
+  const float sum_sq = stage_plain(g.x, g.cols, xs);
+  if (g.xload == XLoad::kRmsNorm) {  // consumer_sum's barrier also orders the xs writes before the reads below
     const float inv = inv_rms(consumer_sum(sum_sq, red), g.cols, g.eps);
-    for (int e = tid; e < g.cols; e += kConsumerThreads) xs[e] = xs[e] * inv * g.norm_w[e];
+    for (int e = threadIdx.x; e < g.cols; e += kConsumerThreads) xs[e] = xs[e] * inv * g.norm_w[e];
   }
   consumer_sync();
 }
@@ -370,7 +521,7 @@ __device__ __forceinline__ void store_warp_rows(const GemvInstr& g, const WarpRo
 // The tiles [tr.first, tr.first + tr.count) of a GEMV with decoder D on float x (staged in xs).
 template <class D>
 __device__ void gemv_tiles(const GemvInstr& g, TileRange tr, uint32_t& k, const StepArgs& a, uint64_t* full,
-                           uint64_t* empty, const float* xs) {
+                           uint64_t* empty, const float* xs, uint64_t* stamp) {
   constexpr int kE = D::kElems;
   constexpr int kG = D::kGroups;
   constexpr int kBlocksPerIter = 32 / D::kLanesPerBlock;
@@ -388,6 +539,7 @@ __device__ void gemv_tiles(const GemvInstr& g, TileRange tr, uint32_t& k, const 
       // every row's segment starts on 16 bytes (float rows of whole chunks always do)
       const bool aligned = stage_rows(g, wr, t, s, slot, row_stage);
       mbar_wait(&full[slot], (k / a.n_slots) & 1u);
+      if (t == tr.first && s == 0) stamp_now(stamp, kStampFirst);
 #pragma unroll 2
       for (int b = lane / D::kLanesPerBlock; b < (a.stream_only ? 0 : n_blocks); b += kBlocksPerIter) {
         const int64_t gb = static_cast<int64_t>(s) * g.seg_blocks + b;
@@ -448,7 +600,7 @@ __device__ __forceinline__ void int8_block(uint32_t addr, int sub, uint32_t* cod
 // DP4A dots of gemv_int8.cuh against each of the warp's rows.
 template <class D>
 __device__ void gemv_tiles_int8(const GemvInstr& g, TileRange tr, uint32_t& k, const StepArgs& a, uint64_t* full,
-                                uint64_t* empty, const int8_t* xq) {
+                                uint64_t* empty, const int8_t* xq, uint64_t* stamp) {
   using T = Int8Traits<D>;
   constexpr int kSub = T::kSubBlocks;
   const int lane = threadIdx.x & 31;
@@ -464,6 +616,7 @@ __device__ void gemv_tiles_int8(const GemvInstr& g, TileRange tr, uint32_t& k, c
       uint32_t row_stage[kMaxWarpRows];
       stage_rows(g, wr, t, s, slot, row_stage);
       mbar_wait(&full[slot], (k / a.n_slots) & 1u);
+      if (t == tr.first && s == 0) stamp_now(stamp, kStampFirst);
       for (int xb = lane; xb < (a.stream_only ? 0 : n_x); xb += 32) {
         const int wb = xb / kSub, sub = xb - wb * kSub;
         const int gx = s * g.seg_blocks * kSub + xb;
@@ -492,12 +645,13 @@ __device__ void gemv_tiles_int8(const GemvInstr& g, TileRange tr, uint32_t& k, c
   }
 }
 
+// stamp: the instruction's trace stamps, given to consumer thread 0 only (or null).
 __device__ void run_gemv(const GemvInstr& g, TileRange tr, uint32_t& k, const StepArgs& a, uint64_t* full,
-                         uint64_t* empty, const float* xs, const int8_t* xq) {
+                         uint64_t* empty, const float* xs, const int8_t* xq, uint64_t* stamp) {
   if (g.int8_x) {
 #define GA_PDK_GEMV_INT8(T, D)                          \
   case DType::T:                                        \
-    gemv_tiles_int8<D>(g, tr, k, a, full, empty, xq);   \
+    gemv_tiles_int8<D>(g, tr, k, a, full, empty, xq, stamp); \
     return;
     switch (g.type) {
       GA_PDK_GEMV_INT8(Q4_0, DecodeQ4_0)
@@ -512,7 +666,7 @@ __device__ void run_gemv(const GemvInstr& g, TileRange tr, uint32_t& k, const St
   }
 #define GA_PDK_GEMV(T, D)                           \
   case DType::T:                                    \
-    gemv_tiles<D>(g, tr, k, a, full, empty, xs);    \
+    gemv_tiles<D>(g, tr, k, a, full, empty, xs, stamp); \
     break;
   switch (g.type) {
     GA_PDK_GEMV(F32, DecodeF32)
@@ -536,15 +690,26 @@ __device__ void run_gemv(const GemvInstr& g, TileRange tr, uint32_t& k, const St
 
 // ---- attention ----
 
-// One head vector of the token into shared memory: + bias, per-head RMSNorm, RoPE (one warp).
+// One head vector of the token into shared memory: + bias, per-head RMSNorm, RoPE (one warp). Its loads (head
+// dims up to 256: 8 a lane) are all issued before any is used.
 __device__ void prepare_head(const float* src, const float* bias, const float* norm_w, float eps, const AttnInstr& at,
                              bool rope, int64_t pos, float scale, float* dst) {
   const int lane = threadIdx.x & 31, hd = at.head_dim;
+  constexpr int kMaxPerLane = 8;
+  float v[kMaxPerLane], b[kMaxPerLane];
+#pragma unroll
+  for (int u = 0; u < kMaxPerLane; ++u) {
+    const int d = lane + 32 * u;
+    v[u] = d < hd ? load_act(src + d) : 0.0f;
+    b[u] = d < hd && bias != nullptr ? bias[d] : 0.0f;
+  }
   float ss = 0.0f;
-  for (int d = lane; d < hd; d += 32) {
-    const float v = load_act(src + d) + (bias != nullptr ? bias[d] : 0.0f);
-    dst[d] = v;
-    ss = fmaf(v, v, ss);
+#pragma unroll
+  for (int u = 0; u < kMaxPerLane; ++u) {
+    const int d = lane + 32 * u;
+    v[u] += b[u];
+    if (d < hd) dst[d] = v[u];
+    ss = fmaf(v[u], v[u], ss);
   }
   if (norm_w != nullptr) {
     const float inv = inv_rms(warp_sum(ss), hd, eps);
@@ -599,17 +764,52 @@ __device__ __forceinline__ void load_halves(const __half* p, float (&out)[DPL]) 
   }
 }
 
+// A batch of attention_batch positions of a warp (pb, pb + W, ...) from the cache into registers: zeros where the
+// position is past the chunk, is the token's own (read from shared memory once it is prepared) or the lane owns no
+// dims. The cache rows of earlier positions depend on nothing this step writes.
+template <int DPL, int B>
+__device__ __forceinline__ void load_cache_batch(const AttnInstr& at, const StepArgs& a, int64_t pb, int64_t p1,
+                                                 int64_t pos, int kvh, int d0, bool owns, float (&kv)[B][DPL],
+                                                 float (&vv)[B][DPL]) {
+  const int64_t kv_dim = int64_t{at.n_head_kv} * at.head_dim;
+#pragma unroll
+  for (int u = 0; u < B; ++u) {
+    const int64_t p = pb + u * kConsumerWarps;
+    if (p >= p1 || p == pos || !owns) {
+#pragma unroll
+      for (int j = 0; j < DPL; ++j) kv[u][j] = vv[u][j] = 0.0f;
+      continue;
+    }
+    const int64_t row =
+        a.block_table != nullptr ? int64_t{a.block_table[p / a.block_size]} * a.block_size + p % a.block_size : p;
+    const int64_t off = row * kv_dim + int64_t{kvh} * at.head_dim + d0;
+    load_halves<DPL>(reinterpret_cast<const __half*>(at.k_cache) + off, kv[u]);
+    load_halves<DPL>(reinterpret_cast<const __half*>(at.v_cache) + off, vv[u]);
+  }
+}
+
+// Tile t of the attention instruction `in`. With wait (the CTA's first tile) the dependencies are waited on here,
+// after the first batch of cache rows has been requested: those loads, the longest of the tile under the weight
+// stream, overlap the wait for the q/k/v GEMV. Later batches are requested before the current one is folded.
 template <int DPL>
-__device__ void attention_tile(const AttnInstr& at, int t, const StepArgs& a, float* scratch) {
+__device__ void attention_tile(const Instr& in, int t, const StepArgs& a, float* scratch, uint64_t* stamp, bool wait) {
+  const AttnInstr at = in.attn;  // in registers: the cache stores below cannot alias it
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, tid = threadIdx.x;
   const int hd = at.head_dim, group = at.n_head / at.n_head_kv;
   const int kvh = t % at.n_head_kv, c = t / at.n_head_kv;
   const int64_t pos = *a.pos;
   const AttnSpan sp = attention_span(pos, at.window_left, at.n_chunks);
-  if (c >= sp.n_eff) return;  // uniform over the CTA
+  const bool active = c < sp.n_eff;  // uniform over the CTA
   const int64_t len = (sp.count + sp.n_eff - 1) / sp.n_eff;
-  const int64_t p0 = sp.start + c * len, p1 = p0 + len < pos + 1 ? p0 + len : pos + 1;
-  const bool last = p1 == pos + 1;
+  const int64_t p0 = sp.start + c * len, p1 = active ? (p0 + len < pos + 1 ? p0 + len : pos + 1) : p0;
+  const bool last = active && p1 == pos + 1;
+  const int d0 = lane * DPL;
+  const bool owns = d0 < hd;
+  constexpr int kAttnBatch = attn_batch<DPL>();
+  float kv[kAttnBatch][DPL], vv[kAttnBatch][DPL];
+  load_cache_batch<DPL, kAttnBatch>(at, a, p0 + warp, p1, pos, kvh, d0, owns, kv, vv);
+  if (wait) wait_dependencies(in, a, stamp);
+  if (!active) return;
   float* qs = scratch;              // [group][hd], times the scale
   float* kn = qs + group * hd;      // the token's k and v
   float* vn = kn + hd;
@@ -629,6 +829,7 @@ __device__ void attention_tile(const AttnInstr& at, int t, const StepArgs& a, fl
     }
   }
   consumer_sync();
+  stamp_now(stamp, kStampStaged);
   if (last) {  // the token's K/V into its cache row (its own position is read from kn / vn below)
     const int64_t row = a.slot != nullptr ? int64_t{*a.slot} : pos;
     __half* kc = reinterpret_cast<__half*>(at.k_cache) + row * kv_dim + kvh * hd;
@@ -648,31 +849,30 @@ __device__ void attention_tile(const AttnInstr& at, int t, const StepArgs& a, fl
 #pragma unroll
     for (int j = 0; j < DPL; ++j) acc[g][j] = 0.0f;
   }
-  const int d0 = lane * DPL;
-  const bool owns = d0 < hd;
   // attn_batch() positions per warp at a time, every load issued before any is used: under the weight stream a
   // cache row's load takes microseconds, so a warp's positions must not wait for each other. (The order each warp
   // folds its positions in is unchanged.)
-  constexpr int kAttnBatch = attn_batch<DPL>();
-  for (int64_t pb = p0 + warp; pb < p1; pb += kAttnBatch * kConsumerWarps) {
-    float kv[kAttnBatch][DPL], vv[kAttnBatch][DPL];
+  // Up to head dim 64 the next batch is requested before this one is folded (double-buffered registers); wider heads
+  // would spill, and request theirs at the top of the iteration.
+  constexpr bool kPipelined = DPL <= 2;
+  constexpr int kNext = kPipelined ? kAttnBatch : 1;
+  constexpr int64_t kStride = int64_t{kAttnBatch} * kConsumerWarps;
+  for (int64_t pb = p0 + warp; pb < p1; pb += kStride) {
+    float k_next[kNext][DPL], v_next[kNext][DPL];
+    if constexpr (kPipelined) {
+      if (pb + kStride < p1) load_cache_batch<DPL, kNext>(at, a, pb + kStride, p1, pos, kvh, d0, owns, k_next, v_next);
+    } else {
+      if (pb != p0 + warp) load_cache_batch<DPL, kAttnBatch>(at, a, pb, p1, pos, kvh, d0, owns, kv, vv);
+    }
 #pragma unroll
     for (int u = 0; u < kAttnBatch; ++u) {
-      const int64_t p = pb + u * kConsumerWarps;
-      if (p >= p1 || p == pos || !owns) {  // the token's own k / v come from shared memory
+      if (pb + u * kConsumerWarps == pos && owns) {  // the token's own k / v, from shared memory
 #pragma unroll
         for (int j = 0; j < DPL; ++j) {
-          kv[u][j] = p == pos && owns ? kn[d0 + j] : 0.0f;
-          vv[u][j] = p == pos && owns ? vn[d0 + j] : 0.0f;
+          kv[u][j] = kn[d0 + j];
+          vv[u][j] = vn[d0 + j];
         }
-        continue;
       }
-      const int64_t row = a.block_table != nullptr
-                              ? int64_t{a.block_table[p / a.block_size]} * a.block_size + p % a.block_size
-                              : p;
-      const int64_t off = row * kv_dim + kvh * hd + d0;
-      load_halves<DPL>(reinterpret_cast<const __half*>(at.k_cache) + off, kv[u]);
-      load_halves<DPL>(reinterpret_cast<const __half*>(at.v_cache) + off, vv[u]);
     }
 #pragma unroll
     for (int u = 0; u < kAttnBatch; ++u) {
@@ -691,6 +891,17 @@ __device__ void attention_tile(const AttnInstr& at, int t, const StepArgs& a, fl
 #pragma unroll
         for (int j = 0; j < DPL; ++j) acc[g][j] = fmaf(acc[g][j], corr, pe * vv[u][j]);
         m[g] = m_new;
+      }
+    }
+    if (pb == p0 + warp) stamp_now(stamp, kStampFirst);  // the first batch's loads have been used: they arrived
+    if constexpr (kPipelined) {
+#pragma unroll
+      for (int u = 0; u < kAttnBatch; ++u) {
+#pragma unroll
+        for (int j = 0; j < DPL; ++j) {
+          kv[u][j] = k_next[u][j];
+          vv[u][j] = v_next[u][j];
+        }
       }
     }
   }
@@ -730,20 +941,24 @@ __device__ void attention_tile(const AttnInstr& at, int t, const StepArgs& a, fl
   consumer_sync();  // the scratch is reused by the next tile
 }
 
-__device__ void run_attention(const AttnInstr& at, TileRange tr, const StepArgs& a, float* scratch) {
-  const int hd = at.head_dim;
+// stamp: as run_gemv's; the phases of the first tile are stamped. The dependencies are waited on inside the first
+// tile (attention_tile); a CTA without a tile skips the instruction (consume).
+__device__ void run_attention(const Instr& in, TileRange tr, const StepArgs& a, float* scratch, uint64_t* stamp) {
+  const int hd = in.attn.head_dim;
   for (int i = 0; i < tr.count; ++i) {
     const int t = tr.first + i * tr.step;
+    uint64_t* st = i == 0 ? stamp : nullptr;
+    const bool wait = i == 0;
     if (hd <= 32) {
-      attention_tile<1>(at, t, a, scratch);
+      attention_tile<1>(in, t, a, scratch, st, wait);
     } else if (hd == 64) {
-      attention_tile<2>(at, t, a, scratch);
+      attention_tile<2>(in, t, a, scratch, st, wait);
     } else if (hd == 96) {
-      attention_tile<3>(at, t, a, scratch);
+      attention_tile<3>(in, t, a, scratch, st, wait);
     } else if (hd == 128) {
-      attention_tile<4>(at, t, a, scratch);
+      attention_tile<4>(in, t, a, scratch, st, wait);
     } else {
-      attention_tile<8>(at, t, a, scratch);
+      attention_tile<8>(in, t, a, scratch, st, wait);
     }
   }
 }
@@ -788,32 +1003,24 @@ __device__ void consume(const StepArgs& a, uint64_t* full, uint64_t* empty, floa
     const Instr& in = a.instrs[i];
     const TileRange tr = tiles_of(in, cta, grid);
     if (tr.count == 0) continue;
-    uint64_t* stamp = a.trace != nullptr ? a.trace + (static_cast<int64_t>(cta) * a.n_instrs + i) * 3 : nullptr;
-    if (stamp != nullptr && tid == 0) stamp[0] = global_time();
-    if (tid == 0) {
-      for (int d = 0; d < in.n_deps; ++d) {
-        const int32_t j = a.deps[in.dep_begin + d];
-        const uint32_t need = static_cast<uint32_t>(arrivals_of(a.instrs[j], grid));
-        while (load_acquire(a.counters + j) < need) {
-        }
-      }
-      if (stamp != nullptr) stamp[1] = global_time();
-    }
-    consumer_sync();
+    uint64_t* stamp = a.trace != nullptr && tid == 0
+                          ? a.trace + (static_cast<int64_t>(cta) * a.n_instrs + i) * kTraceStamps
+                          : nullptr;  // consumer thread 0 stamps
+    stamp_now(stamp, kStampStart);
+    if (in.kind != OpKind::kAttention) wait_dependencies(in, a, stamp);  // the attention waits inside its first tile
     switch (in.kind) {
       case OpKind::kGemv: {
         const GemvInstr g = in.gemv;  // in registers: the stores through g.y cannot alias it
         stage_x(g, a, xs, red);
         int8_t* xq = reinterpret_cast<int8_t*>(xs) + a.x_int8_offset;
         if (g.int8_x) quantize_x(g, xs, xq);
-        run_gemv(g, tr, k, a, full, empty, xs, xq);
+        stamp_now(stamp, kStampStaged);
+        run_gemv(g, tr, k, a, full, empty, xs, xq, stamp);
         break;
       }
-      case OpKind::kAttention: {
-        const AttnInstr at = in.attn;
-        run_attention(at, tr, a, xs);
+      case OpKind::kAttention:
+        run_attention(in, tr, a, xs, stamp);
         break;
-      }
       case OpKind::kRmsNorm:
         run_norm(in.norm, red);
         break;
@@ -822,11 +1029,9 @@ __device__ void consume(const StepArgs& a, uint64_t* full, uint64_t* empty, floa
         break;
     }
     consumer_sync();  // every consumer's writes of this instruction come before the arrival
-    if (tid == 0) {
-      __threadfence();
-      add_release(a.counters + i, 1);
-      if (stamp != nullptr) stamp[2] = global_time();
-    }
+    stamp_now(stamp, kStampComputed);
+    if (tid == 0) add_release(a.counters + i, 1);  // a release at GPU scope, cumulative over the barrier above
+    stamp_now(stamp, kStampDone);
   }
 }
 
@@ -900,7 +1105,8 @@ cudaError_t persistent_decode(const StepArgs& args, int32_t grid, int64_t smem_b
   cudaError_t status = cudaMemsetAsync(args.counters, 0, static_cast<size_t>(args.n_instrs) * sizeof(uint32_t), stream);
   if (status != cudaSuccess) return status;
   if (args.trace != nullptr) {  // CTAs without a tile of an instruction leave its stamps at 0
-    status = cudaMemsetAsync(args.trace, 0, static_cast<size_t>(grid) * args.n_instrs * 3 * sizeof(uint64_t), stream);
+    status = cudaMemsetAsync(args.trace, 0, static_cast<size_t>(grid) * args.n_instrs * kTraceStamps * sizeof(uint64_t),
+                             stream);
     if (status != cudaSuccess) return status;
   }
   cudaLaunchConfig_t config{};

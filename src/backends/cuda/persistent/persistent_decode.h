@@ -31,10 +31,14 @@ struct StepArgs {
   int32_t x_offset = 0;           // byte offset of the x staging in dynamic shared memory (n_slots * kSlotBytes)
   int32_t x_int8_offset = 0;      // Plan::x_int8_offset: the int8 x after the float x, from x_offset
   bool bulk_copies = true;        // TMA bulk copies (sm_90) or cp.async (any sm_80+)
+  bool weights_evict_first = true;  // the bulk copies' L2 lines evicted first (GA_PERSISTENT_L2=normal: not)
   // Diagnostics (GA_PERSISTENT_PROBE=stream): the consumers take every slot and compute nothing, so a step's time
   // is the weight stream's alone (outputs are garbage).
   bool stream_only = false;
-  // Trace mode (optional): [grid][n_instrs][3] globaltimer stamps (start, dependencies met, done) per CTA and
+  // Diagnostics (GA_PERSISTENT_PROBE=free): with stream_only, no instruction waits for its dependencies either, so a
+  // step's time is the ring's own streaming rate.
+  bool ignore_deps = false;
+  // Trace mode (optional): [grid][n_instrs][kTraceStamps] globaltimer stamps (plan.h's TraceStamp) per CTA and
   // instruction, 0 where the CTA had no tile of it.
   uint64_t* trace = nullptr;
 };

@@ -40,6 +40,12 @@ inline constexpr int kAttnMinChunk = 32;      // positions below which a KV head
 inline constexpr int kGluTileCols = 2048;
 inline constexpr int kXInt8BlockBytes = 64;   // x_int8.cuh's kXBlockBytes: 32 activations as two int8 digits
 
+// Trace mode's globaltimer stamps per CTA and instruction (StepArgs::trace), in this order: the CTA reached the
+// instruction, its dependencies were met, its inputs were staged (a GEMV's x, the attention's heads), its first
+// data arrived (a GEMV's first ring slot, the attention's first cache rows), its last tile was computed, and its
+// arrival was released.
+enum TraceStamp : int { kStampStart = 0, kStampMet, kStampStaged, kStampFirst, kStampComputed, kStampDone, kTraceStamps };
+
 enum class OpKind : uint8_t { kGemv = 0, kAttention = 1, kRmsNorm = 2, kGlu = 3 };
 
 // Where a GEMV's x comes from (it is staged in shared memory, cols floats, before the first tile):

@@ -192,8 +192,9 @@ Node attention_node(const rec::HeadNorm* hn, const rec::RopeKv& rk, const rec::A
            rk.n_head_kv, " heads");
   const int64_t group = rk.n_head / rk.n_head_kv;
   const int64_t lane_dims = hd <= 32 ? 1 : hd / 32;
-  GA_CHECK(hd % 2 == 0 && (hd <= 32 || (hd % 32 == 0 && (lane_dims <= 4 || lane_dims == 8))), Unsupported, where(op),
-           ": head dim ", hd, " (the persistent attention takes <= 32, 64, 96, 128 or 256)");
+  // multiples of 8: the merge in the output projection reads runs of 8 outputs of a head
+  GA_CHECK(hd % 8 == 0 && (hd <= 32 || (hd % 32 == 0 && (lane_dims <= 4 || lane_dims == 8))), Unsupported, where(op),
+           ": head dim ", hd, " (the persistent attention takes 8, 16, 24, 32, 64, 96, 128 or 256)");
   GA_CHECK(group <= kAttnMaxGroup && group * lane_dims <= kAttnMaxGroupDims, Unsupported, where(op), ": ", group,
            " query heads per KV head of ", hd);
   Node n;
