@@ -144,7 +144,8 @@ void launch(const char* op, int code, const ops::TensorView* views, void* stream
   // The vector path: unit inner strides (a broadcast input 0), rows of whole vectors, 16-byte aligned starts.
   bool vec = v > 1 && a.n % v == 0 && s.inner_stride[0] == 1;
   for (int k = 0; vec && k < K; ++k) {
-    vec = aligned(views[k].data, kVectorBytes) && (k == 0 || s.inner_stride[k] == 1 || s.inner_stride[k] == 0);
+    if (k > 0 && s.inner_stride[k] == 0) continue;  // one value per row (a scalar load): any alignment
+    vec = aligned(views[k].data, kVectorBytes) && (k == 0 || s.inner_stride[k] == 1);
     for (int d = 0; vec && d < s.outer.ndim; ++d) vec = s.outer.stride[k][d] % v == 0;
   }
   a.vec = vec;
