@@ -31,9 +31,13 @@ using namespace ::ga::ops;
 enum class Layout { Dense, Padded, Transposed };
 constexpr int64_t kPad = 3;  // elements after each padded row
 
-const char* layout_name(Layout l) { return l == Layout::Dense ? "dense" : l == Layout::Padded ? "padded" : "T"; }
+const char* layout_name(Layout l) {
+  return l == Layout::Dense ? "dense" : l == Layout::Padded ? "padded" : "T";
+}
 
-size_t bytes_of(DType t) { return t == DType::F32 ? 4 : t == DType::I64 ? 8 : 2; }
+size_t bytes_of(DType t) {
+  return t == DType::F32 ? 4 : t == DType::I64 ? 8 : 2;
+}
 
 // A strided tensor in host bytes (its whole storage, padding included) and its device copy.
 struct Tensor {
@@ -128,7 +132,9 @@ void fill_random(Tensor& t, std::mt19937& rng, float sigma) {
   for (int64_t i = 0; i < t.count(); ++i) t.set(t.offset(i), d(rng));
 }
 
-double tolerance(DType out) { return out == DType::F16 ? 2e-3 : out == DType::BF16 ? 1.6e-2 : 2e-5; }
+double tolerance(DType out) {
+  return out == DType::F16 ? 2e-3 : out == DType::BF16 ? 1.6e-2 : 2e-5;
+}
 
 using Call = std::function<Status(const std::vector<TensorView>& in, const TensorView& out, const Exec& exec)>;
 
@@ -219,7 +225,9 @@ const Types kTypes[] = {{DType::F32, DType::F32},
                         {DType::F16, DType::F32},
                         {DType::BF16, DType::F32}};
 
-std::string types_name(Types t) { return str(dtype_name(t.in), "->", dtype_name(t.out)); }
+std::string types_name(Types t) {
+  return str(dtype_name(t.in), "->", dtype_name(t.out));
+}
 
 TEST(CudaTensorOps, UnaryMatchesCpu) {
   GA_REQUIRE_CUDA_DEVICE();
@@ -237,16 +245,19 @@ TEST(CudaTensorOps, UnaryMatchesCpu) {
           Tensor x = make(t.in, shape, l);
           fill_random(x, rng, 3.0f);
           const Tensor out = make(t.out, shape, l == Layout::Transposed ? Layout::Dense : l);
-          const std::string name = str(activation_name(act), " ", types_name(t), " ", shape_name(shape), " ",
-                                       layout_name(l));
-          check(parity, alloc, name, {x}, out, [&](const std::vector<TensorView>& in, const TensorView& o,
-                                                   const Exec& e) { return unary(act, in[0], o, e); });
+          const std::string name =
+              str(activation_name(act), " ", types_name(t), " ", shape_name(shape), " ", layout_name(l));
+          check(parity, alloc, name, {x}, out,
+                [&](const std::vector<TensorView>& in, const TensorView& o, const Exec& e) {
+                  return unary(act, in[0], o, e);
+                });
           if (t.in == t.out && l == Layout::Padded) {
-            check(parity, alloc, name + " in place", {x}, out,
-                  [&](const std::vector<TensorView>& in, const TensorView&, const Exec& e) {
-                    return unary(act, in[0], in[0], e);
-                  },
-                  true);
+            check(
+                parity, alloc, name + " in place", {x}, out,
+                [&](const std::vector<TensorView>& in, const TensorView&, const Exec& e) {
+                  return unary(act, in[0], in[0], e);
+                },
+                true);
           }
         }
       }
@@ -263,11 +274,16 @@ TEST(CudaTensorOps, BinaryWithBroadcastingMatchesCpu) {
   struct Case {
     std::vector<int64_t> a, b, out;
   };
-  const std::vector<Case> cases = {
-      {{19, 37}, {19, 37}, {19, 37}},       {{19, 37}, {37}, {19, 37}},        {{19, 37}, {19, 1}, {19, 37}},
-      {{7, 1, 37}, {19, 1}, {7, 19, 37}},   {{}, {733}, {733}},                {{733, 1}, {1, 19}, {733, 19}},
-      {{1}, {7}, {7}},                      {{64, 1024}, {1024}, {64, 1024}},  {{3, 70001}, {3, 70001}, {3, 70001}},
-      {{2, 3, 5, 7}, {3, 1, 7}, {2, 3, 5, 7}}};
+  const std::vector<Case> cases = {{{19, 37}, {19, 37}, {19, 37}},
+                                   {{19, 37}, {37}, {19, 37}},
+                                   {{19, 37}, {19, 1}, {19, 37}},
+                                   {{7, 1, 37}, {19, 1}, {7, 19, 37}},
+                                   {{}, {733}, {733}},
+                                   {{733, 1}, {1, 19}, {733, 19}},
+                                   {{1}, {7}, {7}},
+                                   {{64, 1024}, {1024}, {64, 1024}},
+                                   {{3, 70001}, {3, 70001}, {3, 70001}},
+                                   {{2, 3, 5, 7}, {3, 1, 7}, {2, 3, 5, 7}}};
   for (const BinaryOp op : {BinaryOp::Add, BinaryOp::Mul}) {
     for (const Types t : kTypes) {
       for (const Case& c : cases) {
@@ -278,8 +294,8 @@ TEST(CudaTensorOps, BinaryWithBroadcastingMatchesCpu) {
           fill_random(a, rng, 2.0f);
           fill_random(b, rng, 2.0f);
           const Tensor out = make(t.out, c.out, l == Layout::Padded ? l : Layout::Dense);
-          const std::string name = str(op == BinaryOp::Add ? "add " : "mul ", types_name(t), " ", shape_name(c.a),
-                                       " ", shape_name(c.b), " ", layout_name(l));
+          const std::string name = str(op == BinaryOp::Add ? "add " : "mul ", types_name(t), " ", shape_name(c.a), " ",
+                                       shape_name(c.b), " ", layout_name(l));
           check(parity, alloc, name, {a, b}, out,
                 [&](const std::vector<TensorView>& in, const TensorView& o, const Exec& e) {
                   return binary(op, in[0], in[1], o, e);
@@ -297,9 +313,8 @@ TEST(CudaTensorOps, ReductionsAlongEveryAxisMatchCpu) {
   Parity parity("tensor_ops reduce");
   std::mt19937 rng(3);
   const ReduceOp rops[] = {ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max, ReduceOp::ArgMax, ReduceOp::LogSumExp};
-  const std::vector<std::vector<int64_t>> shapes = {{1},        {7},        {733},     {19, 37},  {7, 19, 37},
-                                                    {37, 733},  {3, 4096},  {4096, 3}, {2, 100003}, {100003, 2},
-                                                    {5, 1, 733}};
+  const std::vector<std::vector<int64_t>> shapes = {
+      {1}, {7}, {733}, {19, 37}, {7, 19, 37}, {37, 733}, {3, 4096}, {4096, 3}, {2, 100003}, {100003, 2}, {5, 1, 733}};
   for (const ReduceOp rop : rops) {
     for (const Types t : kTypes) {
       for (const auto& shape : shapes) {
@@ -314,8 +329,8 @@ TEST(CudaTensorOps, ReductionsAlongEveryAxisMatchCpu) {
             }
             const DType ot = rop == ReduceOp::ArgMax ? DType::I64 : t.out;
             const Tensor out = make(ot, rest, rest.size() >= 2 && l == Layout::Padded ? l : Layout::Dense);
-            const std::string name = str(reduce_name(rop), " ", types_name(t), " ", shape_name(shape), " axis ", axis,
-                                         " ", layout_name(l));
+            const std::string name =
+                str(reduce_name(rop), " ", types_name(t), " ", shape_name(shape), " axis ", axis, " ", layout_name(l));
             check(parity, alloc, name, {x}, out,
                   [&](const std::vector<TensorView>& in, const TensorView& o, const Exec& e) {
                     return reduce(rop, in[0], axis, o, e);
@@ -338,12 +353,12 @@ TEST(CudaTensorOps, SpecialValuesFollowTheCpuRules) {
   // [rows][n] with n long enough for the vector and block paths: each row one pattern at a few positions.
   const int64_t n = 733;
   const std::vector<std::vector<std::pair<int64_t, float>>> rows = {
-      {},                                   // all equal (a tie everywhere): argmax 0
-      {{5, 2.0f}, {400, 2.0f}},             // a tie between two maxima: the first
-      {{9, nan}, {500, nan}, {3, 7.0f}},    // NaNs: the first NaN
-      {{100, inf}},                         // +inf
-      {{100, inf}, {600, inf}},             // two +inf: logsumexp +inf, softmax NaN
-      {{0, -inf}, {732, -inf}},             // some -inf
+      {},                                 // all equal (a tie everywhere): argmax 0
+      {{5, 2.0f}, {400, 2.0f}},           // a tie between two maxima: the first
+      {{9, nan}, {500, nan}, {3, 7.0f}},  // NaNs: the first NaN
+      {{100, inf}},                       // +inf
+      {{100, inf}, {600, inf}},           // two +inf: logsumexp +inf, softmax NaN
+      {{0, -inf}, {732, -inf}},           // some -inf
   };
   for (const DType type : {DType::F32, DType::BF16}) {
     Tensor x = make(type, {static_cast<int64_t>(rows.size()) + 1, n}, Layout::Dense);
@@ -371,8 +386,8 @@ TEST(CudaTensorOps, NormsAndSoftmaxMatchCpu) {
   CachingAllocator alloc(0);
   Parity parity("tensor_ops norms");
   std::mt19937 rng(4);
-  const std::vector<std::vector<int64_t>> shapes = {{1, 1},  {7, 1},   {19, 7},   {37, 19},   {5, 733},
-                                                    {4096},  {3, 4096}, {2, 20000}, {2, 3, 37}, {64, 1024}};
+  const std::vector<std::vector<int64_t>> shapes = {{1, 1}, {7, 1},    {19, 7},    {37, 19},   {5, 733},
+                                                    {4096}, {3, 4096}, {2, 20000}, {2, 3, 37}, {64, 1024}};
   enum class Kind { Rms, LayerWB, LayerW, LayerNone, Softmax };
   for (const Kind kind : {Kind::Rms, Kind::LayerWB, Kind::LayerW, Kind::LayerNone, Kind::Softmax}) {
     for (const Types t : kTypes) {
@@ -387,8 +402,8 @@ TEST(CudaTensorOps, NormsAndSoftmaxMatchCpu) {
           fill_random(b, rng, 1.0f);
           const Tensor out = make(t.out, shape, l == Layout::Transposed ? Layout::Dense : l);
           const char* kname[] = {"rms_norm", "layer_norm w+b", "layer_norm w", "layer_norm", "softmax"};
-          const std::string name = str(kname[static_cast<int>(kind)], " ", types_name(t), " ", shape_name(shape), " ",
-                                       layout_name(l));
+          const std::string name =
+              str(kname[static_cast<int>(kind)], " ", types_name(t), " ", shape_name(shape), " ", layout_name(l));
           const Call call = [&](const std::vector<TensorView>& in, const TensorView& o, const Exec& e) {
             const TensorView none;
             switch (kind) {
@@ -406,11 +421,10 @@ TEST(CudaTensorOps, NormsAndSoftmaxMatchCpu) {
           };
           check(parity, alloc, name, {x, w, b}, out, call);
           if (t.in == t.out && l == Layout::Dense) {
-            check(parity, alloc, name + " in place", {x, w, b}, out,
-                  [&](const std::vector<TensorView>& in, const TensorView&, const Exec& e) {
-                    return call(in, in[0], e);
-                  },
-                  true);
+            check(
+                parity, alloc, name + " in place", {x, w, b}, out,
+                [&](const std::vector<TensorView>& in, const TensorView&, const Exec& e) { return call(in, in[0], e); },
+                true);
           }
         }
       }

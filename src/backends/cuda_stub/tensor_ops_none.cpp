@@ -15,9 +15,15 @@ ops::Status no_cuda(const char* op) {
 
 }  // namespace
 
-ops::Status unary(const UnaryParams& p, void* /*stream*/) { return no_cuda(ops::activation_name(p.act)); }
-ops::Status binary(const BinaryParams& p, void* /*stream*/) { return no_cuda(p.op == ops::BinaryOp::Add ? "add" : "mul"); }
-ops::Status reduce(const ReduceParams& p, void* /*stream*/) { return no_cuda(ops::reduce_name(p.op)); }
+ops::Status unary(const UnaryParams& p, void* /*stream*/) {
+  return no_cuda(ops::activation_name(p.act));
+}
+ops::Status binary(const BinaryParams& p, void* /*stream*/) {
+  return no_cuda(p.op == ops::BinaryOp::Add ? "add" : "mul");
+}
+ops::Status reduce(const ReduceParams& p, void* /*stream*/) {
+  return no_cuda(ops::reduce_name(p.op));
+}
 ops::Status row_op(const RowParams& p, void* /*stream*/) {
   return no_cuda(p.op == RowOp::RmsNorm ? "rms_norm" : p.op == RowOp::LayerNorm ? "layer_norm" : "softmax");
 }

@@ -121,5 +121,4 @@ __device__ __forceinline__ S row_total(S s, int tpr, S* parts) {
   return total;
 }
 
-
 }  // namespace ga::cuda::tensor_ops

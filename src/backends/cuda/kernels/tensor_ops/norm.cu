@@ -204,8 +204,8 @@ ops::Status row_op(const RowParams& p, void* stream) {
     a.eps = p.eps;
     const bool mixed = p.x.type != p.out.type;
     const int v = mixed ? 1 : p.x.type == DType::F32 ? kVec<float> : kVec<__half>;
-    bool vec = v > 1 && a.n % v == 0 && a.x_stride == 1 && a.out_stride == 1 &&
-               aligned(a.x, kVectorBytes) && aligned(a.out, kVectorBytes);
+    bool vec = v > 1 && a.n % v == 0 && a.x_stride == 1 && a.out_stride == 1 && aligned(a.x, kVectorBytes) &&
+               aligned(a.out, kVectorBytes);
     for (int d = 0; vec && d < a.rows.ndim; ++d) vec = a.rows.stride[0][d] % v == 0 && a.rows.stride[1][d] % v == 0;
     a.vec = vec;
     const int64_t units = vec ? a.n / v : a.n;
