@@ -4,9 +4,10 @@
 // picks the path and the workspace size; run only executes. Nothing here allocates: workspace comes from the
 // caller, sized by the plan.
 //
-// Every call names where it runs in an Exec. So far only Device::Cpu has an implementation (the reference,
-// threaded through a ga::ThreadPool); a Device::Cuda plan or call is refused with Unsupported. The stream field is
-// where a CUDA implementation will take its cudaStream_t, so the API does not change when it comes.
+// Every call names where it runs in an Exec. Device::Cpu is the reference (threaded through a ga::ThreadPool);
+// Device::Cuda runs the elementwise ops, the reductions and the fused norms on the GPU (device or managed pointers,
+// queued on Exec::stream, never synchronised); gemm and conv2d on Device::Cuda are refused with Unsupported for now,
+// as is every Device::Cuda call in a build without CUDA.
 //
 // Element types: F32, F16 and BF16 (ga::DType), any mix per operand unless an op says otherwise; the math is
 // float32 (reductions and norm statistics accumulate in double, as the CPU backend's rms_norm and softmax do),
@@ -28,7 +29,7 @@ class ThreadPool;
 namespace ga::ops {
 
 // Ok, or the ga::Error that stopped the call (InvalidArgument for bad shapes/types/pointers, Unsupported for
-// a valid request this build does not run, e.g. any Device::Cuda call for now).
+// a valid request this build does not run, e.g. a Device::Cuda gemm, or no CUDA device).
 class Status {
  public:
   Status() = default;
@@ -49,7 +50,7 @@ enum class Device { Cpu, Cuda };
 struct Exec {
   Device device = Device::Cpu;
   ThreadPool* pool = nullptr;  // Cpu: the worker threads (one call at a time per pool); nullptr: the calling thread
-  void* stream = nullptr;      // Cuda: the cudaStream_t the work is queued on (no CUDA implementation yet)
+  void* stream = nullptr;      // Cuda: the cudaStream_t the work is queued on (nullptr: the default stream)
 };
 
 // A strided view of up to kMaxDims dimensions: element (i0, .., i{n-1}) is at

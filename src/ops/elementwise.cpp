@@ -3,6 +3,8 @@
 // Both walk the output as rows of its last dimension (each operand's offset of a row is computed once from the
 // row's index, so any strides work: broadcasts are stride 0) and split the rows over the pool. The activations
 // are the CPU backend's (backends/cpu/activation.h), so values match the engine's forward bit for bit.
+// Device::Cuda runs backends/cuda/kernels/tensor_ops (elementwise.cu) on the same validated views.
+#include "backends/cuda/kernels/tensor_ops/tensor_ops.h"
 #include "ops/ops_common.h"
 
 namespace ga::ops {
@@ -36,12 +38,16 @@ void broadcast_strides(const TensorView& v, const TensorView& out, const char* o
 Status unary(Activation act, const TensorView& x, const TensorView& out, const Exec& exec) {
   return guarded([&] {
     const char* op = activation_name(act);
-    require_cpu(exec.device, op);
+    require_device(exec.device, op);
     check_view(x, op, "x");
     check_view(out, op, "out");
     require_float_type(x.type, op, "x");
     require_float_type(out.type, op, "out");
     check_same_shape(x, out, op, "x", "out");
+    if (exec.device == Device::Cuda) {
+      cuda::tensor_ops::unary({act, x, out}, exec.stream).throw_if_error();
+      return;
+    }
     const int nd = out.ndim;
     const int64_t n = nd == 0 ? 1 : out.shape[nd - 1];
     const int64_t rows = n == 0 ? 0 : element_count(out) / n;
@@ -65,7 +71,7 @@ Status unary(Activation act, const TensorView& x, const TensorView& out, const E
 Status binary(BinaryOp bop, const TensorView& a, const TensorView& b, const TensorView& out, const Exec& exec) {
   return guarded([&] {
     const char* op = bop == BinaryOp::Add ? "add" : "mul";
-    require_cpu(exec.device, op);
+    require_device(exec.device, op);
     check_view(a, op, "a");
     check_view(b, op, "b");
     check_view(out, op, "out");
@@ -75,6 +81,20 @@ Status binary(BinaryOp bop, const TensorView& a, const TensorView& b, const Tens
     int64_t as[kMaxDims] = {}, bs[kMaxDims] = {};
     broadcast_strides(a, out, op, "a", as);
     broadcast_strides(b, out, op, "b", bs);
+    if (exec.device == Device::Cuda) {
+      // a and b as views of out's shape: the kernels take the broadcast as stride-0 dims
+      TensorView ax = out, bx = out;
+      ax.type = a.type;
+      ax.data = a.data;
+      bx.type = b.type;
+      bx.data = b.data;
+      for (int d = 0; d < out.ndim; ++d) {
+        ax.strides[d] = as[d];
+        bx.strides[d] = bs[d];
+      }
+      cuda::tensor_ops::binary({bop, ax, bx, out}, exec.stream).throw_if_error();
+      return;
+    }
     const int nd = out.ndim;
     const int outer = nd - (nd > 0);
     const int64_t n = nd == 0 ? 1 : out.shape[nd - 1];

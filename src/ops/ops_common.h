@@ -28,9 +28,15 @@ Status guarded(Fn&& fn) {
   }
 }
 
-// The CPU is the only implementation so far: a CUDA request is refused, never run elsewhere.
+// For the ops whose only implementation is the CPU's (gemm, conv2d): a CUDA request is refused, never run elsewhere.
 inline void require_cpu(Device device, const char* op) {
   GA_CHECK(device == Device::Cpu, Unsupported, op, ": no CUDA implementation yet (Device::Cpu only)");
+}
+
+// For the ops with both implementations: the Exec names one of them.
+inline void require_device(Device device, const char* op) {
+  GA_CHECK(device == Device::Cpu || device == Device::Cuda, InvalidArgument, op, ": unknown device ",
+           static_cast<int>(device));
 }
 
 inline bool is_float_type(DType t) {

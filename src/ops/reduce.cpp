@@ -3,11 +3,13 @@
 // Each output element is one walk along the axis (stride x.strides[axis]); output elements are split over the
 // pool. Sums accumulate in double, as the CPU backend's softmax and rms_norm do, so a float64 reference agrees to
 // float32 rounding whatever the length. NaN: max/argmax/logsumexp propagate it (argmax gives the first NaN's
-// index, as numpy does).
+// index, as numpy does). Device::Cuda runs backends/cuda/kernels/tensor_ops (reduce.cu) on the validated views,
+// with the same rules.
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
+#include "backends/cuda/kernels/tensor_ops/tensor_ops.h"
 #include "ops/ops_common.h"
 
 namespace ga::ops {
@@ -66,7 +68,7 @@ double logsumexp_of(const AxisWalk& w) {
 Status reduce(ReduceOp rop, const TensorView& x, int axis, const TensorView& out, const Exec& exec) {
   return guarded([&] {
     const char* op = reduce_name(rop);
-    require_cpu(exec.device, op);
+    require_device(exec.device, op);
     check_view(x, op, "x");
     check_view(out, op, "out");
     require_float_type(x.type, op, "x");
@@ -93,6 +95,10 @@ Status reduce(ReduceOp rop, const TensorView& x, int axis, const TensorView& out
     const int64_t n = x.shape[axis];
     GA_CHECK(n > 0 || (rop != ReduceOp::Max && rop != ReduceOp::ArgMax), InvalidArgument, op, ": the axis is empty (x ",
              shape_text(x), "), which has no maximum");
+    if (exec.device == Device::Cuda) {
+      cuda::tensor_ops::reduce({rop, x, axis, out}, exec.stream).throw_if_error();
+      return;
+    }
     const int64_t count = element_count(out);
     parallel_for(
         exec.pool, count,

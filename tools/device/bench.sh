@@ -21,17 +21,20 @@
 #   gemv           ga_bench_gemv: every weight type's GEMV on Llama-7B-shaped matrices against the same run's copy
 #   sampling       ga_bench_sampling: the GPU sampler's kernels against copying the logits to the host
 #   moe            ga_bench_moe: the MoE kernels (routing, the grouped expert GEMV, the decode FFN and the prefill)
+#   tensor-ops     ga_bench_tensor_ops: the tensor-ops library's elementwise, reduction and fused-row ops on 64 and
+#                  256 MiB tensors against the same process's copy ceiling (tools/device/tensor_ops.sh adds the parity test)
 # Usage (GPU machine, from a copy of the repository): GA_SHARED=... OUT=... bash tools/device/bench.sh [STAGE...]
 set -uo pipefail
 source "$(dirname "$0")/common.sh"
 stages=("${@:-models}")
 # shellcheck disable=SC2034  # read by finish (common.sh)
-KEEP_FILES="bench.md peer.md first-prefill.md"
+KEEP_FILES="bench.md peer.md first-prefill.md tensor_ops.md"
 note "gpu: $(gpu_state)"
 targets="gpu-accel"
 [[ " ${stages[*]} " == *" gemv "* ]] && targets+=" ga_bench_gemv"
 [[ " ${stages[*]} " == *" sampling "* ]] && targets+=" ga_bench_sampling"
 [[ " ${stages[*]} " == *" moe "* ]] && targets+=" ga_bench_moe"
+[[ " ${stages[*]} " == *" tensor-ops "* ]] && targets+=" ga_bench_tensor_ops"
 # shellcheck disable=SC2086
 device_build $targets || finish 1
 GA=$B/bin/gpu-accel
@@ -135,8 +138,9 @@ PY
     gemv) run_step "ga_bench_gemv" 200 gemv.md "$B/bin/ga_bench_gemv" ;;
     sampling) run_step "ga_bench_sampling" 120 sampling.md "$B/bin/ga_bench_sampling" ;;
     moe) run_step "ga_bench_moe" 120 moe.md "$B/bin/ga_bench_moe" ;;
+    tensor-ops) run_step "ga_bench_tensor_ops" 240 tensor_ops.md "$B/bin/ga_bench_tensor_ops" ;;
     *) note "unknown stage $stage"; finish 2 ;;
   esac
 done
-for f in bench.md peer.md first-prefill.md; do [[ -f $OUT/$f ]] && grep -E "^\||ceiling|copy" "$OUT/$f"; done
+for f in bench.md peer.md first-prefill.md tensor_ops.md; do [[ -f $OUT/$f ]] && grep -E "^\||ceiling|copy" "$OUT/$f"; done
 finish 0
