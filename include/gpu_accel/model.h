@@ -144,7 +144,7 @@ struct MetadataEntry {
 // The weights' precision after load (gpu_accel/precision.h: apply_precision): the mode that was applied, and the
 // one-line account logged at load ("fp8 (auto: sm_90 has FP8 tensor cores); 112 matrices F8_B128, ...").
 struct ModelPrecision {
-  std::string mode = "native";  // "native", "bf16" or "fp8"
+  std::string mode = "native";  // what the weights are: "native", "bf16" or "fp8" (fp8 that converted nothing: native)
   std::string detail;           // empty until apply_precision ran
 };
 

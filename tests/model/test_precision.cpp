@@ -291,6 +291,7 @@ TEST(PrecisionLogits, Stories260KStaysNativeUnderFp8) {
   const std::string path = test::shared_path("models/tinyllamas/stories260K.gguf");
   const LoadedModel fp8 = converted(path, Precision::Fp8);
   EXPECT_NE(fp8.precision.detail.find("0 matrices F8_B128"), std::string::npos) << fp8.precision.detail;
+  EXPECT_EQ(fp8.precision.mode, "native");  // what the weights are
   EXPECT_NE(fp8.precision.detail.find("stay as stored (rows not a multiple of 128)"), std::string::npos)
       << fp8.precision.detail;
   EXPECT_EQ(test::all_logits(fp8, tokens_for(fp8)), test::all_logits(load_model(path), tokens_for(fp8)));

@@ -234,7 +234,8 @@ void apply_precision(LoadedModel& model, const PrecisionOptions& options, const 
   }
   if (unfit > 0) line << "; " << unfit << " stay as stored (rows not a multiple of " << block << ")";
   if (quantized > 0) line << "; " << quantized << " quantized (" << type_list(quantized_types) << ") as stored";
-  model.precision = {precision_name(choice.mode), line.str()};
+  // the mode says what the weights are: asked for fp8 and nothing could convert (stories260K), they are native
+  model.precision = {converted > 0 ? precision_name(choice.mode) : "native", line.str()};
 }
 
 }  // namespace ga
