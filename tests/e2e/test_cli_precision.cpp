@@ -1,6 +1,7 @@
 // `--precision` and `--precision-keep` through the gpu-accel binary: the line logged at load, the device line, inspect's
 // table of the converted model, greedy text that stays the same where nothing can convert (stories260K's 64-column
-// matrices), and usage errors that name the option and the value on every command that takes them.
+// matrices), and usage errors that name the option and the value on every command that takes them (run, chat,
+// bench, bench-serve, serve, logits, inspect).
 #include <gtest/gtest.h>
 
 #include <string>
@@ -83,7 +84,8 @@ TEST(CliPrecision, BadValuesAreUsageErrorsNamingTheOptionAndTheValue) {
   for (const std::vector<std::string>& prefix :
        {std::vector<std::string>{"run", "-m", m, "-p", "x"}, std::vector<std::string>{"chat", "-m", m},
         std::vector<std::string>{"bench", "-m", m, "-p", "1", "-n", "1"}, std::vector<std::string>{"serve", "-m", m},
-        std::vector<std::string>{"inspect", m}}) {
+        std::vector<std::string>{"inspect", m}, std::vector<std::string>{"bench-serve", "-m", m},
+        std::vector<std::string>{"logits", "-m", m, "--tokens", "1,2"}}) {
     std::vector<std::string> a = prefix, b = prefix;
     a.insert(a.end(), bad_mode.begin(), bad_mode.end());
     b.insert(b.end(), bad_list.begin(), bad_list.end());
