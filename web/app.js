@@ -56,11 +56,8 @@ function renderHeader(s) {
   // GGUF files often name the model after its architecture ("llama"): the file name says more then.
   const file = (m.path || '').split('/').filter(Boolean).pop();
   setText('model-name', (m.name && m.name !== m.arch ? m.name : file) || m.name || 'model');
-  const types = m.weight_types ? Object.keys(m.weight_types).join(', ') : '';
-  const meta = [m.arch, m.format, m.n_params ? `${fmt.count(m.n_params)} params` : null,
-    m.weight_bytes ? `${fmt.bytes(m.weight_bytes)} weights` : null, types || null,
-    m.n_ctx ? `ctx ${fmt.int(m.n_ctx)}` : null].filter(Boolean);
-  setText('model-meta', meta.join(' · '));
+  setText('model-meta', fmt.modelMeta(m).join(' · '));
+  $('model-meta').title = m.precision_detail ? `precision: ${m.precision_detail}` : '';
   const badge = $('device-badge');
   const kind = s.device?.kind || 'cpu';
   badge.className = `device-badge ${kind}`;

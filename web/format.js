@@ -76,3 +76,13 @@ export function fraction(value, ceiling) {
   if (!isNum(value) || !isNum(ceiling) || ceiling <= 0) return null;
   return Math.max(0, Math.min(1, value / ceiling));
 }
+
+// The header's model line: architecture, format, size, stored types, the precision the weights run in (the
+// server's --precision: "native" is the file's own) and the context. m: the stats JSON's `model`.
+export function modelMeta(m) {
+  const types = m.weight_types ? Object.keys(m.weight_types).join(', ') : '';
+  return [m.arch, m.format, m.n_params ? `${count(m.n_params)} params` : null,
+    m.weight_bytes ? `${bytes(m.weight_bytes)} weights` : null, types || null,
+    m.precision ? `precision ${m.precision}` : null,
+    m.n_ctx ? `ctx ${int(m.n_ctx)}` : null].filter(Boolean);
+}

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "args.h"
 #include "gpu_accel/error.h"
 #include "gpu_accel/gguf.h"
 
@@ -68,7 +69,8 @@ void require_exists(const std::string& path) {
   GA_CHECK(std::filesystem::exists(path, ec), Io, "no such file or directory: ", path);
 }
 
-LoadedModel load_model_verbose(const std::string& path) {
+LoadedModel load_model_verbose(const std::string& path, const PrecisionArgs& precision, const std::string& device) {
+  const PrecisionOptions precision_opts = precision_options(precision);  // a malformed option fails before the load
   require_exists(path);
   const auto start = std::chrono::steady_clock::now();
   LoadedModel model;
@@ -78,6 +80,12 @@ LoadedModel load_model_verbose(const std::string& path) {
     if (stderr_is_tty()) options.progress = [&bar](uint64_t done, uint64_t total) { bar.update(done, total); };
     model = load_model(path, options);
   }
+  try {
+    apply_precision(model, precision_opts, precision_target(device));
+  } catch (const Error& e) {
+    if (e.kind() != ErrorKind::InvalidArgument) throw;
+    throw UsageError("--precision-keep: " + e.message());  // the one argument only the model can check
+  }
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   std::fprintf(stderr, "model: %s (%s, %s, %lld layers, n_embd %lld, vocab %lld, %.2f MiB of weights)\n",
                model.config.name.empty() ? path.c_str() : model.config.name.c_str(), model.config.arch.c_str(),
@@ -85,6 +93,7 @@ LoadedModel load_model_verbose(const std::string& path) {
                static_cast<long long>(model.config.n_embd), static_cast<long long>(model.config.n_vocab),
                static_cast<double>(model.weight_bytes()) / (1024.0 * 1024.0));
   std::fprintf(stderr, "load time: %.1f ms\n", ms);
+  std::fprintf(stderr, "precision: %s\n", model.precision.detail.c_str());
   return model;
 }
 

@@ -7,6 +7,7 @@
 
 #include "gpu_accel/model.h"
 #include "gpu_accel/tokenizer.h"
+#include "precision_args.h"
 
 namespace ga::cli {
 
@@ -14,9 +15,11 @@ namespace ga::cli {
 // "no such file" and not a format error.
 void require_exists(const std::string& path);
 
-// ga::load_model with a progress bar on stderr when stderr is a terminal; logs the model, its size
-// and the load time to stderr.
-LoadedModel load_model_verbose(const std::string& path);
+// ga::load_model with a progress bar on stderr when stderr is a terminal, then apply_precision for the device the
+// model will run on ("auto" resolves by that device's compute capability); logs the model, its size, the load time
+// and the precision line to stderr.
+LoadedModel load_model_verbose(const std::string& path, const PrecisionArgs& precision = {},
+                               const std::string& device = "cpu");
 
 // The vocabulary of a .gguf file (read through ga::gguf::File: no weights needed) or of a Hugging
 // Face folder (tokenizer.json and tokenizer_config.json).

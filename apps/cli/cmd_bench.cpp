@@ -304,6 +304,7 @@ int cmd_bench(int argc, char** argv) {
   std::vector<std::string> models;
   int64_t n_prompt = 512, n_gen = 128, reps = 3;
   std::string threads_text = "0", device = "cpu";
+  PrecisionArgs precision;
   ArgParser parser("bench", "-m MODEL [-m MODEL ...] [-p 512] [-n 128] [-r 3] [--threads 1,2] [--device cpu]",
                    "Measures prompt processing (pp: p tokens in one eval) and token generation (tg: n single-token "
                    "steps) like llama-bench, after measuring the device's ceilings in the same run, and prints a "
@@ -315,7 +316,9 @@ int cmd_bench(int argc, char** argv) {
   parser.option("-r,--repetitions", &reps, "R", "repetitions of each test");
   parser.option("-t,--threads", &threads_text, "LIST", "CPU thread counts, comma-separated (0: all)");
   parser.option("--device", &device, "DEVICE", "cpu or cuda (GPU 0; --threads is ignored)");
+  add_precision_options(parser, precision);
   if (!parser.parse(argc, argv)) return 0;
+  precision_options(precision);  // a malformed --precision fails before the ceilings are measured
   require(!models.empty(), "missing -m MODEL");
   require(n_prompt >= 0 && n_gen >= 0 && n_prompt + n_gen > 0, "-p and -n must be >= 0 and not both 0");
   require(reps >= 1 && reps <= 1000, "-r must be in [1, 1000]");
@@ -335,7 +338,7 @@ int cmd_bench(int argc, char** argv) {
                                " | ", ceil.bandwidth_method, " | ", fmt("%.4f", ceil.flops_per_s / kTFLOP), " | ",
                                ceil.flops_method, " |"));
     for (const auto& path : models) {
-      const LoadedModel model = load_model_verbose(path);
+      const LoadedModel model = load_model_verbose(path, precision, device);
       const ModelCost cost = model_cost(model);
       const std::string label = std::filesystem::path(path).filename().string();
       const std::string prefix = str("| ", label, " | ", main_type(model), " | ", size_text(cost.file_weight_bytes),

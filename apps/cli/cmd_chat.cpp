@@ -137,7 +137,7 @@ int cmd_chat(int argc, char** argv) {
   finish_generation_options(parser, a);
 
   const Terminal terminal;
-  const LoadedModel model = load_model_verbose(a.model);
+  const LoadedModel model = load_model_verbose(a.model, a.precision, a.device);
   const Tokenizer tokenizer(model.vocab);
   const ChatFormat format(tokenizer);
   Session session = start_session(model, a);

@@ -123,11 +123,12 @@ void inspect_raw_folder(const std::string& path, const Error& why) {
 }
 
 // A Hugging Face folder, or an rwkv.cpp file (load_model reads both; neither has one header to print).
-void inspect_folder(const std::string& path) {
+// With --precision, a GGUF file too: the tensor table then shows the types the model runs in.
+void inspect_loaded(const std::string& path, const PrecisionArgs& precision) {
   const bool folder = std::filesystem::is_directory(path);
   std::optional<LoadedModel> loaded;
   try {
-    loaded.emplace(load_model_verbose(path));
+    loaded.emplace(load_model_verbose(path, precision, "auto"));
   } catch (const Error& e) {
     if (e.kind() != ErrorKind::Unsupported || !folder) throw;
     inspect_raw_folder(path, e);
@@ -140,6 +141,7 @@ void inspect_folder(const std::string& path) {
               model.format.c_str(), c.arch.c_str(), static_cast<long long>(c.n_layer),
               static_cast<long long>(c.n_embd), static_cast<long long>(c.n_head), static_cast<long long>(c.n_head_kv),
               static_cast<long long>(c.n_vocab));
+  std::printf("precision: %s\n", model.precision.detail.c_str());
   std::printf("metadata: %zu keys\n", model.metadata.size());
   for (const auto& m : model.metadata) std::printf("  %s = %s\n", m.key.c_str(), printable(m.value).c_str());
   std::vector<TensorRow> rows;
@@ -159,16 +161,21 @@ int cmd_inspect(int argc, char** argv) {
   std::string model_flag;
   ArgParser parser("inspect", "MODEL",
                    "Prints the metadata (key = value) and the tensor table (name, type, shape, bytes, offset)\n"
-                   "of a .gguf file or a Hugging Face model folder.");
+                   "of a .gguf file or a Hugging Face model folder; with --precision, of the model as it loads in\n"
+                   "that precision (auto: for GPU 0 when there is one).");
   parser.positional("MODEL", &path, "a .gguf file or a Hugging Face model folder");
   parser.option("-m,--model", &model_flag, "MODEL", "the same as the positional MODEL");
+  PrecisionArgs precision;
+  add_precision_options(parser, precision);
   if (!parser.parse(argc, argv)) return 0;
+  precision_options(precision);
   require(path.empty() || model_flag.empty(), "give MODEL once (either positional or -m)");
   if (path.empty()) path = model_flag;
   require(!path.empty(), "missing MODEL (a .gguf file or a Hugging Face folder)");
   require_exists(path);
-  if (std::filesystem::is_directory(path) || is_rwkv_cpp_file(path)) {
-    inspect_folder(path);
+  const bool convert = parser.given("--precision") || parser.given("--precision-keep");
+  if (convert || std::filesystem::is_directory(path) || is_rwkv_cpp_file(path)) {
+    inspect_loaded(path, precision);
   } else {
     inspect_gguf(path);
   }

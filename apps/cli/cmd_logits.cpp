@@ -66,13 +66,16 @@ int cmd_logits(int argc, char** argv) {
   parser.option("-o,--out", &out_path, "FILE", "where to write the float32 logits (none: summary only)");
   parser.flag("--all", &all_positions, "write the logits of every position, not only the last");
   parser.option("-t,--threads", &n_threads, "N", "CPU threads (0: all)");
+  PrecisionArgs precision;
+  add_precision_options(parser, precision);  // the CPU forward: auto is native
   if (!parser.parse(argc, argv)) return 0;
+  precision_options(precision);
   require(parser.given("-m"), "missing -m MODEL");
   require(parser.given("--tokens"), "missing --tokens IDS");
   require(n_threads >= 0, "--threads must be >= 0");
   const std::vector<int32_t> ids = parse_token_list(tokens_text);
 
-  const LoadedModel model = load_model_verbose(model_path);
+  const LoadedModel model = load_model_verbose(model_path, precision);
   SessionOptions options;
   options.n_ctx = static_cast<int64_t>(ids.size());
   options.n_threads = n_threads;

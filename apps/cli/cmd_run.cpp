@@ -70,7 +70,7 @@ int cmd_run(int argc, char** argv) {
   require(parser.given("-p"), "missing -p PROMPT");
   require(prompt_repeats >= 0, "--time-prompt-again must be >= 0, got " + std::to_string(prompt_repeats));
 
-  const LoadedModel model = load_model_verbose(a.model);
+  const LoadedModel model = load_model_verbose(a.model, a.precision, a.device);
   const Tokenizer tokenizer(model.vocab);
   Session session = start_session(model, a);
 

@@ -45,6 +45,7 @@ struct ServeArgs {
   int64_t n_ctx = 0;
   int32_t threads = 0;
   std::string device = "auto";  // the GPU when one can run the model, as users of vLLM expect
+  PrecisionArgs precision;
   int32_t max_queue = 256;
   int64_t kv_blocks = 0;
   int64_t prompt_state_cache_mib = SchedulerOptions{}.prompt_state_cache_mib;
@@ -111,6 +112,7 @@ int cmd_serve(int argc, char** argv) {
   parser.option("-t,--threads", &a.threads, "N", "CPU threads (the CPU forward, sampling); 0: all cores");
   parser.option("--device", &a.device, "DEVICE",
                 "cpu, cuda (cuda:N) or auto (cuda when a GPU can run the model); the GPU keeps an f16 KV pool");
+  add_precision_options(parser, a.precision);
   parser.option("--max-queue", &a.max_queue, "N", "waiting requests beyond which requests get 503");
   parser.option("--kv-blocks", &a.kv_blocks, "N",
                 "KV cache blocks (16 tokens each); 0: max-batch full contexts (cpu), free GPU memory (cuda)");
@@ -193,6 +195,7 @@ int cmd_serve(int argc, char** argv) {
   require(a.host_max_tokens >= 1, "--host-max-tokens must be >= 1");
   require(a.log_max_bytes >= 1, "--log-max-bytes must be >= 1");
   require(a.log_keep >= 0, "--log-keep must be >= 0");
+  precision_options(a.precision);  // UsageError naming the option, before the model loads
   require(!a.host_admin_key.empty() || !parser.given("--host-admin-key"), "--host-admin-key must not be empty");
 
   // Before any thread exists (the scheduler starts some), so that every thread inherits the mask.
@@ -202,7 +205,7 @@ int cmd_serve(int argc, char** argv) {
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
-  const LoadedModel model = load_model_verbose(a.model);
+  const LoadedModel model = load_model_verbose(a.model, a.precision, a.device);
   const Tokenizer tokenizer(model.vocab);
   // The host's model lives beside the main one (and outlives the server that uses it); loaded before the
   // main scheduler's warm-up, so that a wrong path fails at once.

@@ -47,6 +47,7 @@ void add_generation_options(ArgParser& parser, GenerationArgs& a, const std::str
   parser.option("-s,--seed", &a.sampling.seed, "S", "sampling seed (default: from the clock, printed to stderr)");
   parser.option("-t,--threads", &a.threads, "N", "CPU threads; 0: all cores");
   parser.option("--device", &a.device, "DEVICE", "cpu, cuda (cuda:N) or auto (cuda when a GPU can run the model)");
+  add_precision_options(parser, a.precision);
   parser.option("-c,--ctx", &a.n_ctx, "N", "context size in tokens; 0: the model's (capped at 4096)");
   parser.option("--stop", &a.stop, "STR", "stop before this text (repeatable); it is not printed");
   parser.flag("--ignore-eos", &a.ignore_eos, "keep generating after an end-of-generation token");
@@ -84,6 +85,7 @@ void finish_generation_options(const ArgParser& parser, GenerationArgs& a) {
   for (const auto& stop : a.stop) require(!stop.empty(), "--stop needs a non-empty string");
   require(a.device == "cpu" || a.device == "cuda" || a.device == "auto" || a.device.rfind("cuda:", 0) == 0,
           "--device must be cpu, cuda, cuda:N or auto, got '" + a.device + "'");
+  precision_options(a.precision);  // UsageError naming the option before any work
   if (!parser.given("--seed") && !parser.given("-s")) a.sampling.seed = clock_seed();
 }
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "args.h"
+#include "precision_args.h"
 #include "gpu_accel/generate.h"
 #include "gpu_accel/session.h"
 
@@ -21,6 +22,7 @@ struct GenerationArgs {
   int64_t n_ctx = 0;
   int32_t threads = 0;
   std::string device = "cpu";
+  PrecisionArgs precision;
   SamplerParams sampling;
   std::vector<std::string> stop;
   bool ignore_eos = false;
@@ -31,7 +33,8 @@ struct GenerationArgs {
   int32_t context_parallel = 1;
 };
 
-// Declares -m, -n (described by n_predict_help), the sampling options, --threads, --device, --ctx, --stop,
+// Declares -m, -n (described by n_predict_help), the sampling options, --threads, --device, --precision,
+// --precision-keep, --ctx, --stop,
 // --ignore-eos, --host-sampling, --no-warmup and --prefill-graphs, bound to `a`.
 void add_generation_options(ArgParser& parser, GenerationArgs& a, const std::string& n_predict_help);
 

@@ -229,7 +229,8 @@ json model_info_json(const LoadedModel& model, int64_t n_ctx) {
   return {{"name", model.config.name},       {"arch", model.config.arch}, {"path", model.path},
           {"format", model.format},          {"n_params", n_params},      {"weight_bytes", model.weight_bytes()},
           {"n_ctx", n_ctx},                  {"n_vocab", model.config.n_vocab},
-          {"weight_types", weight_types}};
+          {"weight_types", weight_types},    {"precision", model.precision.mode},
+          {"precision_detail", model.precision.detail}};
 }
 
 json scheduler_stats_json(const SchedulerStats& s, int max_running) {

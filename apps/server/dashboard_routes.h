@@ -8,7 +8,7 @@ namespace ga::telemetry { class Telemetry; }
 namespace ga::server {
 // What the dashboard needs from the server, as JSON-producing callbacks (thread-safe).
 struct DashboardSources {
-  std::function<nlohmann::json()> model_info;       // {"name","arch","path","format","n_params","weight_bytes","n_ctx","n_vocab","weight_types"}
+  std::function<nlohmann::json()> model_info;       // {"name","arch","path","format","n_params","weight_bytes","n_ctx","n_vocab","weight_types","precision","precision_detail"}
   std::function<nlohmann::json()> scheduler_stats;  // ga::SchedulerStats as JSON (field names as in the struct) + "max_running"
   std::function<nlohmann::json()> recent_requests;  // [{"id","finished_unix_ms","prompt_tokens","completion_tokens","ttft_ms","total_ms","finish_reason"}] newest last, at most 100
   std::function<nlohmann::json()> host_status;      // HostService::status_json (the Host panel); null: none

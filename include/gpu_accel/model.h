@@ -141,6 +141,13 @@ struct MetadataEntry {
   std::string value;
 };
 
+// The weights' precision after load (gpu_accel/precision.h: apply_precision): the mode that was applied, and the
+// one-line account logged at load ("fp8 (auto: sm_90 has FP8 tensor cores); 112 matrices F8_B128, ...").
+struct ModelPrecision {
+  std::string mode = "native";  // what the weights are: "native", "bf16" or "fp8" (fp8 that converted nothing: native)
+  std::string detail;           // empty until apply_precision ran
+};
+
 struct LoadedModel {
   ModelConfig config;
   std::string format;  // "gguf" or "safetensors"
@@ -148,6 +155,7 @@ struct LoadedModel {
   std::map<std::string, WeightView, std::less<>> weights;
   Vocab vocab;
   std::vector<MetadataEntry> metadata;
+  ModelPrecision precision;
   std::vector<std::shared_ptr<const void>> storage;  // mappings and converted buffers the views use
 
   const WeightView& weight(std::string_view name) const;  // throws InvalidFormat naming the tensor

@@ -17,13 +17,19 @@ class LLM:
     over this many CPU ranks of this process (the CLI's --tensor-parallel; device "cpu"), same logits.
     context_parallel: shard the sequence's positions and KV cache over this many CPU ranks (--context-parallel;
     ring attention for the prompt, the pass-Q merge for decode), same logits; not with tensor_parallel.
+    precision: the weights at load, the CLI's --precision: "native" (as stored), "bf16", "fp8" (the layer matrices
+    as F8_B128 blocks) or "auto" (fp8 on a GPU with FP8 tensor cores for a 16/32-bit float model, else native).
+    precision_keep: fp8's layers kept as stored (--precision-keep): a list of indices or a "0,-1" string.
 
     Each generate()/chat()/logits() call starts from an empty context; calls on one LLM run one at a time.
     """
 
-    def __init__(self, path, device="auto", n_ctx=0, threads=0, warm_up=True, tensor_parallel=1, context_parallel=1):
+    def __init__(self, path, device="auto", n_ctx=0, threads=0, warm_up=True, tensor_parallel=1, context_parallel=1,
+                 precision="native", precision_keep="0,-1"):
+        if not isinstance(precision_keep, str):
+            precision_keep = ",".join(str(int(i)) for i in precision_keep) if len(precision_keep) else "none"
         self._engine = _C.Engine(str(path), device, int(n_ctx), int(threads), bool(warm_up), int(tensor_parallel),
-                                 int(context_parallel))
+                                 int(context_parallel), str(precision), precision_keep)
         info = self._engine.info()
         self.n_vocab = info["n_vocab"]
         self.n_ctx = info["n_ctx"]

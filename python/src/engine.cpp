@@ -20,6 +20,7 @@
 #include "gpu_accel/error.h"
 #include "gpu_accel/generate.h"
 #include "gpu_accel/model.h"
+#include "gpu_accel/precision.h"
 #include "gpu_accel/session.h"
 #include "gpu_accel/tokenizer.h"
 
@@ -84,7 +85,7 @@ GenerateOptions generate_options(const SamplingArgs& a) {
 class Engine {
  public:
   Engine(const std::string& path, const std::string& device, int64_t n_ctx, int n_threads, bool warm_up,
-         int tensor_parallel, int context_parallel) {
+         int tensor_parallel, int context_parallel, const std::string& precision, const std::string& precision_keep) {
     if (!(device == "cpu" || device == "cuda" || device == "auto" || device.rfind("cuda:", 0) == 0)) {
       throw py::value_error("device must be 'cpu', 'cuda', 'cuda:N' or 'auto', got '" + device + "'");
     }
@@ -96,8 +97,21 @@ class Engine {
     if (context_parallel < 1) {
       throw py::value_error("context_parallel must be >= 1, got " + std::to_string(context_parallel));
     }
+    // the CLI's --precision / --precision-keep (gpu_accel/precision.h); errors name the keyword
+    PrecisionOptions precision_options;
+    const auto named = [](const char* keyword, auto&& fn) {
+      try {
+        fn();
+      } catch (const Error& e) {
+        if (e.kind() != ErrorKind::InvalidArgument) throw;
+        throw Error(ErrorKind::InvalidArgument, std::string(keyword) + ": " + e.message());
+      }
+    };
+    named("precision", [&] { precision_options.mode = precision_from_name(precision); });
+    named("precision_keep", [&] { precision_options.keep_layers = parse_layer_list(precision_keep); });
     py::gil_scoped_release release;
     model_ = std::make_unique<LoadedModel>(load_model(path));
+    named("precision_keep", [&] { apply_precision(*model_, precision_options, precision_target(device)); });
     tokenizer_ = std::make_unique<Tokenizer>(model_->vocab);
     SessionOptions options;
     options.device = device;
@@ -198,6 +212,8 @@ class Engine {
     d["n_ctx"] = session_->n_ctx();
     d["device"] = session_->device();
     d["device_description"] = session_->device_description();
+    d["precision"] = model_->precision.mode;
+    d["precision_detail"] = model_->precision.detail;
     d["n_threads"] = session_->n_threads();
     d["bos"] = tokenizer_->bos();
     d["eos"] = tokenizer_->eos();
@@ -263,9 +279,10 @@ void register_engine(py::module_& m) {
       .def_readwrite("ignore_eos", &SamplingArgs::ignore_eos);
 
   py::class_<Engine>(m, "Engine", "A loaded model with one sequence's session (use gpu_accel.LLM).")
-      .def(py::init<const std::string&, const std::string&, int64_t, int, bool, int, int>(), py::arg("path"),
-           py::arg("device"), py::arg("n_ctx"), py::arg("threads"), py::arg("warm_up"), py::arg("tensor_parallel"),
-           py::arg("context_parallel"))
+      .def(py::init<const std::string&, const std::string&, int64_t, int, bool, int, int, const std::string&,
+                    const std::string&>(),
+           py::arg("path"), py::arg("device"), py::arg("n_ctx"), py::arg("threads"), py::arg("warm_up"),
+           py::arg("tensor_parallel"), py::arg("context_parallel"), py::arg("precision"), py::arg("precision_keep"))
       .def("tokenize", &Engine::tokenize, py::arg("text"), py::arg("add_special"), py::arg("parse_special"))
       .def("detokenize", &Engine::detokenize, py::arg("ids"), py::arg("render_special"))
       .def("token_to_piece", &Engine::token_to_piece, py::arg("id"), py::arg("render_special"))

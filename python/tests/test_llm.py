@@ -1,6 +1,7 @@
 """gpu_accel.LLM on models/stories260K.gguf, compared with the gpu-accel CLI."""
 
 import os
+import pathlib
 import signal
 import subprocess
 import threading
@@ -169,3 +170,26 @@ def test_context_parallel_gives_the_same_text_and_logits(model_path, llm):
         gpu_accel.LLM(model_path, device="cpu", context_parallel=0)
     with pytest.raises(gpu_accel.Error, match="tensor parallelism"):
         gpu_accel.LLM(model_path, device="cpu", context_parallel=2, tensor_parallel=2)
+
+
+def test_precision_option_mirrors_the_cli(model_path, llm):
+    fixture = pathlib.Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "quant" / "fixture-f32.gguf"
+    native = gpu_accel.LLM(fixture, device="cpu", threads=1)
+    assert native.info()["precision"] == "native"
+    fp8 = gpu_accel.LLM(fixture, device="cpu", threads=1, precision="fp8", precision_keep=[])
+    info = fp8.info()
+    assert info["precision"] == "fp8"
+    assert info["precision_detail"].startswith("fp8; 14 matrices F8_B128")
+    assert "weights fp8" in info["device_description"]
+    a, b = fp8.logits([1, 403, 407]), native.logits([1, 403, 407])
+    rel = float(np.linalg.norm(a - b) / np.linalg.norm(b))
+    assert 0 < rel < 6.5e-2  # tests/model/test_precision.cpp's bar
+    kept = gpu_accel.LLM(fixture, device="cpu", threads=1, precision="fp8", precision_keep="-1")
+    assert "7 matrices F8_B128" in kept.info()["precision_detail"]
+    assert gpu_accel.LLM(model_path, device="cpu", precision="auto").info()["precision"] == "native"  # the CPU
+    with pytest.raises(ValueError, match="precision: unknown precision 'fp9'"):
+        gpu_accel.LLM(model_path, device="cpu", precision="fp9")
+    with pytest.raises(ValueError, match="precision_keep: .*'0,x'"):
+        gpu_accel.LLM(model_path, device="cpu", precision="fp8", precision_keep="0,x")
+    with pytest.raises(ValueError, match="precision_keep: layer 9 is outside"):
+        gpu_accel.LLM(model_path, device="cpu", precision="fp8", precision_keep=[9])

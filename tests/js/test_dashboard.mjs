@@ -109,6 +109,10 @@ test('serves the page and its assets with types, validators and a CSP', { skip }
   }
   assert.equal(s.device.kind, 'cpu');
   assert.equal(s.model.weight_bytes, s.scheduler.weight_bytes);
+  // the weights' precision (serve --precision; native by default) in the header's model line, its detail on hover
+  assert.equal(s.model.precision, 'native');
+  assert.match(await page.textContent('#model-meta'), / · precision native · /);
+  assert.equal(await page.getAttribute('#model-meta', 'title'), `precision: ${s.model.precision_detail}`);
   assert.ok(s.cpu.cores >= 1 && s.cpu.process_rss_bytes > 0);
   if (s.device.gpu_available) assert.ok(s.gpu.name);
   else assert.ok(s.gpu === null && typeof s.device.reason === 'string' && s.device.reason.length > 0);

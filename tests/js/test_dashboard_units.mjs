@@ -73,6 +73,14 @@ test('format: units and missing values', () => {
   assert.equal(fmt.rate(0.000191), '0.00019');
 });
 
+test('format: the header model line names the precision the weights run in', () => {
+  const m = { arch: 'llama', format: 'gguf', n_params: 260000, weight_bytes: 1171200,
+    weight_types: { F32: 40, F8_B128: 8 }, precision: 'fp8', n_ctx: 512 };
+  assert.deepEqual(fmt.modelMeta(m), ['llama', 'gguf', '260K params', '1.1 MiB weights', 'F32, F8_B128',
+    'precision fp8', 'ctx 512']);
+  assert.deepEqual(fmt.modelMeta({ arch: 'llama' }), ['llama']);  // an older server: no precision field
+});
+
 test('charts: round axis maxima', () => {
   assert.equal(niceCeil(0), 1);
   assert.equal(niceCeil(7), 10);

@@ -23,6 +23,13 @@ void dequantize_row(DType type, const void* src, float* dst, int64_t n);
 // we write load in llama.cpp and vice versa. n must be a multiple of the block size.
 void quantize_row(DType type, const float* src, void* dst, int64_t n);
 
+// FP8 E4M3 under a shared float32 scale (quant_quantize_fp8.cpp), the one quantizer of F8_B128 blocks and of
+// `quantize ... fp8` checkpoints: e4m3_group_scale(amax) is amax / 448 (1 for an all-zero group), so nothing
+// saturates; codes[i] = e4m3(x[i] / scale), rounded to nearest even.
+inline constexpr float kE4m3Max = 448.0f;
+float e4m3_group_scale(float amax);
+void quantize_e4m3(const float* x, int64_t n, float scale, uint8_t* codes);
+
 // sum_i w[i] * x[i] for one row of n elements of `type`.
 float dot_row(DType type, const void* row, const float* x, int64_t n);
 

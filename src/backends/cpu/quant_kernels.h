@@ -41,6 +41,8 @@ void quantize_q6_k(const float* x, void* dst, int64_t n_blocks);
 // FP4 reference quantizers (quant_quantize_fp4.cpp): n_blocks blocks of 32 (MXFP4) or 64 (NVFP4) floats.
 void quantize_mxfp4(const float* x, void* dst, int64_t n_blocks);
 void quantize_nvfp4(const float* x, void* dst, int64_t n_blocks);
+// F8_B128 (quant_quantize_fp8.cpp): n_blocks blocks of 128 floats, each scaled by its own amax / 448.
+void quantize_f8_b128(const float* x, void* dst, int64_t n_blocks);
 
 // The signed value of largest magnitude of x[0..n) (the first one on ties; 0 when all are 0): the
 // reference quantizers map it to the extreme level.

@@ -7,7 +7,7 @@
 // conversions (int8_t)(v + 8.5f), and the same fp16 rounding of the stored scales. The order of
 // the float operations is kept as written there, because a different order can move a value
 // across a rounding boundary. The K-quants (search-based) live in quant_quantize_k.cpp, MXFP4 and
-// NVFP4 in quant_quantize_fp4.cpp.
+// NVFP4 in quant_quantize_fp4.cpp, F8_B128 in quant_quantize_fp8.cpp.
 // Floating-point contraction is off for the same reason (a fused x * id + 8.5f rounds differently).
 #include "backends/cpu/fp_contract_off.h"  // first: it covers every function after it
 
@@ -152,10 +152,11 @@ void quantize_row(DType type, const float* src, void* dst, int64_t n) {
     case DType::Q6_K: return detail::quantize_q6_k(src, dst, nb);
     case DType::MXFP4: return detail::quantize_mxfp4(src, dst, nb);
     case DType::NVFP4: return detail::quantize_nvfp4(src, dst, nb);
+    case DType::F8_B128: return detail::quantize_f8_b128(src, dst, nb);
     default:
       GA_THROW(Unsupported, "quantize_row: cannot quantize to ", traits(type).name,
                " (supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, MXFP4, "
-               "NVFP4)");
+               "NVFP4, F8_B128)");
   }
 }
 

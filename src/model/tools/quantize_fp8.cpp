@@ -25,7 +25,6 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 constexpr uint64_t kBlock = 128;
-constexpr float kE4m3Max = 448.0f;
 
 // Linear-layer weights are quantized; embeddings, the LM head and MoE routers keep their type (the usual FP8
 // recipes' ignore list: they are small next to the layers, and the most sensitive to rounding).
@@ -64,11 +63,12 @@ Quantized quantize(const safetensors::TensorInfo& info, const uint8_t* data, uin
       amax = std::max(amax, std::fabs(v));
     }
   }
-  for (float& s : q.scales) s = s > 0.0f ? s / kE4m3Max : 1.0f;  // an all-zero tile: any scale, codes are 0
+  for (float& s : q.scales) s = cpu::e4m3_group_scale(s);  // the amax of each tile becomes its scale
   for (uint64_t r = 0; r < rows; ++r) {
-    for (uint64_t c = 0; c < cols; ++c) {
-      const float s = q.scales[(r / tile_r) * sc + c / tile_c];
-      q.codes[r * cols + c] = f32_to_e4m3(w[r * cols + c] / s);
+    for (uint64_t c0 = 0; c0 < cols; c0 += tile_c) {  // one scale per run of tile_c columns of a row
+      const uint64_t n = std::min(tile_c, cols - c0);
+      cpu::quantize_e4m3(w.data() + r * cols + c0, static_cast<int64_t>(n), q.scales[(r / tile_r) * sc + c0 / tile_c],
+                         q.codes.data() + r * cols + c0);
     }
   }
   q.scale_shape = {sr, sc};

@@ -260,7 +260,8 @@ Scheduler::Scheduler(const LoadedModel& model, const Tokenizer& tokenizer, const
            options.prompt_state_min_tokens);
   const int64_t n_ctx = engine::resolve_n_ctx(model.config, options.n_ctx);
   impl_ = std::make_unique<Impl>(model, tokenizer, options, n_ctx);  // picks the device (batch_backend.h)
-  GA_LOG(Info, "scheduler on ", impl_->backend->description());
+  GA_LOG(Info, "scheduler on ", impl_->backend->description(),
+         model.precision.mode == "native" ? "" : ", weights " + model.precision.mode);  // apply_precision's choice
   if (impl_->opt.poll_us < 0) {
     impl_->opt.poll_us =
         engine::cuda_device_index(impl_->backend->device()) >= 0 ? SchedulerOptions::kAutoPollMicroseconds : 0;

@@ -198,14 +198,19 @@ int Session::n_threads() const { return impl_->pool ? impl_->pool->size() : 1; }
 const std::string& Session::device() const { return impl_->device; }
 
 std::string Session::device_description() const {
-  if (impl_->gpu) return impl_->gpu->description();
+  // the weights' precision when it is not the file's (apply_precision): what the figures of this run measure
+  const std::string& mode = impl_->model->precision.mode;
+  const std::string precision = mode == "native" ? "" : ", weights " + mode;
+  if (impl_->gpu) return impl_->gpu->description() + precision;
   if (impl_->tensor_parallel > 1) {
-    return str("cpu, ", impl_->pool->size(), " threads, tensor parallel over ", impl_->tensor_parallel, " ranks");
+    return str("cpu, ", impl_->pool->size(), " threads, tensor parallel over ", impl_->tensor_parallel, " ranks",
+               precision);
   }
   if (impl_->context_parallel > 1) {
-    return str("cpu, ", impl_->pool->size(), " threads, context parallel over ", impl_->context_parallel, " ranks");
+    return str("cpu, ", impl_->pool->size(), " threads, context parallel over ", impl_->context_parallel, " ranks",
+               precision);
   }
-  return str("cpu, ", impl_->pool->size(), " threads");
+  return str("cpu, ", impl_->pool->size(), " threads", precision);
 }
 
 }  // namespace ga
