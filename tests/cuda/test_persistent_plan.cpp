@@ -219,7 +219,8 @@ TEST(PersistentPlan, EveryTileRunsOnceOnMinTilesGridCtas) {
           for (int32_t k = 0; k < r.count; ++k) ++seen[static_cast<size_t>(r.first + k * r.step)];
         }
         for (const int v : seen) EXPECT_EQ(v, 1);
-        EXPECT_EQ(owners, pk::arrivals_of(in, grid));
+        EXPECT_EQ(owners, pk::owners_of(in, grid));
+        EXPECT_EQ(pk::arrivals_of(in, grid), owners * pk::kConsumerWarps);
       }
     }
   }
@@ -247,9 +248,11 @@ TEST(PersistentPlan, GemvSlotsHoldTheirSegments) {
       const pk::Plan plan = pk::build_plan(decoder_step(s, sh), t, s.floats(1 << 20));
       const bool has_int8 = type == ga::DType::Q4_0 || type == ga::DType::Q8_0 || type == ga::DType::Q5_1 ||
                             type == ga::DType::Q4_K;
+      int packed = 0;
       for (const pk::Instr& in : plan.instrs) {
         if (in.kind != pk::OpKind::kGemv) continue;
         const pk::GemvInstr& g = in.gemv;
+        packed += g.packed;
         const bool float_rows = type == ga::DType::F16 || type == ga::DType::F32;
         EXPECT_EQ(g.int8_x != 0, int8_x && has_int8);
         EXPECT_TRUE(g.rows_per_warp == 1 || g.rows_per_warp == 2 || g.rows_per_warp == 4) << g.rows_per_warp;
@@ -258,11 +261,21 @@ TEST(PersistentPlan, GemvSlotsHoldTheirSegments) {
         EXPECT_LE(slot_rows / pk::kConsumerWarps, pk::kMaxWarpRows);
         EXPECT_EQ(g.slot_region % 16, 0);
         EXPECT_LE(int64_t{slot_rows} * g.slot_region, pk::kSlotBytes);
-        EXPECT_LE(int64_t{g.seg_blocks} * g.block_bytes + (float_rows ? 0 : 30), g.slot_region);
+        if (g.packed) {  // whole rows, as they lie in memory
+          EXPECT_EQ(g.n_segs, 1);
+          EXPECT_EQ(g.slot_region, g.row_bytes);
+        } else {
+          EXPECT_LE(int64_t{g.seg_blocks} * g.block_bytes + (float_rows ? 0 : 30), g.slot_region);
+        }
         EXPECT_GE(int64_t{g.n_segs} * g.seg_blocks, g.blocks_per_row);
         EXPECT_LT(int64_t{g.n_segs - 1} * g.seg_blocks, g.blocks_per_row);
         EXPECT_EQ(int64_t{g.blocks_per_row} * g.block_bytes, g.row_bytes);
         EXPECT_EQ(in.n_tiles, (g.rows + g.tile_rows - 1) / g.tile_rows);
+      }
+      // rows of 2048 columns are whole 16-byte chunks in every type here (F16 4096 bytes, Q4_0 1152, Q6_K 1680):
+      // the GEMVs whose rows fit a slot whole are packed (F32's 8 KiB rows take two segments a tile)
+      if (type != ga::DType::F32) {
+        EXPECT_GT(packed, 0);
       }
       EXPECT_LE(plan.x_int8_offset, plan.x_bytes);
       EXPECT_LE(plan.smem_bytes, t.smem_bytes);

@@ -186,6 +186,8 @@ void CudaEngine::build_persistent_plan() {
     if (const char* slots = std::getenv("GA_PERSISTENT_SLOTS"); slots != nullptr) {
       if (const int n = std::atoi(slots); n > 0) target.max_slots = n;
     }
+    const char* pack = std::getenv("GA_PERSISTENT_PACK");
+    target.prefer_packed = pack != nullptr && std::strcmp(pack, "prefer") == 0;
     const char* probe = std::getenv("GA_PERSISTENT_PROBE");
     // GA_PERSISTENT_PROBE=stream: the weight stream with the dependency chain; =free: without it (outputs garbage)
     p.ignore_deps = probe != nullptr && std::strcmp(probe, "free") == 0;

@@ -244,7 +244,17 @@ __device__ void produce(const StepArgs& a, uint8_t* ring, uint64_t* full, uint64
         const uint32_t slot = k % a.n_slots;
         if (k >= static_cast<uint32_t>(a.n_slots)) mbar_wait(&empty[slot], ((k / a.n_slots) - 1) & 1u);
         uint8_t* base = ring + slot * kSlotBytes;
-        if (a.bulk_copies) {
+        if (a.bulk_copies && g.packed && (t + 1) * g.tile_rows <= g.rows) {
+          // the whole tile as it lies in memory (a tail tile, whose rows are clamped, takes the per-row path)
+          const auto span = static_cast<uint32_t>(g.tile_rows * g.row_bytes);
+          const int64_t first = static_cast<int64_t>(t) * g.tile_rows * g.row_bytes;
+          if (lane == 0) {
+            mbar_arrive_expect_tx(&full[slot], g.epi == Epilogue::kGlu ? 2 * span : span);
+            bulk_copy(base, g.w + first, span, &full[slot], policy);
+            if (g.epi == Epilogue::kGlu) bulk_copy(base + span, g.w2 + first, span, &full[slot], policy);
+          }
+          __syncwarp();
+        } else if (a.bulk_copies) {
           // lane l copies slot rows l, l + 32, ...; the barrier expects their bytes before any copy is issued
           Span sp[2] = {{nullptr, 0, 0}, {nullptr, 0, 0}};
           uint32_t total = 0;
@@ -332,9 +342,9 @@ __device__ float stage_plain(const float* x, int cols, float* xs) {
 constexpr int kMergeRun = 8;
 constexpr int kMergeRuns = 2;
 
-__device__ void stage_merge(const GemvInstr& g, const StepArgs& a, float* xs) {
+__device__ void stage_merge(const GemvInstr& g, int64_t pos, float* xs) {
   const int tid = threadIdx.x, hd = g.merge_head_dim;
-  const int n_eff = attention_span(*a.pos, g.merge_window, g.merge_chunks).n_eff;
+  const int n_eff = attention_span(pos, g.merge_window, g.merge_chunks).n_eff;
   const int64_t head_stride = hd + 2, chunk_stride = int64_t{g.merge_heads} * head_stride;
   const int n_runs = g.cols / kMergeRun;
   for (int r0 = tid; r0 < n_runs; r0 += kMergeRuns * kConsumerThreads) {
@@ -430,10 +440,10 @@ __device__ bool stage_norm_one_round(const GemvInstr& g, float* xs, float* red) 
   return true;
 }
 
-// The x of a GEMV into shared memory (cols floats), as its xload says.
-__device__ void stage_x(const GemvInstr& g, const StepArgs& a, float* xs, float* red) {
+// The x of a GEMV into shared memory (cols floats), as its xload says (pos: the token's position).
+__device__ void stage_x(const GemvInstr& g, int64_t pos, float* xs, float* red) {
   if (g.xload == XLoad::kAttnMerge) {
-    stage_merge(g, a, xs);
+    stage_merge(g, pos, xs);
     return;
   }
   if (g.xload == XLoad::kRmsNorm && stage_norm_one_round(g, xs, red)) {
@@ -792,12 +802,12 @@ __device__ __forceinline__ void load_cache_batch(const AttnInstr& at, const Step
 // after the first batch of cache rows has been requested: those loads, the longest of the tile under the weight
 // stream, overlap the wait for the q/k/v GEMV. Later batches are requested before the current one is folded.
 template <int DPL>
-__device__ void attention_tile(const Instr& in, int t, const StepArgs& a, float* scratch, uint64_t* stamp, bool wait) {
+__device__ void attention_tile(const Instr& in, int t, const StepArgs& a, int64_t pos, float* scratch, uint64_t* stamp,
+                               bool wait) {
   const AttnInstr at = in.attn;  // in registers: the cache stores below cannot alias it
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, tid = threadIdx.x;
   const int hd = at.head_dim, group = at.n_head / at.n_head_kv;
   const int kvh = t % at.n_head_kv, c = t / at.n_head_kv;
-  const int64_t pos = *a.pos;
   const AttnSpan sp = attention_span(pos, at.window_left, at.n_chunks);
   const bool active = c < sp.n_eff;  // uniform over the CTA
   const int64_t len = (sp.count + sp.n_eff - 1) / sp.n_eff;
@@ -806,6 +816,8 @@ __device__ void attention_tile(const Instr& in, int t, const StepArgs& a, float*
   const int d0 = lane * DPL;
   const bool owns = d0 < hd;
   constexpr int kAttnBatch = attn_batch<DPL>();
+  // query heads a lane keeps accumulators for: the builder admits group * DPL <= kAttnMaxGroupDims
+  constexpr int kG = kAttnMaxGroup < kAttnMaxGroupDims / DPL ? kAttnMaxGroup : kAttnMaxGroupDims / DPL;
   float kv[kAttnBatch][DPL], vv[kAttnBatch][DPL];
   load_cache_batch<DPL, kAttnBatch>(at, a, p0 + warp, p1, pos, kvh, d0, owns, kv, vv);
   if (wait) wait_dependencies(in, a, stamp);
@@ -841,9 +853,9 @@ __device__ void attention_tile(const Instr& in, int t, const StepArgs& a, float*
   }
   // Each warp runs the online softmax over positions warp, warp + W, ... of the chunk; lane owns dims
   // [lane * DPL, lane * DPL + DPL) (lanes past a head of < 32 dims own none).
-  float m[kAttnMaxGroup], l[kAttnMaxGroup], acc[kAttnMaxGroup][DPL];
+  float m[kG], l[kG], acc[kG][DPL];
 #pragma unroll
-  for (int g = 0; g < kAttnMaxGroup; ++g) {
+  for (int g = 0; g < kG; ++g) {
     m[g] = -INFINITY;
     l[g] = 0.0f;
 #pragma unroll
@@ -874,24 +886,54 @@ __device__ void attention_tile(const Instr& in, int t, const StepArgs& a, float*
         }
       }
     }
+    // The batch's scores: every (position, query head) dot first, then their warp reductions interleaved (five
+    // shuffle rounds for the batch instead of five per score), then one rescale per head for the batch.
+    float sc[kAttnBatch][kG];
 #pragma unroll
     for (int u = 0; u < kAttnBatch; ++u) {
-      if (pb + u * kConsumerWarps >= p1) break;
 #pragma unroll
-      for (int g = 0; g < kAttnMaxGroup; ++g) {
-        if (g >= group) break;
+      for (int g = 0; g < kG; ++g) {
         float s = 0.0f;
+        if (g < group) {
 #pragma unroll
-        for (int j = 0; j < DPL; ++j) s = fmaf(owns ? qs[g * hd + d0 + j] : 0.0f, kv[u][j], s);
-        s = warp_sum(s);
-        if (at.softcap > 0.0f) s = at.softcap * tanhf(s / at.softcap);
-        const float m_new = fmaxf(m[g], s);
-        const float corr = expf(m[g] - m_new), pe = expf(s - m_new);
-        l[g] = fmaf(l[g], corr, pe);
-#pragma unroll
-        for (int j = 0; j < DPL; ++j) acc[g][j] = fmaf(acc[g][j], corr, pe * vv[u][j]);
-        m[g] = m_new;
+          for (int j = 0; j < DPL; ++j) s = fmaf(owns ? qs[g * hd + d0 + j] : 0.0f, kv[u][j], s);
+        }
+        sc[u][g] = s;
       }
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) {
+#pragma unroll
+      for (int u = 0; u < kAttnBatch; ++u) {
+#pragma unroll
+        for (int g = 0; g < kG; ++g) {
+          if (g < group) sc[u][g] += __shfl_xor_sync(0xffffffffu, sc[u][g], off);
+        }
+      }
+    }
+#pragma unroll
+    for (int g = 0; g < kG; ++g) {
+      if (g >= group) break;
+      float m_new = m[g];
+#pragma unroll
+      for (int u = 0; u < kAttnBatch; ++u) {
+        if (pb + u * kConsumerWarps >= p1) break;
+        if (at.softcap > 0.0f) sc[u][g] = at.softcap * tanhf(sc[u][g] / at.softcap);
+        m_new = fmaxf(m_new, sc[u][g]);
+      }
+      const float corr = expf(m[g] - m_new);  // position u = 0 is in the chunk: m_new is finite
+      l[g] *= corr;
+#pragma unroll
+      for (int j = 0; j < DPL; ++j) acc[g][j] *= corr;
+#pragma unroll
+      for (int u = 0; u < kAttnBatch; ++u) {
+        if (pb + u * kConsumerWarps >= p1) break;
+        const float pe = expf(sc[u][g] - m_new);
+        l[g] += pe;
+#pragma unroll
+        for (int j = 0; j < DPL; ++j) acc[g][j] = fmaf(pe, vv[u][j], acc[g][j]);
+      }
+      m[g] = m_new;
     }
     if (pb == p0 + warp) stamp_now(stamp, kStampFirst);  // the first batch's loads have been used: they arrived
     if constexpr (kPipelined) {
@@ -907,7 +949,7 @@ __device__ void attention_tile(const Instr& in, int t, const StepArgs& a, float*
   }
   const int stride = hd + 2;
 #pragma unroll
-  for (int g = 0; g < kAttnMaxGroup; ++g) {
+  for (int g = 0; g < kG; ++g) {
     if (g >= group) break;
     float* w = wacc + (warp * group + g) * stride;
     if (owns) {
@@ -943,22 +985,23 @@ __device__ void attention_tile(const Instr& in, int t, const StepArgs& a, float*
 
 // stamp: as run_gemv's; the phases of the first tile are stamped. The dependencies are waited on inside the first
 // tile (attention_tile); a CTA without a tile skips the instruction (consume).
-__device__ void run_attention(const Instr& in, TileRange tr, const StepArgs& a, float* scratch, uint64_t* stamp) {
+__device__ void run_attention(const Instr& in, TileRange tr, const StepArgs& a, int64_t pos, float* scratch,
+                              uint64_t* stamp) {
   const int hd = in.attn.head_dim;
   for (int i = 0; i < tr.count; ++i) {
     const int t = tr.first + i * tr.step;
     uint64_t* st = i == 0 ? stamp : nullptr;
     const bool wait = i == 0;
     if (hd <= 32) {
-      attention_tile<1>(in, t, a, scratch, st, wait);
+      attention_tile<1>(in, t, a, pos, scratch, st, wait);
     } else if (hd == 64) {
-      attention_tile<2>(in, t, a, scratch, st, wait);
+      attention_tile<2>(in, t, a, pos, scratch, st, wait);
     } else if (hd == 96) {
-      attention_tile<3>(in, t, a, scratch, st, wait);
+      attention_tile<3>(in, t, a, pos, scratch, st, wait);
     } else if (hd == 128) {
-      attention_tile<4>(in, t, a, scratch, st, wait);
+      attention_tile<4>(in, t, a, pos, scratch, st, wait);
     } else {
-      attention_tile<8>(in, t, a, scratch, st, wait);
+      attention_tile<8>(in, t, a, pos, scratch, st, wait);
     }
   }
 }
@@ -998,6 +1041,9 @@ __device__ void run_glu(const GluInstr& gl, TileRange tr) {
 __device__ void consume(const StepArgs& a, uint64_t* full, uint64_t* empty, float* xs, float* red) {
   const int tid = threadIdx.x;
   const auto cta = static_cast<int32_t>(blockIdx.x), grid = static_cast<int32_t>(gridDim.x);
+  // the token's position, read once: later reads of it could miss L1 (the cache rows pass through it) and put an
+  // L2 round trip in front of the loads that depend on it
+  const int64_t pos = *a.pos;
   uint32_t k = 0;
   for (int i = 0; i < a.n_instrs; ++i) {
     const Instr& in = a.instrs[i];
@@ -1011,7 +1057,7 @@ __device__ void consume(const StepArgs& a, uint64_t* full, uint64_t* empty, floa
     switch (in.kind) {
       case OpKind::kGemv: {
         const GemvInstr g = in.gemv;  // in registers: the stores through g.y cannot alias it
-        stage_x(g, a, xs, red);
+        stage_x(g, pos, xs, red);
         int8_t* xq = reinterpret_cast<int8_t*>(xs) + a.x_int8_offset;
         if (g.int8_x) quantize_x(g, xs, xq);
         stamp_now(stamp, kStampStaged);
@@ -1019,7 +1065,7 @@ __device__ void consume(const StepArgs& a, uint64_t* full, uint64_t* empty, floa
         break;
       }
       case OpKind::kAttention:
-        run_attention(in, tr, a, xs, stamp);
+        run_attention(in, tr, a, pos, xs, stamp);
         break;
       case OpKind::kRmsNorm:
         run_norm(in.norm, red);
@@ -1028,9 +1074,12 @@ __device__ void consume(const StepArgs& a, uint64_t* full, uint64_t* empty, floa
         run_glu(in.glu, tr);
         break;
     }
-    consumer_sync();  // every consumer's writes of this instruction come before the arrival
+    // Each warp releases its own writes as soon as it is done (a release at GPU scope, cumulative over the warp's
+    // lanes through __syncwarp): its fence waits for its stores alone, beside the other warps' fences. Shared
+    // memory is not reused before the next instruction's barrier (wait_dependencies).
+    __syncwarp();
     stamp_now(stamp, kStampComputed);
-    if (tid == 0) add_release(a.counters + i, 1);  // a release at GPU scope, cumulative over the barrier above
+    if ((tid & 31) == 0) add_release(a.counters + i, 1);
     stamp_now(stamp, kStampDone);
   }
 }

@@ -85,6 +85,11 @@ struct GemvInstr {
   // x also as int8 digits (x_int8.cuh) and the dot in DP4A (gemv_int8.cuh's block math): Q4_0, Q4_1, Q5_0, Q5_1,
   // Q8_0 and Q4_K; a lane then takes one block of 32 weights of a row (a Q4_K sub-block) instead of a part of one.
   uint8_t int8_x = 0;
+  // Whole rows per slot, packed: one segment a row (n_segs 1), rows of a multiple of 16 bytes at 16-byte aligned
+  // addresses and slot_region == row_bytes, so a slot holds the tile's rows exactly as they lie in memory (for kGlu
+  // its gate rows, then its up rows) and the producer fills it with one bulk copy (two for kGlu) instead of one per
+  // row: small copies stream slower.
+  uint8_t packed = 0;
   const float* x = nullptr;     // kPlain / kRmsNorm: [cols]; kAttnMerge: the partials
   const float* norm_w = nullptr;
   float eps = 0.0f;
@@ -158,8 +163,8 @@ struct Instr {
 
 // Tile ownership on a grid of g CTAs. GEMVs: CTA c runs the contiguous tiles [b(c'), b(c' + 1)) with
 // c' = (c - rotation) mod g and b(k) = k * n_tiles / g, so a CTA's rows are consecutive (one weight stream);
-// the other kinds: tile t runs on CTA (t + rotation) mod g. Either way min(n_tiles, g) CTAs own tiles: the
-// count an instruction's counter reaches when it is done. The builder rotates each instruction by the tiles
+// the other kinds: tile t runs on CTA (t + rotation) mod g. Either way min(n_tiles, g) CTAs own tiles (owners_of),
+// and each of their consumer warps arrives on the instruction's counter once (arrivals_of). The builder rotates each instruction by the tiles
 // before it, so the CTAs that get one tile more differ from one instruction to the next.
 struct TileRange {
   int32_t first = 0, step = 1, count = 0;
@@ -186,6 +191,11 @@ inline int64_t gemv_weight_bytes(const GemvInstr& g) {
   return int64_t{g.rows} * (g.epi == Epilogue::kGlu ? 2 : 1) * g.row_bytes;
 }
 
-GA_PERSISTENT_HD inline int32_t arrivals_of(const Instr& in, int32_t g) { return in.n_tiles < g ? in.n_tiles : g; }
+// The CTAs that own a tile of `in`: min(n_tiles, g).
+GA_PERSISTENT_HD inline int32_t owners_of(const Instr& in, int32_t g) { return in.n_tiles < g ? in.n_tiles : g; }
+
+// The count an instruction's counter reaches when it is done: every consumer warp of every owner releases its own
+// writes once (no CTA barrier before the first release: the warps' release fences overlap).
+GA_PERSISTENT_HD inline int32_t arrivals_of(const Instr& in, int32_t g) { return owners_of(in, g) * kConsumerWarps; }
 
 }  // namespace ga::cuda::persistent

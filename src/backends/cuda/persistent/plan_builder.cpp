@@ -482,9 +482,16 @@ void size_gemv(GemvInstr& g, int32_t& n_tiles, const PlanTarget& target, size_t 
     if (best_stream < 0.0 || stream[rpw] < best_stream) best_stream = stream[rpw];
   }
   GA_CHECK(best_stream >= 0.0, Internal, where(op), ": a block larger than a slot row");
+  // with target.prefer_packed, a choice whose tile fits a slot whole (one bulk copy a slot) goes first
+  bool any_whole = false;
+  for (int32_t rpw = 1; rpw <= most; rpw *= 2) {
+    any_whole = any_whole || (shapes[rpw].n_segs == 1 && stream[rpw] <= best_stream * 1.02);
+  }
+  const bool want_whole = target.prefer_packed && any_whole;
   double best_smem = -1.0;
   for (int32_t rpw = 1; rpw <= most; rpw *= 2) {
     if (shapes[rpw].n_segs == 0 || stream[rpw] > best_stream * 1.02) continue;
+    if (want_whole && shapes[rpw].n_segs != 1) continue;
     if (best_smem < 0.0 || smem[rpw] < best_smem) {
       best_smem = smem[rpw];
       g.rows_per_warp = rpw;
@@ -495,6 +502,11 @@ void size_gemv(GemvInstr& g, int32_t& n_tiles, const PlanTarget& target, size_t 
   }
   g.tile_rows = kConsumerWarps * g.rows_per_warp;
   n_tiles = (g.rows + g.tile_rows - 1) / g.tile_rows;
+  const auto aligned = [](const uint8_t* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  if (g.n_segs == 1 && g.row_bytes % 16 == 0 && aligned(g.w) && (g.w2 == nullptr || aligned(g.w2))) {
+    g.packed = 1;  // the region shrinks to the row: the rows of a slot are contiguous, as in memory
+    g.slot_region = static_cast<int32_t>(g.row_bytes);
+  }
 }
 
 int64_t attention_scratch_floats(const AttnInstr& a) {

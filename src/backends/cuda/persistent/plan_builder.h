@@ -104,6 +104,9 @@ struct PlanTarget {
   // Ring slots at most (2..kMaxSlots): 3 measured best on the H200 (1B F16 and 7B Q4_0, 2 to 6 slots within 4 %):
   // deeper rings only queue more weight bytes ahead of the step's dependent loads.
   int32_t max_slots = 3;
+  // Rows per warp: prefer a choice whose tile fits one slot whole (packed: one bulk copy a slot) over the one that
+  // reads fewer x bytes (GA_PERSISTENT_PACK=prefer; tuning).
+  bool prefer_packed = false;
 };
 
 struct Plan {
