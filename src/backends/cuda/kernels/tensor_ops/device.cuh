@@ -128,6 +128,9 @@ __device__ __forceinline__ uint4 pack_vec(const float* v) {
   return raw;
 }
 
+__device__ __forceinline__ float2 pair_to_float2(__half2 v) { return __half22float2(v); }
+__device__ __forceinline__ float2 pair_to_float2(__nv_bfloat162 v) { return __bfloat1622float2(v); }
+
 template <class T>
 __device__ __forceinline__ uint4 load_raw(const void* p, int64_t i) {
   return *reinterpret_cast<const uint4*>(static_cast<const T*>(p) + i);
