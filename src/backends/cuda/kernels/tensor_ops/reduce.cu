@@ -2,7 +2,7 @@
 //
 // The output's dims (x without the axis) are coalesced with x's (layout.h); then one of two kernels:
 //  * rows (the axis is x's closest-packed dim, e.g. the last of a dense tensor): `tpr` threads (a power of two,
-//    32..1024, from the axis length) reduce a row, reading 16-byte vectors when the axis is unit-stride and
+//    32..512, from the axis length) reduce a row, reading 16-byte vectors when the axis is unit-stride and
 //    aligned, kRowUnroll of them issued before any is used (bytes in flight are what a streaming reduction is
 //    short of); up to 16 vectors per thread before a row gets more threads, so a 4096-wide row is one or two
 //    warps and needs few barriers; several rows per block when rows are short; a grid-stride loop over rows.
@@ -33,7 +33,10 @@
 namespace ga::cuda::tensor_ops {
 namespace {
 
-constexpr int kMaxThreads = 1024;
+constexpr int kMaxThreads = 1024;     // the columns kernel's block (16-bit: 16 x 64)
+// Rows: 512, so a thread may hold 128 registers (the unpacked chunk of kRowUnroll bf16 vectors is 32 floats;
+// at 1024-thread bounds ptxas spilled logsumexp's). Longer rows give each thread more elements.
+constexpr int kMaxRowThreads = 512;
 constexpr int kThreadsPerSm = 2048;
 constexpr int kMinRowBlock = 256;   // short rows share a block: fewer, fuller blocks
 // Vectors per thread of a row before the row gets more threads: 16 makes a 4096-wide row a warp (bf16) or two
@@ -75,10 +78,10 @@ __device__ __forceinline__ void write(const ReduceArgs& a, const S& s, int64_t a
 }
 
 template <class T, class S>
-__global__ void __launch_bounds__(kMaxThreads) reduce_rows_kernel(const ReduceArgs a) {
+__global__ void __launch_bounds__(kMaxRowThreads) reduce_rows_kernel(const ReduceArgs a) {
   constexpr int V = kVec<T>;
   using Local = typename S::Local;
-  __shared__ alignas(16) unsigned char smem[kMaxThreads / 32 * sizeof(S)];
+  __shared__ alignas(16) unsigned char smem[kMaxRowThreads / 32 * sizeof(S)];
   S* parts = reinterpret_cast<S*>(smem);
   const int rpb = static_cast<int>(blockDim.x) / a.tpr;
   const int lane = static_cast<int>(threadIdx.x) % a.tpr;
@@ -309,7 +312,7 @@ ops::Status reduce(const ReduceParams& p, void* stream) {
       for (int d = 0; vec && d < nd; ++d) vec = a.rows.stride[0][d] % v == 0;
       a.vec = vec;
       const int64_t units = vec ? a.n / v : a.n;  // loads per row
-      while (a.tpr < kMaxThreads && int64_t(a.tpr) * kElemsPerThread < units) a.tpr *= 2;
+      while (a.tpr < kMaxRowThreads && int64_t(a.tpr) * kElemsPerThread < units) a.tpr *= 2;
     }
     cudaStream_t st = static_cast<cudaStream_t>(stream);
     switch (p.x.type) {

@@ -86,6 +86,22 @@ struct MomentsState {
   static __device__ __forceinline__ MomentsState shfl_xor(const MomentsState& a, int mask) {
     return {__shfl_xor_sync(kFullMask, a.s, mask), __shfl_xor_sync(kFullMask, a.sq, mask)};
   }
+  struct Local {
+    double s = 0.0, sq = 0.0;
+    template <int N>
+    __device__ __forceinline__ void add_chunk(const float* v, int) {
+#pragma unroll
+      for (int k = 0; k < N; ++k) {
+        const double d = v[k];
+        s += d;
+        sq = fma(d, d, sq);
+      }
+    }
+    template <class Map>
+    __device__ __forceinline__ MomentsState to_state(bool, const Map&) const {
+      return {s, sq};
+    }
+  };
 };
 
 struct ArgMaxState {
