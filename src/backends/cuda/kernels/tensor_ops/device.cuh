@@ -82,22 +82,68 @@ __device__ __forceinline__ void store(void* p, int64_t i, float v, DType type) {
   }
 }
 
-// kVec<T> consecutive elements from one 16-byte load (p + i 16-byte aligned; T not Dyn).
+// kVec<T> consecutive elements from one 16-byte load (p + i 16-byte aligned; T not Dyn). 16-bit types convert in
+// pairs (one cvt/prmt per two elements instead of one per element: the bf16 kernels are instruction-bound otherwise).
+template <class T>
+__device__ __forceinline__ void unpack_vec(const uint4& raw, float* v) {
+  if constexpr (std::is_same_v<T, float>) {
+    v[0] = __uint_as_float(raw.x);
+    v[1] = __uint_as_float(raw.y);
+    v[2] = __uint_as_float(raw.z);
+    v[3] = __uint_as_float(raw.w);
+  } else {
+    using T2 = std::conditional_t<std::is_same_v<T, __half>, __half2, __nv_bfloat162>;
+    const T2* e = reinterpret_cast<const T2*>(&raw);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      float2 f;
+      if constexpr (std::is_same_v<T, __half>) {
+        f = __half22float2(e[k]);
+      } else {
+        f = __bfloat1622float2(e[k]);
+      }
+      v[2 * k] = f.x;
+      v[2 * k + 1] = f.y;
+    }
+  }
+}
+
+template <class T>
+__device__ __forceinline__ uint4 pack_vec(const float* v) {
+  uint4 raw;
+  if constexpr (std::is_same_v<T, float>) {
+    raw = make_uint4(__float_as_uint(v[0]), __float_as_uint(v[1]), __float_as_uint(v[2]), __float_as_uint(v[3]));
+  } else {
+    using T2 = std::conditional_t<std::is_same_v<T, __half>, __half2, __nv_bfloat162>;
+    T2* e = reinterpret_cast<T2*>(&raw);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      if constexpr (std::is_same_v<T, __half>) {
+        e[k] = __floats2half2_rn(v[2 * k], v[2 * k + 1]);
+      } else {
+        e[k] = __floats2bfloat162_rn(v[2 * k], v[2 * k + 1]);
+      }
+    }
+  }
+  return raw;
+}
+
+__device__ __forceinline__ float2 pair_to_float2(__half2 v) { return __half22float2(v); }
+__device__ __forceinline__ float2 pair_to_float2(__nv_bfloat162 v) { return __bfloat1622float2(v); }
+
+template <class T>
+__device__ __forceinline__ uint4 load_raw(const void* p, int64_t i) {
+  return *reinterpret_cast<const uint4*>(static_cast<const T*>(p) + i);
+}
+
 template <class T>
 __device__ __forceinline__ void load_vec(const void* p, int64_t i, float* v) {
-  const uint4 raw = *reinterpret_cast<const uint4*>(static_cast<const T*>(p) + i);
-  const T* e = reinterpret_cast<const T*>(&raw);
-#pragma unroll
-  for (int k = 0; k < kVec<T>; ++k) v[k] = to_f32(e[k]);
+  unpack_vec<T>(load_raw<T>(p, i), v);
 }
 
 template <class T>
 __device__ __forceinline__ void store_vec(void* p, int64_t i, const float* v) {
-  uint4 raw;
-  T* e = reinterpret_cast<T*>(&raw);
-#pragma unroll
-  for (int k = 0; k < kVec<T>; ++k) e[k] = from_f32<T>(v[k]);
-  *reinterpret_cast<uint4*>(static_cast<T*>(p) + i) = raw;
+  *reinterpret_cast<uint4*>(static_cast<T*>(p) + i) = pack_vec<T>(v);
 }
 
 // ---- reducing a per-thread state over the threads of a row ----

@@ -1,17 +1,20 @@
 // The tensor-ops library's fused row ops along the last axis: rms_norm, layer_norm, softmax.
 //
-// One row per group of `tpr` threads (a power of two, 32..1024, from the row's length: a warp per row for short
+// One row per group of `tpr` threads (a power of two, 32..512, from the row's length: a warp per row for short
 // rows, several rows per block, up to a whole block for long ones), a grid-stride loop over rows. Two passes over
 // the row: the statistics (states.cuh: sum of squares, sum and sum of squares, or the running max with its
-// rescaled sum of exps, all merged across the row's threads), then the normalised values. The second pass reads
-// the row again; the row was just read by the same threads, so it comes from L1/L2, not DRAM.
+// rescaled sum of exps, all merged across the row's threads), then the normalised values. A row of up to
+// kCacheVecs 16-byte vectors per thread (16384 floats, 32768 bf16 at 512 threads) is loaded once into registers,
+// all loads issued up front, and both passes run from there; a longer row is read a second time (L2 at best).
 //
 // The formulas are backends/cpu/ops.cpp's, statistics in double: rms_norm x * (1 / sqrt(mean x^2 + eps)) * w;
 // layer_norm (x - mean) * (1 / sqrt(var + eps)) * w + b with the biased variance (here E[x^2] - mean^2 in double,
 // the CPU takes a second pass; both are exact to float32); softmax exp(x - max) * (1 / sum), NaN for a row whose
 // max is not finite, as the CPU's exp(inf - inf) gives. x and out of one type with unit-stride, aligned rows read
-// and write 16-byte vectors; any other layout or type mix goes element by element (Dyn). weight and bias are read
-// element by element in their own type (small, cached).
+// and write 16-byte vectors; any other layout or type mix goes element by element (Dyn). weight and bias of x's
+// type are read as 16-byte vectors too (a run-time type switch per element cost layer_norm most), any other
+// type element by element. softmax's exps are __expf (arguments <= 0: a few float32 ulp, inside every
+// output type's tolerance); the statistics' exps are the states' (states.cuh).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -27,10 +30,16 @@
 namespace ga::cuda::tensor_ops {
 namespace {
 
-constexpr int kMaxThreads = 1024;
+// 512, not 1024: the register-cached row needs ~32 registers of cache per thread, and 1024-thread blocks cap a
+// thread at 64 registers (ptxas spilled the cached path there). Longer rows give each thread more elements.
+constexpr int kMaxThreads = 512;
 constexpr int kThreadsPerSm = 2048;
 constexpr int kMinRowBlock = 256;
 constexpr int kElemsPerThread = 4;
+// A row of at most kCacheVecs 16-byte vectors per thread (tpr <= 512) stays in registers between the statistics
+// and the outputs: one DRAM read of x instead of two (the second read missed L1/L2 often enough to hold the norms
+// at 30-65% of copy), and all of a thread's loads are issued before the first is used.
+constexpr int kCacheVecs = 8;
 
 struct RowArgs {
   Dims<2> rows;  // [0] x, [1] out
@@ -45,6 +54,8 @@ struct RowArgs {
   float eps = 0.0f;
   int tpr = 32;
   bool vec = false;
+  bool cached = false;  // vec, and the row fits kCacheVecs vectors per thread
+  bool wb_vec = false;  // weight and bias (those present) of x's type, unit stride, 16-byte aligned
 };
 
 template <RowOp Op>
@@ -88,6 +99,37 @@ __device__ __forceinline__ float value(const RowArgs& a, const Coef& c, float x,
   }
 }
 
+// V outputs at elements [i, i + V) of the row from x's v (in place), the weight and bias as 16-byte vectors of T
+// when wb_vec (else element by element in their own types).
+template <class T, RowOp Op>
+__device__ __forceinline__ void values_vec(const RowArgs& a, const Coef& c, float* v, int64_t i) {
+  constexpr int V = kVec<T>;
+  if constexpr (Op == RowOp::Softmax) {
+#pragma unroll
+    for (int k = 0; k < V; ++k) v[k] = __expf(v[k] - c.a) * c.b;
+  } else {
+    if (a.wb_vec) {
+      float w[V], b[V];
+      if (a.weight != nullptr) load_vec<T>(a.weight, i, w);
+      if (Op == RowOp::LayerNorm && a.bias != nullptr) load_vec<T>(a.bias, i, b);
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        if constexpr (Op == RowOp::RmsNorm) {
+          v[k] = v[k] * c.a * w[k];
+        } else {
+          float y = (v[k] - c.b) * c.a;
+          if (a.weight != nullptr) y *= w[k];
+          if (a.bias != nullptr) y += b[k];
+          v[k] = y;
+        }
+      }
+    } else {
+#pragma unroll
+      for (int k = 0; k < V; ++k) v[k] = value<Op>(a, c, v[k], i + k);
+    }
+  }
+}
+
 template <class T, RowOp Op>
 __global__ void __launch_bounds__(kMaxThreads) row_kernel(const RowArgs a) {
   using S = StateOf<Op>;
@@ -104,14 +146,49 @@ __global__ void __launch_bounds__(kMaxThreads) row_kernel(const RowArgs a) {
     int64_t off[2] = {0, 0};
     if (live) a.rows.offsets(row, off);
     if constexpr (V > 1) {
+      if (a.cached) {
+        // The thread's vectors u: elements (lane + u * tpr) * V + [0, V), all loaded before any is used.
+        uint4 raw[kCacheVecs];
+        typename S::Local acc;
+        if (live) {
+#pragma unroll
+          for (int u = 0; u < kCacheVecs; ++u) {
+            const int64_t i = (lane + int64_t(u) * a.tpr) * V;
+            if (i < a.n) raw[u] = load_raw<T>(a.x, off[0] + i);
+          }
+#pragma unroll
+          for (int u = 0; u < kCacheVecs; ++u) {
+            const int64_t i = (lane + int64_t(u) * a.tpr) * V;
+            if (i >= a.n) break;
+            float v[V];
+            unpack_vec<T>(raw[u], v);
+            acc.template add_chunk<V>(v, 0);
+          }
+          s = acc.to_state(true, [](int) { return int64_t(0); });
+        }
+        s = row_total(s, a.tpr, parts);
+        if (!live) continue;
+        const Coef c = coef_of<Op>(s, a);
+#pragma unroll
+        for (int u = 0; u < kCacheVecs; ++u) {
+          const int64_t i = (lane + int64_t(u) * a.tpr) * V;
+          if (i >= a.n) break;
+          float v[V];
+          unpack_vec<T>(raw[u], v);
+          values_vec<T, Op>(a, c, v, i);
+          store_vec<T>(a.out, off[1] + i, v);
+        }
+        continue;
+      }
       if (live && a.vec) {
+        typename S::Local acc;
 #pragma unroll 4
         for (int64_t i = int64_t(lane) * V; i < a.n; i += int64_t(a.tpr) * V) {
           float v[V];
           load_vec<T>(a.x, off[0] + i, v);
-#pragma unroll
-          for (int k = 0; k < V; ++k) s.add(v[k], i + k);
+          acc.template add_chunk<V>(v, 0);
         }
+        s = acc.to_state(true, [](int) { return int64_t(0); });
       }
     }
     if (live && !(V > 1 && a.vec)) {
@@ -126,8 +203,7 @@ __global__ void __launch_bounds__(kMaxThreads) row_kernel(const RowArgs a) {
         for (int64_t i = int64_t(lane) * V; i < a.n; i += int64_t(a.tpr) * V) {
           float v[V];
           load_vec<T>(a.x, off[0] + i, v);
-#pragma unroll
-          for (int k = 0; k < V; ++k) v[k] = value<Op>(a, c, v[k], i + k);
+          values_vec<T, Op>(a, c, v, i);
           store_vec<T>(a.out, off[1] + i, v);
         }
         continue;
@@ -209,7 +285,16 @@ ops::Status row_op(const RowParams& p, void* stream) {
     for (int d = 0; vec && d < a.rows.ndim; ++d) vec = a.rows.stride[0][d] % v == 0 && a.rows.stride[1][d] % v == 0;
     a.vec = vec;
     const int64_t units = vec ? a.n / v : a.n;
-    while (a.tpr < kMaxThreads && int64_t(a.tpr) * kElemsPerThread < units) a.tpr *= 2;
+    // Cached: the fewest threads per row (>= 32) that hold the row in kCacheVecs vectors each.
+    a.cached = vec && units <= int64_t(kMaxThreads) * kCacheVecs;
+    const int per_thread = a.cached ? kCacheVecs : kElemsPerThread;
+    while (a.tpr < kMaxThreads && int64_t(a.tpr) * per_thread < units) a.tpr *= 2;
+    bool wb_vec = vec;
+    for (const ops::TensorView* t : {&p.weight, &p.bias}) {
+      if (t->data == nullptr) continue;
+      wb_vec = wb_vec && t->type == p.x.type && t->strides[0] == 1 && aligned(t->data, kVectorBytes);
+    }
+    a.wb_vec = wb_vec;
     cudaStream_t st = static_cast<cudaStream_t>(stream);
     switch (p.op) {
       case RowOp::RmsNorm:

@@ -2,16 +2,21 @@
 //
 // The output's dims (x without the axis) are coalesced with x's (layout.h); then one of two kernels:
 //  * rows (the axis is x's closest-packed dim, e.g. the last of a dense tensor): `tpr` threads (a power of two,
-//    32..1024, from the axis length) reduce a row, reading 16-byte vectors when the axis is unit-stride and
-//    aligned; several rows per block when rows are short; a grid-stride loop over rows.
+//    32..512, from the axis length) reduce a row, reading 16-byte vectors when the axis is unit-stride and
+//    aligned, kRowUnroll of them issued before any is used (bytes in flight are what a streaming reduction is
+//    short of); up to 16 vectors per thread before a row gets more threads, so a 4096-wide row is one or two
+//    warps and needs few barriers; several rows per block when rows are short; a grid-stride loop over rows.
+//    The hot loop accumulates each thread's elements in the state's cheap Local form (states.cuh): a per-element
+//    compare chain for max/argmax and an exp-with-rescale per element for logsumexp held them at 20-40% of copy.
 //  * columns (the axis is strided and the outputs are adjacent, e.g. axis 0 of a matrix): a block of 32 x Y
-//    threads takes 32 adjacent outputs, each warp reading 32 neighbours in one transaction per step of the axis;
-//    the Y rows of the block split the axis (loads unrolled for memory parallelism) and merge in shared memory.
+//    threads takes 32 adjacent outputs, each warp reading 32 neighbours in one transaction per step of the axis
+//    (16-bit x: 16 x Y threads, each reading two adjacent outputs' elements in one 4-byte load); the Y rows of
+//    the block split the axis (kColUnroll loads in flight per thread) and merge in shared memory.
 // Either way each output is written once by one thread, so nothing needs atomics or a workspace. One block per
 // output row is the limit: a handful of very long rows (a 1-d sum of 16M elements) uses a handful of SMs; a
 // split-row path would need a workspace, i.e. a plan for reductions.
 //
-// Accumulation follows the CPU reference (states.cuh). Instantiations: 3 input types x 3 states x 2 kernels;
+// Accumulation follows the CPU reference (states.cuh). Instantiations: 3 input types x 4 states x 2 kernels;
 // the output (any float type, or I64 for argmax) is written through a run-time type.
 #include <cuda_runtime.h>
 
@@ -28,11 +33,17 @@
 namespace ga::cuda::tensor_ops {
 namespace {
 
-constexpr int kMaxThreads = 1024;
+constexpr int kMaxThreads = 1024;     // the columns kernel's block (16-bit: 16 x 64)
+// Rows: 512, so a thread may hold 128 registers (the unpacked chunk of kRowUnroll bf16 vectors is 32 floats;
+// at 1024-thread bounds ptxas spilled logsumexp's). Longer rows give each thread more elements.
+constexpr int kMaxRowThreads = 512;
 constexpr int kThreadsPerSm = 2048;
 constexpr int kMinRowBlock = 256;   // short rows share a block: fewer, fuller blocks
-constexpr int kElemsPerThread = 4;  // vectors per thread of a row before the row gets more threads
-constexpr int kColUnroll = 8;       // independent loads in flight per thread along a strided axis
+// Vectors per thread of a row before the row gets more threads: 16 makes a 4096-wide row a warp (bf16) or two
+// (f32), so most rows need no __syncthreads, and each thread still runs several unrolled chunks.
+constexpr int kElemsPerThread = 16;
+constexpr int kRowUnroll = 4;   // 16-byte loads in flight per thread along a row
+constexpr int kColUnroll = 16;  // independent loads in flight per thread along a strided axis
 
 struct ReduceArgs {
   Dims<2> rows;  // the output rows: x's and out's offsets ([0] x, [1] out)
@@ -45,6 +56,7 @@ struct ReduceArgs {
   ops::ReduceOp op = ops::ReduceOp::Sum;
   int tpr = 32;
   bool vec = false;
+  bool pairs = false;  // columns kernel, 16-bit x: two adjacent columns per 4-byte load
 };
 
 template <class S>
@@ -52,6 +64,8 @@ __device__ __forceinline__ void write(const ReduceArgs& a, const S& s, int64_t a
   if constexpr (std::is_same_v<S, SumState>) {
     const double v = a.op == ops::ReduceOp::Mean ? s.s / static_cast<double>(a.n) : s.s;  // n = 0: NaN
     store<Dyn>(a.out, at, static_cast<float>(v), a.out_type);
+  } else if constexpr (std::is_same_v<S, MaxState>) {
+    store<Dyn>(a.out, at, s.m, a.out_type);
   } else if constexpr (std::is_same_v<S, ArgMaxState>) {
     if (a.op == ops::ReduceOp::ArgMax) {
       static_cast<int64_t*>(a.out)[at] = s.i;
@@ -64,13 +78,15 @@ __device__ __forceinline__ void write(const ReduceArgs& a, const S& s, int64_t a
 }
 
 template <class T, class S>
-__global__ void __launch_bounds__(kMaxThreads) reduce_rows_kernel(const ReduceArgs a) {
+__global__ void __launch_bounds__(kMaxRowThreads) reduce_rows_kernel(const ReduceArgs a) {
   constexpr int V = kVec<T>;
-  __shared__ alignas(16) unsigned char smem[kMaxThreads / 32 * sizeof(S)];
+  using Local = typename S::Local;
+  __shared__ alignas(16) unsigned char smem[kMaxRowThreads / 32 * sizeof(S)];
   S* parts = reinterpret_cast<S*>(smem);
   const int rpb = static_cast<int>(blockDim.x) / a.tpr;
   const int lane = static_cast<int>(threadIdx.x) % a.tpr;
   const int64_t local = threadIdx.x / a.tpr;
+  const int64_t tpr = a.tpr;
   // Every thread of the block runs every iteration (row_total holds __syncthreads): rows past the end add nothing.
   for (int64_t row0 = static_cast<int64_t>(blockIdx.x) * rpb; row0 < a.count; row0 += int64_t(gridDim.x) * rpb) {
     const int64_t row = row0 + local;
@@ -78,17 +94,49 @@ __global__ void __launch_bounds__(kMaxThreads) reduce_rows_kernel(const ReduceAr
     int64_t off[2] = {0, 0};
     if (row < a.count) {
       a.rows.offsets(row, off);
+      Local acc;
       if (a.vec) {
-#pragma unroll 4
-        for (int64_t i = int64_t(lane) * V; i < a.n; i += int64_t(a.tpr) * V) {
-          float v[V];
-          load_vec<T>(a.x, off[0] + i, v);
+        // The thread's q-th vector is elements (lane + q * tpr) * V + [0, V): kRowUnroll of them loaded before any
+        // is used, so each thread keeps kRowUnroll * 16 bytes in flight.
+        int q = 0;
+        for (int64_t i0 = int64_t(lane) * V; i0 < a.n; i0 += tpr * V * kRowUnroll, q += kRowUnroll) {
+          uint4 raw[kRowUnroll];
 #pragma unroll
-          for (int k = 0; k < V; ++k) s.add(v[k], i + k);
+          for (int u = 0; u < kRowUnroll; ++u) {
+            if (i0 + u * tpr * V < a.n) raw[u] = load_raw<T>(a.x, off[0] + i0 + u * tpr * V);
+          }
+          if (i0 + (kRowUnroll - 1) * tpr * V < a.n) {
+            float v[kRowUnroll * V];
+#pragma unroll
+            for (int u = 0; u < kRowUnroll; ++u) unpack_vec<T>(raw[u], v + u * V);
+            acc.template add_chunk<kRowUnroll * V>(v, q * V);
+          } else {
+#pragma unroll
+            for (int u = 0; u < kRowUnroll; ++u) {
+              if (i0 + u * tpr * V >= a.n) break;
+              float v[V];
+              unpack_vec<T>(raw[u], v);
+              acc.template add_chunk<V>(v, (q + u) * V);
+            }
+          }
         }
+        s = acc.to_state(lane * V < a.n, [&](int pos) { return (lane + pos / V * tpr) * V + pos % V; });
       } else {
-#pragma unroll 4
-        for (int64_t i = lane; i < a.n; i += a.tpr) s.add(load<T>(a.x, off[0] + i * a.axis_stride, DType::F32), i);
+        int q = 0;
+        for (int64_t i0 = lane; i0 < a.n; i0 += tpr * kRowUnroll, q += kRowUnroll) {
+          if (i0 + (kRowUnroll - 1) * tpr < a.n) {
+            float v[kRowUnroll];
+#pragma unroll
+            for (int u = 0; u < kRowUnroll; ++u) v[u] = load<T>(a.x, off[0] + (i0 + u * tpr) * a.axis_stride, DType::F32);
+            acc.template add_chunk<kRowUnroll>(v, q);
+          } else {
+            for (int u = 0; i0 + u * tpr < a.n; ++u) {
+              const float v = load<T>(a.x, off[0] + (i0 + u * tpr) * a.axis_stride, DType::F32);
+              acc.template add_chunk<1>(&v, q + u);
+            }
+          }
+        }
+        s = acc.to_state(lane < a.n, [&](int pos) { return lane + int64_t(pos) * tpr; });
       }
     }
     s = row_total(s, a.tpr, parts);
@@ -96,38 +144,83 @@ __global__ void __launch_bounds__(kMaxThreads) reduce_rows_kernel(const ReduceAr
   }
 }
 
+// Pairs: 16-bit elements read two adjacent columns per 4-byte load (a 2-byte load per thread left the bf16 strided
+// sum at 37% of copy). The block is (32 / P) x Y threads over 32 adjacent columns.
+template <class T>
+inline constexpr int kColPair = sizeof(T) == 2 ? 2 : 1;
+
 template <class T, class S>
 __global__ void __launch_bounds__(kMaxThreads) reduce_cols_kernel(const ReduceArgs a) {
-  __shared__ alignas(16) unsigned char smem[kMaxThreads * sizeof(S)];
-  S* parts = reinterpret_cast<S*>(smem);  // [Y][32]
+  constexpr int P = kColPair<T>;
+  __shared__ alignas(16) unsigned char smem[kMaxThreads * P * sizeof(S)];
+  S* parts = reinterpret_cast<S*>(smem);  // [Y][32]: column c of the tile at [ty][c]
   const int tx = static_cast<int>(threadIdx.x), ty = static_cast<int>(threadIdx.y);
   const int64_t y = blockDim.y;
+  const int pairs = P > 1 && a.pairs ? P : 1;  // columns per thread
   const int64_t tiles = (a.cols + 31) / 32;
   const int64_t items = a.count * tiles;
+  const int tile_cols = static_cast<int>(blockDim.x) * pairs;  // 32
   for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
     const int64_t row = item / tiles;
-    const int64_t col = (item - row * tiles) * 32 + tx;
+    const int64_t col = (item - row * tiles) * 32 + int64_t(tx) * pairs;
     int64_t off[2];
     a.rows.offsets(row, off);
-    S s = S::identity();
+    S s[P];
+#pragma unroll
+    for (int c = 0; c < P; ++c) s[c] = S::identity();
     if (col < a.cols) {
       const int64_t base = off[0] + col * a.col_stride[0];
       int64_t i = ty;
-      for (; i + (kColUnroll - 1) * y < a.n; i += kColUnroll * y) {
-        float v[kColUnroll];
-#pragma unroll
-        for (int u = 0; u < kColUnroll; ++u) v[u] = load<T>(a.x, base + (i + u * y) * a.axis_stride, DType::F32);
-#pragma unroll
-        for (int u = 0; u < kColUnroll; ++u) s.add(v[u], i + u * y);
+      bool done = false;
+      if constexpr (P > 1) {
+        done = pairs == P;
       }
-      for (; i < a.n; i += y) s.add(load<T>(a.x, base + i * a.axis_stride, DType::F32), i);
+      if constexpr (P > 1) {
+       if (done) {
+        using T2 = std::conditional_t<std::is_same_v<T, __half>, __half2, __nv_bfloat162>;
+        const T* x = static_cast<const T*>(a.x);
+        for (; i + (kColUnroll - 1) * y < a.n; i += kColUnroll * y) {
+          T2 v[kColUnroll];
+#pragma unroll
+          for (int u = 0; u < kColUnroll; ++u) {
+            v[u] = *reinterpret_cast<const T2*>(x + base + (i + u * y) * a.axis_stride);
+          }
+#pragma unroll
+          for (int u = 0; u < kColUnroll; ++u) {
+            const float2 f = pair_to_float2(v[u]);
+            s[0].add(f.x, i + u * y);
+            s[P - 1].add(f.y, i + u * y);
+          }
+        }
+        for (; i < a.n; i += y) {
+          const float2 f = pair_to_float2(*reinterpret_cast<const T2*>(x + base + i * a.axis_stride));
+          s[0].add(f.x, i);
+          s[P - 1].add(f.y, i);
+        }
+       }
+      }
+      if (!done) {
+        for (; i + (kColUnroll - 1) * y < a.n; i += kColUnroll * y) {
+          float v[kColUnroll];
+#pragma unroll
+          for (int u = 0; u < kColUnroll; ++u) v[u] = load<T>(a.x, base + (i + u * y) * a.axis_stride, DType::F32);
+#pragma unroll
+          for (int u = 0; u < kColUnroll; ++u) s[0].add(v[u], i + u * y);
+        }
+        for (; i < a.n; i += y) s[0].add(load<T>(a.x, base + i * a.axis_stride, DType::F32), i);
+      }
     }
-    parts[ty * 32 + tx] = s;
+    for (int c = 0; c < pairs; ++c) parts[ty * tile_cols + tx * pairs + c] = s[c];
     __syncthreads();
-    if (ty == 0 && col < a.cols) {
-      S total = parts[tx];
-      for (int r = 1; r < static_cast<int>(y); ++r) total.merge(parts[r * 32 + tx]);
-      write(a, total, off[1] + col * a.col_stride[1]);
+    // The first row of threads writes the tile: thread t takes columns t, t + blockDim.x, ... of it.
+    if (ty == 0) {
+      for (int c = tx; c < tile_cols; c += static_cast<int>(blockDim.x)) {
+        const int64_t oc = (item - row * tiles) * 32 + c;
+        if (oc >= a.cols) break;
+        S total = parts[c];
+        for (int r = 1; r < static_cast<int>(y); ++r) total.merge(parts[r * tile_cols + c]);
+        write(a, total, off[1] + oc * a.col_stride[1]);
+      }
     }
     __syncthreads();
   }
@@ -138,11 +231,13 @@ void launch_typed(const ReduceArgs& a, bool columns, cudaStream_t stream) {
   const int sms = sm_count();
   if (columns) {
     const int64_t items = a.count * ((a.cols + 31) / 32);
+    const int p = a.pairs ? kColPair<T> : 1;
+    const int x = 32 / p;
     // Enough threads to fill the GPU: split the axis over more rows of the block when there are few outputs.
     int y = 1;
-    while (y < 32 && items * 32 * y < int64_t(sms) * kThreadsPerSm && y < a.n) y *= 2;
-    const int grid = static_cast<int>(std::min<int64_t>(items, int64_t(sms) * kThreadsPerSm / (32 * y)));
-    reduce_cols_kernel<T, S><<<grid, dim3(32, y), 0, stream>>>(a);
+    while (y < kMaxThreads / x && items * x * y < int64_t(sms) * kThreadsPerSm && y < a.n) y *= 2;
+    const int grid = static_cast<int>(std::min<int64_t>(items, int64_t(sms) * kThreadsPerSm / (x * y)));
+    reduce_cols_kernel<T, S><<<grid, dim3(x, y), 0, stream>>>(a);
   } else {
     const int block = std::max(a.tpr, kMinRowBlock);
     const int64_t blocks = (a.count + block / a.tpr - 1) / (block / a.tpr);
@@ -159,6 +254,7 @@ void launch_op(const ReduceArgs& a, bool columns, cudaStream_t stream) {
     case ops::ReduceOp::Mean:
       return launch_typed<T, SumState>(a, columns, stream);
     case ops::ReduceOp::Max:
+      return launch_typed<T, MaxState>(a, columns, stream);
     case ops::ReduceOp::ArgMax:
       return launch_typed<T, ArgMaxState>(a, columns, stream);
     case ops::ReduceOp::LogSumExp:
@@ -205,13 +301,18 @@ ops::Status reduce(const ReduceParams& p, void* stream) {
       a.cols = s.n;
       a.col_stride[0] = s.inner_stride[0];
       a.col_stride[1] = s.inner_stride[1];
+      // Pairs: 16-bit x, unit-stride columns of an even count, every pair 4-byte aligned.
+      bool pairs = p.x.type != DType::F32 && a.cols % 2 == 0 && a.col_stride[0] == 1 && a.axis_stride % 2 == 0 &&
+                   aligned(p.x.data, 4);
+      for (int d = 0; pairs && d < a.rows.ndim; ++d) pairs = a.rows.stride[0][d] % 2 == 0;
+      a.pairs = pairs;
     } else {
       const int v = p.x.type == DType::F32 ? kVec<float> : kVec<__half>;
       bool vec = a.axis_stride == 1 && a.n % v == 0 && aligned(p.x.data, kVectorBytes);
       for (int d = 0; vec && d < nd; ++d) vec = a.rows.stride[0][d] % v == 0;
       a.vec = vec;
       const int64_t units = vec ? a.n / v : a.n;  // loads per row
-      while (a.tpr < kMaxThreads && int64_t(a.tpr) * kElemsPerThread < units) a.tpr *= 2;
+      while (a.tpr < kMaxRowThreads && int64_t(a.tpr) * kElemsPerThread < units) a.tpr *= 2;
     }
     cudaStream_t st = static_cast<cudaStream_t>(stream);
     switch (p.x.type) {

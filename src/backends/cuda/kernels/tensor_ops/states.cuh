@@ -2,6 +2,12 @@
 // with identity() (they live in __shared__ arrays, which take no constructors), add(value, index) for the next
 // element, merge(other) for another thread's part, shfl_xor for the warp's butterfly.
 //
+// The row kernels' hot loop accumulates a thread's own elements in a `Local` (add_chunk over a register chunk of
+// N elements, positions as the thread's own 32-bit ordinal of its elements), which is cheaper per element than the
+// general state: max is an fmax with a sticky NaN, argmax a compare and two selects, logsumexp one max per chunk
+// and one exp per element. to_state(any, map) turns it into the state (map: the thread's ordinal -> the axis index;
+// any: whether the thread saw an element).
+//
 // The rules are the CPU reference's (src/ops/reduce.cpp, backends/cpu/ops.cpp): sums in double; argmax keeps the
 // first maximum and a NaN beats every number (the first NaN wins); logsumexp/softmax use a running maximum with the
 // sum rescaled when it grows, exp in float32 (its terms are float-accurate, the sum double) and NaN sticky in s.
@@ -24,6 +30,45 @@ struct SumState {
   static __device__ __forceinline__ SumState shfl_xor(const SumState& a, int mask) {
     return {__shfl_xor_sync(kFullMask, a.s, mask)};
   }
+  struct Local {
+    double s = 0.0;
+    template <int N>
+    __device__ __forceinline__ void add_chunk(const float* v, int) {
+#pragma unroll
+      for (int k = 0; k < N; ++k) s += v[k];
+    }
+    template <class Map>
+    __device__ __forceinline__ SumState to_state(bool, const Map&) const {
+      return {s};
+    }
+  };
+};
+
+// max alone: a NaN anywhere is the result (any NaN: they are all NaN to a float output).
+struct MaxState {
+  float m;
+  static __device__ __forceinline__ MaxState identity() { return {-INFINITY}; }
+  __device__ __forceinline__ void add(float v, int64_t) { m = isnan(m) || v <= m ? m : v; }
+  __device__ __forceinline__ void merge(const MaxState& o) { add(o.m, 0); }
+  static __device__ __forceinline__ MaxState shfl_xor(const MaxState& a, int mask) {
+    return {__shfl_xor_sync(kFullMask, a.m, mask)};
+  }
+  struct Local {
+    float m = -INFINITY;
+    bool nan = false;
+    template <int N>
+    __device__ __forceinline__ void add_chunk(const float* v, int) {
+#pragma unroll
+      for (int k = 0; k < N; ++k) {
+        m = fmaxf(m, v[k]);  // fmaxf ignores a NaN operand: the flag keeps it
+        nan |= isnan(v[k]);
+      }
+    }
+    template <class Map>
+    __device__ __forceinline__ MaxState to_state(bool, const Map&) const {
+      return {nan ? NAN : m};
+    }
+  };
 };
 
 // Sum and sum of squares (layer_norm's mean and variance in one pass; rms_norm reads only sq).
@@ -41,6 +86,22 @@ struct MomentsState {
   static __device__ __forceinline__ MomentsState shfl_xor(const MomentsState& a, int mask) {
     return {__shfl_xor_sync(kFullMask, a.s, mask), __shfl_xor_sync(kFullMask, a.sq, mask)};
   }
+  struct Local {
+    double s = 0.0, sq = 0.0;
+    template <int N>
+    __device__ __forceinline__ void add_chunk(const float* v, int) {
+#pragma unroll
+      for (int k = 0; k < N; ++k) {
+        const double d = v[k];
+        s += d;
+        sq = fma(d, d, sq);
+      }
+    }
+    template <class Map>
+    __device__ __forceinline__ MomentsState to_state(bool, const Map&) const {
+      return {s, sq};
+    }
+  };
 };
 
 struct ArgMaxState {
@@ -62,6 +123,26 @@ struct ArgMaxState {
     return {__shfl_xor_sync(kFullMask, a.v, mask),
             static_cast<int64_t>(__shfl_xor_sync(kFullMask, static_cast<long long>(a.i), mask))};
   }
+  // The thread's elements come in increasing axis order, so "first maximum, first NaN" is: replace only on a
+  // strictly larger value or a NaN, and never once a NaN is held. The first element (ordinal 0) is the best
+  // until something beats it, which covers a thread of all -inf.
+  struct Local {
+    float m = -INFINITY;
+    int pos = 0;
+    template <int N>
+    __device__ __forceinline__ void add_chunk(const float* v, int pos0) {
+#pragma unroll
+      for (int k = 0; k < N; ++k) {
+        const bool take = !(v[k] <= m) && !isnan(m);
+        m = take ? v[k] : m;
+        pos = take ? pos0 + k : pos;
+      }
+    }
+    template <class Map>
+    __device__ __forceinline__ ArgMaxState to_state(bool any, const Map& map) const {
+      return any ? ArgMaxState{m, map(pos)} : identity();
+    }
+  };
 };
 
 // sum over the elements of exp(x - m), m the largest element so far (never NaN: a NaN element makes s NaN).
@@ -94,6 +175,40 @@ struct LseState {
   static __device__ __forceinline__ LseState shfl_xor(const LseState& a, int mask) {
     return {__shfl_xor_sync(kFullMask, a.m, mask), __shfl_xor_sync(kFullMask, a.s, mask)};
   }
+  // Per chunk: its max first, then, when the running max stays finite (the common case), one exp per element
+  // summed in float32 (N terms in (0, 1], relative error ~N * 2^-24, far inside float32 output rounding) and
+  // added to the double sum; __expf of an argument <= 0 is within a few float32 ulp of expf. A NaN element
+  // makes its term and so s NaN, as add() does. An infinite running max (-inf: all -inf so far; +inf) takes
+  // add()'s exact per-element rules.
+  struct Local {
+    float m = -INFINITY;
+    double s = 0.0;
+    template <int N>
+    __device__ __forceinline__ void add_chunk(const float* v, int) {
+      float cm = v[0];
+#pragma unroll
+      for (int k = 1; k < N; ++k) cm = fmaxf(cm, v[k]);
+      const float to = fmaxf(m, cm);
+      if (isfinite(to)) {
+        if (s != 0.0 && to != m) s *= static_cast<double>(__expf(m - to));
+        m = to;
+        float t = 0.0f;
+#pragma unroll
+        for (int k = 0; k < N; ++k) t += __expf(v[k] - to);
+        s += static_cast<double>(t);
+      } else {
+        LseState st{m, s};
+#pragma unroll
+        for (int k = 0; k < N; ++k) st.add(v[k], 0);
+        m = st.m;
+        s = st.s;
+      }
+    }
+    template <class Map>
+    __device__ __forceinline__ LseState to_state(bool, const Map&) const {
+      return {m, s};
+    }
+  };
   // log(sum exp x) as the CPU reference gives it: NaN for a NaN, the infinite maximum itself (+inf, or -inf for an
   // all -inf or empty axis), else m + log(s).
   __device__ __forceinline__ float logsumexp() const {
