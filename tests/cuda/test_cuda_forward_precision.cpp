@@ -7,9 +7,10 @@
 // prefills of 40 and 80 tokens (the prefill's F8_B128 / BF16 dequantizer and GEMM).
 //   GPU vs CPU, same precision: rel L2 <= 1e-2 per row, as every forward test (F16 KV cache on both sides, f16 GEMM
 //   inputs on the GPU).
-//   GPU fp8 vs GPU native: within the CPU test's bar (tests/model/test_precision.cpp: 6.5e-2, what E4M3 measures on
-//   random weights), and not 0 (the conversion took effect on the device).
-// auto on this GPU must give fp8 exactly when its compute capability is >= 8.9. With GA_DECODE_KERNEL=persistent the
+//   GPU fp8 vs GPU native: per row within 8e-2 (the CPU test's 6.5e-2 is over all rows at once; the worst single
+//   row of the random F16 `tiny` measured 7.2e-2 on the H200: E4M3 on random weights), and not 0 (the conversion
+//   took effect on the device).
+// auto on this GPU must know whether its compute capability is >= 8.9 and stay native (precision.cpp). With GA_DECODE_KERNEL=persistent the
 // fp8 model must match too (the persistent plan has an F8_B128 decoder).
 #include <gtest/gtest.h>
 
@@ -34,7 +35,7 @@ namespace {
 using ga::test::cuda::expect_logit_rows_close;
 
 constexpr double kMaxRelL2 = 1e-2;    // GPU vs CPU, same weights
-constexpr double kFp8VsNative = 6.5e-2;  // tests/model/test_precision.cpp's kFp8Bar
+constexpr double kFp8VsNative = 8e-2;  // per row (above); tests/model/test_precision.cpp's kFp8Bar is 6.5e-2 over all rows
 
 struct Rows {
   std::vector<float> prompt, decode, prefill40, prefill80;  // [rows][n_vocab] each
@@ -129,7 +130,7 @@ TEST(CudaForwardPrecision, ConvertedModelsMatchTheCpuAndStayNearNative) {
   EXPECT_GT(rows, 0u);
 }
 
-TEST(CudaForwardPrecision, AutoPicksFp8ExactlyOnGpusWithFp8TensorCores) {
+TEST(CudaForwardPrecision, AutoKnowsTheDevicesFp8TensorCoresAndStaysNative) {
   GA_REQUIRE_CUDA_DEVICE();
   const std::vector<ga::CudaDeviceInfo> devices = ga::cuda_devices();
   ASSERT_FALSE(devices.empty());
@@ -139,7 +140,9 @@ TEST(CudaForwardPrecision, AutoPicksFp8ExactlyOnGpusWithFp8TensorCores) {
   EXPECT_EQ(target.has_fp8_tensor_cores(), fp8);
   ga::LoadedModel m = ga::load_model(ga::test::shared_path("fixtures/quant/fixture-F16.gguf"));
   ga::apply_precision(m, ga::PrecisionOptions{ga::Precision::Auto, {}}, target);
-  EXPECT_EQ(m.precision.mode, fp8 ? "fp8" : "native") << m.precision.detail;
+  // native either way while FP8 decodes slower than 16-bit (precision.cpp); the reason names what the device has
+  EXPECT_EQ(m.precision.mode, "native") << m.precision.detail;
+  EXPECT_EQ(m.precision.detail.find("has FP8 tensor cores") != std::string::npos, fp8) << m.precision.detail;
   std::printf("auto on %s (sm_%d%d): %s\n", devices[0].name.c_str(), devices[0].cc_major, devices[0].cc_minor,
               m.precision.detail.c_str());
 }

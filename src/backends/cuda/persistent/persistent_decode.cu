@@ -290,7 +290,7 @@ __device__ void produce(const StepArgs& a, uint8_t* ring, uint64_t* full, uint64
 // Loads a consumer thread keeps in flight at once while staging: activations come from L2, where the weight stream
 // of every SM queues ahead of them (a load takes microseconds), so no load may wait for another.
 constexpr int kStageLoads = 8;    // float4 of x per thread
-constexpr int kMergeChunks = 4;   // attention chunks whose partials the merge loads at once
+constexpr int kMergeChunks = 2;   // attention chunks whose partials the merge loads at once (more would spill)
 
 // x[0, cols) into xs; returns this thread's part of the sum of squares.
 __device__ float stage_plain(const float* x, int cols, float* xs) {
@@ -338,7 +338,7 @@ __device__ float stage_plain(const float* x, int cols, float* xs) {
 // merged by their log-sum-exp into xs[0, cols). A thread takes runs of kMergeRun outputs of one head (head dims are
 // multiples of 8: the builder admits no others) and, for kMergeRuns runs and kMergeChunks chunks at once, loads
 // each chunk's run (float2 loads) with its (max, sum) pair before using any: one round of loads for every shape up
-// to 2 * 8 * 256 = 4096 outputs and 4 chunks. The chunks are folded in order with a running max.
+// to 2 * 8 * 256 = 4096 outputs and 2 chunks (64 positions); the chunks are folded in order with a running max.
 constexpr int kMergeRun = 8;
 constexpr int kMergeRuns = 2;
 
@@ -405,33 +405,36 @@ __device__ void stage_merge(const GemvInstr& g, int64_t pos, float* xs) {
   consumer_sync();
 }
 
-// rmsnorm(x) * norm_w into xs when a thread's share fits one batch (cols <= kStageLoads * 4 * threads, every
-// hidden size up to 8192): x and the norm's weights are loaded in the same round, the weights kept in registers.
+// rmsnorm(x) * norm_w into xs when a thread's share fits one batch (cols <= kNormLoads * 4 * threads: hidden sizes
+// up to 4096; wider ones take stage_plain's rounds): x and the norm's weights are loaded in the same round, the
+// weights kept in registers (kNormLoads is half of kNormLoads: the registers of both stay within the kernel's cap).
+constexpr int kNormLoads = 4;
+
 __device__ bool stage_norm_one_round(const GemvInstr& g, float* xs, float* red) {
   const int tid = threadIdx.x, n4 = g.cols / 4;
-  if (g.cols % 4 != 0 || n4 > kStageLoads * kConsumerThreads || reinterpret_cast<uintptr_t>(g.x) % 16 != 0 ||
+  if (g.cols % 4 != 0 || n4 > kNormLoads * kConsumerThreads || reinterpret_cast<uintptr_t>(g.x) % 16 != 0 ||
       reinterpret_cast<uintptr_t>(g.norm_w) % 16 != 0) {
     return false;
   }
   const float4* x4 = reinterpret_cast<const float4*>(g.x);
   const float4* w4 = reinterpret_cast<const float4*>(g.norm_w);
-  float4 v[kStageLoads], w[kStageLoads];
+  float4 v[kNormLoads], w[kNormLoads];
   const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
-  for (int u = 0; u < kStageLoads; ++u) {
+  for (int u = 0; u < kNormLoads; ++u) {
     const int i = tid + u * kConsumerThreads;
     v[u] = i < n4 ? __ldcg(x4 + i) : zero;
     w[u] = i < n4 ? __ldg(w4 + i) : zero;
   }
   float sum_sq = 0.0f;
 #pragma unroll
-  for (int u = 0; u < kStageLoads; ++u) {
+  for (int u = 0; u < kNormLoads; ++u) {
     sum_sq = fmaf(v[u].x, v[u].x, fmaf(v[u].y, v[u].y, fmaf(v[u].z, v[u].z, fmaf(v[u].w, v[u].w, sum_sq))));
   }
   const float inv = inv_rms(consumer_sum(sum_sq, red), g.cols, g.eps);
   float4* s4 = reinterpret_cast<float4*>(xs);
 #pragma unroll
-  for (int u = 0; u < kStageLoads; ++u) {
+  for (int u = 0; u < kNormLoads; ++u) {
     const int i = tid + u * kConsumerThreads;
     if (i < n4) {
       s4[i] = make_float4(v[u].x * inv * w[u].x, v[u].y * inv * w[u].y, v[u].z * inv * w[u].z, v[u].w * inv * w[u].w);
@@ -700,12 +703,12 @@ __device__ void run_gemv(const GemvInstr& g, TileRange tr, uint32_t& k, const St
 
 // ---- attention ----
 
-// One head vector of the token into shared memory: + bias, per-head RMSNorm, RoPE (one warp). Its loads (head
-// dims up to 256: 8 a lane) are all issued before any is used.
+// One head vector of the token into shared memory: + bias, per-head RMSNorm, RoPE (one warp). Its loads (at most
+// kMaxPerLane a lane: the attention tile's dims per lane) are all issued before any is used.
+template <int kMaxPerLane>
 __device__ void prepare_head(const float* src, const float* bias, const float* norm_w, float eps, const AttnInstr& at,
                              bool rope, int64_t pos, float scale, float* dst) {
   const int lane = threadIdx.x & 31, hd = at.head_dim;
-  constexpr int kMaxPerLane = 8;
   float v[kMaxPerLane], b[kMaxPerLane];
 #pragma unroll
   for (int u = 0; u < kMaxPerLane; ++u) {
@@ -830,13 +833,13 @@ __device__ void attention_tile(const Instr& in, int t, const StepArgs& a, int64_
   for (int j = warp; j < group + (last ? 2 : 0); j += kConsumerWarps) {
     if (j < group) {
       const int h = kvh * group + j;
-      prepare_head(at.q + h * hd, at.bq != nullptr ? at.bq + h * hd : nullptr, at.q_norm, at.norm_eps, at, true, pos,
+      prepare_head<DPL>(at.q + h * hd, at.bq != nullptr ? at.bq + h * hd : nullptr, at.q_norm, at.norm_eps, at, true, pos,
                    at.scale, qs + j * hd);
     } else if (j == group) {
-      prepare_head(at.k + kvh * hd, at.bk != nullptr ? at.bk + kvh * hd : nullptr, at.k_norm, at.norm_eps, at, true,
+      prepare_head<DPL>(at.k + kvh * hd, at.bk != nullptr ? at.bk + kvh * hd : nullptr, at.k_norm, at.norm_eps, at, true,
                    pos, 1.0f, kn);
     } else {
-      prepare_head(at.v + kvh * hd, at.bv != nullptr ? at.bv + kvh * hd : nullptr, nullptr, 0.0f, at, false, pos,
+      prepare_head<DPL>(at.v + kvh * hd, at.bv != nullptr ? at.bv + kvh * hd : nullptr, nullptr, 0.0f, at, false, pos,
                    1.0f, vn);
     }
   }
@@ -886,54 +889,24 @@ __device__ void attention_tile(const Instr& in, int t, const StepArgs& a, int64_
         }
       }
     }
-    // The batch's scores: every (position, query head) dot first, then their warp reductions interleaved (five
-    // shuffle rounds for the batch instead of five per score), then one rescale per head for the batch.
-    float sc[kAttnBatch][kG];
 #pragma unroll
     for (int u = 0; u < kAttnBatch; ++u) {
+      if (pb + u * kConsumerWarps >= p1) break;
 #pragma unroll
       for (int g = 0; g < kG; ++g) {
+        if (g >= group) break;
         float s = 0.0f;
-        if (g < group) {
 #pragma unroll
-          for (int j = 0; j < DPL; ++j) s = fmaf(owns ? qs[g * hd + d0 + j] : 0.0f, kv[u][j], s);
-        }
-        sc[u][g] = s;
+        for (int j = 0; j < DPL; ++j) s = fmaf(owns ? qs[g * hd + d0 + j] : 0.0f, kv[u][j], s);
+        s = warp_sum(s);
+        if (at.softcap > 0.0f) s = at.softcap * tanhf(s / at.softcap);
+        const float m_new = fmaxf(m[g], s);
+        const float corr = expf(m[g] - m_new), pe = expf(s - m_new);
+        l[g] = fmaf(l[g], corr, pe);
+#pragma unroll
+        for (int j = 0; j < DPL; ++j) acc[g][j] = fmaf(acc[g][j], corr, pe * vv[u][j]);
+        m[g] = m_new;
       }
-    }
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) {
-#pragma unroll
-      for (int u = 0; u < kAttnBatch; ++u) {
-#pragma unroll
-        for (int g = 0; g < kG; ++g) {
-          if (g < group) sc[u][g] += __shfl_xor_sync(0xffffffffu, sc[u][g], off);
-        }
-      }
-    }
-#pragma unroll
-    for (int g = 0; g < kG; ++g) {
-      if (g >= group) break;
-      float m_new = m[g];
-#pragma unroll
-      for (int u = 0; u < kAttnBatch; ++u) {
-        if (pb + u * kConsumerWarps >= p1) break;
-        if (at.softcap > 0.0f) sc[u][g] = at.softcap * tanhf(sc[u][g] / at.softcap);
-        m_new = fmaxf(m_new, sc[u][g]);
-      }
-      const float corr = expf(m[g] - m_new);  // position u = 0 is in the chunk: m_new is finite
-      l[g] *= corr;
-#pragma unroll
-      for (int j = 0; j < DPL; ++j) acc[g][j] *= corr;
-#pragma unroll
-      for (int u = 0; u < kAttnBatch; ++u) {
-        if (pb + u * kConsumerWarps >= p1) break;
-        const float pe = expf(sc[u][g] - m_new);
-        l[g] += pe;
-#pragma unroll
-        for (int j = 0; j < DPL; ++j) acc[g][j] = fmaf(pe, vv[u][j], acc[g][j]);
-      }
-      m[g] = m_new;
     }
     if (pb == p0 + warp) stamp_now(stamp, kStampFirst);  // the first batch's loads have been used: they arrived
     if constexpr (kPipelined) {
