@@ -298,7 +298,13 @@ TEST(PrecisionLogits, Stories260KStaysNativeUnderFp8) {
   EXPECT_NE(fp8.precision.detail.find("stay as stored (rows not a multiple of 128)"), std::string::npos)
       << fp8.precision.detail;
   EXPECT_EQ(test::all_logits(fp8, tokens_for(fp8)), test::all_logits(load_model(path), tokens_for(fp8)));
-  const double e16 = logits_rel_l2(converted(path, Precision::Bf16), load_model(path));
+  const LoadedModel bf16 = converted(path, Precision::Bf16);
+  // its 172-wide matrices (the FFN's down rows) are not whole 16-byte BF16 chunks: kept, and said so
+  EXPECT_NE(bf16.precision.detail.find("stay as stored (rows not a multiple of 8)"), std::string::npos)
+      << bf16.precision.detail;
+  EXPECT_EQ(bf16.weight("blk.0.ffn_down.weight").type, DType::F32);
+  EXPECT_EQ(bf16.weight("blk.0.attn_q.weight").type, DType::BF16);
+  const double e16 = logits_rel_l2(bf16, load_model(path));
   std::printf("precision stories260K bf16 rel L2 %.2e\n", e16);
   EXPECT_GT(e16, 0.0);
   EXPECT_LT(e16, kBf16Bar);

@@ -205,7 +205,9 @@ void apply_precision(LoadedModel& model, const PrecisionOptions& options, const 
     return;
   }
   const DType to = choice.mode == Precision::Fp8 ? DType::F8_B128 : DType::BF16;
-  const int64_t block = traits(to).block_size;
+  // rows F8_B128 can hold (blocks of 128); for BF16 rows of whole 16-byte chunks (8 values), which the CUDA GEMV
+  // reads: the same rule on every device, so a converted model runs wherever its native one does
+  const int64_t block = to == DType::F8_B128 ? traits(to).block_size : 8;
   ThreadPool pool(0);
   int converted = 0, unfit = 0, quantized = 0;
   std::set<DType> quantized_types, kept_types;
