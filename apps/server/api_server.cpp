@@ -391,8 +391,10 @@ void ApiServer::register_routes() {
                  const HostAssistantStats a = assistant->stats();
                  host = HostMetrics{a.steps, a.pauses, a.jobs_finished, a.jobs_cancelled, a.queued, a.state == "paused"};
                }
+               const ModelLabels model{ctx.model_info.value("name", ""), ctx.model_info.value("arch", ""),
+                                       ctx.model_info.value("precision", "native")};
                const std::string text = render_prometheus(ctx.metrics.snapshot(), ctx.scheduler.stats(),
-                                                          ctx.options.max_running, host ? &*host : nullptr);
+                                                          ctx.options.max_running, host ? &*host : nullptr, &model);
                res.set_content(text, "text/plain; version=0.0.4; charset=utf-8");
              }));
 

@@ -103,8 +103,15 @@ std::string prometheus_label_value(std::string_view value) {
 }
 
 std::string render_prometheus(const ServerMetrics::Snapshot& http, const SchedulerStats& s, int max_running,
-                              const HostMetrics* host) {
+                              const HostMetrics* host, const ModelLabels* model) {
   Writer w;
+  if (model != nullptr) {
+    w.family("model_info", "gauge", "The served model: its name, architecture and the precision its weights run in.");
+    w.sample("model_info", 1.0,
+             "model=\"" + prometheus_label_value(model->name) + "\",architecture=\"" +
+                 prometheus_label_value(model->architecture) + "\",precision=\"" +
+                 prometheus_label_value(model->precision) + "\"");
+  }
   w.family("http_requests_total", "counter", "HTTP requests answered, by status code.");
   for (const auto& [status, n] : http.responses_by_status) {
     w.sample("http_requests_total", static_cast<double>(n), "status=\"" + std::to_string(status) + "\"");

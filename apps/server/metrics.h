@@ -64,8 +64,15 @@ struct HostMetrics {
 };
 
 // The whole /metrics page; host: the host assistant's families, when there is one.
+// The served model, as an info metric's labels (`gpu_accel_model_info{...} 1`, Prometheus's *_info convention).
+struct ModelLabels {
+  std::string name;
+  std::string architecture;
+  std::string precision;  // LoadedModel::precision.mode: native, bf16 or fp8
+};
+
 std::string render_prometheus(const ServerMetrics::Snapshot& http, const SchedulerStats& scheduler, int max_running,
-                              const HostMetrics* host = nullptr);
+                              const HostMetrics* host = nullptr, const ModelLabels* model = nullptr);
 
 // Pieces, for tests: numbers as Prometheus reads them ("+Inf", "NaN", shortest round-trip digits),
 // label values escaped (\\, \", \n).

@@ -1,5 +1,6 @@
 // `serve --precision`: the choice made at load is in /api/stats as model.precision (what the dashboard's header
-// shows) with the load-time line as model.precision_detail, and the default is the weights as stored.
+// shows) with the load-time line as model.precision_detail, and in /metrics as gpu_accel_model_info's precision
+// label; the default is the weights as stored.
 import test from 'node:test';
 import assert from 'node:assert/strict';
 
@@ -10,7 +11,12 @@ async function modelInfo(args) {
   try {
     const res = await fetch(`${server.url}/api/stats`);
     assert.equal(res.status, 200);
-    return (await res.json()).model;
+    const model = (await res.json()).model;
+    const metrics = await (await fetch(`${server.url}/metrics`)).text();
+    const info = metrics.match(/^gpu_accel_model_info\{(.*)\} 1$/m);
+    assert.ok(info, 'gpu_accel_model_info in /metrics');
+    assert.match(info[1], new RegExp(`architecture="${model.arch}",precision="${model.precision}"$`));
+    return model;
   } finally {
     await server.stop();
   }

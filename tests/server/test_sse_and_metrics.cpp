@@ -164,6 +164,19 @@ TEST(Prometheus, HostFamiliesWhenThereIsAHost) {
   EXPECT_EQ(sample("gpu_accel_host_paused"), 1);
 }
 
+TEST(Prometheus, ModelInfoCarriesThePrecision) {
+  ServerMetrics metrics;
+  const SchedulerStats s;
+  EXPECT_EQ(parse_prometheus(render_prometheus(metrics.snapshot(), s, 4)).count("gpu_accel_model_info"), 0u);
+  const ModelLabels model{"random \"llama\"", "llama", "fp8"};
+  const auto families = parse_prometheus(render_prometheus(metrics.snapshot(), s, 4, nullptr, &model));
+  const auto& info = families.at("gpu_accel_model_info");
+  EXPECT_EQ(info.type, "gauge");
+  ASSERT_EQ(info.samples.size(), 1u);
+  EXPECT_EQ(info.samples[0].second.labels, "model=\"random \\\"llama\\\"\",architecture=\"llama\",precision=\"fp8\"");
+  EXPECT_EQ(info.samples[0].second.value, 1.0);
+}
+
 TEST(Prometheus, HistogramBucketsAreCumulative) {
   Histogram h({0.1, 1, 10});
   for (const double v : {0.05, 0.1, 0.5, 5.0, 50.0, 500.0}) h.observe(v);
