@@ -63,7 +63,6 @@ struct HostMetrics {
   bool paused = false;
 };
 
-// The whole /metrics page; host: the host assistant's families, when there is one.
 // The served model, as an info metric's labels (`gpu_accel_model_info{...} 1`, Prometheus's *_info convention).
 struct ModelLabels {
   std::string name;
@@ -71,6 +70,7 @@ struct ModelLabels {
   std::string precision;  // LoadedModel::precision.mode: native, bf16 or fp8
 };
 
+// The whole /metrics page; host: the host assistant's families, when there is one; model: the model_info family.
 std::string render_prometheus(const ServerMetrics::Snapshot& http, const SchedulerStats& scheduler, int max_running,
                               const HostMetrics* host = nullptr, const ModelLabels* model = nullptr);
 
