@@ -37,6 +37,7 @@
 #include "backends/cuda/kernels/gemv.h"
 #include "backends/cuda/kernels/gemv_impl.cuh"
 #include "backends/cuda/kernels/weight_layout.h"
+#include "backends/cuda/kernels/x_fp8.h"
 #include "backends/cuda/stream.h"
 #include "backends/cuda/cuda_forward.h"
 #include "gpu_accel/device.h"
@@ -152,6 +153,48 @@ double max_rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
   return worst;
 }
 
+// The FP8 tensor-core kernel's tile shapes (--sweep): G groups of 8 rows per CTA, U rounds of 64 columns per chunk
+// group, each checked against the default launch's output on the same weights and x digits.
+template <int G, int U>
+cudaError_t launch_f8x(const ga::cuda::GemvParams& p, cudaStream_t s) {
+  namespace d = ga::cuda::detail;
+  return d::launch_gemv_split_f8x<G, U, 1>(d::make_gemv_args<d::DecodeF8B128>(p), s);
+}
+template <int G, int S>
+cudaError_t launch_f8s(const ga::cuda::GemvParams& p, cudaStream_t s) {
+  namespace d = ga::cuda::detail;
+  return d::launch_gemv_split_f8s<G, S, 1>(d::make_gemv_args<d::DecodeF8B128>(p), s);
+}
+void time_f8x_variants(ga::cuda::GemvParams p, const std::vector<DeviceBuffer>& weights, int n_buf, DeviceBuffer& y,
+                       cudaStream_t stream, std::vector<Row>& rows_out, uint64_t w_bytes, double moved) {
+  const std::pair<const char*, Launch> variants[] = {{"G1 U4", launch_f8x<1, 4>},         {"G2 U4", launch_f8x<2, 4>},
+                                                     {"staged G1 S2", launch_f8s<1, 2>}, {"staged G1 S3", launch_f8s<1, 3>},
+                                                     {"staged G1 S4", launch_f8s<1, 4>}, {"staged G2 S2", launch_f8s<2, 2>},
+                                                     {"staged G2 S3", launch_f8s<2, 3>}};
+  std::vector<float> y_ref(static_cast<size_t>(p.rows)), y_var(y_ref.size());
+  p.w = weights[0].data();
+  GA_CUDA_CHECK(ga::cuda::gemv(p, stream));
+  GA_CUDA_CHECK(cudaMemcpyAsync(y_ref.data(), y.data(), y_ref.size() * 4, cudaMemcpyDeviceToHost, stream));
+  for (const auto& [name, launch] : variants) {
+    p.w = weights[0].data();
+    GA_CUDA_CHECK(cudaMemsetAsync(y.data(), 0xFF, y_var.size() * 4, stream));
+    GA_CUDA_CHECK(launch(p, stream));
+    GA_CUDA_CHECK(cudaMemcpyAsync(y_var.data(), y.data(), y_var.size() * 4, cudaMemcpyDeviceToHost, stream));
+    GA_CUDA_CHECK(cudaStreamSynchronize(stream));
+    const double diff = max_rel_diff(y_var, y_ref);
+    cudaGraphExec_t g = capture(stream, n_buf, [&](int i) {
+      p.w = weights[static_cast<size_t>(i)].data();
+      GA_CUDA_CHECK(launch(p, stream));
+    });
+    const double us = time_graph(g, stream) * 1e3 / n_buf;
+    GA_CUDA_CHECK(cudaGraphExecDestroy(g));
+    rows_out.push_back({rows_out.back().shape,
+                        std::string("F8_B128 split rows, x e4m3x2 given, ") + name +
+                            (diff <= 1e-4 ? "" : " MISMATCH " + std::to_string(diff)),
+                        static_cast<double>(w_bytes) / 1e6, us, moved / (us * 1e-6) / kGB});
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) try {
@@ -189,10 +232,13 @@ int main(int argc, char** argv) try {
   };
   // the 7B decode's matrices as the forward runs them: q/k/v and gate/up fused (cuda_llama_forward.cpp)
   const Shape shapes[] = {{4096, 4096, "attn o"},      {12288, 4096, "attn qkv fused"}, {11008, 4096, "ffn gate/up"},
-                          {22016, 4096, "ffn gate+up fused"}, {4096, 11008, "ffn down"}, {32000, 4096, "output"}};
+                          {22016, 4096, "ffn gate+up fused"}, {4096, 11008, "ffn down"}, {32000, 4096, "output"},
+                          // Llama-3-8B's (F8_B128 split rows need cols % 512 == 0: 11008 is not)
+                          {6144, 4096, "8B attn qkv fused"}, {28672, 4096, "8B ffn gate+up fused"},
+                          {4096, 14336, "8B ffn down"}};
   const DType types[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0, DType::Q6_K,  DType::Q5_K,
                          DType::Q5_1, DType::Q5_0, DType::Q4_K, DType::Q4_1, DType::Q4_0,  DType::Q3_K,
-                         DType::Q2_K, DType::MXFP4, DType::NVFP4};
+                         DType::Q2_K, DType::MXFP4, DType::NVFP4, DType::F8_B128};
   std::vector<Row> rows_out;
   for (const Shape& s : shapes) {
     const size_t x_elems = static_cast<size_t>(s.cols) * n_tokens;
@@ -283,6 +329,33 @@ int main(int argc, char** argv) try {
         rows_out.push_back({rows_out.back().shape, std::string(dtype_name(type)) + " split rows",
                             static_cast<double>(w_bytes) / 1e6, sus, moved / (sus * 1e-6) / kGB});
         time_x_int8(std::string(dtype_name(type)) + " split rows");
+        if (type == DType::F8_B128) {  // x rounded to two E4M3 digits: the FP8 tensor-core kernel (sm_89+)
+          DeviceBuffer x8(alloc, static_cast<size_t>(ga::cuda::gemv_x_e4m3x2_bytes(s.cols, n_tokens)));
+          ga::cuda::QuantizeXE4m3x2Params q;
+          q.x = x.as<float>();
+          q.ldx = s.cols;
+          q.n = n_tokens;
+          q.k = s.cols;
+          q.out = x8.data();
+          GA_CUDA_CHECK(ga::cuda::quantize_x_e4m3x2(q, stream.get()));
+          p.x_e4m3x2 = x8.data();
+          if (ga::cuda::gemv_rounds_x_to_e4m3x2(p)) {
+            for (const bool with_prepass : {false, true}) {
+              cudaGraphExec_t qg = capture(stream.get(), n_buf, [&](int i) {
+                p.w = weights[static_cast<size_t>(i)].data();
+                if (with_prepass) GA_CUDA_CHECK(ga::cuda::quantize_x_e4m3x2(q, stream.get()));
+                GA_CUDA_CHECK(ga::cuda::gemv(p, stream.get()));
+              });
+              const double qus = time_graph(qg, stream.get()) * 1e3 / n_buf;
+              GA_CUDA_CHECK(cudaGraphExecDestroy(qg));
+              rows_out.push_back({rows_out.back().shape,
+                                  with_prepass ? "F8_B128 split rows, x e4m3x2 pre-pass + GEMV" : "F8_B128 split rows, x e4m3x2 given",
+                                  static_cast<double>(w_bytes) / 1e6, qus, moved / (qus * 1e-6) / kGB});
+            }
+            if (sweep) time_f8x_variants(p, weights, n_buf, y, stream.get(), rows_out, w_bytes, moved);
+          }
+          p.x_e4m3x2 = nullptr;
+        }
         p.layout = ga::cuda::WeightLayout::kGguf;
       }
 

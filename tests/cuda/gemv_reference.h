@@ -1,7 +1,9 @@
-// CPU references of the CUDA GEMV's two numerics, shared by the GEMV and MoE parity tests: the float dot
-// (float64 over the CPU's dequantized weights) and the int8-activation path (x rounded per block of 32 to
+// CPU references of the CUDA GEMV's numerics, shared by the GEMV and MoE parity tests: the float dot
+// (float64 over the CPU's dequantized weights), the int8-activation path (x rounded per block of 32 to
 // two int8 digits as kernels/x_int8.cuh does, the weight block's codes, scale and offset read from its
-// bytes), with the bound of that rounding (see int8_reference).
+// bytes), with the bound of that rounding (see int8_reference), and the f16-activation path of the
+// tensor-core F8_B128 kernels (x rounded to f16, see half_x_reference, or to two E4M3 digits, see
+// e4m3x2_x_reference).
 #pragma once
 
 #include <algorithm>
@@ -99,11 +101,25 @@ inline double int8_reference(DType type, const uint8_t* row_bytes_ptr, const flo
 
 // The references of one GEMV output, y = w . x, for the parity tolerances: `ref` the float64 dot of the
 // CPU's dequantized row, `magnitude` sum |w x| (the float path's scale: 1e-5 of it), and where the kernel
-// rounds x to int8 `ref_int8` (same rounding, float64 dot) and `bound_int8` (the rounding's bound plus
-// 1e-5 of the magnitude, the loose check against `ref`).
+// rounds x (to int8 or to f16) `ref_rounded` (same rounding, float64 dot) and `bound_rounded` (the
+// rounding's bound plus 1e-5 of the magnitude, the loose check against `ref`).
 struct GemvRowRef {
-  double ref = 0.0, magnitude = 0.0, ref_int8 = 0.0, bound_int8 = 0.0;
+  double ref = 0.0, magnitude = 0.0, ref_rounded = 0.0, bound_rounded = 0.0;
 };
+
+// The f16 rounding of x (gemv_rounds_x_to_f16): ref_rounded the float64 dot of the row with x rounded to f16
+// (round to nearest even, as __floats2half2_rn), bound_rounded the rounding's bound: each |x - f16(x)| is at
+// most 2^-11 |x| for normal halves (and 2^-25 absolutely below them), so the sum errs by at most
+// sum |w| (2^-11 |x| + 2^-25), plus 1e-5 of the magnitude for the float accumulation.
+inline void half_x_reference(GemvRowRef& r, const float* row, const float* x, int64_t cols) {
+  r.ref_rounded = 0.0;
+  r.bound_rounded = 1e-5 * r.magnitude;
+  for (int64_t k = 0; k < cols; ++k) {
+    const double xh = static_cast<double>(fp16_to_f32(f32_to_fp16(x[k])));
+    r.ref_rounded += static_cast<double>(row[k]) * xh;
+    r.bound_rounded += std::fabs(static_cast<double>(row[k])) * (std::ldexp(std::fabs(x[k]), -11) + std::ldexp(1.0, -25));
+  }
+}
 
 // `w_row`: the row's stored bytes; `row`: its dequantized values (cols floats).
 inline GemvRowRef gemv_row_reference(DType type, const uint8_t* w_row, const float* row, const float* x, int64_t cols,
@@ -115,27 +131,85 @@ inline GemvRowRef gemv_row_reference(DType type, const uint8_t* w_row, const flo
     r.magnitude += std::fabs(prod);
   }
   if (int8) {
-    r.ref_int8 = int8_reference(type, w_row, row, x, cols, r.bound_int8);
-    r.bound_int8 += 1e-5 * r.magnitude;  // the kernel's float accumulation
+    r.ref_rounded = int8_reference(type, w_row, row, x, cols, r.bound_rounded);
+    r.bound_rounded += 1e-5 * r.magnitude;  // the kernel's float accumulation
   }
   return r;
 }
 
-// Compares n GEMV outputs with their references: with int8 activations tightly against the same rounding
-// (1e-5 of sum |w x|: float accumulation) and loosely against the float dot (within the rounding's bound);
-// else against the float dot within 1e-5 of sum |w x| (float accumulation over a few thousand terms).
+// The two digits of one value in a block of scale d (float steps, rounded to nearest even, as quantize_x_e4m3x2).
+inline void e4m3x2_digits(float x, float d, uint8_t& c1, uint8_t& c2) {
+  const float q = x / d;
+  c1 = f32_to_e4m3(q);
+  c2 = f32_to_e4m3(16.0f * (q - e4m3_to_f32(c1)));
+}
+
+// The block scale of 128 values: amax / 448, 1 for zeros.
+inline float e4m3x2_scale(const float* xb) {
+  float amax = 0.0f;
+  for (int k = 0; k < 128; ++k) amax = std::max(amax, std::fabs(xb[k]));
+  return amax > 0.0f ? amax / 448.0f : 1.0f;
+}
+
+// The bytes quantize_x_e4m3x2 must write for x [n][cols] (ld ldx): gemv_x_e4m3x2_bytes' layout.
+inline std::vector<uint8_t> reference_x_e4m3x2(const std::vector<float>& x, int64_t ldx, int64_t cols, int64_t n) {
+  const int64_t nb = cols / 128;
+  std::vector<uint8_t> out(static_cast<size_t>(n * (2 * cols + 4 * nb)));
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t b = 0; b < nb; ++b) {
+      const float* xb = x.data() + t * ldx + 128 * b;
+      const float d = e4m3x2_scale(xb);
+      for (int64_t k = 0; k < 128; ++k) {
+        e4m3x2_digits(xb[k], d, out[static_cast<size_t>(t * cols + 128 * b + k)],
+                      out[static_cast<size_t>(n * cols + t * cols + 128 * b + k)]);
+      }
+      std::memcpy(out.data() + 2 * n * cols + 4 * (t * nb + b), &d, 4);
+    }
+  }
+  return out;
+}
+
+// The two-digit E4M3 rounding of x (gemv_rounds_x_to_e4m3x2), per block of 128 as the kernel does it: d = amax / 448
+// (1 for zeros), q = x / d, x1 = e4m3(q), x2 = e4m3(16 (q - x1)), every step a float operation rounded to nearest
+// even, x ~ d (x1 + x2 / 16). ref_rounded is the float64 dot with the rounded x; bound_rounded the rounding's
+// exact effect bound, sum |w| |x - rounded x|, plus 2e-4 of the magnitude: the FP8 tensor cores sum each 32-term
+// product with a narrower mantissa than float32 (the same as cuBLAS's FP8 GEMM, test_cuda_fp8_gemm.cpp).
+inline constexpr double kE4m3x2Accumulation = 2e-4;
+inline void e4m3x2_x_reference(GemvRowRef& r, const float* row, const float* x, int64_t cols) {
+  r.ref_rounded = 0.0;
+  r.bound_rounded = kE4m3x2Accumulation * r.magnitude;
+  for (int64_t b = 0; b < cols / 128; ++b) {
+    const float* xb = x + 128 * b;
+    const float d = e4m3x2_scale(xb);
+    for (int k = 0; k < 128; ++k) {
+      uint8_t c1 = 0, c2 = 0;
+      e4m3x2_digits(xb[k], d, c1, c2);
+      const double xr = static_cast<double>(d) * (static_cast<double>(e4m3_to_f32(c1)) +
+                                                  static_cast<double>(e4m3_to_f32(c2)) / 16.0);
+      const double w = row[128 * b + k];
+      r.ref_rounded += w * xr;
+      r.bound_rounded += std::fabs(w) * std::fabs(static_cast<double>(xb[k]) - xr);
+    }
+  }
+}
+
+// Compares n GEMV outputs with their references: with rounded activations (int8, f16 or two E4M3 digits, `how`
+// names it) tightly against the same rounding (rounded_rtol of sum |w x|: 1e-5 for float accumulation,
+// kE4m3x2Accumulation for the FP8 tensor cores) and loosely against the float
+// dot (within the rounding's bound); else against the float dot within 1e-5 of sum |w x| (float
+// accumulation over a few thousand terms).
 inline void compare_gemv(Parity& parity, const std::string& name, const float* got, const GemvRowRef* refs, size_t n,
-                         bool int8) {
-  std::vector<double> ref(n), magnitude(n), ref_int8(n), bound_int8(n);
+                         bool rounded, const char* how = "int8", double rounded_rtol = 1e-5) {
+  std::vector<double> ref(n), magnitude(n), ref_rounded(n), bound_rounded(n);
   for (size_t i = 0; i < n; ++i) {
     ref[i] = refs[i].ref;
     magnitude[i] = refs[i].magnitude;
-    ref_int8[i] = refs[i].ref_int8;
-    bound_int8[i] = refs[i].bound_int8;
+    ref_rounded[i] = refs[i].ref_rounded;
+    bound_rounded[i] = refs[i].bound_rounded;
   }
-  if (int8) {
-    parity.compare(name + " int8", got, ref_int8.data(), n, 1e-5, 1e-30, magnitude.data());
-    parity.compare(name + " int8 vs float", got, ref.data(), n, 1.0, 1e-30, bound_int8.data());
+  if (rounded) {
+    parity.compare(name + " " + how, got, ref_rounded.data(), n, rounded_rtol, 1e-30, magnitude.data());
+    parity.compare(name + " " + how + " vs float", got, ref.data(), n, 1.0, 1e-30, bound_rounded.data());
   } else {
     parity.compare(name, got, ref.data(), n, 1e-5, 1e-30, magnitude.data());
   }

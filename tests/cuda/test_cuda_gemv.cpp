@@ -12,7 +12,7 @@
 // bounds the rounding itself (see int8_reference).
 // The embedding must be bit-identical to ga::cpu::dequantize_row, and the prefill's f16 dequantizer
 // must equal that row rounded to f16.
-// Split rows (weight_layout.h: Q4_0 / Q8_0 rows reordered on the device at upload): the same random
+// Split rows (weight_layout.h: Q4_0 / Q8_0 / F8_B128 rows reordered on the device at upload): the same random
 // GGUF bytes are uploaded, repacked by split_rows_in_place, and every reader (GEMV, embedding,
 // dequantizer) is checked against the CPU's reading of the ORIGINAL blocks.
 // Pre-quantized x (GemvParams::x_int8): quantize_x_int8() runs first; its bytes must equal the CPU's
@@ -32,6 +32,7 @@
 #include "backends/cuda/kernels/gemv.h"
 #include "backends/cuda/kernels/ops.h"
 #include "backends/cuda/kernels/weight_layout.h"
+#include "backends/cuda/kernels/x_fp8.h"
 #include "backends/cuda/engine/engine_kernels.h"
 #include "common/quant_weights.h"
 #include "cuda_harness.h"
@@ -48,7 +49,7 @@ using ::ga::cuda::CachingAllocator;
 const DType kTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q4_0,    DType::Q4_1,  DType::Q5_0,
                         DType::Q5_1, DType::Q8_0, DType::Q2_K, DType::Q3_K,    DType::Q4_K,  DType::Q5_K,
                         DType::Q6_K, DType::F8_B128, DType::MXFP4, DType::NVFP4};
-const DType kSplitTypes[] = {DType::Q4_0, DType::Q8_0};
+const DType kSplitTypes[] = {DType::Q4_0, DType::Q8_0, DType::F8_B128};
 
 struct GemvCase {
   int64_t rows;
@@ -57,10 +58,12 @@ struct GemvCase {
   int n_tokens;
   bool split = false;  // repack on the device into split rows first (weight_layout.h)
   bool x_int8 = false;  // round x first with quantize_x_int8() and pass it as GemvParams::x_int8
+  bool x_e4m3x2 = false;  // round x first with quantize_x_e4m3x2() and pass it as GemvParams::x_e4m3x2
 };
 
 std::string case_name(DType type, const GemvCase& c) {
-  return str(dtype_name(type), c.split ? " split" : "", c.x_int8 ? " x int8" : "", " ", c.rows, "x", c.cols, " pad ",
+  return str(dtype_name(type), c.split ? " split" : "", c.x_int8 ? " x int8" : "", c.x_e4m3x2 ? " x e4m3x2" : "", " ",
+             c.rows, "x", c.cols, " pad ",
              c.pad, " tokens ", c.n_tokens);
 }
 
@@ -117,6 +120,22 @@ void run_gemv_case(CachingAllocator& alloc, Parity& parity, DType type, const Ge
     EXPECT_EQ(mismatches, 0u) << name << ": quantize_x_int8 bytes differ from the CPU's rounding";
   }
 
+  // x rounded to two E4M3 digits (the F8_B128 FP8 tensor-core kernel's input): the bytes must be the host's rounding
+  DeviceArray<uint8_t> x8(alloc, c.x_e4m3x2 ? static_cast<size_t>(::ga::cuda::gemv_x_e4m3x2_bytes(c.cols, c.n_tokens)) : 0);
+  if (c.x_e4m3x2) {
+    x8.poison();
+    ::ga::cuda::QuantizeXE4m3x2Params q;
+    q.x = x.get();
+    q.ldx = ldx;
+    q.n = c.n_tokens;
+    q.k = c.cols;
+    q.out = x8.get();
+    ASSERT_EQ(::ga::cuda::quantize_x_e4m3x2_unsupported_reason(q), nullptr) << name;
+    GA_CUDA_CHECK(::ga::cuda::quantize_x_e4m3x2(q, nullptr));
+    const std::vector<uint8_t> got = x8.download();
+    EXPECT_EQ(got, reference_x_e4m3x2(x_host, ldx, c.cols, c.n_tokens)) << name << ": x digits differ from the host's";
+  }
+
   ::ga::cuda::GemvParams p;
   p.type = type;
   p.w = w.get();
@@ -130,6 +149,7 @@ void run_gemv_case(CachingAllocator& alloc, Parity& parity, DType type, const Ge
   p.n_tokens = c.n_tokens;
   p.layout = c.split ? ::ga::cuda::WeightLayout::kSplitRows : ::ga::cuda::WeightLayout::kGguf;
   p.x_int8 = c.x_int8 ? xq.get() : nullptr;
+  p.x_e4m3x2 = c.x_e4m3x2 ? x8.get() : nullptr;
   if (const char* reason = ::ga::cuda::gemv_unsupported_reason(p)) {
     parity.skip(name, reason);
     return;
@@ -166,19 +186,29 @@ void run_gemv_case(CachingAllocator& alloc, Parity& parity, DType type, const Ge
   }
 
   // reference: the CPU's dequantization, float64 dot products (and the int8 variant, see int8_reference)
+  // (F8_B128 split rows round x to two E4M3 digits or to f16 instead: gemv_rounds_x_to_e4m3x2 / _f16)
   const bool int8 = ::ga::cuda::gemv_uses_int8_activations(p);
+  const bool half_x = ::ga::cuda::gemv_rounds_x_to_f16(p);
+  const bool e4m3x2 = ::ga::cuda::gemv_rounds_x_to_e4m3x2(p);
+  EXPECT_EQ(half_x || e4m3x2, c.split && type == DType::F8_B128) << name;
+  EXPECT_FALSE(half_x && e4m3x2) << name;
   std::vector<float> row(static_cast<size_t>(c.cols));
   std::vector<GemvRowRef> refs(static_cast<size_t>(c.rows * c.n_tokens));  // [token][row]
   for (int64_t r = 0; r < c.rows; ++r) {
     ::ga::cpu::dequantize_row(type, w_host.data() + static_cast<uint64_t>(r) * stride, row.data(), c.cols);
     for (int t = 0; t < c.n_tokens; ++t) {
-      refs[static_cast<size_t>(t * c.rows + r)] = gemv_row_reference(
-          type, w_host.data() + static_cast<uint64_t>(r) * stride, row.data(), x_host.data() + t * ldx, c.cols, int8);
+      GemvRowRef& ref = refs[static_cast<size_t>(t * c.rows + r)];
+      ref = gemv_row_reference(type, w_host.data() + static_cast<uint64_t>(r) * stride, row.data(),
+                               x_host.data() + t * ldx, c.cols, int8);
+      if (half_x) half_x_reference(ref, row.data(), x_host.data() + t * ldx, c.cols);
+      if (e4m3x2) e4m3x2_x_reference(ref, row.data(), x_host.data() + t * ldx, c.cols);
     }
   }
   for (int t = 0; t < c.n_tokens; ++t) {
     const float* yt = y_host.data() + t * ldy;
-    compare_gemv(parity, name + str(" token ", t), yt, refs.data() + t * c.rows, static_cast<size_t>(c.rows), int8);
+    compare_gemv(parity, name + str(" token ", t), yt, refs.data() + t * c.rows, static_cast<size_t>(c.rows),
+                 int8 || half_x || e4m3x2, half_x ? "f16 x" : e4m3x2 ? "e4m3x2 x" : "int8",
+                 e4m3x2 ? kE4m3x2Accumulation : 1e-5);
     parity.expect_untouched(name + str(" token ", t), yt + c.rows, static_cast<size_t>(ldy - c.rows));
   }
 }
@@ -239,6 +269,20 @@ TEST(CudaGemv, SplitRowsMatchCpuReference) {
     }
     run_gemv_case(alloc, parity, type, {21, 22528, 0, 1, true}, rng);
     run_gemv_case(alloc, parity, type, {9, 22528, 32, 3, true}, rng);
+    // F8_B128 rows are whole chunks from 512 columns (4 blocks of 132 bytes): the narrowest row (one chunk group per
+    // warp, three warps idle), one group per warp, the 8B-class widths (14336: 14 groups over 4 warps), 1..8 tokens;
+    // each with x in float (the f16 kernel) and rounded to two E4M3 digits (the FP8 kernel, sm_89+)
+    for (const bool x8 : {false, true}) {
+      for (int64_t cols : {512, 1024, 14336}) run_gemv_case(alloc, parity, type, {37, cols, 0, 1, true, false, x8}, rng);
+      for (int n_tokens : {2, 7, 8}) {
+        run_gemv_case(alloc, parity, type, {1030, 14336, 16, n_tokens, true, false, x8}, rng);
+      }
+      run_gemv_case(alloc, parity, type, {3, 1536, 0, 1, true, false, x8}, rng);  // one CTA, 13 of its 16 rows clamped
+      run_gemv_case(alloc, parity, type, {4099, 4096, 0, 1, true, false, x8}, rng);  // 16-row tiles (G = 2)
+      // 16K rows and more: the staged FP8 kernel (its ring wraps: 4 chunk groups of 512 columns per warp at 8192)
+      run_gemv_case(alloc, parity, type, {16387, 1024, 0, 1, true, false, x8}, rng);
+      run_gemv_case(alloc, parity, type, {16390, 8192, 16, 3, true, false, x8}, rng);
+    }
     // the widest int8-eligible Q8_0 rows: each warp walks two chunk groups per tile, several tiles per CTA
     run_gemv_case(alloc, parity, type, {4099, 8192, 0, 1, true}, rng);
     run_gemv_case(alloc, parity, type, {37, 8192, 16, 2, true}, rng);
@@ -300,7 +344,7 @@ TEST(CudaGemv, RejectsWhatItCannotDoWithAReason) {
     return ::ga::cuda::gemv_unsupported_reason(q) != nullptr && ::ga::cuda::gemv(q, nullptr) == cudaErrorInvalidValue;
   };
   EXPECT_TRUE(rejected([](auto& q) { q.type = DType::IQ4_NL; }));
-  EXPECT_TRUE(rejected([](auto& q) {  // split rows: Q4_0 / Q8_0 rows of whole 16-byte chunks only
+  EXPECT_TRUE(rejected([](auto& q) {  // split rows: Q4_0 / Q8_0 / F8_B128 rows of whole 16-byte chunks only
     q.layout = ::ga::cuda::WeightLayout::kSplitRows;  // 64 Q4_0 weights = 36 bytes
   }));
   EXPECT_TRUE(rejected([](auto& q) { q.cols = 48; }));
@@ -407,7 +451,7 @@ TEST(CudaEmbedding, BitExactWithCpuDequantizationForEveryType) {
     }
   }
   for (DType type : kSplitTypes) {
-    for (int64_t cols : {256, 2816, 4096}) {
+    for (int64_t cols : {256, 2816, 4096, 1536}) {  // 1536: F8_B128 (12 blocks), a classic split row too
       for (int64_t pad : {0, 16}) run_embedding_case(alloc, parity, type, cols, pad, true, rng);
     }
   }
@@ -424,7 +468,7 @@ TEST(CudaDequantizeF16, BitExactWithCpuDequantizationRoundedToF16) {
   for (DType type : kTypes) {
     for (bool split : {false, true}) {
       if (split && std::find(std::begin(kSplitTypes), std::end(kSplitTypes), type) == std::end(kSplitTypes)) continue;
-      for (int64_t cols : {256, 2816}) {
+      for (int64_t cols : {256, 2816, 1536}) {  // 1536: F8_B128 split rows (cols % 512 == 0)
         const int64_t rows = 13;
         const std::string name = str(dtype_name(type), split ? " split" : "", " ", rows, "x", cols);
         const uint64_t stride = row_bytes(type, static_cast<uint64_t>(cols));

@@ -9,7 +9,10 @@
 #                  machine are removed first), each with both MoE prefill paths (GA_MOE_PREFILL)
 #   fp8            FP8 weights against BF16 (issue 24's decode figure): Llama-3-8B made as a BF16 Hugging Face folder
 #                  (make-model --format hf, 16 GB), quantized to FP8 with 128 x 128 block scales (8 GB), gpu-accel
-#                  bench on both; the GGUF models of this machine are removed first and both folders at the end
+#                  bench -p 2048 -n 128 on both; the GGUF models of this machine are removed first and both folders
+#                  at the end
+#   fp8-1b         Llama-3.2-1B F16 (GGUF) under --precision native, bf16 and fp8 (the loader converts): the quick
+#                  FP8-vs-16-bit check, pp512 / tg128
 #   chosen         the same on the PRESET:TYPE specs of $BENCH_MODELS (e.g. "llama3-8b:Q4_K_M rwkv6-1.6b:F16")
 #   persistent     the models of the stages before it again, with the persistent decode kernel
 #                  (GA_DECODE_KERNEL=persistent): its tg128 beside the per-op step's of the same call
@@ -74,10 +77,18 @@ for stage in "${stages[@]}"; do
           "$GA" make-model --preset llama3-8b --type BF16 --format hf --out "$bf16" --threads "$JOBS" &&
         run_step "quantize llama3-8b fp8 (block)" 300 make-model.log "$GA" quantize "$bf16" "$fp8" fp8 --scales block &&
         [[ -f $fp8/config.json ]]; then
-        made=("$bf16" "$fp8")
-        bench_ours "gpu-accel bench fp8 vs bf16" 330
+        # pp2048 as issue 24 states its prefill target
+        run_step "gpu-accel bench fp8 vs bf16" 330 bench.md "$GA" bench -m "$bf16" -m "$fp8" -p 2048 -n 128 -r 2 \
+          --device cuda
       fi
       rm -rf "$bf16" "$fp8"
+      ;;
+    fp8-1b)
+      make_models llama3-1b:F16
+      for prec in native bf16 fp8; do
+        run_step "gpu-accel bench 1B --precision $prec" 150 bench.md "$GA" bench -m "${made[0]}" -p 512 -n 128 -r 3 \
+          --device cuda --precision "$prec"
+      done
       ;;
     chosen)
       # shellcheck disable=SC2086

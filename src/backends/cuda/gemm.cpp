@@ -30,8 +30,34 @@ cudaDataType_t cuda_type(DType type) {
     case DType::F16: return CUDA_R_16F;
     case DType::BF16: return CUDA_R_16BF;
     case DType::F32: return CUDA_R_32F;
-    default: GA_THROW(Unsupported, "cuBLAS GEMM of ", dtype_name(type), " operands (supported: F16, BF16, F32)");
+    case DType::F8_B128: return CUDA_R_8F_E4M3;  // codes; the scales are separate (GemmParams)
+    default:
+      GA_THROW(Unsupported, "cuBLAS GEMM of ", dtype_name(type), " operands (supported: F16, BF16, F32, F8_B128)");
   }
+}
+
+// Bytes of one operand element: F8_B128 operands are bare E4M3 codes.
+int64_t element_bytes(DType type) {
+  return type == DType::F8_B128 ? 1 : static_cast<int64_t>(traits(type).type_size);
+}
+
+// The attributes of a block-scaled FP8 GEMM: both operands VEC128_32F (one float per 128 of k).
+void set_fp8_scale_modes(cublasLtMatmulDesc_t desc, const GemmParams& p) {
+  const int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+  check_cublas(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof(mode)),
+               "cublasLtMatmulDescSetAttribute", &p);
+  check_cublas(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof(mode)),
+               "cublasLtMatmulDescSetAttribute", &p);
+}
+
+// The scale pointers of one call (the plan is shared by every matrix of its shape).
+void set_fp8_scale_pointers(cublasLtMatmulDesc_t desc, const GemmParams& p) {
+  check_cublas(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &p.w_scales,
+                                              sizeof(p.w_scales)),
+               "cublasLtMatmulDescSetAttribute", &p);
+  check_cublas(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &p.x_scales,
+                                              sizeof(p.x_scales)),
+               "cublasLtMatmulDescSetAttribute", &p);
 }
 
 // The alignment every row of a matrix keeps: the lowest set bit of its start address and of its row
@@ -99,6 +125,12 @@ Gemm::Gemm(CachingAllocator& allocator, cudaStream_t stream)
   use_gemm_ex_ = mode != nullptr && std::strcmp(mode, "gemmex") == 0;
   const char* rep = std::getenv("GA_GEMM_BUCKET_REP");
   rep_lower_ = rep != nullptr && std::strcmp(rep, "lower") == 0;
+  int device = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&device) == cudaSuccess &&
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) == cudaSuccess) {
+    fp8_block_scaling_ = major == 9 && minor == 0;
+  }
   if (use_gemm_ex_) {
     cublasHandle_t h = nullptr;
     check_cublas(cublasCreate(&h), "cublasCreate");
@@ -120,7 +152,7 @@ Gemm::~Gemm() {
 }
 
 Gemm::Plan& Gemm::plan_for(const GemmParams& p, int64_t bucket_n) {
-  const int64_t elem = static_cast<int64_t>(traits(p.type).type_size);  // F16 / BF16 / F32: one element per block
+  const int64_t elem = element_bytes(p.type);
   const Key key{static_cast<int>(p.type), p.rows, p.k, p.ldw, p.ldx, p.ldy, row_alignment(p.w, p.ldw, elem),
                 row_alignment(p.x, p.ldx, elem), row_alignment(p.y, p.ldy, 4), bucket_n};
   auto it = plans_.find(key);
@@ -135,6 +167,10 @@ Gemm::Plan& Gemm::plan_for(const GemmParams& p, int64_t bucket_n) {
                "cublasLtMatmulDescSetAttribute", &p);
   check_cublas(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)),
                "cublasLtMatmulDescSetAttribute", &p);
+  if (p.type == DType::F8_B128) {
+    set_fp8_scale_modes(plan->desc, p);
+    set_fp8_scale_pointers(plan->desc, p);  // the heuristic sees a complete descriptor
+  }
   const auto u = [](int64_t v) { return static_cast<uint64_t>(v); };
   // negative: an exact n (run's fallback); else the bucket's bound, or (GA_GEMM_BUCKET_REP=lower, a
   // diagnostic) its smallest n
@@ -190,6 +226,14 @@ void Gemm::run(const GemmParams& p) {
   GA_CHECK(p.rows <= kMax && p.k <= kMax && p.n <= kMax && p.ldw <= kMax && p.ldx <= kMax && p.ldy <= kMax,
            InvalidArgument, "GEMM dimension above 2^31");
   (void)cuda_type(p.type);  // a clear error for a type neither path takes
+  if (p.type == DType::F8_B128) {
+    GA_CHECK(supports_fp8(), Unsupported,
+             "the block-scaled FP8 GEMM needs cuBLASLt on a Hopper (sm_90) GPU (not GA_GEMM=gemmex)");
+    GA_CHECK(p.k % 128 == 0 && p.rows % 4 == 0 && p.n % 4 == 0 && p.ldw % 16 == 0 && p.ldx % 16 == 0 &&
+                 p.w_scales != nullptr && p.x_scales != nullptr,
+             InvalidArgument, "FP8 GEMM: k a multiple of 128, rows and n of 4, ldw and ldx of 16, both scale arrays set (rows ",
+             p.rows, ", k ", p.k, ", n ", p.n, ", ldw ", p.ldw, ", ldx ", p.ldx, ")");
+  }
   ++stats_.calls;
   if (use_gemm_ex_) {
     run_gemm_ex(p);
@@ -199,6 +243,7 @@ void Gemm::run(const GemmParams& p) {
   const auto lt = static_cast<cublasLtHandle_t>(lt_handle_);
   const auto matmul = [&](Plan& plan) {
     plan.set_n(p.n, &p);
+    if (p.type == DType::F8_B128) set_fp8_scale_pointers(plan.desc, p);
     return cublasLtMatmul(lt, plan.desc, &alpha, p.w, plan.a, p.x, plan.b, &beta, p.y, plan.d, p.y, plan.d, &plan.algo,
                           workspace_.data(), workspace_.size(), stream_);
   };

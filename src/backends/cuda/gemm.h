@@ -4,7 +4,9 @@
 // them (one row per output feature), which in cuBLAS's column-major terms is C = op(A) * B with
 // A = W transposed: no copy or transpose is ever made. Inputs are f16, bf16 or f32 (both operands the
 // same type), the output is f32 and the accumulation f32 (CUBLAS_COMPUTE_32F: f32 weights are not
-// silently rounded to TF32, so the f32 path stays a reference).
+// silently rounded to TF32, so the f32 path stays a reference). On Hopper both operands may also be
+// E4M3 codes with a float32 scale per 128 elements of k (GemmParams::type F8_B128, cuBLASLt's
+// VEC128_32F block scaling): the FP8 prefill of F8_B128 weights, which cuBLASLt reads in place.
 //
 // Why cuBLASLt with our own algorithm cache, not cublasGemmEx: GemmEx asks the heuristic afresh for
 // every new n (tokens) and gets a different kernel for many of them; with CUDA's lazy module loading
@@ -41,7 +43,7 @@
 namespace ga::cuda {
 
 struct GemmParams {
-  DType type = DType::F16;  // of w and x: F16, BF16 or F32
+  DType type = DType::F16;  // of w and x: F16, BF16 or F32; or F8_B128 (below)
   const void* w = nullptr;  // [rows][k], ldw elements between rows
   int64_t ldw = 0;
   const void* x = nullptr;  // [n][k], ldx elements between rows
@@ -51,6 +53,11 @@ struct GemmParams {
   int64_t rows = 0;
   int64_t k = 0;
   int64_t n = 0;
+  // type F8_B128 (Gemm::supports_fp8()): w and x are E4M3 codes (one byte per element: ldw and ldx count bytes,
+  // multiples of 16), each with one float32 scale per 128 elements of k, laid out as cuBLASLt's VEC128_32F
+  // wants them: the outer dimension contiguous. k a multiple of 128; rows and n multiples of 4.
+  const float* w_scales = nullptr;  // [k / 128][rows]: split_rows_f8_gemm_scales (weight_layout.h)
+  const float* x_scales = nullptr;  // [k / 128][n]: quantize_x_fp8 (kernels/x_fp8.h)
 };
 
 // The smallest bucket's bound: the forward sends n <= 8 to the GEMV, so (8, 16] is its first bucket.
@@ -83,6 +90,9 @@ class Gemm {
   Gemm& operator=(const Gemm&) = delete;
 
   void run(const GemmParams& p);  // throws ga::Error on a bad type or a cuBLAS failure
+  // Whether run() takes type F8_B128: cuBLASLt's 128-block FP8 scaling (VEC128_32F) exists on Hopper (sm_90)
+  // only, and not on the GemmEx path.
+  bool supports_fp8() const { return !use_gemm_ex_ && fp8_block_scaling_; }
   const GemmStats& stats() const { return stats_; }
   cudaStream_t stream() const { return stream_; }  // every run() is enqueued here
   bool uses_gemm_ex() const { return use_gemm_ex_; }
@@ -99,6 +109,7 @@ class Gemm {
   cudaStream_t stream_ = nullptr;
   bool use_gemm_ex_ = false;
   bool rep_lower_ = false;  // GA_GEMM_BUCKET_REP=lower: ask the heuristic at the bucket's smallest n
+  bool fp8_block_scaling_ = false;  // the stream's device is sm_90
   DeviceBuffer workspace_;
   std::map<Key, std::unique_ptr<Plan>> plans_;
   GemmStats stats_;

@@ -504,8 +504,36 @@ void CudaEngine::upload_weights(const LoadedModel& model) {
     GA_CUDA_CHECK(split_rows_in_place(m.type, const_cast<uint8_t*>(m.data), m.rows, m.cols, m.row_bytes,
                                       stream_.get()));
   }
+  prepare_f8_gemm_scales();
   stream_.synchronize();  // the host vectors may go
   for (VectorEntry& v : vectors_) v.host.shrink_to_fit();
+}
+
+// The FP8 prefill GEMM (gemm.h) reads F8_B128 split rows' codes in place and their scales transposed: one array
+// per matrix (fused groups included), 1/32 of the codes' bytes, all in one buffer. Where the GPU has no
+// block-scaled FP8 GEMM the prefill dequantizes to f16 as for the other quant types.
+void CudaEngine::prepare_f8_gemm_scales() {
+  if (!gemm_->supports_fp8()) return;
+  std::vector<DeviceMatrix*> matrices;
+  for (WeightEntry& e : weights_table_) matrices.push_back(&e.m);
+  for (FusedRun& f : fused_) matrices.push_back(&f.m);
+  const auto eligible = [](const DeviceMatrix& m) {
+    return m.type == DType::F8_B128 && m.layout == WeightLayout::kSplitRows && m.n_expert == 1 && m.rows % 4 == 0;
+  };
+  size_t total = 0;
+  for (const DeviceMatrix* m : matrices) {
+    if (eligible(*m)) total += align_up(static_cast<size_t>(m->rows * (m->cols / 128)) * 4, kTensorAlign);
+  }
+  if (total == 0) return;
+  f8_gemm_scales_ = DeviceBuffer(allocator_, total);
+  size_t offset = 0;
+  for (DeviceMatrix* m : matrices) {
+    if (!eligible(*m)) continue;
+    auto* out = reinterpret_cast<float*>(f8_gemm_scales_.as<uint8_t>() + offset);
+    GA_CUDA_CHECK(::ga::cuda::detail::split_rows_f8_gemm_scales(m->data, m->rows, m->cols, m->row_bytes, out, stream_.get()));
+    m->f8_scales = out;
+    offset += align_up(static_cast<size_t>(m->rows * (m->cols / 128)) * 4, kTensorAlign);
+  }
 }
 
 void CudaEngine::allocate_state() {
@@ -549,6 +577,16 @@ void CudaEngine::allocate_state() {
   };
   for (const WeightEntry& e : weights_table_) consider(e.m);
   for (const FusedRun& f : fused_) consider(f.m);
+  // The FP8 tensor-core GEMV of F8_B128 split rows reads x rounded once per call (run_gemv); GPUs without FP8
+  // mma (below sm_89) take the f16 kernel, which reads x itself.
+  int64_t max_f8_cols = 0;
+  for (const WeightEntry& e : weights_table_) {
+    if (e.m.type == DType::F8_B128 && e.m.layout == WeightLayout::kSplitRows) max_f8_cols = std::max(max_f8_cols, e.m.cols);
+  }
+  const CudaDeviceInfo dev = device_info(layout_.device);
+  if (max_f8_cols > 0 && 10 * dev.cc_major + dev.cc_minor >= 89) {
+    x8_ = DeviceBuffer(allocator_, static_cast<size_t>(gemv_x_e4m3x2_bytes(max_f8_cols, kGemvMaxTokens)));
+  }
   if (B > kGemvMaxTokens) {  // only a GEMM needs the staging buffers
     x_stage_ = DeviceBuffer(allocator_, static_cast<size_t>(B * max_cols) * 2);
     if (max_dequant > 0) w_stage_ = DeviceBuffer(allocator_, max_dequant * 2);

@@ -76,6 +76,9 @@ struct DeviceMatrix {
   int64_t row_bytes = 0;
   WeightLayout layout = WeightLayout::kGguf;  // kSplitRows: repacked at upload for the GEMV (weight_layout.h)
   int64_t n_expert = 1;
+  // F8_B128 split rows on a GPU with the block-scaled FP8 GEMM (Gemm::supports_fp8): the scales as the prefill
+  // GEMM reads them ([cols / 128][rows], split_rows_f8_gemm_scales), in CudaEngine::f8_gemm_scales_; else null
+  const float* f8_scales = nullptr;
 };
 
 // How a CudaEngine is laid out: the KV pool, the scratch bounds and the metadata capacity.
@@ -273,6 +276,7 @@ class CudaEngine final : public CudaForward, public CudaBatchForward, private st
   struct Sizes;
   Sizes plan_sizes() const;
   void upload_weights(const LoadedModel& model);
+  void prepare_f8_gemm_scales();
   void allocate_state();
   void check_weight_types() const;
 
@@ -300,6 +304,9 @@ class CudaEngine final : public CudaForward, public CudaBatchForward, private st
   // x_int8: x already rounded for the int8 GEMV (gemv.h, GemvParams::x_int8), or null.
   void matmul(const DeviceMatrix& w, const float* x, int64_t ldx, int64_t n, float* y, int64_t ldy,
               const void* x_int8 = nullptr);
+  void matmul_fp8(const DeviceMatrix& w, const float* x, int64_t ldx, int64_t n, float* y, int64_t ldy);
+  void run_gemv(const DeviceMatrix& w, const float* x, int64_t ldx, int64_t n, float* y, int64_t ldy,
+                const void* x_int8);
   // Whether the step's projection through w reads its x rounded once (xq_) under mode `from`.
   bool takes_x_int8(const DeviceMatrix& w, int64_t n, Int8Activations from) const;
   // Captures (once) / replays the step for shape.n_tokens; shape must be the canonical decode shape.
@@ -382,6 +389,8 @@ class CudaEngine final : public CudaForward, public CudaBatchForward, private st
   const int32_t* positions() const { return meta(off_positions()); }
   DeviceBuffer x_stage_;          // [max_batch][largest cols] f16/bf16: a GEMM's input
   DeviceBuffer w_stage_;          // f16 [largest quantized matrix]: dequantized weights of a GEMM
+  DeviceBuffer f8_gemm_scales_;   // every DeviceMatrix::f8_scales array
+  DeviceBuffer x8_;               // x of a GEMV rounded to two E4M3 digits (F8_B128 split rows, sm_89+), or empty
   DeviceBuffer attn_workspace_;
   size_t attn_workspace_bytes_ = 0;
   // Whether the sizing probe found the tuned decode attention for some step shape, and else the first refusal.

@@ -21,6 +21,7 @@
 #include "backends/cuda/kernels/attention_simple.h"
 #include "backends/cuda/kernels/gemv.h"
 #include "backends/cuda/kernels/ops.h"
+#include "backends/cuda/kernels/x_fp8.h"
 #include "backends/cuda/engine/engine_kernels.h"
 #include "core/env.h"
 #include "gpu_accel/error.h"
@@ -73,14 +74,16 @@ void CudaEngine::matmul(const DeviceMatrix& w, const float* x, int64_t ldx, int6
   cudaStream_t s = stream_.get();
   if (warm_matmuls_only_) {  // warm_up_matmuls: each GEMM shape once per bucket
     if (n <= kGemvMaxTokens) return;
-    const int type = is_float(w.type) ? static_cast<int>(w.type) : static_cast<int>(DType::F16);
+    const int type = is_float(w.type) || w.f8_scales != nullptr ? static_cast<int>(w.type) : static_cast<int>(DType::F16);
     if (!warmed_.emplace(type, w.rows, w.cols, gemm_bucket(n), ldx, ldy).second) return;
   }
   GA_CHECK(x_int8 == nullptr || n <= kGemvMaxTokens, Internal, "a pre-rounded x is for the GEMV only");
   if (n <= kGemvMaxTokens) {
-    const GemvParams g = gemv_params(w, x, ldx, n, y, ldy, x_int8);
-    check_params("gemv", gemv_unsupported_reason, g);
-    GA_CUDA_CHECK(gemv(g, s));
+    run_gemv(w, x, ldx, n, y, ldy, x_int8);
+    return;
+  }
+  if (w.f8_scales != nullptr) {
+    matmul_fp8(w, x, ldx, n, y, ldy);
     return;
   }
   GemmParams p;
@@ -108,6 +111,61 @@ void CudaEngine::matmul(const DeviceMatrix& w, const float* x, int64_t ldx, int6
     p.ldx = w.cols;
   }
   gemm_->run(p);
+}
+
+// The FP8 prefill of F8_B128 split rows (DeviceMatrix::f8_scales): x rounded to E4M3 per token and 128 columns
+// into x_stage_ (codes, then the scales), then cuBLASLt's block-scaled FP8 GEMM on the codes in place. The GEMM
+// takes whole groups of 4 tokens (its scale layout, gemm.h); the last n % 4 tokens go through the GEMV.
+void CudaEngine::matmul_fp8(const DeviceMatrix& w, const float* x, int64_t ldx, int64_t n, float* y, int64_t ldy) {
+  cudaStream_t s = stream_.get();
+  const int64_t n4 = n / 4 * 4;
+  if (n4 > 0) {
+    QuantizeXFp8Params q;
+    q.x = x;
+    q.ldx = ldx;
+    q.n = n4;
+    q.k = w.cols;
+    q.codes = x_stage_.as<uint8_t>();
+    q.scales = reinterpret_cast<float*>(x_stage_.as<uint8_t>() + (n4 * w.cols + 15) / 16 * 16);
+    check_params("quantize_x_fp8", quantize_x_fp8_unsupported_reason, q);
+    GA_CUDA_CHECK(quantize_x_fp8(q, s));
+    GemmParams p;
+    p.type = DType::F8_B128;
+    p.w = w.data;
+    p.ldw = w.row_bytes;
+    p.x = q.codes;
+    p.ldx = w.cols;
+    p.y = y;
+    p.ldy = ldy;
+    p.rows = w.rows;
+    p.k = w.cols;
+    p.n = n4;
+    p.w_scales = w.f8_scales;
+    p.x_scales = q.scales;
+    gemm_->run(p);
+  }
+  if (n > n4) run_gemv(w, x + n4 * ldx, ldx, n - n4, y + n4 * ldy, ldy, nullptr);
+}
+
+// One GEMV; F8_B128 split rows on a GPU with FP8 mma get x rounded to two E4M3 digits first (x8_, the FP8
+// tensor-core kernel's input: gemv.h, GemvParams::x_e4m3x2).
+void CudaEngine::run_gemv(const DeviceMatrix& w, const float* x, int64_t ldx, int64_t n, float* y, int64_t ldy,
+                          const void* x_int8) {
+  cudaStream_t s = stream_.get();
+  GemvParams g = gemv_params(w, x, ldx, n, y, ldy, x_int8);
+  if (w.type == DType::F8_B128 && w.layout == WeightLayout::kSplitRows && x8_.data() != nullptr) {
+    QuantizeXE4m3x2Params q;
+    q.x = x;
+    q.ldx = ldx;
+    q.n = n;
+    q.k = w.cols;
+    q.out = x8_.data();
+    check_params("quantize_x_e4m3x2", quantize_x_e4m3x2_unsupported_reason, q);
+    GA_CUDA_CHECK(quantize_x_e4m3x2(q, s));
+    g.x_e4m3x2 = x8_.data();
+  }
+  check_params("gemv", gemv_unsupported_reason, g);
+  GA_CUDA_CHECK(gemv(g, s));
 }
 
 AttentionParams CudaEngine::attention_params(const step::AttentionOp& op, const KvLayer& kv,

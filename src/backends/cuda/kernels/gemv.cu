@@ -44,8 +44,10 @@ const char* gemv_unsupported_reason(const GemvParams& p) {
   }
   if (p.n_tokens > 1 && (p.ldx < p.cols || p.ldy < p.rows)) return "ldx < cols or ldy < rows for several tokens";
   if (reinterpret_cast<uintptr_t>(p.x_int8) % 16 != 0) return "x_int8 must be 16-byte aligned";
+  if (reinterpret_cast<uintptr_t>(p.x_e4m3x2) % 16 != 0) return "x_e4m3x2 must be 16-byte aligned";
   if (p.layout == WeightLayout::kSplitRows && (!split_rows_supported(p.type, p.cols) || p.row_stride % 16 != 0)) {
-    return "split rows need Q4_0 or Q8_0 rows of whole 16-byte chunks (cols a multiple of 256), 16-byte aligned";
+    return "split rows need Q4_0, Q8_0 or F8_B128 rows of whole 16-byte chunks (cols a multiple of 256; F8_B128: "
+           "of 512), 16-byte aligned";
   }
   return nullptr;
 }
@@ -60,6 +62,18 @@ bool gemv_uses_int8_activations(const GemvParams& p) {
     return cudaSuccess;
   });
   return uses;
+}
+
+bool gemv_rounds_x_to_e4m3x2(const GemvParams& p) {
+  if (gemv_unsupported_reason(p) != nullptr || p.type != DType::F8_B128 || p.layout != WeightLayout::kSplitRows) {
+    return false;
+  }
+  return detail::gemv_split_f8x_eligible(detail::make_gemv_args<detail::DecodeF8B128>(p));
+}
+
+bool gemv_rounds_x_to_f16(const GemvParams& p) {
+  return gemv_unsupported_reason(p) == nullptr && p.type == DType::F8_B128 && p.layout == WeightLayout::kSplitRows &&
+         !gemv_rounds_x_to_e4m3x2(p);
 }
 
 bool gemv_reads_x_int8(const GemvParams& p) {

@@ -1,7 +1,7 @@
 // Quantized matrix-vector product for decode: y[t][r] = sum_k W[r][k] * x[t][k].
 //
 // The weights stay in their native block layout (GA_CUDA_WEIGHT_TYPES below: the GGUF types and F8_B128), or
-// Q4_0 / Q8_0 rows in the split layout of weight_layout.h; activations and outputs are float32. n_tokens 1 is
+// Q4_0 / Q8_0 / F8_B128 rows in the split layout of weight_layout.h; activations and outputs are float32. n_tokens 1 is
 // the decode GEMV, 2..8 the small-batch variant (speculative decoding, a few parallel sequences) that reads the
 // weights once for all tokens. Larger batches belong to the prefill GEMM. See gemv_impl.cuh for the design.
 //
@@ -41,8 +41,8 @@ struct GemvParams {
   float* y = nullptr;        // [n_tokens][rows], ldy floats between tokens; only y[t][0..rows) is written
   int64_t ldy = 0;
   int n_tokens = 1;          // 1 .. kGemvMaxTokens
-  WeightLayout layout = WeightLayout::kGguf;  // kSplitRows: rows repacked by split_rows_in_place (Q4_0, Q8_0;
-                                              // 16-byte aligned rows), read by the split-row kernel
+  WeightLayout layout = WeightLayout::kGguf;  // kSplitRows: rows repacked by split_rows_in_place (Q4_0, Q8_0,
+                                              // F8_B128; 16-byte aligned rows), read by the split-row kernels
   // Optional: x already rounded to the int8 path's two digits (quantize_x_int8(), swiglu() or rms_norm() with
   // out_int8 wrote it from these same x values; gemv_x_int8_bytes(cols, n_tokens) bytes, 16-byte aligned,
   // tokens packed, not ldx apart). Read instead of x (gemv_reads_x_int8) by the Q8_0 split-row int8 kernel,
@@ -50,7 +50,16 @@ struct GemvParams {
   // of Q4_0 and Q4_K (the same rounding, no prologue); every other kernel reads x. The buffer must not be
   // written while the GEMV runs. The results are bit-identical to a call without it.
   const void* x_int8 = nullptr;
+  // Optional: x rounded to two E4M3 digits per block of 128 (quantize_x_e4m3x2, x_fp8.h, from these same x values;
+  // gemv_x_e4m3x2_bytes(cols, n_tokens) bytes, 16-byte aligned). F8_B128 split rows on sm_89+ then take the FP8
+  // tensor-core kernel (gemv_rounds_x_to_e4m3x2); every other kernel ignores it. Must not be written while the
+  // GEMV runs.
+  const void* x_e4m3x2 = nullptr;
 };
+
+// Bytes of x rounded to two E4M3 digits (GemvParams::x_e4m3x2): [n_tokens][cols] first digits x1, [n_tokens][cols]
+// second digits x2, then [n_tokens][cols / 128] float d; x ~ d (x1 + x2 / 16) per element.
+inline int64_t gemv_x_e4m3x2_bytes(int64_t cols, int64_t n_tokens) { return n_tokens * (2 * cols + 4 * (cols / 128)); }
 
 // Bytes of a pre-quantized x (GemvParams::x_int8): [n_tokens][cols / 32] blocks of 64 int8 (32 digits q1,
 // 32 residual digits q2), then [n_tokens][cols / 32] float2 (d_x = amax / 127, float sum of the block).
@@ -84,6 +93,14 @@ cudaError_t gemv(const GemvParams& p, cudaStream_t stream);
 // Its results then differ from a float dot by up to sum |w| * d / 2 per block; the parity test picks
 // its reference with this. False for parameters gemv() rejects.
 bool gemv_uses_int8_activations(const GemvParams& p);
+
+// Whether gemv(p) reads x rounded to two E4M3 digits per block of 128 (p.x_e4m3x2: d = amax / 448, x1 =
+// e4m3(x / d), x2 = e4m3(16 (x / d - x1)), x ~ d (x1 + x2 / 16); gemv_split_f8x.cuh): F8_B128 split rows on sm_89+
+// given p.x_e4m3x2. Other F8_B128 split rows round x to f16 (gemv_rounds_x_to_f16: the f16 tensor-core kernel,
+// gemv_split_f8.cuh; |x| must stay below 65504).
+// The parity test picks its reference with these. False for parameters gemv() rejects.
+bool gemv_rounds_x_to_e4m3x2(const GemvParams& p);
+bool gemv_rounds_x_to_f16(const GemvParams& p);
 
 // Whether gemv(p) reads p.x_int8 (set, and a kernel that takes a pre-quantized x runs for p): the forward
 // asks it to decide whether producing x_int8 for a projection is worth a kernel's work.

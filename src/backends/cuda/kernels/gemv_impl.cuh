@@ -82,6 +82,7 @@ GemvArgs make_gemv_args(const GemvParams& p) {
   a.n_tokens = p.n_tokens;
   a.split_rows = p.layout == WeightLayout::kSplitRows;
   a.x_int8 = p.x_int8;
+  a.x_e4m3x2 = p.x_e4m3x2;
   return a;
 }
 

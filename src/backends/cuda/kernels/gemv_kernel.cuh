@@ -57,6 +57,7 @@ struct GemvArgs {
   int n_tokens;
   bool split_rows;  // WeightLayout::kSplitRows: codes then scales per row (weight_layout.h, gemv_split.cuh)
   const void* x_int8;  // GemvParams::x_int8: x pre-quantized (x_int8.cuh layout) or null
+  const void* x_e4m3x2;  // GemvParams::x_e4m3x2: x rounded to two E4M3 digits (gemv.h layout) or null
 };
 
 // How a CTA finds its matrix and its tokens: a compile-time policy of the kernels (gemv_staged_kernel,

@@ -118,6 +118,7 @@ ExpertGemvLaunch make_expert_launch(const MoeGemvParams& p) {
   a.n_tokens = plan.item_pairs;
   a.split_rows = false;
   a.x_int8 = nullptr;
+  a.x_e4m3x2 = nullptr;
   l.e.w2 = static_cast<const uint8_t*>(p.w2);
   l.e.expert_stride = p.w.expert_stride;
   l.e.y_stack_offset = p.w.rows;

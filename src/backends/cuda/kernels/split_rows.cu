@@ -38,8 +38,9 @@ __global__ void __launch_bounds__(kRepackThreads) split_rows_kernel(uint8_t* w, 
     row[i] = src[b * static_cast<int64_t>(sizeof(Block)) + offsetof(Block, qs) + i % S::kCodeBytes];
   }
   uint8_t* scales = row + split_scales_offset<D>(blocks);
-  for (int64_t i = threadIdx.x; i < 2 * blocks; i += kRepackThreads) {
-    scales[i] = src[(i / 2) * static_cast<int64_t>(sizeof(Block)) + offsetof(Block, d) + i % 2];
+  constexpr int kScale = kSplitScaleBytes<D>;
+  for (int64_t i = threadIdx.x; i < kScale * blocks; i += kRepackThreads) {
+    scales[i] = src[(i / kScale) * static_cast<int64_t>(sizeof(Block)) + offsetof(Block, d) + i % kScale];
   }
 }
 
@@ -48,13 +49,13 @@ __global__ void split_embedding_kernel(const uint8_t* w, int64_t n_rows_w, int64
                                        const int32_t* ids, float* out, int64_t ld_out) {
   const int64_t token = blockIdx.x;
   const int32_t id = ids[token];
-  const int64_t blocks = cols / 32;
+  const int64_t blocks = cols / SplitRows<D>::kBlockWeights;
   for (int64_t k = blockIdx.y * int64_t{kThreads} + threadIdx.x; k < cols; k += int64_t{gridDim.y} * kThreads) {
     out[token * ld_out + k] = (id < 0 || id >= n_rows_w) ? NAN : split_weight<D>(w + id * row_stride, blocks, k);
   }
 }
 
-// One thread per 16-byte chunk of codes (Q8_0: 16 weights, Q4_0: 32): one 16-byte load, one scale,
+// One thread per 16-byte chunk of codes (Q8_0 and F8_B128: 16 weights, Q4_0: 32): one 16-byte load, one scale,
 // 2 or 4 16-byte stores of f16 (one weight per thread measured 14369 vs 15361 tok/s of 7B Q8_0 pp512
 // against the GGUF-order dequantizer; the prefill GEMM waits on this pass for every matrix).
 template <class D>
@@ -62,7 +63,7 @@ __global__ void split_dequantize_kernel(const uint8_t* w, int64_t rows, int64_t 
                                         __half* dst) {
   using S = SplitRows<D>;
   constexpr int kW = S::kChunkWeights;
-  const int64_t blocks = cols / 32;
+  const int64_t blocks = cols / S::kBlockWeights;
   const int64_t chunks_per_row = cols / kW;
   const int64_t total = rows * chunks_per_row;
   for (int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x; i < total; i += int64_t{gridDim.x} * kThreads) {
@@ -71,9 +72,7 @@ __global__ void split_dequantize_kernel(const uint8_t* w, int64_t rows, int64_t 
     const uint8_t* row = w + r * row_stride;
     const uint4 codes = *reinterpret_cast<const uint4*>(row + 16 * chunk);
     const auto* code_bytes = reinterpret_cast<const uint8_t*>(&codes);
-    const int64_t b = chunk * kW / 32;
-    const float d = __half2float(__ushort_as_half(
-        *reinterpret_cast<const unsigned short*>(row + split_scales_offset<D>(blocks) + 2 * b)));
+    const float d = split_scale<D>(row, blocks, chunk * kW / S::kBlockWeights);
     uint4 out[kW / 8];
     auto* halves = reinterpret_cast<__half*>(out);
 #pragma unroll
@@ -84,12 +83,24 @@ __global__ void split_dequantize_kernel(const uint8_t* w, int64_t rows, int64_t 
   }
 }
 
+// out[b * rows + r] = the scale of block b of F8_B128 split row r: one thread per (row, block), consecutive threads
+// take consecutive rows so that the stores are contiguous.
+__global__ void f8_gemm_scales_kernel(const uint8_t* w, int64_t rows, int64_t blocks, int64_t row_stride, float* out) {
+  const int64_t total = rows * blocks;
+  for (int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x; i < total; i += int64_t{gridDim.x} * kThreads) {
+    const int64_t b = i / rows;
+    const int64_t r = i - b * rows;
+    out[i] = split_scale<DecodeF8B128>(w + r * row_stride, blocks, b);
+  }
+}
+
 // Calls f(DecodeX{}) for the split-row types, cudaErrorInvalidValue otherwise.
 template <class F>
 cudaError_t visit_split(DType type, F&& f) {
   switch (type) {
     case DType::Q4_0: return f(DecodeQ4_0{});
     case DType::Q8_0: return f(DecodeQ8_0{});
+    case DType::F8_B128: return f(DecodeF8B128{});
     default: return cudaErrorInvalidValue;
   }
 }
@@ -128,23 +139,42 @@ cudaError_t split_rows_dequantize_f16(DType type, const void* w, int64_t rows, i
   });
 }
 
+cudaError_t split_rows_f8_gemm_scales(const void* w, int64_t rows, int64_t cols, int64_t row_stride, float* out,
+                                      cudaStream_t stream) {
+  if (!split_rows_supported(DType::F8_B128, cols) || rows <= 0 || row_stride % 16 != 0 || w == nullptr ||
+      out == nullptr) {
+    return cudaErrorInvalidValue;
+  }
+  const int64_t blocks = cols / layout::kQKF8;
+  f8_gemm_scales_kernel<<<grid_for(rows * blocks), kThreads, 0, stream>>>(static_cast<const uint8_t*>(w), rows, blocks,
+                                                                         row_stride, out);
+  return cudaGetLastError();
+}
+
 }  // namespace detail
 
 bool split_rows_supported(DType type, int64_t cols) {
-  if (type != DType::Q4_0 && type != DType::Q8_0) return false;
-  return cols > 0 && cols % 32 == 0 && row_bytes(type, static_cast<uint64_t>(cols)) % 16 == 0;
+  if (type != DType::Q4_0 && type != DType::Q8_0 && type != DType::F8_B128) return false;
+  const int64_t block = type == DType::F8_B128 ? detail::layout::kQKF8 : 32;
+  return cols > 0 && cols % block == 0 && row_bytes(type, static_cast<uint64_t>(cols)) % 16 == 0;
 }
 
 bool gemv_prefers_split_rows(DType type, int64_t cols) {
-  // Q8_0 only: Q4_0 split rows measured no faster than its GGUF-order int8 path, which stays (H200 runs of 2026-11-22; their logs are in git history under docs/results/)
-  return type == DType::Q8_0 && split_rows_supported(type, cols) &&
+  // Q8_0 and F8_B128 only: Q4_0 split rows measured no faster than its GGUF-order int8 path, which stays (H200
+  // runs of 2026-11-22; their logs are in git history under docs/results/); F8_B128 in GGUF order (132-byte
+  // blocks) is staged and decoded per byte, its split rows take the tensor-core GEMV (gemv_split_f8.cuh)
+  return (type == DType::Q8_0 || type == DType::F8_B128) && split_rows_supported(type, cols) &&
          static_cast<int64_t>(row_bytes(type, static_cast<uint64_t>(cols))) <= detail::kMaxRowBytes;
 }
 
 const char* split_rows_unsupported_reason(DType type, int64_t rows, int64_t cols, int64_t row_stride, const void* w) {
-  if (type != DType::Q4_0 && type != DType::Q8_0) return "split rows exist for Q4_0 and Q8_0 only";
+  if (type != DType::Q4_0 && type != DType::Q8_0 && type != DType::F8_B128) {
+    return "split rows exist for Q4_0, Q8_0 and F8_B128 only";
+  }
   if (rows <= 0 || cols <= 0 || rows > 0x7fffffff) return "rows must be in 1..2^31-1 and cols positive";
-  if (!split_rows_supported(type, cols)) return "a row must be whole 16-byte chunks (cols a multiple of 256)";
+  if (!split_rows_supported(type, cols)) {
+    return "a row must be whole 16-byte chunks (cols a multiple of 256; F8_B128: of 512)";
+  }
   const auto rb = static_cast<int64_t>(row_bytes(type, static_cast<uint64_t>(cols)));
   if (rb > detail::kMaxRowBytes) return "rows above 48 KiB are not split (the repack stages a row in shared memory)";
   if (row_stride < rb || row_stride % 16 != 0) return "row_stride must be >= row_bytes and a multiple of 16";
@@ -158,7 +188,7 @@ cudaError_t split_rows_in_place(DType type, void* w, int64_t rows, int64_t cols,
   return detail::visit_split(type, [&](auto decoder) -> cudaError_t {
     const auto smem = static_cast<size_t>(row_bytes(type, static_cast<uint64_t>(cols)));
     detail::split_rows_kernel<decltype(decoder)><<<static_cast<unsigned>(rows), detail::kRepackThreads, smem, stream>>>(
-        static_cast<uint8_t*>(w), row_stride, cols / 32);
+        static_cast<uint8_t*>(w), row_stride, cols / detail::SplitRows<decltype(decoder)>::kBlockWeights);
     return cudaGetLastError();
   });
 }

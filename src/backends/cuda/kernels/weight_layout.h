@@ -12,7 +12,8 @@
 //
 // so a row is still row_bytes(type, cols) bytes, every row is self-contained (a fused matrix, a slice
 // of rows or a tied embedding/output matrix stays valid), and with 16-byte aligned rows the codes are
-// whole aligned chunks (Q8_0: 16 codes, Q4_0: 32 codes = one block in GGUF nibble order). The bits are
+// whole aligned chunks (Q8_0: 16 codes, Q4_0: 32 codes = one block in GGUF nibble order, F8_B128: 16
+// of a block's 128 E4M3 codes; its scales are float32, 4 bytes each). The bits are
 // the model's; only their order changes. Every reader of a matrix must be told its layout: the GEMV
 // (GemvParams::layout), the embedding gather (EmbeddingParams::layout) and the prefill dequantizer
 // (dequantize_to_f16's layout argument).
@@ -28,11 +29,12 @@ namespace ga::cuda {
 
 enum class WeightLayout : uint8_t {
   kGguf = 0,       // the file's block order
-  kSplitRows = 1,  // per row: all codes, then all fp16 scales (see above); Q4_0 and Q8_0
+  kSplitRows = 1,  // per row: all codes, then all scales (see above); Q4_0, Q8_0 and F8_B128
 };
 
 // Whether split rows exist for `type` and a row of `cols` weights in it is whole 16-byte chunks
-// (cols a multiple of 256 for Q4_0 and Q8_0), so a matrix with row_stride = row_bytes can be split.
+// (cols a multiple of 256 for Q4_0 and Q8_0, of 512 for F8_B128), so a matrix with row_stride = row_bytes
+// can be split.
 bool split_rows_supported(DType type, int64_t cols);
 
 // Whether the forward should split this matrix at upload: supported and measured faster in the
@@ -55,6 +57,11 @@ cudaError_t split_rows_embedding(DType type, const void* w, int64_t n_rows_w, in
                                  const int32_t* ids, int64_t n_ids, float* out, int64_t ld_out, cudaStream_t stream);
 cudaError_t split_rows_dequantize_f16(DType type, const void* w, int64_t rows, int64_t cols, int64_t row_stride,
                                       void* dst_f16, cudaStream_t stream);
+// The block scales of F8_B128 split rows as the FP8 prefill GEMM reads them (gemm.h): out[b * rows + r] = the scale
+// of block b of row r ([cols / 128][rows] floats; cuBLASLt's VEC128_32F layout for the weights, whose codes it
+// reads in place: a split row starts with its codes, row_stride bytes apart).
+cudaError_t split_rows_f8_gemm_scales(const void* w, int64_t rows, int64_t cols, int64_t row_stride, float* out,
+                                      cudaStream_t stream);
 }  // namespace detail
 
 }  // namespace ga::cuda

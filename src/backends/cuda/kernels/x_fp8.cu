@@ -1,0 +1,140 @@
+// quantize_x_fp8() and quantize_x_e4m3x2() (x_fp8.h): one warp per (token, block of 128 activations): each lane loads a float4, the warp
+// takes the block's amax, and each lane writes its 4 codes (one 32-bit store, 128 contiguous bytes per warp).
+// The division x / d is the IEEE one (__fdiv_rn) and the conversion rounds to nearest even with saturation (no
+// code saturates: |x / d| <= 448 up to one rounding, which rounds back to 448), so the codes equal the host's
+// quantize_e4m3 bit for bit. Launched with PDL (pdl.cuh): it waits for the kernel that writes x.
+#include "backends/cuda/kernels/x_fp8.h"
+
+#include <cuda_fp8.h>
+
+#include "backends/cuda/kernels/device_bytes.cuh"
+#include "backends/cuda/kernels/pdl.cuh"
+
+namespace ga::cuda {
+namespace detail {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kBlock = 128;
+constexpr float kE4m3Max = 448.0f;  // the host's kE4m3Max (backends/cpu/quant.h)
+
+__device__ __forceinline__ uint32_t e4m3x2(float lo, float hi) {
+  return static_cast<uint32_t>(__nv_cvt_float2_to_fp8x2(make_float2(lo, hi), __NV_SATFINITE, __NV_E4M3));
+}
+
+__global__ void __launch_bounds__(kThreads) quantize_x_fp8_kernel(const QuantizeXFp8Params p) {
+  pdl_wait_prior_grid();  // x is the previous kernel's output
+  pdl_allow_dependents();
+  const int lane = threadIdx.x & 31;
+  const int64_t blocks = p.k / kBlock;
+  const int64_t total = p.n * blocks;
+  for (int64_t i = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) / 32; i < total;
+       i += static_cast<int64_t>(gridDim.x) * (kThreads / 32)) {
+    const int64_t t = i / blocks;
+    const int64_t b = i - t * blocks;
+    const float4 v = load_activations_4(p.x + t * p.ldx + b * kBlock + 4 * lane);
+    float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
+    const float d = amax > 0.0f ? __fdiv_rn(amax, kE4m3Max) : 1.0f;
+    const uint32_t codes = e4m3x2(__fdiv_rn(v.x, d), __fdiv_rn(v.y, d)) |
+                           (e4m3x2(__fdiv_rn(v.z, d), __fdiv_rn(v.w, d)) << 16);
+    *reinterpret_cast<uint32_t*>(p.codes + t * p.k + b * kBlock + 4 * lane) = codes;
+    if (lane == 0) p.scales[b * p.n + t] = d;
+  }
+}
+
+__device__ __forceinline__ uint8_t e4m3(float v) {
+  return static_cast<uint8_t>(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3));
+}
+__device__ __forceinline__ float e4m3_value(uint8_t code) {
+  const __half_raw h = __nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(code), __NV_E4M3);
+  return __half2float(__half(h));
+}
+
+// The same warp-per-block scheme; each lane writes 4 first and 4 second digits.
+__global__ void __launch_bounds__(kThreads) quantize_x_e4m3x2_kernel(const QuantizeXE4m3x2Params p) {
+  pdl_wait_prior_grid();  // x is the previous kernel's output
+  pdl_allow_dependents();
+  const int lane = threadIdx.x & 31;
+  const int64_t blocks = p.k / kBlock;
+  const int64_t total = p.n * blocks;
+  auto* x1 = static_cast<uint8_t*>(p.out);
+  uint8_t* x2 = x1 + p.n * p.k;
+  auto* ds = reinterpret_cast<float*>(x2 + p.n * p.k);
+  for (int64_t i = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) / 32; i < total;
+       i += static_cast<int64_t>(gridDim.x) * (kThreads / 32)) {
+    const int64_t t = i / blocks;
+    const int64_t b = i - t * blocks;
+    const float4 v = load_activations_4(p.x + t * p.ldx + b * kBlock + 4 * lane);
+    float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
+    const float d = amax > 0.0f ? __fdiv_rn(amax, kE4m3Max) : 1.0f;
+    const float q[4] = {__fdiv_rn(v.x, d), __fdiv_rn(v.y, d), __fdiv_rn(v.z, d), __fdiv_rn(v.w, d)};
+    uint32_t w1 = 0, w2 = 0;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const uint8_t c1 = e4m3(q[e]);
+      const uint8_t c2 = e4m3(16.0f * (q[e] - e4m3_value(c1)));
+      w1 |= static_cast<uint32_t>(c1) << (8 * e);
+      w2 |= static_cast<uint32_t>(c2) << (8 * e);
+    }
+    const int64_t at = t * p.k + b * kBlock + 4 * lane;
+    *reinterpret_cast<uint32_t*>(x1 + at) = w1;
+    *reinterpret_cast<uint32_t*>(x2 + at) = w2;
+    if (lane == 0) ds[t * blocks + b] = d;
+  }
+}
+
+unsigned warp_ctas(int64_t warps) {
+  const int64_t ctas = (warps + kThreads / 32 - 1) / (kThreads / 32);
+  return static_cast<unsigned>(ctas < 65535 ? ctas : 65535);
+}
+
+}  // namespace
+}  // namespace detail
+
+const char* quantize_x_fp8_unsupported_reason(const QuantizeXFp8Params& p) {
+  if (p.x == nullptr || p.codes == nullptr || p.scales == nullptr) return "x, codes and scales must be device pointers";
+  if (p.k <= 0 || p.k % detail::kBlock != 0) return "k must be a positive multiple of 128 (blocks of 128 activations)";
+  if (p.n < 0) return "n must not be negative";
+  if (p.n > 1 && p.ldx < p.k) return "ldx < k for several tokens";
+  if (reinterpret_cast<uintptr_t>(p.x) % 16 != 0 || p.ldx % 4 != 0) {
+    return "x must be 16-byte aligned with ldx a multiple of 4 (float4 loads)";
+  }
+  if (reinterpret_cast<uintptr_t>(p.codes) % 16 != 0 || reinterpret_cast<uintptr_t>(p.scales) % 4 != 0) {
+    return "codes must be 16-byte aligned and scales 4-byte aligned";
+  }
+  return nullptr;
+}
+
+cudaError_t quantize_x_fp8(const QuantizeXFp8Params& p, cudaStream_t stream) {
+  if (quantize_x_fp8_unsupported_reason(p) != nullptr) return cudaErrorInvalidValue;
+  const int64_t warps = p.n * (p.k / detail::kBlock);
+  if (warps == 0) return cudaSuccess;
+  return detail::launch_after_prior(detail::quantize_x_fp8_kernel, dim3(detail::warp_ctas(warps)),
+                                    dim3(detail::kThreads), 0, stream, p);
+}
+
+const char* quantize_x_e4m3x2_unsupported_reason(const QuantizeXE4m3x2Params& p) {
+  if (p.x == nullptr || p.out == nullptr) return "x and out must be device pointers, not null";
+  if (p.k <= 0 || p.k % detail::kBlock != 0) return "k must be a positive multiple of 128 (blocks of 128 activations)";
+  if (p.n < 0) return "n must not be negative";
+  if (p.n > 1 && p.ldx < p.k) return "ldx < k for several tokens";
+  if (reinterpret_cast<uintptr_t>(p.x) % 16 != 0 || p.ldx % 4 != 0) {
+    return "x must be 16-byte aligned with ldx a multiple of 4 (float4 loads)";
+  }
+  if (reinterpret_cast<uintptr_t>(p.out) % 16 != 0) return "out must be 16-byte aligned";
+  return nullptr;
+}
+
+cudaError_t quantize_x_e4m3x2(const QuantizeXE4m3x2Params& p, cudaStream_t stream) {
+  if (quantize_x_e4m3x2_unsupported_reason(p) != nullptr) return cudaErrorInvalidValue;
+  const int64_t warps = p.n * (p.k / detail::kBlock);
+  if (warps == 0) return cudaSuccess;
+  return detail::launch_after_prior(detail::quantize_x_e4m3x2_kernel, dim3(detail::warp_ctas(warps)),
+                                    dim3(detail::kThreads), 0, stream, p);
+}
+
+}  // namespace ga::cuda
