@@ -8,7 +8,8 @@ namespace ga::cli {
 void add_precision_options(ArgParser& parser, PrecisionArgs& a) {
   parser.option("--precision", &a.mode, "MODE",
                 "weights at load: native (as stored), bf16, fp8 (layer matrices as F8_B128 blocks) or auto (fp8 on a "
-                "GPU with FP8 tensor cores, sm_89+, for a 16/32-bit float model; native otherwise)");
+                "Hopper GPU for a 16/32-bit float model of at least 3B layer weights, where it is measured faster; "
+                "native otherwise)");
   parser.option("--precision-keep", &a.keep, "LAYERS",
                 "fp8: layers kept as stored, a comma list (negatives from the end; 'none': none)");
 }

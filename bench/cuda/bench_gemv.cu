@@ -16,8 +16,8 @@
 //
 // Shapes whose GEMV reads a pre-quantized x (GemvParams::x_int8: Q8_0 split rows, GGUF Q4_0 / Q4_K) are also
 // timed with it, with and without the pre-pass.
-// Usage: ga_bench_gemv [n_tokens] [--sweep] [--type Q8_0 ...]   (n_tokens default 1; 2..8 times the
-// small-batch variant; --type, repeatable, times only the named weight types)
+// Usage: ga_bench_gemv [n_tokens] [--sweep] [--type Q8_0 ...] [--shape 4096x14336]   (n_tokens default 1; 2..8
+// times the small-batch variant; --type, repeatable, times only the named weight types; --shape one matrix shape)
 #include <cublas_v2.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -201,11 +201,14 @@ int main(int argc, char** argv) try {
   int n_tokens = 1;
   bool sweep = false;
   std::vector<std::string> only_types;  // --type NAME (repeatable): time only these weight types
+  std::string only_shape;  // --shape ROWSxCOLS: time only this matrix shape (for a profiler run)
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--sweep") == 0) {
       sweep = true;
     } else if (std::strcmp(argv[i], "--type") == 0 && i + 1 < argc) {
       only_types.emplace_back(argv[++i]);
+    } else if (std::strcmp(argv[i], "--shape") == 0 && i + 1 < argc) {
+      only_shape = argv[++i];
     } else {
       n_tokens = std::atoi(argv[i]);
     }
@@ -241,6 +244,7 @@ int main(int argc, char** argv) try {
                          DType::Q2_K, DType::MXFP4, DType::NVFP4, DType::F8_B128};
   std::vector<Row> rows_out;
   for (const Shape& s : shapes) {
+    if (!only_shape.empty() && only_shape != std::to_string(s.rows) + "x" + std::to_string(s.cols)) continue;
     const size_t x_elems = static_cast<size_t>(s.cols) * n_tokens;
     DeviceBuffer x(alloc, x_elems * sizeof(float)), xh(alloc, x_elems * sizeof(__half));
     DeviceBuffer y(alloc, static_cast<size_t>(s.rows) * n_tokens * sizeof(float));

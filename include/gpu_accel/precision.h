@@ -7,8 +7,9 @@
 //           amax / 448), what an FP8 checkpoint loads as; kept as stored: the token embeddings, the output head,
 //           the norms, MoE routers and the layers of keep_layers (by default the first and the last, the most
 //           sensitive ones). A matrix whose row length is not a multiple of 128 stays as stored.
-//   auto    fp8 on a GPU with FP8 tensor cores (compute capability >= 8.9: Ada, Hopper, Blackwell) when the layer
-//           matrices are 16/32-bit floats; native otherwise (the CPU, older GPUs, an already quantized model).
+//   auto    fp8 where it is measured faster (auto_picks_fp8): a Hopper GPU (sm_90) and layer matrices of 16/32-bit
+//           floats holding at least kAutoFp8MinWeights weights; native otherwise (the CPU, other GPUs, small models,
+//           an already quantized model), with the reason in the log line.
 // Quantized matrices (Q4_0, ..., an FP8 checkpoint's F8_B128) stay as they are under every mode. Which tensors are
 // "matrices" is what the architecture's Program binds as matrices, so every architecture is covered without a
 // name list.
@@ -38,6 +39,14 @@ struct PrecisionTarget {
   bool has_fp8_tensor_cores() const { return gpu && (cc_major > 8 || (cc_major == 8 && cc_minor >= 9)); }
   std::string name() const;        // "cpu" or "sm_90"
 };
+
+// Whether auto converts to fp8 a model whose layer matrices hold `layer_float_weights` float weights. Measured on
+// the H200 (2026-12-04, docs/performance.md): Llama-3-8B under FP8 decodes at 1.17x and prefills (pp2048) at 1.22x
+// of BF16, while Llama-3.2-1B decodes at 0.95x (its 2048-wide matrices leave the FP8 GEMV's fixed costs exposed)
+// and prefills at 1.12x. Hopper only: the FP8 prefill is cuBLASLt's 128-block scaling, which exists on sm_90 alone
+// (elsewhere FP8 prefills dequantize to f16, 0.74x), and no other GPU with FP8 tensor cores was measured.
+inline constexpr int64_t kAutoFp8MinWeights = 3'000'000'000;
+bool auto_picks_fp8(const PrecisionTarget& target, int64_t layer_float_weights);
 
 // "auto", "native", "bf16", "fp8" (case-insensitive). InvalidArgument naming the value and the choices otherwise.
 Precision precision_from_name(std::string_view name);

@@ -243,19 +243,33 @@ TEST(PrecisionAuto, NativeOnTheCpuAndOnGpusWithoutFp8) {
   EXPECT_EQ(a, b);
 }
 
-TEST(PrecisionAuto, NativeOnSm89AndLaterWhileFp8IsSlower) {
-  // FP8 tensor cores make a float model eligible, but auto keeps it native while FP8 decodes slower (precision.cpp)
-  for (const PrecisionTarget& t : {gpu(8, 9), gpu(9, 0), gpu(10, 0)}) {
+TEST(PrecisionAuto, NativeWhereFp8IsNotMeasuredFaster) {
+  // Ada and Blackwell have FP8 tensor cores, but the FP8 prefill GEMM is Hopper's (precision.h, auto_picks_fp8)
+  for (const PrecisionTarget& t : {gpu(8, 9), gpu(10, 0)}) {
     const LoadedModel m = converted(fixture("F16"), Precision::Auto, {}, t);
     EXPECT_EQ(m.precision.mode, "native") << t.name();
-    EXPECT_NE(m.precision.detail.find(t.name() + " has FP8 tensor cores, but FP8 weights decode slower"),
+    EXPECT_NE(m.precision.detail.find(t.name() + " has FP8 tensor cores, but the FP8 prefill GEMM is measured on Hopper"),
               std::string::npos)
         << m.precision.detail;
     EXPECT_EQ(m.weight("blk.0.attn_q.weight").type, DType::F16);
   }
+  // on Hopper a small model stays native: FP8 decodes slower below kAutoFp8MinWeights
+  const LoadedModel small = converted(fixture("F16"), Precision::Auto, {}, gpu(9, 0));
+  EXPECT_EQ(small.precision.mode, "native");
+  EXPECT_NE(small.precision.detail.find("FP8 is faster from 3B on"), std::string::npos) << small.precision.detail;
+  EXPECT_EQ(small.weight("blk.0.attn_q.weight").type, DType::F16);
   const LoadedModel q = converted(fixture("Q8_0"), Precision::Auto, {}, gpu(9, 0));
   EXPECT_EQ(q.precision.mode, "native");
   EXPECT_NE(q.precision.detail.find("already quantized (Q8_0"), std::string::npos) << q.precision.detail;
+}
+
+TEST(PrecisionAuto, PicksFp8OnHopperForModelsFromTheMeasuredSize) {
+  EXPECT_TRUE(auto_picks_fp8(gpu(9, 0), kAutoFp8MinWeights));
+  EXPECT_TRUE(auto_picks_fp8(gpu(9, 0), int64_t{7'000'000'000}));
+  EXPECT_FALSE(auto_picks_fp8(gpu(9, 0), kAutoFp8MinWeights - 1));
+  EXPECT_FALSE(auto_picks_fp8(gpu(8, 9), int64_t{7'000'000'000}));
+  EXPECT_FALSE(auto_picks_fp8(gpu(10, 0), int64_t{7'000'000'000}));
+  EXPECT_FALSE(auto_picks_fp8(PrecisionTarget{}, int64_t{7'000'000'000}));
 }
 
 // The parity bars, with every layer converted (keep none): the fixture models, random presets of several families

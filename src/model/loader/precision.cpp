@@ -111,22 +111,38 @@ Choice choose(const LoadedModel& model, const std::set<std::string, std::less<>>
               const PrecisionTarget& target) {
   if (asked != Precision::Auto) return {asked, ""};
   std::set<DType> quantized;
+  int64_t float_weights = 0;
   for (const auto& name : matrices) {
     const WeightView& w = model.weight(name);
-    if (layer_index(name) >= 0 && !is_router(name) && !is_float(w.type)) quantized.insert(w.type);
+    if (layer_index(name) < 0 || is_router(name)) continue;
+    if (!is_float(w.type)) {
+      quantized.insert(w.type);
+      continue;
+    }
+    int64_t n = 1;
+    for (const uint64_t d : w.ne) n *= static_cast<int64_t>(d);
+    float_weights += n;
   }
   if (!target.gpu) return {Precision::Native, "auto: no FP8 on the CPU"};
   if (!target.has_fp8_tensor_cores()) return {Precision::Native, "auto: " + target.name() + " has no FP8 tensor cores"};
   if (!quantized.empty()) {
     return {Precision::Native, "auto: the layer matrices are already quantized (" + type_list(quantized) + ")"};
   }
-  // FP8 weights are eligible here, but they are not yet faster than 16-bit ones: on the H200 (2026-12-03) a 1B F16
-  // model decodes at 0.66x and prefills at 0.74x of native under fp8 (the F8_B128 GEMV is instruction-bound, the
-  // prefill dequantizes to f16). auto is the fastest accurate choice, so it keeps the checkpoint's precision until
-  // the FP8 kernels win; --precision fp8 converts on request.
-  return {Precision::Native, "auto: " + target.name() +
-                                 " has FP8 tensor cores, but FP8 weights decode slower than 16-bit ones in this "
-                                 "engine (0.66x on the H200): native"};
+  std::ostringstream billions;
+  billions.precision(2);
+  billions << static_cast<double>(float_weights) / 1e9 << "B";
+  if (target.cc_major != 9 || target.cc_minor != 0) {
+    return {Precision::Native, "auto: " + target.name() +
+                                   " has FP8 tensor cores, but the FP8 prefill GEMM is measured on Hopper (sm_90) "
+                                   "only: native"};
+  }
+  if (!auto_picks_fp8(target, float_weights)) {
+    return {Precision::Native, "auto: the layer matrices hold " + billions.str() +
+                                   " weights; FP8 is faster from 3B on (H200: Llama-3-8B decode 1.17x, Llama-3.2-1B "
+                                   "0.95x of 16-bit): native"};
+  }
+  return {Precision::Fp8, "auto: sm_90 and " + billions.str() +
+                              " layer weights (H200: Llama-3-8B decode 1.17x, pp2048 1.22x of BF16)"};
 }
 
 void convert(LoadedModel& model, WeightView& w, DType to, ThreadPool& pool) {
@@ -155,6 +171,10 @@ Precision precision_from_name(std::string_view name) {
     if (lower == precision_name(p)) return p;
   }
   GA_THROW(InvalidArgument, "unknown precision '", name, "' (auto, native, bf16 or fp8)");
+}
+
+bool auto_picks_fp8(const PrecisionTarget& target, int64_t layer_float_weights) {
+  return target.gpu && target.cc_major == 9 && target.cc_minor == 0 && layer_float_weights >= kAutoFp8MinWeights;
 }
 
 const char* precision_name(Precision p) {
