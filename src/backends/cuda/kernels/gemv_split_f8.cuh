@@ -92,6 +92,48 @@ __device__ __forceinline__ float2 load_scales_stream(const uint8_t* p) {
 #endif
 }
 
+// Row pointers of tile `tile` (8 G rows from tile * 8 G, clamped to the last row: read, never stored): lane (g, t)'s
+// code row g of each row group, and the scale arrays of rows 2t, 2t+1 of each (the C fragment's columns).
+template <int G>
+__device__ __forceinline__ void f8_tile_rows(const GemvArgs& a, int64_t tile, int64_t scales, int g, int t,
+                                             const uint8_t* (&code_row)[G], const uint8_t* (&scale_row)[G][2]) {
+  const int64_t row0 = tile * (8 * G);
+#pragma unroll
+  for (int i = 0; i < G; ++i) {
+    code_row[i] = a.w + min(row0 + 8 * i + g, a.rows - 1) * a.row_stride;
+#pragma unroll
+    for (int j = 0; j < 2; ++j) scale_row[i][j] = a.w + min(row0 + 8 * i + 2 * t + j, a.rows - 1) * a.row_stride + scales;
+  }
+}
+
+// Sums the warps' accumulators and writes y: lane (g, t) holds token g's sums of rows 2t, 2t+1 of each of the G row
+// groups (rows row0 + 8i + 2t + j); rows past the end and tokens >= n_tokens are not stored.
+template <int G, int NT>
+__device__ __forceinline__ void f8_reduce_store(const GemvArgs& a, int64_t row0, const float (&acc)[G][2],
+                                                float (&partial)[kGemvWarps][G * 8][NT]) {
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int g = lane >> 2;
+  const int t = lane & 3;
+  if (g < NT) {
+#pragma unroll
+    for (int i = 0; i < G; ++i) {
+#pragma unroll
+      for (int j = 0; j < 2; ++j) partial[warp][8 * i + 2 * t + j][g] = acc[i][j];
+    }
+  }
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < 8 * G * NT; idx += kGemvWarps * 32) {
+    const int r = idx / NT;
+    const int tok = idx - r * NT;
+    if (tok >= a.n_tokens || row0 + r >= a.rows) continue;
+    float sum = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kGemvWarps; ++w) sum += partial[w][r][tok];
+    a.y[tok * a.ldy + row0 + r] = sum;
+  }
+}
+
 // G: groups of 8 rows per CTA (the mma's n); NT: the token-count bound.
 // Issues the loads of chunk group c: lane (g, t)'s 16 codes of each round for row g of each row group, and the
 // two block scales of rows 2t, 2t+1 of each row group.
@@ -121,18 +163,12 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_split_f8_kernel(const Ge
   const int warp = threadIdx.x >> 5;
   const int g = lane >> 2;  // B: weight row g of each group; A and C: token g
   const int t = lane & 3;   // B and A: columns 16t.. of a round; C: rows 2t, 2t+1 of each group
-  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * (8 * G);
   const int64_t nb = a.blocks_per_row;
   const int64_t scales = split_scales_offset<DecodeF8B128>(nb);
   const int64_t n_groups = nb * layout::kQKF8 / kF8GroupCols;  // cols % 512 == 0 (split_rows_supported)
-  const uint8_t* code_row[G];       // row g of each group: its codes
-  const uint8_t* scale_row[G][2];   // rows 2t, 2t+1 of each group: their scales
-#pragma unroll
-  for (int i = 0; i < G; ++i) {
-    code_row[i] = a.w + min(row0 + 8 * i + g, a.rows - 1) * a.row_stride;  // clamped: read, never stored
-#pragma unroll
-    for (int j = 0; j < 2; ++j) scale_row[i][j] = a.w + min(row0 + 8 * i + 2 * t + j, a.rows - 1) * a.row_stride + scales;
-  }
+  const uint8_t* code_row[G];
+  const uint8_t* scale_row[G][2];
+  f8_tile_rows<G>(a, blockIdx.x, scales, g, t, code_row, scale_row);
   const bool has_x = g < a.n_tokens && g < NT;
   const float* xg = a.x + (has_x ? g : 0) * a.ldx;
 
@@ -191,24 +227,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_split_f8_kernel(const Ge
     }
   }
 
-  // lane (g, t) holds token g's sums of rows 2t, 2t+1 of each group: sum them over the warps
-  if (g < NT) {
-#pragma unroll
-    for (int i = 0; i < G; ++i) {
-#pragma unroll
-      for (int j = 0; j < 2; ++j) partial[warp][8 * i + 2 * t + j][g] = acc[i][j];
-    }
-  }
-  __syncthreads();
-  for (int idx = threadIdx.x; idx < 8 * G * NT; idx += kGemvWarps * 32) {
-    const int r = idx / NT;
-    const int tok = idx - r * NT;
-    if (tok >= a.n_tokens || row0 + r >= a.rows) continue;
-    float sum = 0.0f;
-#pragma unroll
-    for (int w = 0; w < kGemvWarps; ++w) sum += partial[w][r][tok];
-    a.y[tok * a.ldy + row0 + r] = sum;
-  }
+  f8_reduce_store<G, NT>(a, static_cast<int64_t>(blockIdx.x) * (8 * G), acc, partial);
 }
 
 template <int G, int NT>

@@ -53,17 +53,18 @@ __device__ __forceinline__ void f8x_mma(float (&c)[4], uint32_t a0, uint32_t a1,
 #endif
 }
 
-// Row pointers of tile `tile` (8 G rows from tile * 8 G, clamped to the last row: read, never stored).
-template <int G>
-__device__ __forceinline__ void f8x_tile_rows(const GemvArgs& a, int64_t tile, int64_t scales, int g, int t,
-                                              const uint8_t* (&code_row)[G], const uint8_t* (&scale_row)[G][2]) {
-  const int64_t row0 = tile * (8 * G);
-#pragma unroll
-  for (int i = 0; i < G; ++i) {
-    code_row[i] = a.w + min(row0 + 8 * i + g, a.rows - 1) * a.row_stride;
-#pragma unroll
-    for (int j = 0; j < 2; ++j) scale_row[i][j] = a.w + min(row0 + 8 * i + 2 * t + j, a.rows - 1) * a.row_stride + scales;
-  }
+// Token g's x digits (gemv_x_e4m3x2_bytes layout): first digits, second digits, block scales. Lanes of tokens >=
+// n_tokens read token 0's: their C rows are computed and never used.
+struct F8xDigits {
+  const uint8_t* x1;
+  const uint8_t* x2;
+  const float* d;
+};
+__device__ __forceinline__ F8xDigits f8x_digits(const GemvArgs& a, int64_t cols, int g) {
+  const int xt = g < a.n_tokens ? g : 0;
+  const auto* base = static_cast<const uint8_t*>(a.x_e4m3x2);
+  return {base + xt * cols, base + (a.n_tokens + xt) * cols,
+          reinterpret_cast<const float*>(base + 2 * a.n_tokens * cols) + xt * (cols / 128)};
 }
 
 // A chunk group of U rounds (64 U columns, U / 2 scale blocks): the lane's codes of each round for row g of each
@@ -121,16 +122,10 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_split_f8x_kernel(const G
 
   const uint8_t* code_row[G];
   const uint8_t* scale_row[G][2];
-  f8x_tile_rows<G>(a, tile, scales, g, t, code_row, scale_row);
+  f8_tile_rows<G>(a, tile, scales, g, t, code_row, scale_row);
   F8xGroup<G, U> next;
   if (warp < n_groups) next.load(code_row, scale_row, warp, t);
-  // x's digits (gemv_x_e4m3x2_bytes layout); lanes of tokens >= n_tokens read token 0's: their C rows are
-  // computed and never used
-  const int xt = g < a.n_tokens ? g : 0;
-  const auto* x1t = static_cast<const uint8_t*>(a.x_e4m3x2) + xt * cols;
-  const uint8_t* x2t = x1t + a.n_tokens * cols;
-  const float* dxt = reinterpret_cast<const float*>(static_cast<const uint8_t*>(a.x_e4m3x2) + 2 * a.n_tokens * cols) +
-                     xt * nb;
+  const F8xDigits xd = f8x_digits(a, cols, g);
 
   float acc[G][2] = {};
   for (int64_t c = warp; c < n_groups; c += kGemvWarps) {
@@ -145,8 +140,8 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_split_f8x_kernel(const G
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) {  // launched in order: x's digits are read-only here
-      const uint4 d1 = __ldg(reinterpret_cast<const uint4*>(x1t + col0 + 64 * u + 16 * t));
-      const uint4 d2 = __ldg(reinterpret_cast<const uint4*>(x2t + col0 + 64 * u + 16 * t));
+      const uint4 d1 = __ldg(reinterpret_cast<const uint4*>(xd.x1 + col0 + 64 * u + 16 * t));
+      const uint4 d2 = __ldg(reinterpret_cast<const uint4*>(xd.x2 + col0 + 64 * u + 16 * t));
 #pragma unroll
       for (int i = 0; i < G; ++i) {
         f8x_mma(blk[i][u / 2], d1.x, d2.x, d1.y, d2.y, cur.codes[i][u].x, cur.codes[i][u].y);
@@ -155,7 +150,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_split_f8x_kernel(const G
     }
 #pragma unroll
     for (int h = 0; h < kBlocks; ++h) {
-      const float dxh = __ldg(dxt + kBlocks * c + h);  // x's scale of the block
+      const float dxh = __ldg(xd.d + kBlocks * c + h);  // x's scale of the block
 #pragma unroll
       for (int i = 0; i < G; ++i) {
 #pragma unroll
@@ -165,24 +160,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_split_f8x_kernel(const G
       }
     }
   }
-  if (g < NT) {
-#pragma unroll
-    for (int i = 0; i < G; ++i) {
-#pragma unroll
-      for (int j = 0; j < 2; ++j) partial[warp][8 * i + 2 * t + j][g] = acc[i][j];
-    }
-  }
-  __syncthreads();
-  const int64_t row0 = tile * (8 * G);
-  for (int idx = threadIdx.x; idx < 8 * G * NT; idx += kGemvWarps * 32) {
-    const int r = idx / NT;
-    const int tok = idx - r * NT;
-    if (tok >= a.n_tokens || row0 + r >= a.rows) continue;
-    float sum = 0.0f;
-#pragma unroll
-    for (int w = 0; w < kGemvWarps; ++w) sum += partial[w][r][tok];
-    a.y[tok * a.ldy + row0 + r] = sum;
-  }
+  f8_reduce_store<G, NT>(a, tile * (8 * G), acc, partial);
 }
 
 // ---- the staged form: each row's 512 bytes of a chunk group copied by one warp instruction ----
@@ -247,11 +225,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_split_f8s_kernel(const G
       copy_commit();  // an empty group keeps the count the waits below expect
     }
   }
-  const int xt = g < a.n_tokens ? g : 0;
-  const auto* x1t = static_cast<const uint8_t*>(a.x_e4m3x2) + xt * cols;
-  const uint8_t* x2t = x1t + a.n_tokens * cols;
-  const float* dxt = reinterpret_cast<const float*>(static_cast<const uint8_t*>(a.x_e4m3x2) + 2 * a.n_tokens * cols) +
-                     xt * nb;
+  const F8xDigits xd = f8x_digits(a, cols, g);
 
   float acc[G][2] = {};
   int stage = 0;
@@ -273,8 +247,8 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_split_f8s_kernel(const G
     }
 #pragma unroll
     for (int u = 0; u < 8; ++u) {
-      const uint4 d1 = __ldg(reinterpret_cast<const uint4*>(x1t + col0 + 64 * u + 16 * t));
-      const uint4 d2 = __ldg(reinterpret_cast<const uint4*>(x2t + col0 + 64 * u + 16 * t));
+      const uint4 d1 = __ldg(reinterpret_cast<const uint4*>(xd.x1 + col0 + 64 * u + 16 * t));
+      const uint4 d2 = __ldg(reinterpret_cast<const uint4*>(xd.x2 + col0 + 64 * u + 16 * t));
 #pragma unroll
       for (int i = 0; i < G; ++i) {
         const uint4 w = *reinterpret_cast<const uint4*>(st + (8 * i + g) * St::kRowBytes + 64 * u + 16 * t);
@@ -282,7 +256,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_split_f8s_kernel(const G
         f8x_mma(blk[i][u / 2], d1.z, d2.z, d1.w, d2.w, w.z, w.w);
       }
     }
-    const float4 dx = __ldg(reinterpret_cast<const float4*>(dxt + 4 * c));  // x's scales of the 4 blocks
+    const float4 dx = __ldg(reinterpret_cast<const float4*>(xd.d + 4 * c));  // x's scales of the 4 blocks
 #pragma unroll
     for (int i = 0; i < G; ++i) {
 #pragma unroll
@@ -297,23 +271,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_split_f8s_kernel(const G
     stage = (stage + 1) % S;
   }
   copy_wait<0>();
-  if (g < NT) {
-#pragma unroll
-    for (int i = 0; i < G; ++i) {
-#pragma unroll
-      for (int j = 0; j < 2; ++j) partial[warp][8 * i + 2 * t + j][g] = acc[i][j];
-    }
-  }
-  __syncthreads();
-  for (int idx = threadIdx.x; idx < 8 * G * NT; idx += kGemvWarps * 32) {
-    const int r = idx / NT;
-    const int tok = idx - r * NT;
-    if (tok >= a.n_tokens || row0 + r >= a.rows) continue;
-    float sum = 0.0f;
-#pragma unroll
-    for (int w = 0; w < kGemvWarps; ++w) sum += partial[w][r][tok];
-    a.y[tok * a.ldy + row0 + r] = sum;
-  }
+  f8_reduce_store<G, NT>(a, row0, acc, partial);
 }
 
 template <int G, int S, int NT>

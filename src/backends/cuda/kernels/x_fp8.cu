@@ -22,9 +22,10 @@ __device__ __forceinline__ uint32_t e4m3x2(float lo, float hi) {
   return static_cast<uint32_t>(__nv_cvt_float2_to_fp8x2(make_float2(lo, hi), __NV_SATFINITE, __NV_E4M3));
 }
 
-__global__ void __launch_bounds__(kThreads) quantize_x_fp8_kernel(const QuantizeXFp8Params p) {
-  pdl_wait_prior_grid();  // x is the previous kernel's output
-  pdl_allow_dependents();
+// Calls f(t, b, v, d) for every (token t, block b of 128 activations) of p's x that this warp owns: v the lane's 4
+// values (columns 128 b + 4 lane ..), d the block's scale, amax / 448 (1 for an all-zero block).
+template <class P, class F>
+__device__ __forceinline__ void for_each_block(const P& p, F&& f) {
   const int lane = threadIdx.x & 31;
   const int64_t blocks = p.k / kBlock;
   const int64_t total = p.n * blocks;
@@ -36,12 +37,20 @@ __global__ void __launch_bounds__(kThreads) quantize_x_fp8_kernel(const Quantize
     float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
 #pragma unroll
     for (int offset = 16; offset > 0; offset >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
-    const float d = amax > 0.0f ? __fdiv_rn(amax, kE4m3Max) : 1.0f;
+    f(t, b, v, amax > 0.0f ? __fdiv_rn(amax, kE4m3Max) : 1.0f);
+  }
+}
+
+__global__ void __launch_bounds__(kThreads) quantize_x_fp8_kernel(const QuantizeXFp8Params p) {
+  pdl_wait_prior_grid();  // x is the previous kernel's output
+  pdl_allow_dependents();
+  const int lane = threadIdx.x & 31;
+  for_each_block(p, [&](int64_t t, int64_t b, const float4& v, float d) {
     const uint32_t codes = e4m3x2(__fdiv_rn(v.x, d), __fdiv_rn(v.y, d)) |
                            (e4m3x2(__fdiv_rn(v.z, d), __fdiv_rn(v.w, d)) << 16);
     *reinterpret_cast<uint32_t*>(p.codes + t * p.k + b * kBlock + 4 * lane) = codes;
     if (lane == 0) p.scales[b * p.n + t] = d;
-  }
+  });
 }
 
 __device__ __forceinline__ uint8_t e4m3(float v) {
@@ -57,20 +66,11 @@ __global__ void __launch_bounds__(kThreads) quantize_x_e4m3x2_kernel(const Quant
   pdl_wait_prior_grid();  // x is the previous kernel's output
   pdl_allow_dependents();
   const int lane = threadIdx.x & 31;
-  const int64_t blocks = p.k / kBlock;
-  const int64_t total = p.n * blocks;
   auto* x1 = static_cast<uint8_t*>(p.out);
   uint8_t* x2 = x1 + p.n * p.k;
   auto* ds = reinterpret_cast<float*>(x2 + p.n * p.k);
-  for (int64_t i = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) / 32; i < total;
-       i += static_cast<int64_t>(gridDim.x) * (kThreads / 32)) {
-    const int64_t t = i / blocks;
-    const int64_t b = i - t * blocks;
-    const float4 v = load_activations_4(p.x + t * p.ldx + b * kBlock + 4 * lane);
-    float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
-#pragma unroll
-    for (int offset = 16; offset > 0; offset >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
-    const float d = amax > 0.0f ? __fdiv_rn(amax, kE4m3Max) : 1.0f;
+  const int64_t blocks = p.k / kBlock;
+  for_each_block(p, [&](int64_t t, int64_t b, const float4& v, float d) {
     const float q[4] = {__fdiv_rn(v.x, d), __fdiv_rn(v.y, d), __fdiv_rn(v.z, d), __fdiv_rn(v.w, d)};
     uint32_t w1 = 0, w2 = 0;
 #pragma unroll
@@ -84,7 +84,7 @@ __global__ void __launch_bounds__(kThreads) quantize_x_e4m3x2_kernel(const Quant
     *reinterpret_cast<uint32_t*>(x1 + at) = w1;
     *reinterpret_cast<uint32_t*>(x2 + at) = w2;
     if (lane == 0) ds[t * blocks + b] = d;
-  }
+  });
 }
 
 unsigned warp_ctas(int64_t warps) {
