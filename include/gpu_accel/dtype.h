@@ -87,6 +87,9 @@ inline uint32_t bits_from_f32(float f) {
 }
 
 // IEEE binary16 -> float (exact for every input, including subnormals, inf and NaN).
+// The plain floating-point types (one element per "block"): F32, F16, BF16.
+inline bool is_float_type(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
+
 inline float fp16_to_f32(uint16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
   const uint32_t exp = (h >> 10) & 0x1fu;

@@ -39,10 +39,6 @@ inline void require_device(Device device, const char* op) {
            static_cast<int>(device));
 }
 
-inline bool is_float_type(DType t) {
-  return t == DType::F32 || t == DType::F16 || t == DType::BF16;
-}
-
 inline void require_float_type(DType t, const char* op, const char* what) {
   GA_CHECK(is_float_type(t), InvalidArgument, op, ": ", what, " must be F32, F16 or BF16, got ", dtype_name(t));
 }

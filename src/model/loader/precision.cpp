@@ -81,7 +81,6 @@ int64_t layer_index(std::string_view name) {
 }
 
 bool is_router(std::string_view name) { return name.find("ffn_gate_inp") != std::string_view::npos; }
-bool is_float(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
 
 // "0 and 15", "0, 1 and 15"
 std::string layer_text(const std::set<int64_t>& layers) {
@@ -115,7 +114,7 @@ Choice choose(const LoadedModel& model, const std::set<std::string, std::less<>>
   for (const auto& name : matrices) {
     const WeightView& w = model.weight(name);
     if (layer_index(name) < 0 || is_router(name)) continue;
-    if (!is_float(w.type)) {
+    if (!is_float_type(w.type)) {
       quantized.insert(w.type);
       continue;
     }
@@ -238,10 +237,10 @@ void apply_precision(LoadedModel& model, const PrecisionOptions& options, const 
     if (to == DType::F8_B128 && (layer < 0 || is_router(name) || kept_layers.count(layer) > 0)) {
       kept_outside |= layer < 0;
       kept_router |= layer >= 0 && is_router(name);
-      if (is_float(w.type)) kept_types.insert(w.type);
+      if (is_float_type(w.type)) kept_types.insert(w.type);
       continue;
     }
-    if (!is_float(w.type)) {  // Q4_0 ... and F8_B128 stay under every mode
+    if (!is_float_type(w.type)) {  // Q4_0 ... and F8_B128 stay under every mode
       ++quantized;
       quantized_types.insert(w.type);
       continue;

@@ -74,8 +74,6 @@ std::vector<float> vector_f32(const WeightView& w) {
   return out;
 }
 
-bool is_float_type(DType t) { return t == DType::F16 || t == DType::BF16 || t == DType::F32; }
-
 const WeightView* find_view(const LoadedModel& model, std::string_view name) {
   const auto it = model.weights.find(name);
   return it == model.weights.end() ? nullptr : &it->second;

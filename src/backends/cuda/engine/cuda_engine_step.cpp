@@ -49,7 +49,6 @@ GemvParams gemv_params(const DeviceMatrix& w, const float* x, int64_t ldx, int64
   return g;
 }
 
-bool is_float(DType t) { return t == DType::F16 || t == DType::BF16 || t == DType::F32; }
 
 }  // namespace
 
@@ -74,7 +73,7 @@ void CudaEngine::matmul(const DeviceMatrix& w, const float* x, int64_t ldx, int6
   cudaStream_t s = stream_.get();
   if (warm_matmuls_only_) {  // warm_up_matmuls: each GEMM shape once per bucket
     if (n <= kGemvMaxTokens) return;
-    const int type = is_float(w.type) || w.f8_scales != nullptr ? static_cast<int>(w.type) : static_cast<int>(DType::F16);
+    const int type = is_float_type(w.type) || w.f8_scales != nullptr ? static_cast<int>(w.type) : static_cast<int>(DType::F16);
     if (!warmed_.emplace(type, w.rows, w.cols, gemm_bucket(n), ldx, ldy).second) return;
   }
   GA_CHECK(x_int8 == nullptr || n <= kGemvMaxTokens, Internal, "a pre-rounded x is for the GEMV only");

@@ -108,8 +108,6 @@ std::vector<size_t> readers_until_rewritten(const std::vector<Node>& nodes, size
   return out;
 }
 
-bool is_float_type(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
-
 bool gemv_type_supported(DType t) {
   switch (t) {
     case DType::F32: case DType::F16: case DType::BF16: case DType::Q4_0: case DType::Q4_1: case DType::Q5_0:
