@@ -5,8 +5,9 @@
 // conversion and an FFMA, ~3 instructions per weight byte, and reached 0.66x of the F16 decode (H200,
 // 2026-12-03): one byte per weight leaves ~7 issue slots per byte at full bandwidth, and the float decode uses
 // them all. Here a code pair becomes an f16 pair in one instruction (cvt.rn.f16x2.e4m3x2, exact: every E4M3
-// value is a half) and the products and sums are one mma.sync m16n8k16 per 128 weights of a lane's quad: about
-// 0.6 instructions per weight byte, no FFMA per weight.
+// value is a half) and the products and sums are one mma.sync m16n8k16 per 128 weights of a lane's quad: no FFMA
+// per weight. Measured: 38-70 % of copy on the Llama shapes; the FP8 tensor-core kernel (gemv_split_f8x.cuh) is
+// faster where it runs (sm_89+), so this one serves the older GPUs.
 //
 // The mma's operands. B (16 x 8, "col") holds 8 weight rows: lane (g, t) (g = lane / 4, t = lane % 4) holds
 // row g at k = 2t, 2t+1 (b0) and 2t+8, 2t+9 (b1). A (16 x 16) holds the tokens: row g = token g (rows 8..15 and
@@ -26,8 +27,8 @@
 // give every SM two CTAs); its 4 warps take chunk groups
 // (kF8Rounds rounds = 256 columns, two scale blocks) w, w + 4, ...; every load of a group (codes of both row
 // groups, their scales) is issued before any is used, and a warp issues its next group's loads before it computes
-// the current one (two groups in flight: at one, the 8B-shaped matrices streamed at 47-71 % of copy, H200,
-// latency-bound), ld.global.nc.L1::no_allocate so that L1 keeps x. Each round has its own mma chain (4 deep). Launched
+// the current one (two groups in flight; measured no faster than one, 29.0 against 30.2 us on 4096 x 14336, H200),
+// ld.global.nc.L1::no_allocate so that L1 keeps x. Each round has its own mma chain (4 deep). Launched
 // in stream order with __ldg for x, like gemv_split_kernel (gemv_split.cuh says why).
 #pragma once
 

@@ -1,13 +1,14 @@
 // GEMV over F8_B128 split rows on the FP8 tensor cores (sm_89+): x rounded to two E4M3 digits per block of 128,
 // the weights' codes fed to mma.sync m16n8k32 as they are stored. The fast path of gemv_split_f8.cuh's kernel.
 //
-// Why: the f16 kernel (gemv_split_f8.cuh) converts every code pair and every x pair with cvt (F2FP), and that
-// conversion is what bounds it: its time per weight tracked its F2FP count (16 row-group rows: 24 per 1024 weights,
-// 10.9 weights per SM clock; 8 rows: 32, 7.7 weights per clock; H200, 2026-12-04), 38-73 % of copy, as slow as
-// BF16 on long rows. Here no instruction converts a weight: the codes are the mma's B operand, and x comes rounded
+// Why: the f16 kernel (gemv_split_f8.cuh) converts every code pair and every x pair with cvt (F2FP) and streamed at
+// 38-73 % of copy, as slow as BF16 on long rows (H200, 2026-12-04). Here no instruction converts a weight: the codes
+// are the mma's B operand, and x comes rounded
 // (GemvParams::x_e4m3x2, written once per call by quantize_x_e4m3x2, x_fp8.h). Rounding x in every CTA instead
 // (a shared-memory prologue) measured slower than the f16 kernel: 41.6 us for 4096 x 14336, the prologue's
-// divisions and reductions over all 14336 columns outweighing the CTA's 8 rows of mma.
+// divisions and reductions over all 14336 columns outweighing the CTA's 8 rows of mma. Measured with x given:
+// 44-75 % of copy, 4-22 % faster than the f16 kernel; Nsight Compute names occupancy as what bounds it (170
+// registers at 16 rows a CTA: 8 warps per SM, DRAM at 46 % of peak; docs/performance.md).
 //
 // x's two digits: per token and block of 128, d = amax / 448 (1 for zeros) as the prefill's quantize_x_fp8, then
 // x1 = e4m3(x / d) and x2 = e4m3(16 (x / d - x1)), both rounded to nearest even, so x ~ d (x1 + x2 / 16) to about
