@@ -163,17 +163,37 @@ struct CudaEngine::Sizes {
   uint64_t max_dequant = 0;    // elements of the largest matrix a prefill dequantizes
 };
 
+// Whether the prefill multiplies m with cuBLASLt's block-scaled FP8 GEMM (matmul_fp8) rather than dequantizing it:
+// F8_B128 split rows, one matrix, whole groups of 4 rows, on a GPU with the FP8 GEMM.
+bool CudaEngine::uses_fp8_gemm(const DeviceMatrix& m) const {
+  return gemm_->supports_fp8() && m.type == DType::F8_B128 && m.layout == WeightLayout::kSplitRows &&
+         m.n_expert == 1 && m.rows % 4 == 0;
+}
+
+// Bytes of m's FP8 GEMM scales ([cols / 128][rows] floats), 0 when it has none.
+uint64_t CudaEngine::fp8_gemm_scale_bytes(const DeviceMatrix& m) const {
+  return uses_fp8_gemm(m) ? align_up(static_cast<uint64_t>(m.rows * (m.cols / 128)) * 4, kTensorAlign) : 0;
+}
+
 CudaEngine::Sizes CudaEngine::plan_sizes() const {
   Sizes s;
+  int64_t max_f8_cols = 0;
   for (const WeightEntry& e : weights_table_) {
     s.max_cols = std::max(s.max_cols, e.m.cols);
     // an expert stack's products run one expert at a time
-    if (!is_float_type(e.m.type)) s.max_dequant = std::max<uint64_t>(s.max_dequant, e.m.rows * e.m.cols);
-    s.weights += align_up(matrix_bytes(e.m) + kTensorPad, kTensorAlign);
+    if (!is_float_type(e.m.type) && !uses_fp8_gemm(e.m)) {
+      s.max_dequant = std::max<uint64_t>(s.max_dequant, e.m.rows * e.m.cols);
+    }
+    s.weights += align_up(matrix_bytes(e.m) + kTensorPad, kTensorAlign) + fp8_gemm_scale_bytes(e.m);
+    if (e.m.type == DType::F8_B128 && e.m.layout == WeightLayout::kSplitRows) max_f8_cols = std::max(max_f8_cols, e.m.cols);
   }
   for (const FusedRun& f : fused_) {
-    if (!is_float_type(f.m.type)) s.max_dequant = std::max<uint64_t>(s.max_dequant, f.m.rows * f.m.cols);
+    if (!is_float_type(f.m.type) && !uses_fp8_gemm(f.m)) {
+      s.max_dequant = std::max<uint64_t>(s.max_dequant, f.m.rows * f.m.cols);
+    }
+    s.weights += fp8_gemm_scale_bytes(f.m);
   }
+  s.scratch += static_cast<uint64_t>(gemv_x_e4m3x2_bytes(max_f8_cols, kGemvMaxTokens));  // x8_ (an upper bound)
   for (const VectorEntry& v : vectors_) s.weights += align_up(v.host.size() * 4 + kTensorPad, kTensorAlign);
   for (const RopeEntry& r : ropes_) s.weights += align_up(r.table.inv_freq.size() * 8, kTensorAlign);
   uint64_t kv_per_slot = 0;
@@ -184,7 +204,7 @@ CudaEngine::Sizes CudaEngine::plan_sizes() const {
   uint64_t act = 0;
   for (const BufferEntry& e : buffers_) act += static_cast<uint64_t>(e.ld);
   act += static_cast<uint64_t>(ld_embd_) + static_cast<uint64_t>(n_vocab_);  // final_x_, logits_
-  s.scratch = b * act * 4 + static_cast<uint64_t>(layout_.max_seqs * ld_embd_) * 4 +
+  s.scratch += b * act * 4 + static_cast<uint64_t>(layout_.max_seqs * ld_embd_) * 4 +
               b * static_cast<uint64_t>(s.max_cols) * 2 + s.max_dequant * 2 +
               static_cast<uint64_t>(metadata_ints()) * 4 + kGemmWorkspace;
   s.scratch += static_cast<uint64_t>(x_int8_scratch_bytes_) + moe_scratch_bytes();
@@ -347,6 +367,9 @@ CudaEngine::CudaEngine(const LoadedModel& model, const step::ProgramFactory& fac
   const CudaDeviceInfo info = device_info(layout.device);
   size_t free_bytes = 0, total_bytes = 0;
   GA_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  // before the sizing: whether the prefill has the FP8 GEMM decides what plan_sizes counts (its workspace is in
+  // the plan's scratch, kGemmWorkspace)
+  gemm_ = std::make_unique<Gemm>(allocator_, stream_.get());
   uint64_t kv_per_slot = 0;
   for (const KvLayer& l : kv_layers_) kv_per_slot += 2 * static_cast<uint64_t>(l.spec.n_head_kv * l.spec.head_dim) * 2;
   const uint64_t block_bytes = kv_per_slot * static_cast<uint64_t>(layout_.block_size);
@@ -378,7 +401,6 @@ CudaEngine::CudaEngine(const LoadedModel& model, const step::ProgramFactory& fac
            " MiB of ", static_cast<double>(total_bytes) / kMiB, " MiB are free (reduce the context or use a smaller "
            "quantization)");
 
-  gemm_ = std::make_unique<Gemm>(allocator_, stream_.get());
   upload_weights(model);
   allocate_state();
   device_bytes_ = needed;
@@ -511,26 +533,20 @@ void CudaEngine::upload_weights(const LoadedModel& model) {
 // per matrix (fused groups included), 1/32 of the codes' bytes, all in one buffer. Where the GPU has no
 // block-scaled FP8 GEMM the prefill dequantizes to f16 as for the other quant types.
 void CudaEngine::prepare_f8_gemm_scales() {
-  if (!gemm_->supports_fp8()) return;
   std::vector<DeviceMatrix*> matrices;
   for (WeightEntry& e : weights_table_) matrices.push_back(&e.m);
   for (FusedRun& f : fused_) matrices.push_back(&f.m);
-  const auto eligible = [](const DeviceMatrix& m) {
-    return m.type == DType::F8_B128 && m.layout == WeightLayout::kSplitRows && m.n_expert == 1 && m.rows % 4 == 0;
-  };
-  size_t total = 0;
-  for (const DeviceMatrix* m : matrices) {
-    if (eligible(*m)) total += align_up(static_cast<size_t>(m->rows * (m->cols / 128)) * 4, kTensorAlign);
-  }
+  uint64_t total = 0;
+  for (const DeviceMatrix* m : matrices) total += fp8_gemm_scale_bytes(*m);
   if (total == 0) return;
-  f8_gemm_scales_ = DeviceBuffer(allocator_, total);
-  size_t offset = 0;
+  f8_gemm_scales_ = DeviceBuffer(allocator_, static_cast<size_t>(total));
+  uint64_t offset = 0;
   for (DeviceMatrix* m : matrices) {
-    if (!eligible(*m)) continue;
+    if (!uses_fp8_gemm(*m)) continue;
     auto* out = reinterpret_cast<float*>(f8_gemm_scales_.as<uint8_t>() + offset);
     GA_CUDA_CHECK(::ga::cuda::detail::split_rows_f8_gemm_scales(m->data, m->rows, m->cols, m->row_bytes, out, stream_.get()));
     m->f8_scales = out;
-    offset += align_up(static_cast<size_t>(m->rows * (m->cols / 128)) * 4, kTensorAlign);
+    offset += fp8_gemm_scale_bytes(*m);
   }
 }
 
@@ -571,7 +587,10 @@ void CudaEngine::allocate_state() {
   uint64_t max_dequant = 0;
   const auto consider = [&](const DeviceMatrix& m) {
     max_cols = std::max(max_cols, m.cols);
-    if (!is_float_type(m.type)) max_dequant = std::max<uint64_t>(max_dequant, static_cast<uint64_t>(m.rows * m.cols));
+    // (F8_B128 with FP8 GEMM scales never dequantizes: matmul_fp8)
+    if (!is_float_type(m.type) && m.f8_scales == nullptr) {
+      max_dequant = std::max<uint64_t>(max_dequant, static_cast<uint64_t>(m.rows * m.cols));
+    }
   };
   for (const WeightEntry& e : weights_table_) consider(e.m);
   for (const FusedRun& f : fused_) consider(f.m);

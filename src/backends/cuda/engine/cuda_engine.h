@@ -277,6 +277,8 @@ class CudaEngine final : public CudaForward, public CudaBatchForward, private st
   Sizes plan_sizes() const;
   void upload_weights(const LoadedModel& model);
   void prepare_f8_gemm_scales();
+  bool uses_fp8_gemm(const DeviceMatrix& m) const;
+  uint64_t fp8_gemm_scale_bytes(const DeviceMatrix& m) const;
   void allocate_state();
   void check_weight_types() const;
 

@@ -49,7 +49,6 @@ GemvParams gemv_params(const DeviceMatrix& w, const float* x, int64_t ldx, int64
   return g;
 }
 
-
 }  // namespace
 
 // Whether the GEMV of w reads a pre-rounded x (gemv_reads_x_int8: Q8_0 split rows, GGUF Q4_0 / Q4_K) under
