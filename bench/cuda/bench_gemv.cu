@@ -153,12 +153,12 @@ double max_rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
   return worst;
 }
 
-// The FP8 tensor-core kernel's tile shapes (--sweep): G groups of 8 rows per CTA, U rounds of 64 columns per chunk
-// group, each checked against the default launch's output on the same weights and x digits.
-template <int G, int U>
+// The FP8 tensor-core kernels' tile shapes (--sweep): direct with G groups of 8 rows per CTA, staged with G groups
+// and S stages, each checked against the default launch's output on the same weights and x digits.
+template <int G>
 cudaError_t launch_f8x(const ga::cuda::GemvParams& p, cudaStream_t s) {
   namespace d = ga::cuda::detail;
-  return d::launch_gemv_split_f8x<G, U, 1>(d::make_gemv_args<d::DecodeF8B128>(p), s);
+  return d::launch_gemv_split_f8x<G, 1>(d::make_gemv_args<d::DecodeF8B128>(p), s);
 }
 template <int G, int S>
 cudaError_t launch_f8s(const ga::cuda::GemvParams& p, cudaStream_t s) {
@@ -167,7 +167,7 @@ cudaError_t launch_f8s(const ga::cuda::GemvParams& p, cudaStream_t s) {
 }
 void time_f8x_variants(ga::cuda::GemvParams p, const std::vector<DeviceBuffer>& weights, int n_buf, DeviceBuffer& y,
                        cudaStream_t stream, std::vector<Row>& rows_out, uint64_t w_bytes, double moved) {
-  const std::pair<const char*, Launch> variants[] = {{"G1 U4", launch_f8x<1, 4>},         {"G2 U4", launch_f8x<2, 4>},
+  const std::pair<const char*, Launch> variants[] = {{"G1", launch_f8x<1>},               {"G2", launch_f8x<2>},
                                                      {"staged G1 S2", launch_f8s<1, 2>}, {"staged G1 S3", launch_f8s<1, 3>},
                                                      {"staged G1 S4", launch_f8s<1, 4>}, {"staged G2 S2", launch_f8s<2, 2>},
                                                      {"staged G2 S3", launch_f8s<2, 3>}};
@@ -288,6 +288,22 @@ int main(int argc, char** argv) try {
       rows_out.push_back({std::to_string(s.rows) + "x" + std::to_string(s.cols) + " " + s.what, dtype_name(type),
                           static_cast<double>(w_bytes) / 1e6, us, moved / (us * 1e-6) / kGB});
 
+      // The GEMV of p with its pre-rounded x given, then with `prepass` rounding x in every iteration: two rows.
+      const auto time_given_and_prepass = [&](const std::string& given, const std::string& with_pass,
+                                              const std::function<void()>& prepass) {
+        for (const bool with_prepass : {false, true}) {
+          cudaGraphExec_t qg = capture(stream.get(), n_buf, [&](int i) {
+            p.w = weights[static_cast<size_t>(i)].data();
+            if (with_prepass) prepass();
+            GA_CUDA_CHECK(ga::cuda::gemv(p, stream.get()));
+          });
+          const double qus = time_graph(qg, stream.get()) * 1e3 / n_buf;
+          GA_CUDA_CHECK(cudaGraphExecDestroy(qg));
+          rows_out.push_back({rows_out.back().shape, with_prepass ? with_pass : given, static_cast<double>(w_bytes) / 1e6,
+                              qus, moved / (qus * 1e-6) / kGB});
+        }
+      };
+
       // x rounded once per step (GemvParams::x_int8, as the forward's RMSNorms / SwiGLU / pre-pass write it):
       // the int8 kernel without its per-CTA prologue, alone and with the quantize_x_int8 pre-pass in each
       // iteration (the cost when no producing kernel can absorb it); the row above is the kernel for the shape
@@ -306,18 +322,8 @@ int main(int argc, char** argv) try {
         q.n_tokens = n_tokens;
         q.out = xq.data();
         GA_CUDA_CHECK(ga::cuda::quantize_x_int8(q, stream.get()));
-        for (const bool with_prepass : {false, true}) {
-          cudaGraphExec_t qg = capture(stream.get(), n_buf, [&](int i) {
-            p.w = weights[static_cast<size_t>(i)].data();
-            if (with_prepass) GA_CUDA_CHECK(ga::cuda::quantize_x_int8(q, stream.get()));
-            GA_CUDA_CHECK(ga::cuda::gemv(p, stream.get()));
-          });
-          const double qus = time_graph(qg, stream.get()) * 1e3 / n_buf;
-          GA_CUDA_CHECK(cudaGraphExecDestroy(qg));
-          const std::string how = label + (with_prepass ? ", x int8 pre-pass + GEMV" : ", x int8 given");
-          rows_out.push_back({rows_out.back().shape, how, static_cast<double>(w_bytes) / 1e6, qus,
-                              moved / (qus * 1e-6) / kGB});
-        }
+        time_given_and_prepass(label + ", x int8 given", label + ", x int8 pre-pass + GEMV",
+                               [&] { GA_CUDA_CHECK(ga::cuda::quantize_x_int8(q, stream.get())); });
         p.x_int8 = nullptr;
       };
       time_x_int8(dtype_name(type));
@@ -344,18 +350,8 @@ int main(int argc, char** argv) try {
           GA_CUDA_CHECK(ga::cuda::quantize_x_e4m3x2(q, stream.get()));
           p.x_e4m3x2 = x8.data();
           if (ga::cuda::gemv_rounds_x_to_e4m3x2(p)) {
-            for (const bool with_prepass : {false, true}) {
-              cudaGraphExec_t qg = capture(stream.get(), n_buf, [&](int i) {
-                p.w = weights[static_cast<size_t>(i)].data();
-                if (with_prepass) GA_CUDA_CHECK(ga::cuda::quantize_x_e4m3x2(q, stream.get()));
-                GA_CUDA_CHECK(ga::cuda::gemv(p, stream.get()));
-              });
-              const double qus = time_graph(qg, stream.get()) * 1e3 / n_buf;
-              GA_CUDA_CHECK(cudaGraphExecDestroy(qg));
-              rows_out.push_back({rows_out.back().shape,
-                                  with_prepass ? "F8_B128 split rows, x e4m3x2 pre-pass + GEMV" : "F8_B128 split rows, x e4m3x2 given",
-                                  static_cast<double>(w_bytes) / 1e6, qus, moved / (qus * 1e-6) / kGB});
-            }
+            time_given_and_prepass("F8_B128 split rows, x e4m3x2 given", "F8_B128 split rows, x e4m3x2 pre-pass + GEMV",
+                                   [&] { GA_CUDA_CHECK(ga::cuda::quantize_x_e4m3x2(q, stream.get())); });
             if (sweep) time_f8x_variants(p, weights, n_buf, y, stream.get(), rows_out, w_bytes, moved);
           }
           p.x_e4m3x2 = nullptr;

@@ -144,11 +144,11 @@ inline void e4m3x2_digits(float x, float d, uint8_t& c1, uint8_t& c2) {
   c2 = f32_to_e4m3(16.0f * (q - e4m3_to_f32(c1)));
 }
 
-// The block scale of 128 values: amax / 448, 1 for zeros.
+// The block scale of 128 values: the host's F8_B128 scale of their amax (amax / 448, 1 for zeros).
 inline float e4m3x2_scale(const float* xb) {
   float amax = 0.0f;
   for (int k = 0; k < 128; ++k) amax = std::max(amax, std::fabs(xb[k]));
-  return amax > 0.0f ? amax / 448.0f : 1.0f;
+  return ::ga::cpu::e4m3_group_scale(amax);
 }
 
 // The bytes quantize_x_e4m3x2 must write for x [n][cols] (ld ldx): gemv_x_e4m3x2_bytes' layout.

@@ -170,6 +170,17 @@ bool CudaEngine::uses_fp8_gemm(const DeviceMatrix& m) const {
          m.n_expert == 1 && m.rows % 4 == 0;
 }
 
+// Bytes of x8_: the FP8 tensor-core GEMV of F8_B128 split rows reads x rounded once per call (run_gemv), for up
+// to kGemvMaxTokens tokens of the widest such matrix; 0 without such matrices or on GPUs without FP8 mma (below
+// sm_89: the f16 kernel reads x itself).
+uint64_t CudaEngine::x8_bytes() const {
+  int64_t cols = 0;
+  for (const WeightEntry& e : weights_table_) {
+    if (e.m.type == DType::F8_B128 && e.m.layout == WeightLayout::kSplitRows) cols = std::max(cols, e.m.cols);
+  }
+  return fp8_mma_ && cols > 0 ? static_cast<uint64_t>(gemv_x_e4m3x2_bytes(cols, kGemvMaxTokens)) : 0;
+}
+
 // Bytes of m's FP8 GEMM scales ([cols / 128][rows] floats), 0 when it has none.
 uint64_t CudaEngine::fp8_gemm_scale_bytes(const DeviceMatrix& m) const {
   return uses_fp8_gemm(m) ? align_up(static_cast<uint64_t>(m.rows * (m.cols / 128)) * 4, kTensorAlign) : 0;
@@ -177,7 +188,6 @@ uint64_t CudaEngine::fp8_gemm_scale_bytes(const DeviceMatrix& m) const {
 
 CudaEngine::Sizes CudaEngine::plan_sizes() const {
   Sizes s;
-  int64_t max_f8_cols = 0;
   for (const WeightEntry& e : weights_table_) {
     s.max_cols = std::max(s.max_cols, e.m.cols);
     // an expert stack's products run one expert at a time
@@ -185,7 +195,6 @@ CudaEngine::Sizes CudaEngine::plan_sizes() const {
       s.max_dequant = std::max<uint64_t>(s.max_dequant, e.m.rows * e.m.cols);
     }
     s.weights += align_up(matrix_bytes(e.m) + kTensorPad, kTensorAlign) + fp8_gemm_scale_bytes(e.m);
-    if (e.m.type == DType::F8_B128 && e.m.layout == WeightLayout::kSplitRows) max_f8_cols = std::max(max_f8_cols, e.m.cols);
   }
   for (const FusedRun& f : fused_) {
     if (!is_float_type(f.m.type) && !uses_fp8_gemm(f.m)) {
@@ -193,7 +202,7 @@ CudaEngine::Sizes CudaEngine::plan_sizes() const {
     }
     s.weights += fp8_gemm_scale_bytes(f.m);
   }
-  s.scratch += static_cast<uint64_t>(gemv_x_e4m3x2_bytes(max_f8_cols, kGemvMaxTokens));  // x8_ (an upper bound)
+  s.scratch += x8_bytes();
   for (const VectorEntry& v : vectors_) s.weights += align_up(v.host.size() * 4 + kTensorPad, kTensorAlign);
   for (const RopeEntry& r : ropes_) s.weights += align_up(r.table.inv_freq.size() * 8, kTensorAlign);
   uint64_t kv_per_slot = 0;
@@ -365,6 +374,7 @@ CudaEngine::CudaEngine(const LoadedModel& model, const step::ProgramFactory& fac
   }
 
   const CudaDeviceInfo info = device_info(layout.device);
+  fp8_mma_ = 10 * info.cc_major + info.cc_minor >= 89;
   size_t free_bytes = 0, total_bytes = 0;
   GA_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
   // before the sizing: whether the prefill has the FP8 GEMM decides what plan_sizes counts (its workspace is in
@@ -587,23 +597,13 @@ void CudaEngine::allocate_state() {
   uint64_t max_dequant = 0;
   const auto consider = [&](const DeviceMatrix& m) {
     max_cols = std::max(max_cols, m.cols);
-    // (F8_B128 with FP8 GEMM scales never dequantizes: matmul_fp8)
-    if (!is_float_type(m.type) && m.f8_scales == nullptr) {
+    if (!is_float_type(m.type) && !uses_fp8_gemm(m)) {  // (the FP8 GEMM's matrices never dequantize: matmul_fp8)
       max_dequant = std::max<uint64_t>(max_dequant, static_cast<uint64_t>(m.rows * m.cols));
     }
   };
   for (const WeightEntry& e : weights_table_) consider(e.m);
   for (const FusedRun& f : fused_) consider(f.m);
-  // The FP8 tensor-core GEMV of F8_B128 split rows reads x rounded once per call (run_gemv); GPUs without FP8
-  // mma (below sm_89) take the f16 kernel, which reads x itself.
-  int64_t max_f8_cols = 0;
-  for (const WeightEntry& e : weights_table_) {
-    if (e.m.type == DType::F8_B128 && e.m.layout == WeightLayout::kSplitRows) max_f8_cols = std::max(max_f8_cols, e.m.cols);
-  }
-  const CudaDeviceInfo dev = device_info(layout_.device);
-  if (max_f8_cols > 0 && 10 * dev.cc_major + dev.cc_minor >= 89) {
-    x8_ = DeviceBuffer(allocator_, static_cast<size_t>(gemv_x_e4m3x2_bytes(max_f8_cols, kGemvMaxTokens)));
-  }
+  if (const uint64_t bytes = x8_bytes(); bytes > 0) x8_ = DeviceBuffer(allocator_, static_cast<size_t>(bytes));
   if (B > kGemvMaxTokens) {  // only a GEMM needs the staging buffers
     x_stage_ = DeviceBuffer(allocator_, static_cast<size_t>(B * max_cols) * 2);
     if (max_dequant > 0) w_stage_ = DeviceBuffer(allocator_, max_dequant * 2);

@@ -279,6 +279,7 @@ class CudaEngine final : public CudaForward, public CudaBatchForward, private st
   void prepare_f8_gemm_scales();
   bool uses_fp8_gemm(const DeviceMatrix& m) const;
   uint64_t fp8_gemm_scale_bytes(const DeviceMatrix& m) const;
+  uint64_t x8_bytes() const;
   void allocate_state();
   void check_weight_types() const;
 
@@ -393,6 +394,7 @@ class CudaEngine final : public CudaForward, public CudaBatchForward, private st
   DeviceBuffer w_stage_;          // f16 [largest quantized matrix]: dequantized weights of a GEMM
   DeviceBuffer f8_gemm_scales_;   // every DeviceMatrix::f8_scales array
   DeviceBuffer x8_;               // x of a GEMV rounded to two E4M3 digits (F8_B128 split rows, sm_89+), or empty
+  bool fp8_mma_ = false;          // the GPU has FP8 mma (sm_89+): x8_bytes()
   DeviceBuffer attn_workspace_;
   size_t attn_workspace_bytes_ = 0;
   // Whether the sizing probe found the tuned decode attention for some step shape, and else the first refusal.

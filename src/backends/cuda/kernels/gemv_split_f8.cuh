@@ -135,25 +135,30 @@ __device__ __forceinline__ void f8_reduce_store(const GemvArgs& a, int64_t row0,
   }
 }
 
-// G: groups of 8 rows per CTA (the mma's n); NT: the token-count bound.
-// Issues the loads of chunk group c: lane (g, t)'s 16 codes of each round for row g of each row group, and the
-// two block scales of rows 2t, 2t+1 of each row group.
+// One chunk group c of a tile (kF8Rounds rounds = 256 columns, two scale blocks) as lane (g, t) holds it: its 16
+// codes of each round for row g of each row group, and the two block scales of rows 2t, 2t+1 of each row group.
 template <int G>
-__device__ __forceinline__ void f8_load_group(const uint8_t* const (&code_row)[G], const uint8_t* const (&scale_row)[G][2],
-                                              int64_t c, int t, uint4 (&codes)[G][kF8Rounds], float2 (&sc)[G][2]) {
-  const int64_t col0 = c * kF8GroupCols;
+struct F8Group {
+  uint4 codes[G][kF8Rounds];
+  float2 scale[G][2];
+  // Issues the group's loads (none is used before the caller reads the members).
+  __device__ __forceinline__ void load(const uint8_t* const (&code_row)[G], const uint8_t* const (&scale_row)[G][2],
+                                       int64_t c, int t) {
+    const int64_t col0 = c * kF8GroupCols;
 #pragma unroll
-  for (int u = 0; u < kF8Rounds; ++u) {
+    for (int u = 0; u < kF8Rounds; ++u) {
 #pragma unroll
-    for (int i = 0; i < G; ++i) codes[i][u] = load_stream_16(code_row[i] + col0 + 64 * u + 16 * t);
+      for (int i = 0; i < G; ++i) codes[i][u] = load_stream_16(code_row[i] + col0 + 64 * u + 16 * t);
+    }
+#pragma unroll
+    for (int i = 0; i < G; ++i) {
+#pragma unroll
+      for (int j = 0; j < 2; ++j) scale[i][j] = load_scales_stream(scale_row[i][j] + 4 * (2 * c));
+    }
   }
-#pragma unroll
-  for (int i = 0; i < G; ++i) {
-#pragma unroll
-    for (int j = 0; j < 2; ++j) sc[i][j] = load_scales_stream(scale_row[i][j] + 4 * (2 * c));
-  }
-}
+};
 
+// G: groups of 8 rows per CTA (the mma's n); NT: the token-count bound.
 template <int G, int NT>
 __global__ void __launch_bounds__(kGemvWarps * 32) gemv_split_f8_kernel(const GemvArgs a) {
   constexpr int U = kF8Rounds;
@@ -175,21 +180,12 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_split_f8_kernel(const Ge
 
   float acc[G][2] = {};
   // the warp's first group in flight; each iteration issues the next group's loads before computing this one
-  uint4 codes[G][U];
-  float2 sc[G][2];
-  if (warp < n_groups) f8_load_group<G>(code_row, scale_row, warp, t, codes, sc);
+  F8Group<G> next;
+  if (warp < n_groups) next.load(code_row, scale_row, warp, t);
   for (int64_t c = warp; c < n_groups; c += kGemvWarps) {
     const int64_t col0 = c * kF8GroupCols;
-    uint4 cur[G][U];
-    float2 scur[G][2];
-#pragma unroll
-    for (int i = 0; i < G; ++i) {
-#pragma unroll
-      for (int u = 0; u < U; ++u) cur[i][u] = codes[i][u];
-      scur[i][0] = sc[i][0];
-      scur[i][1] = sc[i][1];
-    }
-    if (c + kGemvWarps < n_groups) f8_load_group<G>(code_row, scale_row, c + kGemvWarps, t, codes, sc);
+    const F8Group<G> cur = next;
+    if (c + kGemvWarps < n_groups) next.load(code_row, scale_row, c + kGemvWarps, t);
     float blk[G][U][4];  // C of each round (independent mma chains); rounds 0, 1 are scale block 0, rounds 2, 3 block 1
 #pragma unroll
     for (int i = 0; i < G; ++i) {
@@ -210,7 +206,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_split_f8_kernel(const Ge
       }
 #pragma unroll
       for (int i = 0; i < G; ++i) {
-        const uint32_t w[4] = {cur[i][u].x, cur[i][u].y, cur[i][u].z, cur[i][u].w};
+        const uint32_t w[4] = {cur.codes[i][u].x, cur.codes[i][u].y, cur.codes[i][u].z, cur.codes[i][u].w};
 #pragma unroll
         for (int s = 0; s < 4; ++s) {
           f8_mma(blk[i][u], xa[2 * s], 0u, xa[2 * s + 1], 0u, e4m3x2_to_half2(w[s] & 0xFFFFu),
@@ -222,8 +218,8 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_split_f8_kernel(const Ge
     for (int i = 0; i < G; ++i) {
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
-        acc[i][j] = fmaf(scur[i][j].x, blk[i][0][j] + blk[i][1][j], acc[i][j]);
-        acc[i][j] = fmaf(scur[i][j].y, blk[i][2][j] + blk[i][3][j], acc[i][j]);
+        acc[i][j] = fmaf(cur.scale[i][j].x, blk[i][0][j] + blk[i][1][j], acc[i][j]);
+        acc[i][j] = fmaf(cur.scale[i][j].y, blk[i][2][j] + blk[i][3][j], acc[i][j]);
       }
     }
   }

@@ -36,8 +36,6 @@
 
 namespace ga::cuda::detail {
 
-inline constexpr int kF8xRounds = 4;  // rounds of 64 columns per chunk group (bench_gemv --sweep times 8)
-
 // c += a * b on the FP8 tensor cores (E4M3 x E4M3, float accumulators).
 __device__ __forceinline__ void f8x_mma(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
                                         uint32_t b1) {
@@ -68,45 +66,11 @@ __device__ __forceinline__ F8xDigits f8x_digits(const GemvArgs& a, int64_t cols,
           reinterpret_cast<const float*>(base + 2 * a.n_tokens * cols) + xt * (cols / 128)};
 }
 
-// A chunk group of U rounds (64 U columns, U / 2 scale blocks): the lane's codes of each round for row g of each
-// row group, and the U / 2 block scales of rows 2t, 2t+1 of each row group (one 8- or 16-byte load per row).
-template <int G, int U>
-struct F8xGroup {
-  static_assert(U == 4 || U == 8, "2 or 4 scale blocks per group");
-  uint4 codes[G][U];
-  float scale[G][2][U / 2];
-  __device__ __forceinline__ void load(const uint8_t* const (&code_row)[G], const uint8_t* const (&scale_row)[G][2],
-                                       int64_t c, int t) {
-    const int64_t col0 = c * 64 * U;
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-#pragma unroll
-      for (int i = 0; i < G; ++i) codes[i][u] = load_stream_16(code_row[i] + col0 + 64 * u + 16 * t);
-    }
-#pragma unroll
-    for (int i = 0; i < G; ++i) {
-#pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        const uint8_t* p = scale_row[i][j] + 4 * (U / 2) * c;
-        if constexpr (U == 4) {
-          const float2 v = load_scales_stream(p);
-          scale[i][j][0] = v.x;
-          scale[i][j][1] = v.y;
-        } else {
-          const uint4 v = load_stream_16(p);
-          scale[i][j][0] = __uint_as_float(v.x);
-          scale[i][j][1] = __uint_as_float(v.y);
-          scale[i][j][2] = __uint_as_float(v.z);
-          scale[i][j][3] = __uint_as_float(v.w);
-        }
-      }
-    }
-  }
-};
-
-// G: groups of 8 rows per CTA (the mma's n); U: rounds of 64 columns per chunk group; NT: the token-count bound.
-template <int G, int U, int NT>
+// G: groups of 8 rows per CTA (the mma's n); NT: the token-count bound. A chunk group is the f16 kernel's
+// (F8Group: kF8Rounds rounds, two scale blocks; 8 rounds measured slower, bench_gemv --sweep, 2026-12-04).
+template <int G, int NT>
 __global__ void __launch_bounds__(kGemvWarps * 32) gemv_split_f8x_kernel(const GemvArgs a) {
+  constexpr int U = kF8Rounds;
   constexpr int kBlocks = U / 2;  // scale blocks per chunk group
   __shared__ float partial[kGemvWarps][G * 8][NT];
   pdl_allow_dependents();
@@ -118,20 +82,20 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_split_f8x_kernel(const G
   const int64_t nb = a.blocks_per_row;
   const int64_t cols = nb * layout::kQKF8;
   const int64_t scales = split_scales_offset<DecodeF8B128>(nb);
-  const int64_t n_groups = cols / (64 * U);  // cols % 512 == 0 (split_rows_supported)
+  const int64_t n_groups = cols / kF8GroupCols;  // cols % 512 == 0 (split_rows_supported)
   const int64_t tile = blockIdx.x;
 
   const uint8_t* code_row[G];
   const uint8_t* scale_row[G][2];
   f8_tile_rows<G>(a, tile, scales, g, t, code_row, scale_row);
-  F8xGroup<G, U> next;
+  F8Group<G> next;
   if (warp < n_groups) next.load(code_row, scale_row, warp, t);
   const F8xDigits xd = f8x_digits(a, cols, g);
 
   float acc[G][2] = {};
   for (int64_t c = warp; c < n_groups; c += kGemvWarps) {
-    const int64_t col0 = c * 64 * U;
-    const F8xGroup<G, U> cur = next;
+    const int64_t col0 = c * kF8GroupCols;
+    const F8Group<G> cur = next;
     if (c + kGemvWarps < n_groups) next.load(code_row, scale_row, c + kGemvWarps, t);
     float blk[G][kBlocks][4];  // C of each scale block: its own mma chain (2 rounds x 2 steps)
 #pragma unroll
@@ -156,7 +120,8 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_split_f8x_kernel(const G
       for (int i = 0; i < G; ++i) {
 #pragma unroll
         for (int j = 0; j < 2; ++j) {
-          acc[i][j] = fmaf(cur.scale[i][j][h] * dxh, fmaf(0.0625f, blk[i][h][j + 2], blk[i][h][j]), acc[i][j]);
+          const float sw = h == 0 ? cur.scale[i][j].x : cur.scale[i][j].y;
+          acc[i][j] = fmaf(sw * dxh, fmaf(0.0625f, blk[i][h][j + 2], blk[i][h][j]), acc[i][j]);
         }
       }
     }
@@ -301,12 +266,12 @@ inline bool gemv_split_f8x_eligible(const GemvArgs& a) {
   return 10 * major + minor >= 89;
 }
 
-template <int G, int U, int NT>
+template <int G, int NT>
 cudaError_t launch_gemv_split_f8x(const GemvArgs& a, cudaStream_t stream) {
   const int64_t blocks = (a.rows + 8 * G - 1) / (8 * G);
   if (blocks > 0x7fffffff) return cudaErrorInvalidValue;
   // a plain launch, not launch_after_prior(): x's digits are read with __ldg (gemv_split.cuh's file comment)
-  gemv_split_f8x_kernel<G, U, NT><<<dim3(static_cast<unsigned>(blocks)), dim3(kGemvWarps * 32), 0, stream>>>(a);
+  gemv_split_f8x_kernel<G, NT><<<dim3(static_cast<unsigned>(blocks)), dim3(kGemvWarps * 32), 0, stream>>>(a);
   return cudaGetLastError();
 }
 
@@ -320,7 +285,7 @@ template <int NT>
 cudaError_t launch_gemv_split_f8(const GemvArgs& a, cudaStream_t stream) {
   if (gemv_split_f8x_eligible(a)) {
     if (a.rows >= 16384) return launch_gemv_split_f8s<1, 3, NT>(a, stream);
-    return launch_gemv_split_f8x<2, kF8xRounds, NT>(a, stream);
+    return launch_gemv_split_f8x<2, NT>(a, stream);
   }
   int device = 0, sms = 0;
   cudaError_t status = cudaGetDevice(&device);

@@ -155,7 +155,7 @@ cudaError_t split_rows_f8_gemm_scales(const void* w, int64_t rows, int64_t cols,
 
 bool split_rows_supported(DType type, int64_t cols) {
   if (type != DType::Q4_0 && type != DType::Q8_0 && type != DType::F8_B128) return false;
-  const int64_t block = type == DType::F8_B128 ? detail::layout::kQKF8 : 32;
+  const auto block = static_cast<int64_t>(traits(type).block_size);
   return cols > 0 && cols % block == 0 && row_bytes(type, static_cast<uint64_t>(cols)) % 16 == 0;
 }
 

@@ -8,7 +8,6 @@
 #pragma once
 
 #include <cuda_fp16.h>
-#include <cuda_fp8.h>
 
 #include <cstdint>
 
@@ -86,11 +85,7 @@ struct SplitRows<DecodeF8B128> {
   static constexpr int kCodeBytes = layout::kQKF8;
   static constexpr int kChunkWeights = 16;
   static __device__ __forceinline__ float scale(const uint8_t* p) { return *reinterpret_cast<const float*>(p); }
-  // the E4M3 value of code k: exact as a half, so exact as a float
-  static __device__ __forceinline__ float code(const uint8_t* codes, int k) {
-    const __half_raw h = __nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(codes[k]), __NV_E4M3);
-    return __half2float(__half(h));
-  }
+  static __device__ __forceinline__ float code(const uint8_t* codes, int k) { return e4m3_value(codes[k]); }
 };
 
 // Byte offset of the scales inside a split row of `blocks` blocks.

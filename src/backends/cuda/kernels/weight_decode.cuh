@@ -531,6 +531,12 @@ struct DecodeF32 : FloatShape {
   }
 };
 
+// The value of one E4M3 code, exactly (every E4M3 value is a half).
+__device__ __forceinline__ float e4m3_value(uint8_t code) {
+  const __half_raw h = __nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(code), __NV_E4M3);
+  return __half2float(__half(h));
+}
+
 // F8_B128 (gpu_accel's in-memory FP8 type, backends/cpu/quant_blocks.h): a float32 scale, then 128 E4M3 codes.
 // 16 lanes, lane `part` owns codes [8 part, 8 part + 8) (two runs of 4). The codes become floats exactly (every
 // E4M3 value is a half, and the conversion is one instruction on sm_89+), so the weights are q * scale with q the

@@ -1,5 +1,6 @@
-// quantize_x_fp8() and quantize_x_e4m3x2() (x_fp8.h): one warp per (token, block of 128 activations): each lane loads a float4, the warp
-// takes the block's amax, and each lane writes its 4 codes (one 32-bit store, 128 contiguous bytes per warp).
+// quantize_x_fp8() and quantize_x_e4m3x2() (x_fp8.h): one warp per (token, block of 128 activations): each lane
+// loads a float4, the warp takes the block's amax, and each lane writes its 4 codes (one 32-bit store, 128
+// contiguous bytes per warp; the two-digit form writes 4 of each digit).
 // The division x / d is the IEEE one (__fdiv_rn) and the conversion rounds to nearest even with saturation (no
 // code saturates: |x / d| <= 448 up to one rounding, which rounds back to 448), so the codes equal the host's
 // quantize_e4m3 bit for bit. Launched with PDL (pdl.cuh): it waits for the kernel that writes x.
@@ -9,6 +10,7 @@
 
 #include "backends/cuda/kernels/device_bytes.cuh"
 #include "backends/cuda/kernels/pdl.cuh"
+#include "backends/cuda/kernels/weight_decode.cuh"
 
 namespace ga::cuda {
 namespace detail {
@@ -56,10 +58,6 @@ __global__ void __launch_bounds__(kThreads) quantize_x_fp8_kernel(const Quantize
 __device__ __forceinline__ uint8_t e4m3(float v) {
   return static_cast<uint8_t>(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3));
 }
-__device__ __forceinline__ float e4m3_value(uint8_t code) {
-  const __half_raw h = __nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(code), __NV_E4M3);
-  return __half2float(__half(h));
-}
 
 // The same warp-per-block scheme; each lane writes 4 first and 4 second digits.
 __global__ void __launch_bounds__(kThreads) quantize_x_e4m3x2_kernel(const QuantizeXE4m3x2Params p) {
@@ -87,9 +85,26 @@ __global__ void __launch_bounds__(kThreads) quantize_x_e4m3x2_kernel(const Quant
   });
 }
 
-unsigned warp_ctas(int64_t warps) {
-  const int64_t ctas = (warps + kThreads / 32 - 1) / (kThreads / 32);
-  return static_cast<unsigned>(ctas < 65535 ? ctas : 65535);
+// The checks both quantizers share: x's blocks of 128 and its float4 loads.
+template <class P>
+const char* x_blocks_unsupported_reason(const P& p) {
+  if (p.k <= 0 || p.k % kBlock != 0) return "k must be a positive multiple of 128 (blocks of 128 activations)";
+  if (p.n < 0) return "n must not be negative";
+  if (p.n > 1 && p.ldx < p.k) return "ldx < k for several tokens";
+  if (reinterpret_cast<uintptr_t>(p.x) % 16 != 0 || p.ldx % 4 != 0) {
+    return "x must be 16-byte aligned with ldx a multiple of 4 (float4 loads)";
+  }
+  return nullptr;
+}
+
+// One warp per (token, block), after the kernel before it (PDL); nothing to do for no tokens.
+template <class P>
+cudaError_t launch_blocks(void (*kernel)(P), const P& p, cudaStream_t stream) {
+  const int64_t warps = p.n * (p.k / kBlock);
+  if (warps == 0) return cudaSuccess;
+  const int64_t ctas = (warps + kThreads / 32 - 1) / (kThreads / 32);  // the kernels loop over any excess
+  return launch_after_prior(kernel, dim3(static_cast<unsigned>(ctas < 65535 ? ctas : 65535)), dim3(kThreads), 0,
+                            stream, p);
 }
 
 }  // namespace
@@ -97,12 +112,7 @@ unsigned warp_ctas(int64_t warps) {
 
 const char* quantize_x_fp8_unsupported_reason(const QuantizeXFp8Params& p) {
   if (p.x == nullptr || p.codes == nullptr || p.scales == nullptr) return "x, codes and scales must be device pointers";
-  if (p.k <= 0 || p.k % detail::kBlock != 0) return "k must be a positive multiple of 128 (blocks of 128 activations)";
-  if (p.n < 0) return "n must not be negative";
-  if (p.n > 1 && p.ldx < p.k) return "ldx < k for several tokens";
-  if (reinterpret_cast<uintptr_t>(p.x) % 16 != 0 || p.ldx % 4 != 0) {
-    return "x must be 16-byte aligned with ldx a multiple of 4 (float4 loads)";
-  }
+  if (const char* why = detail::x_blocks_unsupported_reason(p)) return why;
   if (reinterpret_cast<uintptr_t>(p.codes) % 16 != 0 || reinterpret_cast<uintptr_t>(p.scales) % 4 != 0) {
     return "codes must be 16-byte aligned and scales 4-byte aligned";
   }
@@ -111,30 +121,19 @@ const char* quantize_x_fp8_unsupported_reason(const QuantizeXFp8Params& p) {
 
 cudaError_t quantize_x_fp8(const QuantizeXFp8Params& p, cudaStream_t stream) {
   if (quantize_x_fp8_unsupported_reason(p) != nullptr) return cudaErrorInvalidValue;
-  const int64_t warps = p.n * (p.k / detail::kBlock);
-  if (warps == 0) return cudaSuccess;
-  return detail::launch_after_prior(detail::quantize_x_fp8_kernel, dim3(detail::warp_ctas(warps)),
-                                    dim3(detail::kThreads), 0, stream, p);
+  return detail::launch_blocks(detail::quantize_x_fp8_kernel, p, stream);
 }
 
 const char* quantize_x_e4m3x2_unsupported_reason(const QuantizeXE4m3x2Params& p) {
   if (p.x == nullptr || p.out == nullptr) return "x and out must be device pointers, not null";
-  if (p.k <= 0 || p.k % detail::kBlock != 0) return "k must be a positive multiple of 128 (blocks of 128 activations)";
-  if (p.n < 0) return "n must not be negative";
-  if (p.n > 1 && p.ldx < p.k) return "ldx < k for several tokens";
-  if (reinterpret_cast<uintptr_t>(p.x) % 16 != 0 || p.ldx % 4 != 0) {
-    return "x must be 16-byte aligned with ldx a multiple of 4 (float4 loads)";
-  }
+  if (const char* why = detail::x_blocks_unsupported_reason(p)) return why;
   if (reinterpret_cast<uintptr_t>(p.out) % 16 != 0) return "out must be 16-byte aligned";
   return nullptr;
 }
 
 cudaError_t quantize_x_e4m3x2(const QuantizeXE4m3x2Params& p, cudaStream_t stream) {
   if (quantize_x_e4m3x2_unsupported_reason(p) != nullptr) return cudaErrorInvalidValue;
-  const int64_t warps = p.n * (p.k / detail::kBlock);
-  if (warps == 0) return cudaSuccess;
-  return detail::launch_after_prior(detail::quantize_x_e4m3x2_kernel, dim3(detail::warp_ctas(warps)),
-                                    dim3(detail::kThreads), 0, stream, p);
+  return detail::launch_blocks(detail::quantize_x_e4m3x2_kernel, p, stream);
 }
 
 }  // namespace ga::cuda
