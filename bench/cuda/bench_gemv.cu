@@ -165,12 +165,25 @@ cudaError_t launch_f8s(const ga::cuda::GemvParams& p, cudaStream_t s) {
   namespace d = ga::cuda::detail;
   return d::launch_gemv_split_f8s<G, S, 1>(d::make_gemv_args<d::DecodeF8B128>(p), s);
 }
+template <int R, int U, int kMinCtas>
+cudaError_t launch_f8d(const ga::cuda::GemvParams& p, cudaStream_t s) {
+  namespace d = ga::cuda::detail;
+  return d::launch_gemv_split_f8_diag<R, U, 1, kMinCtas>(d::make_gemv_args<d::DecodeF8B128>(p), s);
+}
 void time_f8x_variants(ga::cuda::GemvParams p, const std::vector<DeviceBuffer>& weights, int n_buf, DeviceBuffer& y,
                        cudaStream_t stream, std::vector<Row>& rows_out, uint64_t w_bytes, double moved) {
   const std::pair<const char*, Launch> variants[] = {{"G1", launch_f8x<1>},               {"G2", launch_f8x<2>},
                                                      {"staged G1 S2", launch_f8s<1, 2>}, {"staged G1 S3", launch_f8s<1, 3>},
                                                      {"staged G1 S4", launch_f8s<1, 4>}, {"staged G2 S2", launch_f8s<2, 2>},
-                                                     {"staged G2 S3", launch_f8s<2, 3>}};
+                                                     {"staged G2 S3", launch_f8s<2, 3>},
+                                                     {"diag R4 U2", launch_f8d<4, 2, 1>},
+                                                     {"diag R4 U2 min6", launch_f8d<4, 2, 6>},
+                                                     {"diag R4 U1 min8", launch_f8d<4, 1, 8>},
+                                                     {"diag R8 U1 min6", launch_f8d<8, 1, 6>},
+                                                     {"diag R8 U1", launch_f8d<8, 1, 1>},
+                                                     {"diag R2 U4", launch_f8d<2, 4, 1>},
+                                                     {"diag R2 U2 min8", launch_f8d<2, 2, 8>},
+                                                     {"diag R8 U2", launch_f8d<8, 2, 1>}};
   std::vector<float> y_ref(static_cast<size_t>(p.rows)), y_var(y_ref.size());
   p.w = weights[0].data();
   GA_CUDA_CHECK(ga::cuda::gemv(p, stream));

@@ -14,6 +14,7 @@
 #include "backends/cuda/kernels/gemv.h"
 #include "backends/cuda/kernels/ops.h"
 #include "cuda_harness.h"
+#include "gemv_reference.h"
 #include "gpu_accel/error.h"
 
 namespace ga::test::cuda {
@@ -86,7 +87,8 @@ TEST(CudaOps, RmsNormWithAndWithoutResidualMatchesCpu) {
 // RMSNorm with out_int8 (the q/k/v, gate/up and classifier GEMVs' input, rounded in the same kernel): the
 // float output (and the residual) must be the plain kernel's bit for bit, also in place over x, and the int8
 // bytes the CPU's rounding of that output (reference_x_int8) bit for bit; widths it cannot round are refused.
-TEST(CudaOps, RmsNormInt8OutputMatchesPlainNormAndCpuRounding) {
+// The same with out_e4m3x2 (the FP8 GEMV's two E4M3 digits) against the host's rounding (reference_x_e4m3x2).
+TEST(CudaOps, RmsNormRoundedOutputsMatchPlainNormAndCpuRounding) {
   GA_REQUIRE_CUDA_DEVICE();
   CachingAllocator alloc(0);
   Parity parity("rms_norm int8");
@@ -103,6 +105,7 @@ TEST(CudaOps, RmsNormInt8OutputMatchesPlainNormAndCpuRounding) {
         DeviceArray<float> x(alloc, total), res(alloc, total), w(alloc, static_cast<size_t>(n));
         DeviceArray<float> plain(alloc, total), fused(alloc, total);
         DeviceArray<uint8_t> xq(alloc, static_cast<size_t>(::ga::cuda::gemv_x_int8_bytes(n, n_rows)));
+        DeviceArray<uint8_t> x8(alloc, static_cast<size_t>(::ga::cuda::gemv_x_e4m3x2_bytes(n, n_rows)));
         x.upload(x_host);
         res.upload(res_host);
         w.upload(w_host);
@@ -149,6 +152,19 @@ TEST(CudaOps, RmsNormInt8OutputMatchesPlainNormAndCpuRounding) {
         }
         EXPECT_EQ(float_mismatches, 0u) << name << ": the fused kernel's float output differs from rms_norm's";
         expect_int8_copy_matches(name, xq.download(), out_rows, n, static_cast<int>(n_rows));
+        if (n % 128 == 0) {  // the FP8 GEMV's two E4M3 digits instead: the same float output, quantize_x_e4m3x2's bytes
+          res.upload(res_host);
+          if (in_place) fused.upload(x_host);
+          p.out_int8 = nullptr;
+          p.out_e4m3x2 = x8.get();
+          x8.poison();
+          ASSERT_EQ(::ga::cuda::rms_norm_unsupported_reason(p), nullptr) << name;
+          GA_CUDA_CHECK(::ga::cuda::rms_norm(p, nullptr));
+          GA_CUDA_CHECK(cudaDeviceSynchronize());
+          EXPECT_EQ(fused.download(), got) << name << ": out_e4m3x2 changed the float output";
+          EXPECT_EQ(x8.download(), reference_x_e4m3x2(out_rows, n, n, n_rows)) << name << ": e4m3x2 bytes";
+          p.out_e4m3x2 = nullptr;
+        }
       }
     }
   }
@@ -169,6 +185,12 @@ TEST(CudaOps, RmsNormInt8OutputMatchesPlainNormAndCpuRounding) {
   bad.out_int8 = reinterpret_cast<void*>(uintptr_t{512});
   bad.ldx = 66;  // x rows not 16-byte aligned
   EXPECT_NE(::ga::cuda::rms_norm_unsupported_reason(bad), nullptr);
+  bad.out_int8 = nullptr;
+  bad.ldx = 64;
+  bad.out_e4m3x2 = reinterpret_cast<void*>(uintptr_t{512});
+  EXPECT_NE(::ga::cuda::rms_norm_unsupported_reason(bad), nullptr);  // 64 is not whole blocks of 128
+  bad.n = bad.ldx = bad.ld_out = 256;
+  EXPECT_EQ(::ga::cuda::rms_norm_unsupported_reason(bad), nullptr);
 }
 
 TEST(CudaOps, RopeNormalAndNeoxMatchCpu) {
@@ -288,8 +310,8 @@ TEST(CudaOps, SwigluMatchesCpu) {
 
 // SwiGLU with out_int8 (the Q8_0 down projection's input, rounded in the same kernel): the float output must
 // be the plain kernel's bit for bit (also in place over gate, as the forward runs it), and the int8 bytes the
-// CPU's rounding of that output (reference_x_int8) bit for bit.
-TEST(CudaOps, SwigluInt8OutputMatchesPlainSwigluAndCpuRounding) {
+// CPU's rounding of that output (reference_x_int8) bit for bit; the same with out_e4m3x2 (reference_x_e4m3x2).
+TEST(CudaOps, SwigluRoundedOutputsMatchPlainSwigluAndCpuRounding) {
   GA_REQUIRE_CUDA_DEVICE();
   CachingAllocator alloc(0);
   Parity parity("swiglu int8");
@@ -303,6 +325,7 @@ TEST(CudaOps, SwigluInt8OutputMatchesPlainSwigluAndCpuRounding) {
         DeviceArray<float> in(alloc, in_host.size()), plain(alloc, static_cast<size_t>(ld_in * n_rows));
         DeviceArray<float> fused(alloc, static_cast<size_t>(ld_in * n_rows));
         DeviceArray<uint8_t> xq(alloc, static_cast<size_t>(::ga::cuda::gemv_x_int8_bytes(n, n_rows)));
+        DeviceArray<uint8_t> x8(alloc, static_cast<size_t>(::ga::cuda::gemv_x_e4m3x2_bytes(n, n_rows)));
         ::ga::cuda::SwigluParams p;
         p.n_rows = n_rows;
         p.n = n;
@@ -342,6 +365,22 @@ TEST(CudaOps, SwigluInt8OutputMatchesPlainSwigluAndCpuRounding) {
         }
         EXPECT_EQ(float_mismatches, 0u) << name << ": the fused kernel's float output differs from swiglu's";
         expect_int8_copy_matches(name, xq.download(), out_rows, n, static_cast<int>(n_rows));
+        if (n % 128 == 0) {  // the FP8 GEMV's two E4M3 digits instead: the same float output, quantize_x_e4m3x2's bytes
+          if (in_place) fused.upload(in_host);
+          p.out_int8 = nullptr;
+          p.out_e4m3x2 = x8.get();
+          x8.poison();
+          ASSERT_EQ(::ga::cuda::swiglu_unsupported_reason(p), nullptr) << name;
+          GA_CUDA_CHECK(::ga::cuda::swiglu(p, nullptr));
+          GA_CUDA_CHECK(cudaDeviceSynchronize());
+          const std::vector<float> got8 = fused.download();
+          size_t mismatches8 = 0;
+          for (int64_t r = 0; r < n_rows; ++r) {
+            mismatches8 += std::memcmp(got8.data() + r * ld_in, got.data() + r * ld_in, 4 * static_cast<size_t>(n)) != 0;
+          }
+          EXPECT_EQ(mismatches8, 0u) << name << ": out_e4m3x2 changed the float output";
+          EXPECT_EQ(x8.download(), reference_x_e4m3x2(out_rows, n, n, n_rows)) << name << ": e4m3x2 bytes";
+        }
       }
     }
   }
@@ -356,6 +395,13 @@ TEST(CudaOps, SwigluInt8OutputMatchesPlainSwigluAndCpuRounding) {
   EXPECT_EQ(::ga::cuda::swiglu_unsupported_reason(bad), nullptr);
   bad.out_int8 = reinterpret_cast<void*>(uintptr_t{520});
   EXPECT_NE(::ga::cuda::swiglu_unsupported_reason(bad), nullptr);  // misaligned
+  bad.out_int8 = nullptr;
+  bad.out_e4m3x2 = reinterpret_cast<void*>(uintptr_t{512});
+  EXPECT_NE(::ga::cuda::swiglu_unsupported_reason(bad), nullptr);  // 64 is not whole blocks of 128
+  bad.n = bad.ld_gate = bad.ld_up = bad.ld_out = 256;
+  EXPECT_EQ(::ga::cuda::swiglu_unsupported_reason(bad), nullptr);
+  bad.out_int8 = reinterpret_cast<void*>(uintptr_t{512});
+  EXPECT_NE(::ga::cuda::swiglu_unsupported_reason(bad), nullptr);  // not both roundings
 }
 
 TEST(CudaOps, ArgmaxFindsTheFirstMaximum) {

@@ -304,12 +304,16 @@ class CudaEngine final : public CudaForward, public CudaBatchForward, private st
   // buffers by (for the largest shapes), so the sizing cannot drift from the launches.
   AttentionParams attention_params(const step::AttentionOp& op, const KvLayer& kv, const StepShape& shape) const;
   // y[n][w.rows] (ld ldy) = x[n][w.cols] (ld ldx) * W^T: GEMV for n <= 8, else GEMM.
-  // x_int8: x already rounded for the int8 GEMV (gemv.h, GemvParams::x_int8), or null.
+  // x_int8: x already rounded for the int8 GEMV (gemv.h, GemvParams::x_int8), or null. x8_ready: x8_ already holds
+  // x's two E4M3 digits (an RMSNorm / GLU op or an earlier GEMV rounded exactly this x): no pre-pass.
   void matmul(const DeviceMatrix& w, const float* x, int64_t ldx, int64_t n, float* y, int64_t ldy,
-              const void* x_int8 = nullptr);
+              const void* x_int8 = nullptr, bool x8_ready = false);
   void matmul_fp8(const DeviceMatrix& w, const float* x, int64_t ldx, int64_t n, float* y, int64_t ldy);
   void run_gemv(const DeviceMatrix& w, const float* x, int64_t ldx, int64_t n, float* y, int64_t ldy,
-                const void* x_int8);
+                const void* x_int8, bool x8_ready = false);
+  // Whether the step's GEMV through w reads its x as two E4M3 digits from x8_ (F8_B128 split rows, FP8 mma, a
+  // GEMV-sized step): then the op that produces x may round it into x8_ (x8_of_) in place of run_gemv's pre-pass.
+  bool takes_x_e4m3x2(const DeviceMatrix& w, int64_t n) const;
   // Whether the step's projection through w reads its x rounded once (xq_) under mode `from`.
   bool takes_x_int8(const DeviceMatrix& w, int64_t n, Int8Activations from) const;
   // Captures (once) / replays the step for shape.n_tokens; shape must be the canonical decode shape.
@@ -394,6 +398,7 @@ class CudaEngine final : public CudaForward, public CudaBatchForward, private st
   DeviceBuffer w_stage_;          // f16 [largest quantized matrix]: dequantized weights of a GEMM
   DeviceBuffer f8_gemm_scales_;   // every DeviceMatrix::f8_scales array
   DeviceBuffer x8_;               // x of a GEMV rounded to two E4M3 digits (F8_B128 split rows, sm_89+), or empty
+  step::View x8_of_;              // the view x8_ holds the rounding of (invalid: none or not a view's)
   bool fp8_mma_ = false;          // the GPU has FP8 mma (sm_89+): x8_bytes()
   DeviceBuffer attn_workspace_;
   size_t attn_workspace_bytes_ = 0;

@@ -47,6 +47,7 @@ void CudaEngine::check_view(step::View v, const char* op) const {
 
 void CudaEngine::wrote(step::View v) {
   if (xq_of_.buf.id == v.buf.id) xq_of_ = step::View{};
+  if (x8_of_.buf.id == v.buf.id) x8_of_ = step::View{};
   if (attn_out_.buf.id == v.buf.id) attn_out_ = step::View{};
 }
 
@@ -123,6 +124,13 @@ void CudaEngine::rms_norm(const step::RmsNormOp& op) {
     norm.out_int8 = xq_.data();
     if (rms_norm_unsupported_reason(norm) != nullptr) norm.out_int8 = nullptr;  // a width the fused rounding lacks
   }
+  // and the FP8 GEMVs' two E4M3 digits, in place of run_gemv's pre-pass
+  bool round8 = false;
+  for (const DeviceMatrix* m : products(op.next)) round8 = round8 || takes_x_e4m3x2(*m, n);
+  if (round8) {
+    norm.out_e4m3x2 = x8_.data();
+    if (rms_norm_unsupported_reason(norm) != nullptr) norm.out_e4m3x2 = nullptr;
+  }
   check_params("rms_norm", rms_norm_unsupported_reason, norm);
   GA_CUDA_CHECK(ga::cuda::rms_norm(norm, stream_.get()));
   if (op.residual) wrote(op.residual);
@@ -131,6 +139,7 @@ void CudaEngine::rms_norm(const step::RmsNormOp& op) {
     xq_of_ = op.out;
     xq_from_ = Int8Activations::kOnceAll;
   }
+  if (norm.out_e4m3x2 != nullptr) x8_of_ = op.out;
 }
 
 void CudaEngine::head_rms_norm(const step::HeadNormOp& op) {
@@ -192,7 +201,8 @@ void CudaEngine::linear_concat(std::span<const step::Weight> ws, step::View x, s
         x_int8 = xq_.data();
       }
     }
-    matmul(*m, ptr(x), ld(x), n, ptr(y) + col, ld(y), x_int8);  // [n][rows]
+    matmul(*m, ptr(x), ld(x), n, ptr(y) + col, ld(y), x_int8, same_view(x8_of_, x));  // [n][rows]
+    if (!warm_matmuls_only_ && takes_x_e4m3x2(*m, n)) x8_of_ = x;  // rounded by its producer or the pre-pass
     col += m->rows;
   }
   GA_CHECK(col == y.cols, Internal, "linear_concat: ", col, " rows into ", y.cols, " columns");
@@ -302,6 +312,11 @@ void CudaEngine::glu(const step::GluOp& op) {
     sw.out_int8 = xq_.data();
     if (swiglu_unsupported_reason(sw) != nullptr) sw.out_int8 = nullptr;
   }
+  // an F8_B128 down projection (FP8 GEMV) takes its two E4M3 digits from here instead of a pre-pass
+  if (op.next && sw.out_int8 == nullptr && takes_x_e4m3x2(dm(op.next), n)) {
+    sw.out_e4m3x2 = x8_.data();
+    if (swiglu_unsupported_reason(sw) != nullptr) sw.out_e4m3x2 = nullptr;
+  }
   check_params("swiglu", swiglu_unsupported_reason, sw);
   GA_CUDA_CHECK(swiglu(sw, stream_.get()));
   wrote(op.out);
@@ -309,6 +324,7 @@ void CudaEngine::glu(const step::GluOp& op) {
     xq_of_ = op.out;
     xq_from_ = Int8Activations::kOnceFfn;
   }
+  if (sw.out_e4m3x2 != nullptr) x8_of_ = op.out;
 }
 
 void CudaEngine::add(step::View x, step::View y) {

@@ -67,8 +67,19 @@ bool CudaEngine::takes_x_int8(const DeviceMatrix& w, int64_t n, Int8Activations 
   return gemv_reads_x_int8(gemv_params(w, any, (w.cols + 3) / 4 * 4, n, any, w.rows, xq_.data()));
 }
 
+bool CudaEngine::takes_x_e4m3x2(const DeviceMatrix& w, int64_t n) const {
+  if (x8_.data() == nullptr || w.type != DType::F8_B128 || w.layout != WeightLayout::kSplitRows || n < 1 ||
+      n > kGemvMaxTokens || w.n_expert != 1 || static_cast<uint64_t>(gemv_x_e4m3x2_bytes(w.cols, n)) > x8_bytes()) {
+    return false;
+  }
+  float* const any = final_x_.as<float>();  // any 16-byte aligned device floats: only the validation reads them
+  GemvParams g = gemv_params(w, any, (w.cols + 3) / 4 * 4, n, any, w.rows, nullptr);
+  g.x_e4m3x2 = x8_.data();
+  return gemv_rounds_x_to_e4m3x2(g);
+}
+
 void CudaEngine::matmul(const DeviceMatrix& w, const float* x, int64_t ldx, int64_t n, float* y, int64_t ldy,
-                        const void* x_int8) {
+                        const void* x_int8, bool x8_ready) {
   cudaStream_t s = stream_.get();
   if (warm_matmuls_only_) {  // warm_up_matmuls: each GEMM shape once per bucket
     if (n <= kGemvMaxTokens) return;
@@ -77,7 +88,7 @@ void CudaEngine::matmul(const DeviceMatrix& w, const float* x, int64_t ldx, int6
   }
   GA_CHECK(x_int8 == nullptr || n <= kGemvMaxTokens, Internal, "a pre-rounded x is for the GEMV only");
   if (n <= kGemvMaxTokens) {
-    run_gemv(w, x, ldx, n, y, ldy, x_int8);
+    run_gemv(w, x, ldx, n, y, ldy, x_int8, x8_ready);
     return;
   }
   if (w.f8_scales != nullptr) {
@@ -146,12 +157,15 @@ void CudaEngine::matmul_fp8(const DeviceMatrix& w, const float* x, int64_t ldx, 
 }
 
 // One GEMV; F8_B128 split rows on a GPU with FP8 mma get x rounded to two E4M3 digits first (x8_, the FP8
-// tensor-core kernel's input: gemv.h, GemvParams::x_e4m3x2).
+// tensor-core kernel's input: gemv.h, GemvParams::x_e4m3x2), unless the op that wrote x rounded it (x8_ready).
 void CudaEngine::run_gemv(const DeviceMatrix& w, const float* x, int64_t ldx, int64_t n, float* y, int64_t ldy,
-                          const void* x_int8) {
+                          const void* x_int8, bool x8_ready) {
   cudaStream_t s = stream_.get();
   GemvParams g = gemv_params(w, x, ldx, n, y, ldy, x_int8);
-  if (w.type == DType::F8_B128 && w.layout == WeightLayout::kSplitRows && x8_.data() != nullptr) {
+  if (w.type == DType::F8_B128 && w.layout == WeightLayout::kSplitRows && x8_.data() != nullptr && x8_ready) {
+    g.x_e4m3x2 = x8_.data();
+  } else if (w.type == DType::F8_B128 && w.layout == WeightLayout::kSplitRows && x8_.data() != nullptr) {
+    x8_of_ = step::View{};  // x8_ is this x's now, whatever view (if any) it is
     QuantizeXE4m3x2Params q;
     q.x = x;
     q.ldx = ldx;
@@ -215,6 +229,7 @@ void CudaEngine::enqueue_step(const StepShape& shape) {
   }
   shape_ = &shape;
   xq_of_ = step::View{};
+  x8_of_ = step::View{};
   attn_out_ = step::View{};
   try {
     program_->run(*this);

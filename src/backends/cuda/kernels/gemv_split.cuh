@@ -1,6 +1,6 @@
 // GEMV over split rows (weight_layout.h): Q8_0 / Q4_0 matrices repacked at upload so that a row's
 // codes are aligned 16-byte chunks followed by its fp16 scales. F8_B128 split rows have their own
-// kernels (gemv_split_f8x.cuh, gemv_split_f8.cuh).
+// kernels (gemv_split_f8_diag.cuh, gemv_split_f8x.cuh, gemv_split_f8.cuh).
 //
 // Design: the F16 direct kernel's scheme (gemv_kernel.cuh), which streams at 72-100 % of the copy
 // bandwidth, applied to codes. A CTA owns R rows; warp w takes chunk groups w, w + 4, ... of 32 * U
@@ -45,7 +45,7 @@
 #include "backends/cuda/kernels/gemv_int8.cuh"
 #include "backends/cuda/kernels/gemv_kernel.cuh"
 #include "backends/cuda/kernels/gemv_ptx.cuh"
-#include "backends/cuda/kernels/gemv_split_f8x.cuh"
+#include "backends/cuda/kernels/gemv_split_f8_diag.cuh"
 #include "backends/cuda/kernels/pdl.cuh"
 #include "backends/cuda/kernels/split_rows.cuh"
 
@@ -340,7 +340,7 @@ cudaError_t launch_gemv_split_int8(const GemvArgs& a, cudaStream_t stream) {
 template <class D, int NT>
 cudaError_t launch_gemv_split(const GemvArgs& a, cudaStream_t stream) {
   if constexpr (D::kType == DType::F8_B128) {
-    return launch_gemv_split_f8<NT>(a, stream);  // the tensor-core kernels (gemv_split_f8x.cuh, gemv_split_f8.cuh)
+    return launch_gemv_split_f8<NT>(a, stream);  // the tensor-core kernels (gemv_split_f8_diag.cuh, gemv_split_f8x.cuh, gemv_split_f8.cuh)
   } else {
     if constexpr (D::kType == DType::Q8_0) {
       if (gemv_split_int8_eligible<D>(a)) return launch_gemv_split_int8<NT>(a, stream);

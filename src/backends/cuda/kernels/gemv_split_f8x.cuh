@@ -1,5 +1,6 @@
 // GEMV over F8_B128 split rows on the FP8 tensor cores (sm_89+): x rounded to two E4M3 digits per block of 128,
-// the weights' codes fed to mma.sync m16n8k32 as they are stored. The fast path of gemv_split_f8.cuh's kernel.
+// the weights' codes fed to mma.sync m16n8k32 as they are stored. The path of several tokens (up to 8, one A row
+// each); one token takes the diagonal kernel (gemv_split_f8_diag.cuh), whose warp loads are whole 512-byte chunks.
 //
 // Why: the f16 kernel (gemv_split_f8.cuh) converts every code pair and every x pair with cvt (F2FP) and streamed at
 // 38-73 % of copy, as slow as BF16 on long rows (H200, 2026-12-04). Here no instruction converts a weight: the codes
@@ -273,26 +274,6 @@ cudaError_t launch_gemv_split_f8x(const GemvArgs& a, cudaStream_t stream) {
   // a plain launch, not launch_after_prior(): x's digits are read with __ldg (gemv_split.cuh's file comment)
   gemv_split_f8x_kernel<G, NT><<<dim3(static_cast<unsigned>(blocks)), dim3(kGemvWarps * 32), 0, stream>>>(a);
   return cudaGetLastError();
-}
-
-// The F8_B128 split-row GEMV: an FP8 tensor-core kernel where one runs (gemv_split_f8x_eligible), else the f16
-// kernel (gemv_split_f8.cuh). Which FP8 kernel, from bench_gemv --sweep (H200, 2026-12-04, one token, x given):
-// matrices of 16K rows and more stream best staged, 8 rows per CTA, 3 stages (Llama-3-8B's gate+up 38.1 us against
-// 41.0-45.3 direct, the 32000-row output 41.6 against 46.0-51.3); fewer rows best direct with 16 rows per CTA
-// (4096 x 14336: 22.5 us against 24.5 with 8 rows and 28.2-31.3 staged; 4096 x 4096: 8.5 against 9.1).
-// The f16 kernel takes 16 rows per CTA unless that leaves an SM without two CTAs.
-template <int NT>
-cudaError_t launch_gemv_split_f8(const GemvArgs& a, cudaStream_t stream) {
-  if (gemv_split_f8x_eligible(a)) {
-    if (a.rows >= 16384) return launch_gemv_split_f8s<1, 3, NT>(a, stream);
-    return launch_gemv_split_f8x<2, NT>(a, stream);
-  }
-  int device = 0, sms = 0;
-  cudaError_t status = cudaGetDevice(&device);
-  if (status != cudaSuccess) return status;
-  if ((status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess) return status;
-  const bool small = (a.rows + 15) / 16 < 2 * static_cast<int64_t>(sms);
-  return small ? launch_gemv_split_f8_rows<1, NT>(a, stream) : launch_gemv_split_f8_rows<2, NT>(a, stream);
 }
 
 }  // namespace ga::cuda::detail

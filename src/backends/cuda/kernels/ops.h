@@ -54,6 +54,10 @@ struct RmsNormParams {
   // GEMVs then skip their per-CTA quantization. Needs n a multiple of 32 and at most 8192, x / out / weight /
   // residual 16-byte aligned and their strides multiples of 4 (the register path).
   void* out_int8 = nullptr;
+  // Optional: out also rounded to the FP8 GEMV's two E4M3 digits (gemv.h: gemv_x_e4m3x2_bytes(n, n_rows) bytes, the
+  // GemvParams::x_e4m3x2 of the F8_B128 projections that read out; the bytes of quantize_x_e4m3x2, x_fp8.h). Needs n
+  // a multiple of 128 and at most 8192 and the register path's alignment, as out_int8.
+  void* out_e4m3x2 = nullptr;
 };
 const char* rms_norm_unsupported_reason(const RmsNormParams& p);
 cudaError_t rms_norm(const RmsNormParams& p, cudaStream_t stream);
@@ -105,6 +109,10 @@ struct SwigluParams {
   // Q8_0 model then skips its per-CTA quantization. Needs n a multiple of 32, gate/up/out 16-byte aligned
   // and their strides multiples of 4.
   void* out_int8 = nullptr;
+  // Optional: out also rounded to the FP8 GEMV's two E4M3 digits (gemv_x_e4m3x2_bytes(n, n_rows) bytes, the bytes
+  // of quantize_x_e4m3x2, x_fp8.h): an F8_B128 down projection then needs no pre-pass. Needs n a multiple of 128,
+  // gate/up/out 16-byte aligned and their strides multiples of 4. Not with out_int8.
+  void* out_e4m3x2 = nullptr;
 };
 const char* swiglu_unsupported_reason(const SwigluParams& p);
 cudaError_t swiglu(const SwigluParams& p, cudaStream_t stream);

@@ -12,6 +12,9 @@
 // GEMV's two int8 digits per block of 32 (x_int8.cuh, the GEMV's own device function, so the bytes are those
 // every GEMV CTA would have built): after a barrier, thread b re-reads block b of the row it just wrote (L1 /
 // L2) and quantizes it. A 4096-wide row is 128 blocks: one per thread, ~1 us less than a pre-pass kernel.
+// With out_e4m3x2 (the input of the FP8 tensor-core GEMV of F8_B128 split rows) it rounds the row to that GEMV's
+// two E4M3 digits per block of 128 the same way, warp b % 8 taking block b, with the pre-pass kernel's device
+// function (x_e4m3x2.cuh), so the bytes are those of quantize_x_e4m3x2.
 //
 // The sum of squares is accumulated in float per thread and reduced in a tree (warp shuffles, then
 // one float per warp in shared memory), which keeps the error near float rounding for rows of any
@@ -22,6 +25,7 @@
 #include "backends/cuda/kernels/ops.h"
 #include "backends/cuda/kernels/pdl.cuh"
 #include "backends/cuda/kernels/step_math.cuh"
+#include "backends/cuda/kernels/x_e4m3x2.cuh"
 #include "backends/cuda/kernels/x_int8.cuh"
 
 namespace ga::cuda {
@@ -137,6 +141,16 @@ __global__ void __launch_bounds__(kNormThreads) rms_norm_vec_kernel(const RmsNor
       gemv_quantize_x_block<false>(out_row + 32 * b, qx + (row * nb + b) * kXBlockBytes, ds + row * nb + b);
     }
   }
+  if (p.out_e4m3x2 != nullptr) {  // uniform branch: the two E4M3 digits for the FP8 GEMVs that read out
+    __syncthreads();              // as above: warp w rounds blocks w, w + 8, ... of the row the CTA wrote
+    const int lane = static_cast<int>(threadIdx.x & 31);
+    const float* out_row = p.out + row * p.ld_out;
+    for (int64_t b = threadIdx.x >> 5; b < p.n / kXFp8Block; b += kNormThreads / 32) {
+      const float4 v = load_activations_4(out_row + kXFp8Block * b + 4 * lane);
+      const XE4m3x2Block at = x_e4m3x2_block(p.out_e4m3x2, p.n_rows, p.n, row, b);
+      round_x_e4m3x2_block(v, lane, at.x1, at.x2, at.d);
+    }
+  }
 }
 
 bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
@@ -166,6 +180,15 @@ const char* rms_norm_unsupported_reason(const RmsNormParams& p) {
     }
     if (reinterpret_cast<uintptr_t>(p.out_int8) % 16 != 0) return "out_int8 must be 16-byte aligned";
   }
+  if (p.out_e4m3x2 != nullptr) {
+    if (p.n % detail::kXFp8Block != 0 || p.n > 8 * 4 * detail::kNormThreads) {
+      return "out_e4m3x2 needs n a multiple of 128 (blocks of 128 activations) and at most 8192";
+    }
+    if (!detail::vec_path_ok(p)) {
+      return "out_e4m3x2 needs x, out, weight and residual 16-byte aligned with strides multiples of 4";
+    }
+    if (reinterpret_cast<uintptr_t>(p.out_e4m3x2) % 16 != 0) return "out_e4m3x2 must be 16-byte aligned";
+  }
   return nullptr;
 }
 
@@ -174,7 +197,7 @@ cudaError_t rms_norm(const RmsNormParams& p, cudaStream_t stream) {
   if (p.n_rows == 0) return cudaSuccess;
   const unsigned blocks = static_cast<unsigned>(p.n_rows);
   constexpr int64_t kPerVec = 4 * detail::kNormThreads;  // floats one float4 per thread covers
-  void (*kernel)(const RmsNormParams) = detail::rms_norm_kernel;  // never with out_int8 (refused above)
+  void (*kernel)(const RmsNormParams) = detail::rms_norm_kernel;  // never with out_int8 / out_e4m3x2 (refused)
   if (detail::vec_path_ok(p)) {
     if (p.n <= kPerVec) {
       kernel = detail::rms_norm_vec_kernel<1>;

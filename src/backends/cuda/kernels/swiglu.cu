@@ -10,11 +10,14 @@
 // digits with the GEMV's own device function (x_int8.cuh), so the bytes are those the GEMV would have
 // built from out in each of its CTAs, once per step instead of once per CTA. Fewer threads (n / 32 per
 // row) but the op is ~1 us either way; the same expression per element keeps out bit-identical.
+// With out_e4m3x2 (an F8_B128 down projection's input) a third kernel rounds to the FP8 GEMV's two E4M3 digits
+// per block of 128 instead (x_e4m3x2.cuh, the pre-pass's device function): one warp per block.
 #include "backends/cuda/kernels/device_bytes.cuh"
 #include "backends/cuda/kernels/gemv.h"
 #include "backends/cuda/kernels/ops.h"
 #include "backends/cuda/kernels/pdl.cuh"
 #include "backends/cuda/kernels/step_math.cuh"
+#include "backends/cuda/kernels/x_e4m3x2.cuh"
 #include "backends/cuda/kernels/x_int8.cuh"
 
 namespace ga::cuda {
@@ -71,6 +74,32 @@ __global__ void __launch_bounds__(kSwigluInt8Threads) swiglu_int8_kernel(const S
   });
 }
 
+// With out_e4m3x2 (the input of an F8_B128 down projection): one warp per (row, block of 128 outputs), each lane
+// computing 4 of them with float4 loads, storing them and rounding the block to the FP8 GEMV's two digits.
+constexpr int kSwigluE4m3x2Threads = 256;
+
+template <GluActivation A>
+__global__ void __launch_bounds__(kSwigluE4m3x2Threads) swiglu_e4m3x2_kernel(const SwigluParams p) {
+  pdl_wait_prior_grid();
+  pdl_allow_dependents();
+  const int lane = static_cast<int>(threadIdx.x & 31);
+  const int64_t blocks = p.n / kXFp8Block;
+  const int64_t total = p.n_rows * blocks;
+  for (int64_t i = (static_cast<int64_t>(blockIdx.x) * kSwigluE4m3x2Threads + threadIdx.x) / 32; i < total;
+       i += static_cast<int64_t>(gridDim.x) * (kSwigluE4m3x2Threads / 32)) {
+    const int64_t r = i / blocks;
+    const int64_t b = i - r * blocks;
+    const int64_t c = kXFp8Block * b + 4 * lane;
+    const float4 g = load_activations_4(p.gate + r * p.ld_gate + c);  // coherent loads: PDL (pdl.cuh)
+    const float4 u = load_activations_4(p.up + r * p.ld_up + c);
+    const float4 v = make_float4(activate<A>(g.x) * u.x, activate<A>(g.y) * u.y, activate<A>(g.z) * u.z,
+                                 activate<A>(g.w) * u.w);
+    *reinterpret_cast<float4*>(p.out + r * p.ld_out + c) = v;  // may alias gate: this lane's own 4 values
+    const XE4m3x2Block at = x_e4m3x2_block(p.out_e4m3x2, p.n_rows, p.n, r, b);
+    round_x_e4m3x2_block(v, lane, at.x1, at.x2, at.d);
+  }
+}
+
 }  // namespace
 }  // namespace detail
 
@@ -88,6 +117,17 @@ const char* swiglu_unsupported_reason(const SwigluParams& p) {
       return "out_int8 needs the row strides to be multiples of 4 (float4 loads)";
     }
   }
+  if (p.out_e4m3x2 != nullptr) {
+    const auto misaligned = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 != 0; };
+    if (p.out_int8 != nullptr) return "out_e4m3x2 and out_int8 together";
+    if (p.n % detail::kXFp8Block != 0) return "out_e4m3x2 needs n a multiple of 128 (blocks of 128 activations)";
+    if (misaligned(p.gate) || misaligned(p.up) || misaligned(p.out) || misaligned(p.out_e4m3x2)) {
+      return "out_e4m3x2 needs gate, up, out and out_e4m3x2 16-byte aligned";
+    }
+    if (p.ld_gate % 4 != 0 || p.ld_up % 4 != 0 || p.ld_out % 4 != 0) {
+      return "out_e4m3x2 needs the row strides to be multiples of 4 (float4 loads)";
+    }
+  }
   return nullptr;
 }
 
@@ -101,6 +141,15 @@ cudaError_t swiglu(const SwigluParams& p, cudaStream_t stream) {
         gelu ? detail::swiglu_int8_kernel<GluActivation::kGeluTanh> : detail::swiglu_int8_kernel<GluActivation::kSilu>,
         dim3(detail::x_block_ctas(total / 32, detail::kSwigluInt8Threads)), dim3(detail::kSwigluInt8Threads), 0,
         stream, p);
+  }
+  if (p.out_e4m3x2 != nullptr) {
+    const int64_t warps = total / detail::kXFp8Block;
+    const int64_t ctas = (warps + detail::kSwigluE4m3x2Threads / 32 - 1) / (detail::kSwigluE4m3x2Threads / 32);
+    return detail::launch_after_prior(gelu ? detail::swiglu_e4m3x2_kernel<GluActivation::kGeluTanh>
+                                           : detail::swiglu_e4m3x2_kernel<GluActivation::kSilu>,
+                                      dim3(static_cast<unsigned>(ctas < detail::kSwigluMaxBlocks ? ctas
+                                                                                                 : detail::kSwigluMaxBlocks)),
+                                      dim3(detail::kSwigluE4m3x2Threads), 0, stream, p);
   }
   int64_t blocks = (total + detail::kSwigluThreads - 1) / detail::kSwigluThreads;
   if (blocks > detail::kSwigluMaxBlocks) blocks = detail::kSwigluMaxBlocks;

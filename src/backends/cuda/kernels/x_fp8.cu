@@ -11,21 +11,21 @@
 #include "backends/cuda/kernels/device_bytes.cuh"
 #include "backends/cuda/kernels/pdl.cuh"
 #include "backends/cuda/kernels/weight_decode.cuh"
+#include "backends/cuda/kernels/x_e4m3x2.cuh"
 
 namespace ga::cuda {
 namespace detail {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kBlock = 128;
-constexpr float kE4m3Max = 448.0f;  // the host's kE4m3Max (backends/cpu/quant.h)
+constexpr int kBlock = kXFp8Block;
 
 __device__ __forceinline__ uint32_t e4m3x2(float lo, float hi) {
   return static_cast<uint32_t>(__nv_cvt_float2_to_fp8x2(make_float2(lo, hi), __NV_SATFINITE, __NV_E4M3));
 }
 
-// Calls f(t, b, v, d) for every (token t, block b of 128 activations) of p's x that this warp owns: v the lane's 4
-// values (columns 128 b + 4 lane ..), d the block's scale, amax / 448 (1 for an all-zero block).
+// Calls f(t, b, v) for every (token t, block b of 128 activations) of p's x that this warp owns: v the lane's 4
+// values (columns 128 b + 4 lane ..).
 template <class P, class F>
 __device__ __forceinline__ void for_each_block(const P& p, F&& f) {
   const int lane = threadIdx.x & 31;
@@ -36,10 +36,7 @@ __device__ __forceinline__ void for_each_block(const P& p, F&& f) {
     const int64_t t = i / blocks;
     const int64_t b = i - t * blocks;
     const float4 v = load_activations_4(p.x + t * p.ldx + b * kBlock + 4 * lane);
-    float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
-#pragma unroll
-    for (int offset = 16; offset > 0; offset >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
-    f(t, b, v, amax > 0.0f ? __fdiv_rn(amax, kE4m3Max) : 1.0f);
+    f(t, b, v);
   }
 }
 
@@ -47,7 +44,8 @@ __global__ void __launch_bounds__(kThreads) quantize_x_fp8_kernel(const Quantize
   pdl_wait_prior_grid();  // x is the previous kernel's output
   pdl_allow_dependents();
   const int lane = threadIdx.x & 31;
-  for_each_block(p, [&](int64_t t, int64_t b, const float4& v, float d) {
+  for_each_block(p, [&](int64_t t, int64_t b, const float4& v) {
+    const float d = x_fp8_block_scale(v);  // amax / 448, 1 for an all-zero block
     const uint32_t codes = e4m3x2(__fdiv_rn(v.x, d), __fdiv_rn(v.y, d)) |
                            (e4m3x2(__fdiv_rn(v.z, d), __fdiv_rn(v.w, d)) << 16);
     *reinterpret_cast<uint32_t*>(p.codes + t * p.k + b * kBlock + 4 * lane) = codes;
@@ -55,33 +53,14 @@ __global__ void __launch_bounds__(kThreads) quantize_x_fp8_kernel(const Quantize
   });
 }
 
-__device__ __forceinline__ uint8_t e4m3(float v) {
-  return static_cast<uint8_t>(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3));
-}
-
-// The same warp-per-block scheme; each lane writes 4 first and 4 second digits.
+// The same warp-per-block scheme; each lane writes 4 first and 4 second digits (x_e4m3x2.cuh).
 __global__ void __launch_bounds__(kThreads) quantize_x_e4m3x2_kernel(const QuantizeXE4m3x2Params p) {
   pdl_wait_prior_grid();  // x is the previous kernel's output
   pdl_allow_dependents();
   const int lane = threadIdx.x & 31;
-  auto* x1 = static_cast<uint8_t*>(p.out);
-  uint8_t* x2 = x1 + p.n * p.k;
-  auto* ds = reinterpret_cast<float*>(x2 + p.n * p.k);
-  const int64_t blocks = p.k / kBlock;
-  for_each_block(p, [&](int64_t t, int64_t b, const float4& v, float d) {
-    const float q[4] = {__fdiv_rn(v.x, d), __fdiv_rn(v.y, d), __fdiv_rn(v.z, d), __fdiv_rn(v.w, d)};
-    uint32_t w1 = 0, w2 = 0;
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const uint8_t c1 = e4m3(q[e]);
-      const uint8_t c2 = e4m3(16.0f * (q[e] - e4m3_value(c1)));
-      w1 |= static_cast<uint32_t>(c1) << (8 * e);
-      w2 |= static_cast<uint32_t>(c2) << (8 * e);
-    }
-    const int64_t at = t * p.k + b * kBlock + 4 * lane;
-    *reinterpret_cast<uint32_t*>(x1 + at) = w1;
-    *reinterpret_cast<uint32_t*>(x2 + at) = w2;
-    if (lane == 0) ds[t * blocks + b] = d;
+  for_each_block(p, [&](int64_t t, int64_t b, const float4& v) {
+    const XE4m3x2Block at = x_e4m3x2_block(p.out, p.n, p.k, t, b);
+    round_x_e4m3x2_block(v, lane, at.x1, at.x2, at.d);
   });
 }
 
