@@ -161,7 +161,12 @@ TEST(CudaOps, RmsNormRoundedOutputsMatchPlainNormAndCpuRounding) {
           ASSERT_EQ(::ga::cuda::rms_norm_unsupported_reason(p), nullptr) << name;
           GA_CUDA_CHECK(::ga::cuda::rms_norm(p, nullptr));
           GA_CUDA_CHECK(cudaDeviceSynchronize());
-          EXPECT_EQ(fused.download(), got) << name << ": out_e4m3x2 changed the float output";
+          const std::vector<float> got8 = fused.download();  // the rows only: the padding holds poison (NaN)
+          size_t mismatches8 = 0;
+          for (int64_t r = 0; r < n_rows; ++r) {
+            mismatches8 += std::memcmp(got8.data() + r * ld, got.data() + r * ld, 4 * static_cast<size_t>(n)) != 0;
+          }
+          EXPECT_EQ(mismatches8, 0u) << name << ": out_e4m3x2 changed the float output";
           EXPECT_EQ(x8.download(), reference_x_e4m3x2(out_rows, n, n, n_rows)) << name << ": e4m3x2 bytes";
           p.out_e4m3x2 = nullptr;
         }

@@ -340,7 +340,8 @@ cudaError_t launch_gemv_split_int8(const GemvArgs& a, cudaStream_t stream) {
 template <class D, int NT>
 cudaError_t launch_gemv_split(const GemvArgs& a, cudaStream_t stream) {
   if constexpr (D::kType == DType::F8_B128) {
-    return launch_gemv_split_f8<NT>(a, stream);  // the tensor-core kernels (gemv_split_f8_diag.cuh, gemv_split_f8x.cuh, gemv_split_f8.cuh)
+    // the tensor-core kernels (gemv_split_f8_diag.cuh, gemv_split_f8x.cuh, gemv_split_f8.cuh)
+    return launch_gemv_split_f8<NT>(a, stream);
   } else {
     if constexpr (D::kType == DType::Q8_0) {
       if (gemv_split_int8_eligible<D>(a)) return launch_gemv_split_int8<NT>(a, stream);
