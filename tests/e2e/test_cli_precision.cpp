@@ -111,7 +111,8 @@ TEST(CliPrecision, BadValuesAreUsageErrorsNamingTheOptionAndTheValue) {
 // every command that takes it, and f32 on a GPU is refused before any work.
 TEST(CliKvType, Fp8RunsAndBadTypesAreUsageErrorsListingTheChoices) {
   const std::string m = stories();
-  const CliResult ok = run_cli({"run", "-m", m, "-p", "Once upon a time", "-n", "8", "--temp", "0", "--kv-type", "fp8"});
+  const CliResult ok =
+      run_cli({"run", "-m", m, "-p", "Once upon a time", "-n", "8", "--temp", "0", "--kv-type", "fp8"});
   ASSERT_EQ(ok.exit_code, 0) << describe(ok);
   EXPECT_FALSE(ok.out.empty());
   EXPECT_TRUE(has(ok.err, "KV cache: fp8")) << describe(ok);
