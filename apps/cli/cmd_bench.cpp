@@ -89,7 +89,7 @@ class BenchDevice {
 
 class CpuBenchDevice : public BenchDevice {
  public:
-  explicit CpuBenchDevice(int n_threads) : n_threads_(n_threads) {}
+  CpuBenchDevice(int n_threads, KvType kv_type) : n_threads_(n_threads), kv_type_(kv_type) {}
   std::string name() const override { return "cpu"; }
 
   Ceilings measure_ceilings() override {
@@ -119,16 +119,17 @@ class CpuBenchDevice : public BenchDevice {
     SessionOptions o;
     o.n_ctx = n_ctx;
     o.n_threads = n_threads_;
-    o.kv_type = KvType::F16;  // llama-bench's default cache type
+    o.kv_type = kv_type_;  // f16 by default: llama-bench's default cache type
     o.device = "cpu";
     return o;
   }
   int n_threads_;
+  KvType kv_type_;
 };
 
 class CudaBenchDevice : public BenchDevice {
  public:
-  CudaBenchDevice() {
+  explicit CudaBenchDevice(KvType kv_type) : kv_type_(kv_type) {
     if (cuda_device_count() == 0) {
       const std::string why = cuda_device_summary();
       GA_CHECK(why != "no CUDA", Unsupported, "--device cuda: the CUDA backend is not available in this build");
@@ -172,7 +173,7 @@ class CudaBenchDevice : public BenchDevice {
       session_.reset();  // free the device memory before the new upload
       SessionOptions o;
       o.n_ctx = std::max<int64_t>(n_ctx, kMinContext);
-      o.kv_type = KvType::F16;
+      o.kv_type = kv_type_;
       o.device = "cuda";
       session_ = std::make_unique<Session>(model, o);
       model_ = &model;
@@ -181,13 +182,14 @@ class CudaBenchDevice : public BenchDevice {
     return *session_;
   }
   static constexpr int64_t kMinContext = 1024;  // pp and tg of one model share the session
+  KvType kv_type_;
   std::unique_ptr<Session> session_;
   const LoadedModel* model_ = nullptr;
 };
 
-std::unique_ptr<BenchDevice> make_device(const std::string& device, int n_threads) {
-  if (device == "cpu") return std::make_unique<CpuBenchDevice>(n_threads);
-  if (device == "cuda") return std::make_unique<CudaBenchDevice>();
+std::unique_ptr<BenchDevice> make_device(const std::string& device, int n_threads, KvType kv_type) {
+  if (device == "cpu") return std::make_unique<CpuBenchDevice>(n_threads, kv_type);
+  if (device == "cuda") return std::make_unique<CudaBenchDevice>(kv_type);
   throw UsageError("unknown --device '" + device + "' (cpu or cuda)");
 }
 
@@ -305,7 +307,9 @@ int cmd_bench(int argc, char** argv) {
   int64_t n_prompt = 512, n_gen = 128, reps = 3;
   std::string threads_text = "0", device = "cpu";
   PrecisionArgs precision;
-  ArgParser parser("bench", "-m MODEL [-m MODEL ...] [-p 512] [-n 128] [-r 3] [--threads 1,2] [--device cpu]",
+  std::string kv_type_text;
+  ArgParser parser("bench",
+                   "-m MODEL [-m MODEL ...] [-p 512] [-n 128] [-r 3] [--threads 1,2] [--device cpu] [--kv-type f16]",
                    "Measures prompt processing (pp: p tokens in one eval) and token generation (tg: n single-token "
                    "steps) like llama-bench, after measuring the device's ceilings in the same run, and prints a "
                    "markdown table: tok/s (mean ± stddev over r runs), GB/s (weight bytes read per token x tg tok/s), "
@@ -317,20 +321,22 @@ int cmd_bench(int argc, char** argv) {
   parser.option("-t,--threads", &threads_text, "LIST", "CPU thread counts, comma-separated (0: all)");
   parser.option("--device", &device, "DEVICE", "cpu or cuda (GPU 0; --threads is ignored)");
   add_precision_options(parser, precision);
+  add_kv_type_option(parser, kv_type_text);
   if (!parser.parse(argc, argv)) return 0;
   precision_options(precision);  // a malformed --precision fails before the ceilings are measured
+  const KvType kv_type = kv_type_option(kv_type_text, device, KvType::F16);
   require(!models.empty(), "missing -m MODEL");
   require(n_prompt >= 0 && n_gen >= 0 && n_prompt + n_gen > 0, "-p and -n must be >= 0 and not both 0");
   require(reps >= 1 && reps <= 1000, "-r must be in [1, 1000]");
   const std::vector<int> thread_counts = parse_thread_list(threads_text);
   for (const auto& m : models) require_exists(m);
-  make_device(device, thread_counts.front());  // an unavailable device fails before any work
+  make_device(device, thread_counts.front(), kv_type);  // an unavailable device fails before any work
   const std::string load_line = host_load_line();
   if (!load_line.empty()) GA_LOG(Info, "bench: ", load_line.substr(0, load_line.size() - 1));
 
   std::vector<std::string> ceiling_rows, result_rows;
   for (const int n_threads : thread_counts) {
-    std::unique_ptr<BenchDevice> dev = make_device(device, n_threads);
+    std::unique_ptr<BenchDevice> dev = make_device(device, n_threads, kv_type);
     const int shown_threads = n_threads > 0 ? n_threads : static_cast<int>(std::thread::hardware_concurrency());
     GA_LOG(Info, "bench: measuring ", dev->name(), " ceilings with ", shown_threads, " threads");
     const Ceilings ceil = dev->measure_ceilings();
@@ -341,7 +347,8 @@ int cmd_bench(int argc, char** argv) {
       const LoadedModel model = load_model_verbose(path, precision, device);
       const ModelCost cost = model_cost(model);
       const std::string label = std::filesystem::path(path).filename().string();
-      const std::string prefix = str("| ", label, " | ", main_type(model), " | ", size_text(cost.file_weight_bytes),
+      const std::string prefix = str("| ", label, " | ", main_type(model), " | ", kv_type_name(kv_type), " | ",
+                                     size_text(cost.file_weight_bytes),
                                      " | ", params_text(cost.matmul_params), " | ", dev->name(), " | ", shown_threads,
                                      " | ");
       if (n_prompt > 0) {
@@ -356,7 +363,8 @@ int cmd_bench(int argc, char** argv) {
         result_rows.push_back(str(prefix, "pp", n_prompt, " | ", fmt("%.2f", s.mean), " ± ", fmt("%.2f", s.stddev),
                                   " | - | - | ", fmt("%.4f", flops / kTFLOP), " | ",
                                   fmt("%.1f%%", 100.0 * flops / ceil.flops_per_s), " |"));
-        GA_LOG(Info, "bench: ", label, " pp", n_prompt, " ", fmt("%.2f", s.mean), " tok/s");
+        GA_LOG(Info, "bench: ", label, " pp", n_prompt, " ", fmt("%.2f", s.mean), " tok/s (KV ", kv_type_name(kv_type),
+               ")");
       }
       if (n_gen > 0) {
         const std::vector<int32_t> prompt = bench_tokens(kTgPromptTokens, model.config.n_vocab);
@@ -370,7 +378,8 @@ int cmd_bench(int argc, char** argv) {
         result_rows.push_back(str(prefix, "tg", n_gen, " | ", fmt("%.2f", s.mean), " ± ", fmt("%.2f", s.stddev), " | ",
                                   fmt("%.2f", bytes / kGB), " | ", fmt("%.1f%%", 100.0 * bytes / ceil.bytes_per_s),
                                   " | - | - |"));
-        GA_LOG(Info, "bench: ", label, " tg", n_gen, " ", fmt("%.2f", s.mean), " tok/s");
+        GA_LOG(Info, "bench: ", label, " tg", n_gen, " ", fmt("%.2f", s.mean), " tok/s (KV ", kv_type_name(kv_type),
+               ")");
       }
       dev->release_model();  // `model` dies here
     }
@@ -379,8 +388,8 @@ int cmd_bench(int argc, char** argv) {
   out += "| device | threads | copy GB/s | copy method | matmul TFLOP/s | matmul method |\n"
          "|---|---:|---:|---|---:|---|\n";
   for (const auto& r : ceiling_rows) out += r + "\n";
-  out += "\n| model | type | size | matmul params | device | threads | test | tok/s | GB/s | % of copy BW | TFLOP/s | "
-         "% of matmul peak |\n|---|---|---:|---:|---|---:|---|---:|---:|---:|---:|---:|\n";
+  out += "\n| model | type | kv | size | matmul params | device | threads | test | tok/s | GB/s | % of copy BW | "
+         "TFLOP/s | % of matmul peak |\n|---|---|---|---:|---:|---|---:|---|---:|---:|---:|---:|---:|\n";
   for (const auto& r : result_rows) out += r + "\n";
   std::fwrite(out.data(), 1, out.size(), stdout);
   return std::fflush(stdout) == 0 ? 0 : 1;

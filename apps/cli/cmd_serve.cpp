@@ -46,6 +46,7 @@ struct ServeArgs {
   int32_t threads = 0;
   std::string device = "auto";  // the GPU when one can run the model, as users of vLLM expect
   PrecisionArgs precision;
+  std::string kv_type;  // --kv-type ("": f32 on the CPU, f16 on a GPU)
   int32_t max_queue = 256;
   int64_t kv_blocks = 0;
   int64_t prompt_state_cache_mib = SchedulerOptions{}.prompt_state_cache_mib;
@@ -111,8 +112,10 @@ int cmd_serve(int argc, char** argv) {
   parser.option("-c,--ctx", &a.n_ctx, "N", "context per sequence in tokens; 0: the model's (capped at 4096)");
   parser.option("-t,--threads", &a.threads, "N", "CPU threads (the CPU forward, sampling); 0: all cores");
   parser.option("--device", &a.device, "DEVICE",
-                "cpu, cuda (cuda:N) or auto (cuda when a GPU can run the model); the GPU keeps an f16 KV pool");
+                "cpu, cuda (cuda:N) or auto (cuda when a GPU can run the model); the GPU keeps an f16 KV pool "
+                "unless --kv-type fp8");
   add_precision_options(parser, a.precision);
+  add_kv_type_option(parser, a.kv_type);
   parser.option("--max-queue", &a.max_queue, "N", "waiting requests beyond which requests get 503");
   parser.option("--kv-blocks", &a.kv_blocks, "N",
                 "KV cache blocks (16 tokens each); 0: max-batch full contexts (cpu), free GPU memory (cuda)");
@@ -196,6 +199,7 @@ int cmd_serve(int argc, char** argv) {
   require(a.log_max_bytes >= 1, "--log-max-bytes must be >= 1");
   require(a.log_keep >= 0, "--log-keep must be >= 0");
   precision_options(a.precision);  // UsageError naming the option, before the model loads
+  const KvType kv_type = kv_type_option(a.kv_type, a.device, KvType::F32);
   require(!a.host_admin_key.empty() || !parser.given("--host-admin-key"), "--host-admin-key must not be empty");
 
   // Before any thread exists (the scheduler starts some), so that every thread inherits the mask.
@@ -223,6 +227,7 @@ int cmd_serve(int argc, char** argv) {
   scheduler_options.prompt_state_cache_mib = a.prompt_state_cache_mib;
   scheduler_options.n_threads = a.threads;
   scheduler_options.device = a.device;
+  scheduler_options.kv_type = kv_type;
   scheduler_options.warm_up = !a.no_warmup;
   scheduler_options.poll_us = a.poll_us;
   scheduler_options.prefill_graph_max_tokens = a.prefill_graphs;
@@ -260,8 +265,9 @@ int cmd_serve(int argc, char** argv) {
   }
   const int port = api.bind(a.host, static_cast<int>(a.port));
   const SchedulerStats stats = scheduler.stats();
-  std::fprintf(stderr, "device: %s, context: %lld, batch: %d, kv blocks: %lld\n", stats.device.c_str(),
-               static_cast<long long>(scheduler.n_ctx()), a.max_batch, static_cast<long long>(stats.kv_blocks_total));
+  std::fprintf(stderr, "device: %s, context: %lld, batch: %d, kv blocks: %lld (%s)\n", stats.device.c_str(),
+               static_cast<long long>(scheduler.n_ctx()), a.max_batch, static_cast<long long>(stats.kv_blocks_total),
+               stats.kv_type.c_str());
   std::fprintf(stderr, "serving '%s'%s%s\n", options.model_id.c_str(), a.api_key.empty() ? "" : " (API key required)",
                a.host_admin_key.empty() ? "" : " (host admin key set)");
   std::fprintf(stderr, "listening on http://%s:%d\n", a.host.c_str(), port);

@@ -48,6 +48,7 @@ void add_generation_options(ArgParser& parser, GenerationArgs& a, const std::str
   parser.option("-t,--threads", &a.threads, "N", "CPU threads; 0: all cores");
   parser.option("--device", &a.device, "DEVICE", "cpu, cuda (cuda:N) or auto (cuda when a GPU can run the model)");
   add_precision_options(parser, a.precision);
+  add_kv_type_option(parser, a.kv_type);
   parser.option("-c,--ctx", &a.n_ctx, "N", "context size in tokens; 0: the model's (capped at 4096)");
   parser.option("--stop", &a.stop, "STR", "stop before this text (repeatable); it is not printed");
   parser.flag("--ignore-eos", &a.ignore_eos, "keep generating after an end-of-generation token");
@@ -86,6 +87,7 @@ void finish_generation_options(const ArgParser& parser, GenerationArgs& a) {
   require(a.device == "cpu" || a.device == "cuda" || a.device == "auto" || a.device.rfind("cuda:", 0) == 0,
           "--device must be cpu, cuda, cuda:N or auto, got '" + a.device + "'");
   precision_options(a.precision);  // UsageError naming the option before any work
+  kv_type_option(a.kv_type, a.device, KvType::F32);
   if (!parser.given("--seed") && !parser.given("-s")) a.sampling.seed = clock_seed();
 }
 
@@ -94,6 +96,7 @@ SessionOptions session_options(const GenerationArgs& a) {
   o.n_ctx = a.n_ctx;
   o.n_threads = a.threads;
   o.device = a.device;
+  o.kv_type = kv_type_option(a.kv_type, a.device, KvType::F32);  // F32 is kept as F16 on a GPU
   o.gpu_sampling = !a.host_sampling;
   o.prefill_graph_max_tokens = a.prefill_graphs;
   o.tensor_parallel = a.tensor_parallel;
@@ -119,8 +122,8 @@ Session start_session(const LoadedModel& model, const GenerationArgs& a) {
   const double warm_up_seconds = a.no_warmup ? 0.0 : seconds_since(warm_up_start);
   std::fprintf(stderr, "start-up: session %.1f ms (upload, allocation), warm-up %.1f ms%s\n", setup_seconds * 1e3,
                warm_up_seconds * 1e3, a.no_warmup ? " (skipped)" : "");
-  std::fprintf(stderr, "device: %s, context: %lld\n", session.device_description().c_str(),
-               static_cast<long long>(session.n_ctx()));
+  std::fprintf(stderr, "device: %s, context: %lld, KV cache: %s\n", session.device_description().c_str(),
+               static_cast<long long>(session.n_ctx()), kv_type_name(session.kv_type()));
   std::fprintf(stderr, "seed: %llu\n", static_cast<unsigned long long>(a.sampling.seed));
   return session;
 }

@@ -23,6 +23,7 @@ struct GenerationArgs {
   int32_t threads = 0;
   std::string device = "cpu";
   PrecisionArgs precision;
+  std::string kv_type;  // --kv-type ("": f32 on the CPU, f16 on a GPU)
   SamplerParams sampling;
   std::vector<std::string> stop;
   bool ignore_eos = false;
@@ -34,7 +35,7 @@ struct GenerationArgs {
 };
 
 // Declares -m, -n (described by n_predict_help), the sampling options, --threads, --device, --precision,
-// --precision-keep, --ctx, --stop,
+// --precision-keep, --kv-type, --ctx, --stop,
 // --ignore-eos, --host-sampling, --no-warmup and --prefill-graphs, bound to `a`.
 void add_generation_options(ArgParser& parser, GenerationArgs& a, const std::string& n_predict_help);
 

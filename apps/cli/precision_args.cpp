@@ -29,4 +29,21 @@ PrecisionOptions precision_options(const PrecisionArgs& a) {
   return o;
 }
 
+void add_kv_type_option(ArgParser& parser, std::string& text) {
+  parser.option("--kv-type", &text, "TYPE",
+                "KV cache type: f16, fp8 (E4M3 codes + a float scale per position and KV head: ~half the bytes, ~2x "
+                "the positions in the same memory) or f32 (the CPU only). Default: f32 on the CPU (bench: f16), "
+                "f16 on a GPU");
+}
+
+KvType kv_type_option(const std::string& text, const std::string& device, KvType fallback) {
+  if (text.empty()) return fallback;
+  const std::optional<KvType> t = kv_type_from_name(text);
+  if (!t) throw UsageError("--kv-type: unknown KV cache type '" + text + "' (choices: " + kKvTypeChoices + ")");
+  if (*t == KvType::F32 && device.rfind("cuda", 0) == 0) {
+    throw UsageError("--kv-type f32 on " + device + ": the GPU keeps its KV cache in f16 or fp8 (choices there: f16, fp8)");
+  }
+  return *t;
+}
+
 }  // namespace ga::cli

@@ -236,6 +236,7 @@ json model_info_json(const LoadedModel& model, int64_t n_ctx) {
 json scheduler_stats_json(const SchedulerStats& s, int max_running) {
   return {{"running", s.running},
           {"queued", s.queued},
+          {"kv_type", s.kv_type},
           {"kv_blocks_total", s.kv_blocks_total},
           {"kv_blocks_used", s.kv_blocks_used},
           {"kv_blocks_cached", s.kv_blocks_cached},

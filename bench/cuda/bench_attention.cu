@@ -19,6 +19,10 @@
 //    and paged b16 bs 16), and the ratio "window over 32k / cache of W": about 1 when the kernels read only the
 //    window's key tiles (the split count and workspace follow the window), about 32768 / W if they read it all.
 //    Rates of windowed rows count the bytes of the window (what must be read), not of the cache.
+//  * FP8 KV cache (AttentionParams::kv_dtype kFp8: E4M3 codes + a float scale per position and KV head): decode b1
+//    (Llama-2 and Llama-3 heads) and b8 (Llama-3) over 32768 positions, contiguous, each next to the same call over
+//    an F16 cache in this process, and the ratio FP8 time / F16 time (the target: <= 0.6; the bytes are ~0.52x);
+//    rates count the FP8 call's own bytes (codes + scales).
 //
 // Method (as bench_gemv.cu): decode rotates over enough KV caches (>= 4x the L2 size in total) that
 // no launch finds its cache in L2; the launches are captured in one CUDA graph (the decode loop's
@@ -78,6 +82,13 @@ __global__ void fill_half(__half* p, size_t n, uint32_t seed) {
   }
 }
 
+// E4M3 codes of hashed values (bit 0 cleared: never the NaN codes 0x7F / 0xFF).
+__global__ void fill_codes(uint8_t* p, size_t n, uint32_t seed) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    p[i] = static_cast<uint8_t>(static_cast<int>((hashed_unit(i, seed) + 1.0f) * 127.0f)) & 0xFEu;
+  }
+}
+
 __global__ void fill_float(float* p, size_t n, uint32_t seed) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
     p[i] = hashed_unit(i, seed);
@@ -110,14 +121,17 @@ ga::cuda::AttentionParams params_for(const Heads& h, int n_tokens, int64_t pos0,
   return p;
 }
 
-// window_left >= 0: a sliding window (decode rows count the bytes of the window's keys).
+// window_left >= 0: a sliding window (decode rows count the bytes of the window's keys). fp8: an FP8 cache (codes
+// and per-(position, KV head) scales) instead of f16.
 Row bench_case(CachingAllocator& alloc, cudaStream_t stream, const Heads& h, int n_tokens, int64_t kv_len,
-               bool decode, size_t l2_bytes, double copy_gbs, double gemm, int window_left = -1) {
+               bool decode, size_t l2_bytes, double copy_gbs, double gemm, int window_left = -1, bool fp8 = false) {
   const int64_t pos0 = kv_len - n_tokens;
   ga::cuda::AttentionParams p = params_for(h, n_tokens, pos0, kv_len);
   p.window_left = window_left;
   const size_t kv_elems = static_cast<size_t>(kv_len) * static_cast<size_t>(p.kv_pos_stride);
-  const size_t kv_bytes = 2 * kv_elems * sizeof(__half);  // K and V
+  const size_t n_scales = static_cast<size_t>(kv_len) * static_cast<size_t>(h.n_head_kv);
+  // K and V: f16 values, or FP8 codes and their float scales
+  const size_t kv_bytes = fp8 ? 2 * (kv_elems + n_scales * sizeof(float)) : 2 * kv_elems * sizeof(__half);
   // the keys the call must read: the cache, or the window of its first token on (and its tokens)
   const int64_t read_keys = window_left >= 0 ? std::min<int64_t>(kv_len, window_left + n_tokens) : kv_len;
   const size_t read_bytes = kv_bytes / static_cast<size_t>(kv_len) * static_cast<size_t>(read_keys);
@@ -125,13 +139,36 @@ Row bench_case(CachingAllocator& alloc, cudaStream_t stream, const Heads& h, int
   const size_t q_elems = static_cast<size_t>(n_tokens) * static_cast<size_t>(p.q_token_stride);
   DeviceBuffer q(alloc, q_elems * 4), out(alloc, q_elems * 4);
   fill_float<<<256, 256, 0, stream>>>(q.as<float>(), q_elems, 3);
-  std::vector<DeviceBuffer> ks, vs;
+  std::vector<DeviceBuffer> ks, vs, kss, vss;  // f16 values, or FP8 codes (ks, vs) and scales (kss, vss)
   for (int i = 0; i < n_buf; ++i) {
-    ks.emplace_back(alloc, kv_elems * 2);
-    vs.emplace_back(alloc, kv_elems * 2);
-    fill_half<<<1024, 256, 0, stream>>>(ks.back().as<__half>(), kv_elems, 10u + i);
-    fill_half<<<1024, 256, 0, stream>>>(vs.back().as<__half>(), kv_elems, 50u + i);
+    ks.emplace_back(alloc, kv_elems * (fp8 ? 1 : 2));
+    vs.emplace_back(alloc, kv_elems * (fp8 ? 1 : 2));
+    if (fp8) {
+      kss.emplace_back(alloc, n_scales * sizeof(float));
+      vss.emplace_back(alloc, n_scales * sizeof(float));
+      fill_codes<<<1024, 256, 0, stream>>>(ks.back().as<uint8_t>(), kv_elems, 10u + i);
+      fill_codes<<<1024, 256, 0, stream>>>(vs.back().as<uint8_t>(), kv_elems, 50u + i);
+      fill_float<<<256, 256, 0, stream>>>(kss.back().as<float>(), n_scales, 70u + i);
+      fill_float<<<256, 256, 0, stream>>>(vss.back().as<float>(), n_scales, 90u + i);
+    } else {
+      fill_half<<<1024, 256, 0, stream>>>(ks.back().as<__half>(), kv_elems, 10u + i);
+      fill_half<<<1024, 256, 0, stream>>>(vs.back().as<__half>(), kv_elems, 50u + i);
+    }
   }
+  // buffer i of the rotation into p
+  const auto point = [&](ga::cuda::AttentionParams& q, int i) {
+    const size_t b = static_cast<size_t>(i);
+    if (fp8) {
+      q.kv_dtype = ga::cuda::AttentionParams::KvDType::kFp8;
+      q.k_fp8 = ks[b].as<uint8_t>();
+      q.v_fp8 = vs[b].as<uint8_t>();
+      q.k_scale = kss[b].as<float>();
+      q.v_scale = vss[b].as<float>();
+    } else {
+      q.k = ks[b].as<__half>();
+      q.v = vs[b].as<__half>();
+    }
+  };
   GA_CUDA_CHECK_LAUNCH();
   const size_t ws_bytes = ga::cuda::attention_workspace_bytes(p);
   DeviceBuffer ws(alloc, std::max<size_t>(ws_bytes, 16));
@@ -140,12 +177,10 @@ Row bench_case(CachingAllocator& alloc, cudaStream_t stream, const Heads& h, int
   p.out = out.as<float>();
   p.workspace = ws.data();
   p.workspace_bytes = ws_bytes;
-  p.k = ks[0].as<__half>();
-  p.v = vs[0].as<__half>();
+  point(p, 0);
   if (const char* why = ga::cuda::attention_unsupported_reason(p)) GA_THROW(Internal, "bench case rejected: ", why);
   cudaGraphExec_t graph = capture(stream, n_buf, [&](int i) {
-    p.k = ks[static_cast<size_t>(i)].as<__half>();
-    p.v = vs[static_cast<size_t>(i)].as<__half>();
+    point(p, i);
     return ga::cuda::attention(p, stream);
   });
   const double us = time_graph(graph, stream) * 1e3 / n_buf;
@@ -153,12 +188,15 @@ Row bench_case(CachingAllocator& alloc, cudaStream_t stream, const Heads& h, int
   GA_CUDA_CHECK(cudaGraphExecDestroy(graph));
   ks.clear();
   vs.clear();
+  kss.clear();
+  vss.clear();
   alloc.release_cached();
 
   Row r;
   r.decode = decode;
   r.us = us;
   r.what = std::string(h.model) + " (" + std::to_string(h.n_head) + "/" + std::to_string(h.n_head_kv) + ") " +
+           (fp8 ? "FP8 KV " : "") +
            (decode ? "decode b" + std::to_string(n_tokens) + " kv " + std::to_string(kv_len) +
                          (window_left >= 0 ? " window " + std::to_string(window_left + 1) : std::string()) + " (" +
                          std::to_string(splits) + " splits)"
@@ -464,6 +502,22 @@ int main() try {
     GA_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
   }
 
+  // FP8 KV cache: decode over 32k positions, each next to its F16 twin in this process (the ratio's target: <= 0.6).
+  std::vector<std::string> fp8_lines;
+  {
+    const std::pair<Heads, int> shapes[] = {{llama2, 1}, {llama3, 1}, {llama3, 8}};
+    for (const auto& [h, n_tokens] : shapes) {
+      const Row f16 = bench_case(alloc, stream.get(), h, n_tokens, 32768, true, dev.l2_bytes, copy_gbs, gemm);
+      const Row f8 = bench_case(alloc, stream.get(), h, n_tokens, 32768, true, dev.l2_bytes, copy_gbs, gemm, -1, true);
+      rows.push_back(f8);
+      char line[256];
+      std::snprintf(line, sizeof(line), "| %s decode b%d kv 32768 | %.2f | %.2f | %.3f | %.0f%% | %.0f%% |", h.model,
+                    n_tokens, f16.us, f8.us, f8.us / f16.us, 100.0 * f16.fraction, 100.0 * f8.fraction);
+      fp8_lines.push_back(line);
+    }
+    GA_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
+  }
+
   // Paged decode: batches of one-token runs over 4096 positions each (Llama-3 heads, block_size 16).
   struct PagedRow {
     std::string what;
@@ -581,6 +635,10 @@ int main() try {
     std::printf("| Llama-3-8B (32/8) %s, steady | %.2f | %.0f GB/s | %.0f%% of copy |\n", r.what.c_str(), r.t.steady_us,
                 r.bytes / (r.t.steady_us * 1e-6) / kGB, pct(r.bytes, r.t.steady_us));
   }
+  std::printf("\nFP8 KV cache vs F16 KV cache, decode over 32768 positions, same process (time us; FP8 / F16 "
+              "target <= 0.6)\n\n| case | F16 | FP8 | FP8 / F16 | F16 % of copy | FP8 % of copy |\n"
+              "|---|---:|---:|---:|---:|---:|\n");
+  for (const std::string& line : fp8_lines) std::printf("%s\n", line.c_str());
   if (!window_lines.empty()) {
     std::printf("\nSliding window %lld over a %lld-position cache (decode, time us): the window next to the whole "
                 "cache and to a cache of the window's length; windowed / short near 1 means only the window's key "

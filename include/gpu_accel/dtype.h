@@ -49,6 +49,9 @@ enum class DType : uint32_t {
   NVFP4 = 40,  // NVIDIA: 64 E2M1 weights, one UE4M3 scale per 16
   // Types only gpu_accel makes in memory (never in a GGUF file: their ids start at kFirstInternalDTypeId).
   F8_B128 = 1000,  // 128 FP8 E4M3 weights times one float32 scale: an FP8 checkpoint's weights as they ship
+  // Bare FP8 E4M3 codes, one byte each: the FP8 KV cache's (its float scales, one per position and KV head, live
+  // beside the codes: backends/cpu/kv_pool.h). Never a weight type.
+  F8_E4M3 = 1001,
 };
 inline constexpr uint32_t kFirstInternalDTypeId = 1000;
 // Whether a type can be stored in a GGUF file (every ggml type; not gpu_accel's in-memory ones).

@@ -51,7 +51,7 @@ struct SchedulerOptions {
   int64_t block_size = 16;         // tokens per KV block
   int64_t max_batch_tokens = 512;  // tokens per forward step (decode tokens + prompt chunks); >= max_running
   int n_threads = 0;               // CPU threads; 0: all
-  KvType kv_type = KvType::F32;    // the CPU's; the CUDA pool is always f16
+  KvType kv_type = KvType::F32;    // as SessionOptions::kv_type (CUDA: F16 or FP8; F32 kept there as F16)
   // "cpu", "cuda" / "cuda:N" (the batched CUDA forward over a paged KV pool on that GPU; kv_blocks 0:
   // what free device memory holds) or "auto" (cuda:0 when a device can run the model, else cpu).
   std::string device = "cpu";
@@ -142,6 +142,7 @@ struct SchedulerStats {
   double forward_seconds = 0;
   double sample_seconds = 0;
   std::string device;
+  std::string kv_type;  // the KV pool's element type as the backend keeps it: "f32", "f16" or "fp8"
 };
 
 // Scheduler::housekeep: what to tidy between two steps.

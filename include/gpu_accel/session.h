@@ -7,8 +7,10 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "gpu_accel/model.h"
@@ -16,7 +18,16 @@
 
 namespace ga {
 
-enum class KvType { F32, F16 };
+// The KV cache's element type. F32: the CPU only (its reference). F16: both backends. FP8: OCP E4M3 codes with
+// one float scale per (position, KV head) for K and one for V (scale = the row's largest magnitude / 448), about
+// half the bytes of F16, so the same memory holds ~2x the positions; both backends. BF16 is not offered: the CUDA
+// attention kernels read f16 or FP8 caches only.
+enum class KvType { F32, F16, FP8 };
+// "f32", "f16", "fp8".
+const char* kv_type_name(KvType type);
+// Parses "f32" / "f16" / "fp8" (any case); nullopt otherwise. kKvTypeChoices lists them for error messages.
+std::optional<KvType> kv_type_from_name(std::string_view name);
+inline constexpr const char* kKvTypeChoices = "f16, fp8 (both backends) or f32 (the CPU only)";
 
 // The largest prompt (tokens) that replays a prefill CUDA graph by default (SessionOptions, SchedulerOptions): the
 // launch-bound short prefills; longer ones are bound by their GEMMs.
@@ -25,7 +36,9 @@ inline constexpr int64_t kDefaultPrefillGraphMaxTokens = 512;
 struct SessionOptions {
   int64_t n_ctx = 0;    // 0: the model's training context, capped at 4096
   int n_threads = 0;    // 0: all hardware threads
-  KvType kv_type = KvType::F32;  // the CPU's; the CUDA backend always keeps its KV cache in F16
+  // The KV cache's type (KvType). The CPU keeps every type. CUDA keeps F16 or FP8; F32, this default (the CPU
+  // reference's), is kept there as F16 as it always was (the CLI refuses an explicit `--kv-type f32` on a GPU).
+  KvType kv_type = KvType::F32;
   // "cpu" (the reference backend), "cuda" / "cuda:N" (GPU N, default 0), or "auto" (cuda:0 when a
   // device exists and the model's types run there, else cpu).
   std::string device = "cpu";
@@ -85,6 +98,7 @@ class Session {
 
   const LoadedModel& model() const;
   int n_threads() const;  // CPU threads (1 on a GPU device)
+  KvType kv_type() const;  // the KV cache's type as the device keeps it (a GPU: F16 for an F32 request)
   // Where the session runs: "cpu" or "cuda:N", and a line for logs (device name, kernel arch).
   const std::string& device() const;
   std::string device_description() const;

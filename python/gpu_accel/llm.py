@@ -20,16 +20,20 @@ class LLM:
     precision: the weights at load, the CLI's --precision: "native" (as stored), "bf16", "fp8" (the layer matrices
     as F8_B128 blocks) or "auto" (fp8 on a GPU with FP8 tensor cores for a 16/32-bit float model, else native).
     precision_keep: fp8's layers kept as stored (--precision-keep): a list of indices or a "0,-1" string.
+    kv_type: the KV cache, the CLI's --kv-type: "f16", "fp8" (E4M3 codes with a float scale per position and KV
+    head: ~half the bytes) or "f32" (the CPU only); None: f32 on the CPU, f16 on a GPU. info()["kv_type"] says
+    which the session keeps.
 
     Each generate()/chat()/logits() call starts from an empty context; calls on one LLM run one at a time.
     """
 
     def __init__(self, path, device="auto", n_ctx=0, threads=0, warm_up=True, tensor_parallel=1, context_parallel=1,
-                 precision="native", precision_keep="0,-1"):
+                 precision="native", precision_keep="0,-1", kv_type=None):
         if not isinstance(precision_keep, str):
             precision_keep = ",".join(str(int(i)) for i in precision_keep) if len(precision_keep) else "none"
         self._engine = _C.Engine(str(path), device, int(n_ctx), int(threads), bool(warm_up), int(tensor_parallel),
-                                 int(context_parallel), str(precision), precision_keep)
+                                 int(context_parallel), str(precision), precision_keep,
+                                 "" if kv_type is None else str(kv_type))
         info = self._engine.info()
         self.n_vocab = info["n_vocab"]
         self.n_ctx = info["n_ctx"]

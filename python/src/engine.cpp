@@ -85,7 +85,8 @@ GenerateOptions generate_options(const SamplingArgs& a) {
 class Engine {
  public:
   Engine(const std::string& path, const std::string& device, int64_t n_ctx, int n_threads, bool warm_up,
-         int tensor_parallel, int context_parallel, const std::string& precision, const std::string& precision_keep) {
+         int tensor_parallel, int context_parallel, const std::string& precision, const std::string& precision_keep,
+         const std::string& kv_type) {
     if (!(device == "cpu" || device == "cuda" || device == "auto" || device.rfind("cuda:", 0) == 0)) {
       throw py::value_error("device must be 'cpu', 'cuda', 'cuda:N' or 'auto', got '" + device + "'");
     }
@@ -109,6 +110,18 @@ class Engine {
     };
     named("precision", [&] { precision_options.mode = precision_from_name(precision); });
     named("precision_keep", [&] { precision_options.keep_layers = parse_layer_list(precision_keep); });
+    // the CLI's --kv-type: "" is the device's default (f32 on the CPU, f16 on a GPU)
+    KvType kv = KvType::F32;
+    if (!kv_type.empty()) {
+      const std::optional<KvType> t = kv_type_from_name(kv_type);
+      if (!t) {
+        throw py::value_error("kv_type: unknown KV cache type '" + kv_type + "' (choices: " + kKvTypeChoices + ")");
+      }
+      if (*t == KvType::F32 && device.rfind("cuda", 0) == 0) {
+        throw py::value_error("kv_type 'f32' on " + device + ": the GPU keeps its KV cache in f16 or fp8");
+      }
+      kv = *t;
+    }
     py::gil_scoped_release release;
     model_ = std::make_unique<LoadedModel>(load_model(path));
     named("precision_keep", [&] { apply_precision(*model_, precision_options, precision_target(device)); });
@@ -119,6 +132,7 @@ class Engine {
     options.n_threads = n_threads;
     options.tensor_parallel = tensor_parallel;
     options.context_parallel = context_parallel;
+    options.kv_type = kv;
     session_ = std::make_unique<Session>(*model_, options);
     if (warm_up) session_->warm_up();
   }
@@ -212,6 +226,7 @@ class Engine {
     d["n_ctx"] = session_->n_ctx();
     d["device"] = session_->device();
     d["device_description"] = session_->device_description();
+    d["kv_type"] = kv_type_name(session_->kv_type());
     d["precision"] = model_->precision.mode;
     d["precision_detail"] = model_->precision.detail;
     d["n_threads"] = session_->n_threads();
@@ -280,9 +295,10 @@ void register_engine(py::module_& m) {
 
   py::class_<Engine>(m, "Engine", "A loaded model with one sequence's session (use gpu_accel.LLM).")
       .def(py::init<const std::string&, const std::string&, int64_t, int, bool, int, int, const std::string&,
-                    const std::string&>(),
+                    const std::string&, const std::string&>(),
            py::arg("path"), py::arg("device"), py::arg("n_ctx"), py::arg("threads"), py::arg("warm_up"),
-           py::arg("tensor_parallel"), py::arg("context_parallel"), py::arg("precision"), py::arg("precision_keep"))
+           py::arg("tensor_parallel"), py::arg("context_parallel"), py::arg("precision"), py::arg("precision_keep"),
+           py::arg("kv_type"))
       .def("tokenize", &Engine::tokenize, py::arg("text"), py::arg("add_special"), py::arg("parse_special"))
       .def("detokenize", &Engine::detokenize, py::arg("ids"), py::arg("render_special"))
       .def("token_to_piece", &Engine::token_to_piece, py::arg("id"), py::arg("render_special"))

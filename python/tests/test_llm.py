@@ -172,6 +172,20 @@ def test_context_parallel_gives_the_same_text_and_logits(model_path, llm):
         gpu_accel.LLM(model_path, device="cpu", context_parallel=2, tensor_parallel=2)
 
 
+def test_kv_type_option_mirrors_the_cli(model_path):
+    f32 = gpu_accel.LLM(model_path, device="cpu", threads=1)
+    assert f32.info()["kv_type"] == "f32"  # the CPU's default
+    fp8 = gpu_accel.LLM(model_path, device="cpu", threads=1, kv_type="fp8")
+    assert fp8.info()["kv_type"] == "fp8"
+    a, b = fp8.logits([1, 403, 407, 261]), f32.logits([1, 403, 407, 261])
+    rel = float(np.linalg.norm(a - b) / np.linalg.norm(b))
+    assert 0 < rel < 0.15  # tests/runtime/test_fp8_kv_cache.cpp's bar for stories260K
+    with pytest.raises(ValueError, match="kv_type: unknown KV cache type 'xyz'.*fp8"):
+        gpu_accel.LLM(model_path, device="cpu", kv_type="xyz")
+    with pytest.raises(ValueError, match="f16 or fp8"):
+        gpu_accel.LLM(model_path, device="cuda", kv_type="f32")
+
+
 def test_precision_option_mirrors_the_cli(model_path, llm):
     fixture = pathlib.Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "quant" / "fixture-f32.gguf"
     native = gpu_accel.LLM(fixture, device="cpu", threads=1)

@@ -13,7 +13,7 @@ constexpr uint32_t kQK = 32;    // weights per block of the classic quant types
 constexpr uint32_t kQKK = 256;  // weights per super-block of the K-quants
 
 // {type, name, block_size, type_size, quantized, supported}
-constexpr std::array<DTypeTraits, 36> kTraits = {{
+constexpr std::array<DTypeTraits, 37> kTraits = {{
     {DType::F32, "F32", 1, 4, false, true},
     {DType::F16, "F16", 1, 2, false, true},
     {DType::Q4_0, "Q4_0", kQK, 18, true, true},
@@ -48,6 +48,7 @@ constexpr std::array<DTypeTraits, 36> kTraits = {{
     {DType::MXFP4, "MXFP4", kQK, 17, true, true},
     {DType::NVFP4, "NVFP4", 64, 36, true, true},
     {DType::F8_B128, "F8_B128", 128, 132, true, true},
+    {DType::F8_E4M3, "F8_E4M3", 1, 1, false, false},  // the FP8 KV cache's codes, not a weight type
     // padding entries are never matched: ids 4, 5, 31..33, 36..38 are not valid types
     {DType::F32, nullptr, 0, 0, false, false},
     {DType::F32, nullptr, 0, 0, false, false},

@@ -7,6 +7,9 @@
 // a 20-token prompt (GEMM prefill + tuned prefill attention), 5 tokens (small-batch GEMV), then 12
 // single tokens (graph-replayed decode, split-KV decode attention). Tolerance as test_cuda_forward:
 // rel L2 <= 1e-2 per row of logits.
+// The FP8 KV cache (KvType::FP8) on the same shapes and on stories260K (head_dim 8: the simple attention): the GPU
+// session against the CPU session with its FP8 cache; both quantize their own K/V, which differ by the GPU's f16
+// GEMM staging, so a code may flip: kFp8KvMaxRelL2 (the FP8 bound, not yet measured on a GPU).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -31,6 +34,7 @@ namespace {
 using ga::test::cuda::expect_logit_rows_close;
 
 constexpr double kMaxRelL2 = 1e-2;
+constexpr double kFp8KvMaxRelL2 = 3e-2;
 
 struct ShapeCase {
   const char* name;
@@ -120,13 +124,30 @@ class SyntheticModel {
   ga::LoadedModel model_;
 };
 
-ga::SessionOptions options(const std::string& device) {
+ga::SessionOptions options(const std::string& device, ga::KvType kv = ga::KvType::F16) {
   ga::SessionOptions o;
   o.n_ctx = 64;
   o.n_threads = 2;
-  o.kv_type = ga::KvType::F16;
+  o.kv_type = kv;
   o.device = device;
   return o;
+}
+
+// The three feeding patterns of the tuned-shapes test on a CPU and a GPU session; returns the rows compared.
+size_t compare_feeding(ga::Session& cpu, ga::Session& gpu, int64_t n_vocab, double bound, double& worst) {
+  std::vector<int32_t> prompt(20), batch(5);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>((7 + 37 * i) % n_vocab);
+  for (size_t i = 0; i < batch.size(); ++i) batch[i] = static_cast<int32_t>((11 + 53 * i) % n_vocab);
+  size_t rows = 0;
+  rows += expect_logit_rows_close("prompt", gpu.eval(prompt, true), cpu.eval(prompt, true), n_vocab, bound, worst);
+  rows += expect_logit_rows_close("batch of 5", gpu.eval(batch, true), cpu.eval(batch, true), n_vocab, bound, worst);
+  for (int32_t i = 0; i < 12; ++i) {
+    const int32_t id = (3 + 29 * i) % static_cast<int32_t>(n_vocab);
+    const std::span<const int32_t> one(&id, 1);
+    rows += expect_logit_rows_close("decode " + std::to_string(i), gpu.eval(one), cpu.eval(one), n_vocab, bound,
+                                    worst);
+  }
+  return rows;
 }
 
 TEST(CudaForwardShapes, TunedAttentionShapesMatchCpuSession) {
@@ -166,6 +187,38 @@ TEST(CudaForwardShapes, TunedAttentionShapesMatchCpuSession) {
           << gpu.device_description();
     }
   }
+  EXPECT_GT(rows, 0u);
+}
+
+TEST(CudaForwardShapes, Fp8KvCacheMatchesCpuFp8Session) {
+  GA_REQUIRE_CUDA_DEVICE();
+  const ShapeCase cases[] = {
+      {"llama-hd64-gqa4", "llama", 256, 8, 2, 64, 512, false, false, false, false},
+      {"qwen2-hd128-bias-neox-tied", "qwen2", 256, 4, 2, 128, 384, true, true, true, false},
+  };
+  size_t rows = 0;
+  for (const ShapeCase& s : cases) {
+    SCOPED_TRACE(s.name);
+    const SyntheticModel synthetic(s);
+    const ga::LoadedModel& model = synthetic.model();
+    ga::Session cpu(model, options("cpu", ga::KvType::FP8));
+    ga::Session gpu(model, options("cuda", ga::KvType::FP8));
+    EXPECT_EQ(gpu.kv_type(), ga::KvType::FP8);
+    double worst = 0.0;
+    rows += compare_feeding(cpu, gpu, model.config.n_vocab, kFp8KvMaxRelL2, worst);
+    const std::string d = gpu.device_description();
+    std::printf("%-30s FP8 KV: worst rel L2 %.2e (%s)\n", s.name, worst, d.c_str());
+    EXPECT_NE(d.find("fp8"), std::string::npos) << d;
+    EXPECT_NE(d.find("decode attention: split-KV"), std::string::npos) << d;
+    EXPECT_NE(d.find("prefill attention: mma.sync"), std::string::npos) << d;  // the flash kernel reads f16 only
+  }
+  // stories260K: head_dim 8, the simple attention over the FP8 cache
+  const ga::LoadedModel stories = ga::load_model(ga::test::shared_path("models/tinyllamas/stories260K.gguf"));
+  ga::Session cpu(stories, options("cpu", ga::KvType::FP8));
+  ga::Session gpu(stories, options("cuda", ga::KvType::FP8));
+  double worst = 0.0;
+  rows += compare_feeding(cpu, gpu, stories.config.n_vocab, kFp8KvMaxRelL2, worst);
+  std::printf("%-30s FP8 KV: worst rel L2 %.2e\n", "stories260K", worst);
   EXPECT_GT(rows, 0u);
 }
 

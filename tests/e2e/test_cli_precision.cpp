@@ -107,5 +107,36 @@ TEST(CliPrecision, BadValuesAreUsageErrorsNamingTheOptionAndTheValue) {
   }
 }
 
+// --kv-type: the FP8 cache runs on the CPU and says so; an unknown type is a usage error listing the choices on
+// every command that takes it, and f32 on a GPU is refused before any work.
+TEST(CliKvType, Fp8RunsAndBadTypesAreUsageErrorsListingTheChoices) {
+  const std::string m = stories();
+  const CliResult ok =
+      run_cli({"run", "-m", m, "-p", "Once upon a time", "-n", "8", "--temp", "0", "--kv-type", "fp8"});
+  ASSERT_EQ(ok.exit_code, 0) << describe(ok);
+  EXPECT_FALSE(ok.out.empty());
+  EXPECT_TRUE(has(ok.err, "KV cache: fp8")) << describe(ok);
+  std::vector<std::vector<std::string>> cases;
+  for (const std::vector<std::string>& prefix :
+       {std::vector<std::string>{"run", "-m", m, "-p", "x"}, std::vector<std::string>{"chat", "-m", m},
+        std::vector<std::string>{"bench", "-m", m, "-p", "1", "-n", "1"}, std::vector<std::string>{"serve", "-m", m},
+        std::vector<std::string>{"bench-serve", "-m", m}}) {
+    std::vector<std::string> a = prefix;
+    a.insert(a.end(), {"--kv-type", "xyz"});
+    cases.push_back(a);
+  }
+  for (const std::vector<std::string>& args : cases) {
+    const CliResult r = run_cli(args);
+    EXPECT_EQ(r.exit_code, 2) << describe(r);
+    const size_t at = r.err.find("error: ");
+    ASSERT_NE(at, std::string::npos) << describe(r);
+    const std::string line = r.err.substr(at);
+    for (const char* part : {"--kv-type", "'xyz'", "f16", "fp8", "f32"}) EXPECT_TRUE(has(line, part)) << describe(r);
+  }
+  const CliResult gpu_f32 = run_cli({"run", "-m", m, "-p", "x", "--device", "cuda", "--kv-type", "f32"});
+  EXPECT_EQ(gpu_f32.exit_code, 2) << describe(gpu_f32);
+  EXPECT_TRUE(has(gpu_f32.err, "f16 or fp8")) << describe(gpu_f32);
+}
+
 }  // namespace
 }  // namespace ga

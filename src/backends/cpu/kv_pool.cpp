@@ -9,26 +9,48 @@
 
 namespace ga::cpu {
 
+bool cpu_kv_type_supported(DType type) {
+  return type == DType::F32 || type == DType::F16 || type == DType::F8_E4M3;
+}
+
+uint64_t kv_bytes_per_head_position(DType type, int64_t head_dim) {
+  const uint64_t hd = static_cast<uint64_t>(head_dim);
+  switch (type) {
+    case DType::F32: return 2 * hd * 4;
+    case DType::F16: return 2 * hd * 2;
+    case DType::F8_E4M3: return 2 * (hd + sizeof(float));
+    default: GA_THROW(InvalidArgument, "KV cache type ", dtype_name(type), " (supported: F32, F16, F8_E4M3)");
+  }
+}
+
 KvPool::KvPool(const step::StateSpec& state, const KvPoolParams& params) : params_(params) {
   GA_CHECK(params.n_blocks > 0 && params.block_size > 0, InvalidArgument, "KV pool needs n_blocks > 0 and ",
            "block_size > 0 (got ", params.n_blocks, " and ", params.block_size, ")");
-  GA_CHECK(params.kv_type == DType::F32 || params.kv_type == DType::F16, InvalidArgument, "KV cache type ",
-           dtype_name(params.kv_type), " (supported: F32, F16)");
+  GA_CHECK(cpu_kv_type_supported(params.kv_type), InvalidArgument, "KV cache type ", dtype_name(params.kv_type),
+           " (supported: F32, F16, F8_E4M3)");
   constexpr int64_t kMaxPositions = int64_t{1} << 32;  // keeps every size computation far from overflow
   GA_CHECK(params.n_blocks <= kMaxPositions / params.block_size, InvalidArgument, "KV pool of ", params.n_blocks,
            " blocks x ", params.block_size, " positions is too large");
-  const uint64_t elem = params.kv_type == DType::F16 ? 2 : 4;
+  const bool fp8 = params.kv_type == DType::F8_E4M3;
+  const uint64_t elem = fp8 ? 1 : params.kv_type == DType::F16 ? 2 : 4;
   const uint64_t slots = static_cast<uint64_t>(params.n_blocks * params.block_size);
+  const auto align16 = [](uint64_t n) { return (n + 15) / 16 * 16; };  // the scales' planes stay float-aligned
   uint64_t total = 0;
   for (const step::KvLayerSpec& l : state.kv_layers) {
     GA_CHECK(l.n_head_kv > 0 && l.head_dim > 0, InvalidArgument, "KV layer with ", l.n_head_kv, " heads of ",
              l.head_dim);
     Layer layer;
     layer.kv_dim = l.n_head_kv * l.head_dim;
-    const uint64_t plane = slots * static_cast<uint64_t>(layer.kv_dim) * elem;
+    const uint64_t plane = align16(slots * static_cast<uint64_t>(layer.kv_dim) * elem);
     layer.k_offset = total;
     layer.v_offset = total + plane;
     total += 2 * plane;
+    if (fp8) {  // [slots][n_head_kv] floats each
+      const uint64_t scale_plane = align16(slots * static_cast<uint64_t>(l.n_head_kv) * sizeof(float));
+      layer.k_scale_offset = total;
+      layer.v_scale_offset = total + scale_plane;
+      total += 2 * scale_plane;
+    }
     layers_.push_back(layer);
   }
   for (const step::RecurrentSpec& r : state.recurrent) {

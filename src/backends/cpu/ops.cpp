@@ -107,7 +107,17 @@ void store_kv(DType type, const float* src, void* dst, int64_t n) {
     uint16_t* d = static_cast<uint16_t*>(dst);
     for (int64_t i = 0; i < n; ++i) d[i] = f32_to_fp16(src[i]);
   } else {
-    GA_THROW(Unsupported, "KV cache type ", dtype_name(type), " (supported: F32, F16)");
+    GA_THROW(Unsupported, "KV cache type ", dtype_name(type), " (supported: F32, F16; F8_E4M3 by store_kv_fp8)");
+  }
+}
+
+void store_kv_fp8(const float* src, uint8_t* codes, float* scales, int64_t n_head_kv, int64_t head_dim) {
+  for (int64_t h = 0; h < n_head_kv; ++h) {
+    const float* x = src + h * head_dim;
+    float amax = 0.0f;
+    for (int64_t d = 0; d < head_dim; ++d) amax = std::max(amax, std::fabs(x[d]));
+    scales[h] = e4m3_group_scale(amax);
+    quantize_e4m3(x, head_dim, scales[h], codes + h * head_dim);
   }
 }
 

@@ -77,9 +77,12 @@ struct PagedAttentionParams {
   const int64_t* positions = nullptr;           // [n_tokens]
   const int32_t* const* block_tables = nullptr;  // [n_tokens]: the block table of token t's sequence
   int64_t block_size = 0;                       // positions per block
-  DType kv_type = DType::F32;                   // F32 or F16
+  DType kv_type = DType::F32;                   // F32, F16 or F8_E4M3
   const void* k_blocks = nullptr;               // [n_blocks][block_size][n_head_kv][head_dim] of kv_type
   const void* v_blocks = nullptr;               // [n_blocks][block_size][n_head_kv][head_dim] of kv_type
+  // F8_E4M3 only: [n_blocks][block_size][n_head_kv] scales; a cached value is e4m3(code) * scale (kv_pool.h)
+  const float* k_scales = nullptr;
+  const float* v_scales = nullptr;
   float* out = nullptr;                         // [n_tokens][n_head][head_dim]
   int64_t out_stride = 0;                       // floats between tokens of out
   // Sliding window: >= 0 limits query t to positions positions[t] - window_left .. positions[t]
@@ -108,9 +111,11 @@ struct AttentionParams {
   float scale = 1.0f;             // usually 1/sqrt(head_dim)
   const float* q = nullptr;       // [n_tokens][n_head][head_dim]
   int64_t q_stride = 0;           // floats between tokens of q (>= n_head * head_dim)
-  DType kv_type = DType::F32;     // F32 or F16
+  DType kv_type = DType::F32;     // F32, F16 or F8_E4M3
   const void* k_cache = nullptr;  // [n_ctx][n_head_kv][head_dim] of kv_type
   const void* v_cache = nullptr;  // [n_ctx][n_head_kv][head_dim] of kv_type
+  const float* k_scales = nullptr;  // F8_E4M3 only: [n_ctx][n_head_kv], as PagedAttentionParams
+  const float* v_scales = nullptr;
   float* out = nullptr;           // [n_tokens][n_head][head_dim]
   int64_t out_stride = 0;         // floats between tokens of out
   int64_t window_left = -1;       // as PagedAttentionParams
@@ -128,5 +133,10 @@ inline int64_t attention_work_floats(int64_t n_ctx, int64_t head_dim) { return n
 
 // Copies n floats into a KV cache row of `type` (F32 copy or F16 rounding to nearest even).
 void store_kv(DType type, const float* src, void* dst, int64_t n);
+// The FP8 cache's store of one position: src [n_head_kv][head_dim] floats become E4M3 codes [n_head_kv][head_dim]
+// with one scale per head, scales[h] = e4m3_group_scale(amax of head h) (amax / 448, 1 for an all-zero head) and
+// codes = f32_to_e4m3(x / scale) (quant.h's quantize_e4m3: round to nearest even, nothing saturates). The CUDA
+// store (engine/qkv_rope_store.cu) writes the same bytes.
+void store_kv_fp8(const float* src, uint8_t* codes, float* scales, int64_t n_head_kv, int64_t head_dim);
 
 }  // namespace ga::cpu

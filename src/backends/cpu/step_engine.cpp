@@ -261,9 +261,13 @@ struct StepEngine::Impl final : step::Binder, step::Ops {
     const CpuRope& r = angles(op.rope);
     const int64_t half = r.table.n_rot / 2;
     const RopeLayout layout = r.table.neox ? RopeLayout::Halves : RopeLayout::AdjacentPairs;
-    const uint64_t row_bytes_kv = static_cast<uint64_t>(kv_dim) * (cache->kv_type() == DType::F16 ? 2 : 4);
+    const DType kv_type = cache->kv_type();
+    const uint64_t row_bytes_kv =
+        static_cast<uint64_t>(kv_dim) * (kv_type == DType::F8_E4M3 ? 1 : kv_type == DType::F16 ? 2 : 4);
     uint8_t* k_blocks = cache->k(op.kv.id);
     uint8_t* v_blocks = cache->v(op.kv.id);
+    float* k_scales = cache->k_scales(op.kv.id);  // F8_E4M3: [slots][n_head_kv]
+    float* v_scales = cache->v_scales(op.kv.id);
     for (int64_t t = 0; t < n; ++t) {
       float* q = ptr(op.q, t);
       float* k = ptr(op.k, t);
@@ -279,8 +283,14 @@ struct StepEngine::Impl final : step::Binder, step::Ops {
       cpu::rope(k, op.n_head_kv, hd, r.table.n_rot, cs, sn, layout);
       const uint64_t row = kv_rows[static_cast<size_t>(t)];
       if (row == kNoRow) continue;
-      store_kv(cache->kv_type(), k, k_blocks + row * row_bytes_kv, kv_dim);
-      store_kv(cache->kv_type(), v, v_blocks + row * row_bytes_kv, kv_dim);
+      if (kv_type == DType::F8_E4M3) {
+        const uint64_t heads = static_cast<uint64_t>(op.n_head_kv);
+        store_kv_fp8(k, k_blocks + row * row_bytes_kv, k_scales + row * heads, op.n_head_kv, hd);
+        store_kv_fp8(v, v_blocks + row * row_bytes_kv, v_scales + row * heads, op.n_head_kv, hd);
+        continue;
+      }
+      store_kv(kv_type, k, k_blocks + row * row_bytes_kv, kv_dim);
+      store_kv(kv_type, v, v_blocks + row * row_bytes_kv, kv_dim);
     }
   }
 
@@ -314,6 +324,8 @@ struct StepEngine::Impl final : step::Binder, step::Ops {
     ap.kv_type = cache->kv_type();
     ap.k_blocks = cache->k(op.kv.id);
     ap.v_blocks = cache->v(op.kv.id);
+    ap.k_scales = cache->k_scales(op.kv.id);
+    ap.v_scales = cache->v_scales(op.kv.id);
     ap.out = ptr(op.out);
     ap.out_stride = ld(op.out);
     ap.work = attn_work.data();

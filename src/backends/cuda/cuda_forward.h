@@ -70,7 +70,8 @@ struct PrefillGraphStats {
 
 struct CudaForwardParams {
   int device = 0;
-  int64_t n_ctx = 0;         // positions the device KV cache (f16) holds
+  int64_t n_ctx = 0;         // positions the device KV cache holds
+  DType kv_type = DType::F16;  // the KV cache: F16, or F8_E4M3 (codes + a float scale per position and KV head)
   int64_t max_batch = 512;   // tokens per internal step; longer evals are split (bounds scratch memory)
   bool use_cuda_graph = true;  // capture the one-token decode step once and replay it
   Int8Activations int8_activations = Int8Activations::kOnceAll;
@@ -119,6 +120,7 @@ using BatchEntry = step::BatchToken;
 struct CudaBatchForwardParams {
   int device = 0;
   int64_t block_size = 16;           // positions per KV block
+  DType kv_type = DType::F16;        // the pool: F16 or F8_E4M3 (as CudaForwardParams::kv_type)
   // KV pool size in blocks; 0: as many as fit in kv_memory_fraction of the device memory left free
   // after the weights and the scratch, at most max_auto_blocks (0: no cap).
   int64_t n_blocks = 0;

@@ -181,7 +181,8 @@ ContextParallelSequence::ContextParallelSequence(const LoadedModel& model, const
   GA_CHECK(params.n_ctx > 0 && params.n_ctx <= kMaxContext, InvalidArgument, "context length ", params.n_ctx,
            " is outside [1, ", kMaxContext, "]");
   GA_CHECK(params.kv_type == DType::F32 || params.kv_type == DType::F16, InvalidArgument, "KV cache type ",
-           dtype_name(params.kv_type), " (supported: F32, F16)");
+           dtype_name(params.kv_type), " with context parallelism (its shards are F32 or F16; the FP8 cache runs ",
+           "without --context-parallel)");
   GA_CHECK(params.max_batch > 0, InvalidArgument, "max_batch must be positive");
   m.group = std::make_unique<dist::LoopbackGroup>(m.world);
   const int threads = pool != nullptr ? std::max(1, pool->size() / m.world) : 1;

@@ -25,8 +25,8 @@ constexpr int64_t kMaxContext = int64_t{1} << 24;  // keeps every cache size com
 cpu::KvPoolParams single_block_pool(const SequenceParams& params) {
   GA_CHECK(params.n_ctx > 0 && params.n_ctx <= kMaxContext, InvalidArgument, "context length ", params.n_ctx,
            " is outside [1, ", kMaxContext, "]");
-  GA_CHECK(params.kv_type == DType::F32 || params.kv_type == DType::F16, InvalidArgument, "KV cache type ",
-           dtype_name(params.kv_type), " (supported: F32, F16)");
+  GA_CHECK(cpu::cpu_kv_type_supported(params.kv_type), InvalidArgument, "KV cache type ",
+           dtype_name(params.kv_type), " (supported: F32, F16, F8_E4M3)");
   GA_CHECK(params.max_batch > 0, InvalidArgument, "max_batch must be positive");
   cpu::KvPoolParams p;
   p.n_blocks = 1;

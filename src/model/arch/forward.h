@@ -52,7 +52,7 @@ class BatchForward {
 
 struct SequenceParams {
   int64_t n_ctx = 0;           // positions the KV cache holds
-  DType kv_type = DType::F32;  // F32 or F16
+  DType kv_type = DType::F32;  // F32, F16 or F8_E4M3 (the FP8 cache; not with context_parallel > 1)
   int64_t max_batch = 512;     // tokens per internal step; longer evals are split (bounds scratch memory)
   dist::Transport* transport = nullptr;  // a tensor-parallel shard's group (every rank evaluates the same tokens)
   // > 1: the model split over this many CPU ranks of this process (tensor_parallel.h, the loopback transport),

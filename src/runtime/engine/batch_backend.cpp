@@ -38,7 +38,7 @@ class CpuBatchBackend final : public BatchBackend {
   CpuBatchBackend(const LoadedModel& model, const BatchBackendOptions& o)
       : forward_(model, o.pool, o.n_ctx),
         kv_(forward_.state(), cpu::KvPoolParams{o.kv_blocks > 0 ? o.kv_blocks : o.max_seqs * blocks_per_context(o),
-                                                o.block_size, o.kv_type == KvType::F16 ? DType::F16 : DType::F32}),
+                                                o.block_size, cpu_kv_dtype(o.kv_type)}),
         threads_(o.pool != nullptr ? o.pool->size() : 1) {}
 
   std::span<const float> forward(std::span<const arch::BatchToken> batch,
@@ -168,6 +168,7 @@ std::unique_ptr<BatchBackend> make_batch_backend(const LoadedModel& model, const
     cuda::CudaBatchForwardParams params;
     params.device = gpu_index;
     params.block_size = options.block_size;
+    params.kv_type = cuda_kv_dtype(options.kv_type);
     params.n_blocks = options.kv_blocks;
     params.max_auto_blocks = kAutoBlocksContexts * options.max_seqs * blocks_per_context(options);
     params.max_batch_tokens = options.max_batch_tokens;

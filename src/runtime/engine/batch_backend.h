@@ -6,8 +6,8 @@
 // Why an interface here: the Scheduler's policy (admission, block manager, prefix cache,
 // preemption, cancellation, sampling) is the same whatever computes the step, so it is written once
 // against this class, and the device is chosen once, when the backend is made. The CPU backend is
-// arch::BatchForward + cpu::KvPool (f32 or f16 KV); the CUDA backend is
-// cuda::CudaBatchForward (f16 KV on the device, backends/cuda/cuda_forward.h, a CUDA-free header:
+// arch::BatchForward + cpu::KvPool (f32, f16 or fp8 KV); the CUDA backend is
+// cuda::CudaBatchForward (f16 or fp8 KV on the device, backends/cuda/cuda_forward.h, a CUDA-free header:
 // a build without CUDA answers Unsupported, so there is no #ifdef here either).
 #pragma once
 
@@ -30,6 +30,10 @@ namespace ga::engine {
 
 // "cuda" -> 0, "cuda:3" -> 3; -1 for anything else (the Session's and the Scheduler's device names).
 int cuda_device_index(const std::string& device);
+// The KV cache element type a backend keeps for a requested KvType: the CPU every type (FP8: F8_E4M3 codes), CUDA
+// F16 or F8_E4M3 (F32, the options' default, as F16). session.cpp.
+DType cpu_kv_dtype(KvType type);
+DType cuda_kv_dtype(KvType type);
 
 struct BatchBackendOptions {
   std::string device = "cpu";     // cpu | cuda | cuda:N | auto (cuda:0 when it can run the model, else cpu)
@@ -38,7 +42,7 @@ struct BatchBackendOptions {
   int64_t block_size = 16;
   int64_t max_batch_tokens = 512;
   int max_seqs = 16;              // sequences per step (the scheduler's max_running)
-  KvType kv_type = KvType::F32;   // CPU only; the CUDA pool is f16
+  KvType kv_type = KvType::F32;   // CPU: any; CUDA: F16 or FP8 (F32 kept there as F16, SessionOptions::kv_type)
   ThreadPool* pool = nullptr;     // CPU forward threads (not owned)
   bool cuda_graphs = true;        // CUDA: decode-only steps replay captured graphs
   // CUDA: a lone prompt step replays its bucket's graph; 0: never

@@ -271,6 +271,8 @@ Scheduler::Scheduler(const LoadedModel& model, const Tokenizer& tokenizer, const
     GA_LOG(Info, "warmed up: ", impl_->backend->description());  // what the warm-up captured (CUDA graphs)
   }
   impl_->snapshot.device = impl_->backend->device();
+  const bool on_gpu = engine::cuda_device_index(impl_->backend->device()) >= 0;
+  impl_->snapshot.kv_type = kv_type_name(on_gpu && options.kv_type == KvType::F32 ? KvType::F16 : options.kv_type);
   impl_->snapshot.weight_bytes = model.weight_bytes();
   impl_->snapshot.kv_blocks_total = impl_->backend->n_blocks();
   impl_->snapshot.recurrent_state = impl_->backend->recurrent_state();

@@ -23,6 +23,8 @@
 #include "gpu_accel/session.h"
 
 #include <algorithm>
+#include <cctype>
+#include <string>
 #include <vector>
 
 #include "backends/cuda/cuda_forward.h"
@@ -38,6 +40,38 @@
 
 namespace ga {
 
+const char* kv_type_name(KvType type) {
+  switch (type) {
+    case KvType::F32: return "f32";
+    case KvType::F16: return "f16";
+    case KvType::FP8: return "fp8";
+  }
+  return "?";
+}
+
+std::optional<KvType> kv_type_from_name(std::string_view name) {
+  std::string lower(name);
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (const KvType t : {KvType::F32, KvType::F16, KvType::FP8}) {
+    if (lower == kv_type_name(t)) return t;
+  }
+  return std::nullopt;
+}
+
+namespace engine {
+
+DType cpu_kv_dtype(KvType type) {
+  switch (type) {
+    case KvType::F32: return DType::F32;
+    case KvType::F16: return DType::F16;
+    case KvType::FP8: return DType::F8_E4M3;
+  }
+  GA_THROW(InvalidArgument, "unknown KV cache type ", static_cast<int>(type));
+}
+
+DType cuda_kv_dtype(KvType type) { return type == KvType::FP8 ? DType::F8_E4M3 : DType::F16; }
+
+}  // namespace engine
 
 struct Session::Impl {
   const LoadedModel* model = nullptr;
@@ -47,6 +81,7 @@ struct Session::Impl {
   std::string device = "cpu";
   int tensor_parallel = 1;
   int context_parallel = 1;
+  KvType kv_type = KvType::F32;
   int64_t n_past = 0;
   bool gpu_sampling = true;
   // eval_for_sampling's result: the last logits on the device (gpu_logits.data) or in host_logits.
@@ -84,9 +119,11 @@ Session::Session(const LoadedModel& model, const SessionOptions& options) : impl
     params.n_ctx = n_ctx;
     params.use_cuda_graph = options.cuda_graphs;
     params.prefill_graph_max_tokens = options.prefill_graph_max_tokens;
+    params.kv_type = engine::cuda_kv_dtype(options.kv_type);
     try {
       impl_->gpu = cuda::make_cuda_forward(model, *arch::make_program_factory(model), params);
       impl_->device = "cuda:" + std::to_string(gpu_index);
+      impl_->kv_type = options.kv_type == KvType::FP8 ? KvType::FP8 : KvType::F16;
       return;
     } catch (const Error& e) {
       if (!is_auto || e.kind() != ErrorKind::Unsupported) throw;
@@ -96,7 +133,8 @@ Session::Session(const LoadedModel& model, const SessionOptions& options) : impl
   impl_->pool = std::make_unique<ThreadPool>(options.n_threads);
   arch::SequenceParams params;
   params.n_ctx = n_ctx;
-  params.kv_type = options.kv_type == KvType::F16 ? DType::F16 : DType::F32;
+  params.kv_type = engine::cpu_kv_dtype(options.kv_type);
+  impl_->kv_type = options.kv_type;
   params.tensor_parallel = options.tensor_parallel;
   params.context_parallel = options.context_parallel;
   impl_->tensor_parallel = options.tensor_parallel;
@@ -195,6 +233,7 @@ void Session::truncate(int64_t n) {
 
 const LoadedModel& Session::model() const { return *impl_->model; }
 int Session::n_threads() const { return impl_->pool ? impl_->pool->size() : 1; }
+KvType Session::kv_type() const { return impl_->kv_type; }
 const std::string& Session::device() const { return impl_->device; }
 
 std::string Session::device_description() const {

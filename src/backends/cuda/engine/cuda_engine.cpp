@@ -186,6 +186,19 @@ uint64_t CudaEngine::fp8_gemm_scale_bytes(const DeviceMatrix& m) const {
   return uses_fp8_gemm(m) ? align_up(static_cast<uint64_t>(m.rows * (m.cols / 128)) * 4, kTensorAlign) : 0;
 }
 
+uint64_t CudaEngine::kv_slot_bytes(const step::KvLayerSpec& spec) const {
+  const uint64_t values = static_cast<uint64_t>(spec.n_head_kv * spec.head_dim);
+  return fp8_kv() ? 2 * (values + static_cast<uint64_t>(spec.n_head_kv) * sizeof(float)) : 2 * values * sizeof(__half);
+}
+
+uint64_t CudaEngine::kv_layer_bytes(const step::KvLayerSpec& spec, int64_t n_slots) const {
+  const uint64_t slots = static_cast<uint64_t>(n_slots);
+  const uint64_t values = slots * static_cast<uint64_t>(spec.n_head_kv * spec.head_dim);
+  if (!fp8_kv()) return 2 * align_up(values * sizeof(__half), kKvPlaneAlign);
+  return 2 * align_up(values, kKvPlaneAlign) +
+         2 * align_up(slots * static_cast<uint64_t>(spec.n_head_kv) * sizeof(float), kKvPlaneAlign);
+}
+
 CudaEngine::Sizes CudaEngine::plan_sizes() const {
   Sizes s;
   for (const WeightEntry& e : weights_table_) {
@@ -205,9 +218,9 @@ CudaEngine::Sizes CudaEngine::plan_sizes() const {
   s.scratch += x8_bytes();
   for (const VectorEntry& v : vectors_) s.weights += align_up(v.host.size() * 4 + kTensorPad, kTensorAlign);
   for (const RopeEntry& r : ropes_) s.weights += align_up(r.table.inv_freq.size() * 8, kTensorAlign);
-  uint64_t kv_per_slot = 0;
-  for (const KvLayer& l : kv_layers_) kv_per_slot += 2 * static_cast<uint64_t>(l.spec.n_head_kv * l.spec.head_dim) * 2;
-  s.kv = kv_per_slot * static_cast<uint64_t>(n_slots_) +
+  uint64_t kv_layers = 0;
+  for (const KvLayer& l : kv_layers_) kv_layers += kv_layer_bytes(l.spec, n_slots_);
+  s.kv = kv_layers +
          static_cast<uint64_t>(n_rec_slots_) * static_cast<uint64_t>(rec_floats_) * 4;  // + recurrent state
   const uint64_t b = static_cast<uint64_t>(layout_.max_batch);
   uint64_t act = 0;
@@ -380,8 +393,9 @@ CudaEngine::CudaEngine(const LoadedModel& model, const step::ProgramFactory& fac
   // before the sizing: whether the prefill has the FP8 GEMM decides what plan_sizes counts (its workspace is in
   // the plan's scratch, kGemmWorkspace)
   gemm_ = std::make_unique<Gemm>(allocator_, stream_.get());
+  // one block's bytes (codes and scales of an FP8 cache: ~half of F16's), the planes' alignment aside
   uint64_t kv_per_slot = 0;
-  for (const KvLayer& l : kv_layers_) kv_per_slot += 2 * static_cast<uint64_t>(l.spec.n_head_kv * l.spec.head_dim) * 2;
+  for (const KvLayer& l : kv_layers_) kv_per_slot += kv_slot_bytes(l.spec);
   const uint64_t block_bytes = kv_per_slot * static_cast<uint64_t>(layout_.block_size);
   if (layout_.n_blocks == 0) {  // paged, automatic: what is left after weights and scratch
     n_slots_ = 0;
@@ -405,7 +419,8 @@ CudaEngine::CudaEngine(const LoadedModel& model, const step::ProgramFactory& fac
   const Sizes s = plan_sizes();
   const uint64_t needed = s.weights + s.kv + s.scratch;
   GA_CHECK(needed <= free_bytes, OutOfMemory, "the model does not fit on cuda:", layout.device, " (", info.name,
-           "): weights ", static_cast<double>(s.weights) / kMiB, " MiB + KV cache (", n_slots_, " positions, f16) ",
+           "): weights ", static_cast<double>(s.weights) / kMiB, " MiB + KV cache (", n_slots_, " positions, ",
+           fp8_kv() ? "fp8" : "f16", ") ",
            static_cast<double>(s.kv) / kMiB, " MiB + scratch ", static_cast<double>(s.scratch) / kMiB,
            " MiB = ", static_cast<double>(needed) / kMiB, " MiB, but only ", static_cast<double>(free_bytes) / kMiB,
            " MiB of ", static_cast<double>(total_bytes) / kMiB, " MiB are free (reduce the context or use a smaller "
@@ -451,7 +466,10 @@ CudaEngine::CudaEngine(const LoadedModel& model, const step::ProgramFactory& fac
     description_ += ", decode: per-op (the persistent kernel refused: " + persistent_.refusal + ")";
   }
   if (layout_.paged) {
-    description_ += str(", KV pool ", layout_.n_blocks, " x ", layout_.block_size, " positions (",
+    description_ += str(", KV pool ", layout_.n_blocks, " x ", layout_.block_size, " positions ", fp8_kv() ? "fp8" : "f16",
+                        " (", static_cast<double>(s.kv) / kMiB, " MiB)");
+  } else {
+    description_ += str(", KV cache ", n_slots_, " positions ", fp8_kv() ? "fp8" : "f16", " (",
                         static_cast<double>(s.kv) / kMiB, " MiB)");
   }
 }
@@ -609,11 +627,10 @@ void CudaEngine::allocate_state() {
     if (max_dequant > 0) w_stage_ = DeviceBuffer(allocator_, max_dequant * 2);
   }
 
-  // [n_slots][kv_dim] f16 per layer, K then V. Zeroed: a slot never written reads as 0, not NaN.
+  // [n_slots][kv_dim] f16 per layer, K then V (FP8: codes K, V, then scales [n_slots][n_head_kv] K, V). Zeroed: a
+  // slot never written reads as 0, not NaN.
   size_t kv_total = 0;
-  for (const KvLayer& l : kv_layers_) {
-    kv_total += 2 * static_cast<size_t>(n_slots_ * l.spec.n_head_kv * l.spec.head_dim) * sizeof(__half);
-  }
+  for (const KvLayer& l : kv_layers_) kv_total += static_cast<size_t>(kv_layer_bytes(l.spec, n_slots_));
   // The recurrent state slots (zeroed, though a fresh sequence never reads them: its runs start at position 0).
   if (n_rec_slots_ > 0) {
     rec_ = DeviceBuffer(allocator_, static_cast<size_t>(n_rec_slots_ * rec_floats_) * 4);
@@ -627,10 +644,21 @@ void CudaEngine::allocate_state() {
   GA_CUDA_CHECK(cudaMemsetAsync(kv_.data(), 0, kv_.size(), stream_.get()));
   size_t kv_offset = 0;
   for (KvLayer& l : kv_layers_) {
-    const size_t plane = static_cast<size_t>(n_slots_ * l.spec.n_head_kv * l.spec.head_dim) * sizeof(__half);
-    l.k = reinterpret_cast<__half*>(kv_.as<uint8_t>() + kv_offset);
-    l.v = reinterpret_cast<__half*>(kv_.as<uint8_t>() + kv_offset + plane);
-    kv_offset += 2 * plane;
+    uint8_t* const base = kv_.as<uint8_t>() + kv_offset;
+    const size_t values = static_cast<size_t>(n_slots_ * l.spec.n_head_kv * l.spec.head_dim);
+    if (fp8_kv()) {
+      const size_t plane = align_up(values, kKvPlaneAlign);
+      const size_t scales = align_up(static_cast<size_t>(n_slots_ * l.spec.n_head_kv) * sizeof(float), kKvPlaneAlign);
+      l.k8 = base;
+      l.v8 = base + plane;
+      l.k_scale = reinterpret_cast<float*>(base + 2 * plane);
+      l.v_scale = reinterpret_cast<float*>(base + 2 * plane + scales);
+    } else {
+      const size_t plane = align_up(values * sizeof(__half), kKvPlaneAlign);
+      l.k = reinterpret_cast<__half*>(base);
+      l.v = reinterpret_cast<__half*>(base + plane);
+    }
+    kv_offset += static_cast<size_t>(kv_layer_bytes(l.spec, n_slots_));
   }
 
   // The tuned attention's split-KV workspace, for the largest step it will see, for every distinct layer

@@ -89,6 +89,7 @@ struct EngineLayout {
   int64_t n_blocks = 0;             // 0 (paged only): from free memory, see CudaBatchForwardParams
   double kv_memory_fraction = 0.9;
   int64_t max_auto_blocks = 0;
+  DType kv_type = DType::F16;       // the KV cache: F16, or F8_E4M3 (codes + a float scale per position and KV head)
   int64_t max_batch = 512;          // tokens per step
   int64_t max_seqs = 1;             // sequence runs per step; logits rows forward() returns
   int64_t max_seq_positions = 0;    // positions one sequence may reach
@@ -245,9 +246,20 @@ class CudaEngine final : public CudaForward, public CudaBatchForward, private st
   };
   struct KvLayer {
     step::KvLayerSpec spec;
-    __half* k = nullptr;  // [n_slots][n_head_kv][head_dim]
+    __half* k = nullptr;  // F16 cache: [n_slots][n_head_kv][head_dim]
     __half* v = nullptr;
+    uint8_t* k8 = nullptr;  // FP8 cache: E4M3 codes [n_slots][n_head_kv][head_dim]
+    uint8_t* v8 = nullptr;
+    float* k_scale = nullptr;  // FP8 cache: [n_slots][n_head_kv]
+    float* v_scale = nullptr;
   };
+  bool fp8_kv() const { return layout_.kv_type == DType::F8_E4M3; }
+  // Device bytes of one KV layer's cache for n_slots positions: F16 K and V, or FP8 codes and scales (each plane
+  // aligned to kKvPlaneAlign; plan_sizes and allocate_state count through this), and of one position (unaligned:
+  // the paged pool's fit, per block).
+  static constexpr uint64_t kKvPlaneAlign = 256;
+  uint64_t kv_layer_bytes(const step::KvLayerSpec& spec, int64_t n_slots) const;
+  uint64_t kv_slot_bytes(const step::KvLayerSpec& spec) const;
   // One matrix placed over consecutive weights of a group: weights [first, first + count) of the group run as
   // one product (a group whose members differ in type fuses its leading members only: q/k of Q4_K_M).
   struct FusedRun {

@@ -226,8 +226,12 @@ void CudaEngine::rope_kv(const step::RopeKvOp& op) {
   p.bq = op.bq ? dvec(op.bq) : nullptr;
   p.bk = op.bk ? dvec(op.bk) : nullptr;
   p.bv = op.bv ? dvec(op.bv) : nullptr;
-  p.k_cache = kv.k;
+  p.k_cache = kv.k;  // null for an FP8 cache, whose codes and scales follow
   p.v_cache = kv.v;
+  p.k_codes = kv.k8;
+  p.v_codes = kv.v8;
+  p.k_scales = kv.k_scale;
+  p.v_scales = kv.v_scale;
   p.positions = positions();
   // paged (and padded steps): the cache row is the slot, not the position; a pad row's slot is -1 (no store)
   p.slots = shape_->paged || shape_->pad_rows ? meta(off_slots()) : nullptr;
@@ -263,6 +267,10 @@ void CudaEngine::attention(const step::AttentionOp& op) {
     sp.q_stride = ap.q_token_stride;
     sp.k = kv.k;
     sp.v = kv.v;
+    sp.k_fp8 = kv.k8;
+    sp.v_fp8 = kv.v8;
+    sp.k_scale = kv.k_scale;
+    sp.v_scale = kv.v_scale;
     sp.out = ap.out;
     sp.out_stride = ap.out_token_stride;
     sp.n_tokens = ap.n_tokens;

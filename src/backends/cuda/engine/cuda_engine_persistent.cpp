@@ -163,6 +163,7 @@ void CudaEngine::build_persistent_plan() {
     const char* why = persistent::persistent_decode_unsupported_reason(layout_.device, &p.limits);
     GA_CHECK(why == nullptr, Unsupported, why);
     GA_CHECK(!kv_layers_.empty(), Unsupported, "a model without attention layers");
+    GA_CHECK(!fp8_kv(), Unsupported, "an FP8 KV cache (the persistent kernel reads an f16 cache; per-op decode reads FP8)");
     PersistentRecorder rec(*this);
     const StepShape shape = decode_shape(1);
     shape_ = &shape;

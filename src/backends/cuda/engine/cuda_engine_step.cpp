@@ -191,6 +191,13 @@ AttentionParams CudaEngine::attention_params(const step::AttentionOp& op, const 
   ap.q_token_stride = op.q ? ld(op.q) : op.n_head * op.head_dim;
   ap.k = kv.k;
   ap.v = kv.v;
+  if (kv.k8 != nullptr) {  // the FP8 cache (EngineLayout::kv_type)
+    ap.kv_dtype = AttentionParams::KvDType::kFp8;
+    ap.k_fp8 = kv.k8;
+    ap.v_fp8 = kv.v8;
+    ap.k_scale = kv.k_scale;
+    ap.v_scale = kv.v_scale;
+  }
   ap.kv_pos_stride = kv.spec.n_head_kv * kv.spec.head_dim;
   ap.out = op.out ? ptr(op.out) : stand_in;
   ap.out_token_stride = op.out ? ld(op.out) : op.n_head * op.head_dim;
@@ -568,8 +575,11 @@ engine::EngineLayout layout_from_common_params(const Params& params) {
   GA_CHECK(params.device >= 0 && params.device < count, InvalidArgument, "CUDA device ", params.device,
            " does not exist (", count, " devices)");
   apply_schedule_override(params.device);
+  GA_CHECK(params.kv_type == DType::F16 || params.kv_type == DType::F8_E4M3, InvalidArgument,
+           "CUDA KV cache type ", dtype_name(params.kv_type), " (supported: F16, F8_E4M3)");
   engine::EngineLayout layout;
   layout.device = params.device;
+  layout.kv_type = params.kv_type;
   layout.use_cuda_graph = params.use_cuda_graph;
   layout.int8_activations = params.int8_activations;
   layout.decode_kernel = params.decode_kernel;

@@ -21,6 +21,10 @@ namespace ga::cuda::engine {
 //   q[t] = rope(q[t] + bq)                          in place, f32
 //   k_cache[row] = half(rope(k[t] + bk))            k itself is left unchanged
 //   v_cache[row] = half(v[t] + bv)
+// or, for an FP8 cache (k_codes set; k_cache / v_cache null), per KV head h of the row: the head's values x (as
+// above, in f32), scale = amax(|x|) / 448 (1 for an all-zero head) into k_scales[row][h], and the codes
+// e4m3(x / scale) (IEEE division, round to nearest even, saturating) into k_codes[row][h]: the bytes of the CPU's
+// cpu::store_kv_fp8 for the same x (tests/cuda/test_cuda_fp8_kv.cpp checks them). Same for V.
 // Biases are all null or all set. rope: Normal or NeoX pairs over the first n_rot dims, pair i turned by
 // positions[t] * inv_freq[i] (a table of the architecture's RoPE, step::RopeTable, in device memory, double:
 // every scaling scheme is a different table) and the rotated values multiplied by mscale (YaRN's / LongRoPE's
@@ -36,6 +40,10 @@ struct QkvRopeStoreParams {
   const float* bv = nullptr;
   __half* k_cache = nullptr;       // [n_ctx][n_head_kv][head_dim]
   __half* v_cache = nullptr;
+  uint8_t* k_codes = nullptr;      // FP8 cache: [n_ctx][n_head_kv][head_dim] E4M3 codes (head_dim <= 256)
+  uint8_t* v_codes = nullptr;
+  float* k_scales = nullptr;       // FP8 cache: [n_ctx][n_head_kv]
+  float* v_scales = nullptr;
   const int32_t* positions = nullptr;  // [n_tokens], device memory
   // [n_tokens] device memory or null: when set, token t's K/V go to cache row slots[t] (a slot of a
   // paged KV pool) while RoPE still uses positions[t]; a negative slot stores nothing (a padding

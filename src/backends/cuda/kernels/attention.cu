@@ -46,7 +46,14 @@ int64_t kv_len_bound(const AttentionParams& p, bool for_workspace) {
 int resident_decode_ctas(const AttentionParams& p) {
   int per_sm = 1;
   (void)detail::visit_head_dim(p.head_dim, [&](auto hd) {
-    per_sm = detail::decode_ctas_per_sm<decltype(hd)::value>(detail::decode_stages(p));
+    constexpr int HD = decltype(hd)::value;
+    if constexpr (detail::fp8_kv_head_dim_supported(HD)) {
+      if (detail::attention_is_fp8(p)) {
+        per_sm = detail::decode_fp8_ctas_per_sm<HD>();
+        return cudaSuccess;
+      }
+    }
+    per_sm = detail::decode_ctas_per_sm<HD>(detail::decode_stages(p));
     return cudaSuccess;
   });
   return per_sm * current_sm_count();
@@ -106,12 +113,36 @@ bool decode_cluster_merge(const AttentionParams& p, int n_splits) {
   return cluster_merge_unavailable(p, n_splits) == nullptr;
 }
 
+// The cache's pointers and alignment, by its element type (kv_pos_stride in elements of that type).
+const char* cache_unsupported_reason(const AttentionParams& p) {
+  if (detail::attention_is_fp8(p)) {
+    if (p.k_fp8 == nullptr || p.v_fp8 == nullptr || p.k_scale == nullptr || p.v_scale == nullptr) {
+      return "an FP8 cache needs k_fp8, v_fp8, k_scale and v_scale (device pointers)";
+    }
+    if (p.k != nullptr || p.v != nullptr) return "an FP8 cache takes k_fp8 / v_fp8, not the f16 k / v";
+    if (!detail::fp8_kv_head_dim_supported(p.head_dim)) {
+      return "head_dim has no FP8-cache kernel (FP8 KV cache: 64, 128, 256)";
+    }
+    if (p.decode_stages != 0) return "decode_stages must be 0 with an FP8 cache (its kernel has one stage count)";
+    if (!aligned(p.k_fp8, 16) || !aligned(p.v_fp8, 16) || p.kv_pos_stride % 16 != 0) {
+      return "k_fp8 and v_fp8 must be 16-byte aligned with kv_pos_stride a multiple of 16 codes (16-byte copies)";
+    }
+    if (!aligned(p.k_scale, 4) || !aligned(p.v_scale, 4)) return "k_scale and v_scale must be float-aligned";
+    return nullptr;
+  }
+  if (p.kv_dtype != AttentionParams::KvDType::kF16) return "unknown kv_dtype";
+  if (p.k == nullptr || p.v == nullptr) return "q, k, v and out must be device pointers, not null";
+  if (!aligned(p.k, 16) || !aligned(p.v, 16) || p.kv_pos_stride % 8 != 0) {
+    return "k and v must be 16-byte aligned with kv_pos_stride a multiple of 8 halves (16-byte copies)";
+  }
+  return nullptr;
+}
+
 }  // namespace
 
 const char* attention_unsupported_reason(const AttentionParams& p) {
-  if (p.q == nullptr || p.k == nullptr || p.v == nullptr || p.out == nullptr) {
-    return "q, k, v and out must be device pointers, not null";
-  }
+  if (p.q == nullptr || p.out == nullptr) return "q, k, v and out must be device pointers, not null";
+  if (const char* why = cache_unsupported_reason(p)) return why;
   if (!current_device_has_sm80()) {
     return "the CUDA attention kernels need compute capability 8.0 or newer (cp.async, mma.sync m16n8k16)";
   }
@@ -137,9 +168,6 @@ const char* attention_unsupported_reason(const AttentionParams& p) {
     if (p.pos0_device == nullptr ? p.max_kv_positions < p.pos0 + p.n_tokens : p.max_kv_positions < p.n_tokens) {
       return "max_kv_positions (the cache capacity) must be >= pos0 + n_tokens";
     }
-  }
-  if (!aligned(p.k, 16) || !aligned(p.v, 16) || p.kv_pos_stride % 8 != 0) {
-    return "k and v must be 16-byte aligned with kv_pos_stride a multiple of 8 halves (16-byte copies)";
   }
   if (p.kv_pos_stride < int64_t{p.n_head_kv} * p.head_dim) return "kv_pos_stride is smaller than n_head_kv * head_dim";
   if (!aligned(p.q, 8) || !aligned(p.out, 8) || p.q_token_stride % 2 != 0 || p.out_token_stride % 2 != 0) {
@@ -193,6 +221,12 @@ cudaError_t attention(const AttentionParams& p, cudaStream_t stream) {
   a.k = p.k;
   a.v = p.v;
   a.kv_stride = p.kv_pos_stride;
+  const bool fp8 = detail::attention_is_fp8(p);
+  a.k8 = p.k_fp8;
+  a.v8 = p.v_fp8;
+  a.k_scale = p.k_scale;
+  a.v_scale = p.v_scale;
+  a.scale_stride = p.n_head_kv;
   a.out = p.out;
   a.out_stride = p.out_token_stride;
   a.n_tokens = p.n_tokens;
@@ -249,6 +283,16 @@ cudaError_t attention(const AttentionParams& p, cudaStream_t stream) {
   const bool hopper_prefill = prefill && detail::hopper_prefill_selected(p);  // attention_hopper.cu
   return detail::visit_head_dim(p.head_dim, [&](auto hd) {
     constexpr int HD = decltype(hd)::value;
+    if constexpr (detail::fp8_kv_head_dim_supported(HD)) {
+      if (fp8) {
+        if (decode) {
+          const cudaError_t status = detail::launch_attention_decode_fp8<HD>(a, row_tiles, stream);
+          if (status != cudaSuccess || !prefill) return status;
+        }
+        return detail::launch_attention_prefill_fp8<HD>(a, stream);
+      }
+    }
+    if (fp8) return cudaErrorNotSupported;  // attention_unsupported_reason refuses it first
     if (decode) {
       const cudaError_t status = detail::launch_attention_decode<HD>(a, row_tiles, stream);
       if (status != cudaSuccess || !prefill) return status;

@@ -9,7 +9,8 @@
 //
 // Layouts:
 //   q    [n_tokens][n_head][head_dim]        f32, q_token_stride floats between tokens (roped)
-//   k, v [n_kv_positions][n_head_kv][head_dim] f16, kv_pos_stride halves between positions
+//   k, v [n_kv_positions][n_head_kv][head_dim] f16, kv_pos_stride halves between positions (or the FP8 cache:
+//        E4M3 codes and per-(position, KV head) scales, AttentionParams::kv_dtype)
 //   out  [n_tokens][n_head][head_dim]        f32, out_token_stride floats between tokens
 // Query token t sits at position pos0 + t and attends to cache positions [0, pos0 + t] (causal);
 // query head h reads KV head h / (n_head / n_head_kv). scores are scaled by `scale`
@@ -59,7 +60,17 @@ struct AttentionParams {
   int64_t q_token_stride = 0;
   const __half* k = nullptr;
   const __half* v = nullptr;
-  int64_t kv_pos_stride = 0;
+  int64_t kv_pos_stride = 0;     // elements (halves or FP8 codes) between positions
+  // The cache's element type. kFp8: E4M3 codes in k_fp8 / v_fp8 (same layout as k / v, kv_pos_stride codes apart;
+  // k and v stay null) with a float scale per (position, KV head) in k_scale / v_scale ([positions][n_head_kv],
+  // n_head_kv floats apart): a cached value is e4m3(code) * scale (backends/cpu/kv_pool.h). Head dims 64, 128, 256;
+  // the prefill part runs on the mma.sync kernel (the Hopper flash kernel reads f16 only); decode_stages must be 0.
+  enum class KvDType { kF16, kFp8 };
+  KvDType kv_dtype = KvDType::kF16;
+  const uint8_t* k_fp8 = nullptr;
+  const uint8_t* v_fp8 = nullptr;
+  const float* k_scale = nullptr;
+  const float* v_scale = nullptr;
   float* out = nullptr;
   int64_t out_token_stride = 0;
   int n_tokens = 0;

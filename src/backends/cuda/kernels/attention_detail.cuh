@@ -21,9 +21,17 @@
 // row's lower bound; with soft-capping q is pre-scaled by 2 log2(e) scale / c instead of scale log2(e), and
 // the step turns each score into c log2(e) tanh(scale q.k / c) (attention_softcap.cuh) before the mask.
 // Both are uniform branches around the masking and the softmax, so the off path runs the same loop.
+//
+// The FP8 KV cache (AttentionParams::kv_dtype kFp8; the KvPipeline's kFp8 form): tiles of E4M3 codes and their
+// per-(position, KV head) float scales are staged with cp.async exactly as f16 tiles are (half the bytes per key),
+// and before a tile is used its keys are dequantized into f16 tiles of the same [64][HD + 8] layout,
+// half(e4m3(code) * scale) with the product in f32 (a scale can be far below f16's normal range; the product is the
+// cached value, in range as an F16 cache's is): the flash step then runs unchanged. The decode kernel's warps each
+// dequantize their own 16 keys (no barrier), the prefill kernel's threads the whole tile (one barrier more).
 #pragma once
 
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -56,7 +64,14 @@ struct AttnArgs {
   int64_t q_stride;
   const __half* k;
   const __half* v;
-  int64_t kv_stride;
+  int64_t kv_stride;       // elements (halves, or FP8 codes) between cache positions
+  // FP8 cache (the kFp8 kernels): codes [positions][n_head_kv][HD], kv_stride codes apart; scales
+  // [positions][n_head_kv], scale_stride floats apart.
+  const uint8_t* k8;
+  const uint8_t* v8;
+  const float* k_scale;
+  const float* v_scale;
+  int64_t scale_stride;
   float* out;
   int64_t out_stride;
   int n_tokens, n_head, n_head_kv, group;  // group = n_head / n_head_kv
@@ -140,6 +155,15 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
 __device__ __forceinline__ void cp_async_16(void* dst, const void* src, int src_bytes) {
 #if GA_ATTN_SM80
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(src_bytes));
+#else
+  (void)dst, (void)src, (void)src_bytes;
+  __trap();
+#endif
+}
+// 4-byte copy (the FP8 cache's scales), zero-filled as cp_async_16.
+__device__ __forceinline__ void cp_async_4(void* dst, const void* src, int src_bytes) {
+#if GA_ATTN_SM80
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(src_bytes));
 #else
   (void)dst, (void)src, (void)src_bytes;
   __trap();
@@ -330,6 +354,80 @@ __device__ __forceinline__ void stage_kv_tile_paged(__half* sk, __half* sv, cons
   stage_kv_rows<HD>(sk, sv, k_head, v_head, kv_stride, [=](int key) { return int64_t{rows[key]}; });
 }
 
+// ---- the FP8 cache's staging and dequantization ----
+
+// One stage of an FP8 tile in shared memory: K codes [kAttnTileKeys][fp8_row_bytes], V codes (same), K scales
+// [kAttnTileKeys], V scales. A code row is padded by 16 bytes so the 16-byte reads of the dequantization spread
+// over the banks as the f16 tiles' rows do.
+template <int HD>
+__host__ __device__ constexpr int fp8_row_bytes() { return HD + 16; }
+template <int HD>
+__host__ __device__ constexpr int fp8_stage_bytes() {
+  return 2 * kAttnTileKeys * fp8_row_bytes<HD>() + 2 * kAttnTileKeys * static_cast<int>(sizeof(float));
+}
+
+// Copies one FP8 tile (codes and scales of K and V) for key i -> cache row row_of(i) (zeros when < 0), as
+// stage_kv_rows. Codes move in 16-byte chunks; threads 0..63 copy the K scales, 64..127 the V scales.
+template <int HD, class RowOf>
+__device__ __forceinline__ void stage_kv_rows_fp8(unsigned char* stage, const uint8_t* k_head, const uint8_t* v_head,
+                                                  int64_t kv_stride, const float* ks_head, const float* vs_head,
+                                                  int64_t scale_stride, RowOf row_of) {
+  constexpr int kChunksPerKey = HD / 16;
+  constexpr int kChunks = kAttnTileKeys * kChunksPerKey;
+  static_assert(kChunks % kAttnThreads == 0, "every thread copies the same number of chunks");
+  static_assert(2 * kAttnTileKeys == kAttnThreads, "one thread per scale");
+  unsigned char* const sk = stage;
+  unsigned char* const sv = stage + kAttnTileKeys * fp8_row_bytes<HD>();
+  float* const s_scales = reinterpret_cast<float*>(stage + 2 * kAttnTileKeys * fp8_row_bytes<HD>());  // [K | V]
+#pragma unroll
+  for (int i = 0; i < kChunks / kAttnThreads; ++i) {
+    const int chunk = i * kAttnThreads + static_cast<int>(threadIdx.x);
+    const int key = chunk / kChunksPerKey;
+    const int col = (chunk % kChunksPerKey) * 16;
+    const int64_t row = row_of(key);
+    const int64_t offset = row >= 0 ? row * kv_stride + col : 0;
+    const int smem_off = key * fp8_row_bytes<HD>() + col;
+    cp_async_16(sk + smem_off, k_head + offset, row >= 0 ? 16 : 0);
+    cp_async_16(sv + smem_off, v_head + offset, row >= 0 ? 16 : 0);
+  }
+  const int key = static_cast<int>(threadIdx.x) % kAttnTileKeys;
+  const int64_t row = row_of(key);
+  const float* const src = threadIdx.x < kAttnTileKeys ? ks_head : vs_head;
+  cp_async_4(s_scales + threadIdx.x, src + (row >= 0 ? row * scale_stride : 0), row >= 0 ? 4 : 0);
+}
+
+// Dequantizes keys [key0, key0 + n_keys) of a staged FP8 tile into f16 K and V tiles ([kAttnTileKeys][HD + 8],
+// the layout warp_flash_step reads): value = half(e4m3(code) * scale), the product in f32. Thread `t` of `n_threads`
+// (a warp's lanes, or the CTA's threads) takes 16 codes at a time; zero-filled rows (code 0, scale 0) give zeros.
+template <int HD>
+__device__ __forceinline__ void dequantize_fp8_keys(const unsigned char* stage, __half* k_out, __half* v_out,
+                                                    int key0, int n_keys, int t, int n_threads) {
+  constexpr int kUnitsPerKey = HD / 16;
+  const float* const s_scales = reinterpret_cast<const float*>(stage + 2 * kAttnTileKeys * fp8_row_bytes<HD>());
+  const int units = n_keys * kUnitsPerKey;
+  for (int u = t; u < 2 * units; u += n_threads) {  // K units, then V units
+    const bool is_v = u >= units;
+    const int w = is_v ? u - units : u;
+    const int key = key0 + w / kUnitsPerKey;
+    const int col = (w % kUnitsPerKey) * 16;
+    const unsigned char* src = stage + (is_v ? kAttnTileKeys * fp8_row_bytes<HD>() : 0) + key * fp8_row_bytes<HD>() + col;
+    const uint4 codes = *reinterpret_cast<const uint4*>(src);
+    const float scale = s_scales[(is_v ? kAttnTileKeys : 0) + key];
+    const uint32_t words[4] = {codes.x, codes.y, codes.z, codes.w};
+    uint32_t out[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const auto pair = static_cast<__nv_fp8x2_storage_t>(words[i / 2] >> (16 * (i % 2)));
+      const __half2 h = __half2(__nv_cvt_fp8x2_to_halfraw2(pair, __NV_E4M3));
+      const float2 f = __half22float2(h);
+      out[i] = pack_half2(f.x * scale, f.y * scale);
+    }
+    __half* dst = (is_v ? v_out : k_out) + key * smem_row_halves<HD>() + col;
+    *reinterpret_cast<uint4*>(dst) = make_uint4(out[0], out[1], out[2], out[3]);
+    *reinterpret_cast<uint4*>(dst + 8) = make_uint4(out[4], out[5], out[6], out[7]);
+  }
+}
+
 // The K/V copy pipeline of one CTA over keys [first, valid_end) of one KV head, tile i holding keys
 // first + i * kAttnTileKeys onwards, in kStages shared-memory stages (`smem`: [K stages][V stages] of
 // [kAttnTileKeys][smem_row_halves]). The loop of a kernel reads
@@ -342,13 +440,19 @@ __device__ __forceinline__ void stage_kv_tile_paged(__half* sk, __half* sv, cons
 // tile i + kStages are fetched while tile i is computed and published before the barrier that ends
 // it, into one of two row lists (list j % 2 holds tile j: the list of tile i + kStages was last read
 // when tile i + kStages - 2 was issued, an iteration or more earlier).
-template <int HD, bool kPaged, int kStages = kAttnStages>
+// kFp8: an FP8 cache; stage i holds codes and scales (fp8_stage_bytes) at raw_stage(i), for dequantize().
+template <int HD, bool kPaged, int kStages = kAttnStages, bool kFp8 = false>
 struct KvPipeline {
   static_assert(kStages == 2 || kStages == 3, "two row lists serve up to 3 stages");
   static constexpr int kTileHalves = kAttnTileKeys * smem_row_halves<HD>();
   __half* smem;
   const __half* k_head;
   const __half* v_head;
+  const uint8_t* k8_head;  // kFp8 only
+  const uint8_t* v8_head;
+  const float* ks_head;
+  const float* vs_head;
+  int64_t scale_stride;
   int64_t kv_stride;
   int64_t first, valid_end;
   int block_size, max_block;     // paged only: positions per block, the largest valid block id
@@ -356,12 +460,30 @@ struct KvPipeline {
   int32_t* rows;                 // paged only: shared [2][kAttnTileKeys]
   PagedKeyMap ahead;             // paged only: the map of tile i + kStages in flight
 
+  __device__ __forceinline__ unsigned char* raw_stage(int i) const {
+    return reinterpret_cast<unsigned char*>(smem) + (i % kStages) * fp8_stage_bytes<HD>();
+  }
+  // kFp8: keys [key0, key0 + n_keys) of tile i into f16 tiles (dequantize_fp8_keys).
+  __device__ __forceinline__ void dequantize(int i, __half* k_out, __half* v_out, int key0, int n_keys, int t,
+                                             int n_threads) const {
+    dequantize_fp8_keys<HD>(raw_stage(i), k_out, v_out, key0, n_keys, t, n_threads);
+  }
   __device__ __forceinline__ __half* k_stage(int i) const { return smem + (i % kStages) * kTileHalves; }
   __device__ __forceinline__ __half* v_stage(int i) const { return smem + (kStages + i % kStages) * kTileHalves; }
   __device__ __forceinline__ int64_t tile_start(int i) const { return first + int64_t{i} * kAttnTileKeys; }
 
   __device__ __forceinline__ void stage(int i) {
-    if constexpr (kPaged) {
+    if constexpr (kFp8) {
+      if constexpr (kPaged) {
+        const int32_t* const list = rows + (i % 2) * kAttnTileKeys;
+        stage_kv_rows_fp8<HD>(raw_stage(i), k8_head, v8_head, kv_stride, ks_head, vs_head, scale_stride,
+                              [=](int key) { return int64_t{list[key]}; });
+      } else {
+        const int64_t start = tile_start(i), end = valid_end;
+        stage_kv_rows_fp8<HD>(raw_stage(i), k8_head, v8_head, kv_stride, ks_head, vs_head, scale_stride,
+                              [=](int key) { return start + key < end ? start + key : int64_t{-1}; });
+      }
+    } else if constexpr (kPaged) {
       stage_kv_tile_paged<HD>(k_stage(i), v_stage(i), k_head, v_head, kv_stride, rows + (i % 2) * kAttnTileKeys);
     } else {
       stage_kv_tile<HD>(k_stage(i), v_stage(i), k_head, v_head, kv_stride, tile_start(i), valid_end);
@@ -486,18 +608,27 @@ __device__ __forceinline__ void load_q_fragments(uint32_t (&qf)[HD / 16][4], con
 // (a.k / a.v, rows a.kv_stride apart) with stages in `smem`, its first tiles' copies issued, then the warp's q
 // fragments (their loads run while the copies are in flight) and a fresh softmax state. Paged pipelines have
 // their block-table fields set by the caller first.
-template <int HD, bool kPaged, int kStages>
-__device__ __forceinline__ void point_kv_pipeline(KvPipeline<HD, kPaged, kStages>& pipe, __half* smem,
+template <int HD, bool kPaged, int kStages, bool kFp8>
+__device__ __forceinline__ void point_kv_pipeline(KvPipeline<HD, kPaged, kStages, kFp8>& pipe, __half* smem,
                                                   const AttnArgs& a, int kv_head, int64_t first, int64_t valid_end) {
   pipe.smem = smem;
-  pipe.k_head = a.k + int64_t{kv_head} * HD;
-  pipe.v_head = a.v + int64_t{kv_head} * HD;
+  if constexpr (kFp8) {
+    pipe.k8_head = a.k8 + int64_t{kv_head} * HD;
+    pipe.v8_head = a.v8 + int64_t{kv_head} * HD;
+    pipe.ks_head = a.k_scale + kv_head;
+    pipe.vs_head = a.v_scale + kv_head;
+    pipe.scale_stride = a.scale_stride;
+  } else {
+    pipe.k_head = a.k + int64_t{kv_head} * HD;
+    pipe.v_head = a.v + int64_t{kv_head} * HD;
+  }
   pipe.kv_stride = a.kv_stride;
   pipe.first = first;
   pipe.valid_end = valid_end;
 }
-template <int HD, bool kPaged, int kStages>
-__device__ __forceinline__ void start_kv_and_q(KvPipeline<HD, kPaged, kStages>& pipe, __half* smem, const AttnArgs& a,
+template <int HD, bool kPaged, int kStages, bool kFp8>
+__device__ __forceinline__ void start_kv_and_q(KvPipeline<HD, kPaged, kStages, kFp8>& pipe, __half* smem,
+                                               const AttnArgs& a,
                                                int kv_head, int64_t first, int64_t valid_end, int n_tiles,
                                                const float* const (&q_row)[2], uint32_t (&qf)[HD / 16][4],
                                                WarpRows<HD>& st) {

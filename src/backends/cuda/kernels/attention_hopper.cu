@@ -162,6 +162,7 @@ const char* hopper_reason(const AttentionParams& p) {
     return "this call has no prefill part (runs of <= 8 tokens take the decode kernel)";
   }
   if (p.prefill_kernel == AttentionParams::PrefillKernel::kMmaSync) return "prefill_kernel = kMmaSync";
+  if (detail::attention_is_fp8(p)) return "an FP8 KV cache (the flash kernel reads f16 K/V; the mma.sync kernel serves)";
   if (p.prefill_staging == nullptr || p.prefill_staging_bytes < attention_prefill_staging_bytes(p)) {
     return "no prefill_staging of attention_prefill_staging_bytes(params) bytes";
   }
@@ -173,6 +174,7 @@ const char* hopper_reason(const AttentionParams& p) {
 
 size_t attention_prefill_staging_bytes(const AttentionParams& p) {
   if (p.n_tokens < 1 || p.n_head < 1 || p.head_dim < 1 || !detail::attention_uses_prefill(p)) return 0;
+  if (detail::attention_is_fp8(p)) return 0;  // the mma.sync kernel takes the FP8 cache's prefill (hopper_reason)
   return q16_bytes(p) + round_up(sizeof(int32_t) * (3 * size_t(std::max(runs_of(p), 1)) + 3));
 }
 

@@ -39,6 +39,13 @@ inline constexpr bool kPagedDecode3StagesBuilt = kPagedDecodeStagesHd128 == 3;
 #endif
 
 inline bool attention_is_paged(const AttentionParams& p) { return p.block_table != nullptr; }
+inline bool attention_is_fp8(const AttentionParams& p) { return p.kv_dtype == AttentionParams::KvDType::kFp8; }
+// The head dims with FP8-cache kernels (attention_fp8.cu): one instantiation per (head dim, form, phase).
+__host__ __device__ constexpr bool fp8_kv_head_dim_supported(int head_dim) {
+  return head_dim == 64 || head_dim == 128 || head_dim == 256;
+}
+// The FP8 decode kernel's stage count (attention_decode_kernel.cuh kFp8DecodeStages; the split policy's input).
+inline constexpr int kFp8DecodeStagesCount = 3;
 
 // Which launches a call needs. Contiguous: one, by n_tokens. Paged: the decode kernel unless every
 // run may be a prompt chunk of one sequence; the prefill kernel when a run may exceed 8 tokens.
@@ -59,6 +66,7 @@ inline int paged_decode_q(const AttentionParams& p) { return std::min(p.max_seq_
 
 // The decode kernel's stage count for p: p.decode_stages, or the default above.
 inline int decode_stages(const AttentionParams& p) {
+  if (attention_is_fp8(p)) return kFp8DecodeStagesCount;
   if (p.decode_stages > 0) return p.decode_stages;
   return p.block_table != nullptr && p.head_dim == 128 ? kPagedDecodeStagesHd128 : 2;
 }
@@ -196,6 +204,22 @@ int decode_ctas_per_sm(int stages);
 // device (sm_90 device and binary; AttentionParams::decode_merge).
 template <int HD>
 bool decode_cluster_merge_supported(int stages);
+
+// The FP8 cache's kernels (attention_fp8.cu), for the head dims of fp8_kv_head_dim_supported.
+template <int HD>
+cudaError_t launch_attention_decode_fp8(const AttnArgs& a, int row_tiles, cudaStream_t stream);
+template <int HD>
+cudaError_t launch_attention_prefill_fp8(const AttnArgs& a, cudaStream_t stream);
+template <int HD>
+int decode_fp8_ctas_per_sm();
+#define GA_ATTN_FP8_EXTERN(HD)                                                                        \
+  extern template cudaError_t launch_attention_decode_fp8<HD>(const AttnArgs&, int, cudaStream_t); \
+  extern template cudaError_t launch_attention_prefill_fp8<HD>(const AttnArgs&, cudaStream_t);     \
+  extern template int decode_fp8_ctas_per_sm<HD>();
+GA_ATTN_FP8_EXTERN(64)
+GA_ATTN_FP8_EXTERN(128)
+GA_ATTN_FP8_EXTERN(256)
+#undef GA_ATTN_FP8_EXTERN
 
 #define GA_ATTN_EXTERN(HD)                                                                   \
   extern template cudaError_t launch_attention_decode<HD>(const AttnArgs&, int, cudaStream_t); \

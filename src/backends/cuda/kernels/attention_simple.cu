@@ -10,6 +10,8 @@
 #include <cfloat>
 #include <cmath>
 
+#include <cuda_fp8.h>
+
 namespace ga::cuda {
 namespace {
 
@@ -34,6 +36,20 @@ __device__ float block_reduce(float v, bool is_max, float* red) {
 }
 
 // Block (t, h): query token t, head h. Shared: scores [max_positions] then q [head_dim].
+// Value d of KV head kvh at cache row `row` of K (is_v false) or V: f16, or an FP8 code times its scale.
+template <bool kFp8>
+__device__ __forceinline__ float cache_value(const SimpleAttentionParams& p, bool is_v, int64_t row, int kvh, int d) {
+  const int64_t i = row * p.n_head_kv * p.head_dim + static_cast<int64_t>(kvh) * p.head_dim + d;
+  if constexpr (kFp8) {
+    const uint8_t code = (is_v ? p.v_fp8 : p.k_fp8)[i];
+    const float value = __half2float(__half(__nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(code), __NV_E4M3)));
+    return value * (is_v ? p.v_scale : p.k_scale)[row * p.n_head_kv + kvh];
+  } else {
+    return __half2float((is_v ? p.v : p.k)[i]);
+  }
+}
+
+template <bool kFp8>
 __global__ void __launch_bounds__(kAttnThreads) simple_attention_kernel(const SimpleAttentionParams p) {
   extern __shared__ float smem[];
   __shared__ float red[kAttnThreads / 32];
@@ -41,7 +57,6 @@ __global__ void __launch_bounds__(kAttnThreads) simple_attention_kernel(const Si
   const int t = blockIdx.x, h = blockIdx.y;
   const int hd = p.head_dim;
   const int kvh = h / (p.n_head / p.n_head_kv);
-  const int64_t kv_stride = static_cast<int64_t>(p.n_head_kv) * hd;
   // The query's run (paged form): the last run starting at or before t (binary search).
   int run = 0;
   int64_t n_kv = 0;
@@ -73,9 +88,9 @@ __global__ void __launch_bounds__(kAttnThreads) simple_attention_kernel(const Si
 
   float local_max = -FLT_MAX;
   for (int64_t i = threadIdx.x; i < n_vis; i += kAttnThreads) {
-    const __half* kr = p.k + row_of(first + i) * kv_stride + static_cast<int64_t>(kvh) * hd;
+    const int64_t row = row_of(first + i);
     float s = 0.0f;
-    for (int d = 0; d < hd; ++d) s += q[d] * __half2float(kr[d]);
+    for (int d = 0; d < hd; ++d) s += q[d] * cache_value<kFp8>(p, false, row, kvh, d);
     s *= p.scale;
     if (p.softcap > 0.0f) s = p.softcap * tanhf(s / p.softcap);
     scores[i] = s;
@@ -91,14 +106,13 @@ __global__ void __launch_bounds__(kAttnThreads) simple_attention_kernel(const Si
   const float inv_sum = 1.0f / block_reduce(local_sum, false, red);  // ends with barriers: scores are complete
 
   float* out = p.out + t * p.out_stride + static_cast<int64_t>(h) * hd;
-  const __half* v_head = p.v + static_cast<int64_t>(kvh) * hd;
   if (hd <= kAttnThreads) {
     // groups of hd threads split the positions; thread (g, d) sums positions g, g + G, ...
     const int groups = kAttnThreads / hd;
     const int g = threadIdx.x / hd, d = threadIdx.x % hd;
     float acc = 0.0f;
     if (g < groups) {
-      for (int64_t i = g; i < n_vis; i += groups) acc += scores[i] * __half2float(v_head[row_of(first + i) * kv_stride + d]);
+      for (int64_t i = g; i < n_vis; i += groups) acc += scores[i] * cache_value<kFp8>(p, true, row_of(first + i), kvh, d);
     }
     partial[threadIdx.x] = acc;
     __syncthreads();
@@ -110,7 +124,7 @@ __global__ void __launch_bounds__(kAttnThreads) simple_attention_kernel(const Si
   } else {
     for (int d = threadIdx.x; d < hd; d += kAttnThreads) {
       float acc = 0.0f;
-      for (int64_t i = 0; i < n_vis; ++i) acc += scores[i] * __half2float(v_head[row_of(first + i) * kv_stride + d]);
+      for (int64_t i = 0; i < n_vis; ++i) acc += scores[i] * cache_value<kFp8>(p, true, row_of(first + i), kvh, d);
       out[d] = acc * inv_sum;
     }
   }
@@ -154,8 +168,10 @@ size_t simple_attention_max_shared_bytes() {
 }  // namespace
 
 const char* simple_attention_unsupported_reason(const SimpleAttentionParams& p) {
-  if (p.q == nullptr || p.k == nullptr || p.v == nullptr || p.out == nullptr) {
-    return "q, k, v and out must be device pointers";
+  const bool fp8 = p.k_fp8 != nullptr;
+  if (p.q == nullptr || p.out == nullptr || (fp8 ? p.v_fp8 == nullptr || p.k_scale == nullptr || p.v_scale == nullptr
+                                                 : p.k == nullptr || p.v == nullptr)) {
+    return "q, k, v (or the FP8 cache's codes and scales) and out must be device pointers";
   }
   if (p.block_table == nullptr && p.pos0 == nullptr) return "pos0 must be a device pointer (one-sequence form)";
   if (p.block_table != nullptr && (p.seq_q_start == nullptr || p.seq_pos0 == nullptr || p.n_seqs <= 0 ||
@@ -179,13 +195,14 @@ const char* simple_attention_unsupported_reason(const SimpleAttentionParams& p) 
 cudaError_t simple_attention(const SimpleAttentionParams& p, cudaStream_t stream) {
   if (simple_attention_unsupported_reason(p) != nullptr) return cudaErrorInvalidValue;
   const size_t shared = simple_attention_shared_bytes(p);
+  auto* const kernel = p.k_fp8 != nullptr ? simple_attention_kernel<true> : simple_attention_kernel<false>;
   if (shared > kDefaultSharedBytes) {
-    const cudaError_t st = cudaFuncSetAttribute(simple_attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                static_cast<int>(shared));
+    const cudaError_t st =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared));
     if (st != cudaSuccess) return st;
   }
   const dim3 grid(static_cast<unsigned>(p.n_tokens), static_cast<unsigned>(p.n_head));
-  simple_attention_kernel<<<grid, kAttnThreads, shared, stream>>>(p);
+  kernel<<<grid, kAttnThreads, shared, stream>>>(p);
   return cudaGetLastError();
 }
 

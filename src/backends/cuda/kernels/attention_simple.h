@@ -27,6 +27,12 @@ struct SimpleAttentionParams {
   int64_t q_stride = 0;
   const __half* k = nullptr;       // [n_rows][n_head_kv][head_dim]
   const __half* v = nullptr;
+  // or an FP8 cache (k, v null): E4M3 codes [n_rows][n_head_kv][head_dim] and scales [n_rows][n_head_kv]; a
+  // cached value is e4m3(code) * scale, as attention.h's kFp8 form
+  const uint8_t* k_fp8 = nullptr;
+  const uint8_t* v_fp8 = nullptr;
+  const float* k_scale = nullptr;
+  const float* v_scale = nullptr;
   float* out = nullptr;            // [n_tokens][n_head][head_dim], out_stride floats between tokens
   int64_t out_stride = 0;
   int n_tokens = 0, n_head = 0, n_head_kv = 0, head_dim = 0;
