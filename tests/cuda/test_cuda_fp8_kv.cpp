@@ -7,8 +7,11 @@
 // - the split-KV decode (1, 2, 7 tokens) and the mma.sync prefill (19, 37, 133 tokens) over an FP8 cache,
 //   contiguous with pos0 0 and > 0 and paged over shuffled blocks (a mixed batch: decode runs and a prompt chunk),
 //   against cpu::attention / cpu::paged_attention on the same codes and scales (which compute e4m3(code) * scale in
-//   float): the check of tests/cuda/attention_check.h (rel L2 1e-3, element-wise 2e-2 of the row RMS; the GPU rounds
-//   q, the probabilities and the dequantized values to f16), cache rows past the valid length poisoned (NaN scales);
+//   float): the check of tests/cuda/attention_check.h (element-wise 2e-2 of the row RMS) with rel L2 2e-3, not the
+//   F16 cache's 1e-3: the GPU rounds q, the probabilities and also the dequantized values code * scale to f16 (up to
+//   2^-11 of each value, a rounding the F16 cache's reference sees in its stored halves and this one does not);
+//   measured worst 1.35e-3 (H200, contiguous decode, head dim 128). Cache rows past the valid length poisoned (NaN
+//   scales);
 // - the simple attention (head dims the tuned kernels do not take: 8, 32) over an FP8 cache, same check;
 // - refusals: head_dim 96 (no FP8 kernel), an FP8 cache without scales, decode_stages forced.
 #include <cuda_fp16.h>
@@ -32,6 +35,9 @@
 
 namespace ga::test::cuda {
 namespace {
+
+constexpr double kFp8KvRelL2Tolerance = 2e-3;  // the file comment says why not 1e-3
+
 
 using ::ga::str;
 using ::ga::cuda::AttentionParams;
@@ -282,7 +288,7 @@ void run_contiguous(Parity& parity, CachingAllocator& alloc, const ContiguousCas
   c.work_stride = static_cast<int64_t>(work.size());
   ::ga::cpu::attention(c, nullptr);
   check_attention_output(parity, name, s.n_tokens, s.n_head, hd, q_row, d_out.download(),
-                         std::vector<double>(ref.begin(), ref.end()));
+                         std::vector<double>(ref.begin(), ref.end()), kFp8KvRelL2Tolerance);
 }
 
 TEST(CudaFp8Kv, ContiguousDecodeAndPrefillMatchTheCpuReference) {
@@ -410,7 +416,8 @@ TEST(CudaFp8Kv, PagedMixedBatchMatchesTheCpuReference) {
       c.work_stride = static_cast<int64_t>(work.size());
       ::ga::cpu::paged_attention(c, nullptr);
       check_attention_output(parity, name + (merge == AttentionParams::DecodeMerge::kAuto ? " auto" : " workspace"),
-                             n_tokens, n_head, hd, q_row, d_out.download(), std::vector<double>(ref.begin(), ref.end()));
+                             n_tokens, n_head, hd, q_row, d_out.download(), std::vector<double>(ref.begin(), ref.end()),
+                             kFp8KvRelL2Tolerance);
     }
   }
   parity.finish();
@@ -480,7 +487,7 @@ TEST(CudaFp8Kv, SimpleAttentionMatchesTheCpuReference) {
       c.work_stride = static_cast<int64_t>(work.size());
       ::ga::cpu::attention(c, nullptr);
       check_attention_output(parity, name, n_tokens, n_head, hd, q_row, d_out.download(),
-                             std::vector<double>(ref.begin(), ref.end()));
+                             std::vector<double>(ref.begin(), ref.end()), kFp8KvRelL2Tolerance);
     }
   }
   parity.finish();
