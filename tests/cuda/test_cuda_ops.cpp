@@ -84,6 +84,16 @@ TEST(CudaOps, RmsNormWithAndWithoutResidualMatchesCpu) {
   parity.finish();
 }
 
+// How many of the n_rows rows (n floats, ld apart) differ in any bit between a and b (the padding between rows, which
+// may hold poison, is not compared).
+int rows_differing(const std::vector<float>& a, const std::vector<float>& b, int64_t n_rows, int64_t ld, int64_t n) {
+  int rows = 0;
+  for (int64_t r = 0; r < n_rows; ++r) {
+    rows += std::memcmp(a.data() + r * ld, b.data() + r * ld, 4 * static_cast<size_t>(n)) != 0 ? 1 : 0;
+  }
+  return rows;
+}
+
 // RMSNorm with out_int8 (the q/k/v, gate/up and classifier GEMVs' input, rounded in the same kernel): the
 // float output (and the residual) must be the plain kernel's bit for bit, also in place over x, and the int8
 // bytes the CPU's rounding of that output (reference_x_int8) bit for bit; widths it cannot round are refused.
@@ -161,12 +171,8 @@ TEST(CudaOps, RmsNormRoundedOutputsMatchPlainNormAndCpuRounding) {
           ASSERT_EQ(::ga::cuda::rms_norm_unsupported_reason(p), nullptr) << name;
           GA_CUDA_CHECK(::ga::cuda::rms_norm(p, nullptr));
           GA_CUDA_CHECK(cudaDeviceSynchronize());
-          const std::vector<float> got8 = fused.download();  // the rows only: the padding holds poison (NaN)
-          size_t mismatches8 = 0;
-          for (int64_t r = 0; r < n_rows; ++r) {
-            mismatches8 += std::memcmp(got8.data() + r * ld, got.data() + r * ld, 4 * static_cast<size_t>(n)) != 0;
-          }
-          EXPECT_EQ(mismatches8, 0u) << name << ": out_e4m3x2 changed the float output";
+          EXPECT_EQ(rows_differing(fused.download(), got, n_rows, ld, n), 0)
+              << name << ": out_e4m3x2 changed the float output";
           EXPECT_EQ(x8.download(), reference_x_e4m3x2(out_rows, n, n, n_rows)) << name << ": e4m3x2 bytes";
           p.out_e4m3x2 = nullptr;
         }
@@ -378,12 +384,8 @@ TEST(CudaOps, SwigluRoundedOutputsMatchPlainSwigluAndCpuRounding) {
           ASSERT_EQ(::ga::cuda::swiglu_unsupported_reason(p), nullptr) << name;
           GA_CUDA_CHECK(::ga::cuda::swiglu(p, nullptr));
           GA_CUDA_CHECK(cudaDeviceSynchronize());
-          const std::vector<float> got8 = fused.download();
-          size_t mismatches8 = 0;
-          for (int64_t r = 0; r < n_rows; ++r) {
-            mismatches8 += std::memcmp(got8.data() + r * ld_in, got.data() + r * ld_in, 4 * static_cast<size_t>(n)) != 0;
-          }
-          EXPECT_EQ(mismatches8, 0u) << name << ": out_e4m3x2 changed the float output";
+          EXPECT_EQ(rows_differing(fused.download(), got, n_rows, ld_in, n), 0)
+              << name << ": out_e4m3x2 changed the float output";
           EXPECT_EQ(x8.download(), reference_x_e4m3x2(out_rows, n, n, n_rows)) << name << ": e4m3x2 bytes";
         }
       }

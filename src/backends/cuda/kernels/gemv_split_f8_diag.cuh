@@ -147,7 +147,8 @@ cudaError_t launch_gemv_split_f8_diag(const GemvArgs& a, cudaStream_t stream) {
   const int64_t blocks = (a.rows + R - 1) / R;
   if (blocks > 0x7fffffff) return cudaErrorInvalidValue;
   // a plain launch, not launch_after_prior(): x's digits are read with __ldg (gemv_split.cuh's file comment)
-  gemv_split_f8_diag_kernel<R, U, NT, kMinCtas><<<dim3(static_cast<unsigned>(blocks)), dim3(kGemvWarps * 32), 0, stream>>>(a);
+  gemv_split_f8_diag_kernel<R, U, NT, kMinCtas>
+      <<<dim3(static_cast<unsigned>(blocks)), dim3(kGemvWarps * 32), 0, stream>>>(a);
   return cudaGetLastError();
 }
 

@@ -144,12 +144,12 @@ cudaError_t swiglu(const SwigluParams& p, cudaStream_t stream) {
   }
   if (p.out_e4m3x2 != nullptr) {
     const int64_t warps = total / detail::kXFp8Block;
-    const int64_t ctas = (warps + detail::kSwigluE4m3x2Threads / 32 - 1) / (detail::kSwigluE4m3x2Threads / 32);
+    int64_t ctas = (warps + detail::kSwigluE4m3x2Threads / 32 - 1) / (detail::kSwigluE4m3x2Threads / 32);
+    if (ctas > detail::kSwigluMaxBlocks) ctas = detail::kSwigluMaxBlocks;  // the kernel loops over the rest
     return detail::launch_after_prior(gelu ? detail::swiglu_e4m3x2_kernel<GluActivation::kGeluTanh>
                                            : detail::swiglu_e4m3x2_kernel<GluActivation::kSilu>,
-                                      dim3(static_cast<unsigned>(ctas < detail::kSwigluMaxBlocks ? ctas
-                                                                                                 : detail::kSwigluMaxBlocks)),
-                                      dim3(detail::kSwigluE4m3x2Threads), 0, stream, p);
+                                      dim3(static_cast<unsigned>(ctas)), dim3(detail::kSwigluE4m3x2Threads), 0, stream,
+                                      p);
   }
   int64_t blocks = (total + detail::kSwigluThreads - 1) / detail::kSwigluThreads;
   if (blocks > detail::kSwigluMaxBlocks) blocks = detail::kSwigluMaxBlocks;
