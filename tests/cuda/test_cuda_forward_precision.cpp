@@ -1,7 +1,8 @@
 // The CUDA forward of models converted at load (gpu_accel/precision.h) against the CPU Session of the same converted
 // model, and against the native model on the GPU.
 //
-// Models: the F16 fixture and random F16 presets of a dense Llama, a Qwen3-MoE (its F8_B128 expert stacks through
+// Models: the F16 fixture and random F16 presets of two dense Llamas (one 512 wide, for the FP8 split-row kernels), a
+// Qwen3-MoE (its F8_B128 expert stacks through
 // the grouped expert GEMV, and the 80-token prefill through the MoE prefill path) and a Gemma 2, each under fp8 (every
 // layer converted, and the default keep list) and bf16. Rows compared: a 5-token prompt, decode steps to 40 tokens,
 // prefills of 40 and 80 tokens (the prefill's F8_B128 / BF16 dequantizer and GEMM).
@@ -78,6 +79,10 @@ struct TestModel {
 std::vector<TestModel> test_models() {
   return {{"fixture-F16", ga::test::shared_path("fixtures/quant/fixture-F16.gguf"), ""},
           {"tiny F16", "", "tiny"},
+          // widths of 512 and 1536: the only model here whose F8_B128 matrices take split rows, so the FP8 tensor-core
+          // GEMV (one token: gemv_split_f8_diag.cuh), the x digits of the RMSNorm / SwiGLU (out_e4m3x2) and the
+          // FP8 prefill GEMM run in a forward (the other models' 256-wide rows keep F8_B128 in GGUF order)
+          {"tiny-wide F16", "", "tiny-wide"},
           {"tiny-qwen3moe F16", "", "tiny-qwen3moe"},
           {"tiny-gemma2 F16", "", "tiny-gemma2"}};
 }

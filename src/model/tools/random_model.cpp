@@ -43,6 +43,8 @@ constexpr ModelPreset kPresets[] = {
     {"qwen3-30b-a3b", "qwen3moe", 2048, 48, 32, 4, 6144, 40960, 128, 128, 8, 768},
     {"tiny", "llama", 256, 4, 8, 4, 768, 1024},
     {"tiny-hd64", "llama", 256, 2, 4, 2, 512, 1024},
+    // every matrix width a multiple of 512: F8_B128 matrices take the GPU's split rows (its FP8 GEMV and GEMM)
+    {"tiny-wide", "llama", 512, 2, 8, 4, 1536, 1024},
     {"tiny-qwen3", "qwen3", 256, 2, 4, 2, 512, 1024, 64},
     {"tiny-gemma2", "gemma2", 256, 4, 4, 2, 512, 1024, 64, 0, 0, 0, 0, 24},
     {"tiny-gemma3", "gemma3", 256, 7, 4, 1, 512, 1024, 64, 0, 0, 0, 0, 24},
