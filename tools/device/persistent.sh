@@ -29,8 +29,8 @@ for spec in ${PERSISTENT_MODELS:-llama3-1b:F16 llama2-7b:Q4_0}; do
     [[ $kernel == *=* ]] && { extra=($kernel); kernel=persistent; }
     run_step "$spec $kernel ${extra[*]}" 150 persistent.md env GA_DECODE_KERNEL="$kernel" "${extra[@]}" \
       "$GA" bench -m "$m" -p 16 -n 128 -r 3 --device cuda
-    # the tg128 row of the last bench in persistent.md: tok/s and % of copy
-    tg=$(grep -F "tg128" "$OUT/persistent.md" | tail -1 | awk -F'|' '{gsub(/ /, "", $9); gsub(/ /, "", $11); print $9 " | " $11}')
+    # the tg128 row of the last bench in persistent.md: tok/s and % of copy (columns 10 and 12 of bench's table)
+    tg=$(grep -F "tg128" "$OUT/persistent.md" | tail -1 | awk -F'|' '{gsub(/ /, "", $10); gsub(/ /, "", $12); print $10 " | " $12}')
     line+=" | $tg"
   done
   trace=$OUT/trace-${spec//:/-}.json
