@@ -32,7 +32,6 @@ KvPool::KvPool(const step::StateSpec& state, const KvPoolParams& params) : param
   GA_CHECK(params.n_blocks <= kMaxPositions / params.block_size, InvalidArgument, "KV pool of ", params.n_blocks,
            " blocks x ", params.block_size, " positions is too large");
   const bool fp8 = params.kv_type == DType::F8_E4M3;
-  const uint64_t elem = fp8 ? 1 : params.kv_type == DType::F16 ? 2 : 4;
   const uint64_t slots = static_cast<uint64_t>(params.n_blocks * params.block_size);
   const auto align16 = [](uint64_t n) { return (n + 15) / 16 * 16; };  // the scales' planes stay float-aligned
   uint64_t total = 0;
@@ -41,7 +40,7 @@ KvPool::KvPool(const step::StateSpec& state, const KvPoolParams& params) : param
              l.head_dim);
     Layer layer;
     layer.kv_dim = l.n_head_kv * l.head_dim;
-    const uint64_t plane = align16(slots * static_cast<uint64_t>(layer.kv_dim) * elem);
+    const uint64_t plane = align16(row_bytes(params.kv_type, slots * static_cast<uint64_t>(layer.kv_dim)));
     layer.k_offset = total;
     layer.v_offset = total + plane;
     total += 2 * plane;

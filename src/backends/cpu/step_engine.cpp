@@ -262,8 +262,7 @@ struct StepEngine::Impl final : step::Binder, step::Ops {
     const int64_t half = r.table.n_rot / 2;
     const RopeLayout layout = r.table.neox ? RopeLayout::Halves : RopeLayout::AdjacentPairs;
     const DType kv_type = cache->kv_type();
-    const uint64_t row_bytes_kv =
-        static_cast<uint64_t>(kv_dim) * (kv_type == DType::F8_E4M3 ? 1 : kv_type == DType::F16 ? 2 : 4);
+    const uint64_t row_bytes_kv = row_bytes(kv_type, static_cast<uint64_t>(kv_dim));
     uint8_t* k_blocks = cache->k(op.kv.id);
     uint8_t* v_blocks = cache->v(op.kv.id);
     float* k_scales = cache->k_scales(op.kv.id);  // F8_E4M3: [slots][n_head_kv]
