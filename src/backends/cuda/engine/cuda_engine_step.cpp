@@ -162,18 +162,18 @@ void CudaEngine::run_gemv(const DeviceMatrix& w, const float* x, int64_t ldx, in
                           const void* x_int8, bool x8_ready) {
   cudaStream_t s = stream_.get();
   GemvParams g = gemv_params(w, x, ldx, n, y, ldy, x_int8);
-  if (w.type == DType::F8_B128 && w.layout == WeightLayout::kSplitRows && x8_.data() != nullptr && x8_ready) {
-    g.x_e4m3x2 = x8_.data();
-  } else if (w.type == DType::F8_B128 && w.layout == WeightLayout::kSplitRows && x8_.data() != nullptr) {
-    x8_of_ = step::View{};  // x8_ is this x's now, whatever view (if any) it is
-    QuantizeXE4m3x2Params q;
-    q.x = x;
-    q.ldx = ldx;
-    q.n = n;
-    q.k = w.cols;
-    q.out = x8_.data();
-    check_params("quantize_x_e4m3x2", quantize_x_e4m3x2_unsupported_reason, q);
-    GA_CUDA_CHECK(quantize_x_e4m3x2(q, s));
+  if (w.type == DType::F8_B128 && w.layout == WeightLayout::kSplitRows && x8_.data() != nullptr) {
+    if (!x8_ready) {
+      x8_of_ = step::View{};  // x8_ is this x's now, whatever view (if any) it is
+      QuantizeXE4m3x2Params q;
+      q.x = x;
+      q.ldx = ldx;
+      q.n = n;
+      q.k = w.cols;
+      q.out = x8_.data();
+      check_params("quantize_x_e4m3x2", quantize_x_e4m3x2_unsupported_reason, q);
+      GA_CUDA_CHECK(quantize_x_e4m3x2(q, s));
+    }
     g.x_e4m3x2 = x8_.data();
   }
   check_params("gemv", gemv_unsupported_reason, g);

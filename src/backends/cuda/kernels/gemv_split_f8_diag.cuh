@@ -66,7 +66,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32, kMinCtas) gemv_split_f8_diag_
   const int64_t cols = nb * layout::kQKF8;
   const int n_chunks = static_cast<int>(cols / kF8DiagChunk);  // cols % 512 == 0 (split_rows_supported)
   const int64_t row0 = static_cast<int64_t>(blockIdx.x) * R;
-  // 32-bit offsets from the tile's first row (8 R rows of a split row fit easily): fewer registers than R pointers.
+  // 32-bit offsets from the tile's first row (R rows of a split row fit easily): fewer registers than R pointers.
   // Rows past the end are clamped to the last: read, never stored.
   const uint8_t* const tile = a.w + row0 * a.row_stride + 16 * lane;
   uint32_t row_off[R];
